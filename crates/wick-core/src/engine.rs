@@ -1,0 +1,3 @@
+//! The engine's public API.
+pub struct Engine;
+pub struct EngineOptions;

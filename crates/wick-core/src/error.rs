@@ -1,0 +1,53 @@
+//! One error type for the engine. Each variant has a stable `code()` that the binding
+//! exposes to JS and the server maps to an HTTP status (ts/server/errors.ts).
+
+#[derive(Debug, thiserror::Error)]
+pub enum WickError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    ContextLengthExceeded(String),
+    #[error("failed to load model: {0}")]
+    ModelLoad(String),
+    #[error("unsupported model architecture `{0}`")]
+    UnsupportedArchitecture(String),
+    #[error("unsupported tokenizer: {0}")]
+    UnsupportedTokenizer(String),
+    #[error("the request queue is full")]
+    QueueFull,
+    #[error("the request was cancelled")]
+    Cancelled,
+    #[error("the engine is not running (unloaded or stopped)")]
+    EngineStopped,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl WickError {
+    /// Stable machine-readable code; part of the binding's contract.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "INVALID_REQUEST",
+            Self::ContextLengthExceeded(_) => "CONTEXT_LENGTH_EXCEEDED",
+            Self::ModelLoad(_) => "MODEL_LOAD_FAILED",
+            Self::UnsupportedArchitecture(_) => "UNSUPPORTED_ARCHITECTURE",
+            Self::UnsupportedTokenizer(_) => "UNSUPPORTED_TOKENIZER",
+            Self::QueueFull => "QUEUE_FULL",
+            Self::Cancelled => "CANCELLED",
+            Self::EngineStopped => "ENGINE_STOPPED",
+            Self::Internal(_) => "INTERNAL",
+        }
+    }
+
+    pub fn load(msg: impl Into<String>) -> Self {
+        Self::ModelLoad(msg.into())
+    }
+}
+
+impl From<candle_core::Error> for WickError {
+    fn from(e: candle_core::Error) -> Self {
+        Self::Internal(e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, WickError>;

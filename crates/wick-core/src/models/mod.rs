@@ -1,0 +1,45 @@
+//! Model forward passes, one file per architecture. Every model takes a ragged batch: each
+//! sequence brings its own new tokens and its own cache (positions, KV, conv state).
+
+use candle_core::{Device, Tensor};
+
+use crate::cache::SeqCache;
+use crate::error::{Result, WickError};
+use crate::gguf::GgufFile;
+
+/// What the engine and the APIs report about a loaded model.
+#[derive(Debug, Clone, Default)]
+pub struct ModelInfo {
+    pub architecture: String,
+    pub n_vocab: usize,
+    /// Context length the model was trained with (`{arch}.context_length`).
+    pub n_ctx_train: usize,
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Total parameter count, from the tensor directory.
+    pub n_params: u64,
+}
+
+/// One sequence's part of a forward step.
+pub struct StepSeq<'a> {
+    /// Tokens to append at positions `cache.len()..cache.len() + tokens.len()`.
+    pub tokens: &'a [u32],
+    pub cache: &'a mut SeqCache,
+}
+
+pub trait Model: Send + Sync {
+    fn info(&self) -> &ModelInfo;
+    /// A fresh, empty per-sequence cache.
+    fn new_cache(&self) -> SeqCache;
+    /// Runs one step over a ragged batch, appends every sequence's tokens to its cache, and
+    /// returns the f32 logits of each sequence's last token, shape `[batch.len(), n_vocab]`.
+    fn forward(&self, batch: &mut [StepSeq<'_>]) -> Result<Tensor>;
+}
+
+/// Builds the model named by `general.architecture`.
+pub fn load(gguf: &GgufFile, device: &Device) -> Result<Box<dyn Model>> {
+    let arch = gguf.architecture()?;
+    Err(WickError::UnsupportedArchitecture(format!("{arch} (loading pending, device {device:?})")))
+}

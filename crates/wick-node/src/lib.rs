@@ -1,0 +1,4 @@
+#[macro_use]
+extern crate napi_derive;
+#[napi]
+pub fn ping() -> u32 { 1 }
