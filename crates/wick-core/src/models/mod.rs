@@ -7,6 +7,13 @@ use crate::cache::SeqCache;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
+mod attention;
+mod decoder;
+mod layers;
+mod lfm2;
+mod llama;
+mod shortconv;
+
 /// What the engine and the APIs report about a loaded model.
 #[derive(Debug, Clone, Default)]
 pub struct ModelInfo {
@@ -41,5 +48,10 @@ pub trait Model: Send + Sync {
 /// Builds the model named by `general.architecture`.
 pub fn load(gguf: &GgufFile, device: &Device) -> Result<Box<dyn Model>> {
     let arch = gguf.architecture()?;
-    Err(WickError::UnsupportedArchitecture(format!("{arch} (loading pending, device {device:?})")))
+    let model: Box<dyn Model> = match arch {
+        "llama" => Box::new(llama::load(gguf, device)?),
+        "lfm2" => Box::new(lfm2::load(gguf, device)?),
+        other => return Err(WickError::UnsupportedArchitecture(other.to_string())),
+    };
+    Ok(model)
 }

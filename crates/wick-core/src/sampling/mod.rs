@@ -1,1 +1,266 @@
+//! Token sampling: penalties, temperature, top-k, top-p, min-p, seeded RNG, and logprobs.
+//! Order follows the OpenAI/vLLM convention users of `/v1` expect: penalties on raw logits,
+//! then temperature, then the truncation filters on the tempered distribution.
 
+mod logprobs;
+
+pub use logprobs::{top_logprobs, TokenLogprob};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy.
+    pub temperature: f32,
+    /// 0 means off.
+    pub top_k: usize,
+    /// 1 means off.
+    pub top_p: f32,
+    /// 0 means off.
+    pub min_p: f32,
+    /// Multiplicative (HF/llama.cpp style); 1 means off.
+    pub repetition_penalty: f32,
+    /// How many of the most recent tokens the repetition penalty looks at; 0 = all.
+    pub repeat_last_n: usize,
+    /// Additive (OpenAI style).
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// Same seed + same request → same tokens.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: None,
+        }
+    }
+}
+
+impl SamplingParams {
+    pub fn greedy() -> Self {
+        Self { temperature: 0.0, ..Self::default() }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        let bad = |what: &str| Err(what.to_string());
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad("temperature must be a finite number >= 0");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p must be in (0, 1]");
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p must be in [0, 1]");
+        }
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return bad("repetition_penalty must be > 0");
+        }
+        if !(self.presence_penalty.is_finite() && self.frequency_penalty.is_finite()) {
+            return bad("presence_penalty and frequency_penalty must be finite");
+        }
+        Ok(())
+    }
+
+    fn has_penalties(&self) -> bool {
+        self.repetition_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
+    }
+}
+
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Self {
+        let rng = match params.seed {
+            Some(s) => StdRng::seed_from_u64(s),
+            None => StdRng::from_os_rng(),
+        };
+        Self { params, rng }
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Picks the next token. `logits` is modified in place; `history` is prompt + generated.
+    /// `generated` is the number of tokens at the end of `history` produced by the model
+    /// (presence/frequency penalties apply to those only, as in OpenAI's definition).
+    pub fn sample(&mut self, logits: &mut [f32], history: &[u32], generated: usize) -> u32 {
+        if self.params.has_penalties() {
+            self.apply_penalties(logits, history, generated);
+        }
+        if self.params.temperature == 0.0 {
+            return argmax(logits);
+        }
+        let inv_t = 1.0 / self.params.temperature;
+        let mut cands: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.is_finite())
+            .map(|(i, &l)| (i as u32, l * inv_t))
+            .collect();
+        if cands.is_empty() {
+            return argmax(logits);
+        }
+        let p = &self.params;
+        if p.top_k > 0 && p.top_k < cands.len() {
+            cands.select_nth_unstable_by(p.top_k - 1, |a, b| b.1.total_cmp(&a.1));
+            cands.truncate(p.top_k);
+        }
+        cands.sort_unstable_by(|a, b| b.1.total_cmp(&a.1));
+        // Softmax over what is left, in place.
+        let max = cands[0].1;
+        let mut sum = 0.0f32;
+        for c in cands.iter_mut() {
+            c.1 = (c.1 - max).exp();
+            sum += c.1;
+        }
+        for c in cands.iter_mut() {
+            c.1 /= sum;
+        }
+        if p.top_p < 1.0 {
+            let mut cum = 0.0;
+            let mut keep = cands.len();
+            for (i, c) in cands.iter().enumerate() {
+                cum += c.1;
+                if cum >= p.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            cands.truncate(keep);
+        }
+        if p.min_p > 0.0 {
+            let floor = cands[0].1 * p.min_p;
+            let keep = cands.iter().take_while(|c| c.1 >= floor).count().max(1);
+            cands.truncate(keep);
+        }
+        let total: f32 = cands.iter().map(|c| c.1).sum();
+        let mut r = self.rng.random::<f32>() * total;
+        for c in &cands {
+            r -= c.1;
+            if r <= 0.0 {
+                return c.0;
+            }
+        }
+        cands[cands.len() - 1].0
+    }
+
+    fn apply_penalties(&self, logits: &mut [f32], history: &[u32], generated: usize) {
+        let p = &self.params;
+        let n = logits.len();
+        if p.repetition_penalty != 1.0 {
+            let window = if p.repeat_last_n == 0 { history.len() } else { p.repeat_last_n.min(history.len()) };
+            let mut seen = std::collections::HashSet::new();
+            for &t in &history[history.len() - window..] {
+                let i = t as usize;
+                if i < n && seen.insert(t) {
+                    let l = &mut logits[i];
+                    *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
+                }
+            }
+        }
+        if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
+            let mut counts: HashMap<u32, u32> = HashMap::new();
+            for &t in &history[history.len() - generated.min(history.len())..] {
+                *counts.entry(t).or_default() += 1;
+            }
+            for (t, c) in counts {
+                if let Some(l) = logits.get_mut(t as usize) {
+                    *l -= c as f32 * p.frequency_penalty + p.presence_penalty;
+                }
+            }
+        }
+    }
+}
+
+/// Index of the largest logit; the first one on ties, as llama.cpp's greedy sampler.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits() -> Vec<f32> {
+        vec![1.0, 3.0, 2.0, 0.5, 2.9]
+    }
+
+    #[test]
+    fn greedy_picks_max() {
+        let mut s = Sampler::new(SamplingParams::greedy());
+        assert_eq!(s.sample(&mut logits(), &[], 0), 1);
+    }
+
+    #[test]
+    fn same_seed_same_tokens() {
+        let p = SamplingParams { seed: Some(7), ..Default::default() };
+        let run = |p: &SamplingParams| {
+            let mut s = Sampler::new(p.clone());
+            (0..32).map(|_| s.sample(&mut logits(), &[], 0)).collect::<Vec<_>>()
+        };
+        assert_eq!(run(&p), run(&p));
+        let other = run(&SamplingParams { seed: Some(8), ..Default::default() });
+        assert_ne!(run(&p), other);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy() {
+        let mut s = Sampler::new(SamplingParams { top_k: 1, seed: Some(1), ..Default::default() });
+        for _ in 0..20 {
+            assert_eq!(s.sample(&mut logits(), &[], 0), 1);
+        }
+    }
+
+    #[test]
+    fn top_p_and_min_p_truncate() {
+        // With a tiny top_p only the most likely token survives.
+        let mut s = Sampler::new(SamplingParams { top_p: 0.01, seed: Some(3), ..Default::default() });
+        for _ in 0..20 {
+            assert_eq!(s.sample(&mut logits(), &[], 0), 1);
+        }
+        // min_p 0.95 keeps tokens within 5% of the best: 1 (3.0) and 4 (2.9 → p ratio 0.905) → only 1.
+        let mut s = Sampler::new(SamplingParams { min_p: 0.95, seed: Some(3), ..Default::default() });
+        for _ in 0..20 {
+            assert_eq!(s.sample(&mut logits(), &[], 0), 1);
+        }
+    }
+
+    #[test]
+    fn repetition_penalty_moves_greedy_choice() {
+        let p = SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() };
+        let mut s = Sampler::new(p);
+        // Token 1 (3.0) is penalised to 1.5, so 4 (2.9) wins.
+        assert_eq!(s.sample(&mut logits(), &[1], 0), 4);
+    }
+
+    #[test]
+    fn frequency_penalty_counts_generated_only() {
+        let p = SamplingParams { frequency_penalty: 1.0, ..SamplingParams::greedy() };
+        let mut s = Sampler::new(p.clone());
+        // Token 1 appears in the prompt only: no penalty.
+        assert_eq!(s.sample(&mut logits(), &[1, 1], 0), 1);
+        let mut s = Sampler::new(p);
+        assert_eq!(s.sample(&mut logits(), &[1, 1], 2), 4);
+    }
+}

@@ -1,3 +1,0 @@
-//! The engine's public API.
-pub struct Engine;
-pub struct EngineOptions;

@@ -1,0 +1,265 @@
+//! The engine's public API: load a GGUF model, submit requests, stream events, cancel.
+//! Generation runs on a dedicated scheduler thread, never on the caller's thread.
+
+mod types;
+
+pub use types::*;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use candle_core::Device;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use crate::error::{Result, WickError};
+use crate::gguf::GgufFile;
+use crate::models::{self, ModelInfo};
+use crate::scheduler::{Command, Scheduler, SchedulerConfig, SchedulerStats, Sequence};
+use crate::tokenizer::Tokenizer;
+
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    pub model_path: PathBuf,
+    /// Tokens per sequence; default min(4096, the model's training context).
+    pub context_size: Option<usize>,
+    /// Sequences decoded together.
+    pub max_sequences: usize,
+    /// Requests that may wait for admission before submit fails with QUEUE_FULL.
+    pub max_queue: usize,
+    /// Prompt tokens per forward step (chunked prefill).
+    pub step_tokens: usize,
+    /// Only the tokenizer: no weights, no generation.
+    pub vocab_only: bool,
+}
+
+impl EngineOptions {
+    pub fn new(model_path: impl Into<PathBuf>) -> Self {
+        Self {
+            model_path: model_path.into(),
+            context_size: None,
+            max_sequences: 4,
+            max_queue: 256,
+            step_tokens: 512,
+            vocab_only: false,
+        }
+    }
+}
+
+/// Facts about the loaded model that the control plane needs (templates, limits, listing).
+#[derive(Debug, Clone)]
+pub struct EngineInfo {
+    pub model: ModelInfo,
+    pub name: Option<String>,
+    pub context_size: usize,
+    pub file_size: usize,
+    pub bos_token: Option<u32>,
+    pub eos_token: Option<u32>,
+    pub add_bos: bool,
+    pub chat_template: Option<String>,
+    pub vocab_only: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineMetrics {
+    pub running: usize,
+    pub waiting: usize,
+    pub prompt_tokens_total: usize,
+    pub generation_tokens_total: usize,
+    pub steps_total: usize,
+}
+
+/// A submitted request: its event stream and its cancel switch. Dropping the stream also
+/// cancels the sequence (the scheduler sees the closed channel at its next step).
+pub struct SequenceHandle {
+    pub id: u64,
+    pub events: UnboundedReceiver<Event>,
+    cancel: Arc<AtomicBool>,
+    wake: Sender<Command>,
+}
+
+impl SequenceHandle {
+    /// Stops generation before the next forward step and frees the sequence's cache.
+    pub fn cancel(&self) {
+        if !self.cancel.swap(true, Ordering::Relaxed) {
+            let _ = self.wake.send(Command::Wake);
+        }
+    }
+    pub fn canceller(&self) -> Canceller {
+        Canceller { cancel: self.cancel.clone(), wake: self.wake.clone() }
+    }
+}
+
+/// A cancel switch that can live apart from the event stream (e.g. in another thread).
+#[derive(Clone)]
+pub struct Canceller {
+    cancel: Arc<AtomicBool>,
+    wake: Sender<Command>,
+}
+
+impl Canceller {
+    pub fn cancel(&self) {
+        if !self.cancel.swap(true, Ordering::Relaxed) {
+            let _ = self.wake.send(Command::Wake);
+        }
+    }
+}
+
+struct Runner {
+    tx: Sender<Command>,
+    thread: Option<JoinHandle<()>>,
+}
+
+pub struct Engine {
+    info: EngineInfo,
+    tokenizer: Arc<Tokenizer>,
+    stats: Arc<SchedulerStats>,
+    max_queue: usize,
+    next_id: AtomicU64,
+    runner: Mutex<Option<Runner>>,
+}
+
+impl Engine {
+    /// Loads the model and starts its scheduler thread. Blocking: call it off the JS thread.
+    pub fn load(opts: EngineOptions) -> Result<Self> {
+        let gguf = GgufFile::open(&opts.model_path)?;
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf.metadata)?);
+        let name = gguf.metadata.opt_str("general.name")?.map(str::to_string);
+        let device = Device::Cpu;
+        let (model, model_info) = if opts.vocab_only {
+            let info = ModelInfo {
+                architecture: gguf.architecture().unwrap_or("unknown").to_string(),
+                n_vocab: tokenizer.n_vocab(),
+                ..ModelInfo::default()
+            };
+            (None, info)
+        } else {
+            let model = models::load(&gguf, &device)?;
+            let info = model.info().clone();
+            (Some(model), info)
+        };
+        let train_ctx = if model_info.n_ctx_train > 0 { model_info.n_ctx_train } else { 4096 };
+        let context_size = opts.context_size.unwrap_or(4096.min(train_ctx));
+        if context_size < 2 {
+            return Err(WickError::InvalidRequest(format!("context size {context_size} is too small")));
+        }
+        let info = EngineInfo {
+            model: model_info,
+            name,
+            context_size,
+            file_size: gguf.file_size(),
+            bos_token: tokenizer.bos(),
+            eos_token: tokenizer.eos(),
+            add_bos: tokenizer.add_bos(),
+            chat_template: tokenizer.chat_template().map(str::to_string),
+            vocab_only: opts.vocab_only,
+        };
+        drop(gguf); // weights now live in the model's tensors; release the map
+        let stats = Arc::new(SchedulerStats::default());
+        let runner = match model {
+            None => None,
+            Some(model) => {
+                let (tx, rx) = channel();
+                let cfg = SchedulerConfig { max_seqs: opts.max_sequences.max(1), step_tokens: opts.step_tokens };
+                let sched = Scheduler::new(model, tokenizer.clone(), rx, cfg, stats.clone());
+                let thread = std::thread::Builder::new()
+                    .name("wick-scheduler".into())
+                    .spawn(move || sched.run())
+                    .map_err(|e| WickError::Internal(format!("cannot start the scheduler thread: {e}")))?;
+                Some(Runner { tx, thread: Some(thread) })
+            }
+        };
+        Ok(Self {
+            info,
+            tokenizer,
+            stats,
+            max_queue: opts.max_queue,
+            next_id: AtomicU64::new(1),
+            runner: Mutex::new(runner),
+        })
+    }
+
+    pub fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Validates and queues a request. Errors here are the request's fault (or a full queue).
+    pub fn submit(&self, req: GenerateRequest) -> Result<SequenceHandle> {
+        let ctx = self.info.context_size;
+        let n_prompt = req.prompt.len();
+        if n_prompt == 0 {
+            return Err(WickError::InvalidRequest("the prompt is empty".into()));
+        }
+        if let Some(&bad) = req.prompt.iter().find(|&&t| t as usize >= self.info.model.n_vocab) {
+            return Err(WickError::InvalidRequest(format!(
+                "token id {bad} is out of range (vocabulary size {})",
+                self.info.model.n_vocab
+            )));
+        }
+        req.sampling.validate().map_err(WickError::InvalidRequest)?;
+        if req.max_tokens == Some(0) {
+            return Err(WickError::InvalidRequest("max_tokens must be at least 1".into()));
+        }
+        let wanted = n_prompt + req.max_tokens.unwrap_or(1);
+        if n_prompt >= ctx || wanted > ctx {
+            return Err(WickError::ContextLengthExceeded(format!(
+                "this model's context length is {ctx} tokens; the request has {n_prompt} prompt tokens{}",
+                req.max_tokens.map_or(String::new(), |m| format!(" and asks for {m} more"))
+            )));
+        }
+        let limit = req.max_tokens.map_or(ctx, |m| n_prompt + m);
+        let guard = self.runner.lock().map_err(|_| WickError::EngineStopped)?;
+        let runner = guard.as_ref().ok_or(if self.info.vocab_only {
+            WickError::InvalidRequest("this engine was loaded vocab-only and cannot generate".into())
+        } else {
+            WickError::EngineStopped
+        })?;
+        if self.stats.waiting.load(Ordering::Relaxed) >= self.max_queue {
+            return Err(WickError::QueueFull);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, events) = unbounded_channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let seq = Sequence::new(req, limit, tx, cancel.clone());
+        self.stats.waiting.fetch_add(1, Ordering::Relaxed);
+        if runner.tx.send(Command::Submit(Box::new(seq))).is_err() {
+            self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
+            return Err(WickError::EngineStopped);
+        }
+        Ok(SequenceHandle { id, events, cancel, wake: runner.tx.clone() })
+    }
+
+    pub fn metrics(&self) -> EngineMetrics {
+        let s = &self.stats;
+        EngineMetrics {
+            running: s.running.load(Ordering::Relaxed),
+            waiting: s.waiting.load(Ordering::Relaxed),
+            prompt_tokens_total: s.prompt_tokens_total.load(Ordering::Relaxed),
+            generation_tokens_total: s.generation_tokens_total.load(Ordering::Relaxed),
+            steps_total: s.steps_total.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the scheduler (pending sequences end with ENGINE_STOPPED) and frees the model.
+    pub fn shutdown(&self) {
+        let runner = self.runner.lock().ok().and_then(|mut g| g.take());
+        if let Some(mut r) = runner {
+            let _ = r.tx.send(Command::Shutdown);
+            if let Some(t) = r.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

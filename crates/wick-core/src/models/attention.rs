@@ -1,0 +1,182 @@
+//! The ragged batch layout and causal GQA attention over each sequence's KV cache.
+//! Projections, norms and RoPE run once on all tokens of the step; only the cache append and
+//! the attention product itself are per sequence.
+
+use candle_core::{DType, Device, Tensor};
+
+use super::layers::{Linear, RmsNorm, Rope};
+use super::StepSeq;
+use crate::cache::KvCache;
+use crate::error::{Result, WickError};
+use crate::gguf::GgufFile;
+
+/// Where one sequence's new tokens sit in the step.
+#[derive(Debug, Clone, Copy)]
+pub struct SeqSpan {
+    /// First row of this sequence in the concatenated `[n_tokens, d]` activations.
+    pub start: usize,
+    pub len: usize,
+    /// Position of the first new token (the cache length before the step).
+    pub pos0: usize,
+}
+
+/// The step's tokens concatenated, with per-token positions and per-sequence spans.
+pub struct BatchPlan {
+    pub spans: Vec<SeqSpan>,
+    pub ids: Tensor,
+    pub positions: Vec<usize>,
+    /// Row index of each sequence's last token, `[batch]` u32.
+    pub last_rows: Tensor,
+}
+
+impl BatchPlan {
+    pub fn new(batch: &[StepSeq<'_>], n_vocab: usize, dev: &Device) -> Result<Self> {
+        if batch.is_empty() {
+            return Err(WickError::InvalidRequest("empty batch".into()));
+        }
+        let (mut spans, mut ids, mut positions, mut last) = (vec![], vec![], vec![], vec![]);
+        for s in batch {
+            if s.tokens.is_empty() {
+                return Err(WickError::InvalidRequest("a sequence in the batch has no tokens".into()));
+            }
+            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= n_vocab) {
+                return Err(WickError::InvalidRequest(format!(
+                    "token id {bad} is out of range for a vocabulary of {n_vocab}"
+                )));
+            }
+            let span = SeqSpan { start: ids.len(), len: s.tokens.len(), pos0: s.cache.len() };
+            ids.extend_from_slice(s.tokens);
+            positions.extend(span.pos0..span.pos0 + span.len);
+            last.push((span.start + span.len - 1) as u32);
+            spans.push(span);
+        }
+        let n = ids.len();
+        Ok(Self {
+            spans,
+            ids: Tensor::from_vec(ids, n, dev)?,
+            positions,
+            last_rows: Tensor::from_vec(last.clone(), last.len(), dev)?,
+        })
+    }
+    pub fn n_tokens(&self) -> usize {
+        self.positions.len()
+    }
+}
+
+/// Multi-head attention with grouped KV heads, optional per-head Q/K RMSNorm (LFM2), RoPE.
+pub struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+}
+
+impl Attention {
+    #[allow(clippy::too_many_arguments)]
+    pub fn load(
+        g: &GgufFile,
+        prefix: &str,
+        d: usize,
+        n_head: usize,
+        n_kv_head: usize,
+        head_dim: usize,
+        qk_norm_eps: Option<f32>,
+        dev: &Device,
+    ) -> Result<Self> {
+        if n_kv_head == 0 || n_head % n_kv_head != 0 {
+            return Err(WickError::load(format!(
+                "{prefix}: {n_head} query heads cannot share {n_kv_head} KV heads"
+            )));
+        }
+        let (q_norm, k_norm) = match qk_norm_eps {
+            Some(eps) => (
+                Some(RmsNorm::load(g, &format!("{prefix}.attn_q_norm.weight"), head_dim, eps, dev)?),
+                Some(RmsNorm::load(g, &format!("{prefix}.attn_k_norm.weight"), head_dim, eps, dev)?),
+            ),
+            None => (None, None),
+        };
+        Ok(Self {
+            q: Linear::load(g, &format!("{prefix}.attn_q"), d, n_head * head_dim, dev)?,
+            k: Linear::load(g, &format!("{prefix}.attn_k"), d, n_kv_head * head_dim, dev)?,
+            v: Linear::load(g, &format!("{prefix}.attn_v"), d, n_kv_head * head_dim, dev)?,
+            o: Linear::load(g, &format!("{prefix}.attn_output"), n_head * head_dim, d, dev)?,
+            q_norm,
+            k_norm,
+            n_head,
+            n_kv_head,
+            head_dim,
+        })
+    }
+
+    /// `x`: normed input `[n_tokens, d]`; `caches[i]` belongs to `plan.spans[i]`; `cos`/`sin`
+    /// from `rope.tables(&plan.positions)`. Returns `[n_tokens, d]`.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        plan: &BatchPlan,
+        rope: &Rope,
+        (cos, sin): (&Tensor, &Tensor),
+        caches: &mut [&mut KvCache],
+    ) -> Result<Tensor> {
+        let n = plan.n_tokens();
+        let hd = self.head_dim;
+        let mut q = self.q.forward(x)?.reshape((n, self.n_head, hd))?;
+        let mut k = self.k.forward(x)?.reshape((n, self.n_kv_head, hd))?;
+        let v = self.v.forward(x)?.reshape((n, self.n_kv_head, hd))?;
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = qn.forward(&q)?;
+            k = kn.forward(&k)?;
+        }
+        let q = rope.apply(&q, cos, sin)?;
+        let k = rope.apply(&k, cos, sin)?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut outs: Vec<Tensor> = Vec::with_capacity(plan.spans.len());
+        for (span, cache) in plan.spans.iter().zip(caches.iter_mut()) {
+            let q_s = q.narrow(0, span.start, span.len)?;
+            // [len, kv, hd] -> [kv, len, hd], the cache layout.
+            let k_s = k.narrow(0, span.start, span.len)?.transpose(0, 1)?;
+            let v_s = v.narrow(0, span.start, span.len)?.transpose(0, 1)?;
+            let (k_all, v_all) = cache.append(&k_s, &v_s)?;
+            outs.push(attend(&q_s, &k_all, &v_all, span.pos0, scale)?);
+        }
+        let o = Tensor::cat(&outs, 0)?;
+        self.o.forward(&o)
+    }
+}
+
+/// softmax(q kᵀ · scale + causal mask) v for one sequence.
+/// `q`: `[len, n_head, hd]` f32 for positions `pos0..pos0+len`; `k`, `v`: `[n_kv, T, hd]` f16
+/// with `T = pos0 + len`. Query head h reads KV head h / (n_head / n_kv), as in ggml.
+/// q is rounded to f16 first because ggml converts it to the f16 cache's dot type.
+fn attend(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, scale: f64) -> Result<Tensor> {
+    let (len, n_head, hd) = q.dims3()?;
+    let (n_kv, t, _) = k.dims3()?;
+    let group = n_head / n_kv;
+    let q = q
+        .transpose(0, 1)?
+        .contiguous()?
+        .to_dtype(DType::F16)?
+        .to_dtype(DType::F32)?
+        .reshape((n_kv, group * len, hd))?;
+    let k = k.to_dtype(DType::F32)?;
+    let v = v.to_dtype(DType::F32)?;
+    let mut scores = (q.matmul(&k.t()?)? * scale)?;
+    if len > 1 {
+        let mut mask = vec![0f32; len * t];
+        for i in 0..len {
+            for j in pos0 + i + 1..t {
+                mask[i * t + j] = f32::NEG_INFINITY;
+            }
+        }
+        let mask = Tensor::from_vec(mask, (len, t), q.device())?;
+        scores = scores.reshape((n_kv, group, len, t))?.broadcast_add(&mask)?.reshape((n_kv, group * len, t))?;
+    }
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    let o = probs.matmul(&v)?; // [kv, group*len, hd] = [n_head, len, hd]
+    Ok(o.reshape((n_head, len, hd))?.transpose(0, 1)?.contiguous()?.reshape((len, n_head * hd))?)
+}

@@ -1,0 +1,233 @@
+//! Building blocks shared by the model files: quantized linear layers, RMSNorm, SwiGLU MLP,
+//! the token embedding, and RoPE tables. Numerics follow llama.cpp's CPU backend.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+
+use crate::error::{Result, WickError};
+use crate::gguf::GgufFile;
+
+/// `{arch}.{key}` metadata lookups for one architecture.
+pub struct Hparams<'a> {
+    pub gguf: &'a GgufFile,
+    pub arch: &'a str,
+}
+
+impl Hparams<'_> {
+    pub fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+    pub fn usize(&self, k: &str) -> Result<usize> {
+        self.gguf.metadata.usize(&self.key(k))
+    }
+    pub fn opt_usize(&self, k: &str) -> Result<Option<usize>> {
+        self.gguf.metadata.opt_usize(&self.key(k))
+    }
+    pub fn opt_f32(&self, k: &str) -> Result<Option<f32>> {
+        self.gguf.metadata.opt_f32(&self.key(k))
+    }
+    pub fn opt_str(&self, k: &str) -> Result<Option<&str>> {
+        self.gguf.metadata.opt_str(&self.key(k))
+    }
+}
+
+/// Sum of all tensor element counts in the file.
+pub fn param_count(gguf: &GgufFile) -> u64 {
+    gguf.tensors.iter().map(|t| t.elem_count() as u64).sum()
+}
+
+/// Wraps a weight for matmul. Quantized and f16/bf16 weights stay as `QTensor` on CPU so the
+/// activations are converted to the weight's dot-product type (q8_0, q8_1, q8_K, f16) exactly
+/// as ggml does; f32 weights become a plain tensor.
+pub fn qmatmul(w: Arc<QTensor>) -> Result<QMatMul> {
+    let keep = match w.dtype() {
+        GgmlDType::F32 => false,
+        GgmlDType::F16 | GgmlDType::BF16 => w.device().is_cpu(),
+        _ => true,
+    };
+    if keep {
+        Ok(QMatMul::QTensor(w))
+    } else {
+        Ok(QMatMul::from_arc(w)?)
+    }
+}
+
+/// `y = x Wᵀ (+ b)`: a GGUF weight of ggml dims `{in, out}` with an optional bias `{out}`.
+pub struct Linear {
+    w: QMatMul,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn load(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Device) -> Result<Self> {
+        g.expect_dims(&format!("{name}.weight"), &[n_in, n_out])?;
+        let w = qmatmul(Arc::new(g.qtensor(&format!("{name}.weight"), dev)?))?;
+        let bias_name = format!("{name}.bias");
+        let bias = if g.has(&bias_name) {
+            g.expect_dims(&bias_name, &[n_out])?;
+            Some(g.f32_tensor(&bias_name, dev)?)
+        } else {
+            None
+        };
+        Ok(Self { w, bias })
+    }
+
+    pub fn from_qtensor(w: Arc<QTensor>) -> Result<Self> {
+        Ok(Self { w: qmatmul(w)?, bias: None })
+    }
+
+    /// `x`: `[n, in]` f32 → `[n, out]` f32.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.w.forward(&x.contiguous()?)?;
+        Ok(match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// RMSNorm over the last dim, in f32: `w ⊙ x / sqrt(mean(x²) + ε)`.
+pub struct RmsNorm {
+    w: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    pub fn load(g: &GgufFile, name: &str, dim: usize, eps: f32, dev: &Device) -> Result<Self> {
+        g.expect_dims(name, &[dim])?;
+        Ok(Self { w: g.f32_tensor(name, dev)?.to_dtype(DType::F32)?, eps })
+    }
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.w, self.eps)?)
+    }
+}
+
+/// SwiGLU feed-forward: `down(silu(gate x) ⊙ up x)`.
+pub struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+impl Mlp {
+    pub fn load(g: &GgufFile, prefix: &str, d: usize, ff: usize, dev: &Device) -> Result<Self> {
+        Ok(Self {
+            gate: Linear::load(g, &format!("{prefix}.ffn_gate"), d, ff, dev)?,
+            up: Linear::load(g, &format!("{prefix}.ffn_up"), d, ff, dev)?,
+            down: Linear::load(g, &format!("{prefix}.ffn_down"), ff, d, dev)?,
+        })
+    }
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = (self.gate.forward(x)?.silu()? * self.up.forward(x)?)?;
+        self.down.forward(&h)
+    }
+}
+
+/// The token embedding, kept quantized; rows are dequantized on lookup (ggml `get_rows`).
+pub struct Embedding {
+    table: Arc<QTensor>,
+    n_vocab: usize,
+}
+
+impl Embedding {
+    pub fn load(g: &GgufFile, name: &str, d: usize, dev: &Device) -> Result<Self> {
+        let info = g
+            .info(name)
+            .ok_or_else(|| WickError::load(format!("missing tensor `{name}`")))?;
+        if info.dims.len() != 2 || info.dims[0] != d {
+            return Err(WickError::load(format!(
+                "tensor `{name}` has dims {:?}, expected [{d}, n_vocab]",
+                info.dims
+            )));
+        }
+        let n_vocab = info.dims[1];
+        Ok(Self { table: Arc::new(g.qtensor(name, dev)?), n_vocab })
+    }
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+    /// The same weights as an output head (tied embeddings).
+    pub fn as_linear(&self) -> Result<Linear> {
+        Linear::from_qtensor(self.table.clone())
+    }
+    /// `ids`: `[n]` u32 → `[n, d]` f32.
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        Ok(self.table.embedding(ids)?)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// llama.cpp `LLAMA_ROPE_TYPE_NORM`: rotates adjacent pairs (x₂ᵢ, x₂ᵢ₊₁).
+    Interleaved,
+    /// llama.cpp `LLAMA_ROPE_TYPE_NEOX`: rotates halves (xᵢ, xᵢ₊ₙ/₂).
+    Neox,
+}
+
+/// Rotary position embedding over the whole head (n_rot = head_dim).
+pub struct Rope {
+    pub style: RopeStyle,
+    pub n_rot: usize,
+    pub base: f32,
+    /// Linear position scaling (`1/rope.scaling.factor`), 1 when unscaled.
+    pub freq_scale: f32,
+    /// Per-pair divisors from `rope_freqs.weight` (Llama 3), if present.
+    pub freq_factors: Option<Vec<f32>>,
+}
+
+impl Rope {
+    /// cos/sin tables `[n, 1, n_rot/2]` for one position per token. Angles are built the
+    /// way ggml does (θ multiplied by base^(-2/n) pair after pair, cos/sin in f32) so that
+    /// they agree with llama.cpp to the last bit.
+    pub fn tables(&self, positions: &[usize], dev: &Device) -> Result<(Tensor, Tensor)> {
+        let half = self.n_rot / 2;
+        let theta_scale = self.base.powf(-2.0 / self.n_rot as f32);
+        let mut cos = Vec::with_capacity(positions.len() * half);
+        let mut sin = Vec::with_capacity(positions.len() * half);
+        for &p in positions {
+            let mut theta = p as f32;
+            for i in 0..half {
+                let ff = self.freq_factors.as_ref().map_or(1.0, |f| f[i]);
+                let t = self.freq_scale * (theta / ff);
+                cos.push(t.cos());
+                sin.push(t.sin());
+                theta *= theta_scale;
+            }
+        }
+        let shape = (positions.len(), 1, half);
+        Ok((Tensor::from_vec(cos, shape, dev)?, Tensor::from_vec(sin, shape, dev)?))
+    }
+
+    /// `x`: `[n, heads, head_dim]`, token i rotated by row i of the tables.
+    pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let (n, h, d) = x.dims3()?;
+        let x4 = x.contiguous()?.reshape((n, h, 1, d))?;
+        let y = match self.style {
+            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x4, cos, sin)?,
+            RopeStyle::Neox => candle_nn::rotary_emb::rope(&x4, cos, sin)?,
+        };
+        Ok(y.reshape((n, h, d))?)
+    }
+}
+
+/// Reads RoPE settings as llama.cpp does: `rope.freq_base` (default 10000), linear
+/// `rope.scaling.factor`, optional `rope_freqs.weight`.
+pub fn load_rope(hp: &Hparams, style: RopeStyle, n_rot: usize) -> Result<Rope> {
+    let base = hp.opt_f32("rope.freq_base")?.unwrap_or(10000.0);
+    let scaling = hp.opt_str("rope.scaling.type")?.unwrap_or("linear");
+    let factor = hp.opt_f32("rope.scaling.factor")?.unwrap_or(0.0);
+    let freq_scale = if scaling == "linear" && factor > 0.0 { 1.0 / factor } else { 1.0 };
+    let freq_factors = if hp.gguf.has("rope_freqs.weight") {
+        hp.gguf.expect_dims("rope_freqs.weight", &[n_rot / 2])?;
+        let t = hp.gguf.f32_tensor("rope_freqs.weight", &Device::Cpu)?;
+        Some(t.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+    } else {
+        None
+    };
+    if n_rot == 0 || n_rot % 2 != 0 {
+        return Err(WickError::load(format!("rope dimension {n_rot} must be even and positive")));
+    }
+    Ok(Rope { style, n_rot, base, freq_scale, freq_factors })
+}

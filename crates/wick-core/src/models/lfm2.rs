@@ -1,0 +1,76 @@
+//! Architecture `lfm2` (dense LFM2 / LFM2.5): blocks are gated short convs where
+//! `head_count_kv[l] == 0` and GQA attention (per-head Q/K RMSNorm, NEOX RoPE) elsewhere.
+//! The final norm is `token_embd_norm.weight` in llama.cpp-converted files and
+//! `output_norm.weight` in some ollama-converted ones; both are accepted. Tied head.
+
+use candle_core::Device;
+
+use super::attention::Attention;
+use super::decoder::{Block, Decoder, Operator};
+use super::layers::{load_rope, param_count, Embedding, Hparams, Linear, Mlp, RmsNorm, RopeStyle};
+use super::shortconv::ShortConv;
+use super::ModelInfo;
+use crate::error::{Result, WickError};
+use crate::gguf::GgufFile;
+
+pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
+    let hp = Hparams { gguf: g, arch: "lfm2" };
+    let d = hp.usize("embedding_length")?;
+    let n_layer = hp.usize("block_count")?;
+    let n_head = hp.usize("attention.head_count")?;
+    let n_kv = g.metadata.per_layer_usize(&hp.key("attention.head_count_kv"), n_layer)?;
+    let eps = g.metadata.f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
+    let l_cache = hp.usize("shortconv.l_cache")?;
+    if n_head == 0 || d % n_head != 0 {
+        return Err(WickError::load(format!("embedding_length {d} is not divisible by head_count {n_head}")));
+    }
+    // No key_length / rope.dimension_count in LFM2 files: the head is d / n_head, fully rotated.
+    let head_dim = d / n_head;
+    let rope = load_rope(&hp, RopeStyle::Neox, head_dim)?;
+
+    let embed = Embedding::load(g, "token_embd.weight", d, dev)?;
+    let blocks = (0..n_layer)
+        .map(|il| {
+            let p = format!("blk.{il}");
+            let op = if n_kv[il] == 0 {
+                Operator::Conv(ShortConv::load(g, &p, d, l_cache, dev)?)
+            } else {
+                Operator::Attention(Attention::load(g, &p, d, n_head, n_kv[il], head_dim, Some(eps), dev)?)
+            };
+            // The FFN width is read from the tensor: some converters wrote an unadjusted
+            // feed_forward_length.
+            let gate = format!("{p}.ffn_gate.weight");
+            let ff = g
+                .info(&gate)
+                .and_then(|t| t.dims.get(1).copied())
+                .ok_or_else(|| WickError::load(format!("missing tensor `{gate}`")))?;
+            Ok(Block {
+                op_norm: RmsNorm::load(g, &format!("{p}.attn_norm.weight"), d, eps, dev)?,
+                op,
+                ffn_norm: RmsNorm::load(g, &format!("{p}.ffn_norm.weight"), d, eps, dev)?,
+                mlp: Mlp::load(g, &p, d, ff, dev)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let norm_name = ["token_embd_norm.weight", "output_norm.weight"]
+        .into_iter()
+        .find(|n| g.has(n))
+        .ok_or_else(|| WickError::load("missing tensor `token_embd_norm.weight` (the final norm; `output_norm.weight` is also accepted)"))?;
+    let norm = RmsNorm::load(g, norm_name, d, eps, dev)?;
+    let head = if g.has("output.weight") {
+        Linear::load(g, "output", d, embed.n_vocab(), dev)?
+    } else {
+        embed.as_linear()?
+    };
+    let info = ModelInfo {
+        architecture: "lfm2".into(),
+        n_vocab: embed.n_vocab(),
+        n_ctx_train: hp.opt_usize("context_length")?.unwrap_or(0),
+        n_layer,
+        n_embd: d,
+        n_head,
+        n_head_kv: n_kv.iter().copied().max().unwrap_or(0),
+        n_params: param_count(g),
+    };
+    Ok(Decoder { info, device: dev.clone(), embed, blocks, norm, head, rope })
+}

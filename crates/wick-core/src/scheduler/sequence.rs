@@ -1,0 +1,150 @@
+//! One request's life inside the scheduler: its cache, sampler, detokenizer and stop matcher.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::stop::{StopMatcher, StopScan};
+use crate::cache::SeqCache;
+use crate::engine::{DoneEvent, Event, FinishReason, GenerateRequest, Timings, TokenEvent, Usage};
+use crate::sampling::{top_logprobs, Sampler, TokenLogprob};
+use crate::tokenizer::{Detokenizer, Tokenizer};
+
+pub(crate) struct Sequence {
+    pub cancel: Arc<AtomicBool>,
+    tx: UnboundedSender<Event>,
+    /// Prompt followed by generated tokens.
+    pub tokens: Vec<u32>,
+    pub n_prompt: usize,
+    /// Tokens already in the cache.
+    pub n_cached: usize,
+    /// Generation may not go past this many tokens in total.
+    pub limit: usize,
+    pub cache: Option<SeqCache>,
+    sampler: Sampler,
+    detok: Detokenizer,
+    stop: StopMatcher,
+    ignore_eos: bool,
+    top_logprobs: Option<usize>,
+    t_submit: Instant,
+    t_admit: Option<Instant>,
+    t_first: Option<Instant>,
+}
+
+impl Sequence {
+    pub fn new(
+        req: GenerateRequest,
+        limit: usize,
+        tx: UnboundedSender<Event>,
+        cancel: Arc<AtomicBool>,
+    ) -> Self {
+        let n_prompt = req.prompt.len();
+        Self {
+            cancel,
+            tx,
+            tokens: req.prompt,
+            n_prompt,
+            n_cached: 0,
+            limit,
+            cache: None,
+            sampler: Sampler::new(req.sampling),
+            detok: Detokenizer::new(),
+            stop: StopMatcher::new(req.stop),
+            ignore_eos: req.ignore_eos,
+            top_logprobs: req.top_logprobs,
+            t_submit: Instant::now(),
+            t_admit: None,
+            t_first: None,
+        }
+    }
+
+    pub fn admit(&mut self, cache: SeqCache) {
+        self.cache = Some(cache);
+        self.t_admit = Some(Instant::now());
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed) || self.tx.is_closed()
+    }
+
+    pub fn generated(&self) -> usize {
+        self.tokens.len() - self.n_prompt
+    }
+
+    /// Tokens still to be fed to the model (the rest of the prompt, or the last sampled token).
+    pub fn unfed(&self) -> usize {
+        self.tokens.len() - self.n_cached
+    }
+
+    /// Samples from the logits of the last fed token and emits the event. Returns the finish
+    /// reason when the sequence is done.
+    pub fn on_logits(&mut self, logits: &mut [f32], tok: &Tokenizer) -> Option<FinishReason> {
+        if self.t_first.is_none() {
+            self.t_first = Some(Instant::now());
+        }
+        // Logprobs describe the model's distribution, so take them before sampling edits the logits.
+        let raw = self.top_logprobs.map(|n| (logits.to_vec(), n));
+        let id = self.sampler.sample(logits, &self.tokens, self.generated());
+        self.tokens.push(id);
+        let logprobs = raw.map(|(raw, n)| vec![top_logprobs(&raw, id, n)]).unwrap_or_default();
+        if !self.ignore_eos && tok.is_eog(id) {
+            // The end token itself is not text; release what was held back for stop strings.
+            let rest = self.stop.flush() + &self.detok.flush();
+            self.send_token(vec![id], rest, logprobs);
+            return Some(FinishReason::Stop);
+        }
+        let delta = self.detok.push(tok, id, false);
+        let finished = match self.stop.push(&delta) {
+            StopScan::Emit(text) => {
+                self.send_token(vec![id], text, logprobs);
+                None
+            }
+            StopScan::Stopped(text) => {
+                self.send_token(vec![id], text, logprobs);
+                Some(FinishReason::Stop)
+            }
+        };
+        finished.or_else(|| (self.tokens.len() >= self.limit).then_some(FinishReason::Length))
+    }
+
+    fn send_token(&self, ids: Vec<u32>, text: String, logprobs: Vec<(TokenLogprob, Vec<TokenLogprob>)>) {
+        // A closed receiver means the client left; the scheduler notices via is_cancelled().
+        let _ = self.tx.send(Event::Token(TokenEvent { ids, text, logprobs }));
+    }
+
+    pub fn finish(mut self, reason: FinishReason) {
+        if reason == FinishReason::Length {
+            let rest = self.detok.flush();
+            let rest = match self.stop.push(&rest) {
+                StopScan::Emit(t) | StopScan::Stopped(t) => t,
+            } + &self.stop.flush();
+            if !rest.is_empty() {
+                self.send_token(Vec::new(), rest, Vec::new());
+            }
+        }
+        let now = Instant::now();
+        let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e3;
+        let admit = self.t_admit.unwrap_or(now);
+        let first = self.t_first.unwrap_or(now);
+        let done = DoneEvent {
+            finish_reason: reason,
+            usage: Usage {
+                prompt_tokens: self.n_prompt,
+                completion_tokens: self.generated(),
+                cached_tokens: 0,
+            },
+            timings: Timings {
+                queue_ms: ms(self.t_submit, admit),
+                prompt_ms: ms(admit, first),
+                decode_ms: ms(first, now),
+            },
+        };
+        let _ = self.tx.send(Event::Done(done));
+    }
+
+    pub fn fail(self, err: crate::WickError) {
+        let _ = self.tx.send(Event::Error(err));
+    }
+}

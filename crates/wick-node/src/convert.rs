@@ -1,0 +1,229 @@
+//! Plain JS objects crossing the boundary, and their mapping to engine types.
+
+use wick_core::engine::{DoneEvent, EngineInfo, EngineMetrics, Event, GenerateRequest, TokenEvent};
+use wick_core::sampling::{SamplingParams, TokenLogprob};
+
+#[napi(object)]
+pub struct LoadOptions {
+    pub model_path: String,
+    pub context_size: Option<u32>,
+    pub max_sequences: Option<u32>,
+    pub max_queue: Option<u32>,
+    pub step_tokens: Option<u32>,
+    pub vocab_only: Option<bool>,
+    /// CPU threads for the kernels (process-wide, fixed by the first load).
+    pub threads: Option<u32>,
+}
+
+#[napi(object)]
+pub struct ModelInfo {
+    pub architecture: String,
+    pub name: Option<String>,
+    pub n_vocab: u32,
+    pub n_ctx_train: u32,
+    pub n_layer: u32,
+    pub n_embd: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub n_params: f64,
+    pub context_size: u32,
+    pub file_size: f64,
+    pub bos_token: Option<u32>,
+    pub eos_token: Option<u32>,
+    pub add_bos: bool,
+    pub chat_template: Option<String>,
+    pub vocab_only: bool,
+}
+
+impl From<&EngineInfo> for ModelInfo {
+    fn from(i: &EngineInfo) -> Self {
+        let m = &i.model;
+        Self {
+            architecture: m.architecture.clone(),
+            name: i.name.clone(),
+            n_vocab: m.n_vocab as u32,
+            n_ctx_train: m.n_ctx_train as u32,
+            n_layer: m.n_layer as u32,
+            n_embd: m.n_embd as u32,
+            n_head: m.n_head as u32,
+            n_head_kv: m.n_head_kv as u32,
+            n_params: m.n_params as f64,
+            context_size: i.context_size as u32,
+            file_size: i.file_size as f64,
+            bos_token: i.bos_token,
+            eos_token: i.eos_token,
+            add_bos: i.add_bos,
+            chat_template: i.chat_template.clone(),
+            vocab_only: i.vocab_only,
+        }
+    }
+}
+
+#[napi(object)]
+pub struct GenerateOptions {
+    pub prompt_tokens: Vec<u32>,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub top_k: Option<u32>,
+    pub top_p: Option<f64>,
+    pub min_p: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub repeat_last_n: Option<u32>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    /// Integer seed (JS numbers up to 2^53).
+    pub seed: Option<f64>,
+    pub stop: Option<Vec<String>>,
+    pub ignore_eos: Option<bool>,
+    pub top_logprobs: Option<u32>,
+}
+
+impl From<GenerateOptions> for GenerateRequest {
+    fn from(o: GenerateOptions) -> Self {
+        let d = SamplingParams::default();
+        let f = |v: Option<f64>, def: f32| v.map_or(def, |x| x as f32);
+        Self {
+            prompt: o.prompt_tokens,
+            max_tokens: o.max_tokens.map(|m| m as usize),
+            sampling: SamplingParams {
+                temperature: f(o.temperature, d.temperature),
+                top_k: o.top_k.map_or(d.top_k, |k| k as usize),
+                top_p: f(o.top_p, d.top_p),
+                min_p: f(o.min_p, d.min_p),
+                repetition_penalty: f(o.repetition_penalty, d.repetition_penalty),
+                repeat_last_n: o.repeat_last_n.map_or(d.repeat_last_n, |n| n as usize),
+                presence_penalty: f(o.presence_penalty, d.presence_penalty),
+                frequency_penalty: f(o.frequency_penalty, d.frequency_penalty),
+                seed: o.seed.map(|s| s as i64 as u64),
+            },
+            stop: o.stop.unwrap_or_default(),
+            ignore_eos: o.ignore_eos.unwrap_or(false),
+            top_logprobs: o.top_logprobs.map(|n| n as usize),
+        }
+    }
+}
+
+#[napi(object)]
+#[derive(Clone)]
+pub struct Logprob {
+    pub id: u32,
+    pub logprob: f64,
+}
+
+#[napi(object)]
+pub struct TokenLogprobs {
+    pub id: u32,
+    pub logprob: f64,
+    pub top: Vec<Logprob>,
+}
+
+#[napi(object)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub cached_tokens: u32,
+}
+
+#[napi(object)]
+pub struct Timings {
+    pub queue_ms: f64,
+    pub prompt_ms: f64,
+    pub decode_ms: f64,
+}
+
+/// One event of a sequence: `type` is "token", "done" or "error".
+#[napi(object)]
+pub struct SequenceEvent {
+    #[napi(js_name = "type")]
+    pub kind: String,
+    pub ids: Option<Vec<u32>>,
+    pub text: Option<String>,
+    pub logprobs: Option<Vec<TokenLogprobs>>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+    pub timings: Option<Timings>,
+    pub code: Option<String>,
+    pub message: Option<String>,
+}
+
+impl SequenceEvent {
+    fn empty(kind: &str) -> Self {
+        Self {
+            kind: kind.into(),
+            ids: None,
+            text: None,
+            logprobs: None,
+            finish_reason: None,
+            usage: None,
+            timings: None,
+            code: None,
+            message: None,
+        }
+    }
+}
+
+fn lp(t: &TokenLogprob) -> Logprob {
+    Logprob { id: t.id, logprob: t.logprob as f64 }
+}
+
+impl From<Event> for SequenceEvent {
+    fn from(e: Event) -> Self {
+        match e {
+            Event::Token(TokenEvent { ids, text, logprobs }) => Self {
+                ids: Some(ids),
+                text: Some(text),
+                logprobs: (!logprobs.is_empty()).then(|| {
+                    logprobs
+                        .iter()
+                        .map(|(c, top)| TokenLogprobs {
+                            id: c.id,
+                            logprob: c.logprob as f64,
+                            top: top.iter().map(lp).collect(),
+                        })
+                        .collect()
+                }),
+                ..Self::empty("token")
+            },
+            Event::Done(DoneEvent { finish_reason, usage, timings }) => Self {
+                finish_reason: Some(finish_reason.as_str().into()),
+                usage: Some(Usage {
+                    prompt_tokens: usage.prompt_tokens as u32,
+                    completion_tokens: usage.completion_tokens as u32,
+                    cached_tokens: usage.cached_tokens as u32,
+                }),
+                timings: Some(Timings {
+                    queue_ms: timings.queue_ms,
+                    prompt_ms: timings.prompt_ms,
+                    decode_ms: timings.decode_ms,
+                }),
+                ..Self::empty("done")
+            },
+            Event::Error(err) => Self {
+                code: Some(err.code().into()),
+                message: Some(err.to_string()),
+                ..Self::empty("error")
+            },
+        }
+    }
+}
+
+#[napi(object)]
+pub struct Metrics {
+    pub running: u32,
+    pub waiting: u32,
+    pub prompt_tokens_total: f64,
+    pub generation_tokens_total: f64,
+    pub steps_total: f64,
+}
+
+impl From<EngineMetrics> for Metrics {
+    fn from(m: EngineMetrics) -> Self {
+        Self {
+            running: m.running as u32,
+            waiting: m.waiting as u32,
+            prompt_tokens_total: m.prompt_tokens_total as f64,
+            generation_tokens_total: m.generation_tokens_total as f64,
+            steps_total: m.steps_total as f64,
+        }
+    }
+}

@@ -1,0 +1,128 @@
+/**
+ * Typed wrapper over the native addon: the only module that touches it. Generation is an
+ * async iterator; aborting the signal or leaving the loop cancels the sequence in the engine.
+ */
+import { createRequire } from "node:module";
+import type * as Native from "../native/native.d.ts";
+import { fromNative, WickError } from "./errors.ts";
+
+export { WickError } from "./errors.ts";
+export type { EngineCode } from "./errors.ts";
+export type { LoadOptions, GenerateOptions, ModelInfo, Metrics } from "../native/native.d.ts";
+
+const native = createRequire(import.meta.url)("../native/native.cjs") as typeof Native;
+
+export interface TokenLogprobs {
+  id: number;
+  logprob: number;
+  top: { id: number; logprob: number }[];
+}
+
+export type EngineEvent =
+  | { type: "token"; ids: number[]; text: string; logprobs?: TokenLogprobs[] }
+  | {
+      type: "done";
+      finishReason: "stop" | "length" | "cancelled";
+      usage: { promptTokens: number; completionTokens: number; cachedTokens: number };
+      timings: { queueMs: number; promptMs: number; decodeMs: number };
+    };
+
+function toEvent(ev: Native.SequenceEvent): EngineEvent {
+  if (ev.type === "token") {
+    return { type: "token", ids: ev.ids ?? [], text: ev.text ?? "", ...(ev.logprobs ? { logprobs: ev.logprobs } : {}) };
+  }
+  if (ev.type === "done" && ev.usage && ev.timings) {
+    return {
+      type: "done",
+      finishReason: ev.finishReason as "stop" | "length" | "cancelled",
+      usage: ev.usage,
+      timings: ev.timings,
+    };
+  }
+  throw fromNative({ code: ev.code ?? "INTERNAL", message: ev.message ?? "engine error" });
+}
+
+export interface TokenizeOptions {
+  /** Add BOS/EOS as llama.cpp does for this vocabulary (default true). */
+  addSpecial?: boolean;
+  /** Turn special-token text such as "<|im_start|>" into that token (default false). */
+  parseSpecial?: boolean;
+}
+
+export class Engine {
+  private constructor(private readonly inner: Native.Engine) {}
+
+  static async load(opts: Native.LoadOptions): Promise<Engine> {
+    try {
+      return new Engine(await native.Engine.load(opts));
+    } catch (err) {
+      throw fromNative(err);
+    }
+  }
+
+  info(): Native.ModelInfo {
+    return this.inner.info();
+  }
+
+  tokenize(text: string, opts: TokenizeOptions = {}): number[] {
+    try {
+      return this.inner.tokenize(text, opts.addSpecial ?? true, opts.parseSpecial ?? false);
+    } catch (err) {
+      throw fromNative(err);
+    }
+  }
+
+  detokenize(ids: number[], opts: { skipSpecial?: boolean } = {}): string {
+    return this.inner.detokenize(ids, opts.skipSpecial ?? false);
+  }
+
+  tokenId(text: string): number | null {
+    return this.inner.tokenId(text);
+  }
+
+  metrics(): Native.Metrics {
+    return this.inner.metrics();
+  }
+
+  /**
+   * Submits a request and streams its events. Validation errors throw before the first
+   * event; engine errors mid-stream throw from the iterator.
+   */
+  generate(opts: Native.GenerateOptions, signal?: AbortSignal): AsyncGenerator<EngineEvent> {
+    let seq: Native.Sequence;
+    try {
+      seq = this.inner.submit(opts);
+    } catch (err) {
+      throw fromNative(err);
+    }
+    return stream(seq, signal);
+  }
+
+  async unload(): Promise<void> {
+    await this.inner.unload();
+  }
+}
+
+async function* stream(seq: Native.Sequence, signal?: AbortSignal): AsyncGenerator<EngineEvent> {
+  const cancel = () => seq.cancel();
+  if (signal?.aborted) cancel();
+  signal?.addEventListener("abort", cancel, { once: true });
+  try {
+    for (;;) {
+      const batch = await seq.next();
+      if (batch === null) return;
+      for (const ev of batch) {
+        const out = toEvent(ev);
+        yield out;
+        if (out.type === "done") return;
+      }
+    }
+  } finally {
+    signal?.removeEventListener("abort", cancel);
+    seq.cancel(); // no-op once done; frees the sequence if the consumer left early
+  }
+}
+
+export function isWickError(err: unknown): err is WickError {
+  return err instanceof WickError;
+}
