@@ -1,0 +1,57 @@
+//! Writes Wick's test fixtures: tiny random-weight GGUF models (llama, lfm2 in Q8_0, Q4_0,
+//! F16, Q4_K) with tokenizers copied from llama.cpp's vocab-only GGUFs, plus broken files
+//! for load-failure tests.
+//!
+//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad]
+//!   --llama-src  llama.cpp source tree holding models/ggml-vocab-*.gguf
+//!                (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
+//!   --bad        also write the broken files (bad-*.gguf)
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use wick_core::fixtures;
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let (mut out, mut src, mut bad) = (None, fixtures::default_llama_src(), false);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--llama-src" => match args.next() {
+                Some(s) => src = PathBuf::from(s),
+                None => return usage("--llama-src needs a directory"),
+            },
+            "--bad" => bad = true,
+            "-h" | "--help" => return usage(""),
+            _ if out.is_none() && !a.starts_with('-') => out = Some(PathBuf::from(a)),
+            _ => return usage(&format!("unexpected argument `{a}`")),
+        }
+    }
+    let Some(out) = out else { return usage("missing <out_dir>") };
+    let run = || -> wick_core::Result<()> {
+        for p in fixtures::write_standard(&out, &src)? {
+            println!("{}", p.display());
+        }
+        if bad {
+            for b in fixtures::write_bad_files(&out)? {
+                println!("{}", b.path.display());
+            }
+        }
+        Ok(())
+    };
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wick-fixtures: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage(err: &str) -> ExitCode {
+    if !err.is_empty() {
+        eprintln!("wick-fixtures: {err}");
+    }
+    eprintln!("usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad]");
+    if err.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) }
+}

