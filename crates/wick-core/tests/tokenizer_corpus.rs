@@ -11,7 +11,9 @@ use wick_core::WickError;
 fn llama_src() -> PathBuf {
     let dir = std::env::var_os("WICK_LLAMA_SRC")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/llama.cpp"));
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/llama.cpp")
+        });
     assert!(
         dir.join("models").is_dir(),
         "llama.cpp source not found at {} (set WICK_LLAMA_SRC or run ./scripts/llama-src.sh)",
@@ -21,7 +23,9 @@ fn llama_src() -> PathBuf {
 }
 
 fn vocab_path(name: &str) -> PathBuf {
-    llama_src().join("models").join(format!("ggml-vocab-{name}.gguf"))
+    llama_src()
+        .join("models")
+        .join(format!("ggml-vocab-{name}.gguf"))
 }
 
 fn load(name: &str) -> wick_core::Result<Tokenizer> {
@@ -47,9 +51,17 @@ fn cases(name: &str) -> Vec<(String, Vec<u32>)> {
     }
     let outputs: Vec<Vec<u32>> = out
         .lines()
-        .map(|l| l.split_whitespace().map(|t| t.parse().expect("token id")).collect())
+        .map(|l| {
+            l.split_whitespace()
+                .map(|t| t.parse().expect("token id"))
+                .collect()
+        })
         .collect();
-    assert_eq!(inputs.len(), outputs.len(), "{name}: .inp and .out disagree on the number of cases");
+    assert_eq!(
+        inputs.len(),
+        outputs.len(),
+        "{name}: .inp and .out disagree on the number of cases"
+    );
     inputs.into_iter().zip(outputs).collect()
 }
 
@@ -101,7 +113,9 @@ corpus! {
 fn unsupported_models_are_typed_errors() {
     for (name, what) in [("bert-bge", "`bert`"), ("gemma-4", "`gemma4`")] {
         match load(name) {
-            Err(e @ WickError::UnsupportedTokenizer(_)) => assert!(e.to_string().contains(what), "{e}"),
+            Err(e @ WickError::UnsupportedTokenizer(_)) => {
+                assert!(e.to_string().contains(what), "{e}")
+            }
             other => panic!("{name}: expected UnsupportedTokenizer, got {other:?}"),
         }
     }

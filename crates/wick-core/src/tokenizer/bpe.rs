@@ -33,6 +33,12 @@ pub(crate) struct Bpe {
     model: BPE,
     pre: PreTokenizer,
     byte_chars: [char; 256],
+    /// Bytes whose character is a token. Some vocabs (falcon) lack a few; llama.cpp keeps
+    /// such a character as a barrier no merge crosses and then drops it, whereas HF's
+    /// BPE would drop it first and merge its neighbours.
+    known: [bool; 256],
+    /// A word that is itself a token is emitted whole, skipping merges (llama3 family).
+    ignore_merges: bool,
 }
 
 impl Bpe {
@@ -57,25 +63,54 @@ impl Bpe {
                 (known && seen.insert((a, b))).then(|| (a.to_string(), b.to_string()))
             })
             .collect();
+        // ignore_merges applies to whole words only, so it is handled here, not by HF.
         let model = BPE::builder()
             .vocab_and_merges(hf_vocab, merges)
-            .ignore_merges(spec.ignore_merges)
             .build()
             .map_err(|e| WickError::load(format!("cannot build BPE tokenizer: {e}")))?;
-        Ok(Self { model, pre: PreTokenizer::new(spec)?, byte_chars: byte_chars() })
+        let byte_chars = byte_chars();
+        let known =
+            byte_chars.map(|c| vocab.index.contains_key(c.encode_utf8(&mut [0; 4]) as &str));
+        Ok(Self {
+            model,
+            pre: PreTokenizer::new(spec)?,
+            byte_chars,
+            known,
+            ignore_merges: spec.ignore_merges,
+        })
     }
 
-    pub fn encode(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
+    pub fn encode(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) -> Result<()> {
         let mut word = String::new();
         for piece in self.pre.split(text) {
             word.clear();
             word.extend(piece.bytes().map(|b| self.byte_chars[b as usize]));
-            let tokens = self
-                .model
-                .tokenize(&word)
-                .map_err(|e| WickError::Internal(format!("BPE tokenization failed: {e}")))?;
-            out.extend(tokens.into_iter().map(|t| t.id));
+            if let Some(id) = self.ignore_merges.then(|| vocab.lookup(&word)).flatten() {
+                out.push(id);
+                continue;
+            }
+            // Merge each run between characters that are not tokens; those are dropped.
+            let mut start = 0;
+            for ((at, c), b) in word.char_indices().zip(piece.bytes()) {
+                if !self.known[b as usize] {
+                    self.merge(&word[start..at], out)?;
+                    start = at + c.len_utf8();
+                }
+            }
+            self.merge(&word[start..], out)?;
         }
+        Ok(())
+    }
+
+    fn merge(&self, run: &str, out: &mut Vec<u32>) -> Result<()> {
+        if run.is_empty() {
+            return Ok(());
+        }
+        let tokens = self
+            .model
+            .tokenize(run)
+            .map_err(|e| WickError::Internal(format!("BPE tokenization failed: {e}")))?;
+        out.extend(tokens.into_iter().map(|t| t.id));
         Ok(())
     }
 }

@@ -24,8 +24,8 @@ use spm::Spm;
 use vocab::{attr, Kind, Vocab};
 
 enum Model {
-    Spm(Spm),
-    Bpe(Bpe),
+    Spm(Box<Spm>),
+    Bpe(Box<Bpe>),
 }
 
 pub struct Tokenizer {
@@ -46,24 +46,38 @@ impl Tokenizer {
             "llama" => {
                 let vocab = Vocab::from_gguf(meta, Kind::Spm, true)?;
                 let spm = Spm::new(&vocab);
-                (vocab, Model::Spm(spm))
+                (vocab, Model::Spm(Box::new(spm)))
             }
             "gpt2" => {
                 // Like llama.cpp, a vocab without `pre` gets the default split.
-                let pre = meta.opt_str("tokenizer.ggml.pre")?.filter(|p| !p.is_empty()).unwrap_or("default");
+                let pre = meta
+                    .opt_str("tokenizer.ggml.pre")?
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or("default");
                 let spec = pretokenize::spec(pre).ok_or_else(|| {
                     WickError::UnsupportedTokenizer(format!("unknown pre-tokenizer `{pre}`"))
                 })?;
                 let vocab = Vocab::from_gguf(meta, Kind::Bpe, spec.add_bos)?;
                 let bpe = Bpe::new(meta, &vocab, &spec)?;
-                (vocab, Model::Bpe(bpe))
+                (vocab, Model::Bpe(Box::new(bpe)))
             }
             other => {
-                return Err(WickError::UnsupportedTokenizer(format!("unknown tokenizer model `{other}`")))
+                return Err(WickError::UnsupportedTokenizer(format!(
+                    "unknown tokenizer model `{other}`"
+                )))
             }
         };
-        let chat_template = meta.get("tokenizer.chat_template").and_then(|v| v.as_str()).map(str::to_string);
-        Ok(Self { specials: vocab.special_tokens(), pieces: Pieces::new(&vocab), vocab, model, chat_template })
+        let chat_template = meta
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+        Ok(Self {
+            specials: vocab.special_tokens(),
+            pieces: Pieces::new(&vocab),
+            vocab,
+            model,
+            chat_template,
+        })
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -90,7 +104,7 @@ impl Tokenizer {
                 Fragment::Text(r) => {
                     let t = &text[r];
                     match &self.model {
-                        Model::Bpe(bpe) => bpe.encode(t, &mut out)?,
+                        Model::Bpe(bpe) => bpe.encode(v, t, &mut out)?,
                         Model::Spm(spm) => {
                             let mut escaped = String::with_capacity(t.len() + 3);
                             if v.add_space_prefix && after_special {
@@ -136,7 +150,7 @@ impl Tokenizer {
                 [b' ', rest @ ..] if strip => rest,
                 p => p,
             };
-            strip &= piece.is_empty();
+            strip = false;
             bytes.extend_from_slice(piece);
         }
         String::from_utf8_lossy(&bytes).into_owned()

@@ -12,7 +12,12 @@ pub(crate) enum Fragment {
     Token(u32),
 }
 
-pub(crate) fn partition(vocab: &Vocab, specials: &[u32], text: &str, parse_special: bool) -> Vec<Fragment> {
+pub(crate) fn partition(
+    vocab: &Vocab,
+    specials: &[u32],
+    text: &str,
+    parse_special: bool,
+) -> Vec<Fragment> {
     let mut frags = Vec::new();
     if text.is_empty() {
         return frags;
@@ -38,18 +43,13 @@ pub(crate) fn partition(vocab: &Vocab, specials: &[u32], text: &str, parse_speci
 
 fn cut(text: &str, mut r: Range<usize>, tok: &str, id: u32, a: u16, out: &mut Vec<Fragment>) {
     let bytes = text.as_bytes();
-    // C `isspace`: the only whitespace llama.cpp strips next to lstrip/rstrip tokens.
+    // C `isspace`: the whitespace llama.cpp strips after an rstrip token (Phi-3's markers).
+    // llama.cpp's lstrip counterpart is only set for encoder vocabs Wick does not load.
     let space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
     while let Some(pos) = text[r.clone()].find(tok) {
         let at = r.start + pos;
-        let mut left_end = at;
-        if a & attr::LSTRIP != 0 {
-            while left_end > r.start && space(bytes[left_end - 1]) {
-                left_end -= 1;
-            }
-        }
-        if left_end > r.start {
-            out.push(Fragment::Text(r.start..left_end));
+        if at > r.start {
+            out.push(Fragment::Text(r.start..at));
         }
         out.push(Fragment::Token(id));
         let mut right = at + tok.len();

@@ -40,11 +40,21 @@ pub(crate) struct PreSpec {
 }
 
 pub(crate) fn spec(pre: &str) -> Option<PreSpec> {
-    let plain = |regexes| Some(PreSpec { regexes, ignore_merges: false, add_bos: false });
+    let plain = |regexes| {
+        Some(PreSpec {
+            regexes,
+            ignore_merges: false,
+            add_bos: false,
+        })
+    };
     match pre {
         "default" => plain(DEFAULT),
         "llama3" | "llama-v3" | "llama-bpe" | "lfm2" | "falcon3" | "falcon-h1" | "pixtral"
-        | "midm-2.0" => Some(PreSpec { regexes: &[LLAMA3], ignore_merges: true, add_bos: true }),
+        | "midm-2.0" => Some(PreSpec {
+            regexes: &[LLAMA3],
+            ignore_merges: true,
+            add_bos: true,
+        }),
         "dbrx" | "smaug-bpe" => plain(&[LLAMA3]),
         "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" | "hunyuan" | "solar-open" => {
             plain(&[QWEN2])
@@ -87,7 +97,8 @@ impl PreTokenizer {
         // llama.cpp runs its regexes with every non-ASCII whitespace character replaced by
         // U+000B, so explicit ranges such as `　-。` never see U+3000 itself.
         let subst = substitute_whitespace(text);
-        let mut pieces = vec![0..subst.len()];
+        let whole: Range<usize> = 0..subst.len();
+        let mut pieces = vec![whole];
         for re in &self.regexes {
             let mut next = Vec::with_capacity(pieces.len() * 2);
             for piece in pieces {
@@ -99,7 +110,10 @@ impl PreTokenizer {
             Cow::Borrowed(_) => pieces.into_iter().map(|r| &text[r]).collect(),
             Cow::Owned(s) => {
                 let map = offset_map(text, s);
-                pieces.into_iter().map(|r| &text[map[r.start]..map[r.end]]).collect()
+                pieces
+                    .into_iter()
+                    .map(|r| &text[map[r.start]..map[r.end]])
+                    .collect()
             }
         }
     }
@@ -130,7 +144,11 @@ fn substitute_whitespace(text: &str) -> Cow<'_, str> {
     if !text.chars().any(odd) {
         return Cow::Borrowed(text);
     }
-    Cow::Owned(text.chars().map(|c| if odd(c) { '\u{0B}' } else { c }).collect())
+    Cow::Owned(
+        text.chars()
+            .map(|c| if odd(c) { '\u{0B}' } else { c })
+            .collect(),
+    )
 }
 
 /// Byte offset in `subst` (at char boundaries) → byte offset in `text`.

@@ -16,8 +16,7 @@ pub(crate) mod attr {
     pub const CONTROL: u16 = 1 << 3;
     pub const USER_DEFINED: u16 = 1 << 4;
     pub const BYTE: u16 = 1 << 5;
-    pub const LSTRIP: u16 = 1 << 7;
-    pub const RSTRIP: u16 = 1 << 8;
+    pub const RSTRIP: u16 = 1 << 7;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +44,7 @@ pub(crate) struct Vocab {
 
 /// Texts llama.cpp treats as end-of-generation whatever their GGUF type; they are also
 /// forced to CONTROL, which keeps them out of plain-text tokenization.
+#[rustfmt::skip]
 const EOG_TEXTS: &[&str] = &[
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
     "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
@@ -54,22 +54,17 @@ const EOG_TEXTS: &[&str] = &[
 
 /// Fill-in-the-middle roles: GGUF keys, then the texts llama.cpp recognises when no key is
 /// set (the first match becomes CONTROL), and whether the role ends generation.
+#[rustfmt::skip]
 const FIM_ROLES: &[(&[&str], &[&str], bool)] = &[
-    (
-        &["tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"],
-        &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"],
-        false,
-    ),
-    (
-        &["tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"],
-        &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"],
-        false,
-    ),
-    (
-        &["tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"],
-        &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"],
-        false,
-    ),
+    (&["tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"],
+     &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"],
+     false),
+    (&["tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"],
+     &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"],
+     false),
+    (&["tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"],
+     &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"],
+     false),
     (&["tokenizer.ggml.fim_pad_token_id"], &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"], true),
     (&["tokenizer.ggml.fim_rep_token_id"], &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"], true),
     (&["tokenizer.ggml.fim_sep_token_id"], &["<|file_sep|>"], true),
@@ -87,21 +82,30 @@ impl Vocab {
         }
         let scores = match meta.f32_array("tokenizer.ggml.scores")? {
             Some(s) if s.len() < n => {
-                return Err(WickError::load(format!("tokenizer has {n} tokens but {} scores", s.len())))
+                return Err(WickError::load(format!(
+                    "tokenizer has {n} tokens but {} scores",
+                    s.len()
+                )))
             }
             Some(s) => s[..n].to_vec(),
             None => vec![0.0; n],
         };
         let types = meta.i64_array("tokenizer.ggml.token_type")?;
         if types.as_ref().is_some_and(|t| t.len() < n) {
-            return Err(WickError::load("tokenizer.ggml.token_type is shorter than the token list"));
+            return Err(WickError::load(
+                "tokenizer.ggml.token_type is shorter than the token list",
+            ));
         }
         let mut texts = Vec::with_capacity(n);
         let mut attrs = Vec::with_capacity(n);
         let mut index = HashMap::with_capacity(n);
         for (i, t) in tokens.iter().enumerate() {
             // llama.cpp renames empty tokens so they never match text.
-            let text = if t.is_empty() { format!("[EMPTY_{i}]") } else { t.to_string() };
+            let text = if t.is_empty() {
+                format!("[EMPTY_{i}]")
+            } else {
+                t.to_string()
+            };
             index.insert(text.clone(), i as u32);
             texts.push(text);
             attrs.push(match types.as_ref().map_or(1, |t| t[i]) {
@@ -185,7 +189,10 @@ impl Vocab {
     }
 
     fn first_with_text(&self, candidates: &[&str]) -> Option<u32> {
-        self.texts.iter().position(|t| candidates.contains(&t.as_str())).map(|i| i as u32)
+        self.texts
+            .iter()
+            .position(|t| candidates.contains(&t.as_str()))
+            .map(|i| i as u32)
     }
 
     fn set_attr(&mut self, text: &str, value: u16) {
@@ -196,7 +203,11 @@ impl Vocab {
 
     /// Phi-3 strips whitespace after its chat markers; llama.cpp keys this on the model name.
     fn apply_model_quirks(&mut self, meta: &Metadata) {
-        let name = meta.get("general.name").and_then(|v| v.as_str()).unwrap_or("").to_lowercase();
+        let name = meta
+            .get("general.name")
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_lowercase();
         if !(name.contains("phi-3") || name.contains("phi3")) {
             return;
         }
@@ -205,10 +216,19 @@ impl Vocab {
                 *a |= attr::RSTRIP;
             }
         }
-        for (text, on) in [("</s>", true), ("<unk>", false), ("<s>", false), ("<|endoftext|>", false)] {
+        for (text, on) in [
+            ("</s>", true),
+            ("<unk>", false),
+            ("<s>", false),
+            ("<|endoftext|>", false),
+        ] {
             if let Some(&id) = self.index.get(text) {
                 let a = &mut self.attrs[id as usize];
-                *a = if on { *a | attr::RSTRIP } else { *a & !attr::RSTRIP };
+                *a = if on {
+                    *a | attr::RSTRIP
+                } else {
+                    *a & !attr::RSTRIP
+                };
             }
         }
     }
