@@ -1,0 +1,128 @@
+/**
+ * The engine through its public TS API: load failures, memory, generation, stop strings,
+ * cancellation and concurrency, on real files (SmolLM2 from PyPI, synthetic fixtures).
+ */
+import test from "ava";
+import { readdirSync, statSync } from "node:fs";
+import path from "node:path";
+import { Engine, WickError, type EngineEvent } from "../ts/engine/index.ts";
+import { fixture, fixturesDir, smollm2 } from "./support/assets.ts";
+
+async function collect(gen: AsyncGenerator<EngineEvent>) {
+  let text = "";
+  const ids: number[] = [];
+  let done: Extract<EngineEvent, { type: "done" }> | undefined;
+  for await (const ev of gen) {
+    if (ev.type === "token") {
+      text += ev.text;
+      ids.push(...ev.ids);
+    } else done = ev;
+  }
+  return { text, ids, done: done! };
+}
+
+test("every malformed model file fails to load with a clear error, and the process keeps working", async (t) => {
+  const bad = readdirSync(fixturesDir).filter((f) => f.startsWith("bad-") && f.endsWith(".gguf"));
+  t.true(bad.length >= 5, `expected the broken fixtures in ${fixturesDir}`);
+  for (const f of bad) {
+    const err = await t.throwsAsync(Engine.load({ modelPath: path.join(fixturesDir, f) }), { instanceOf: WickError });
+    t.true(["MODEL_LOAD_FAILED", "UNSUPPORTED_ARCHITECTURE"].includes(err!.code), `${f}: ${err!.code}`);
+    t.log(`${f}: ${err!.code}: ${err!.message}`);
+  }
+  const missing = await t.throwsAsync(Engine.load({ modelPath: path.join(fixturesDir, "nope.gguf") }), { instanceOf: WickError });
+  t.regex(missing!.message, /cannot open/);
+  const ok = await Engine.load({ modelPath: fixture("tiny-llama-q8_0.gguf") });
+  t.is(ok.info().architecture, "llama");
+  await ok.unload();
+});
+
+const real = smollm2();
+const smol = "path" in real ? real.path : null;
+const withSmol = smol ? test.serial : test.serial.skip;
+if (!smol) test("SmolLM2 tests", (t) => t.log(`SKIPPED: ${(real as { skip: string }).skip}`) || t.pass());
+
+let engine: Engine | undefined;
+test.before(async () => {
+  if (smol) engine = await Engine.load({ modelPath: smol, contextSize: 1024, maxSequences: 4 });
+});
+test.after.always(async () => engine?.unload());
+
+withSmol("weights are not held twice: RSS after load stays within file size + 100 MiB", async (t) => {
+  const before = process.memoryUsage().rss;
+  const e = await Engine.load({ modelPath: smol!, contextSize: 1024 });
+  const after = process.memoryUsage().rss;
+  const file = statSync(smol!).size;
+  const grew = after - before;
+  t.log(`RSS grew ${(grew / 2 ** 20).toFixed(1)} MiB loading a ${(file / 2 ** 20).toFixed(1)} MiB file (KV cache is allocated per sequence, 0 at load)`);
+  t.true(grew <= file + 100 * 2 ** 20);
+  await e.unload();
+});
+
+withSmol("greedy generation is deterministic and reports usage", async (t) => {
+  const prompt = engine!.tokenize("The capital of France is");
+  const a = await collect(engine!.generate({ promptTokens: prompt, maxTokens: 16, temperature: 0, ignoreEos: true }));
+  const b = await collect(engine!.generate({ promptTokens: prompt, maxTokens: 16, temperature: 0, ignoreEos: true }));
+  t.deepEqual(a.ids, b.ids);
+  t.is(a.ids.length, 16);
+  t.is(a.text, engine!.detokenize(a.ids));
+  t.is(a.done.finishReason, "length");
+  t.deepEqual(a.done.usage, { promptTokens: prompt.length, completionTokens: 16, cachedTokens: 0 });
+});
+
+withSmol("same seed gives the same sample, another seed another", async (t) => {
+  const prompt = engine!.tokenize("Once upon a time");
+  const run = (seed: number) =>
+    collect(engine!.generate({ promptTokens: prompt, maxTokens: 24, temperature: 1, seed, ignoreEos: true }));
+  const [a, b, c] = [await run(42), await run(42), await run(43)];
+  t.deepEqual(a.ids, b.ids);
+  t.notDeepEqual(a.ids, c.ids);
+});
+
+withSmol("stop strings end generation and are never emitted", async (t) => {
+  const prompt = engine!.tokenize("List the numbers from one to twenty: one, two,");
+  const full = await collect(engine!.generate({ promptTokens: prompt, maxTokens: 24, temperature: 0, ignoreEos: true }));
+  const stop = full.text.slice(6, 9);
+  t.true(stop.length === 3, `generated text too short: ${JSON.stringify(full.text)}`);
+  const cut = await collect(engine!.generate({ promptTokens: prompt, maxTokens: 24, temperature: 0, stop: [stop], ignoreEos: true }));
+  t.is(cut.text, full.text.slice(0, full.text.indexOf(stop)));
+  t.is(cut.done.finishReason, "stop");
+});
+
+withSmol("cancelling mid-stream frees the sequence within 100 ms", async (t) => {
+  const ac = new AbortController();
+  const prompt = engine!.tokenize("Write a long story about a lighthouse keeper.");
+  let n = 0;
+  let finish = "";
+  for await (const ev of engine!.generate({ promptTokens: prompt, maxTokens: 500, temperature: 0, ignoreEos: true }, ac.signal)) {
+    if (ev.type === "token" && ++n === 3) ac.abort();
+    if (ev.type === "done") finish = ev.finishReason;
+  }
+  const t0 = Date.now();
+  while (engine!.metrics().running > 0 && Date.now() - t0 < 1000) await new Promise((r) => setTimeout(r, 5));
+  const took = Date.now() - t0;
+  t.log(`running=0 after ${took} ms; finish=${finish}`);
+  t.is(engine!.metrics().running, 0);
+  t.true(took <= 100);
+  t.is(finish, "cancelled");
+});
+
+withSmol("concurrent requests each get the tokens they get alone", async (t) => {
+  const prompts = ["Hello, my name is", "The best way to learn Rust is", "1, 2, 3,", "def fibonacci(n):"].map((p) =>
+    engine!.tokenize(p),
+  );
+  const gen = (p: number[]) => collect(engine!.generate({ promptTokens: p, maxTokens: 20, temperature: 0, ignoreEos: true }));
+  const alone = [];
+  for (const p of prompts) alone.push((await gen(p)).ids);
+  const together = await Promise.all(prompts.map(gen));
+  t.deepEqual(together.map((r) => r.ids), alone);
+});
+
+withSmol("bad requests are rejected before generation with typed errors", (t) => {
+  const ctx = engine!.info().contextSize;
+  const long = new Array(ctx + 5).fill(1);
+  t.is(t.throws(() => engine!.generate({ promptTokens: long }), { instanceOf: WickError })!.code, "CONTEXT_LENGTH_EXCEEDED");
+  t.is(t.throws(() => engine!.generate({ promptTokens: [1, 2], maxTokens: ctx }), { instanceOf: WickError })!.code, "CONTEXT_LENGTH_EXCEEDED");
+  t.is(t.throws(() => engine!.generate({ promptTokens: [] }), { instanceOf: WickError })!.code, "INVALID_REQUEST");
+  t.is(t.throws(() => engine!.generate({ promptTokens: [10_000_000] }), { instanceOf: WickError })!.code, "INVALID_REQUEST");
+  t.is(t.throws(() => engine!.generate({ promptTokens: [1], topP: 0 }), { instanceOf: WickError })!.code, "INVALID_REQUEST");
+});

@@ -1,0 +1,57 @@
+/** The commander program: `wick serve` with its options built from the flag table. */
+import { readFileSync } from "node:fs";
+import { Command, Option } from "commander";
+import { flagNotices, normalizeArgv, SERVE_FLAGS, type FlagSpec, type ServeFlags } from "./flags.ts";
+
+const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+
+export interface Commands {
+  serve(flags: ServeFlags): Promise<void>;
+}
+
+/** Commander names the canonical flag; say the alias the user typed too (`-np`, not only `--parallel`). */
+function withTypedFlag(message: string, typed: Map<string, string>): string {
+  return message.replace(/option '([^']*?(--[\w-]+)[^']*)'/, (whole, flags: string, long: string) => {
+    const alias = typed.get(long);
+    // A short flag commander knows (`-m`) is already named in `flags`.
+    return alias && !flags.split(/[ ,]+/).includes(alias) ? `option '${alias}' (${flags})` : whole;
+  });
+}
+
+export function buildProgram(commands: Commands, typed = new Map<string, string>()): Command {
+  const program = new Command("wick")
+    .description("Serve GGUF language models over OpenAI-compatible HTTP.")
+    .version(pkg.version)
+    // One line per error, prefixed like every other message of ours.
+    .configureOutput({ outputError: (str, write) => write(`wick: ${str.replace(/^error: /, "")}`) })
+    .showSuggestionAfterError(true);
+
+  const serve = program
+    .command("serve")
+    .description("Load a model and serve the OpenAI-compatible API (/v1), /health.")
+    .configureOutput({ outputError: (str, write) => write(`wick serve: ${withTypedFlag(str.replace(/^error: /, ""), typed)}`) });
+  for (const spec of SERVE_FLAGS) serve.addOption(toOption(spec));
+  serve.action(async (flags: ServeFlags) => {
+    for (const line of flagNotices(flags)) process.stderr.write(`${line}\n`);
+    await commands.serve(flags);
+  });
+  return program;
+}
+
+function toOption(spec: FlagSpec): Option {
+  const short = spec.flags.find((f) => /^-[A-Za-z]$/.test(f));
+  const aliases = spec.flags.slice(1).filter((f) => f !== short);
+  const flags = `${short ? `${short}, ` : ""}${spec.flags[0]}${spec.value ? ` ${spec.value}` : ""}`;
+  const description = spec.description + (aliases.length ? ` (also ${aliases.join(", ")})` : "");
+  const opt = new Option(flags, description);
+  if (spec.parse) opt.argParser(spec.parse);
+  if (spec.required) opt.makeOptionMandatory();
+  return opt;
+}
+
+/** Runs the CLI on `argv` (without node and script): aliases rewritten, foreign flags noted. */
+export async function runCli(argv: string[], commands: Commands): Promise<void> {
+  const { args, notices, typed } = normalizeArgv(argv);
+  for (const line of notices) process.stderr.write(`${line}\n`);
+  await buildProgram(commands, typed).parseAsync(args, { from: "user" });
+}

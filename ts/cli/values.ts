@@ -1,0 +1,63 @@
+/**
+ * Parsers for flag values. Each throws commander's InvalidArgumentError with a short reason;
+ * commander prefixes the flag and the value, so the user sees one line naming both.
+ */
+import { existsSync, statSync } from "node:fs";
+import path from "node:path";
+import { InvalidArgumentError } from "commander";
+
+export function integer(min: number, max = Number.MAX_SAFE_INTEGER, what = `an integer >= ${min}`) {
+  return (raw: string): number => {
+    const n = /^-?\d+$/.test(raw.trim()) ? Number(raw) : NaN;
+    if (!Number.isSafeInteger(n) || n < min || n > max) throw new InvalidArgumentError(`Expected ${what}.`);
+    return n;
+  };
+}
+
+export const positiveInt = integer(1, Number.MAX_SAFE_INTEGER, "a positive integer");
+export const port = integer(0, 65535, "a port number from 0 to 65535");
+
+export function choice(values: readonly string[]) {
+  return (raw: string): string => {
+    if (!values.includes(raw)) throw new InvalidArgumentError(`Expected one of: ${values.join(", ")}.`);
+    return raw;
+  };
+}
+
+export function nonEmpty(raw: string): string {
+  if (!raw.trim()) throw new InvalidArgumentError("Expected a non-empty value.");
+  return raw;
+}
+
+/** A fraction in (0, 1], e.g. --gpu-memory-utilization. */
+export function fraction(raw: string): number {
+  const n = Number(raw);
+  if (!raw.trim() || !Number.isFinite(n) || n <= 0 || n > 1) throw new InvalidArgumentError("Expected a number in (0, 1].");
+  return n;
+}
+
+/**
+ * -m: a local GGUF file. Store names and hub references are part of the contract, but the
+ * store does not exist yet, so they are refused with a reason rather than a "no such file".
+ */
+export function modelRef(raw: string): string {
+  const p = path.resolve(raw);
+  if (existsSync(p)) {
+    if (!statSync(p).isFile()) throw new InvalidArgumentError(`${raw} is not a file.`);
+    return p;
+  }
+  const looksLikePath = /\.gguf$/i.test(raw) || /^(\/|\.{1,2}\/|~)/.test(raw);
+  if (!looksLikePath) {
+    throw new InvalidArgumentError("No such file (store names and hub references are not supported yet: pass a path to a .gguf file).");
+  }
+  throw new InvalidArgumentError("No such file.");
+}
+
+/** WICK_HOST: `host:port`, `host`, `:port` or `[v6]:port` (Ollama's OLLAMA_HOST forms, minus the scheme). */
+export function hostPort(raw: string): { host?: string; port?: number } {
+  const s = raw.replace(/^https?:\/\//, "").replace(/\/+$/, "");
+  const m = /^(\[[^\]]+\]|[^:]*)(?::(\d+))?$/.exec(s);
+  if (!m) throw new InvalidArgumentError("Expected host:port.");
+  const host = m[1]!.replace(/^\[|\]$/g, "");
+  return { ...(host ? { host } : {}), ...(m[2] !== undefined ? { port: port(m[2]) } : {}) };
+}

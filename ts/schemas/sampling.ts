@@ -1,0 +1,41 @@
+/**
+ * Sampling and length fields shared by /v1/chat/completions and /v1/completions. Every field
+ * is optional and nullable: OpenAI clients send `null` for "not set". The ranges are the
+ * engine's (crates/wick-core/src/sampling) or OpenAI's, whichever is narrower for users.
+ */
+import { z } from "zod";
+
+const positiveInt = z.number().int().min(1);
+
+/** One stop string or up to 16; empty strings are dropped by the request mapper. */
+export const stopSchema = z.union([z.string(), z.array(z.string()).max(16)]);
+
+export const samplingFields = {
+  /** Any name is accepted when one model is served (llama-server's rule). */
+  model: z.string().nullish(),
+  temperature: z.number().min(0).nullish(),
+  /** 0 is accepted (OpenAI does) and means greedy. */
+  top_p: z.number().min(0).max(1).nullish(),
+  /** -1 (SGLang) and 0 (mlx-lm, llama.cpp) both mean off. */
+  top_k: z.number().int().min(-1).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  repetition_penalty: z.number().gt(0).nullish(),
+  /** llama.cpp / Ollama spelling of repetition_penalty. */
+  repeat_penalty: z.number().gt(0).nullish(),
+  repeat_last_n: z.number().int().min(-1).nullish(),
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  frequency_penalty: z.number().min(-2).max(2).nullish(),
+  /** Negative seeds mean "random", as llama.cpp's -1. */
+  seed: z.number().int().nullish(),
+  max_tokens: positiveInt.nullish(),
+  stop: stopSchema.nullish(),
+  n: z.number().int().min(1).max(64).nullish(),
+  ignore_eos: z.boolean().nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.looseObject({ include_usage: z.boolean().nullish() }).nullish(),
+};
+
+/** The sampling part of a parsed request, as the request mapper reads it. */
+export type SamplingRequest = {
+  [K in keyof typeof samplingFields]?: z.infer<(typeof samplingFields)[K]>;
+};

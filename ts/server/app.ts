@@ -1,0 +1,91 @@
+/**
+ * The Koa app factory. Middleware order: request log (outermost, so it sees the final status
+ * and timing, streams included), OpenAI-shaped error handler, API key, JSON body parser,
+ * routes. Tests call `createApp(...).listen(0)`; the CLI listens on --host/--port.
+ */
+import { randomUUID } from "node:crypto";
+import Router from "@koa/router";
+import { bodyParser } from "@koa/bodyparser";
+import Koa from "koa";
+import { pino, type Logger } from "pino";
+import type { ModelRegistry } from "../service/registry.ts";
+import { apiKeyAuth } from "./auth.ts";
+import { HttpError, toApiError } from "./errors.ts";
+import { healthRoutes } from "./health.ts";
+import { chatRoutes } from "./routes/openai/chat.ts";
+import { completionsRoutes } from "./routes/openai/completions.ts";
+import { modelsRoutes } from "./routes/openai/models.ts";
+
+export interface AppOptions {
+  registry: ModelRegistry;
+  /** Require this key on every route but /health. */
+  apiKey?: string;
+  /** Largest JSON body in bytes (CONTRACT §6: 32 MiB, room for base64 images). */
+  bodyLimit?: number;
+  logger?: Logger;
+}
+
+export const DEFAULT_BODY_LIMIT = 32 * 1024 * 1024;
+
+/** Errors Koa reports when a client leaves mid-response; expected, not worth a log line. */
+const CLIENT_GONE = new Set(["ERR_STREAM_PREMATURE_CLOSE", "ECONNRESET", "EPIPE", "ERR_STREAM_DESTROYED"]);
+
+export function createApp(opts: AppOptions): Koa {
+  const log = opts.logger ?? pino({ level: "silent" });
+  const app = new Koa();
+
+  app.use(async (ctx, next) => {
+    const start = performance.now();
+    const requestId = ctx.get("x-request-id") || randomUUID();
+    ctx.set("X-Request-Id", requestId);
+    ctx.state.log = log.child({ requestId });
+    ctx.res.once("close", () => {
+      const ms = Math.round(performance.now() - start);
+      const aborted = !ctx.res.writableFinished;
+      ctx.state.log.info({ method: ctx.method, url: ctx.url, status: ctx.status, ms, ...(aborted ? { aborted } : {}) }, "request");
+    });
+    await next();
+  });
+
+  app.use(async (ctx, next) => {
+    try {
+      await next();
+      if (ctx.status === 404 && ctx.body == null) {
+        throw new HttpError("ROUTE_NOT_FOUND", `Invalid URL (${ctx.method} ${ctx.path}): no such route.`);
+      }
+    } catch (err) {
+      const api = toApiError(err);
+      if (api.internal) ctx.state.log.error({ err }, "request failed");
+      if (ctx.headerSent) return; // a stream reports its own errors in-band (sse.ts)
+      ctx.status = api.status;
+      ctx.set(api.headers);
+      ctx.body = api.body;
+    }
+  });
+
+  if (opts.apiKey) app.use(apiKeyAuth(opts.apiKey));
+
+  // Any POST body is read as JSON whatever its Content-Type: curl users often omit it.
+  app.use(bodyParser({ enableTypes: ["json"], detectJSON: () => true, jsonLimit: opts.bodyLimit ?? DEFAULT_BODY_LIMIT }));
+
+  const router = new Router();
+  const deps = { registry: opts.registry, log };
+  healthRoutes(router, opts.registry);
+  modelsRoutes(router, deps);
+  chatRoutes(router, deps);
+  completionsRoutes(router, deps);
+  app.use(router.routes());
+  app.use(
+    router.allowedMethods({
+      throw: true,
+      methodNotAllowed: () => new HttpError("METHOD_NOT_ALLOWED", "This route does not accept that HTTP method."),
+      notImplemented: () => new HttpError("METHOD_NOT_ALLOWED", "This HTTP method is not supported."),
+    }),
+  );
+
+  app.on("error", (err: Error & { code?: string }) => {
+    if (err.code && CLIENT_GONE.has(err.code)) return;
+    log.error({ err }, "unhandled server error");
+  });
+  return app;
+}

@@ -1,0 +1,134 @@
+/**
+ * The one table from error codes (engine, service and HTTP) to an HTTP status and the OpenAI
+ * error body `{"error":{"message","type","param","code"}}`. Routes throw; the error
+ * middleware in app.ts and the SSE writer both format through `toApiError`.
+ */
+import { WickError, type EngineCode } from "../engine/index.ts";
+import { RequestError, type RequestErrorCode } from "../service/errors.ts";
+
+/** Failures only the HTTP layer can see. */
+export type HttpErrorCode =
+  | "INVALID_JSON"
+  | "UNAUTHORIZED"
+  | "ROUTE_NOT_FOUND"
+  | "METHOD_NOT_ALLOWED"
+  | "BODY_TOO_LARGE"
+  | "UNSUPPORTED_MEDIA_TYPE";
+
+export type ErrorCode = EngineCode | RequestErrorCode | HttpErrorCode;
+
+interface ErrorRow {
+  status: number;
+  /** OpenAI's error `type`. */
+  type: string;
+  /** OpenAI's error `code` unless the error gives a finer one. */
+  code: string | null;
+  /** Seconds for a Retry-After header (the openai client honours it when it retries). */
+  retryAfter?: number;
+}
+
+const invalid = "invalid_request_error";
+
+export const ERROR_TABLE: Record<ErrorCode, ErrorRow> = {
+  // engine codes (ts/engine/errors.ts)
+  INVALID_REQUEST: { status: 400, type: invalid, code: null },
+  CONTEXT_LENGTH_EXCEEDED: { status: 400, type: invalid, code: "context_length_exceeded" },
+  MODEL_LOAD_FAILED: { status: 500, type: "server_error", code: "model_load_failed" },
+  UNSUPPORTED_ARCHITECTURE: { status: 400, type: invalid, code: "unsupported_architecture" },
+  UNSUPPORTED_TOKENIZER: { status: 400, type: invalid, code: "unsupported_tokenizer" },
+  // Busy, not the client's rate: 503 as Ollama does, retryable by every OpenAI client.
+  QUEUE_FULL: { status: 503, type: "server_error", code: "queue_full", retryAfter: 1 },
+  // Only reached when the client already left (499 = "client closed request", as Ollama).
+  CANCELLED: { status: 499, type: invalid, code: "cancelled" },
+  ENGINE_STOPPED: { status: 503, type: "server_error", code: "model_unloaded", retryAfter: 1 },
+  INTERNAL: { status: 500, type: "server_error", code: "internal_error" },
+  // service codes (ts/service/errors.ts)
+  MODEL_NOT_FOUND: { status: 404, type: invalid, code: "model_not_found" },
+  // HTTP-only codes
+  INVALID_JSON: { status: 400, type: invalid, code: "invalid_json" },
+  UNAUTHORIZED: { status: 401, type: invalid, code: "invalid_api_key" },
+  ROUTE_NOT_FOUND: { status: 404, type: invalid, code: "not_found" },
+  METHOD_NOT_ALLOWED: { status: 405, type: invalid, code: "method_not_allowed" },
+  BODY_TOO_LARGE: { status: 413, type: invalid, code: "request_too_large" },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, type: invalid, code: "unsupported_media_type" },
+};
+
+export class HttpError extends Error {
+  constructor(
+    readonly code: HttpErrorCode,
+    message: string,
+    readonly param: string | null = null,
+  ) {
+    super(message);
+    this.name = "HttpError";
+  }
+}
+
+export interface OpenAIErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+export interface ApiError {
+  status: number;
+  headers: Record<string, string>;
+  body: OpenAIErrorBody;
+  /** True for failures that are ours, not the client's: log them with their stack. */
+  internal: boolean;
+}
+
+/** Maps anything thrown while serving a request to its status, headers and body. */
+export function toApiError(err: unknown): ApiError {
+  const known = classify(err);
+  const row = ERROR_TABLE[known.code];
+  const headers: Record<string, string> = row.retryAfter ? { "Retry-After": String(row.retryAfter) } : {};
+  return {
+    status: row.status,
+    headers,
+    body: { error: { message: known.message, type: row.type, param: known.param, code: known.detail ?? row.code } },
+    internal: row.status >= 500 && known.code !== "QUEUE_FULL" && known.code !== "ENGINE_STOPPED",
+  };
+}
+
+interface Classified {
+  code: ErrorCode;
+  message: string;
+  param: string | null;
+  detail: string | null;
+}
+
+function classify(err: unknown): Classified {
+  if (err instanceof RequestError || err instanceof HttpError) {
+    return { code: err.code, message: err.message, param: err.param, detail: err instanceof RequestError ? err.detail : null };
+  }
+  if (err instanceof WickError) return { code: err.code, message: err.message, param: null, detail: null };
+  const bodyError = fromBodyParser(err);
+  if (bodyError) return bodyError;
+  // Anything else is a bug on our side: say what failed, never the stack.
+  const message = err instanceof Error ? err.message : String(err);
+  return { code: "INTERNAL", message: `internal error: ${message}`, param: null, detail: null };
+}
+
+/** @koa/bodyparser (co-body / raw-body) errors carry an HTTP `status` and a `type`. */
+function fromBodyParser(err: unknown): Classified | null {
+  const e = err as { status?: unknown; type?: unknown; message?: unknown; limit?: unknown; length?: unknown };
+  if (typeof e?.status !== "number" || typeof e.message !== "string") return null;
+  if (e.status === 413 || e.type === "entity.too.large") {
+    const size = typeof e.length === "number" ? ` of ${e.length} bytes` : "";
+    return {
+      code: "BODY_TOO_LARGE",
+      message: `The request body${size} is larger than the limit of ${e.limit} bytes`,
+      param: null,
+      detail: null,
+    };
+  }
+  if (e.status === 415) return { code: "UNSUPPORTED_MEDIA_TYPE", message: e.message, param: null, detail: null };
+  if (err instanceof SyntaxError || e.status === 400) {
+    return {
+      code: "INVALID_JSON",
+      message: `We could not parse the JSON body of your request: ${e.message}`,
+      param: null,
+      detail: null,
+    };
+  }
+  return null;
+}

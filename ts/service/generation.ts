@@ -1,0 +1,151 @@
+/**
+ * Runs the sequences of one request (n choices, or several prompts) in the engine at once and
+ * merges their events into one stream tagged with the choice index. Submission is all or
+ * nothing: if one submit fails (context too long, queue full), the ones already queued are
+ * cancelled and the error is thrown before any response is written.
+ */
+import { WickError, type Engine, type EngineEvent, type GenerateOptions, type TokenLogprobs } from "../engine/index.ts";
+import { RequestError } from "./errors.ts";
+
+export interface ChoiceEvent {
+  index: number;
+  event: EngineEvent;
+}
+
+export type DoneEvent = Extract<EngineEvent, { type: "done" }>;
+
+export interface Job {
+  options: GenerateOptions;
+  /** Which prompt of the request this choice continues (usage counts each prompt once). */
+  promptIndex: number;
+}
+
+/** Request fields to blame when the engine says the request does not fit the context. */
+export interface ContextParams {
+  prompt: string;
+  maxTokens: string;
+}
+
+export function startChoices(engine: Engine, jobs: Job[], signal: AbortSignal, params: ContextParams): AsyncGenerator<ChoiceEvent> {
+  const stop = new AbortController();
+  const onAbort = () => stop.abort();
+  signal.addEventListener("abort", onAbort, { once: true });
+  const gens: AsyncGenerator<EngineEvent>[] = [];
+  try {
+    for (const job of jobs) gens.push(engine.generate(job.options, stop.signal));
+  } catch (err) {
+    signal.removeEventListener("abort", onAbort);
+    stop.abort();
+    // A generator's body (which wires the abort to the sequence) only runs once it is pulled.
+    for (const g of gens) void g.next().catch(() => {});
+    throw blameContext(err, engine, jobs[gens.length]!, params);
+  }
+  if (signal.aborted) stop.abort();
+  return merge(gens, stop, () => signal.removeEventListener("abort", onAbort));
+}
+
+type Pulled = { index: number; result: IteratorResult<EngineEvent> };
+
+/** CONTEXT_LENGTH_EXCEEDED names the prompt when it alone is too long, else the length limit. */
+function blameContext(err: unknown, engine: Engine, job: Job, params: ContextParams): unknown {
+  if (!(err instanceof WickError) || err.code !== "CONTEXT_LENGTH_EXCEEDED") return err;
+  const promptTooLong = job.options.promptTokens.length >= engine.info().contextSize;
+  return new RequestError("CONTEXT_LENGTH_EXCEEDED", err.message, promptTooLong ? params.prompt : params.maxTokens);
+}
+
+/**
+ * Pulls every choice at once, before the merged stream is iterated: a generator's body (which
+ * wires the abort signal to its sequence) only runs once pulled, and a client that leaves
+ * before the response body is ever read must still cancel its sequences.
+ */
+function merge(gens: AsyncGenerator<EngineEvent>[], stop: AbortController, cleanup: () => void): AsyncGenerator<ChoiceEvent> {
+  const pending = new Map<number, Promise<Pulled>>();
+  const pull = (index: number) => {
+    const p = gens[index]!.next().then((result) => ({ index, result }));
+    p.catch(() => {}); // observed by the consumer if there is one; never an unhandled rejection
+    pending.set(index, p);
+  };
+  gens.forEach((_, i) => pull(i));
+  return drain(pending, pull, stop, cleanup);
+}
+
+async function* drain(
+  pending: Map<number, Promise<Pulled>>,
+  pull: (index: number) => void,
+  stop: AbortController,
+  cleanup: () => void,
+): AsyncGenerator<ChoiceEvent> {
+  try {
+    while (pending.size > 0) {
+      const { index, result } = await Promise.race(pending.values());
+      pending.delete(index);
+      if (result.done) continue;
+      yield { index, event: result.value };
+      pull(index);
+    }
+  } finally {
+    cleanup();
+    // The consumer left early or one choice failed: stop the others in the engine now.
+    if (pending.size > 0) stop.abort();
+  }
+}
+
+export interface CollectedChoice {
+  text: string;
+  logprobs: TokenLogprobs[];
+  finishReason: DoneEvent["finishReason"];
+}
+
+export interface Collected {
+  choices: CollectedChoice[];
+  usage: UsageTotals;
+}
+
+/** Drains the merged stream into whole choices (non-streaming responses). */
+export async function collectChoices(events: AsyncIterable<ChoiceEvent>, jobs: Job[]): Promise<Collected> {
+  const choices: CollectedChoice[] = jobs.map(() => ({ text: "", logprobs: [], finishReason: "stop" }));
+  const usage = new UsageTotals(jobs);
+  for await (const { index, event } of events) {
+    const c = choices[index]!;
+    if (event.type === "token") {
+      c.text += event.text;
+      if (event.logprobs) c.logprobs.push(...event.logprobs);
+    } else {
+      c.finishReason = event.finishReason;
+      usage.add(index, event);
+    }
+  }
+  return { choices, usage };
+}
+
+/**
+ * OpenAI usage for a multi-sequence request: each prompt's tokens count once (n choices of
+ * one prompt share it), completion tokens add up over every choice.
+ */
+export class UsageTotals {
+  private readonly prompts = new Map<number, { promptTokens: number; cachedTokens: number }>();
+  private completion = 0;
+
+  constructor(private readonly jobs: Job[]) {}
+
+  add(index: number, done: DoneEvent): void {
+    const p = this.jobs[index]!.promptIndex;
+    if (!this.prompts.has(p)) this.prompts.set(p, { promptTokens: done.usage.promptTokens, cachedTokens: done.usage.cachedTokens });
+    this.completion += done.usage.completionTokens;
+  }
+
+  toOpenAI() {
+    let prompt = 0;
+    let cached = 0;
+    for (const u of this.prompts.values()) {
+      prompt += u.promptTokens;
+      cached += u.cachedTokens;
+    }
+    return {
+      prompt_tokens: prompt,
+      completion_tokens: this.completion,
+      total_tokens: prompt + this.completion,
+      prompt_tokens_details: { cached_tokens: cached },
+    };
+  }
+}

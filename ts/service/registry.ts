@@ -1,0 +1,100 @@
+/**
+ * The models this process serves, by id. Each holds its Engine, the facts routes need
+ * (info, load time) and its parsed chat template. Routes resolve a request's `model` here.
+ */
+import path from "node:path";
+import { Engine, type ModelInfo } from "../engine/index.ts";
+import { CHATML_TEMPLATE, ChatTemplate } from "./chat-template.ts";
+import { RequestError } from "./errors.ts";
+
+export interface ServedModel {
+  id: string;
+  path: string;
+  engine: Engine;
+  info: ModelInfo;
+  /** Unix seconds, for OpenAI's `created`. */
+  created: number;
+  template: ChatTemplate;
+  /** True when the GGUF had no template and ChatML stands in. */
+  templateIsFallback: boolean;
+}
+
+export interface LoadModelOptions {
+  modelPath: string;
+  /** Served name; default: the file name without `.gguf`. */
+  id?: string;
+  contextSize?: number;
+  maxSequences?: number;
+  maxQueue?: number;
+  stepTokens?: number;
+  threads?: number;
+}
+
+/** `/x/SmolLM2-135M-Instruct.Q4_1.gguf` → `SmolLM2-135M-Instruct.Q4_1`. */
+export function modelIdFromPath(p: string): string {
+  return path.basename(p).replace(/\.gguf$/i, "");
+}
+
+export class ModelRegistry {
+  private readonly models = new Map<string, ServedModel>();
+
+  async load(opts: LoadModelOptions): Promise<ServedModel> {
+    const { id, ...engineOpts } = opts;
+    const engine = await Engine.load(engineOpts);
+    try {
+      return this.add(engine, { path: opts.modelPath, id });
+    } catch (err) {
+      await engine.unload();
+      throw err;
+    }
+  }
+
+  /** Serves an already loaded engine (tests and the library API load their own). */
+  add(engine: Engine, opts: { path: string; id?: string }): ServedModel {
+    const id = opts.id ?? modelIdFromPath(opts.path);
+    if (this.models.has(id)) throw new Error(`a model named '${id}' is already served`);
+    const info = engine.info();
+    const special = (tok: number | undefined) => (tok === undefined ? "" : engine.detokenize([tok]));
+    const source = info.chatTemplate?.trim() ? info.chatTemplate : undefined;
+    const model: ServedModel = {
+      id,
+      path: opts.path,
+      engine,
+      info,
+      created: Math.floor(Date.now() / 1000),
+      template: new ChatTemplate(source ?? CHATML_TEMPLATE, { bos_token: special(info.bosToken), eos_token: special(info.eosToken) }),
+      templateIsFallback: source === undefined,
+    };
+    this.models.set(id, model);
+    return model;
+  }
+
+  get(id: string): ServedModel | undefined {
+    return this.models.get(id);
+  }
+
+  list(): ServedModel[] {
+    return [...this.models.values()];
+  }
+
+  /**
+   * The model a request names. As llama-server does, any name is accepted while exactly one
+   * model is served (clients hard-code names such as "gpt-4o"); with several, it must match.
+   */
+  resolve(requested: string | null | undefined): ServedModel {
+    if (requested) {
+      const exact = this.models.get(requested);
+      if (exact) return exact;
+    }
+    if (this.models.size === 1) return this.models.values().next().value!;
+    if (this.models.size === 0) throw new RequestError("MODEL_NOT_FOUND", "No model is loaded on this server.", "model");
+    if (!requested) throw new RequestError("INVALID_REQUEST", "Missing required parameter: 'model' (this server serves several models).", "model", "missing_required_parameter");
+    throw new RequestError("MODEL_NOT_FOUND", `The model '${requested}' does not exist. Served: ${[...this.models.keys()].join(", ")}.`, "model");
+  }
+
+  async unloadAll(): Promise<void> {
+    const all = this.list();
+    this.models.clear();
+    await Promise.all(all.map((m) => m.engine.unload()));
+  }
+}

@@ -1,0 +1,44 @@
+/**
+ * OpenAI-style request fields → the engine's GenerateOptions. Defaults are CONTRACT §2's:
+ * temperature 1.0, top_p 1.0, top_k off, min_p 0, repetition penalty 1.0, and max_tokens
+ * until the context is full (the engine's default when maxTokens is absent).
+ */
+import type { GenerateOptions } from "../engine/index.ts";
+import type { SamplingRequest } from "../schemas/sampling.ts";
+
+export type SamplingOptions = Omit<GenerateOptions, "promptTokens">;
+
+export function samplingOptions(req: SamplingRequest & { max_completion_tokens?: number | null }, topLogprobs?: number): SamplingOptions {
+  const out: SamplingOptions = { temperature: req.temperature ?? 1.0 };
+  const maxTokens = req.max_completion_tokens ?? req.max_tokens;
+  if (maxTokens != null) out.maxTokens = maxTokens;
+  // top_p 0 keeps only the most likely token: greedy, which the engine spells top_k 1.
+  if (req.top_p === 0) out.topK = 1;
+  else if (req.top_p != null && req.top_p < 1) out.topP = req.top_p;
+  if (req.top_k != null && req.top_k > 0 && out.topK === undefined) out.topK = req.top_k;
+  if (req.min_p != null) out.minP = req.min_p;
+  const repetition = req.repetition_penalty ?? req.repeat_penalty;
+  if (repetition != null) out.repetitionPenalty = repetition;
+  if (req.repeat_last_n != null && req.repeat_last_n >= 0) out.repeatLastN = req.repeat_last_n;
+  if (req.presence_penalty != null) out.presencePenalty = req.presence_penalty;
+  if (req.frequency_penalty != null) out.frequencyPenalty = req.frequency_penalty;
+  if (req.seed != null && req.seed >= 0) out.seed = req.seed;
+  const stop = stopStrings(req.stop);
+  if (stop.length) out.stop = stop;
+  if (req.ignore_eos) out.ignoreEos = true;
+  if (topLogprobs !== undefined) out.topLogprobs = topLogprobs;
+  return out;
+}
+
+function stopStrings(stop: string | string[] | null | undefined): string[] {
+  if (stop == null) return [];
+  return (typeof stop === "string" ? [stop] : stop).filter((s) => s.length > 0);
+}
+
+/**
+ * The options of each of n choices. With a seed, choice i uses seed + i so the choices differ
+ * but the whole response is reproducible, and choice 0 equals the n = 1 answer.
+ */
+export function perChoice(opts: SamplingOptions, n: number): SamplingOptions[] {
+  return Array.from({ length: n }, (_, i) => (opts.seed !== undefined && i > 0 ? { ...opts, seed: opts.seed + i } : opts));
+}
