@@ -1,0 +1,483 @@
+/**
+ * Wick vs llama.cpp on the same GGUF, same thread count, one machine (DESIGN.md §7).
+ *
+ * Serving mode (default): starts each server on 127.0.0.1 in turn (never both at once),
+ * waits for /health, runs benches/serving.ts at each concurrency with the same prompts,
+ * stops it, and prints a side-by-side table with wick/llama ratios.
+ *
+ *   npx tsx benches/compare.ts serving [model.gguf ...] [--threads 2] [--concurrency 1,4,8,16]
+ *       [--parallel N (default: max concurrency)] [--ctx 1024 (per sequence)]
+ *       [--input-len 256] [--output-len 64] [--num-prompts N] [--peers wick,llama]
+ *       [--json out.json] [--results benches/RESULTS.md]
+ *
+ * Micro mode: prefill tokens/s (512-token prompt) and decode tokens/s (128 tokens), median
+ * and spread over repeats, for Wick's in-process Engine, llama.cpp in-process through
+ * node-llama-cpp, and llama-server's native /completion timings. Each engine runs in its
+ * own child process (ggml worker threads spin; two engines in one process disturb each other).
+ *
+ *   npx tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5]
+ *       [--prompt-len 512] [--gen-len 128] [--engines wick,node-llama-cpp,llama-server]
+ *       [--json out.json] [--results benches/RESULTS.md]
+ *
+ * Models default to the two in .cache/models (`python3 scripts/fetch_models.py all`).
+ * `--peers llama,llama` runs llama-server against itself (validates the harness without Wick).
+ */
+import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { basename, dirname, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import {
+  fmt, intList, makePrompts, markdownTable, num, parseArgs, promptsNeeded, runServing, servingTable,
+  type ServingOptions, type ServingResult,
+} from "./serving.ts";
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const LLAMA_SERVER = join(ROOT, ".cache/llama-build/bin/llama-server");
+const LOG_DIR = join(ROOT, ".cache/tmp/bench-logs");
+/** 1-minute load average when the run started: on a shared machine it says how much to trust it. */
+const LOAD_AT_START = loadavg()[0]!;
+const DEFAULT_MODELS = [".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf", ".cache/models/gemma-3-270m-q4_k_m.gguf"];
+
+// ---------- processes ----------
+
+const children = new Set<ChildProcess>();
+function killAll(): void {
+  for (const c of children) if (c.exitCode === null) c.kill("SIGKILL");
+}
+process.on("exit", killAll);
+for (const sig of ["SIGINT", "SIGTERM"] as const) {
+  process.on(sig, () => {
+    killAll();
+    process.exit(130);
+  });
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.once("error", rej);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => res(port));
+    });
+  });
+}
+
+interface Server {
+  name: string;
+  url: string;
+  proc: ChildProcess;
+  log: string;
+}
+
+type PeerKind = "wick" | "llama";
+
+function serverCommand(kind: PeerKind, model: string, port: number, threads: number, parallel: number, ctx: number): [string, string[]] {
+  if (kind === "wick") {
+    return [process.execPath, [join(ROOT, "bin/wick.js"), "serve", "-m", model, "--host", "127.0.0.1", "--port", String(port),
+      "-t", String(threads), "-np", String(parallel), "-c", String(ctx)]];
+  }
+  if (!existsSync(LLAMA_SERVER)) throw new Error(`${LLAMA_SERVER} missing: run bash scripts/build-llama-server.sh`);
+  // llama-server's -c is the total KV size, split over the -np slots; Wick's -c is per sequence.
+  return [LLAMA_SERVER, ["-m", model, "--host", "127.0.0.1", "--port", String(port), "-t", String(threads),
+    "-np", String(parallel), "-c", String(ctx * parallel), "--no-webui"]];
+}
+
+async function startServer(kind: PeerKind, name: string, model: string, threads: number, parallel: number, ctx: number): Promise<Server> {
+  const port = await freePort();
+  const [cmd, args] = serverCommand(kind, model, port, threads, parallel, ctx);
+  mkdirSync(LOG_DIR, { recursive: true });
+  const log = join(LOG_DIR, `${name}-${basename(model, ".gguf")}.log`);
+  const fd = openSync(log, "w");
+  process.stderr.write(`start ${name}: ${[cmd, ...args].map((a) => a.replace(ROOT + "/", "")).join(" ")}  (log ${log.replace(ROOT + "/", "")})\n`);
+  const proc = spawn(cmd, args, { cwd: ROOT, stdio: ["ignore", fd, fd] });
+  children.add(proc);
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 180_000;
+  while (Date.now() < deadline) {
+    if (proc.exitCode !== null) {
+      throw new Error(`${name} exited with ${proc.exitCode} before /health; see ${log}:\n${readFileSync(log, "utf8").slice(-1500)}`);
+    }
+    try {
+      const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) });
+      if (res.ok) return { name, url, proc, log };
+    } catch {
+      /* not listening yet */
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  proc.kill("SIGKILL");
+  throw new Error(`${name} not healthy after 180 s; see ${log}`);
+}
+
+async function stopServer(s: Server): Promise<void> {
+  if (s.proc.exitCode !== null) return;
+  const exited = new Promise<void>((r) => s.proc.once("exit", () => r()));
+  s.proc.kill("SIGTERM");
+  const t = setTimeout(() => s.proc.kill("SIGKILL"), 10_000);
+  await exited;
+  clearTimeout(t);
+  children.delete(s.proc);
+}
+
+// ---------- tokenizer (prompts identical for every engine) ----------
+
+interface Tok {
+  /** Token ids of text, BOS prepended when the model adds one. */
+  ids(text: string): number[];
+  text(ids: number[]): string;
+  dispose(): Promise<void>;
+}
+
+async function llamaTokenizer(model: string): Promise<Tok> {
+  const { getLlama } = await import("node-llama-cpp");
+  const llama = await getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true, logLevel: "error" as never });
+  const m = await llama.loadModel({ modelPath: model, vocabOnly: true });
+  const bos = m.tokens.shouldPrependBosToken && m.tokens.bos != null ? [m.tokens.bos] : [];
+  return {
+    ids: (text) => [...bos, ...m.tokenize(text)] as number[],
+    text: (ids) => m.detokenize(ids as never),
+    dispose: async () => {
+      await m.dispose();
+      await llama.dispose();
+    },
+  };
+}
+
+/** Exact-length text prompts (serving.ts's word prompts, measured with llama.cpp's tokenizer). */
+function exactTextPrompts(tok: Tok, n: number, len: number, seed: number): Promise<string[]> {
+  return makePrompts(n, len, seed, async (text) => tok.ids(text).length);
+}
+
+/** Token-id prompts of exactly `len` ids (BOS first when the model adds one). */
+async function idPrompts(tok: Tok, n: number, len: number, seed: number): Promise<number[][]> {
+  return (await exactTextPrompts(tok, n, len + 8, seed)).map((t) => tok.ids(t).slice(0, len));
+}
+
+// ---------- machine / provenance ----------
+
+function machine(): string {
+  let model = cpus()[0]?.model ?? "unknown CPU";
+  let cores = String(cpus().length);
+  try {
+    const l = execFileSync("lscpu", { encoding: "utf8" });
+    model = /^Model name:\s*(.+)$/m.exec(l)?.[1]?.trim() ?? model;
+    const perCore = /^Thread\(s\) per core:\s*(\d+)$/m.exec(l)?.[1];
+    const cpusN = /^CPU\(s\):\s*(\d+)$/m.exec(l)?.[1];
+    cores = `${cpusN ?? cores} CPUs${perCore ? `, ${perCore} thread(s)/core` : ""}`;
+  } catch {
+    /* no lscpu */
+  }
+  return `${model}, ${cores}`;
+}
+
+function commit(): string {
+  try {
+    return execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+  } catch {
+    return "unknown";
+  }
+}
+
+function commandLine(): string {
+  return ["npx tsx benches/compare.ts", ...process.argv.slice(2).map((a) => (/[\s'"]/.test(a) ? `'${a}'` : a))].join(" ");
+}
+
+function appendResults(file: string, title: string, body: string): void {
+  const section = [
+    "",
+    `## ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC — ${title}`,
+    "",
+    `- commit: \`${commit()}\``,
+    `- machine: ${machine()}`,
+    `- command: \`${commandLine()}\``,
+    `- load (1-min average): ${LOAD_AT_START.toFixed(2)} at start, ${loadavg()[0]!.toFixed(2)} at end`,
+    "",
+    body,
+    "",
+  ].join("\n");
+  appendFileSync(file, section);
+  process.stderr.write(`appended to ${file}\n`);
+}
+
+function ratio(a: number, b: number, digits = 2): string {
+  return Number.isFinite(a) && Number.isFinite(b) && b !== 0 ? (a / b).toFixed(digits) : "-";
+}
+
+// ---------- serving ----------
+
+async function servingMode(flags: Map<string, string>, models: string[]): Promise<void> {
+  const threads = num(flags, "threads", 2);
+  const concurrency = intList(flags.get("concurrency") ?? "1,4,8,16");
+  const parallel = num(flags, "parallel", Math.max(...concurrency));
+  const ctx = num(flags, "ctx", 1024);
+  const inputLen = num(flags, "input-len", 256);
+  const outputLen = num(flags, "output-len", 64);
+  if (inputLen + outputLen + 8 > ctx) throw new Error(`--ctx ${ctx} is too small for ${inputLen}+${outputLen} tokens`);
+  const peers = (flags.get("peers") ?? "wick,llama").split(",").map((p) => p.trim()) as PeerKind[];
+  for (const p of peers) if (p !== "wick" && p !== "llama") throw new Error(`--peers: unknown ${p} (wick, llama)`);
+  const names = peers.map((p, i) => (peers.indexOf(p) === i ? p : `${p}#${i + 1}`));
+  const base: Omit<ServingOptions, "baseUrl"> = {
+    concurrency,
+    numPrompts: flags.has("num-prompts") ? num(flags, "num-prompts", 0) : undefined,
+    inputLen,
+    outputLen,
+    warmup: num(flags, "warmup", 2),
+    seed: num(flags, "seed", 0),
+    maxLevelS: num(flags, "max-level-s", 300),
+    requestTimeoutS: num(flags, "request-timeout-s", 120),
+    model: "bench",
+  };
+  const all: { model: string; results: Record<string, ServingResult> }[] = [];
+  const sections: string[] = [];
+  for (const model of models) {
+    const tok = await llamaTokenizer(model);
+    const prompts = await exactTextPrompts(tok, promptsNeeded(base), inputLen, base.seed);
+    await tok.dispose();
+    const results: Record<string, ServingResult> = {};
+    for (let i = 0; i < peers.length; i++) {
+      const s = await startServer(peers[i]!, names[i]!, model, threads, parallel, ctx);
+      try {
+        results[names[i]!] = await runServing({ ...base, baseUrl: s.url }, { prompts, exact: true });
+      } finally {
+        await stopServer(s);
+      }
+    }
+    all.push({ model, results });
+    const lines = [`### ${basename(model)} — serving, threads=${threads}, -np ${parallel}, ctx ${ctx}/seq, ${inputLen} in / ${outputLen} out`, ""];
+    for (const n of names) lines.push(`**${n}**`, "", servingTable(results[n]!), "");
+    if (names.length >= 2) lines.push(`**${names[0]} / ${names[1]}** (TTFT/TPOT/ITL: < 1 is faster; throughput: > 1 is faster)`, "", sideBySide(results[names[0]!]!, results[names[1]!]!), "");
+    sections.push(lines.join("\n"));
+    console.log(`\n${lines.join("\n")}`);
+  }
+  const notes = [
+    "Times in ms (mean/median/p99 over requests; ITL over all inter-chunk gaps), throughput per second.",
+    "Servers run one at a time with the same prompts (exact token length via llama.cpp's tokenizer), temperature 0, ignore_eos, streaming /v1/completions.",
+  ].join(" ");
+  if (flags.get("json")) writeFileSync(flags.get("json")!, JSON.stringify({ machine: machine(), commit: commit(), runs: all }, null, 1));
+  if (flags.get("results")) appendResults(flags.get("results")!, `serving: ${names.join(" vs ")}`, `${notes}\n\n${sections.join("\n")}`);
+}
+
+function sideBySide(a: ServingResult, b: ServingResult): string {
+  const head = ["conc", "out tok/s", "req/s", "TTFT mean", "TTFT med", "TTFT p99", "TPOT mean", "TPOT med", "TPOT p99", "ITL med", "ITL p99"];
+  const rows = a.levels.map((la, i) => {
+    const lb = b.levels[i]!;
+    return [
+      String(la.concurrency),
+      `${fmt(la.outputThroughput)} / ${fmt(lb.outputThroughput)} = ${ratio(la.outputThroughput, lb.outputThroughput)}`,
+      ratio(la.requestThroughput, lb.requestThroughput),
+      ratio(la.ttftMs.mean, lb.ttftMs.mean), ratio(la.ttftMs.median, lb.ttftMs.median), ratio(la.ttftMs.p99, lb.ttftMs.p99),
+      ratio(la.tpotMs.mean, lb.tpotMs.mean), ratio(la.tpotMs.median, lb.tpotMs.median), ratio(la.tpotMs.p99, lb.tpotMs.p99),
+      ratio(la.itlMs.median, lb.itlMs.median), ratio(la.itlMs.p99, lb.itlMs.p99),
+    ];
+  });
+  return markdownTable(head, rows);
+}
+
+// ---------- micro ----------
+
+interface Sample {
+  prefillTps: number;
+  decodeTps: number;
+  promptTokens: number;
+  genTokens: number;
+}
+
+type EngineName = "wick" | "node-llama-cpp" | "llama-server";
+
+/** Runs in a child process: one engine, one model, every prompt; prints one JSON line. */
+async function microWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number): Promise<void> {
+  const prompts = JSON.parse(readFileSync(promptsFile, "utf8")) as number[][];
+  const ctxSize = Math.ceil((prompts[0]!.length + genLen + 16) / 256) * 256;
+  const samples: Sample[] = [];
+  if (engine === "wick") {
+    const { Engine } = await import("../ts/engine/index.ts");
+    const eng = await Engine.load({ modelPath: model, contextSize: ctxSize, threads, maxSequences: 1 });
+    for (const p of prompts) {
+      let done: { usage: { promptTokens: number; completionTokens: number; cachedTokens: number }; timings: { promptMs: number; decodeMs: number } } | undefined;
+      for await (const ev of eng.generate({ promptTokens: p, maxTokens: genLen, temperature: 0, ignoreEos: true })) {
+        if (ev.type === "done") done = ev;
+      }
+      if (!done) throw new Error("wick: no done event");
+      const { usage, timings } = done;
+      samples.push({
+        prefillTps: (usage.promptTokens - usage.cachedTokens) / (timings.promptMs / 1000),
+        decodeTps: (usage.completionTokens - 1) / (timings.decodeMs / 1000),
+        promptTokens: usage.promptTokens - usage.cachedTokens,
+        genTokens: usage.completionTokens,
+      });
+    }
+    await eng.unload();
+  } else if (engine === "node-llama-cpp") {
+    const { getLlama } = await import("node-llama-cpp");
+    const llama = await getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true, logLevel: "error" as never, maxThreads: threads });
+    const m = await llama.loadModel({ modelPath: model });
+    const ctx = await m.createContext({ contextSize: ctxSize, sequences: 1, threads: { ideal: threads, min: threads }, batchSize: 512 });
+    const seq = ctx.getSequence();
+    for (const p of prompts) {
+      await seq.clearHistory();
+      // Same split as Wick's timings: prompt = all prompt tokens up to the first sampled
+      // token; decode = first sampled token to the last (genLen - 1 forward passes).
+      const t0 = performance.now();
+      await seq.evaluateWithoutGeneratingNewTokens(p.slice(0, -1) as never);
+      let n = 0;
+      let tFirst = 0;
+      for await (const _ of seq.evaluate(p.slice(-1) as never, { temperature: 0, yieldEogToken: true })) {
+        n++;
+        if (n === 1) tFirst = performance.now();
+        if (n >= genLen) break;
+      }
+      const tEnd = performance.now();
+      samples.push({ prefillTps: p.length / ((tFirst - t0) / 1000), decodeTps: (n - 1) / ((tEnd - tFirst) / 1000), promptTokens: p.length, genTokens: n });
+    }
+    await ctx.dispose();
+    await m.dispose();
+    await llama.dispose();
+  } else {
+    const s = await startServer("llama", "llama-server-micro", model, threads, 1, ctxSize);
+    try {
+      for (const p of prompts) {
+        const res = await fetch(`${s.url}/completion`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ prompt: p, n_predict: genLen, temperature: 0, ignore_eos: true, cache_prompt: false }),
+          signal: AbortSignal.timeout(300_000),
+        });
+        if (!res.ok) throw new Error(`llama-server /completion: HTTP ${res.status} ${await res.text()}`);
+        const t = ((await res.json()) as { timings: { prompt_n: number; prompt_per_second: number; predicted_n: number; predicted_per_second: number } }).timings;
+        samples.push({ prefillTps: t.prompt_per_second, decodeTps: t.predicted_per_second, promptTokens: t.prompt_n, genTokens: t.predicted_n });
+      }
+    } finally {
+      await stopServer(s);
+    }
+  }
+  process.stdout.write(`${JSON.stringify(samples)}\n`);
+}
+
+interface Summary {
+  median: number;
+  min: number;
+  max: number;
+  n: number;
+}
+
+function summarize(xs: number[]): Summary {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  const median = s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+  return { median, min: s[0]!, max: s[s.length - 1]!, n: s.length };
+}
+
+function cell(s: Summary | undefined): string {
+  if (!s) return "-";
+  const spread = ((s.max - s.min) / s.median) * 100;
+  return `${fmt(s.median)} (${fmt(s.min)}–${fmt(s.max)}, ±${fmt(spread / 2, 0)}%)`;
+}
+
+async function runWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number): Promise<Sample[]> {
+  const args = ["--import", "tsx", fileURLToPath(import.meta.url), "micro-worker", "--engine", engine, "--model", model,
+    "--prompts", promptsFile, "--gen-len", String(genLen), "--threads", String(threads)];
+  return new Promise((res, rej) => {
+    const proc = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
+    children.add(proc);
+    let out = "";
+    proc.stdout!.on("data", (d) => (out += d));
+    const timer = setTimeout(() => proc.kill("SIGKILL"), 600_000);
+    proc.on("exit", (code) => {
+      clearTimeout(timer);
+      children.delete(proc);
+      const line = out.trim().split("\n").pop() ?? "";
+      if (code === 0 && line.startsWith("[")) res(JSON.parse(line) as Sample[]);
+      else rej(new Error(`${engine} worker failed (exit ${code}): ${out.slice(-500)}`));
+    });
+  });
+}
+
+async function microMode(flags: Map<string, string>, models: string[]): Promise<void> {
+  const threads = num(flags, "threads", 2);
+  const repeats = num(flags, "repeats", 5);
+  const promptLen = num(flags, "prompt-len", 512);
+  const genLen = num(flags, "gen-len", 128);
+  const engines = (flags.get("engines") ?? "wick,node-llama-cpp,llama-server").split(",").map((e) => e.trim()) as EngineName[];
+  for (const e of engines) if (!["wick", "node-llama-cpp", "llama-server"].includes(e)) throw new Error(`--engines: unknown ${e}`);
+  const tmp = mkdtempSync(join(tmpdir(), "wick-micro-"));
+  const rows: string[][] = [];
+  const json: Record<string, Record<string, { prefill: Summary; decode: Summary; samples: Sample[] }>> = {};
+  for (const model of models) {
+    const tok = await llamaTokenizer(model);
+    // One warm-up prompt plus `repeats` distinct prompts (no prefix-cache hits between them).
+    const prompts = await idPrompts(tok, repeats + 1, promptLen, num(flags, "seed", 0));
+    await tok.dispose();
+    const file = join(tmp, `${basename(model)}.json`);
+    writeFileSync(file, JSON.stringify(prompts));
+    const res: Record<string, { prefill: Summary; decode: Summary; samples: Sample[] }> = {};
+    for (const e of engines) {
+      process.stderr.write(`micro ${basename(model)}: ${e} (${repeats} + 1 warm-up, ${promptLen} prompt, ${genLen} gen, ${threads} threads)\n`);
+      try {
+        const samples = (await runWorker(e, model, file, genLen, threads)).slice(1);
+        res[e] = { prefill: summarize(samples.map((s) => s.prefillTps)), decode: summarize(samples.map((s) => s.decodeTps)), samples };
+        process.stderr.write(`  prefill ${cell(res[e].prefill)} tok/s, decode ${cell(res[e].decode)} tok/s\n`);
+      } catch (err) {
+        process.stderr.write(`  ${(err as Error).message}\n`);
+      }
+    }
+    json[model] = res;
+    const w = res["wick"];
+    for (const e of engines) {
+      const r = res[e];
+      rows.push([
+        basename(model), e, cell(r?.prefill), cell(r?.decode),
+        e === "wick" ? "" : ratio(w?.prefill.median ?? NaN, r?.prefill.median ?? NaN),
+        e === "wick" ? "" : ratio(w?.decode.median ?? NaN, r?.decode.median ?? NaN),
+      ]);
+    }
+  }
+  const table = markdownTable(["model", "engine", `prefill tok/s (${promptLen})`, `decode tok/s (${genLen})`, "wick/this prefill", "wick/this decode"], rows);
+  const notes =
+    `Median (min–max, ±half-range %) over ${repeats} repeats after 1 warm-up, threads=${threads}, distinct random prompts of exactly ${promptLen} tokens. ` +
+    "prefill = prompt tokens / time to the first sampled token; decode = (generated − 1) / time from the first to the last token. " +
+    "Wick: Engine timings (promptMs, decodeMs). node-llama-cpp: wall clock around evaluateWithoutGeneratingNewTokens + evaluate. " +
+    "llama-server: native /completion timings (prompt_per_second, predicted_per_second; cache_prompt false). Ratios > 1: Wick is faster.";
+  console.log(`\n${table}\n\n${notes}`);
+  if (flags.get("json")) writeFileSync(flags.get("json")!, JSON.stringify({ machine: machine(), commit: commit(), threads, repeats, promptLen, genLen, results: json }, null, 1));
+  if (flags.get("results")) appendResults(flags.get("results")!, `micro: ${engines.join(", ")}`, `${notes}\n\n${table}`);
+}
+
+// ---------- CLI ----------
+
+const USAGE = `usage:
+  tsx benches/compare.ts serving [model.gguf ...] [--threads 2] [--concurrency 1,4,8,16] [--parallel N]
+      [--ctx 1024] [--input-len 256] [--output-len 64] [--num-prompts N] [--warmup 2] [--peers wick,llama]
+      [--max-level-s 300] [--json out.json] [--results benches/RESULTS.md]
+  tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--prompt-len 512] [--gen-len 128]
+      [--engines wick,node-llama-cpp,llama-server] [--json out.json] [--results benches/RESULTS.md]`;
+
+async function main(): Promise<void> {
+  const { flags, positional } = parseArgs(process.argv.slice(2));
+  const mode = positional[0] && ["serving", "micro", "micro-worker"].includes(positional[0]) ? positional.shift()! : "serving";
+  if (flags.has("help")) {
+    console.error(USAGE);
+    return;
+  }
+  if (mode === "micro-worker") {
+    return microWorker(flags.get("engine") as EngineName, flags.get("model")!, flags.get("prompts")!, num(flags, "gen-len", 128), num(flags, "threads", 2));
+  }
+  const models = (positional.length ? positional : DEFAULT_MODELS.filter((m) => existsSync(join(ROOT, m)))).map((m) => resolve(ROOT, m));
+  if (models.length === 0) throw new Error("no models: pass a GGUF path or run python3 scripts/fetch_models.py all");
+  for (const m of models) if (!existsSync(m)) throw new Error(`no such model: ${m}`);
+  if (flags.get("results")) flags.set("results", resolve(process.cwd(), flags.get("results")!));
+  if (mode === "micro") await microMode(flags, models);
+  else await servingMode(flags, models);
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().then(
+    () => process.exit(0),
+    (err) => {
+      console.error(`compare: ${(err as Error).message ?? err}`);
+      process.exit(1);
+    },
+  );
+}

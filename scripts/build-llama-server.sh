@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds llama-server (the serving-benchmark and vision peer) and llama-quantize (for K-quant
+# mixes) from the llama.cpp source bundled in the node-llama-cpp npm package, unpacked by
+# scripts/llama-src.sh into .cache/llama.cpp. Output: .cache/llama-build/bin. Idempotent: skips
+# the build when both binaries exist (set WICK_LLAMA_REBUILD=1 to force a rebuild).
+# Takes ~6-10 min on 2 cores. Prints the bin directory on stdout as its last line.
+#
+# Env: WICK_LLAMA_JOBS (default: nproc), WICK_LLAMA_TARGETS (extra ninja targets, e.g.
+# "llama-bench"), WICK_LLAMA_BUILD (build dir, default .cache/llama-build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+src=$root/.cache/llama.cpp
+build=${WICK_LLAMA_BUILD:-$root/.cache/llama-build}
+bin=$build/bin
+targets="llama-server llama-quantize ${WICK_LLAMA_TARGETS:-}"
+
+missing=()
+for tool in cmake ninja g++ git; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "build-llama-server: missing ${missing[*]}. Install with:" >&2
+  echo "  apt-get install -y cmake ninja-build g++ git" >&2
+  exit 2
+fi
+
+need=0
+for t in $targets; do [ -x "$bin/$t" ] || need=1; done
+if [ "$need" = 0 ] && [ -z "${WICK_LLAMA_REBUILD:-}" ]; then
+  echo "build-llama-server: up to date ($targets)" >&2
+  echo "$bin"
+  exit 0
+fi
+
+bash scripts/llama-src.sh >/dev/null
+[ -f "$src/CMakeLists.txt" ] || { echo "build-llama-server: no source in $src" >&2; exit 1; }
+
+# Flags checked against the bundled CMakeLists (llama.cpp v0.5.0 in node-llama-cpp 3.22.1):
+# LLAMA_USE_PREBUILT_UI defaults ON and would download the web UI; LLAMA_BUILD_APP builds the
+# unified binary (not needed); LLAMA_CURL is deprecated there (only warns), so it is not passed.
+flags=(
+  -G Ninja
+  -DCMAKE_BUILD_TYPE=Release
+  -DLLAMA_BUILD_SERVER=ON
+  -DLLAMA_BUILD_TOOLS=ON
+  -DLLAMA_BUILD_TESTS=OFF
+  -DLLAMA_BUILD_EXAMPLES=OFF
+  -DLLAMA_BUILD_APP=OFF
+  -DLLAMA_BUILD_UI=OFF
+  -DLLAMA_USE_PREBUILT_UI=OFF
+  -DLLAMA_OPENSSL=OFF
+  -DGGML_NATIVE=ON
+)
+jobs=${WICK_LLAMA_JOBS:-$(nproc)}
+
+# Offline by construction: run configure + build without a network namespace when possible,
+# so nothing can be fetched behind our back.
+run_offline() {
+  if unshare -n true 2>/dev/null; then unshare -n "$@"; else "$@"; fi
+}
+
+mkdir -p "$build"
+echo "build-llama-server: configuring $build" >&2
+run_offline cmake -S "$src" -B "$build" "${flags[@]}" >&2
+echo "build-llama-server: ninja -j$jobs $targets" >&2
+# shellcheck disable=SC2086
+run_offline ninja -C "$build" -j"$jobs" $targets >&2
+
+for t in $targets; do
+  [ -x "$bin/$t" ] || { echo "build-llama-server: $bin/$t was not produced" >&2; exit 1; }
+done
+"$bin/llama-server" --version >&2 2>&1 || true
+echo "$bin"
