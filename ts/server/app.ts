@@ -12,6 +12,7 @@ import type { ModelRegistry } from "../service/registry.ts";
 import { apiKeyAuth } from "./auth.ts";
 import { HttpError, toApiError } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
+import { metricsRoutes } from "./metrics.ts";
 import { chatRoutes } from "./routes/openai/chat.ts";
 import { completionsRoutes } from "./routes/openai/completions.ts";
 import { modelsRoutes } from "./routes/openai/models.ts";
@@ -71,6 +72,7 @@ export function createApp(opts: AppOptions): Koa {
   const router = new Router();
   const deps = { registry: opts.registry, log };
   healthRoutes(router, opts.registry);
+  metricsRoutes(router, opts.registry);
   modelsRoutes(router, deps);
   chatRoutes(router, deps);
   completionsRoutes(router, deps);

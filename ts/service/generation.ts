@@ -4,8 +4,9 @@
  * nothing: if one submit fails (context too long, queue full), the ones already queued are
  * cancelled and the error is thrown before any response is written.
  */
-import { WickError, type Engine, type EngineEvent, type GenerateOptions, type TokenLogprobs } from "../engine/index.ts";
+import { WickError, type EngineEvent, type GenerateOptions, type TokenLogprobs } from "../engine/index.ts";
 import { RequestError } from "./errors.ts";
+import type { ServedModel } from "./registry.ts";
 
 export interface ChoiceEvent {
   index: number;
@@ -26,19 +27,19 @@ export interface ContextParams {
   maxTokens: string;
 }
 
-export function startChoices(engine: Engine, jobs: Job[], signal: AbortSignal, params: ContextParams): AsyncGenerator<ChoiceEvent> {
+export function startChoices(model: ServedModel, jobs: Job[], signal: AbortSignal, params: ContextParams): AsyncGenerator<ChoiceEvent> {
   const stop = new AbortController();
   const onAbort = () => stop.abort();
   signal.addEventListener("abort", onAbort, { once: true });
   const gens: AsyncGenerator<EngineEvent>[] = [];
   try {
-    for (const job of jobs) gens.push(engine.generate(job.options, stop.signal));
+    for (const job of jobs) gens.push(model.generate(job.options, stop.signal));
   } catch (err) {
     signal.removeEventListener("abort", onAbort);
     stop.abort();
     // A generator's body (which wires the abort to the sequence) only runs once it is pulled.
     for (const g of gens) void g.next().catch(() => {});
-    throw blameContext(err, engine, jobs[gens.length]!, params);
+    throw blameContext(err, model, jobs[gens.length]!, params);
   }
   if (signal.aborted) stop.abort();
   return merge(gens, stop, () => signal.removeEventListener("abort", onAbort));
@@ -47,9 +48,9 @@ export function startChoices(engine: Engine, jobs: Job[], signal: AbortSignal, p
 type Pulled = { index: number; result: IteratorResult<EngineEvent> };
 
 /** CONTEXT_LENGTH_EXCEEDED names the prompt when it alone is too long, else the length limit. */
-function blameContext(err: unknown, engine: Engine, job: Job, params: ContextParams): unknown {
+function blameContext(err: unknown, model: ServedModel, job: Job, params: ContextParams): unknown {
   if (!(err instanceof WickError) || err.code !== "CONTEXT_LENGTH_EXCEEDED") return err;
-  const promptTooLong = job.options.promptTokens.length >= engine.info().contextSize;
+  const promptTooLong = job.options.promptTokens.length >= model.info.contextSize;
   return new RequestError("CONTEXT_LENGTH_EXCEEDED", err.message, promptTooLong ? params.prompt : params.maxTokens);
 }
 

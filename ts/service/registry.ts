@@ -3,9 +3,10 @@
  * (info, load time) and its parsed chat template. Routes resolve a request's `model` here.
  */
 import path from "node:path";
-import { Engine, type ModelInfo } from "../engine/index.ts";
+import { Engine, type EngineEvent, type GenerateOptions, type ModelInfo } from "../engine/index.ts";
 import { CHATML_TEMPLATE, ChatTemplate } from "./chat-template.ts";
 import { RequestError } from "./errors.ts";
+import { ServingMetrics } from "./metrics.ts";
 
 export interface ServedModel {
   id: string;
@@ -17,6 +18,8 @@ export interface ServedModel {
   template: ChatTemplate;
   /** True when the GGUF had no template and ChatML stands in. */
   templateIsFallback: boolean;
+  /** The engine's event stream for one sequence, observed by the serving metrics. */
+  generate(opts: GenerateOptions, signal?: AbortSignal): AsyncGenerator<EngineEvent>;
 }
 
 export interface LoadModelOptions {
@@ -37,6 +40,7 @@ export function modelIdFromPath(p: string): string {
 
 export class ModelRegistry {
   private readonly models = new Map<string, ServedModel>();
+  readonly metrics = new ServingMetrics(this);
 
   async load(opts: LoadModelOptions): Promise<ServedModel> {
     const { id, ...engineOpts } = opts;
@@ -64,6 +68,7 @@ export class ModelRegistry {
       created: Math.floor(Date.now() / 1000),
       template: new ChatTemplate(source ?? CHATML_TEMPLATE, { bos_token: special(info.bosToken), eos_token: special(info.eosToken) }),
       templateIsFallback: source === undefined,
+      generate: (o, signal) => this.metrics.track(id, engine.generate(o, signal)),
     };
     this.models.set(id, model);
     return model;

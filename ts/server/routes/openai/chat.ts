@@ -21,7 +21,7 @@ export function chatRoutes(router: Router, { registry, log }: RouteDeps): void {
     const sampling = samplingOptions(req, req.logprobs ? (req.top_logprobs ?? 0) : undefined);
     const jobs: Job[] = perChoice(sampling, req.n ?? 1).map((o) => ({ options: { ...o, promptTokens }, promptIndex: 0 }));
     const maxParam = req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
-    const events = startChoices(model.engine, jobs, clientGoneSignal(ctx), { prompt: "messages", maxTokens: maxParam });
+    const events = startChoices(model, jobs, clientGoneSignal(ctx), { prompt: "messages", maxTokens: maxParam });
     const meta: ResponseMeta = { id: responseId("chatcmpl"), created: unixNow(), model: model.id };
     const logprobs = req.logprobs ? new LogprobFormatter(model) : null;
 

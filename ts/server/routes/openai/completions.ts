@@ -24,7 +24,7 @@ export function completionsRoutes(router: Router, { registry, log }: RouteDeps):
     const jobs: Job[] = prompts.flatMap((promptTokens, promptIndex) =>
       choices.map((o) => ({ options: { ...o, promptTokens }, promptIndex })),
     );
-    const events = startChoices(model.engine, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "max_tokens" });
+    const events = startChoices(model, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "max_tokens" });
     const meta: ResponseMeta = { id: responseId("cmpl"), created: unixNow(), model: model.id };
     const logprobs = req.logprobs != null ? new LogprobFormatter(model) : null;
 

@@ -1,0 +1,83 @@
+/**
+ * Serving metrics in the vLLM/SGLang style (names prefixed `wick:`), so gateways and
+ * dashboards built for those servers read Wick unchanged. Latencies are observed here, where
+ * every request's event stream passes; engine gauges are read at scrape time.
+ */
+import client from "prom-client";
+import type { EngineEvent } from "../engine/index.ts";
+
+/** What the metrics read from the models being served, at scrape time. */
+export interface GaugeSource {
+  list(): { id: string; engine: { metrics(): { running: number; waiting: number } } }[];
+}
+
+const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
+
+export class ServingMetrics {
+  readonly registry = new client.Registry();
+  private readonly ttft;
+  private readonly itl;
+  private readonly e2e;
+  private readonly queue;
+  private readonly promptTokens;
+  private readonly generationTokens;
+  private readonly finished;
+
+  constructor(models: GaugeSource) {
+    const registers = [this.registry];
+    const labelNames = ["model_name"] as const;
+    const gauge = (name: string, help: string, pick: (m: { running: number; waiting: number }) => number) =>
+      new client.Gauge({
+        name,
+        help,
+        labelNames,
+        registers,
+        collect() {
+          this.reset();
+          for (const m of models.list()) this.set({ model_name: m.id }, pick(m.engine.metrics()));
+        },
+      });
+    gauge("wick:num_requests_running", "Sequences in the running batch.", (m) => m.running);
+    gauge("wick:num_requests_waiting", "Sequences waiting for admission.", (m) => m.waiting);
+    const histogram = (name: string, help: string) => new client.Histogram({ name, help, labelNames, registers, buckets: LATENCY_BUCKETS });
+    this.ttft = histogram("wick:time_to_first_token_seconds", "Time from submission to the first generated token.");
+    this.itl = histogram("wick:inter_token_latency_seconds", "Time between consecutive streamed tokens.");
+    this.e2e = histogram("wick:e2e_request_latency_seconds", "Time from submission to the end of generation.");
+    this.queue = histogram("wick:request_queue_time_seconds", "Time spent waiting for admission.");
+    const counter = (name: string, help: string, extra: string[] = []) =>
+      new client.Counter({ name, help, labelNames: [...labelNames, ...extra], registers });
+    this.promptTokens = counter("wick:prompt_tokens_total", "Prompt tokens of finished requests.");
+    this.generationTokens = counter("wick:generation_tokens_total", "Generated tokens of finished requests.");
+    this.finished = counter("wick:request_success_total", "Finished requests by finish reason.", ["finished_reason"]);
+  }
+
+  /** Passes a request's events through unchanged, observing its latencies and token counts. */
+  async *track(modelId: string, events: AsyncGenerator<EngineEvent>): AsyncGenerator<EngineEvent> {
+    const labels = { model_name: modelId };
+    const start = performance.now();
+    let last: number | undefined;
+    for await (const ev of events) {
+      const now = performance.now();
+      if (ev.type === "token" && ev.ids.length > 0) {
+        if (last === undefined) this.ttft.observe(labels, (now - start) / 1e3);
+        else this.itl.observe(labels, (now - last) / 1e3);
+        last = now;
+      } else if (ev.type === "done") {
+        this.e2e.observe(labels, (now - start) / 1e3);
+        this.queue.observe(labels, ev.timings.queueMs / 1e3);
+        this.promptTokens.inc(labels, ev.usage.promptTokens);
+        this.generationTokens.inc(labels, ev.usage.completionTokens);
+        this.finished.inc({ ...labels, finished_reason: ev.finishReason });
+      }
+      yield ev;
+    }
+  }
+
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}
