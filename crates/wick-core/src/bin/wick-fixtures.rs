@@ -53,5 +53,9 @@ fn usage(err: &str) -> ExitCode {
         eprintln!("wick-fixtures: {err}");
     }
     eprintln!("usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad]");
-    if err.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) }
+    if err.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    }
 }

@@ -4,7 +4,8 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use super::layers::{Linear, RmsNorm, Rope};
+use super::cpu_attention;
+use super::layers::{Linear, RmsNorm, Rope, RowPos};
 use super::StepSeq;
 use crate::cache::KvCache;
 use crate::error::{Result, WickError};
@@ -27,6 +28,10 @@ pub struct BatchPlan {
     pub positions: Vec<usize>,
     /// Row index of each sequence's last token, `[batch]` u32.
     pub last_rows: Tensor,
+    /// Each row's place in its sequence's part of the step (kernel choice per sequence).
+    pub rows: Vec<RowPos>,
+    /// The same for the last rows alone (one row per sequence).
+    pub last_row_pos: Vec<RowPos>,
 }
 
 impl BatchPlan {
@@ -34,7 +39,7 @@ impl BatchPlan {
         if batch.is_empty() {
             return Err(WickError::InvalidRequest("empty batch".into()));
         }
-        let (mut spans, mut ids, mut positions, mut last) = (vec![], vec![], vec![], vec![]);
+        let (mut spans, mut ids, mut positions, mut last, mut rows) = (vec![], vec![], vec![], vec![], vec![]);
         for s in batch {
             if s.tokens.is_empty() {
                 return Err(WickError::InvalidRequest("a sequence in the batch has no tokens".into()));
@@ -47,6 +52,7 @@ impl BatchPlan {
             let span = SeqSpan { start: ids.len(), len: s.tokens.len(), pos0: s.cache.len() };
             ids.extend_from_slice(s.tokens);
             positions.extend(span.pos0..span.pos0 + span.len);
+            rows.extend((0..span.len).map(|i| RowPos { seq_len: span.len as u32, idx: i as u32 }));
             last.push((span.start + span.len - 1) as u32);
             spans.push(span);
         }
@@ -56,6 +62,8 @@ impl BatchPlan {
             ids: Tensor::from_vec(ids, n, dev)?,
             positions,
             last_rows: Tensor::from_vec(last.clone(), last.len(), dev)?,
+            last_row_pos: vec![RowPos::SINGLE; last.len()],
+            rows,
         })
     }
     pub fn n_tokens(&self) -> usize {
@@ -88,10 +96,8 @@ impl Attention {
         qk_norm_eps: Option<f32>,
         dev: &Device,
     ) -> Result<Self> {
-        if n_kv_head == 0 || n_head % n_kv_head != 0 {
-            return Err(WickError::load(format!(
-                "{prefix}: {n_head} query heads cannot share {n_kv_head} KV heads"
-            )));
+        if n_kv_head == 0 || !n_head.is_multiple_of(n_kv_head) {
+            return Err(WickError::load(format!("{prefix}: {n_head} query heads cannot share {n_kv_head} KV heads")));
         }
         let (q_norm, k_norm) = match qk_norm_eps {
             Some(eps) => (
@@ -125,9 +131,10 @@ impl Attention {
     ) -> Result<Tensor> {
         let n = plan.n_tokens();
         let hd = self.head_dim;
-        let mut q = self.q.forward(x)?.reshape((n, self.n_head, hd))?;
-        let mut k = self.k.forward(x)?.reshape((n, self.n_kv_head, hd))?;
-        let v = self.v.forward(x)?.reshape((n, self.n_kv_head, hd))?;
+        let rows = &plan.rows;
+        let mut q = self.q.forward(x, rows)?.reshape((n, self.n_head, hd))?;
+        let mut k = self.k.forward(x, rows)?.reshape((n, self.n_kv_head, hd))?;
+        let v = self.v.forward(x, rows)?.reshape((n, self.n_kv_head, hd))?;
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
@@ -141,15 +148,27 @@ impl Attention {
             // [len, kv, hd] -> [kv, len, hd], the cache layout.
             let k_s = k.narrow(0, span.start, span.len)?.transpose(0, 1)?;
             let v_s = v.narrow(0, span.start, span.len)?.transpose(0, 1)?;
-            let (k_all, v_all) = cache.append(&k_s, &v_s)?;
-            outs.push(attend(&q_s, &k_all, &v_all, span.pos0, scale)?);
+            cache.append(&k_s, &v_s)?;
+            let o = match cache.host() {
+                Some(kv) => {
+                    let qh = q_s.flatten_all()?.to_vec1::<f32>()?;
+                    let o = cpu_attention::attend(&qh, &kv, span.len, span.pos0, self.n_head, hd, scale as f32);
+                    Tensor::from_vec(o, (span.len, self.n_head * hd), x.device())?
+                }
+                None => {
+                    let (k_all, v_all) = cache.device_views()?;
+                    attend(&q_s, &k_all, &v_all, span.pos0, scale)?
+                }
+            };
+            outs.push(o);
         }
         let o = Tensor::cat(&outs, 0)?;
-        self.o.forward(&o)
+        self.o.forward(&o, rows)
     }
 }
 
-/// softmax(q kᵀ · scale + causal mask) v for one sequence.
+/// softmax(q kᵀ · scale + causal mask) v for one sequence on a GPU (the CPU uses
+/// `cpu_attention`, which sums exactly as llama.cpp does).
 /// `q`: `[len, n_head, hd]` f32 for positions `pos0..pos0+len`; `k`, `v`: `[n_kv, T, hd]` f16
 /// with `T = pos0 + len`. Query head h reads KV head h / (n_head / n_kv), as in ggml.
 /// q is rounded to f16 first because ggml converts it to the f16 cache's dot type.
@@ -157,12 +176,8 @@ fn attend(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, scale: f64) -> Result
     let (len, n_head, hd) = q.dims3()?;
     let (n_kv, t, _) = k.dims3()?;
     let group = n_head / n_kv;
-    let q = q
-        .transpose(0, 1)?
-        .contiguous()?
-        .to_dtype(DType::F16)?
-        .to_dtype(DType::F32)?
-        .reshape((n_kv, group * len, hd))?;
+    let q = q.transpose(0, 1)?.contiguous()?.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
+    let q = q.reshape((n_kv, group * len, hd))?;
     let k = k.to_dtype(DType::F32)?;
     let v = v.to_dtype(DType::F32)?;
     let mut scores = (q.matmul(&k.t()?)? * scale)?;
@@ -176,7 +191,8 @@ fn attend(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, scale: f64) -> Result
         let mask = Tensor::from_vec(mask, (len, t), q.device())?;
         scores = scores.reshape((n_kv, group, len, t))?.broadcast_add(&mask)?.reshape((n_kv, group * len, t))?;
     }
-    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    // Probabilities meet the f16 V cache in f16, as in ggml's (non flash-attention) kv matmul.
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
     let o = probs.matmul(&v)?; // [kv, group*len, hd] = [n_head, len, hd]
     Ok(o.reshape((n_head, len, hd))?.transpose(0, 1)?.contiguous()?.reshape((len, n_head * hd))?)
 }

@@ -80,24 +80,25 @@ impl Model for Decoder {
             let h = b.op_norm.forward(&x)?;
             let y = match &b.op {
                 Operator::Attention(a) => {
-                    let mut kvs =
-                        batch.iter_mut().map(|s| s.cache.kv_mut(il)).collect::<Result<Vec<_>>>()?;
+                    let mut kvs = batch.iter_mut().map(|s| s.cache.kv_mut(il)).collect::<Result<Vec<_>>>()?;
                     a.forward(&h, &plan, &self.rope, (&cos, &sin), &mut kvs)?
                 }
                 Operator::Conv(c) => {
-                    let mut states =
-                        batch.iter_mut().map(|s| s.cache.conv_mut(il)).collect::<Result<Vec<_>>>()?;
+                    let mut states = batch.iter_mut().map(|s| s.cache.conv_mut(il)).collect::<Result<Vec<_>>>()?;
                     c.forward(&h, &plan, &mut states)?
                 }
             };
             x = (x + y)?;
+            let mut rows = &plan.rows;
             if il + 1 == n_blocks {
                 // Only the last token of each sequence is read out: skip the rest of the
-                // last FFN (llama.cpp does the same; per-row results are unchanged).
+                // last FFN. llama.cpp does the same, so those rows go through its
+                // single-row kernels.
                 x = x.index_select(&plan.last_rows, 0)?;
+                rows = &plan.last_row_pos;
             }
             let h = b.ffn_norm.forward(&x)?;
-            x = (x + b.mlp.forward(&h)?)?;
+            x = (x + b.mlp.forward(&h, rows)?)?;
         }
         if n_blocks == 0 {
             x = x.index_select(&plan.last_rows, 0)?;
@@ -105,6 +106,6 @@ impl Model for Decoder {
         for s in batch.iter_mut() {
             s.cache.advance(s.tokens.len());
         }
-        self.head.forward(&self.norm.forward(&x)?)
+        self.head.forward(&self.norm.forward(&x)?, &plan.last_row_pos)
     }
 }

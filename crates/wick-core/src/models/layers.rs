@@ -38,32 +38,50 @@ pub fn param_count(gguf: &GgufFile) -> u64 {
     gguf.tensors.iter().map(|t| t.elem_count() as u64).sum()
 }
 
-/// Wraps a weight for matmul. Quantized and f16/bf16 weights stay as `QTensor` on CPU so the
-/// activations are converted to the weight's dot-product type (q8_0, q8_1, q8_K, f16) exactly
-/// as ggml does; f32 weights become a plain tensor.
-pub fn qmatmul(w: Arc<QTensor>) -> Result<QMatMul> {
-    let keep = match w.dtype() {
-        GgmlDType::F32 => false,
-        GgmlDType::F16 | GgmlDType::BF16 => w.device().is_cpu(),
-        _ => true,
-    };
-    if keep {
-        Ok(QMatMul::QTensor(w))
-    } else {
-        Ok(QMatMul::from_arc(w)?)
-    }
+/// A weight ready for matmul. On the CPU, F16/Q8_0/Q4_0/Q4_1/Q4_K use `ggml_matmul` (rounds as
+/// llama.cpp does); other quantized types stay `QTensor`s so candle converts activations to
+/// the weight's dot-product type (q8_K, ...) as ggml does; f32 weights become plain tensors.
+enum Weight {
+    Candle(QMatMul),
+    Ggml(Arc<QTensor>),
+}
+
+fn weight(w: Arc<QTensor>) -> Result<Weight> {
+    let cpu = w.device().is_cpu();
+    let n_out = w.shape().dims().first().copied().unwrap_or(0);
+    Ok(match w.dtype() {
+        dt if cpu && super::ggml_matmul::supported(dt, n_out) => Weight::Ggml(w),
+        GgmlDType::F32 => Weight::Candle(QMatMul::from_arc(w)?),
+        GgmlDType::F16 | GgmlDType::BF16 if !cpu => Weight::Candle(QMatMul::from_arc(w)?),
+        _ => Weight::Candle(QMatMul::QTensor(w)),
+    })
+}
+
+/// A row's place in its sequence's share of a step: llama.cpp picks kernels by how many
+/// rows it multiplies at once, so Wick picks them per sequence, as if each sequence ran alone.
+/// That keeps every sequence's numbers independent of what it is batched with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowPos {
+    /// Tokens this sequence brings to the step.
+    pub seq_len: u32,
+    /// This row's index among them.
+    pub idx: u32,
+}
+
+impl RowPos {
+    pub const SINGLE: RowPos = RowPos { seq_len: 1, idx: 0 };
 }
 
 /// `y = x Wᵀ (+ b)`: a GGUF weight of ggml dims `{in, out}` with an optional bias `{out}`.
 pub struct Linear {
-    w: QMatMul,
+    w: Weight,
     bias: Option<Tensor>,
 }
 
 impl Linear {
     pub fn load(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Device) -> Result<Self> {
         g.expect_dims(&format!("{name}.weight"), &[n_in, n_out])?;
-        let w = qmatmul(Arc::new(g.qtensor(&format!("{name}.weight"), dev)?))?;
+        let w = weight(Arc::new(g.qtensor(&format!("{name}.weight"), dev)?))?;
         let bias_name = format!("{name}.bias");
         let bias = if g.has(&bias_name) {
             g.expect_dims(&bias_name, &[n_out])?;
@@ -75,12 +93,17 @@ impl Linear {
     }
 
     pub fn from_qtensor(w: Arc<QTensor>) -> Result<Self> {
-        Ok(Self { w: qmatmul(w)?, bias: None })
+        Ok(Self { w: weight(w)?, bias: None })
     }
 
-    /// `x`: `[n, in]` f32 → `[n, out]` f32.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.w.forward(&x.contiguous()?)?;
+    /// `x`: `[n, in]` f32 → `[n, out]` f32; `rows[i]` says where row i sits in its sequence's
+    /// part of the step (it picks llama.cpp's single- or multi-row kernel for that row).
+    pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
+        let x = x.contiguous()?;
+        let y = match &self.w {
+            Weight::Candle(w) => w.forward(&x)?,
+            Weight::Ggml(w) => super::ggml_matmul::matmul(&x, w, rows)?,
+        };
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
@@ -100,7 +123,7 @@ impl RmsNorm {
         Ok(Self { w: g.f32_tensor(name, dev)?.to_dtype(DType::F32)?, eps })
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.w, self.eps)?)
+        super::cpu_ops::rms_norm(x, &self.w, self.eps)
     }
 }
 
@@ -119,9 +142,9 @@ impl Mlp {
             down: Linear::load(g, &format!("{prefix}.ffn_down"), ff, d, dev)?,
         })
     }
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let h = (self.gate.forward(x)?.silu()? * self.up.forward(x)?)?;
-        self.down.forward(&h)
+    pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
+        let h = super::cpu_ops::swiglu(&self.gate.forward(x, rows)?, &self.up.forward(x, rows)?)?;
+        self.down.forward(&h, rows)
     }
 }
 
@@ -133,14 +156,9 @@ pub struct Embedding {
 
 impl Embedding {
     pub fn load(g: &GgufFile, name: &str, d: usize, dev: &Device) -> Result<Self> {
-        let info = g
-            .info(name)
-            .ok_or_else(|| WickError::load(format!("missing tensor `{name}`")))?;
+        let info = g.info(name).ok_or_else(|| WickError::load(format!("missing tensor `{name}`")))?;
         if info.dims.len() != 2 || info.dims[0] != d {
-            return Err(WickError::load(format!(
-                "tensor `{name}` has dims {:?}, expected [{d}, n_vocab]",
-                info.dims
-            )));
+            return Err(WickError::load(format!("tensor `{name}` has dims {:?}, expected [{d}, n_vocab]", info.dims)));
         }
         let n_vocab = info.dims[1];
         Ok(Self { table: Arc::new(g.qtensor(name, dev)?), n_vocab })
@@ -203,6 +221,9 @@ impl Rope {
     /// `x`: `[n, heads, head_dim]`, token i rotated by row i of the tables.
     pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         let (n, h, d) = x.dims3()?;
+        if x.device().is_cpu() {
+            return super::cpu_ops::rope(x, cos, sin, self.style == RopeStyle::Interleaved);
+        }
         let x4 = x.contiguous()?.reshape((n, h, 1, d))?;
         let y = match self.style {
             RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x4, cos, sin)?,
@@ -226,7 +247,7 @@ pub fn load_rope(hp: &Hparams, style: RopeStyle, n_rot: usize) -> Result<Rope> {
     } else {
         None
     };
-    if n_rot == 0 || n_rot % 2 != 0 {
+    if n_rot == 0 || !n_rot.is_multiple_of(2) {
         return Err(WickError::load(format!("rope dimension {n_rot} must be even and positive")));
     }
     Ok(Rope { style, n_rot, base, freq_scale, freq_factors })

@@ -21,7 +21,7 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
     let n_kv = g.metadata.per_layer_usize(&hp.key("attention.head_count_kv"), n_layer)?;
     let eps = g.metadata.f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
     let l_cache = hp.usize("shortconv.l_cache")?;
-    if n_head == 0 || d % n_head != 0 {
+    if n_head == 0 || !d.is_multiple_of(n_head) {
         return Err(WickError::load(format!("embedding_length {d} is not divisible by head_count {n_head}")));
     }
     // No key_length / rope.dimension_count in LFM2 files: the head is d / n_head, fully rotated.
@@ -52,16 +52,15 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let norm_name = ["token_embd_norm.weight", "output_norm.weight"]
-        .into_iter()
-        .find(|n| g.has(n))
-        .ok_or_else(|| WickError::load("missing tensor `token_embd_norm.weight` (the final norm; `output_norm.weight` is also accepted)"))?;
+    let norm_name =
+        ["token_embd_norm.weight", "output_norm.weight"].into_iter().find(|n| g.has(n)).ok_or_else(|| {
+            WickError::load(
+                "missing tensor `token_embd_norm.weight` (the final norm; `output_norm.weight` is also accepted)",
+            )
+        })?;
     let norm = RmsNorm::load(g, norm_name, d, eps, dev)?;
-    let head = if g.has("output.weight") {
-        Linear::load(g, "output", d, embed.n_vocab(), dev)?
-    } else {
-        embed.as_linear()?
-    };
+    let head =
+        if g.has("output.weight") { Linear::load(g, "output", d, embed.n_vocab(), dev)? } else { embed.as_linear()? };
     let info = ModelInfo {
         architecture: "lfm2".into(),
         n_vocab: embed.n_vocab(),

@@ -22,7 +22,7 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
     };
     let ff = hp.usize("feed_forward_length")?;
     let eps = g.metadata.f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
-    if n_head == 0 || d % n_head != 0 && hp.opt_usize("attention.key_length")?.is_none() {
+    if n_head == 0 || (!d.is_multiple_of(n_head) && hp.opt_usize("attention.key_length")?.is_none()) {
         return Err(WickError::load(format!("embedding_length {d} is not divisible by head_count {n_head}")));
     }
     let head_dim = hp.opt_usize("attention.key_length")?.unwrap_or(d / n_head);
@@ -46,11 +46,8 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
         })
         .collect::<Result<Vec<_>>>()?;
     let norm = RmsNorm::load(g, "output_norm.weight", d, eps, dev)?;
-    let head = if g.has("output.weight") {
-        Linear::load(g, "output", d, embed.n_vocab(), dev)?
-    } else {
-        embed.as_linear()?
-    };
+    let head =
+        if g.has("output.weight") { Linear::load(g, "output", d, embed.n_vocab(), dev)? } else { embed.as_linear()? };
     let info = ModelInfo {
         architecture: "llama".into(),
         n_vocab: embed.n_vocab(),

@@ -8,7 +8,11 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
 mod attention;
+mod cpu_attention;
+mod cpu_ops;
 mod decoder;
+mod ggml_matmul;
+mod ggml_simd;
 mod layers;
 mod lfm2;
 mod llama;

@@ -5,6 +5,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::attention::BatchPlan;
+use super::cpu_ops;
 use super::layers::Linear;
 use crate::cache::ConvState;
 use crate::error::{Result, WickError};
@@ -15,6 +16,8 @@ pub struct ShortConv {
     out_proj: Linear,
     /// Kernel column k as a `[d]` vector; tap L-1 multiplies the current token.
     taps: Vec<Tensor>,
+    /// The kernel `[d, L]` row-major on the host, for the ggml-exact CPU path.
+    kernel: Vec<f32>,
     pub l_cache: usize,
     pub d: usize,
 }
@@ -28,13 +31,14 @@ impl ShortConv {
         g.expect_dims(&name, &[l_cache, d])?;
         // ggml {L, d} is candle [d, L]: row c holds channel c's L taps.
         let w = g.f32_tensor(&name, dev)?.to_dtype(DType::F32)?;
-        let taps = (0..l_cache)
-            .map(|k| Ok(w.narrow(1, k, 1)?.squeeze(1)?.contiguous()?))
-            .collect::<Result<Vec<_>>>()?;
+        let taps =
+            (0..l_cache).map(|k| Ok(w.narrow(1, k, 1)?.squeeze(1)?.contiguous()?)).collect::<Result<Vec<_>>>()?;
+        let kernel = w.flatten_all()?.to_vec1::<f32>()?;
         Ok(Self {
             in_proj: Linear::load(g, &format!("{prefix}.shortconv.in_proj"), d, 3 * d, dev)?,
             out_proj: Linear::load(g, &format!("{prefix}.shortconv.out_proj"), d, d, dev)?,
             taps,
+            kernel,
             l_cache,
             d,
         })
@@ -43,7 +47,7 @@ impl ShortConv {
     /// `u`: normed input `[n_tokens, d]`; `states[i]` belongs to `plan.spans[i]`.
     pub fn forward(&self, u: &Tensor, plan: &BatchPlan, states: &mut [&mut ConvState]) -> Result<Tensor> {
         let d = self.d;
-        let bcx = self.in_proj.forward(u)?;
+        let bcx = self.in_proj.forward(u, &plan.rows)?;
         let b = bcx.narrow(1, 0, d)?;
         let c = bcx.narrow(1, d, d)?;
         let x = bcx.narrow(1, 2 * d, d)?;
@@ -53,15 +57,22 @@ impl ShortConv {
             let v = bx.narrow(0, span.start, span.len)?;
             // Previous L-1 inputs then the new ones: output t reads rows t..t+L.
             let full = Tensor::cat(&[&state.get(u.device())?, &v], 0)?;
-            // Summed tap by tap in f32, the order of ggml's ssm_conv kernel.
-            let mut y = full.narrow(0, 0, span.len)?.broadcast_mul(&self.taps[0])?;
-            for (k, tap) in self.taps.iter().enumerate().skip(1) {
-                y = (y + full.narrow(0, k, span.len)?.broadcast_mul(tap)?)?;
-            }
+            let y = if u.device().is_cpu() {
+                let host = full.flatten_all()?.to_vec1::<f32>()?;
+                let y = cpu_ops::short_conv(&host, &self.kernel, span.len, d, self.l_cache);
+                Tensor::from_vec(y, (span.len, d), u.device())?
+            } else {
+                // Summed tap by tap in f32, the order of ggml's ssm_conv kernel.
+                let mut y = full.narrow(0, 0, span.len)?.broadcast_mul(&self.taps[0])?;
+                for (k, tap) in self.taps.iter().enumerate().skip(1) {
+                    y = (y + full.narrow(0, k, span.len)?.broadcast_mul(tap)?)?;
+                }
+                y
+            };
             state.set(full.narrow(0, span.len, self.l_cache - 1)?.contiguous()?)?;
             ys.push(y);
         }
         let y = Tensor::cat(&ys, 0)?;
-        self.out_proj.forward(&(c * y)?)
+        self.out_proj.forward(&(c * y)?, &plan.rows)
     }
 }

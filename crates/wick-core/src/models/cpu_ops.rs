@@ -1,0 +1,200 @@
+//! CPU versions of small ops written to round exactly as ggml's CPU backend does.
+//!
+//! Why: quantized matmuls quantize their activations (q8_0 / q8_1 / q8_K blocks). A one-ulp
+//! difference upstream can move a value across a rounding boundary of that quantization and
+//! change a logit by ~1e-2, which is enough to flip a greedy choice at a near-tie. Matching
+//! llama.cpp's greedy output token for token therefore needs the cheap elementwise ops to be
+//! bit-identical, not merely close. GPU devices use the generic candle ops instead.
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+
+use crate::error::Result;
+
+/// ggml `rms_norm` (+ the following `mul`): sum of squares in f64, `scale = 1/sqrtf(mean+ε)`
+/// in f32, `y = x·scale·w`.
+struct GgmlRmsNorm {
+    eps: f32,
+}
+
+impl CustomOp2 for GgmlRmsNorm {
+    fn name(&self) -> &'static str {
+        "wick-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (Some((a1, b1)), Some((a2, b2))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
+            candle_core::bail!("rms_norm needs contiguous inputs")
+        };
+        let (CpuStorage::F32(x), CpuStorage::F32(w)) = (s1, s2) else {
+            candle_core::bail!("rms_norm is implemented for f32 only")
+        };
+        let (x, w) = (&x[a1..b1], &w[a2..b2]);
+        let n = w.len();
+        if n == 0 || !x.len().is_multiple_of(n) {
+            candle_core::bail!("rms_norm: {} values do not split into rows of {n}", x.len())
+        }
+        let mut y = vec![0f32; x.len()];
+        for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+            let sum: f64 = xr.iter().map(|&v| (v * v) as f64).sum();
+            let mean = (sum / n as f64) as f32;
+            let scale = 1.0f32 / (mean + self.eps).sqrt();
+            for ((o, &v), &g) in yr.iter_mut().zip(xr).zip(w) {
+                *o = v * scale * g;
+            }
+        }
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+}
+
+/// RMSNorm over the last dim; ggml-exact on CPU, candle's kernel elsewhere.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+    let x = x.contiguous()?;
+    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+        Ok(x.apply_op2_no_bwd(w, &GgmlRmsNorm { eps })?)
+    } else {
+        Ok(candle_nn::ops::rms_norm(&x, w, eps)?)
+    }
+}
+
+/// Causal depthwise conv as ggml's `ssm_conv` computes it for short kernels: for each output
+/// t and channel c, `acc = fma(s[t+k][c], w[c][k], acc)` for k = 0..L, starting from 0.
+/// `full`: `[L-1+len, d]` row-major (state rows then new rows); `w`: `[d, L]` row-major.
+pub fn short_conv(full: &[f32], w: &[f32], len: usize, d: usize, l: usize) -> Vec<f32> {
+    let mut y = vec![0f32; len * d];
+    for t in 0..len {
+        let out = &mut y[t * d..(t + 1) * d];
+        for (c, o) in out.iter_mut().enumerate() {
+            let mut acc = 0f32;
+            for k in 0..l {
+                acc = full[(t + k) * d + c].mul_add(w[c * l + k], acc);
+            }
+            *o = acc;
+        }
+    }
+    y
+}
+
+/// Which of ggml's vectorised `expf` approximations the local llama.cpp CPU build uses:
+/// its AVX-512 and AVX2 variants round differently, and both differ from libm by ~1 ulp.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum ExpVariant {
+    Avx512,
+    Avx2,
+    Libm,
+}
+
+pub(crate) fn exp_variant() -> ExpVariant {
+    static V: std::sync::OnceLock<ExpVariant> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512dq") {
+                return ExpVariant::Avx512;
+            }
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                return ExpVariant::Avx2;
+            }
+        }
+        ExpVariant::Libm
+    })
+}
+
+/// SIMD width of ggml's vectorised loops for the variant (elements past the last full
+/// vector use libm `expf`).
+fn simd_width(v: ExpVariant) -> usize {
+    match v {
+        ExpVariant::Avx512 => 16,
+        ExpVariant::Avx2 => 8,
+        ExpVariant::Libm => 1,
+    }
+}
+
+/// One lane of ggml's `ggml_v_expf` (ARM optimized-routines polynomial), op for op.
+pub(crate) fn ggml_expf(x: f32, v: ExpVariant) -> f32 {
+    if v == ExpVariant::Libm {
+        return x.exp();
+    }
+    let r = f32::from_bits(0x4B40_0000); // 0x1.8p23
+    let z = x.mul_add(f32::from_bits(0x3FB8_AA3B), r); // 0x1.715476p+0
+    let n = z - r;
+    let b = (-n).mul_add(f32::from_bits(0x35BF_BE8E), (-n).mul_add(f32::from_bits(0x3F31_7200), x));
+    let u = b * b;
+    let p = f32::from_bits(0x3C07_2010).mul_add(b, f32::from_bits(0x3D2B_9F17)); // 0x1.0e4020p-7, 0x1.573e2ep-5
+    let q = f32::from_bits(0x3E2A_AF33).mul_add(b, f32::from_bits(0x3EFF_FEDB)); // 0x1.555e66p-3, 0x1.fffdb6p-2
+    if v == ExpVariant::Avx512 {
+        let j = p.mul_add(u, q).mul_add(u, f32::from_bits(0x3F7F_FFF6).mul_add(b, 1.0)); // 0x1.ffffecp-1
+        if n.abs() > 192.0 {
+            return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+        }
+        // _mm512_scalef_ps: j·2^n with one rounding (exact in f64, rounded once to f32).
+        let pow2 = f64::from_bits(((n as i64 + 1023) as u64) << 52);
+        return (j as f64 * pow2) as f32;
+    }
+    let j = p.mul_add(u, q).mul_add(u, f32::from_bits(0x3F7F_FFF6) * b);
+    let e = z.to_bits() << 23;
+    let k = f32::from_bits(e.wrapping_add(1.0f32.to_bits()));
+    if n.abs() <= 126.0 {
+        return k.mul_add(j, k);
+    }
+    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
+    let s1 = f32::from_bits(g.wrapping_add(0x7F00_0000));
+    let s2 = f32::from_bits(e.wrapping_sub(g));
+    if n.abs() > 192.0 {
+        s1 * s1
+    } else {
+        s2.mul_add(j, s2) * s1
+    }
+}
+
+/// ggml `swiglu`: `silu(g)·u` with `silu(x) = x / (1 + expf(-x))`, expf as the local
+/// llama.cpp build computes it (vector approximation, libm for the tail of each row).
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    let (gate, up) = (gate.contiguous()?, up.contiguous()?);
+    if !gate.device().is_cpu() || gate.dtype() != candle_core::DType::F32 {
+        return Ok((gate.silu()? * up)?);
+    }
+    let dims = gate.dims().to_vec();
+    let n = *dims.last().unwrap_or(&1);
+    let (g, u) = (gate.flatten_all()?.to_vec1::<f32>()?, up.flatten_all()?.to_vec1::<f32>()?);
+    let var = exp_variant();
+    let vec_end = n - n % simd_width(var);
+    let mut y = vec![0f32; g.len()];
+    for ((yr, gr), ur) in y.chunks_mut(n).zip(g.chunks(n)).zip(u.chunks(n)) {
+        for (i, ((o, &x), &m)) in yr.iter_mut().zip(gr).zip(ur).enumerate() {
+            let e = if i < vec_end { ggml_expf(0.0 - x, var) } else { (-x).exp() };
+            *o = (x / (1.0 + e)) * m;
+        }
+    }
+    Ok(Tensor::from_vec(y, dims, gate.device())?)
+}
+
+/// RoPE as ggml's compiled `rotate_pairs` rounds it: the x1 products are rounded, the x0
+/// products fused — `y0 = fma(x0, cos, -(x1·sin))`, `y1 = fma(x0, sin, x1·cos)`.
+/// `x`: `[n, heads, hd]`; `cos`/`sin`: `[n, hd/2]`; pairs are adjacent (`interleaved`) or
+/// `hd/2` apart (NEOX).
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, interleaved: bool) -> Result<Tensor> {
+    let (n, h, d) = x.dims3()?;
+    let xs = x.flatten_all()?.to_vec1::<f32>()?;
+    let (c, s) = (cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?);
+    let half = d / 2;
+    let mut y = vec![0f32; xs.len()];
+    for t in 0..n {
+        let (ct, st) = (&c[t * half..(t + 1) * half], &s[t * half..(t + 1) * half]);
+        for head in 0..h {
+            let base = (t * h + head) * d;
+            for i in 0..half {
+                let (i0, i1) = if interleaved { (base + 2 * i, base + 2 * i + 1) } else { (base + i, base + i + half) };
+                let (x0, x1) = (xs[i0], xs[i1]);
+                y[i0] = x0.mul_add(ct[i], -(x1 * st[i]));
+                y[i1] = x0.mul_add(st[i], x1 * ct[i]);
+            }
+        }
+    }
+    Ok(Tensor::from_vec(y, (n, h, d), x.device())?)
+}

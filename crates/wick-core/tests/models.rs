@@ -1,0 +1,240 @@
+//! Model forward passes on the synthetic fixtures: loading, ragged batches, determinism, and
+//! clean failures on broken files. Parity with llama.cpp itself is in `models_parity.rs` and
+//! `test/parity.test.ts`.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use candle_core::{Device, Tensor};
+use wick_core::cache::SeqCache;
+use wick_core::fixtures::{self, FixtureSpec};
+use wick_core::gguf::GgufFile;
+use wick_core::models::{self, Model, StepSeq};
+use wick_core::WickError;
+
+/// The standard fixture shapes written once per test run with the built-in byte vocab
+/// (259 tokens), so these tests need no external files.
+fn fixture_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // Rewritten each run (atomically, so parallel test binaries never see half a file).
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wick-models");
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let vocab = fixtures::byte_vocab();
+        for spec in fixtures::standard_specs() {
+            fixtures::write_fixture(&spec, &vocab, &dir.join(&spec.file_name)).expect("write fixture");
+        }
+        dir
+    })
+}
+
+fn load(name: &str) -> Box<dyn Model> {
+    let g = GgufFile::open(fixture_dir().join(name)).expect("open fixture");
+    models::load(&g, &Device::Cpu).expect("load fixture")
+}
+
+fn step(model: &dyn Model, tokens: &[u32], cache: &mut SeqCache) -> Vec<f32> {
+    let logits = model.forward(&mut [StepSeq { tokens, cache }]).expect("forward");
+    assert_eq!(logits.dims(), [1, model.info().n_vocab]);
+    logits.get(0).and_then(|r| r.to_vec1::<f32>()).expect("logits")
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap_or(0) as u32
+}
+
+fn row(t: &Tensor, i: usize) -> Vec<f32> {
+    t.get(i).and_then(|r| r.to_vec1::<f32>()).expect("row")
+}
+
+const PROMPT_A: [u32; 7] = [1, 72, 101, 108, 108, 111, 44];
+const PROMPT_B: [u32; 5] = [1, 200, 17, 99, 3];
+
+#[test]
+fn every_standard_fixture_loads_and_runs() {
+    for spec in fixtures::standard_specs() {
+        let model = load(&spec.file_name);
+        let info = model.info();
+        assert_eq!(info.n_vocab, 259, "{}", spec.file_name);
+        assert_eq!(info.n_layer, spec.n_kv.len(), "{}", spec.file_name);
+        assert_eq!(info.n_embd, spec.d, "{}", spec.file_name);
+        assert!(info.n_params > 0);
+        let mut cache = model.new_cache();
+        let logits = step(model.as_ref(), &PROMPT_A, &mut cache);
+        assert!(logits.iter().all(|x| x.is_finite()), "{}: non-finite logits", spec.file_name);
+        assert_eq!(cache.len(), PROMPT_A.len());
+        step(model.as_ref(), &[5], &mut cache);
+        assert_eq!(cache.len(), PROMPT_A.len() + 1);
+    }
+}
+
+/// A prefill of one sequence and a decode of another in one step give each sequence the
+/// logits it gets alone — bit for bit on the CPU, where kernels are chosen per sequence
+/// (batch invariance) — and leave both caches as running alone would.
+#[test]
+fn ragged_batch_matches_sequences_run_alone() {
+    for name in [
+        "tiny-llama-q8_0.gguf",
+        "tiny-llama-f16.gguf",
+        "tiny-llama-q4_k.gguf",
+        "tiny-lfm2-q8_0.gguf",
+        "tiny-lfm2-q4_0.gguf",
+        "tiny-lfm2-f16.gguf",
+        "tiny-lfm2-q4_k.gguf",
+    ] {
+        let model = load(name);
+        let m = model.as_ref();
+        // Alone: A prefills, B prefills then decodes twice.
+        let mut a = m.new_cache();
+        let a0 = step(m, &PROMPT_A, &mut a);
+        let a1 = step(m, &[9], &mut a);
+        let mut b = m.new_cache();
+        step(m, &PROMPT_B, &mut b);
+        let b1 = step(m, &[42], &mut b);
+        let b2 = step(m, &[7], &mut b);
+
+        // Batched: B's prompt first, then [A prefill + B decode], then [A decode + B decode].
+        let (mut ca, mut cb) = (m.new_cache(), m.new_cache());
+        step(m, &PROMPT_B, &mut cb);
+        let out = m
+            .forward(&mut [StepSeq { tokens: &PROMPT_A, cache: &mut ca }, StepSeq { tokens: &[42], cache: &mut cb }])
+            .expect("ragged step");
+        assert_eq!(out.dims(), [2, m.info().n_vocab]);
+        let d1 = max_abs_diff(&row(&out, 0), &a0).max(max_abs_diff(&row(&out, 1), &b1));
+        let out = m
+            .forward(&mut [StepSeq { tokens: &[9], cache: &mut ca }, StepSeq { tokens: &[7], cache: &mut cb }])
+            .expect("decode step");
+        let d2 = max_abs_diff(&row(&out, 0), &a1).max(max_abs_diff(&row(&out, 1), &b2));
+        assert!(d1 == 0.0 && d2 == 0.0, "{name}: batched logits differ by {d1} / {d2}");
+        assert_eq!((ca.len(), cb.len()), (PROMPT_A.len() + 1, PROMPT_B.len() + 2));
+    }
+}
+
+/// Splitting a prompt into chunks (prefill continuing from a cache, conv state carried over)
+/// gives the logits of a single prefill.
+#[test]
+fn chunked_prefill_matches_single_prefill() {
+    for name in ["tiny-llama-f16.gguf", "tiny-lfm2-f16.gguf", "tiny-lfm2-q4_0.gguf"] {
+        let model = load(name);
+        let m = model.as_ref();
+        let mut whole = m.new_cache();
+        let expect = step(m, &PROMPT_A, &mut whole);
+        let mut parts = m.new_cache();
+        step(m, &PROMPT_A[..3], &mut parts);
+        step(m, &PROMPT_A[3..4], &mut parts);
+        let got = step(m, &PROMPT_A[4..], &mut parts);
+        let d = max_abs_diff(&expect, &got);
+        assert!(d < 1e-3, "{name}: chunked prefill differs by {d}");
+        assert_eq!(argmax(&expect), argmax(&got));
+    }
+}
+
+#[test]
+fn greedy_decoding_is_deterministic() {
+    for name in ["tiny-llama-q4_0.gguf", "tiny-lfm2-q8_0.gguf"] {
+        let model = load(name);
+        let run = || {
+            let mut cache = model.new_cache();
+            let mut logits = step(model.as_ref(), &PROMPT_B, &mut cache);
+            let mut out = vec![];
+            for _ in 0..24 {
+                let t = argmax(&logits);
+                out.push(t);
+                logits = step(model.as_ref(), &[t], &mut cache);
+            }
+            out
+        };
+        let first = run();
+        assert_eq!(first, run(), "{name}");
+    }
+}
+
+/// `output_norm.weight` (ollama-converted files) is accepted as LFM2's final norm.
+#[test]
+fn lfm2_final_norm_under_either_name() {
+    let a = load("tiny-lfm2-q8_0.gguf");
+    let b = load("tiny-lfm2-outnorm-q8_0.gguf");
+    let (la, lb) = (step(a.as_ref(), &PROMPT_A, &mut a.new_cache()), step(b.as_ref(), &PROMPT_A, &mut b.new_cache()));
+    assert_eq!(la, lb);
+}
+
+#[test]
+fn default_cache_is_adopted_and_foreign_cache_rejected() {
+    let llama = load("tiny-llama-q8_0.gguf");
+    let lfm2 = load("tiny-lfm2-q8_0.gguf");
+    let mut fresh = SeqCache::default();
+    let x = step(llama.as_ref(), &PROMPT_A, &mut fresh);
+    assert_eq!(x, step(llama.as_ref(), &PROMPT_A, &mut llama.new_cache()));
+    // A 2-layer llama cache in a 6-layer lfm2.
+    let err = lfm2.forward(&mut [StepSeq { tokens: &[1], cache: &mut fresh }]).unwrap_err();
+    assert_eq!(err.code(), "INVALID_REQUEST", "{err}");
+}
+
+#[test]
+fn invalid_batches_are_rejected() {
+    let model = load("tiny-lfm2-q4_0.gguf");
+    let m = model.as_ref();
+    assert_eq!(m.forward(&mut []).unwrap_err().code(), "INVALID_REQUEST");
+    let mut c = m.new_cache();
+    assert_eq!(m.forward(&mut [StepSeq { tokens: &[], cache: &mut c }]).unwrap_err().code(), "INVALID_REQUEST");
+    let err = m.forward(&mut [StepSeq { tokens: &[1, 259], cache: &mut c }]).unwrap_err();
+    assert!(matches!(err, WickError::InvalidRequest(ref s) if s.contains("259")), "{err}");
+    assert!(c.is_empty(), "a rejected step must not advance the cache");
+}
+
+#[test]
+fn broken_files_fail_with_clear_errors() {
+    let dir = fixture_dir().join("bad");
+    let bad = fixtures::write_bad_files(&dir).expect("write bad files");
+    assert!(bad.len() >= 6);
+    for b in bad {
+        let name = b.path.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
+        let err = match GgufFile::open(&b.path) {
+            Err(e) => {
+                assert!(b.fails_at_open, "{name}: expected open to succeed, got {e}");
+                e
+            }
+            Ok(g) => {
+                assert!(!b.fails_at_open, "{name}: expected open to fail");
+                match models::load(&g, &Device::Cpu) {
+                    Err(e) => e,
+                    Ok(_) => panic!("{name}: loaded a broken model"),
+                }
+            }
+        };
+        let msg = err.to_string();
+        assert!(msg.contains(b.expect), "{name}: error `{msg}` does not mention `{}`", b.expect);
+        let want = if name.contains("unknown-arch") { "UNSUPPORTED_ARCHITECTURE" } else { "MODEL_LOAD_FAILED" };
+        assert_eq!(err.code(), want, "{name}: {msg}");
+    }
+}
+
+/// With llama.cpp's vocab files present (scripts/llama-src.sh), the standard fixtures carry
+/// the real tokenizers and load with their full vocabularies.
+#[test]
+fn standard_fixtures_with_real_vocabs() {
+    let src = fixtures::default_llama_src();
+    if !src.join("models/ggml-vocab-llama-spm.gguf").exists() {
+        eprintln!(
+            "SKIP standard_fixtures_with_real_vocabs: run scripts/llama-src.sh first ({} missing)",
+            src.display()
+        );
+        return;
+    }
+    let dir = fixture_dir().join("real-vocab");
+    let written = fixtures::write_standard(&dir, &src).expect("write standard fixtures");
+    let specs: Vec<FixtureSpec> = fixtures::standard_specs();
+    assert_eq!(written.len(), specs.len());
+    for (path, spec) in written.iter().zip(&specs) {
+        let g = GgufFile::open(path).expect("open");
+        let tokens = g.metadata.str_array("tokenizer.ggml.tokens").expect("tokens").map_or(0, |t| t.len());
+        let model = models::load(&g, &Device::Cpu).expect("load");
+        assert_eq!(model.info().n_vocab, tokens, "{}", spec.file_name);
+        let expect = if spec.vocab_file.contains("spm") { 32000 } else { 128256 };
+        assert_eq!(tokens, expect, "{}", spec.file_name);
+    }
+}

