@@ -50,7 +50,7 @@ async function llamaCppGreedy(prompt: string): Promise<Greedy> {
   const bos = reference.tokens.bos;
   if (reference.tokens.shouldPrependBosToken && bos != null && promptTokens[0] !== bos) promptTokens.unshift(bos);
   // One thread: ggml's workers spin-wait, which starves a second busy process on a small machine.
-  const ctx = await reference.createContext({ contextSize: 256, sequences: 1, threads: 1 });
+  const ctx = await reference.createContext({ contextSize: 256, sequences: 1, threads: 1, flashAttention: false });
   const out: Token[] = [];
   const margins: number[] = [];
   try {
