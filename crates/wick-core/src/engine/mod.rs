@@ -76,19 +76,16 @@ pub struct EngineMetrics {
 pub struct SequenceHandle {
     pub id: u64,
     pub events: UnboundedReceiver<Event>,
-    cancel: Arc<AtomicBool>,
-    wake: Sender<Command>,
+    canceller: Canceller,
 }
 
 impl SequenceHandle {
     /// Stops generation before the next forward step and frees the sequence's cache.
     pub fn cancel(&self) {
-        if !self.cancel.swap(true, Ordering::Relaxed) {
-            let _ = self.wake.send(Command::Wake);
-        }
+        self.canceller.cancel();
     }
     pub fn canceller(&self) -> Canceller {
-        Canceller { cancel: self.cancel.clone(), wake: self.wake.clone() }
+        self.canceller.clone()
     }
 }
 
@@ -101,6 +98,7 @@ pub struct Canceller {
 
 impl Canceller {
     pub fn cancel(&self) {
+        // Wake the scheduler only once, so it retires the sequence even when it is idle.
         if !self.cancel.swap(true, Ordering::Relaxed) {
             let _ = self.wake.send(Command::Wake);
         }
@@ -232,7 +230,7 @@ impl Engine {
             self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
             return Err(WickError::EngineStopped);
         }
-        Ok(SequenceHandle { id, events, cancel, wake: runner.tx.clone() })
+        Ok(SequenceHandle { id, events, canceller: Canceller { cancel, wake: runner.tx.clone() } })
     }
 
     pub fn metrics(&self) -> EngineMetrics {
