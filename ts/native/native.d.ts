@@ -56,6 +56,8 @@ export interface LoadOptions {
   maxSequences?: number
   maxQueue?: number
   stepTokens?: number
+  /** Prompt tokens per sequence per step; 0 = the whole prompt in one pass. */
+  prefillChunk?: number
   vocabOnly?: boolean
   /** CPU threads for the kernels (process-wide, fixed by the first load). */
   threads?: number

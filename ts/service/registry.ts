@@ -30,6 +30,7 @@ export interface LoadModelOptions {
   maxSequences?: number;
   maxQueue?: number;
   stepTokens?: number;
+  prefillChunk?: number;
   threads?: number;
 }
 

@@ -7,6 +7,7 @@ pub mod error;
 pub mod fixtures;
 pub mod gguf;
 pub mod models;
+pub mod ops;
 pub mod sampling;
 pub mod scheduler;
 pub mod tokenizer;

@@ -10,6 +10,8 @@ pub struct LoadOptions {
     pub max_sequences: Option<u32>,
     pub max_queue: Option<u32>,
     pub step_tokens: Option<u32>,
+    /// Prompt tokens per sequence per step; 0 = the whole prompt in one pass.
+    pub prefill_chunk: Option<u32>,
     pub vocab_only: Option<bool>,
     /// CPU threads for the kernels (process-wide, fixed by the first load).
     pub threads: Option<u32>,

@@ -41,6 +41,9 @@ impl Engine {
         if let Some(n) = opts.step_tokens {
             o.step_tokens = n as usize;
         }
+        if let Some(n) = opts.prefill_chunk {
+            o.prefill_chunk = (n > 0).then_some(n as usize);
+        }
         o.vocab_only = opts.vocab_only.unwrap_or(false);
         let engine = tokio::task::spawn_blocking(move || {
             std::panic::catch_unwind(|| wick_core::Engine::load(o))

@@ -29,8 +29,10 @@ pub struct EngineOptions {
     pub max_sequences: usize,
     /// Requests that may wait for admission before submit fails with QUEUE_FULL.
     pub max_queue: usize,
-    /// Prompt tokens per forward step (chunked prefill).
+    /// Tokens per forward step, decodes and prompt chunks together.
     pub step_tokens: usize,
+    /// Prompt tokens a sequence feeds per step (chunked prefill); None = the whole prompt.
+    pub prefill_chunk: Option<usize>,
     /// Only the tokenizer: no weights, no generation.
     pub vocab_only: bool,
 }
@@ -43,6 +45,7 @@ impl EngineOptions {
             max_sequences: 4,
             max_queue: 256,
             step_tokens: 512,
+            prefill_chunk: Some(256),
             vocab_only: false,
         }
     }
@@ -160,7 +163,11 @@ impl Engine {
             None => None,
             Some(model) => {
                 let (tx, rx) = channel();
-                let cfg = SchedulerConfig { max_seqs: opts.max_sequences.max(1), step_tokens: opts.step_tokens };
+                let cfg = SchedulerConfig {
+                    max_seqs: opts.max_sequences.max(1),
+                    step_tokens: opts.step_tokens,
+                    prefill_chunk: opts.prefill_chunk.unwrap_or(usize::MAX),
+                };
                 let sched = Scheduler::new(model, tokenizer.clone(), rx, cfg, stats.clone());
                 let thread = std::thread::Builder::new()
                     .name("wick-scheduler".into())

@@ -1,12 +1,14 @@
 //! A pre-norm decoder stack shared by the architectures: each block is
 //! `h = x + op(norm(x)); x = h + mlp(norm(h))` where `op` is attention or a short conv.
 //! llama is all attention blocks; LFM2 mixes both. The model files only read their
-//! hyperparameters and tensor names and build one of these.
+//! hyperparameters and tensor names and build one of these. Gemma 3 adds an embedding scale,
+//! norms after the op and the FFN ("sandwich" norms) and a second RoPE for its local layers.
 
 use candle_core::{Device, Tensor};
 
 use super::attention::{Attention, BatchPlan};
-use super::layers::{Embedding, Linear, Mlp, RmsNorm, Rope};
+use super::ffn::Ffn;
+use super::layers::{Embedding, Linear, RmsNorm, Rope};
 use super::shortconv::ShortConv;
 use super::{Model, ModelInfo, StepSeq};
 use crate::cache::{ConvState, KvCache, LayerCache, SeqCache};
@@ -21,7 +23,27 @@ pub struct Block {
     pub op_norm: RmsNorm,
     pub op: Operator,
     pub ffn_norm: RmsNorm,
-    pub mlp: Mlp,
+    pub ffn: Ffn,
+    /// Gemma 3: RMSNorm of the op's output before the residual add.
+    pub post_op_norm: Option<RmsNorm>,
+    /// Gemma 3: RMSNorm of the FFN's output before the residual add.
+    pub post_ffn_norm: Option<RmsNorm>,
+    /// Attention uses `Decoder::rope_local` (Gemma 3 sliding-window layers).
+    pub local_rope: bool,
+}
+
+impl Block {
+    pub fn new(op_norm: RmsNorm, op: Operator, ffn_norm: RmsNorm, ffn: Ffn) -> Self {
+        Self {
+            op_norm,
+            op,
+            ffn_norm,
+            ffn,
+            post_op_norm: None,
+            post_ffn_norm: None,
+            local_rope: false,
+        }
+    }
 }
 
 pub struct Decoder {
@@ -32,6 +54,10 @@ pub struct Decoder {
     pub norm: RmsNorm,
     pub head: Linear,
     pub rope: Rope,
+    /// RoPE of the blocks marked `local_rope`.
+    pub rope_local: Option<Rope>,
+    /// Multiplies the token embeddings (Gemma 3: √d, as ggml_scale rounds it).
+    pub embed_scale: Option<f32>,
 }
 
 impl Decoder {
@@ -63,7 +89,9 @@ impl Model for Decoder {
             .blocks
             .iter()
             .map(|b| match &b.op {
-                Operator::Attention(a) => LayerCache::Attention(KvCache::new(a.n_kv_head, a.head_dim)),
+                Operator::Attention(a) => {
+                    LayerCache::Attention(KvCache::new(a.n_kv_head, a.head_dim))
+                }
                 Operator::Conv(c) => LayerCache::Conv(ConvState::new(c.l_cache - 1, c.d)),
             })
             .collect();
@@ -74,19 +102,39 @@ impl Model for Decoder {
         self.prepare_caches(batch)?;
         let plan = BatchPlan::new(batch, self.embed.n_vocab(), &self.device)?;
         let (cos, sin) = self.rope.tables(&plan.positions, &self.device)?;
+        let local = match &self.rope_local {
+            Some(r) => Some((r, r.tables(&plan.positions, &self.device)?)),
+            None => None,
+        };
         let mut x = self.embed.forward(&plan.ids)?;
+        if let Some(s) = self.embed_scale {
+            x = (x * s as f64)?;
+        }
         let n_blocks = self.blocks.len();
         for (il, b) in self.blocks.iter().enumerate() {
             let h = b.op_norm.forward(&x)?;
             let y = match &b.op {
                 Operator::Attention(a) => {
-                    let mut kvs = batch.iter_mut().map(|s| s.cache.kv_mut(il)).collect::<Result<Vec<_>>>()?;
-                    a.forward(&h, &plan, &self.rope, (&cos, &sin), &mut kvs)?
+                    let mut kvs = batch
+                        .iter_mut()
+                        .map(|s| s.cache.kv_mut(il))
+                        .collect::<Result<Vec<_>>>()?;
+                    match (&local, b.local_rope) {
+                        (Some((r, (c, s))), true) => a.forward(&h, &plan, r, (c, s), &mut kvs)?,
+                        _ => a.forward(&h, &plan, &self.rope, (&cos, &sin), &mut kvs)?,
+                    }
                 }
                 Operator::Conv(c) => {
-                    let mut states = batch.iter_mut().map(|s| s.cache.conv_mut(il)).collect::<Result<Vec<_>>>()?;
+                    let mut states = batch
+                        .iter_mut()
+                        .map(|s| s.cache.conv_mut(il))
+                        .collect::<Result<Vec<_>>>()?;
                     c.forward(&h, &plan, &mut states)?
                 }
+            };
+            let y = match &b.post_op_norm {
+                Some(n) => n.forward(&y)?,
+                None => y,
             };
             x = (x + y)?;
             let mut rows = &plan.rows;
@@ -98,7 +146,12 @@ impl Model for Decoder {
                 rows = &plan.last_row_pos;
             }
             let h = b.ffn_norm.forward(&x)?;
-            x = (x + b.mlp.forward(&h, rows)?)?;
+            let y = b.ffn.forward(&h, rows)?;
+            let y = match &b.post_ffn_norm {
+                Some(n) => n.forward(&y)?,
+                None => y,
+            };
+            x = (x + y)?;
         }
         if n_blocks == 0 {
             x = x.index_select(&plan.last_rows, 0)?;
@@ -106,6 +159,7 @@ impl Model for Decoder {
         for s in batch.iter_mut() {
             s.cache.advance(s.tokens.len());
         }
-        self.head.forward(&self.norm.forward(&x)?, &plan.last_row_pos)
+        self.head
+            .forward(&self.norm.forward(&x)?, &plan.last_row_pos)
     }
 }

@@ -17,11 +17,11 @@
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Tensor;
 use half::f16;
-use rayon::prelude::*;
 
 use super::cpu_attention::{dot_single, dot_tiled};
 use super::ggml_simd as simd;
 use super::layers::RowPos;
+use crate::ops::pool::{self, SyncPtr};
 use crate::error::{Result, WickError};
 
 /// Whether `matmul` handles this weight type (with this output count).
@@ -48,9 +48,9 @@ pub(super) struct Act32 {
 
 /// One q8_K activation block (f32 scale) with the integer sum of each 32-value sub-block.
 pub(super) struct Act256 {
-    d: f32,
-    qs: [i8; 256],
-    sums: [i32; 8],
+    pub d: f32,
+    pub qs: [i8; 256],
+    pub sums: [i32; 8],
 }
 
 /// q8_0 / q8_1 over blocks of 32, as ggml's AVX2 `quantize_row_q8_0` / `_q8_1`.
@@ -177,7 +177,7 @@ fn dot_q4_1(w: &[u8], a: &[Act32]) -> f32 {
 }
 
 /// The 6-bit scale and min of sub-block j of a Q4_K block (`get_scale_min_k4`).
-fn scale_min(sc: &[u8], j: usize) -> (i32, i32) {
+pub(super) fn scale_min(sc: &[u8], j: usize) -> (i32, i32) {
     if j < 4 {
         ((sc[j] & 63) as i32, (sc[j + 4] & 63) as i32)
     } else {
@@ -226,8 +226,47 @@ fn dot_q4k(w: &[u8], a: &[Act256], per_pair: bool) -> f32 {
     acc - acc_min
 }
 
+/// Output columns per task: enough tasks to balance `threads` (and a helper that wakes late),
+/// whole groups of 8 columns, at least 8.
+fn cols_per_task(n: usize, m: usize) -> usize {
+    let threads = pool::global().threads();
+    if threads == 1 {
+        return n;
+    }
+    let tasks = if m == 1 { threads * 8 } else { threads * 16 };
+    (n.div_ceil(tasks).div_ceil(8) * 8).max(8)
+}
+
+/// Rows of activations per cache block in the multi-row kernels.
+const ROW_BLOCK: usize = 64;
+
+/// Runs `f(j0, j1)` over column ranges covering `0..n`, spread over the pool.
+fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+    let c = cols_per_task(n, m);
+    pool::run(n.div_ceil(c), &|t| f(t * c, ((t + 1) * c).min(n)));
+}
+
+/// Quantizes every row of `xs` (`k` values each) with `q`, rows spread over the pool.
+fn quantize_rows<A: Send>(xs: &[f32], k: usize, q: fn(&[f32]) -> Vec<A>) -> Vec<Vec<A>> {
+    let m = xs.len() / k;
+    let mut out: Vec<Option<Vec<A>>> = (0..m).map(|_| None).collect();
+    let op = SyncPtr(out.as_mut_ptr());
+    let per = m.div_ceil(pool::global().threads() * 4).max(1);
+    pool::run(m.div_ceil(per), &|t| {
+        for r in t * per..((t + 1) * per).min(m) {
+            // Safety: each row index is written by exactly one task.
+            unsafe { *op.get().add(r) = Some(q(&xs[r * k..(r + 1) * k])) };
+        }
+    });
+    out.into_iter().map(|v| v.expect("quantized row")).collect()
+}
+
 /// `x`: `[m, k]` f32 on the CPU, `w`: `[n, k]` of a `supported` type → `[m, n]` f32.
 /// `rows[i]` decides which of llama.cpp's kernels row i follows (see `RowPos`).
+///
+/// Columns (weight rows) are spread over `ops::pool`; several activation rows go through
+/// one weight row at a time (unpacked once), each output with its own accumulators in the
+/// order of the single-row kernel, so the result does not depend on tiling or threads.
 pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
     let (n, k) = w.shape().dims2()?;
     let (m, kx) = x.dims2()?;
@@ -236,63 +275,111 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
         return Err(WickError::Internal(format!("ggml matmul: input [{m}, {kx}], {dtype:?} weight [{n}, {k}]")));
     }
     let data = w.data()?;
+    let data: &[u8] = &data;
     let row_bytes = k / dtype.block_size() * dtype.type_size();
     if data.len() != n * row_bytes {
         return Err(WickError::Internal("weight size does not match its shape".into()));
     }
     let xs = x.flatten_all()?.to_vec1::<f32>()?;
-    let mut cols = vec![0f32; n * m];
+    let mut y = vec![0f32; m * n];
+    let yp = SyncPtr(y.as_mut_ptr());
+    // Safety (all `put`s): each (row, column) is written by the one task owning the column.
+    let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
+    let simd = simd::available();
+    let wrow = |j: usize| &data[j * row_bytes..(j + 1) * row_bytes];
     if dtype == GgmlDType::F16 {
         let x16: Vec<f32> = xs.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
         // tinyBLAS takes over from ggml's own dot product for several rows when k splits
         // into 16-lane chunks and the output count into tiles of 4.
         let shapes_ok = k.is_multiple_of(16) && n.is_multiple_of(4);
-        cols.par_chunks_mut(m).enumerate().for_each(|(j, out)| {
-            let wr = &data[j * row_bytes..(j + 1) * row_bytes];
-            let wv = |i: usize| f16_at(wr, 2 * i);
-            for (r, o) in out.iter_mut().enumerate() {
-                let xr = &x16[r * k..(r + 1) * k];
-                let tiled = shapes_ok && rows[r].seq_len > 1;
-                *o = if tiled { dot_tiled(k, wv, |i| xr[i]) } else { dot_single(k, wv, |i| xr[i]) };
+        for_cols(n, m, &|j0, j1| {
+            for j in j0..j1 {
+                let wr = wrow(j);
+                let wv = |i: usize| f16_at(wr, 2 * i);
+                for r in 0..m {
+                    let xr = &x16[r * k..(r + 1) * k];
+                    let tiled = shapes_ok && rows[r].seq_len > 1;
+                    put(r, j, if tiled { dot_tiled(k, wv, |i| xr[i]) } else { dot_single(k, wv, |i| xr[i]) });
+                }
+            }
+        });
+    } else if dtype == GgmlDType::Q4K {
+        let acts: Vec<Vec<Act256>> = quantize_rows(&xs, k, quantize_q8k);
+        // ggml's repacked kernels run rows in groups of four through the GEMM and the
+        // remaining `len % 4` rows (all rows when len < 4) through the GEMV.
+        let gemm = |p: RowPos| p.seq_len > 3 && p.idx < p.seq_len - p.seq_len % 4;
+        for_cols(n, m, &|j0, j1| {
+            for rb in (0..m).step_by(ROW_BLOCK) {
+                let re = (rb + ROW_BLOCK).min(m);
+                for j in j0..j1 {
+                    let wr = wrow(j);
+                    let mut r = rb;
+                    #[cfg(target_arch = "x86_64")]
+                    if simd {
+                        while r + 4 <= re {
+                            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
+                            let pp = [gemm(rows[r]), gemm(rows[r + 1]), gemm(rows[r + 2]), gemm(rows[r + 3])];
+                            // Safety: AVX2/FMA checked; every row has k/256 blocks.
+                            let v = unsafe { simd::dotn_q4k::<4>(wr, a, pp) };
+                            for (t, v) in v.into_iter().enumerate() {
+                                put(r + t, j, v);
+                            }
+                            r += 4;
+                        }
+                        while r < re {
+                            // Safety: as above.
+                            let v = unsafe { simd::dotn_q4k::<1>(wr, [&acts[r][..]], [gemm(rows[r])]) };
+                            put(r, j, v[0]);
+                            r += 1;
+                        }
+                    }
+                    while r < re {
+                        put(r, j, dot_q4k(wr, &acts[r], gemm(rows[r])));
+                        r += 1;
+                    }
+                }
             }
         });
     } else {
-        if dtype == GgmlDType::Q4K {
-            let acts: Vec<Vec<Act256>> = xs.par_chunks(k).map(quantize_q8k).collect();
-            // ggml's repacked kernels run rows in groups of four through the GEMM and the
-            // remaining `len % 4` rows (all rows when len < 4) through the GEMV.
-            let gemm = |p: RowPos| p.seq_len > 3 && p.idx < p.seq_len - p.seq_len % 4;
-            cols.par_chunks_mut(m).enumerate().for_each(|(j, out)| {
-                let wr = &data[j * row_bytes..(j + 1) * row_bytes];
-                for (r, (o, a)) in out.iter_mut().zip(&acts).enumerate() {
-                    *o = dot_q4k(wr, a, gemm(rows[r]));
+        let acts: Vec<Vec<Act32>> = quantize_rows(&xs, k, quantize_q8);
+        let dot = match dtype {
+            GgmlDType::Q8_0 => dot_q8_0,
+            GgmlDType::Q4_0 => dot_q4_0,
+            _ => dot_q4_1,
+        };
+        #[cfg(target_arch = "x86_64")]
+        type Dot4 = unsafe fn(&[u8], [&[Act32]; 4]) -> [f32; 4];
+        #[cfg(target_arch = "x86_64")]
+        let dot4: Dot4 = match dtype {
+            GgmlDType::Q8_0 => simd::dot4_q8_0,
+            GgmlDType::Q4_0 => simd::dot4_q4_0,
+            _ => simd::dot4_q4_1,
+        };
+        for_cols(n, m, &|j0, j1| {
+            for rb in (0..m).step_by(ROW_BLOCK) {
+                let re = (rb + ROW_BLOCK).min(m);
+                for j in j0..j1 {
+                    let wr = wrow(j);
+                    let mut r = rb;
+                    #[cfg(target_arch = "x86_64")]
+                    if simd {
+                        while r + 4 <= re {
+                            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
+                            // Safety: AVX2/FMA checked; every row has k/32 blocks.
+                            let v = unsafe { dot4(wr, a) };
+                            for (t, v) in v.into_iter().enumerate() {
+                                put(r + t, j, v);
+                            }
+                            r += 4;
+                        }
+                    }
+                    while r < re {
+                        put(r, j, dot(wr, &acts[r]));
+                        r += 1;
+                    }
                 }
-            });
-        } else {
-            let acts: Vec<Vec<Act32>> = xs.par_chunks(k).map(quantize_q8).collect();
-            let dot = match dtype {
-                GgmlDType::Q8_0 => dot_q8_0,
-                GgmlDType::Q4_0 => dot_q4_0,
-                _ => dot_q4_1,
-            };
-            cols.par_chunks_mut(m).enumerate().for_each(|(j, out)| {
-                let wr = &data[j * row_bytes..(j + 1) * row_bytes];
-                for (o, a) in out.iter_mut().zip(&acts) {
-                    *o = dot(wr, a);
-                }
-            });
-        }
-    }
-    let y = if m == 1 {
-        cols
-    } else {
-        let mut y = vec![0f32; m * n];
-        for (j, col) in cols.chunks_exact(m).enumerate() {
-            for (i, &v) in col.iter().enumerate() {
-                y[i * n + j] = v;
             }
-        }
-        y
-    };
+        });
+    }
     Ok(Tensor::from_vec(y, (m, n), x.device())?)
 }

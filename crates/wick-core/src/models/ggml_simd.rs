@@ -6,7 +6,7 @@
 use std::arch::x86_64::*;
 
 #[cfg(target_arch = "x86_64")]
-use super::ggml_matmul::{f16_at, Act32};
+use super::ggml_matmul::{f16_at, Act256, Act32};
 
 /// Whether the AVX2 kernels can run here.
 pub fn available() -> bool {
@@ -117,4 +117,137 @@ pub unsafe fn isum_q4k_sub(qs: &[u8], high: bool, y: &[i8]) -> i32 {
     let raw = if high { _mm256_srli_epi16(raw, 4) } else { raw };
     let q = _mm256_and_si256(raw, _mm256_set1_epi8(0x0F));
     hsum_i32(lane_dots(q, y.as_ptr()))
+}
+
+/// Four activation rows against one Q4_1 weight row: per output exactly `dot_q4_1`'s
+/// operations; the weight nibbles are unpacked once for the four.
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a[t].len()` Q4_1 blocks for every t.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot4_q4_1(w: &[u8], a: [&[Act32]; 4]) -> [f32; 4] {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut summs = [0f32; 4];
+    for (b, blk) in w.chunks_exact(20).enumerate() {
+        let (dx, mx) = (f16_at(blk, 0), f16_at(blk, 2));
+        let q = nibbles(blk.as_ptr().add(4));
+        for t in 0..4 {
+            let y = a[t].get_unchecked(b);
+            summs[t] = mx.mul_add(y.s, summs[t]);
+            let d = _mm256_set1_ps(y.d * dx);
+            let xy = _mm256_cvtepi32_ps(lane_dots(q, y.qs.as_ptr()));
+            acc[t] = _mm256_fmadd_ps(d, xy, acc[t]);
+        }
+    }
+    [hsum_f32(acc[0]) + summs[0], hsum_f32(acc[1]) + summs[1], hsum_f32(acc[2]) + summs[2], hsum_f32(acc[3]) + summs[3]]
+}
+
+/// Four activation rows against one Q8_0 weight row, per output exactly `dot_q8_0`.
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a[t].len()` Q8_0 blocks for every t.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot4_q8_0(w: &[u8], a: [&[Act32]; 4]) -> [f32; 4] {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for (b, blk) in w.chunks_exact(34).enumerate() {
+        let dx = f16_at(blk, 0);
+        let x = _mm256_loadu_si256(blk.as_ptr().add(2) as *const __m256i);
+        let ax = _mm256_sign_epi8(x, x);
+        for t in 0..4 {
+            let y = a[t].get_unchecked(b);
+            let yv = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+            let dots = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(yv, x)), _mm256_set1_epi16(1));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y.d), _mm256_cvtepi32_ps(dots), acc[t]);
+        }
+    }
+    [hsum_f32(acc[0]), hsum_f32(acc[1]), hsum_f32(acc[2]), hsum_f32(acc[3])]
+}
+
+/// Four activation rows against one Q4_0 weight row, per output exactly `dot_q4_0`.
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a[t].len()` Q4_0 blocks for every t.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot4_q4_0(w: &[u8], a: [&[Act32]; 4]) -> [f32; 4] {
+    let mut acc = [0f32; 4];
+    for (b, blk) in w.chunks_exact(18).enumerate() {
+        let dx = f16_at(blk, 0);
+        let q = nibbles(blk.as_ptr().add(2));
+        for t in 0..4 {
+            let y = a[t].get_unchecked(b);
+            let s = hsum_i32(lane_dots(q, y.qs.as_ptr())) - 8 * y.qsum;
+            acc[t] = (s as f32).mul_add(dx * y.d, acc[t]);
+        }
+    }
+    acc
+}
+
+/// Exact integer parts of one Q4_K block against `R` q8_K rows: per row, the scaled
+/// Σ q·y and the Σ m·ysum of each pair of 32-value sub-blocks.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn q4k_block_ints<const R: usize>(blk: &[u8], ys: &[&Act256; R], isum: &mut [[i32; 4]; R], imin: &mut [[i32; 4]; R]) {
+    let sc = &blk[4..16];
+    let mut s = [0i16; 8];
+    let mut m = [0i32; 8];
+    for j in 0..8 {
+        let (a, b) = super::ggml_matmul::scale_min(sc, j);
+        s[j] = a as i16;
+        m[j] = b;
+    }
+    let mask = _mm256_set1_epi8(0x0F);
+    for p in 0..4 {
+        let raw = _mm256_loadu_si256(blk.as_ptr().add(16 + 32 * p) as *const __m256i);
+        let lo = _mm256_and_si256(raw, mask);
+        let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+        let (s_lo, s_hi) = (_mm256_set1_epi16(s[2 * p]), _mm256_set1_epi16(s[2 * p + 1]));
+        for t in 0..R {
+            let y = ys[t];
+            let y_lo = _mm256_loadu_si256(y.qs.as_ptr().add(64 * p) as *const __m256i);
+            let y_hi = _mm256_loadu_si256(y.qs.as_ptr().add(64 * p + 32) as *const __m256i);
+            // maddubs pairs are at most 2·15·128 (fits i16); times a 6-bit scale fits i32.
+            let v = _mm256_add_epi32(
+                _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y_lo), s_lo),
+                _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y_hi), s_hi),
+            );
+            isum[t][p] = hsum_i32(v);
+            imin[t][p] = m[2 * p] * y.sums[2 * p] + m[2 * p + 1] * y.sums[2 * p + 1];
+        }
+    }
+}
+
+/// `R` q8_K rows against one Q4_K weight row; `per_pair[t]` picks, per row, the rounding of
+/// ggml's 8x8 GEMM (one fma per pair of sub-blocks) or GEMV (one per block), as `dot_q4k`.
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a[t].len()` Q4_K blocks for every t.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dotn_q4k<const R: usize>(w: &[u8], a: [&[Act256]; R], per_pair: [bool; R]) -> [f32; R] {
+    let mut acc = [0f32; R];
+    let mut acc_min = [0f32; R];
+    let mut isum = [[0i32; 4]; R];
+    let mut imin = [[0i32; 4]; R];
+    for (b, blk) in w.chunks_exact(144).enumerate() {
+        let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+        let ys: [&Act256; R] = std::array::from_fn(|t| a[t].get_unchecked(b));
+        q4k_block_ints::<R>(blk, &ys, &mut isum, &mut imin);
+        for t in 0..R {
+            let yd = ys[t].d;
+            if per_pair[t] {
+                for p in 0..4 {
+                    acc[t] = (isum[t][p] as f32).mul_add(d * yd, acc[t]);
+                    acc_min[t] = (imin[t][p] as f32).mul_add(dmin * yd, acc_min[t]);
+                }
+            } else {
+                let (is, im) = (isum[t].iter().sum::<i32>(), imin[t].iter().sum::<i32>());
+                acc[t] = (is as f32).mul_add(d * yd, acc[t]);
+                acc_min[t] = (im as f32).mul_add(dmin * yd, acc_min[t]);
+            }
+        }
+    }
+    std::array::from_fn(|t| acc[t] - acc_min[t])
 }

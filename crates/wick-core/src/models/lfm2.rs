@@ -2,31 +2,66 @@
 //! `head_count_kv[l] == 0` and GQA attention (per-head Q/K RMSNorm, NEOX RoPE) elsewhere.
 //! The final norm is `token_embd_norm.weight` in llama.cpp-converted files and
 //! `output_norm.weight` in some ollama-converted ones; both are accepted. Tied head.
+//! Architecture `lfm2moe` (LFM2-MoE) is the same stack whose FFNs, from layer
+//! `leading_dense_block_count` on, are sigmoid-routed experts (`moe.rs`).
 
 use candle_core::Device;
 
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
+use super::ffn::Ffn;
 use super::layers::{load_rope, param_count, Embedding, Hparams, Linear, Mlp, RmsNorm, RopeStyle};
+use super::moe::Moe;
 use super::shortconv::ShortConv;
 use super::ModelInfo;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
 pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
-    let hp = Hparams { gguf: g, arch: "lfm2" };
+    load_arch(g, dev, "lfm2")
+}
+
+pub fn load_moe(g: &GgufFile, dev: &Device) -> Result<Decoder> {
+    load_arch(g, dev, "lfm2moe")
+}
+
+fn load_arch(g: &GgufFile, dev: &Device, arch: &'static str) -> Result<Decoder> {
+    let hp = Hparams { gguf: g, arch };
     let d = hp.usize("embedding_length")?;
     let n_layer = hp.usize("block_count")?;
     let n_head = hp.usize("attention.head_count")?;
-    let n_kv = g.metadata.per_layer_usize(&hp.key("attention.head_count_kv"), n_layer)?;
-    let eps = g.metadata.f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
+    let n_kv = g
+        .metadata
+        .per_layer_usize(&hp.key("attention.head_count_kv"), n_layer)?;
+    let eps = g
+        .metadata
+        .f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
     let l_cache = hp.usize("shortconv.l_cache")?;
     if n_head == 0 || !d.is_multiple_of(n_head) {
-        return Err(WickError::load(format!("embedding_length {d} is not divisible by head_count {n_head}")));
+        return Err(WickError::load(format!(
+            "embedding_length {d} is not divisible by head_count {n_head}"
+        )));
     }
     // No key_length / rope.dimension_count in LFM2 files: the head is d / n_head, fully rotated.
     let head_dim = d / n_head;
     let rope = load_rope(&hp, RopeStyle::Neox, head_dim)?;
+    // Dense lfm2: every layer dense. lfm2moe: the first `leading_dense_block_count` (0 when
+    // absent, as in llama.cpp).
+    let (n_dense, n_expert, n_used) = if arch == "lfm2moe" {
+        let gating = hp.opt_usize("expert_gating_func")?.unwrap_or(2);
+        if gating != 2 {
+            return Err(WickError::load(format!(
+                "lfm2moe: expert_gating_func {gating} (only sigmoid, 2, is supported)"
+            )));
+        }
+        (
+            hp.opt_usize("leading_dense_block_count")?.unwrap_or(0),
+            hp.usize("expert_count")?,
+            hp.usize("expert_used_count")?,
+        )
+    } else {
+        (n_layer, 0, 0)
+    };
 
     let embed = Embedding::load(g, "token_embd.weight", d, dev)?;
     let blocks = (0..n_layer)
@@ -35,21 +70,35 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
             let op = if n_kv[il] == 0 {
                 Operator::Conv(ShortConv::load(g, &p, d, l_cache, dev)?)
             } else {
-                Operator::Attention(Attention::load(g, &p, d, n_head, n_kv[il], head_dim, Some(eps), dev)?)
+                Operator::Attention(Attention::load(
+                    g,
+                    &p,
+                    d,
+                    n_head,
+                    n_kv[il],
+                    head_dim,
+                    Some(eps),
+                    dev,
+                )?)
             };
-            // The FFN width is read from the tensor: some converters wrote an unadjusted
-            // feed_forward_length.
-            let gate = format!("{p}.ffn_gate.weight");
-            let ff = g
-                .info(&gate)
-                .and_then(|t| t.dims.get(1).copied())
-                .ok_or_else(|| WickError::load(format!("missing tensor `{gate}`")))?;
-            Ok(Block {
-                op_norm: RmsNorm::load(g, &format!("{p}.attn_norm.weight"), d, eps, dev)?,
+            let ffn = if il < n_dense {
+                // The FFN width is read from the tensor: some converters wrote an unadjusted
+                // feed_forward_length.
+                let gate = format!("{p}.ffn_gate.weight");
+                let ff = g
+                    .info(&gate)
+                    .and_then(|t| t.dims.get(1).copied())
+                    .ok_or_else(|| WickError::load(format!("missing tensor `{gate}`")))?;
+                Ffn::SwiGlu(Mlp::load(g, &p, d, ff, dev)?)
+            } else {
+                Ffn::Moe(Moe::load(g, &p, d, n_expert, n_used, dev)?)
+            };
+            Ok(Block::new(
+                RmsNorm::load(g, &format!("{p}.attn_norm.weight"), d, eps, dev)?,
                 op,
-                ffn_norm: RmsNorm::load(g, &format!("{p}.ffn_norm.weight"), d, eps, dev)?,
-                mlp: Mlp::load(g, &p, d, ff, dev)?,
-            })
+                RmsNorm::load(g, &format!("{p}.ffn_norm.weight"), d, eps, dev)?,
+                ffn,
+            ))
         })
         .collect::<Result<Vec<_>>>()?;
     let norm_name =
@@ -59,10 +108,13 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
             )
         })?;
     let norm = RmsNorm::load(g, norm_name, d, eps, dev)?;
-    let head =
-        if g.has("output.weight") { Linear::load(g, "output", d, embed.n_vocab(), dev)? } else { embed.as_linear()? };
+    let head = if g.has("output.weight") {
+        Linear::load(g, "output", d, embed.n_vocab(), dev)?
+    } else {
+        embed.as_linear()?
+    };
     let info = ModelInfo {
-        architecture: "lfm2".into(),
+        architecture: arch.into(),
         n_vocab: embed.n_vocab(),
         n_ctx_train: hp.opt_usize("context_length")?.unwrap_or(0),
         n_layer,
@@ -71,5 +123,15 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
         n_head_kv: n_kv.iter().copied().max().unwrap_or(0),
         n_params: param_count(g),
     };
-    Ok(Decoder { info, device: dev.clone(), embed, blocks, norm, head, rope })
+    Ok(Decoder {
+        info,
+        device: dev.clone(),
+        embed,
+        blocks,
+        norm,
+        head,
+        rope,
+        rope_local: None,
+        embed_scale: None,
+    })
 }

@@ -1,55 +1,84 @@
 //! Architecture `llama` (Llama 2/3, TinyLlama, SmolLM2): RMSNorm pre-norm blocks, GQA
 //! attention with interleaved-pair RoPE (llama.cpp `LLAMA_ROPE_TYPE_NORM`), SwiGLU MLP,
 //! output head `output.weight` or, when absent, the token embedding (tied).
+//! The same stack serves Qwen 2 (NEOX RoPE, q/k/v biases, which `Linear` picks up) and
+//! Qwen 3 (NEOX RoPE, per-head Q/K RMSNorm): see `qwen.rs`.
 
 use candle_core::Device;
 
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
+use super::ffn::Ffn;
 use super::layers::{load_rope, param_count, Embedding, Hparams, Linear, Mlp, RmsNorm, RopeStyle};
 use super::ModelInfo;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
 pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
-    let hp = Hparams { gguf: g, arch: "llama" };
+    load_arch(g, dev, "llama", RopeStyle::Interleaved, false)
+}
+
+/// A llama-shaped attention stack for `arch`, with its RoPE style and optional Q/K norms.
+pub fn load_arch(
+    g: &GgufFile,
+    dev: &Device,
+    arch: &'static str,
+    style: RopeStyle,
+    qk_norm: bool,
+) -> Result<Decoder> {
+    let hp = Hparams { gguf: g, arch };
     let d = hp.usize("embedding_length")?;
     let n_layer = hp.usize("block_count")?;
     let n_head = hp.usize("attention.head_count")?;
     let n_kv = match g.metadata.get(&hp.key("attention.head_count_kv")) {
-        Some(_) => g.metadata.per_layer_usize(&hp.key("attention.head_count_kv"), n_layer)?,
+        Some(_) => g
+            .metadata
+            .per_layer_usize(&hp.key("attention.head_count_kv"), n_layer)?,
         None => vec![n_head; n_layer],
     };
     let ff = hp.usize("feed_forward_length")?;
-    let eps = g.metadata.f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
-    if n_head == 0 || (!d.is_multiple_of(n_head) && hp.opt_usize("attention.key_length")?.is_none()) {
-        return Err(WickError::load(format!("embedding_length {d} is not divisible by head_count {n_head}")));
+    let eps = g
+        .metadata
+        .f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
+    if n_head == 0 || (!d.is_multiple_of(n_head) && hp.opt_usize("attention.key_length")?.is_none())
+    {
+        return Err(WickError::load(format!(
+            "embedding_length {d} is not divisible by head_count {n_head}"
+        )));
     }
     let head_dim = hp.opt_usize("attention.key_length")?.unwrap_or(d / n_head);
     let n_rot = hp.opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
     if n_rot != head_dim {
         // llama.cpp asserts the same for this architecture.
-        return Err(WickError::load(format!("rope.dimension_count {n_rot} differs from head size {head_dim}")));
+        return Err(WickError::load(format!(
+            "rope.dimension_count {n_rot} differs from head size {head_dim}"
+        )));
     }
-    let rope = load_rope(&hp, RopeStyle::Interleaved, n_rot)?;
+    let rope = load_rope(&hp, style, n_rot)?;
 
     let embed = Embedding::load(g, "token_embd.weight", d, dev)?;
     let blocks = (0..n_layer)
         .map(|il| {
             let p = format!("blk.{il}");
-            Ok(Block {
-                op_norm: RmsNorm::load(g, &format!("{p}.attn_norm.weight"), d, eps, dev)?,
-                op: Operator::Attention(Attention::load(g, &p, d, n_head, n_kv[il], head_dim, None, dev)?),
-                ffn_norm: RmsNorm::load(g, &format!("{p}.ffn_norm.weight"), d, eps, dev)?,
-                mlp: Mlp::load(g, &p, d, ff, dev)?,
-            })
+            let qk_eps = qk_norm.then_some(eps);
+            Ok(Block::new(
+                RmsNorm::load(g, &format!("{p}.attn_norm.weight"), d, eps, dev)?,
+                Operator::Attention(Attention::load(
+                    g, &p, d, n_head, n_kv[il], head_dim, qk_eps, dev,
+                )?),
+                RmsNorm::load(g, &format!("{p}.ffn_norm.weight"), d, eps, dev)?,
+                Ffn::SwiGlu(Mlp::load(g, &p, d, ff, dev)?),
+            ))
         })
         .collect::<Result<Vec<_>>>()?;
     let norm = RmsNorm::load(g, "output_norm.weight", d, eps, dev)?;
-    let head =
-        if g.has("output.weight") { Linear::load(g, "output", d, embed.n_vocab(), dev)? } else { embed.as_linear()? };
+    let head = if g.has("output.weight") {
+        Linear::load(g, "output", d, embed.n_vocab(), dev)?
+    } else {
+        embed.as_linear()?
+    };
     let info = ModelInfo {
-        architecture: "llama".into(),
+        architecture: arch.into(),
         n_vocab: embed.n_vocab(),
         n_ctx_train: hp.opt_usize("context_length")?.unwrap_or(0),
         n_layer,
@@ -58,5 +87,15 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
         n_head_kv: n_kv.iter().copied().max().unwrap_or(0),
         n_params: param_count(g),
     };
-    Ok(Decoder { info, device: dev.clone(), embed, blocks, norm, head, rope })
+    Ok(Decoder {
+        info,
+        device: dev.clone(),
+        embed,
+        blocks,
+        norm,
+        head,
+        rope,
+        rope_local: None,
+        embed_scale: None,
+    })
 }

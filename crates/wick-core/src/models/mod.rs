@@ -11,11 +11,15 @@ mod attention;
 mod cpu_attention;
 mod cpu_ops;
 mod decoder;
+mod ffn;
+mod gemma3;
 mod ggml_matmul;
 mod ggml_simd;
 mod layers;
 mod lfm2;
 mod llama;
+mod moe;
+mod qwen;
 mod shortconv;
 
 /// What the engine and the APIs report about a loaded model.
@@ -55,6 +59,10 @@ pub fn load(gguf: &GgufFile, device: &Device) -> Result<Box<dyn Model>> {
     let model: Box<dyn Model> = match arch {
         "llama" => Box::new(llama::load(gguf, device)?),
         "lfm2" => Box::new(lfm2::load(gguf, device)?),
+        "lfm2moe" => Box::new(lfm2::load_moe(gguf, device)?),
+        "qwen2" => Box::new(qwen::load_qwen2(gguf, device)?),
+        "qwen3" => Box::new(qwen::load_qwen3(gguf, device)?),
+        "gemma3" => Box::new(gemma3::load(gguf, device)?),
         other => return Err(WickError::UnsupportedArchitecture(other.to_string())),
     };
     Ok(model)

@@ -37,8 +37,12 @@ pub struct SchedulerStats {
 
 pub(crate) struct SchedulerConfig {
     pub max_seqs: usize,
-    /// Upper bound on tokens in one forward step; prompts are chunked to fit.
+    /// Tokens in one forward step (decodes plus prompt chunks); a lone chunk may exceed it.
     pub step_tokens: usize,
+    /// Prompt tokens a sequence feeds per step. Fixed per sequence, never cut to fit what
+    /// others left: a sequence's numerics depend on how its prompt is split, so equal splits
+    /// keep its output the same whether it runs alone or in a batch.
+    pub prefill_chunk: usize,
 }
 
 pub(crate) struct Scheduler {
@@ -154,17 +158,26 @@ impl Scheduler {
     }
 
     fn step(&mut self) -> crate::Result<()> {
-        // Tokens each sequence feeds this step: decodes first (one token each), then prompt
-        // chunks in admission order within the token budget.
+        // Decodes first (one token each, so running streams keep flowing while prompts are
+        // prefilled), then whole prompt chunks in admission order while the budget lasts.
         let mut take = vec![0usize; self.running.len()];
         let mut budget = self.cfg.step_tokens.max(1);
-        let decodes = (0..self.running.len()).filter(|&i| self.running[i].unfed() == 1);
-        let prompts = (0..self.running.len()).filter(|&i| self.running[i].unfed() > 1);
-        for i in decodes.chain(prompts).collect::<Vec<_>>() {
-            take[i] = self.running[i].unfed().min(budget);
-            budget -= take[i];
-            if budget == 0 {
-                break;
+        for (i, seq) in self.running.iter().enumerate() {
+            if seq.unfed() == 1 {
+                take[i] = 1;
+                budget = budget.saturating_sub(1);
+            }
+        }
+        let mut any = take.iter().any(|&n| n > 0);
+        for (i, seq) in self.running.iter().enumerate() {
+            if seq.unfed() > 1 {
+                let n = seq.unfed().min(self.cfg.prefill_chunk.max(1));
+                if any && n > budget {
+                    break; // FIFO: later prompts wait rather than overtake this one
+                }
+                take[i] = n;
+                budget = budget.saturating_sub(n);
+                any = true;
             }
         }
         let logits = {

@@ -1,0 +1,60 @@
+//! End-to-end prefill / decode tokens/s of one GGUF through `models::Model::forward`, the way
+//! llama-bench measures (pp512 / tg128): `cargo bench -p wick-core --bench e2e -- MODEL.gguf
+//! [--prompt 512] [--gen 128] [--repeats 3]`. Threads: `WICK_THREADS` (default: all cores).
+//! Prints median and min–max per phase.
+
+use std::time::Instant;
+
+use candle_core::Device;
+use wick_core::gguf::GgufFile;
+use wick_core::models::{self, StepSeq};
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn stats(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(path) = args.iter().find(|a| a.ends_with(".gguf")) else {
+        eprintln!("usage: e2e MODEL.gguf [--prompt 512] [--gen 128] [--repeats 3]");
+        return;
+    };
+    let (np, ng, reps) = (arg(&args, "--prompt", 512), arg(&args, "--gen", 128), arg(&args, "--repeats", 3));
+    let g = GgufFile::open(path).expect("open");
+    let model = models::load(&g, &Device::Cpu).expect("load");
+    let vocab = model.info().n_vocab as u32;
+    let mut seed = 12345u64;
+    let mut next = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((seed >> 33) as u32) % vocab
+    };
+    let (mut pp, mut tg) = (vec![], vec![]);
+    for rep in 0..=reps {
+        let prompt: Vec<u32> = (0..np).map(|_| next()).collect();
+        let mut cache = model.new_cache();
+        let t = Instant::now();
+        model.forward(&mut [StepSeq { tokens: &prompt, cache: &mut cache }]).expect("prefill");
+        let pp_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for _ in 0..ng {
+            let tok = [next()];
+            model.forward(&mut [StepSeq { tokens: &tok, cache: &mut cache }]).expect("decode");
+        }
+        let tg_s = t.elapsed().as_secs_f64();
+        if rep > 0 {
+            pp.push(np as f64 / pp_s);
+            tg.push(ng as f64 / tg_s);
+        }
+    }
+    let (pm, pl, ph) = stats(&mut pp);
+    let (tm, tl, th) = stats(&mut tg);
+    println!(
+        "{path}: pp{np} {pm:.1} tok/s ({pl:.1}-{ph:.1})  tg{ng} {tm:.1} tok/s ({tl:.1}-{th:.1})  threads={}",
+        wick_core::ops::pool::global().threads()
+    );
+}

@@ -1,0 +1,96 @@
+//! Feed-forward variants of the decoder blocks: SwiGLU (`layers::Mlp`), GeGLU (Gemma 3) and
+//! a routed mixture of experts (`moe::Moe`).
+
+use std::sync::OnceLock;
+
+use candle_core::{Device, Tensor};
+use half::f16;
+
+use super::layers::{Linear, Mlp, RowPos};
+use super::moe::Moe;
+use crate::error::Result;
+use crate::gguf::GgufFile;
+
+pub enum Ffn {
+    SwiGlu(Mlp),
+    GeGlu(GeluMlp),
+    Moe(Moe),
+}
+
+impl Ffn {
+    pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
+        match self {
+            Ffn::SwiGlu(m) => m.forward(x, rows),
+            Ffn::GeGlu(m) => m.forward(x, rows),
+            Ffn::Moe(m) => m.forward(x, rows),
+        }
+    }
+}
+
+/// `down(gelu_tanh(gate x) ⊙ up x)` (llama.cpp `LLM_FFN_GELU` + `LLM_FFN_PAR` → `geglu`).
+pub struct GeluMlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+impl GeluMlp {
+    pub fn load(g: &GgufFile, prefix: &str, d: usize, ff: usize, dev: &Device) -> Result<Self> {
+        Ok(Self {
+            gate: Linear::load(g, &format!("{prefix}.ffn_gate"), d, ff, dev)?,
+            up: Linear::load(g, &format!("{prefix}.ffn_up"), d, ff, dev)?,
+            down: Linear::load(g, &format!("{prefix}.ffn_down"), ff, d, dev)?,
+        })
+    }
+    pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
+        let h = geglu(&self.gate.forward(x, rows)?, &self.up.forward(x, rows)?)?;
+        self.down.forward(&h, rows)
+    }
+}
+
+/// ggml's tanh-GELU in f32 (`ggml_gelu_f32`), evaluated left to right as written in C.
+#[allow(clippy::excessive_precision)]
+fn gelu_f32(x: f32) -> f32 {
+    const GELU_COEF_A: f32 = 0.044715;
+    const SQRT_2_OVER_PI: f32 = 0.797_884_560_802_865_355_879_892_119_868_76;
+    0.5f32 * x * (1.0f32 + (SQRT_2_OVER_PI * x * (1.0f32 + GELU_COEF_A * x * x)).tanh())
+}
+
+/// ggml's CPU backend looks GELU up in a table indexed by the f16 bits of the input
+/// (`GGML_GELU_FP16`): the input is rounded to f16, the result stored as f16.
+fn gelu_table() -> &'static [f16] {
+    static T: OnceLock<Vec<f16>> = OnceLock::new();
+    T.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|b| f16::from_f32(gelu_f32(f16::from_bits(b).to_f32())))
+            .collect()
+    })
+}
+
+/// ggml `geglu`: `gelu(g)·u`, with the table lookup and the ±10 cut-offs of the CPU backend.
+pub fn geglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    let (gate, up) = (gate.contiguous()?, up.contiguous()?);
+    if !gate.device().is_cpu() {
+        return Ok((gate.gelu()? * up)?);
+    }
+    let dims = gate.dims().to_vec();
+    let (g, u) = (
+        gate.flatten_all()?.to_vec1::<f32>()?,
+        up.flatten_all()?.to_vec1::<f32>()?,
+    );
+    let table = gelu_table();
+    let y: Vec<f32> = g
+        .iter()
+        .zip(&u)
+        .map(|(&x, &m)| {
+            if x <= -10.0 {
+                0.0
+            } else if x >= 10.0 {
+                x * m
+            } else {
+                table[f16::from_f32(x).to_bits() as usize].to_f32() * m
+            }
+        })
+        .collect();
+    Ok(Tensor::from_vec(y, dims, gate.device())?)
+}

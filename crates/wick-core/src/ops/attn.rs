@@ -1,0 +1,280 @@
+//! Attention kernels over the host f16 KV cache, bit-identical to `models::cpu_attention`'s
+//! reference (llama.cpp's CPU order: `ggml_vec_dot_f16` for one new token, tinyBLAS for
+//! several; see that file), but vectorised (F16C converts, one fma per lane as the
+//! reference) and spread over `ops::pool` by (token, head).
+
+use half::f16;
+
+use super::pool::{self, SyncPtr};
+
+/// `_mm512_reduce_add_ps`: halves, then quarters, then pairs.
+#[inline(always)]
+fn reduce16(a: &[f32; 16]) -> f32 {
+    let mut t = [0f32; 8];
+    for i in 0..8 {
+        t[i] = a[i + 8] + a[i];
+    }
+    let u = [t[4] + t[0], t[5] + t[1], t[6] + t[2], t[7] + t[3]];
+    (u[0] + u[2]) + (u[1] + u[3])
+}
+
+fn avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| {
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// tinyBLAS order over `x.len()` values (16 lanes, chunks of 16); a last partial chunk counts
+/// as zero-padded (lanes past the end keep their sum).
+pub fn dot_f16_tiled(x: &[f16], y: &[f32]) -> f32 {
+    debug_assert_eq!(x.len(), y.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // Safety: AVX2/FMA/F16C checked.
+        return unsafe { avx::tiled(x, y) };
+    }
+    let mut acc = [0f32; 16];
+    for (xc, yc) in x.chunks(16).zip(y.chunks(16)) {
+        for (l, s) in acc.iter_mut().enumerate().take(xc.len()) {
+            *s = xc[l].to_f32().mul_add(yc[l], *s);
+        }
+    }
+    reduce16(&acc)
+}
+
+/// `ggml_vec_dot_f16` order over `n >= x.len()` values, those past `x.len()` zero: 4×16 lanes
+/// over steps of 64, folded (a0+a2)+(a1+a3), tree sum, the `n % 64` tail added in f64.
+pub fn dot_f16_single(x: &[f16], y: &[f32], n: usize) -> f32 {
+    debug_assert_eq!(x.len(), y.len());
+    let np = n & !63;
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // Safety: AVX2/FMA/F16C checked.
+        return unsafe { avx::single(x, y, n) };
+    }
+    let xv = |i: usize| if i < x.len() { x[i].to_f32() } else { 0.0 };
+    let yv = |i: usize| if i < y.len() { y[i] } else { 0.0 };
+    let mut acc = [[0f32; 16]; 4];
+    for base in (0..np).step_by(64) {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for (l, s) in a.iter_mut().enumerate() {
+                let i = base + 16 * j + l;
+                *s = xv(i).mul_add(yv(i), *s);
+            }
+        }
+    }
+    let mut folded = [0f32; 16];
+    for l in 0..16 {
+        folded[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    }
+    let mut sum = reduce16(&folded) as f64;
+    for i in np..n {
+        sum += (xv(i) * yv(i)) as f64;
+    }
+    sum as f32
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    #[inline(always)]
+    unsafe fn load_f16(x: *const f16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(x as *const __m128i))
+    }
+
+    #[inline(always)]
+    unsafe fn store16(lo: __m256, hi: __m256) -> [f32; 16] {
+        let mut a = [0f32; 16];
+        _mm256_storeu_ps(a.as_mut_ptr(), lo);
+        _mm256_storeu_ps(a.as_mut_ptr().add(8), hi);
+        a
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn tiled(x: &[f16], y: &[f32]) -> f32 {
+        let n = x.len();
+        let full = n & !15;
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let (xp, yp) = (x.as_ptr(), y.as_ptr());
+        let mut i = 0;
+        while i < full {
+            lo = _mm256_fmadd_ps(load_f16(xp.add(i)), _mm256_loadu_ps(yp.add(i)), lo);
+            hi = _mm256_fmadd_ps(load_f16(xp.add(i + 8)), _mm256_loadu_ps(yp.add(i + 8)), hi);
+            i += 16;
+        }
+        let mut a = store16(lo, hi);
+        for (l, s) in a.iter_mut().enumerate().take(n - full) {
+            *s = x[full + l].to_f32().mul_add(y[full + l], *s);
+        }
+        super::reduce16(&a)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn single(x: &[f16], y: &[f32], n: usize) -> f32 {
+        let len = x.len();
+        let np = n & !63;
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let (xp, yp) = (x.as_ptr(), y.as_ptr());
+        let mut base = 0;
+        // Whole 64-steps inside the data.
+        while base + 64 <= np.min(len) {
+            for (v, a) in acc.iter_mut().enumerate() {
+                let i = base + 8 * v;
+                *a = _mm256_fmadd_ps(load_f16(xp.add(i)), _mm256_loadu_ps(yp.add(i)), *a);
+            }
+            base += 64;
+        }
+        // A step that runs past the data: zero-padded copies.
+        while base < np {
+            let mut xb = [f16::ZERO; 64];
+            let mut yb = [0f32; 64];
+            for t in 0..64 {
+                if base + t < len {
+                    xb[t] = x[base + t];
+                    yb[t] = y[base + t];
+                }
+            }
+            for (v, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(load_f16(xb.as_ptr().add(8 * v)), _mm256_loadu_ps(yb.as_ptr().add(8 * v)), *a);
+            }
+            base += 64;
+        }
+        // Accumulator j holds lanes 16j..16j+16 as vectors 2j (low 8) and 2j+1 (high 8).
+        let f_lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+        let f_hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+        let mut sum = super::reduce16(&store16(f_lo, f_hi)) as f64;
+        for i in np..n.min(len) {
+            sum += (x[i].to_f32() * y[i]) as f64;
+        }
+        sum as f32
+    }
+}
+
+/// One layer's attention for one sequence, the arithmetic of `cpu_attention::attend`.
+/// `k[g]`: keys of KV head g, `[t·hd + d]`; `v[g·hd + d]`: values of one dim over positions.
+/// `q`: `[len, n_head, hd]` for positions `pos0..pos0+len`. Returns `[len, n_head·hd]`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend(
+    q: &[f32],
+    k: &[Vec<f16>],
+    v: &[Vec<f16>],
+    len: usize,
+    pos0: usize,
+    n_head: usize,
+    hd: usize,
+    scale: f32,
+    expf: &(dyn Fn(f32) -> f32 + Sync),
+) -> Vec<f32> {
+    let n_kv = k.len();
+    let group = n_head / n_kv;
+    let tiled = len > 1;
+    let mut out = vec![0f32; len * n_head * hd];
+    let op = SyncPtr(out.as_mut_ptr());
+    let task = |it: usize| {
+        let (i, h) = (it / n_head, it % n_head);
+        let t_len = pos0 + i + 1;
+        let padded = t_len.div_ceil(16) * 16;
+        let (keys, kvh) = (&k[h / group], h / group);
+        let qh = &q[(i * n_head + h) * hd..(i * n_head + h + 1) * hd];
+        let q16: Vec<f32> = qh.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+        let kq = |t: usize| {
+            let kt = &keys[t * hd..(t + 1) * hd];
+            if tiled && hd.is_multiple_of(16) {
+                dot_f16_tiled(kt, &q16)
+            } else {
+                dot_f16_single(kt, &q16, hd)
+            }
+        };
+        let w: Vec<f32> = (0..t_len).map(|t| kq(t) * scale).collect();
+        let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut p16 = vec![0f32; padded];
+        let mut sum = 0f64;
+        for (c, chunk) in p16.chunks_mut(16).enumerate() {
+            let mut lanes = [0f32; 16];
+            for (l, e) in chunk.iter_mut().enumerate() {
+                let t = c * 16 + l;
+                if t < t_len {
+                    *e = expf(w[t] - max);
+                    lanes[l] = *e;
+                }
+            }
+            sum += reduce16(&lanes) as f64;
+        }
+        let inv = (1.0 / sum) as f32;
+        for e in p16.iter_mut() {
+            *e = f16::from_f32(*e * inv).to_f32();
+        }
+        // Safety: task (i, h) alone writes this slice of `out`.
+        let o = unsafe { std::slice::from_raw_parts_mut(op.get().add((i * n_head + h) * hd), hd) };
+        for (d, od) in o.iter_mut().enumerate() {
+            let vd = &v[kvh * hd + d][..t_len];
+            // The KV length ggml multiplies is padded to 256 cells: always 16-aligned.
+            *od = if tiled {
+                dot_f16_tiled(vd, &p16[..t_len])
+            } else {
+                dot_f16_single(vd, &p16[..t_len], padded.div_ceil(64) * 64)
+            };
+        }
+    };
+    pool::run(len * n_head, &task);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference_tiled(x: &[f16], y: &[f32]) -> f32 {
+        let mut acc = [0f32; 16];
+        for base in (0..x.len()).step_by(16) {
+            for l in 0..16 {
+                let (a, b) = if base + l < x.len() { (x[base + l].to_f32(), y[base + l]) } else { (0.0, 0.0) };
+                acc[l] = a.mul_add(b, acc[l]);
+            }
+        }
+        reduce16(&acc)
+    }
+
+    #[test]
+    fn simd_dots_match_the_scalar_order_bit_for_bit() {
+        let mut s = 7u32;
+        let mut r = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        for n in [16usize, 48, 64, 100, 130, 256, 333] {
+            let x: Vec<f16> = (0..n).map(|_| f16::from_f32(r() * 4.0)).collect();
+            let y: Vec<f32> = (0..n).map(|_| f16::from_f32(r()).to_f32()).collect();
+            assert_eq!(dot_f16_tiled(&x, &y).to_bits(), reference_tiled(&x, &y).to_bits(), "tiled n={n}");
+            for total in [n, n.div_ceil(64) * 64] {
+                let xv = |i: usize| if i < n { x[i].to_f32() } else { 0.0 };
+                let yv = |i: usize| if i < n { y[i] } else { 0.0 };
+                let np = total & !63;
+                let mut acc = [[0f32; 16]; 4];
+                for base in (0..np).step_by(64) {
+                    for j in 0..4 {
+                        for l in 0..16 {
+                            let i = base + 16 * j + l;
+                            acc[j][l] = xv(i).mul_add(yv(i), acc[j][l]);
+                        }
+                    }
+                }
+                let f: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+                let mut sum = reduce16(&f) as f64;
+                for i in np..total {
+                    sum += (xv(i) * yv(i)) as f64;
+                }
+                assert_eq!(dot_f16_single(&x, &y, total).to_bits(), (sum as f32).to_bits(), "single n={n}/{total}");
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! A persistent fork-join pool for the CPU kernels: `threads - 1` helper threads started once,
+//! the calling thread working too, tasks claimed from an atomic counter.
+//!
+//! Why not rayon's global pool: a rayon call from a non-pool thread (Wick's scheduler) queues
+//! the job, puts the caller to sleep and wakes it when the job is done — two cross-thread
+//! wake-ups per op, a few hundred ops per token. On a loaded 2-core machine each wake-up can
+//! wait a whole scheduler slice, which is how decode fell to ~2 tok/s at 2 threads. Here the
+//! caller runs tasks itself and only waits for tasks a helper has already claimed: a helper
+//! that is slow to wake costs nothing, the caller simply does its share.
+//!
+//! Helpers spin briefly after each job (ops follow each other within microseconds) and then
+//! park on a condvar. Size: `WICK_THREADS`, else `CANDLE_NUM_THREADS` (set by the napi
+//! binding from the `threads` option before the first forward), else every core.
+
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+struct Job<'a> {
+    f: &'a (dyn Fn(usize) + Sync),
+    n: usize,
+    next: AtomicUsize,
+    id: u64,
+}
+
+struct Shared {
+    /// The job on offer (null: none). Valid while `active > 0` or the caller is inside `run`.
+    job: AtomicPtr<Job<'static>>,
+    /// Helpers currently holding a reference to `job`.
+    active: AtomicUsize,
+    sleeping: AtomicUsize,
+    ids: AtomicU64,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+pub struct Pool {
+    threads: usize,
+    shared: &'static Shared,
+    /// One job at a time: callers from different threads queue here.
+    run_lock: Mutex<()>,
+}
+
+/// How long a helper polls for the next job before parking.
+const SPIN: Duration = Duration::from_micros(200);
+
+fn helper(s: &'static Shared) {
+    let mut last = 0u64;
+    loop {
+        // Spin, then park, until a job this helper has not run yet is on offer.
+        let start = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            // Cheap poll first (the pointer value only, never dereferenced here).
+            if s.job.load(SeqCst).is_null() {
+                polls += 1;
+                if polls % 64 == 0 && start.elapsed() > SPIN {
+                    park(s, last);
+                    break;
+                }
+                std::hint::spin_loop();
+                continue;
+            }
+            s.active.fetch_add(1, SeqCst);
+            let p = s.job.load(SeqCst);
+            if !p.is_null() {
+                // Safety: the caller does not return (and the job stays alive) while
+                // `active > 0`, and it clears `job` before waiting for `active == 0`.
+                let job = unsafe { &*p };
+                if job.id != last {
+                    last = job.id;
+                    loop {
+                        let i = job.next.fetch_add(1, SeqCst);
+                        if i >= job.n {
+                            break;
+                        }
+                        (job.f)(i);
+                    }
+                    s.active.fetch_sub(1, SeqCst);
+                    break;
+                }
+            }
+            s.active.fetch_sub(1, SeqCst);
+            polls += 1;
+            if polls % 64 == 0 && start.elapsed() > SPIN {
+                park(s, last);
+                break;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Sleeps until `run` offers a job (unless one this helper has not run is already on offer).
+fn park(s: &'static Shared, last: u64) {
+    let g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+    s.sleeping.fetch_add(1, SeqCst);
+    s.active.fetch_add(1, SeqCst);
+    let p = s.job.load(SeqCst);
+    // Safety: as in `helper`, `active > 0` keeps an offered job alive.
+    let fresh = !p.is_null() && unsafe { (*p).id } != last;
+    s.active.fetch_sub(1, SeqCst);
+    if !fresh {
+        drop(s.wake.wait(g).unwrap_or_else(|e| e.into_inner()));
+    }
+    s.sleeping.fetch_sub(1, SeqCst);
+}
+
+impl Pool {
+    fn new(threads: usize) -> Self {
+        let shared: &'static Shared = Box::leak(Box::new(Shared {
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            active: AtomicUsize::new(0),
+            sleeping: AtomicUsize::new(0),
+            ids: AtomicU64::new(1),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+        }));
+        for i in 1..threads {
+            std::thread::Builder::new()
+                .name(format!("wick-cpu-{i}"))
+                .spawn(move || helper(shared))
+                .expect("spawn wick cpu thread");
+        }
+        Self { threads, shared, run_lock: Mutex::new(()) }
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Calls `f(i)` for every `i < n`, spread over the pool; returns when all calls are done.
+    pub fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        if n == 0 {
+            return;
+        }
+        if self.threads == 1 || n == 1 {
+            (0..n).for_each(f);
+            return;
+        }
+        let _one = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let s = self.shared;
+        let job = Job { f, n, next: AtomicUsize::new(0), id: s.ids.fetch_add(1, SeqCst) };
+        // Safety: the pointer is withdrawn and all helpers are out before `job` is dropped.
+        let p = &job as *const Job<'_> as *mut Job<'static>;
+        s.job.store(p, SeqCst);
+        if s.sleeping.load(SeqCst) > 0 {
+            let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
+        }
+        loop {
+            let i = job.next.fetch_add(1, SeqCst);
+            if i >= n {
+                break;
+            }
+            f(i);
+        }
+        s.job.store(std::ptr::null_mut(), SeqCst);
+        while s.active.load(SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn default_threads() -> usize {
+    let from = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&t| t > 0);
+    from("WICK_THREADS")
+        .or_else(|| from("CANDLE_NUM_THREADS"))
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The process-wide pool, started on first use.
+pub fn global() -> &'static Pool {
+    static P: OnceLock<Pool> = OnceLock::new();
+    P.get_or_init(|| Pool::new(default_threads()))
+}
+
+/// `global().run(n, f)`.
+pub fn run(n: usize, f: &(dyn Fn(usize) + Sync)) {
+    global().run(n, f)
+}
+
+/// A raw pointer that tasks writing disjoint parts of one buffer can share.
+pub struct SyncPtr<T>(pub *mut T);
+impl<T> Clone for SyncPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SyncPtr<T> {}
+unsafe impl<T> Send for SyncPtr<T> {}
+unsafe impl<T> Sync for SyncPtr<T> {}
+impl<T> SyncPtr<T> {
+    /// The pointer (a method, so closures capture the whole `SyncPtr`, not its field).
+    #[inline(always)]
+    pub fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_every_task_once() {
+        let pool = Pool::new(3);
+        for n in [1usize, 2, 7, 100, 1000] {
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(n, &|i| {
+                hits[i].fetch_add(1, SeqCst);
+            });
+            assert!(hits.iter().all(|h| h.load(SeqCst) == 1));
+        }
+    }
+}
