@@ -4,7 +4,7 @@
  */
 import test from "ava";
 import { Engine, type EngineEvent } from "../ts/engine/index.ts";
-import { fixture, smollm2 } from "./support/assets.ts";
+import { fixture, smollm2 } from "./helpers/assets.ts";
 
 async function ids(gen: AsyncGenerator<EngineEvent>): Promise<number[]> {
   const out: number[] = [];

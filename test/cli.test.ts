@@ -9,7 +9,7 @@ import path from "node:path";
 import { FOREIGN_FLAGS, normalizeArgv, SERVE_FLAGS } from "../ts/cli/flags.ts";
 import { hostPort } from "../ts/cli/values.ts";
 import { openaiClient, smolLM2Tests } from "./helpers/server.ts";
-import { repoRoot } from "./support/assets.ts";
+import { repoRoot } from "./helpers/assets.ts";
 
 const BIN = path.join(repoRoot, "bin/wick.js");
 const { path: smol, serial } = smolLM2Tests();

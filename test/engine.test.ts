@@ -6,7 +6,7 @@ import test from "ava";
 import { readdirSync, statSync } from "node:fs";
 import path from "node:path";
 import { Engine, WickError, type EngineEvent } from "../ts/engine/index.ts";
-import { fixture, fixturesDir, smollm2 } from "./support/assets.ts";
+import { fixture, fixturesDir, smollm2 } from "./helpers/assets.ts";
 
 async function collect(gen: AsyncGenerator<EngineEvent>) {
   let text = "";

@@ -18,7 +18,7 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { getLlama, LlamaLogLevel, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
 import { Engine, type EngineEvent } from "../ts/engine/index.ts";
-import { fixturesDir, repoRoot, smollm2 } from "./support/assets.ts";
+import { fixturesDir, repoRoot, smollm2 } from "./helpers/assets.ts";
 
 const PROMPTS = [
   "Hello",

@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { createServer, type AddressInfo } from "node:net";
 import path from "node:path";
 import OpenAI from "openai";
-import { repoRoot } from "./support/assets.ts";
+import { repoRoot } from "./helpers/assets.ts";
 
 function readmeCommands(): string[] {
   const readme = readFileSync(path.join(repoRoot, "README.md"), "utf8");

@@ -7,7 +7,7 @@
 import test from "ava";
 import { getLlama, LlamaLogLevel, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
 import type { Engine } from "../ts/engine/index.ts";
-import { fixture } from "./support/assets.ts";
+import { fixture } from "./helpers/assets.ts";
 import { loadModel, openaiClient, startServer, type RunningServer } from "./helpers/server.ts";
 import type OpenAI from "openai";
 

@@ -13,7 +13,7 @@ import { RequestError } from "../ts/service/errors.ts";
 import { chatPromptTokens, completionPromptTokens } from "../ts/service/prompt.ts";
 import { ModelRegistry, type ServedModel } from "../ts/service/registry.ts";
 import type { ChatMessage } from "../ts/schemas/chat.ts";
-import { llamaSrc, smollm2 } from "./support/assets.ts";
+import { llamaSrc, smollm2 } from "./helpers/assets.ts";
 
 const specials = { bos_token: "<s>", eos_token: "</s>" };
 const hi: ChatMessage[] = [{ role: "user", content: "Hi there" }];

@@ -9,7 +9,7 @@ import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
 import { Engine } from "../ts/engine/index.ts";
-import { llamaSrc, repoRoot, smollm2 } from "./support/assets.ts";
+import { llamaSrc, repoRoot, smollm2 } from "./helpers/assets.ts";
 
 const VOCABS = [
   "llama-spm", "phi-3", "llama-bpe", "qwen2", "qwen35", "gpt-2", "starcoder",

@@ -9,7 +9,7 @@ import OpenAI from "openai";
 import { Engine, type LoadOptions } from "../../ts/engine/index.ts";
 import { createApp, type AppOptions } from "../../ts/server/app.ts";
 import { ModelRegistry } from "../../ts/service/registry.ts";
-import { smollm2 } from "../support/assets.ts";
+import { smollm2 } from "./assets.ts";
 
 export interface RunningServer {
   /** http://127.0.0.1:<port> */
