@@ -27,7 +27,7 @@ use crate::error::{Result, WickError};
 /// Whether `matmul` handles this weight type (with this output count).
 pub fn supported(dtype: GgmlDType, n_out: usize) -> bool {
     match dtype {
-        GgmlDType::F16 | GgmlDType::Q8_0 | GgmlDType::Q4_1 => true,
+        GgmlDType::F16 | GgmlDType::Q8_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 => true,
         GgmlDType::Q4_0 | GgmlDType::Q4K => n_out.is_multiple_of(8),
         _ => false,
     }
@@ -142,6 +142,33 @@ fn dot_q8_0(w: &[u8], a: &[Act32]) -> f32 {
         let d = f16_at(blk, 0) * y.d;
         for (l, a) in acc.iter_mut().enumerate() {
             let s: i32 = (0..4).map(|t| blk[2 + 4 * l + t] as i8 as i32 * y.qs[4 * l + t] as i32).sum();
+            *a = d.mul_add(s as f32, *a);
+        }
+    }
+    let h = [acc[4] + acc[0], acc[5] + acc[1], acc[6] + acc[2], acc[7] + acc[3]];
+    (h[0] + h[2]) + (h[1] + h[3])
+}
+
+/// The 32 values (q - 16) of a Q5_0 block (d, qh, 16 nibble bytes) in element order.
+fn q5_0_values(blk: &[u8]) -> [i32; 32] {
+    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+    let q = nibbles(&blk[6..22]);
+    std::array::from_fn(|i| (q[i] as i32 | (((qh >> i) & 1) as i32) << 4) - 16)
+}
+
+/// `ggml_vec_dot_q5_0_q8_0`: as Q8_0 (8 lanes of 4-value dots, one fma per lane and block).
+fn dot_q5_0(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if simd::available() {
+        // Safety: AVX2/FMA checked; `w` holds one 22-byte block per activation block.
+        return unsafe { simd::dot_q5_0(w, a) };
+    }
+    let mut acc = [0f32; 8];
+    for (blk, y) in w.chunks_exact(22).zip(a) {
+        let d = f16_at(blk, 0) * y.d;
+        let x = q5_0_values(blk);
+        for (l, a) in acc.iter_mut().enumerate() {
+            let s: i32 = (0..4).map(|t| x[4 * l + t] * y.qs[4 * l + t] as i32).sum();
             *a = d.mul_add(s as f32, *a);
         }
     }
@@ -345,6 +372,7 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
         let dot = match dtype {
             GgmlDType::Q8_0 => dot_q8_0,
             GgmlDType::Q4_0 => dot_q4_0,
+            GgmlDType::Q5_0 => dot_q5_0,
             _ => dot_q4_1,
         };
         #[cfg(target_arch = "x86_64")]
@@ -353,6 +381,7 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
         let dot4: Dot4 = match dtype {
             GgmlDType::Q8_0 => simd::dot4_q8_0,
             GgmlDType::Q4_0 => simd::dot4_q4_0,
+            GgmlDType::Q5_0 => simd::dot4_q5_0,
             _ => simd::dot4_q4_1,
         };
         for_cols(n, m, &|j0, j1| {
@@ -382,4 +411,61 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
         });
     }
     Ok(Tensor::from_vec(y, (m, n), x.device())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SIMD and scalar paths agree bit for bit, and both stay within a relative error bound
+    /// of the dequantized f32 reference (the bound covers the q8 activation rounding).
+    #[test]
+    fn q5_0_matches_scalar_and_dequantized_reference() {
+        let mut s = 11u32;
+        let mut r = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        let k = 256;
+        for _ in 0..20 {
+            let mut w = vec![];
+            let mut deq = vec![];
+            for _ in 0..k / 32 {
+                let d = f16::from_f32(r().abs() * 0.1 + 0.01);
+                w.extend_from_slice(&d.to_le_bytes());
+                let vals: Vec<i32> = (0..32).map(|_| ((r() + 0.5) * 32.0) as i32 % 32).collect();
+                let mut qh = 0u32;
+                let mut qs = [0u8; 16];
+                for (i, &v) in vals.iter().enumerate() {
+                    qh |= ((v as u32 >> 4) & 1) << i;
+                    if i < 16 { qs[i] |= (v & 15) as u8 } else { qs[i - 16] |= ((v & 15) as u8) << 4 }
+                    deq.push((v - 16) as f32 * d.to_f32());
+                }
+                w.extend_from_slice(&qh.to_le_bytes());
+                w.extend_from_slice(&qs);
+            }
+            let x: Vec<f32> = (0..k).map(|_| r()).collect();
+            let a = quantize_q8(&x);
+            let fast = dot_q5_0(&w, &a);
+            let exact: f64 = deq.iter().zip(&x).map(|(&p, &q)| p as f64 * q as f64).sum();
+            let norm: f64 = deq.iter().zip(&x).map(|(&p, &q)| (p as f64 * q as f64).abs()).sum();
+            assert!(((fast as f64) - exact).abs() <= 1e-2 * norm, "{fast} vs {exact}");
+            #[cfg(target_arch = "x86_64")]
+            if simd::available() {
+                let four = unsafe { simd::dot4_q5_0(&w, [&a, &a, &a, &a]) };
+                assert!(four.iter().all(|v| v.to_bits() == fast.to_bits()));
+                let mut acc = [0f32; 8];
+                for (blk, y) in w.chunks_exact(22).zip(&a) {
+                    let d = f16_at(blk, 0) * y.d;
+                    let xv = q5_0_values(blk);
+                    for (l, s) in acc.iter_mut().enumerate() {
+                        let v: i32 = (0..4).map(|t| xv[4 * l + t] * y.qs[4 * l + t] as i32).sum();
+                        *s = d.mul_add(v as f32, *s);
+                    }
+                }
+                let h = [acc[4] + acc[0], acc[5] + acc[1], acc[6] + acc[2], acc[7] + acc[3]];
+                assert_eq!(((h[0] + h[2]) + (h[1] + h[3])).to_bits(), fast.to_bits());
+            }
+        }
+    }
 }

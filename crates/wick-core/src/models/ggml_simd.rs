@@ -251,3 +251,60 @@ pub unsafe fn dotn_q4k<const R: usize>(w: &[u8], a: [&[Act256]; R], per_pair: [b
     }
     std::array::from_fn(|t| acc[t] - acc_min[t])
 }
+
+/// The 32 signed values (q - 16) of a Q5_0 block (d, qh: u32, 16 nibble bytes) in element order.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn q5_0_values(blk: *const u8) -> __m256i {
+    let qh = u32::from_le_bytes([*blk.add(2), *blk.add(3), *blk.add(4), *blk.add(5)]);
+    // ggml's bytes_from_bits_32: byte j = 0xFF where bit j of qh is set.
+    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
+    let bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe_u64 as i64);
+    let hi = _mm256_cmpeq_epi8(_mm256_or_si256(bytes, bit), _mm256_set1_epi64x(-1));
+    _mm256_or_si256(nibbles(blk.add(6)), _mm256_andnot_si256(hi, _mm256_set1_epi8(0xF0u8 as i8)))
+}
+
+/// One 8-lane q8 dot of signed x with signed y (ggml's `mul_sum_i8_pairs_float` before cvt).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn signed_dots(x: __m256i, y: *const i8) -> __m256 {
+    let yv = _mm256_loadu_si256(y as *const __m256i);
+    let dots =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(yv, x)), _mm256_set1_epi16(1));
+    _mm256_cvtepi32_ps(dots)
+}
+
+/// Q5_0 · q8_0 (`ggml_vec_dot_q5_0_q8_0`; tinyBLAS rounds the same for several rows).
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a.len()` Q5_0 blocks of 22 bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q5_0(w: &[u8], a: &[Act32]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (blk, y) in w.chunks_exact(22).zip(a) {
+        let x = q5_0_values(blk.as_ptr());
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_at(blk, 0) * y.d), signed_dots(x, y.qs.as_ptr()), acc);
+    }
+    hsum_f32(acc)
+}
+
+/// Four activation rows against one Q5_0 weight row, per output exactly `dot_q5_0`.
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a[t].len()` Q5_0 blocks for every t.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot4_q5_0(w: &[u8], a: [&[Act32]; 4]) -> [f32; 4] {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for (b, blk) in w.chunks_exact(22).enumerate() {
+        let dx = f16_at(blk, 0);
+        let x = q5_0_values(blk.as_ptr());
+        for t in 0..4 {
+            let y = a[t].get_unchecked(b);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y.d), signed_dots(x, y.qs.as_ptr()), acc[t]);
+        }
+    }
+    [hsum_f32(acc[0]), hsum_f32(acc[1]), hsum_f32(acc[2]), hsum_f32(acc[3])]
+}

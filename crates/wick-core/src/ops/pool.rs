@@ -41,11 +41,18 @@ pub struct Pool {
     run_lock: Mutex<()>,
 }
 
-/// How long a helper polls for the next job before parking.
-const SPIN: Duration = Duration::from_micros(200);
+/// How long a helper polls for the next job before parking (`WICK_SPIN_US`, default 100).
+fn spin() -> Duration {
+    static S: OnceLock<Duration> = OnceLock::new();
+    *S.get_or_init(|| {
+        let us = std::env::var("WICK_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+        Duration::from_micros(us)
+    })
+}
 
 fn helper(s: &'static Shared) {
     let mut last = 0u64;
+    let spin = spin();
     loop {
         // Spin, then park, until a job this helper has not run yet is on offer.
         let start = Instant::now();
@@ -54,7 +61,7 @@ fn helper(s: &'static Shared) {
             // Cheap poll first (the pointer value only, never dereferenced here).
             if s.job.load(SeqCst).is_null() {
                 polls += 1;
-                if polls % 64 == 0 && start.elapsed() > SPIN {
+                if polls % 64 == 0 && start.elapsed() > spin {
                     park(s, last);
                     break;
                 }
@@ -82,7 +89,7 @@ fn helper(s: &'static Shared) {
             }
             s.active.fetch_sub(1, SeqCst);
             polls += 1;
-            if polls % 64 == 0 && start.elapsed() > SPIN {
+            if polls % 64 == 0 && start.elapsed() > spin {
                 park(s, last);
                 break;
             }
