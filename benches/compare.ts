@@ -294,21 +294,9 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
   const samples: Sample[] = [];
   if (engine === "wick") {
     const { Engine } = await import("../ts/engine/index.ts");
-    const eng = await Engine.load({ modelPath: model, contextSize: ctxSize, threads, maxSequences: 1 });
-    for (const p of prompts) {
-      let done: { usage: { promptTokens: number; completionTokens: number; cachedTokens: number }; timings: { promptMs: number; decodeMs: number } } | undefined;
-      for await (const ev of eng.generate({ promptTokens: p, maxTokens: genLen, temperature: 0, ignoreEos: true })) {
-        if (ev.type === "done") done = ev;
-      }
-      if (!done) throw new Error("wick: no done event");
-      const { usage, timings } = done;
-      samples.push({
-        prefillTps: (usage.promptTokens - usage.cachedTokens) / (timings.promptMs / 1000),
-        decodeTps: (usage.completionTokens - 1) / (timings.decodeMs / 1000),
-        promptTokens: usage.promptTokens - usage.cachedTokens,
-        genTokens: usage.completionTokens,
-      });
-    }
+    const { measureEngine } = await import("../ts/cli/bench.ts");
+    const eng = await Engine.load({ modelPath: model, contextSize: ctxSize, threads, maxSequences: 1, prefillChunk: 0 });
+    samples.push(...(await measureEngine(eng, prompts, genLen)));
     await eng.unload();
   } else if (engine === "node-llama-cpp") {
     const { getLlama } = await import("node-llama-cpp");

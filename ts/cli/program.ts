@@ -1,12 +1,15 @@
 /** The commander program: `wick serve` with its options built from the flag table. */
 import { readFileSync } from "node:fs";
 import { Command, Option } from "commander";
+import type { BenchOptions } from "./bench.ts";
 import { flagNotices, normalizeArgv, SERVE_FLAGS, type FlagSpec, type ServeFlags } from "./flags.ts";
+import { integer } from "./values.ts";
 
 const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
 
 export interface Commands {
   serve(flags: ServeFlags): Promise<void>;
+  bench(opts: BenchOptions): Promise<void>;
 }
 
 /** Commander names the canonical flag; say the alias the user typed too (`-np`, not only `--parallel`). */
@@ -35,6 +38,18 @@ export function buildProgram(commands: Commands, typed = new Map<string, string>
     for (const line of flagNotices(flags)) process.stderr.write(`${line}\n`);
     await commands.serve(flags);
   });
+  program
+    .command("bench")
+    .description("Measure prefill and decode tokens/s of a model (like llama-bench).")
+    .requiredOption("-m, --model <path>", "GGUF model file")
+    .option("-t, --threads <n>", "CPU threads", integer(1, 1024, "a positive integer"))
+    .option("-p, --n-prompt <n>", "prompt tokens", integer(1, 1 << 20, "a positive integer"), 512)
+    .option("-n, --n-gen <n>", "generated tokens", integer(2, 1 << 20, "an integer >= 2"), 128)
+    .option("-r, --repetitions <n>", "measured runs", integer(1, 1000, "a positive integer"), 5)
+    .addOption(new Option("-o, --output <format>", "table or json").choices(["table", "json"]).default("table"))
+    .action(async (o: { model: string; threads?: number; nPrompt: number; nGen: number; repetitions: number; output: "table" | "json" }) => {
+      await commands.bench({ ...o });
+    });
   return program;
 }
 
