@@ -10,7 +10,11 @@ use wick_core::gguf::GgufFile;
 use wick_core::models::{self, StepSeq};
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn stats(v: &mut [f64]) -> (f64, f64, f64) {

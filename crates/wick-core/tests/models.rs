@@ -22,8 +22,7 @@ fn fixture_dir() -> &'static Path {
         std::fs::create_dir_all(&dir).expect("temp dir");
         let vocab = fixtures::byte_vocab();
         for spec in fixtures::standard_specs() {
-            fixtures::write_fixture(&spec, &vocab, &dir.join(&spec.file_name))
-                .expect("write fixture");
+            fixtures::write_fixture(&spec, &vocab, &dir.join(&spec.file_name)).expect("write fixture");
         }
         dir
     })
@@ -35,27 +34,17 @@ fn load(name: &str) -> Box<dyn Model> {
 }
 
 fn step(model: &dyn Model, tokens: &[u32], cache: &mut SeqCache) -> Vec<f32> {
-    let logits = model
-        .forward(&mut [StepSeq { tokens, cache }])
-        .expect("forward");
+    let logits = model.forward(&mut [StepSeq { tokens, cache }]).expect("forward");
     assert_eq!(logits.dims(), [1, model.info().n_vocab]);
-    logits
-        .get(0)
-        .and_then(|r| r.to_vec1::<f32>())
-        .expect("logits")
+    logits.get(0).and_then(|r| r.to_vec1::<f32>()).expect("logits")
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 fn argmax(v: &[f32]) -> u32 {
-    (0..v.len())
-        .max_by(|&i, &j| v[i].total_cmp(&v[j]))
-        .unwrap_or(0) as u32
+    (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap_or(0) as u32
 }
 
 fn row(t: &Tensor, i: usize) -> Vec<f32> {
@@ -76,11 +65,7 @@ fn every_standard_fixture_loads_and_runs() {
         assert!(info.n_params > 0);
         let mut cache = model.new_cache();
         let logits = step(model.as_ref(), &PROMPT_A, &mut cache);
-        assert!(
-            logits.iter().all(|x| x.is_finite()),
-            "{}: non-finite logits",
-            spec.file_name
-        );
+        assert!(logits.iter().all(|x| x.is_finite()), "{}: non-finite logits", spec.file_name);
         assert_eq!(cache.len(), PROMPT_A.len());
         step(model.as_ref(), &[5], &mut cache);
         assert_eq!(cache.len(), PROMPT_A.len() + 1);
@@ -122,39 +107,21 @@ fn ragged_batch_matches_sequences_run_alone() {
         step(m, &PROMPT_B, &mut cb);
         let out = m
             .forward(&mut [
-                StepSeq {
-                    tokens: &PROMPT_A,
-                    cache: &mut ca,
-                },
-                StepSeq {
-                    tokens: &[42],
-                    cache: &mut cb,
-                },
+                StepSeq { tokens: &PROMPT_A, cache: &mut ca },
+                StepSeq { tokens: &[42], cache: &mut cb },
             ])
             .expect("ragged step");
         assert_eq!(out.dims(), [2, m.info().n_vocab]);
         let d1 = max_abs_diff(&row(&out, 0), &a0).max(max_abs_diff(&row(&out, 1), &b1));
         let out = m
             .forward(&mut [
-                StepSeq {
-                    tokens: &[9],
-                    cache: &mut ca,
-                },
-                StepSeq {
-                    tokens: &[7],
-                    cache: &mut cb,
-                },
+                StepSeq { tokens: &[9], cache: &mut ca },
+                StepSeq { tokens: &[7], cache: &mut cb },
             ])
             .expect("decode step");
         let d2 = max_abs_diff(&row(&out, 0), &a1).max(max_abs_diff(&row(&out, 1), &b2));
-        assert!(
-            d1 == 0.0 && d2 == 0.0,
-            "{name}: batched logits differ by {d1} / {d2}"
-        );
-        assert_eq!(
-            (ca.len(), cb.len()),
-            (PROMPT_A.len() + 1, PROMPT_B.len() + 2)
-        );
+        assert!(d1 == 0.0 && d2 == 0.0, "{name}: batched logits differ by {d1} / {d2}");
+        assert_eq!((ca.len(), cb.len()), (PROMPT_A.len() + 1, PROMPT_B.len() + 2));
     }
 }
 
@@ -162,11 +129,7 @@ fn ragged_batch_matches_sequences_run_alone() {
 /// gives the logits of a single prefill.
 #[test]
 fn chunked_prefill_matches_single_prefill() {
-    for name in [
-        "tiny-llama-f16.gguf",
-        "tiny-lfm2-f16.gguf",
-        "tiny-lfm2-q4_0.gguf",
-    ] {
+    for name in ["tiny-llama-f16.gguf", "tiny-lfm2-f16.gguf", "tiny-lfm2-q4_0.gguf"] {
         let model = load(name);
         let m = model.as_ref();
         let mut whole = m.new_cache();
@@ -206,17 +169,13 @@ fn greedy_decoding_is_deterministic() {
 fn lfm2_final_norm_under_either_name() {
     let a = load("tiny-lfm2-q8_0.gguf");
     let b = load("tiny-lfm2-outnorm-q8_0.gguf");
-    let (la, lb) = (
-        step(a.as_ref(), &PROMPT_A, &mut a.new_cache()),
-        step(b.as_ref(), &PROMPT_A, &mut b.new_cache()),
-    );
+    let (la, lb) =
+        (step(a.as_ref(), &PROMPT_A, &mut a.new_cache()), step(b.as_ref(), &PROMPT_A, &mut b.new_cache()));
     assert_eq!(la, lb);
     let a = load("tiny-lfm2moe-e8-lead2-q8_0.gguf");
     let b = load("tiny-lfm2moe-e8-lead2-outnorm-q8_0.gguf");
-    let (la, lb) = (
-        step(a.as_ref(), &PROMPT_A, &mut a.new_cache()),
-        step(b.as_ref(), &PROMPT_A, &mut b.new_cache()),
-    );
+    let (la, lb) =
+        (step(a.as_ref(), &PROMPT_A, &mut a.new_cache()), step(b.as_ref(), &PROMPT_A, &mut b.new_cache()));
     assert_eq!(la, lb);
 }
 
@@ -224,10 +183,7 @@ fn lfm2_final_norm_under_either_name() {
 /// mid-way with their prefill while others decode), gives each exactly its solo tokens.
 #[test]
 fn moe_continuous_batching_matches_solo_runs() {
-    for name in [
-        "tiny-lfm2moe-e4-q8_0.gguf",
-        "tiny-lfm2moe-e8-lead2-q8_0.gguf",
-    ] {
+    for name in ["tiny-lfm2moe-e4-q8_0.gguf", "tiny-lfm2moe-e8-lead2-q8_0.gguf"] {
         let model = load(name);
         let m = model.as_ref();
         let prompts: [&[u32]; 3] = [&PROMPT_A, &PROMPT_B, &[1, 33, 34, 35, 36, 37, 38, 39, 40]];
@@ -249,9 +205,7 @@ fn moe_continuous_batching_matches_solo_runs() {
         let mut got: Vec<Vec<u32>> = vec![vec![]; prompts.len()];
         let mut next: Vec<Vec<u32>> = prompts.iter().map(|p| p.to_vec()).collect();
         for s in 0.. {
-            let active: Vec<usize> = (0..prompts.len())
-                .filter(|&i| s >= 3 * i && got[i].len() < n)
-                .collect();
+            let active: Vec<usize> = (0..prompts.len()).filter(|&i| s >= 3 * i && got[i].len() < n).collect();
             if active.is_empty() && got.iter().all(|g| g.len() == n) {
                 break;
             }
@@ -259,10 +213,7 @@ fn moe_continuous_batching_matches_solo_runs() {
                 .iter_mut()
                 .enumerate()
                 .filter(|(i, _)| active.contains(i))
-                .map(|(i, cache)| StepSeq {
-                    tokens: &next[i],
-                    cache,
-                })
+                .map(|(i, cache)| StepSeq { tokens: &next[i], cache })
                 .collect();
             let out = m.forward(&mut batch).expect("batched step");
             drop(batch);
@@ -284,12 +235,7 @@ fn default_cache_is_adopted_and_foreign_cache_rejected() {
     let x = step(llama.as_ref(), &PROMPT_A, &mut fresh);
     assert_eq!(x, step(llama.as_ref(), &PROMPT_A, &mut llama.new_cache()));
     // A 2-layer llama cache in a 6-layer lfm2.
-    let err = lfm2
-        .forward(&mut [StepSeq {
-            tokens: &[1],
-            cache: &mut fresh,
-        }])
-        .unwrap_err();
+    let err = lfm2.forward(&mut [StepSeq { tokens: &[1], cache: &mut fresh }]).unwrap_err();
     assert_eq!(err.code(), "INVALID_REQUEST", "{err}");
 }
 
@@ -300,24 +246,11 @@ fn invalid_batches_are_rejected() {
     assert_eq!(m.forward(&mut []).unwrap_err().code(), "INVALID_REQUEST");
     let mut c = m.new_cache();
     assert_eq!(
-        m.forward(&mut [StepSeq {
-            tokens: &[],
-            cache: &mut c
-        }])
-        .unwrap_err()
-        .code(),
+        m.forward(&mut [StepSeq { tokens: &[], cache: &mut c }]).unwrap_err().code(),
         "INVALID_REQUEST"
     );
-    let err = m
-        .forward(&mut [StepSeq {
-            tokens: &[1, 259],
-            cache: &mut c,
-        }])
-        .unwrap_err();
-    assert!(
-        matches!(err, WickError::InvalidRequest(ref s) if s.contains("259")),
-        "{err}"
-    );
+    let err = m.forward(&mut [StepSeq { tokens: &[1, 259], cache: &mut c }]).unwrap_err();
+    assert!(matches!(err, WickError::InvalidRequest(ref s) if s.contains("259")), "{err}");
     assert!(c.is_empty(), "a rejected step must not advance the cache");
 }
 
@@ -327,12 +260,7 @@ fn broken_files_fail_with_clear_errors() {
     let bad = fixtures::write_bad_files(&dir).expect("write bad files");
     assert!(bad.len() >= 6);
     for b in bad {
-        let name = b
-            .path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("?")
-            .to_string();
+        let name = b.path.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         let err = match GgufFile::open(&b.path) {
             Err(e) => {
                 assert!(b.fails_at_open, "{name}: expected open to succeed, got {e}");
@@ -347,16 +275,9 @@ fn broken_files_fail_with_clear_errors() {
             }
         };
         let msg = err.to_string();
-        assert!(
-            msg.contains(b.expect),
-            "{name}: error `{msg}` does not mention `{}`",
-            b.expect
-        );
-        let want = if name.contains("unknown-arch") {
-            "UNSUPPORTED_ARCHITECTURE"
-        } else {
-            "MODEL_LOAD_FAILED"
-        };
+        assert!(msg.contains(b.expect), "{name}: error `{msg}` does not mention `{}`", b.expect);
+        let want =
+            if name.contains("unknown-arch") { "UNSUPPORTED_ARCHITECTURE" } else { "MODEL_LOAD_FAILED" };
         assert_eq!(err.code(), want, "{name}: {msg}");
     }
 }
@@ -379,11 +300,7 @@ fn standard_fixtures_with_real_vocabs() {
     assert_eq!(written.len(), specs.len());
     for (path, spec) in written.iter().zip(&specs) {
         let g = GgufFile::open(path).expect("open");
-        let tokens = g
-            .metadata
-            .str_array("tokenizer.ggml.tokens")
-            .expect("tokens")
-            .map_or(0, |t| t.len());
+        let tokens = g.metadata.str_array("tokenizer.ggml.tokens").expect("tokens").map_or(0, |t| t.len());
         let model = models::load(&g, &Device::Cpu).expect("load");
         assert_eq!(model.info().n_vocab, tokens, "{}", spec.file_name);
         let expect = match spec.vocab_file {

@@ -47,11 +47,7 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
+    v.as_array().expect("array").iter().map(|x| x.as_u64().expect("id") as u32).collect()
 }
 
 struct Case {
@@ -67,12 +63,7 @@ fn run_single(model: &dyn Model, c: &Case) -> Vec<Vec<f32>> {
     let mut out = vec![];
     let mut input = c.prompt.clone();
     for &t in &c.tokens {
-        let logits = model
-            .forward(&mut [StepSeq {
-                tokens: &input,
-                cache: &mut cache,
-            }])
-            .expect("forward");
+        let logits = model.forward(&mut [StepSeq { tokens: &input, cache: &mut cache }]).expect("forward");
         out.push(probs(&logits.get(0).expect("row")));
         input = vec![t];
     }
@@ -85,16 +76,11 @@ fn run_batched(model: &dyn Model, cases: &[Case]) -> Vec<Vec<u32>> {
     let mut inputs: Vec<Vec<u32>> = cases.iter().map(|c| c.prompt.clone()).collect();
     let mut argmaxes = vec![vec![]; cases.len()];
     for step in 0..cases[0].tokens.len() {
-        let mut batch: Vec<StepSeq> = inputs
-            .iter()
-            .zip(caches.iter_mut())
-            .map(|(t, cache)| StepSeq { tokens: t, cache })
-            .collect();
+        let mut batch: Vec<StepSeq> =
+            inputs.iter().zip(caches.iter_mut()).map(|(t, cache)| StepSeq { tokens: t, cache }).collect();
         let logits = model.forward(&mut batch).expect("batched forward");
         for (i, c) in cases.iter().enumerate() {
-            argmaxes[i].push(argmax(
-                &logits.get(i).expect("row").to_vec1::<f32>().expect("v"),
-            ));
+            argmaxes[i].push(argmax(&logits.get(i).expect("row").to_vec1::<f32>().expect("v")));
             inputs[i] = vec![c.tokens[step]];
         }
     }
@@ -118,8 +104,7 @@ fn greedy_and_probabilities_match_llama_cpp() {
     files.sort();
     let mut failures = vec![];
     for file in files {
-        let reference: Value =
-            serde_json::from_slice(&std::fs::read(&file).expect("read")).expect("json");
+        let reference: Value = serde_json::from_slice(&std::fs::read(&file).expect("read")).expect("json");
         let model_path = repo().join(reference["model"].as_str().expect("model"));
         let g = GgufFile::open(&model_path).expect("open");
         let model = models::load(&g, &Device::Cpu).expect("load");
@@ -138,12 +123,7 @@ fn greedy_and_probabilities_match_llama_cpp() {
                         s.as_array()
                             .expect("step")
                             .iter()
-                            .map(|p| {
-                                (
-                                    p[0].as_u64().expect("id") as u32,
-                                    p[1].as_f64().expect("p") as f32,
-                                )
-                            })
+                            .map(|p| (p[0].as_u64().expect("id") as u32, p[1].as_f64().expect("p") as f32))
                             .collect()
                     })
                     .collect(),
@@ -152,18 +132,11 @@ fn greedy_and_probabilities_match_llama_cpp() {
         let (mut seq_ok, mut step_bad, mut max_diff, mut min_margin) = (0, 0, 0f32, f32::INFINITY);
         for c in &cases {
             let dists = run_single(model.as_ref(), c);
-            let bad = dists
-                .iter()
-                .zip(&c.tokens)
-                .filter(|(d, &t)| argmax(d) != t)
-                .count();
+            let bad = dists.iter().zip(&c.tokens).filter(|(d, &t)| argmax(d) != t).count();
             if std::env::var("WICK_PARITY_DEBUG").is_ok() {
                 for (i, (d, top)) in dists.iter().zip(&c.steps).enumerate() {
-                    let mine: Vec<(usize, f32)> = top
-                        .iter()
-                        .map(|&(id, _)| (id as usize, d[id as usize]))
-                        .take(3)
-                        .collect();
+                    let mine: Vec<(usize, f32)> =
+                        top.iter().map(|&(id, _)| (id as usize, d[id as usize])).take(3).collect();
                     println!(
                         "  step {i} llama.cpp {:?} wick {mine:?} wick argmax {}",
                         &top[..3.min(top.len())],
@@ -190,11 +163,7 @@ fn greedy_and_probabilities_match_llama_cpp() {
             .zip(&cases)
             .map(|(a, c)| a.iter().zip(&c.tokens).filter(|(x, y)| x != y).count())
             .sum();
-        let name = file
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("?")
-            .to_string();
+        let name = file.file_stem().and_then(|s| s.to_str()).unwrap_or("?").to_string();
         println!(
             "{name:40} greedy {seq_ok}/{} sequences identical ({step_bad} steps differ; batched: {batch_bad}), max |Δp| {max_diff:.5} on top tokens, min llama.cpp top-1 margin {min_margin:.4}",
             cases.len()

@@ -10,32 +10,21 @@ use wick_core::WickError;
 fn load(name: &str) -> Tokenizer {
     let dir = std::env::var_os("WICK_LLAMA_SRC")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/llama.cpp")
-        });
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/llama.cpp"));
     let path = dir.join("models").join(format!("ggml-vocab-{name}.gguf"));
-    assert!(
-        path.exists(),
-        "{} not found (set WICK_LLAMA_SRC or run ./scripts/llama-src.sh)",
-        path.display()
-    );
+    assert!(path.exists(), "{} not found (set WICK_LLAMA_SRC or run ./scripts/llama-src.sh)", path.display());
     Tokenizer::from_gguf(&GgufFile::open(&path).unwrap().metadata).unwrap()
 }
 
 fn id(tok: &Tokenizer, text: &str) -> u32 {
-    tok.token_id(text)
-        .unwrap_or_else(|| panic!("no token {text:?}"))
+    tok.token_id(text).unwrap_or_else(|| panic!("no token {text:?}"))
 }
 
 fn tiny_gpt2(pre: &str, model: &str) -> Metadata {
-    let strings =
-        |v: &[&str]| MetaValue::Array(v.iter().map(|s| MetaValue::String(s.to_string())).collect());
+    let strings = |v: &[&str]| MetaValue::Array(v.iter().map(|s| MetaValue::String(s.to_string())).collect());
     Metadata {
         entries: vec![
-            (
-                "tokenizer.ggml.model".into(),
-                MetaValue::String(model.into()),
-            ),
+            ("tokenizer.ggml.model".into(), MetaValue::String(model.into())),
             ("tokenizer.ggml.pre".into(), MetaValue::String(pre.into())),
             ("tokenizer.ggml.tokens".into(), strings(&["a", "b", "ab"])),
             ("tokenizer.ggml.merges".into(), strings(&["a b"])),
@@ -48,10 +37,7 @@ fn unknown_pre_tokenizer_is_a_typed_error() {
     let err = Tokenizer::from_gguf(&tiny_gpt2("xyz", "gpt2")).unwrap_err();
     assert!(matches!(err, WickError::UnsupportedTokenizer(_)), "{err:?}");
     assert_eq!(err.code(), "UNSUPPORTED_TOKENIZER");
-    assert!(
-        err.to_string().contains("unknown pre-tokenizer `xyz`"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("unknown pre-tokenizer `xyz`"), "{err}");
 }
 
 #[test]
@@ -82,10 +68,7 @@ fn special_tokens_are_parsed_only_when_asked() {
     let im_start = id(&tok, "<|im_start|>");
     let parsed = tok.encode("<|im_start|>user\nhi", false, true).unwrap();
     assert_eq!(parsed[0], im_start);
-    assert_eq!(
-        parsed[1..],
-        tok.encode("user\nhi", false, false).unwrap()[..]
-    );
+    assert_eq!(parsed[1..], tok.encode("user\nhi", false, false).unwrap()[..]);
     let plain = tok.encode("<|im_start|>user", false, false).unwrap();
     assert!(!plain.contains(&im_start) && plain.len() > 2, "{plain:?}");
 }
@@ -105,10 +88,7 @@ fn bos_and_eos_follow_the_vocab() {
 
     let qwen = load("qwen2");
     assert!(!qwen.add_bos());
-    assert_eq!(
-        qwen.encode("Hello", true, false).unwrap(),
-        qwen.encode("Hello", false, false).unwrap()
-    );
+    assert_eq!(qwen.encode("Hello", true, false).unwrap(), qwen.encode("Hello", false, false).unwrap());
 }
 
 #[test]
@@ -149,14 +129,7 @@ fn token_bytes_render_like_llama_cpp() {
 
 #[test]
 fn decode_inverts_encode() {
-    let texts = [
-        "Hello world",
-        " Hello  world\n",
-        "\t tabs\tand  spaces ",
-        "🦙 llama 你好",
-        "a\u{0}b",
-        "",
-    ];
+    let texts = ["Hello world", " Hello  world\n", "\t tabs\tand  spaces ", "🦙 llama 你好", "a\u{0}b", ""];
     for name in ["llama-spm", "llama-bpe", "qwen2", "gpt-2"] {
         let tok = load(name);
         for text in texts {
@@ -211,28 +184,9 @@ fn detokenizer_skips_control_tokens_on_request() {
 fn hostile_input_does_not_panic() {
     let mut big = String::new();
     for i in 0..20_000 {
-        big.push_str(
-            [
-                "a ",
-                "  ",
-                "\n",
-                "🦙",
-                "<|im_end|>",
-                "\u{3000}",
-                "9",
-                "\u{301}",
-                "<s>",
-            ][i % 9],
-        );
+        big.push_str(["a ", "  ", "\n", "🦙", "<|im_end|>", "\u{3000}", "9", "\u{301}", "<s>"][i % 9]);
     }
-    for name in [
-        "llama-spm",
-        "phi-3",
-        "llama-bpe",
-        "qwen2",
-        "deepseek-llm",
-        "falcon",
-    ] {
+    for name in ["llama-spm", "phi-3", "llama-bpe", "qwen2", "deepseek-llm", "falcon"] {
         let tok = load(name);
         for parse_special in [false, true] {
             let ids = tok.encode(&big, true, parse_special).unwrap();
@@ -245,8 +199,6 @@ fn hostile_input_does_not_panic() {
 
 #[test]
 fn chat_template_comes_from_the_gguf() {
-    assert!(load("qwen2")
-        .chat_template()
-        .is_some_and(|t| t.contains("im_start")));
+    assert!(load("qwen2").chat_template().is_some_and(|t| t.contains("im_start")));
     assert_eq!(load("llama-spm").chat_template(), None);
 }

@@ -11,9 +11,7 @@ use wick_core::WickError;
 fn llama_src() -> PathBuf {
     let dir = std::env::var_os("WICK_LLAMA_SRC")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/llama.cpp")
-        });
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/llama.cpp"));
     assert!(
         dir.join("models").is_dir(),
         "llama.cpp source not found at {} (set WICK_LLAMA_SRC or run ./scripts/llama-src.sh)",
@@ -23,9 +21,7 @@ fn llama_src() -> PathBuf {
 }
 
 fn vocab_path(name: &str) -> PathBuf {
-    llama_src()
-        .join("models")
-        .join(format!("ggml-vocab-{name}.gguf"))
+    llama_src().join("models").join(format!("ggml-vocab-{name}.gguf"))
 }
 
 fn load(name: &str) -> wick_core::Result<Tokenizer> {
@@ -49,19 +45,9 @@ fn cases(name: &str) -> Vec<(String, Vec<u32>)> {
         inputs.push(case.to_string());
         rest = tail;
     }
-    let outputs: Vec<Vec<u32>> = out
-        .lines()
-        .map(|l| {
-            l.split_whitespace()
-                .map(|t| t.parse().expect("token id"))
-                .collect()
-        })
-        .collect();
-    assert_eq!(
-        inputs.len(),
-        outputs.len(),
-        "{name}: .inp and .out disagree on the number of cases"
-    );
+    let outputs: Vec<Vec<u32>> =
+        out.lines().map(|l| l.split_whitespace().map(|t| t.parse().expect("token id")).collect()).collect();
+    assert_eq!(inputs.len(), outputs.len(), "{name}: .inp and .out disagree on the number of cases");
     inputs.into_iter().zip(outputs).collect()
 }
 

@@ -200,11 +200,9 @@ impl From<Event> for SequenceEvent {
                 }),
                 ..Self::empty("done")
             },
-            Event::Error(err) => Self {
-                code: Some(err.code().into()),
-                message: Some(err.to_string()),
-                ..Self::empty("error")
-            },
+            Event::Error(err) => {
+                Self { code: Some(err.code().into()), message: Some(err.to_string()), ..Self::empty("error") }
+            }
         }
     }
 }

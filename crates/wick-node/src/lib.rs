@@ -61,7 +61,12 @@ impl Engine {
     }
 
     #[napi(catch_unwind)]
-    pub fn tokenize(&self, text: String, add_special: Option<bool>, parse_special: Option<bool>) -> Result<Vec<u32>> {
+    pub fn tokenize(
+        &self,
+        text: String,
+        add_special: Option<bool>,
+        parse_special: Option<bool>,
+    ) -> Result<Vec<u32>> {
         self.inner
             .tokenizer()
             .encode(&text, add_special.unwrap_or(true), parse_special.unwrap_or(false))

@@ -78,10 +78,7 @@ impl GgufFile {
         let mut index = HashMap::with_capacity(header.tensors.len());
         for raw in header.tensors {
             let dtype = ggml_dtype(raw.ggml_type).ok_or_else(|| {
-                WickError::load(format!(
-                    "tensor `{}` has unsupported ggml type {}",
-                    raw.name, raw.ggml_type
-                ))
+                WickError::load(format!("tensor `{}` has unsupported ggml type {}", raw.name, raw.ggml_type))
             })?;
             let (bs, ts) = (dtype.block_size(), dtype.type_size());
             let elems = raw
@@ -133,8 +130,7 @@ impl GgufFile {
     }
 
     fn require(&self, name: &str) -> Result<&TensorInfo> {
-        self.info(name)
-            .ok_or_else(|| WickError::load(format!("missing tensor `{name}`")))
+        self.info(name).ok_or_else(|| WickError::load(format!("missing tensor `{name}`")))
     }
 
     pub fn bytes(&self, name: &str) -> Result<&[u8]> {

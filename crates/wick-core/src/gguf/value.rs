@@ -84,9 +84,9 @@ impl Metadata {
     fn typed<T>(&self, key: &str, what: &str, f: impl Fn(&MetaValue) -> Option<T>) -> Result<Option<T>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => f(v)
-                .map(Some)
-                .ok_or_else(|| WickError::load(format!("metadata key `{key}` is not {what}"))),
+            Some(v) => {
+                f(v).map(Some).ok_or_else(|| WickError::load(format!("metadata key `{key}` is not {what}")))
+            }
         }
     }
     fn required<T>(v: Result<Option<T>>, key: &str) -> Result<T> {
@@ -123,8 +123,7 @@ impl Metadata {
         }
     }
     pub fn str(&self, key: &str) -> Result<&str> {
-        self.opt_str(key)?
-            .ok_or_else(|| WickError::load(format!("missing metadata key `{key}`")))
+        self.opt_str(key)?.ok_or_else(|| WickError::load(format!("missing metadata key `{key}`")))
     }
     pub fn opt_array(&self, key: &str) -> Result<Option<&[MetaValue]>> {
         match self.get(key) {

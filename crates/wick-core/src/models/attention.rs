@@ -39,7 +39,8 @@ impl BatchPlan {
         if batch.is_empty() {
             return Err(WickError::InvalidRequest("empty batch".into()));
         }
-        let (mut spans, mut ids, mut positions, mut last, mut rows) = (vec![], vec![], vec![], vec![], vec![]);
+        let (mut spans, mut ids, mut positions, mut last, mut rows) =
+            (vec![], vec![], vec![], vec![], vec![]);
         for s in batch {
             if s.tokens.is_empty() {
                 return Err(WickError::InvalidRequest("a sequence in the batch has no tokens".into()));
@@ -97,7 +98,9 @@ impl Attention {
         dev: &Device,
     ) -> Result<Self> {
         if n_kv_head == 0 || !n_head.is_multiple_of(n_kv_head) {
-            return Err(WickError::load(format!("{prefix}: {n_head} query heads cannot share {n_kv_head} KV heads")));
+            return Err(WickError::load(format!(
+                "{prefix}: {n_head} query heads cannot share {n_kv_head} KV heads"
+            )));
         }
         let (q_norm, k_norm) = match qk_norm_eps {
             Some(eps) => (
@@ -152,7 +155,8 @@ impl Attention {
             let o = match cache.host() {
                 Some(kv) => {
                     let qh = q_s.flatten_all()?.to_vec1::<f32>()?;
-                    let o = cpu_attention::attend(&qh, &kv, span.len, span.pos0, self.n_head, hd, scale as f32);
+                    let o =
+                        cpu_attention::attend(&qh, &kv, span.len, span.pos0, self.n_head, hd, scale as f32);
                     Tensor::from_vec(o, (span.len, self.n_head * hd), x.device())?
                 }
                 None => {
@@ -189,7 +193,8 @@ fn attend(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, scale: f64) -> Result
             }
         }
         let mask = Tensor::from_vec(mask, (len, t), q.device())?;
-        scores = scores.reshape((n_kv, group, len, t))?.broadcast_add(&mask)?.reshape((n_kv, group * len, t))?;
+        scores =
+            scores.reshape((n_kv, group, len, t))?.broadcast_add(&mask)?.reshape((n_kv, group * len, t))?;
     }
     // Probabilities meet the f16 V cache in f16, as in ggml's (non flash-attention) kv matmul.
     let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(DType::F16)?.to_dtype(DType::F32)?;

@@ -64,7 +64,15 @@ pub(crate) fn dot_tiled(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) ->
 
 /// `q`: `[len, n_head, hd]` row-major for positions `pos0..pos0+len`; the cache holds
 /// `pos0 + len` positions. Returns `[len, n_head·hd]`.
-pub fn attend(q: &[f32], kv: &HostKv, len: usize, pos0: usize, n_head: usize, hd: usize, scale: f32) -> Vec<f32> {
+pub fn attend(
+    q: &[f32],
+    kv: &HostKv,
+    len: usize,
+    pos0: usize,
+    n_head: usize,
+    hd: usize,
+    scale: f32,
+) -> Vec<f32> {
     // The vectorised, threaded kernels in `ops::attn` do exactly the arithmetic of
     // `attend_reference` below (bit-identical; checked by `ops_match_reference`).
     let var = exp_variant();
@@ -73,7 +81,15 @@ pub fn attend(q: &[f32], kv: &HostKv, len: usize, pos0: usize, n_head: usize, hd
 
 /// The scalar statement of `attend`'s arithmetic, kept as its specification and test oracle.
 #[allow(dead_code)]
-pub(crate) fn attend_reference(q: &[f32], kv: &HostKv, len: usize, pos0: usize, n_head: usize, hd: usize, scale: f32) -> Vec<f32> {
+pub(crate) fn attend_reference(
+    q: &[f32],
+    kv: &HostKv,
+    len: usize,
+    pos0: usize,
+    n_head: usize,
+    hd: usize,
+    scale: f32,
+) -> Vec<f32> {
     let n_kv = kv.k.len();
     let group = n_head / n_kv;
     let var = exp_variant();
@@ -150,8 +166,10 @@ mod tests {
         };
         for (len, pos0) in [(1usize, 0usize), (1, 37), (1, 200), (5, 0), (19, 40), (70, 0)] {
             let t = pos0 + len;
-            let k: Vec<Vec<f16>> = (0..n_kv).map(|_| (0..t * hd).map(|_| f16::from_f32(r() * 3.0)).collect()).collect();
-            let v: Vec<Vec<f16>> = (0..n_kv * hd).map(|_| (0..t).map(|_| f16::from_f32(r())).collect()).collect();
+            let k: Vec<Vec<f16>> =
+                (0..n_kv).map(|_| (0..t * hd).map(|_| f16::from_f32(r() * 3.0)).collect()).collect();
+            let v: Vec<Vec<f16>> =
+                (0..n_kv * hd).map(|_| (0..t).map(|_| f16::from_f32(r())).collect()).collect();
             let q: Vec<f32> = (0..len * n_head * hd).map(|_| r() * 3.0).collect();
             let kv = HostKv { k: &k, v: &v };
             let a = attend(&q, &kv, len, pos0, n_head, hd, 0.125);

@@ -189,7 +189,8 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, interleaved: bool) -> Result
         for head in 0..h {
             let base = (t * h + head) * d;
             for i in 0..half {
-                let (i0, i1) = if interleaved { (base + 2 * i, base + 2 * i + 1) } else { (base + i, base + i + half) };
+                let (i0, i1) =
+                    if interleaved { (base + 2 * i, base + 2 * i + 1) } else { (base + i, base + i + half) };
                 let (x0, x1) = (xs[i0], xs[i1]);
                 y[i0] = x0.mul_add(ct[i], -(x1 * st[i]));
                 y[i1] = x0.mul_add(st[i], x1 * ct[i]);

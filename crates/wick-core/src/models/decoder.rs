@@ -8,7 +8,7 @@ use candle_core::{Device, Tensor};
 
 use super::attention::{Attention, BatchPlan};
 use super::ffn::Ffn;
-use super::layers::{Embedding, Linear, RmsNorm, Rope};
+use super::layers::{param_count, Embedding, Hparams, Linear, RmsNorm, Rope};
 use super::shortconv::ShortConv;
 use super::{Model, ModelInfo, StepSeq};
 use crate::cache::{ConvState, KvCache, LayerCache, SeqCache};
@@ -34,15 +34,7 @@ pub struct Block {
 
 impl Block {
     pub fn new(op_norm: RmsNorm, op: Operator, ffn_norm: RmsNorm, ffn: Ffn) -> Self {
-        Self {
-            op_norm,
-            op,
-            ffn_norm,
-            ffn,
-            post_op_norm: None,
-            post_ffn_norm: None,
-            local_rope: false,
-        }
+        Self { op_norm, op, ffn_norm, ffn, post_op_norm: None, post_ffn_norm: None, local_rope: false }
     }
 }
 
@@ -61,6 +53,47 @@ pub struct Decoder {
 }
 
 impl Decoder {
+    /// What every architecture does after building its blocks: the output head
+    /// (`output.weight`, else tied to the token embedding) and the facts the engine reports.
+    /// Architecture extras (`rope_local`, `embed_scale`) start unset.
+    pub fn assemble(
+        hp: &Hparams,
+        embed: Embedding,
+        blocks: Vec<Block>,
+        norm: RmsNorm,
+        rope: Rope,
+        (d, n_head, n_kv): (usize, usize, &[usize]),
+        dev: &Device,
+    ) -> Result<Self> {
+        let g = hp.gguf;
+        let head = if g.has("output.weight") {
+            Linear::load(g, "output", d, embed.n_vocab(), dev)?
+        } else {
+            embed.as_linear()?
+        };
+        let info = ModelInfo {
+            architecture: hp.arch.into(),
+            n_vocab: embed.n_vocab(),
+            n_ctx_train: hp.opt_usize("context_length")?.unwrap_or(0),
+            n_layer: blocks.len(),
+            n_embd: d,
+            n_head,
+            n_head_kv: n_kv.iter().copied().max().unwrap_or(0),
+            n_params: param_count(g),
+        };
+        Ok(Self {
+            info,
+            device: dev.clone(),
+            embed,
+            blocks,
+            norm,
+            head,
+            rope,
+            rope_local: None,
+            embed_scale: None,
+        })
+    }
+
     /// Gives an empty default-constructed cache this model's layers; rejects a cache made by
     /// a different model.
     fn prepare_caches(&self, batch: &mut [StepSeq<'_>]) -> Result<()> {
@@ -89,9 +122,7 @@ impl Model for Decoder {
             .blocks
             .iter()
             .map(|b| match &b.op {
-                Operator::Attention(a) => {
-                    LayerCache::Attention(KvCache::new(a.n_kv_head, a.head_dim))
-                }
+                Operator::Attention(a) => LayerCache::Attention(KvCache::new(a.n_kv_head, a.head_dim)),
                 Operator::Conv(c) => LayerCache::Conv(ConvState::new(c.l_cache - 1, c.d)),
             })
             .collect();
@@ -115,20 +146,15 @@ impl Model for Decoder {
             let h = b.op_norm.forward(&x)?;
             let y = match &b.op {
                 Operator::Attention(a) => {
-                    let mut kvs = batch
-                        .iter_mut()
-                        .map(|s| s.cache.kv_mut(il))
-                        .collect::<Result<Vec<_>>>()?;
+                    let mut kvs = batch.iter_mut().map(|s| s.cache.kv_mut(il)).collect::<Result<Vec<_>>>()?;
                     match (&local, b.local_rope) {
                         (Some((r, (c, s))), true) => a.forward(&h, &plan, r, (c, s), &mut kvs)?,
                         _ => a.forward(&h, &plan, &self.rope, (&cos, &sin), &mut kvs)?,
                     }
                 }
                 Operator::Conv(c) => {
-                    let mut states = batch
-                        .iter_mut()
-                        .map(|s| s.cache.conv_mut(il))
-                        .collect::<Result<Vec<_>>>()?;
+                    let mut states =
+                        batch.iter_mut().map(|s| s.cache.conv_mut(il)).collect::<Result<Vec<_>>>()?;
                     c.forward(&h, &plan, &mut states)?
                 }
             };
@@ -159,7 +185,6 @@ impl Model for Decoder {
         for s in batch.iter_mut() {
             s.cache.advance(s.tokens.len());
         }
-        self.head
-            .forward(&self.norm.forward(&x)?, &plan.last_row_pos)
+        self.head.forward(&self.norm.forward(&x)?, &plan.last_row_pos)
     }
 }

@@ -60,11 +60,7 @@ fn gelu_f32(x: f32) -> f32 {
 /// (`GGML_GELU_FP16`): the input is rounded to f16, the result stored as f16.
 fn gelu_table() -> &'static [f16] {
     static T: OnceLock<Vec<f16>> = OnceLock::new();
-    T.get_or_init(|| {
-        (0..=u16::MAX)
-            .map(|b| f16::from_f32(gelu_f32(f16::from_bits(b).to_f32())))
-            .collect()
-    })
+    T.get_or_init(|| (0..=u16::MAX).map(|b| f16::from_f32(gelu_f32(f16::from_bits(b).to_f32()))).collect())
 }
 
 /// ggml `geglu`: `gelu(g)·u`, with the table lookup and the ±10 cut-offs of the CPU backend.
@@ -74,10 +70,7 @@ pub fn geglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
         return Ok((gate.gelu()? * up)?);
     }
     let dims = gate.dims().to_vec();
-    let (g, u) = (
-        gate.flatten_all()?.to_vec1::<f32>()?,
-        up.flatten_all()?.to_vec1::<f32>()?,
-    );
+    let (g, u) = (gate.flatten_all()?.to_vec1::<f32>()?, up.flatten_all()?.to_vec1::<f32>()?);
     let table = gelu_table();
     let y: Vec<f32> = g
         .iter()

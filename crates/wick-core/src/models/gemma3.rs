@@ -15,8 +15,7 @@ use candle_core::Device;
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
 use super::ffn::{Ffn, GeluMlp};
-use super::layers::{load_rope, param_count, Embedding, Hparams, Linear, RmsNorm, Rope, RopeStyle};
-use super::ModelInfo;
+use super::layers::{load_rope, Embedding, Hparams, RmsNorm, Rope, RopeStyle};
 use crate::error::{Result, WickError};
 use crate::gguf::{GgufFile, MetaValue};
 
@@ -28,41 +27,22 @@ fn swa_layers(g: &GgufFile, hp: &Hparams, n_layer: usize) -> Result<Vec<bool>> {
     let key = hp.key("attention.sliding_window_pattern");
     if let Some(MetaValue::Array(a)) = g.metadata.get(&key) {
         if a.len() < n_layer {
-            return Err(WickError::load(format!(
-                "`{key}` has {} entries for {n_layer} layers",
-                a.len()
-            )));
+            return Err(WickError::load(format!("`{key}` has {} entries for {n_layer} layers", a.len())));
         }
-        return Ok(a
-            .iter()
-            .take(n_layer)
-            .map(|v| v.as_bool().unwrap_or(false))
-            .collect());
+        return Ok(a.iter().take(n_layer).map(|v| v.as_bool().unwrap_or(false)).collect());
     }
-    let n = hp
-        .opt_usize("attention.sliding_window_pattern")?
-        .unwrap_or(6);
+    let n = hp.opt_usize("attention.sliding_window_pattern")?.unwrap_or(6);
     Ok((0..n_layer).map(|il| n == 0 || il % n < n - 1).collect())
 }
 
 pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
-    let hp = Hparams {
-        gguf: g,
-        arch: "gemma3",
-    };
+    let hp = Hparams { gguf: g, arch: "gemma3" };
     let d = hp.usize("embedding_length")?;
     let n_layer = hp.usize("block_count")?;
     let n_head = hp.usize("attention.head_count")?;
-    let n_kv = match g.metadata.get(&hp.key("attention.head_count_kv")) {
-        Some(_) => g
-            .metadata
-            .per_layer_usize(&hp.key("attention.head_count_kv"), n_layer)?,
-        None => vec![n_head; n_layer],
-    };
+    let n_kv = hp.head_count_kv(n_layer, n_head)?;
     let ff = hp.usize("feed_forward_length")?;
-    let eps = g
-        .metadata
-        .f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
+    let eps = g.metadata.f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
     if n_head == 0 {
         return Err(WickError::load("gemma3: head_count is 0"));
     }
@@ -77,29 +57,16 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
     };
     // 27B scales Q by 1/sqrt(d / n_head), which the shared attention does not do.
     if n_layer == 62 && d / n_head != head_dim {
-        return Err(WickError::load(
-            "gemma3 27B (query scale 1/sqrt(d/n_head)) is not supported",
-        ));
+        return Err(WickError::load("gemma3 27B (query scale 1/sqrt(d/n_head)) is not supported"));
     }
-    if hp
-        .opt_f32("final_logit_softcapping")?
-        .is_some_and(|c| c != 0.0)
-    {
-        return Err(WickError::load(
-            "gemma3: final logit soft-capping is not supported",
-        ));
+    if hp.opt_f32("final_logit_softcapping")?.is_some_and(|c| c != 0.0) {
+        return Err(WickError::load("gemma3: final logit soft-capping is not supported"));
     }
     let rope = load_rope(&hp, RopeStyle::Neox, head_dim)?;
     let swa = swa_layers(g, &hp, n_layer)?;
     let rope_local = swa.iter().any(|&s| s).then(|| -> Result<Rope> {
         let base = hp.opt_f32("rope.freq_base_swa")?.unwrap_or(10000.0);
-        Ok(Rope {
-            style: RopeStyle::Neox,
-            n_rot: head_dim,
-            base,
-            freq_scale: 1.0,
-            freq_factors: None,
-        })
+        Ok(Rope { style: RopeStyle::Neox, n_rot: head_dim, base, freq_scale: 1.0, freq_factors: None })
     });
     let rope_local = rope_local.transpose()?;
 
@@ -122,32 +89,10 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
         })
         .collect::<Result<Vec<_>>>()?;
     let norm = RmsNorm::load(g, "output_norm.weight", d, eps, dev)?;
-    let head = if g.has("output.weight") {
-        Linear::load(g, "output", d, embed.n_vocab(), dev)?
-    } else {
-        embed.as_linear()?
-    };
-    let info = ModelInfo {
-        architecture: "gemma3".into(),
-        n_vocab: embed.n_vocab(),
-        n_ctx_train: hp.opt_usize("context_length")?.unwrap_or(0),
-        n_layer,
-        n_embd: d,
-        n_head,
-        n_head_kv: n_kv.iter().copied().max().unwrap_or(0),
-        n_params: param_count(g),
-    };
     // ggml_scale by sqrtf(n_embd).
     let embed_scale = Some((d as f32).sqrt());
-    Ok(Decoder {
-        info,
-        device: dev.clone(),
-        embed,
-        blocks,
-        norm,
-        head,
-        rope,
-        rope_local,
-        embed_scale,
-    })
+    let mut model = Decoder::assemble(&hp, embed, blocks, norm, rope, (d, n_head, &n_kv), dev)?;
+    model.rope_local = rope_local;
+    model.embed_scale = embed_scale;
+    Ok(model)
 }

@@ -21,8 +21,8 @@ use half::f16;
 use super::cpu_attention::{dot_single, dot_tiled};
 use super::ggml_simd as simd;
 use super::layers::RowPos;
-use crate::ops::pool::{self, SyncPtr};
 use crate::error::{Result, WickError};
+use crate::ops::pool::{self, SyncPtr};
 
 /// Whether `matmul` handles this weight type (with this output count).
 pub fn supported(dtype: GgmlDType, n_out: usize) -> bool {
@@ -208,7 +208,10 @@ pub(super) fn scale_min(sc: &[u8], j: usize) -> (i32, i32) {
     if j < 4 {
         ((sc[j] & 63) as i32, (sc[j + 4] & 63) as i32)
     } else {
-        (((sc[j + 4] & 0x0F) | ((sc[j - 4] >> 6) << 4)) as i32, ((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4)) as i32)
+        (
+            ((sc[j + 4] & 0x0F) | ((sc[j - 4] >> 6) << 4)) as i32,
+            ((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4)) as i32,
+        )
     }
 }
 
@@ -299,7 +302,9 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
     let (m, kx) = x.dims2()?;
     let dtype = w.dtype();
     if kx != k || !k.is_multiple_of(dtype.block_size()) || !supported(dtype, n) || rows.len() != m {
-        return Err(WickError::Internal(format!("ggml matmul: input [{m}, {kx}], {dtype:?} weight [{n}, {k}]")));
+        return Err(WickError::Internal(format!(
+            "ggml matmul: input [{m}, {kx}], {dtype:?} weight [{n}, {k}]"
+        )));
     }
     let data = w.data()?;
     let data: &[u8] = &data;
@@ -438,7 +443,11 @@ mod tests {
                 let mut qs = [0u8; 16];
                 for (i, &v) in vals.iter().enumerate() {
                     qh |= ((v as u32 >> 4) & 1) << i;
-                    if i < 16 { qs[i] |= (v & 15) as u8 } else { qs[i - 16] |= ((v & 15) as u8) << 4 }
+                    if i < 16 {
+                        qs[i] |= (v & 15) as u8
+                    } else {
+                        qs[i - 16] |= ((v & 15) as u8) << 4
+                    }
                     deq.push((v - 16) as f32 * d.to_f32());
                 }
                 w.extend_from_slice(&qh.to_le_bytes());

@@ -140,7 +140,12 @@ pub unsafe fn dot4_q4_1(w: &[u8], a: [&[Act32]; 4]) -> [f32; 4] {
             acc[t] = _mm256_fmadd_ps(d, xy, acc[t]);
         }
     }
-    [hsum_f32(acc[0]) + summs[0], hsum_f32(acc[1]) + summs[1], hsum_f32(acc[2]) + summs[2], hsum_f32(acc[3]) + summs[3]]
+    [
+        hsum_f32(acc[0]) + summs[0],
+        hsum_f32(acc[1]) + summs[1],
+        hsum_f32(acc[2]) + summs[2],
+        hsum_f32(acc[3]) + summs[3],
+    ]
 }
 
 /// Four activation rows against one Q8_0 weight row, per output exactly `dot_q8_0`.
@@ -158,7 +163,8 @@ pub unsafe fn dot4_q8_0(w: &[u8], a: [&[Act32]; 4]) -> [f32; 4] {
         for t in 0..4 {
             let y = a[t].get_unchecked(b);
             let yv = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
-            let dots = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(yv, x)), _mm256_set1_epi16(1));
+            let dots =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(yv, x)), _mm256_set1_epi16(1));
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y.d), _mm256_cvtepi32_ps(dots), acc[t]);
         }
     }
@@ -189,7 +195,12 @@ pub unsafe fn dot4_q4_0(w: &[u8], a: [&[Act32]; 4]) -> [f32; 4] {
 /// Σ q·y and the Σ m·ysum of each pair of 32-value sub-blocks.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn q4k_block_ints<const R: usize>(blk: &[u8], ys: &[&Act256; R], isum: &mut [[i32; 4]; R], imin: &mut [[i32; 4]; R]) {
+unsafe fn q4k_block_ints<const R: usize>(
+    blk: &[u8],
+    ys: &[&Act256; R],
+    isum: &mut [[i32; 4]; R],
+    imin: &mut [[i32; 4]; R],
+) {
     let sc = &blk[4..16];
     let mut s = [0i16; 8];
     let mut m = [0i32; 8];
@@ -270,8 +281,10 @@ unsafe fn q5_0_values(blk: *const u8) -> __m256i {
 #[inline(always)]
 unsafe fn signed_dots(x: __m256i, y: *const i8) -> __m256 {
     let yv = _mm256_loadu_si256(y as *const __m256i);
-    let dots =
-        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(yv, x)), _mm256_set1_epi16(1));
+    let dots = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(yv, x)),
+        _mm256_set1_epi16(1),
+    );
     _mm256_cvtepi32_ps(dots)
 }
 

@@ -31,6 +31,14 @@ impl Hparams<'_> {
     pub fn opt_str(&self, k: &str) -> Result<Option<&str>> {
         self.gguf.metadata.opt_str(&self.key(k))
     }
+    /// KV heads per layer: a scalar or a per-layer array; `head_count` (no GQA) when absent.
+    pub fn head_count_kv(&self, n_layer: usize, n_head: usize) -> Result<Vec<usize>> {
+        let key = self.key("attention.head_count_kv");
+        match self.gguf.metadata.get(&key) {
+            Some(_) => self.gguf.metadata.per_layer_usize(&key, n_layer),
+            None => Ok(vec![n_head; n_layer]),
+        }
+    }
 }
 
 /// Sum of all tensor element counts in the file.
@@ -158,7 +166,10 @@ impl Embedding {
     pub fn load(g: &GgufFile, name: &str, d: usize, dev: &Device) -> Result<Self> {
         let info = g.info(name).ok_or_else(|| WickError::load(format!("missing tensor `{name}`")))?;
         if info.dims.len() != 2 || info.dims[0] != d {
-            return Err(WickError::load(format!("tensor `{name}` has dims {:?}, expected [{d}, n_vocab]", info.dims)));
+            return Err(WickError::load(format!(
+                "tensor `{name}` has dims {:?}, expected [{d}, n_vocab]",
+                info.dims
+            )));
         }
         let n_vocab = info.dims[1];
         Ok(Self { table: Arc::new(g.qtensor(name, dev)?), n_vocab })

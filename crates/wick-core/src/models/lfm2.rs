@@ -10,10 +10,9 @@ use candle_core::Device;
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
 use super::ffn::Ffn;
-use super::layers::{load_rope, param_count, Embedding, Hparams, Linear, Mlp, RmsNorm, RopeStyle};
+use super::layers::{load_rope, Embedding, Hparams, Mlp, RmsNorm, RopeStyle};
 use super::moe::Moe;
 use super::shortconv::ShortConv;
-use super::ModelInfo;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
@@ -30,17 +29,11 @@ fn load_arch(g: &GgufFile, dev: &Device, arch: &'static str) -> Result<Decoder> 
     let d = hp.usize("embedding_length")?;
     let n_layer = hp.usize("block_count")?;
     let n_head = hp.usize("attention.head_count")?;
-    let n_kv = g
-        .metadata
-        .per_layer_usize(&hp.key("attention.head_count_kv"), n_layer)?;
-    let eps = g
-        .metadata
-        .f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
+    let n_kv = g.metadata.per_layer_usize(&hp.key("attention.head_count_kv"), n_layer)?;
+    let eps = g.metadata.f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
     let l_cache = hp.usize("shortconv.l_cache")?;
     if n_head == 0 || !d.is_multiple_of(n_head) {
-        return Err(WickError::load(format!(
-            "embedding_length {d} is not divisible by head_count {n_head}"
-        )));
+        return Err(WickError::load(format!("embedding_length {d} is not divisible by head_count {n_head}")));
     }
     // No key_length / rope.dimension_count in LFM2 files: the head is d / n_head, fully rotated.
     let head_dim = d / n_head;
@@ -70,16 +63,7 @@ fn load_arch(g: &GgufFile, dev: &Device, arch: &'static str) -> Result<Decoder> 
             let op = if n_kv[il] == 0 {
                 Operator::Conv(ShortConv::load(g, &p, d, l_cache, dev)?)
             } else {
-                Operator::Attention(Attention::load(
-                    g,
-                    &p,
-                    d,
-                    n_head,
-                    n_kv[il],
-                    head_dim,
-                    Some(eps),
-                    dev,
-                )?)
+                Operator::Attention(Attention::load(g, &p, d, n_head, n_kv[il], head_dim, Some(eps), dev)?)
             };
             let ffn = if il < n_dense {
                 // The FFN width is read from the tensor: some converters wrote an unadjusted
@@ -108,30 +92,5 @@ fn load_arch(g: &GgufFile, dev: &Device, arch: &'static str) -> Result<Decoder> 
             )
         })?;
     let norm = RmsNorm::load(g, norm_name, d, eps, dev)?;
-    let head = if g.has("output.weight") {
-        Linear::load(g, "output", d, embed.n_vocab(), dev)?
-    } else {
-        embed.as_linear()?
-    };
-    let info = ModelInfo {
-        architecture: arch.into(),
-        n_vocab: embed.n_vocab(),
-        n_ctx_train: hp.opt_usize("context_length")?.unwrap_or(0),
-        n_layer,
-        n_embd: d,
-        n_head,
-        n_head_kv: n_kv.iter().copied().max().unwrap_or(0),
-        n_params: param_count(g),
-    };
-    Ok(Decoder {
-        info,
-        device: dev.clone(),
-        embed,
-        blocks,
-        norm,
-        head,
-        rope,
-        rope_local: None,
-        embed_scale: None,
-    })
+    Decoder::assemble(&hp, embed, blocks, norm, rope, (d, n_head, &n_kv), dev)
 }

@@ -9,8 +9,7 @@ use candle_core::Device;
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
 use super::ffn::Ffn;
-use super::layers::{load_rope, param_count, Embedding, Hparams, Linear, Mlp, RmsNorm, RopeStyle};
-use super::ModelInfo;
+use super::layers::{load_rope, Embedding, Hparams, Mlp, RmsNorm, RopeStyle};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
@@ -30,21 +29,11 @@ pub fn load_arch(
     let d = hp.usize("embedding_length")?;
     let n_layer = hp.usize("block_count")?;
     let n_head = hp.usize("attention.head_count")?;
-    let n_kv = match g.metadata.get(&hp.key("attention.head_count_kv")) {
-        Some(_) => g
-            .metadata
-            .per_layer_usize(&hp.key("attention.head_count_kv"), n_layer)?,
-        None => vec![n_head; n_layer],
-    };
+    let n_kv = hp.head_count_kv(n_layer, n_head)?;
     let ff = hp.usize("feed_forward_length")?;
-    let eps = g
-        .metadata
-        .f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
-    if n_head == 0 || (!d.is_multiple_of(n_head) && hp.opt_usize("attention.key_length")?.is_none())
-    {
-        return Err(WickError::load(format!(
-            "embedding_length {d} is not divisible by head_count {n_head}"
-        )));
+    let eps = g.metadata.f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
+    if n_head == 0 || (!d.is_multiple_of(n_head) && hp.opt_usize("attention.key_length")?.is_none()) {
+        return Err(WickError::load(format!("embedding_length {d} is not divisible by head_count {n_head}")));
     }
     let head_dim = hp.opt_usize("attention.key_length")?.unwrap_or(d / n_head);
     let n_rot = hp.opt_usize("rope.dimension_count")?.unwrap_or(head_dim);
@@ -63,39 +52,12 @@ pub fn load_arch(
             let qk_eps = qk_norm.then_some(eps);
             Ok(Block::new(
                 RmsNorm::load(g, &format!("{p}.attn_norm.weight"), d, eps, dev)?,
-                Operator::Attention(Attention::load(
-                    g, &p, d, n_head, n_kv[il], head_dim, qk_eps, dev,
-                )?),
+                Operator::Attention(Attention::load(g, &p, d, n_head, n_kv[il], head_dim, qk_eps, dev)?),
                 RmsNorm::load(g, &format!("{p}.ffn_norm.weight"), d, eps, dev)?,
                 Ffn::SwiGlu(Mlp::load(g, &p, d, ff, dev)?),
             ))
         })
         .collect::<Result<Vec<_>>>()?;
     let norm = RmsNorm::load(g, "output_norm.weight", d, eps, dev)?;
-    let head = if g.has("output.weight") {
-        Linear::load(g, "output", d, embed.n_vocab(), dev)?
-    } else {
-        embed.as_linear()?
-    };
-    let info = ModelInfo {
-        architecture: arch.into(),
-        n_vocab: embed.n_vocab(),
-        n_ctx_train: hp.opt_usize("context_length")?.unwrap_or(0),
-        n_layer,
-        n_embd: d,
-        n_head,
-        n_head_kv: n_kv.iter().copied().max().unwrap_or(0),
-        n_params: param_count(g),
-    };
-    Ok(Decoder {
-        info,
-        device: dev.clone(),
-        embed,
-        blocks,
-        norm,
-        head,
-        rope,
-        rope_local: None,
-        embed_scale: None,
-    })
+    Decoder::assemble(&hp, embed, blocks, norm, rope, (d, n_head, &n_kv), dev)
 }

@@ -42,9 +42,7 @@ pub struct Moe {
 
 /// Expert `e` of a stacked `{n_in, n_out, n_expert}` tensor as its own 2-D weight.
 fn expert_slice(g: &GgufFile, name: &str, e: usize, dev: &Device) -> Result<Linear> {
-    let info = g
-        .info(name)
-        .ok_or_else(|| WickError::load(format!("missing tensor `{name}`")))?;
+    let info = g.info(name).ok_or_else(|| WickError::load(format!("missing tensor `{name}`")))?;
     let (n_in, n_out) = (info.dims[0], info.dims[1]);
     let bytes = g.bytes(name)?;
     let per = bytes.len() / info.dims[2];
@@ -64,23 +62,16 @@ impl Moe {
         dev: &Device,
     ) -> Result<Self> {
         if n_used == 0 || n_used > n_expert {
-            return Err(WickError::load(format!(
-                "{prefix}: {n_used} of {n_expert} experts per token"
-            )));
+            return Err(WickError::load(format!("{prefix}: {n_used} of {n_expert} experts per token")));
         }
         let router_name = format!("{prefix}.ffn_gate_inp.weight");
         g.expect_dims(&router_name, &[d, n_expert])?;
-        let router = g
-            .f32_tensor(&router_name, &Device::Cpu)?
-            .to_dtype(DType::F32)?
-            .flatten_all()?
-            .to_vec1()?;
+        let router =
+            g.f32_tensor(&router_name, &Device::Cpu)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         let bias_name = format!("{prefix}.exp_probs_b.bias");
         let bias = if g.has(&bias_name) {
             g.expect_dims(&bias_name, &[n_expert])?;
-            g.f32_tensor(&bias_name, &Device::Cpu)?
-                .to_dtype(DType::F32)?
-                .to_vec1()?
+            g.f32_tensor(&bias_name, &Device::Cpu)?.to_dtype(DType::F32)?.to_vec1()?
         } else {
             vec![0.0; n_expert]
         };
@@ -91,10 +82,7 @@ impl Moe {
             .ok_or_else(|| WickError::load(format!("missing tensor `{gate_name}`")))?;
         g.expect_dims(&gate_name, &[d, ff, n_expert])?;
         g.expect_dims(&format!("{prefix}.ffn_up_exps.weight"), &[d, ff, n_expert])?;
-        g.expect_dims(
-            &format!("{prefix}.ffn_down_exps.weight"),
-            &[ff, d, n_expert],
-        )?;
+        g.expect_dims(&format!("{prefix}.ffn_down_exps.weight"), &[ff, d, n_expert])?;
         let experts = (0..n_expert)
             .map(|e| {
                 Ok(Expert {
@@ -104,13 +92,7 @@ impl Moe {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            router,
-            bias,
-            experts,
-            n_used,
-            d,
-        })
+        Ok(Self { router, bias, experts, n_used, d })
     }
 
     /// Selected experts (best first) and their renormalised weights for one token.
@@ -121,11 +103,8 @@ impl Moe {
             .chunks_exact(d)
             .map(|w| {
                 let (a, b) = (|i: usize| w[i], |i: usize| x[i]);
-                let l = if several && d.is_multiple_of(16) {
-                    dot_tiled(d, a, b)
-                } else {
-                    dot_single(d, a, b)
-                };
+                let l =
+                    if several && d.is_multiple_of(16) { dot_tiled(d, a, b) } else { dot_single(d, a, b) };
                 1.0f32 / (1.0f32 + (-l).exp())
             })
             .collect();
@@ -144,16 +123,10 @@ impl Moe {
         let (n, d) = x.dims2()?;
         let xs = x.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
         let routes: Vec<_> = (0..n)
-            .map(|t| {
-                self.route(
-                    &xs[t * d..(t + 1) * d],
-                    rows.get(t).is_some_and(|r| r.seq_len > 1),
-                )
-            })
+            .map(|t| self.route(&xs[t * d..(t + 1) * d], rows.get(t).is_some_and(|r| r.seq_len > 1)))
             .collect();
         // Per token and slot, the expert output row; filled expert by expert.
-        let mut outs: Vec<Vec<Option<Vec<f32>>>> =
-            (0..n).map(|_| vec![None; self.n_used]).collect();
+        let mut outs: Vec<Vec<Option<Vec<f32>>>> = (0..n).map(|_| vec![None; self.n_used]).collect();
         for (e, ex) in self.experts.iter().enumerate() {
             let members: Vec<(usize, usize)> = routes
                 .iter()
@@ -170,10 +143,7 @@ impl Moe {
             )?;
             let xe = x.index_select(&idx, 0)?;
             let single = vec![RowPos::SINGLE; members.len()];
-            let h = swiglu(
-                &ex.gate.forward(&xe, &single)?,
-                &ex.up.forward(&xe, &single)?,
-            )?;
+            let h = swiglu(&ex.gate.forward(&xe, &single)?, &ex.up.forward(&xe, &single)?)?;
             let y = ex.down.forward(&h, &single)?.to_vec2::<f32>()?;
             for ((t, slot), row) in members.into_iter().zip(y) {
                 outs[t][slot] = Some(row);

@@ -31,8 +31,9 @@ impl ShortConv {
         g.expect_dims(&name, &[l_cache, d])?;
         // ggml {L, d} is candle [d, L]: row c holds channel c's L taps.
         let w = g.f32_tensor(&name, dev)?.to_dtype(DType::F32)?;
-        let taps =
-            (0..l_cache).map(|k| Ok(w.narrow(1, k, 1)?.squeeze(1)?.contiguous()?)).collect::<Result<Vec<_>>>()?;
+        let taps = (0..l_cache)
+            .map(|k| Ok(w.narrow(1, k, 1)?.squeeze(1)?.contiguous()?))
+            .collect::<Result<Vec<_>>>()?;
         let kernel = w.flatten_all()?.to_vec1::<f32>()?;
         Ok(Self {
             in_proj: Linear::load(g, &format!("{prefix}.shortconv.in_proj"), d, 3 * d, dev)?,

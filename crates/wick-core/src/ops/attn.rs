@@ -23,7 +23,9 @@ fn avx2() -> bool {
     {
         static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *OK.get_or_init(|| {
-            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+            is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
         })
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -144,7 +146,11 @@ mod avx {
                 }
             }
             for (v, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(load_f16(xb.as_ptr().add(8 * v)), _mm256_loadu_ps(yb.as_ptr().add(8 * v)), *a);
+                *a = _mm256_fmadd_ps(
+                    load_f16(xb.as_ptr().add(8 * v)),
+                    _mm256_loadu_ps(yb.as_ptr().add(8 * v)),
+                    *a,
+                );
             }
             base += 64;
         }
@@ -237,7 +243,8 @@ mod tests {
         let mut acc = [0f32; 16];
         for base in (0..x.len()).step_by(16) {
             for l in 0..16 {
-                let (a, b) = if base + l < x.len() { (x[base + l].to_f32(), y[base + l]) } else { (0.0, 0.0) };
+                let (a, b) =
+                    if base + l < x.len() { (x[base + l].to_f32(), y[base + l]) } else { (0.0, 0.0) };
                 acc[l] = a.mul_add(b, acc[l]);
             }
         }
@@ -273,7 +280,11 @@ mod tests {
                 for i in np..total {
                     sum += (xv(i) * yv(i)) as f64;
                 }
-                assert_eq!(dot_f16_single(&x, &y, total).to_bits(), (sum as f32).to_bits(), "single n={n}/{total}");
+                assert_eq!(
+                    dot_f16_single(&x, &y, total).to_bits(),
+                    (sum as f32).to_bits(),
+                    "single n={n}/{total}"
+                );
             }
         }
     }

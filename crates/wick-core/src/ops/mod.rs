@@ -1,5 +1,5 @@
 //! CPU kernel infrastructure shared by the model files: the persistent thread pool the
 //! ggml-exact kernels (`models::ggml_matmul`, ...) run on.
 
-pub mod pool;
 pub mod attn;
+pub mod pool;

@@ -170,7 +170,8 @@ impl Pool {
 }
 
 fn default_threads() -> usize {
-    let from = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&t| t > 0);
+    let from =
+        |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&t| t > 0);
     from("WICK_THREADS")
         .or_else(|| from("CANDLE_NUM_THREADS"))
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

@@ -24,10 +24,7 @@ pub fn top_logprobs(logits: &[f32], chosen: u32, n: usize) -> (TokenLogprob, Vec
     }
     idx.truncate(n);
     idx.sort_unstable_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
-    let top = idx
-        .into_iter()
-        .map(|id| TokenLogprob { id, logprob: logits[id as usize] - lse })
-        .collect();
+    let top = idx.into_iter().map(|id| TokenLogprob { id, logprob: logits[id as usize] - lse }).collect();
     (TokenLogprob { id: chosen, logprob: chosen_lp }, top)
 }
 

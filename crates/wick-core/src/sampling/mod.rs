@@ -163,7 +163,8 @@ impl Sampler {
         let p = &self.params;
         let n = logits.len();
         if p.repetition_penalty != 1.0 {
-            let window = if p.repeat_last_n == 0 { history.len() } else { p.repeat_last_n.min(history.len()) };
+            let window =
+                if p.repeat_last_n == 0 { history.len() } else { p.repeat_last_n.min(history.len()) };
             let mut seen = std::collections::HashSet::new();
             for &t in &history[history.len() - window..] {
                 let i = t as usize;

@@ -69,8 +69,7 @@ impl Bpe {
             .build()
             .map_err(|e| WickError::load(format!("cannot build BPE tokenizer: {e}")))?;
         let byte_chars = byte_chars();
-        let known =
-            byte_chars.map(|c| vocab.index.contains_key(c.encode_utf8(&mut [0; 4]) as &str));
+        let known = byte_chars.map(|c| vocab.index.contains_key(c.encode_utf8(&mut [0; 4]) as &str));
         Ok(Self {
             model,
             pre: PreTokenizer::new(spec)?,

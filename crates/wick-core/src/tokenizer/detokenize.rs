@@ -15,11 +15,7 @@ pub(crate) struct Pieces {
 
 impl Pieces {
     pub fn new(vocab: &Vocab) -> Self {
-        let unbyte: HashMap<char, u8> = byte_chars()
-            .iter()
-            .enumerate()
-            .map(|(b, &c)| (c, b as u8))
-            .collect();
+        let unbyte: HashMap<char, u8> = byte_chars().iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
         let mut bytes = Vec::new();
         let mut ends = Vec::with_capacity(vocab.texts.len());
         for (id, text) in vocab.texts.iter().enumerate() {

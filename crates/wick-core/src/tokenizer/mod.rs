@@ -50,10 +50,7 @@ impl Tokenizer {
             }
             "gpt2" => {
                 // Like llama.cpp, a vocab without `pre` gets the default split.
-                let pre = meta
-                    .opt_str("tokenizer.ggml.pre")?
-                    .filter(|p| !p.is_empty())
-                    .unwrap_or("default");
+                let pre = meta.opt_str("tokenizer.ggml.pre")?.filter(|p| !p.is_empty()).unwrap_or("default");
                 let spec = pretokenize::spec(pre).ok_or_else(|| {
                     WickError::UnsupportedTokenizer(format!("unknown pre-tokenizer `{pre}`"))
                 })?;
@@ -62,15 +59,10 @@ impl Tokenizer {
                 (vocab, Model::Bpe(Box::new(bpe)))
             }
             other => {
-                return Err(WickError::UnsupportedTokenizer(format!(
-                    "unknown tokenizer model `{other}`"
-                )))
+                return Err(WickError::UnsupportedTokenizer(format!("unknown tokenizer model `{other}`")))
             }
         };
-        let chat_template = meta
-            .get("tokenizer.chat_template")
-            .and_then(|v| v.as_str())
-            .map(str::to_string);
+        let chat_template = meta.get("tokenizer.chat_template").and_then(|v| v.as_str()).map(str::to_string);
         Ok(Self {
             specials: vocab.special_tokens(),
             pieces: Pieces::new(&vocab),

@@ -12,12 +12,7 @@ pub(crate) enum Fragment {
     Token(u32),
 }
 
-pub(crate) fn partition(
-    vocab: &Vocab,
-    specials: &[u32],
-    text: &str,
-    parse_special: bool,
-) -> Vec<Fragment> {
+pub(crate) fn partition(vocab: &Vocab, specials: &[u32], text: &str, parse_special: bool) -> Vec<Fragment> {
     let mut frags = Vec::new();
     if text.is_empty() {
         return frags;

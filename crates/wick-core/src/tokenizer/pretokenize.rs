@@ -19,14 +19,8 @@ const DEFAULT: &[&str] = &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9]
 const FALCON: &[&str] = &[r"[\p{P}\$\+<=>\^~\|`]+", GPT2, "[0-9][0-9][0-9]"];
 const STARCODER: &[&str] = &[r"\p{N}", GPT2];
 const DEEPSEEK_CODER: &[&str] = &[r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", CJK, r"\p{N}"];
-const DEEPSEEK_LLM: &[&str] = &[
-    r"[\r\n]",
-    DEEPSEEK_LLM_LETTERS,
-    r"\s?[!-/:-~！-／：-～‘-‟　-。]+",
-    r"\s+$",
-    CJK,
-    r"\p{N}+",
-];
+const DEEPSEEK_LLM: &[&str] =
+    &[r"[\r\n]", DEEPSEEK_LLM_LETTERS, r"\s?[!-/:-~！-／：-～‘-‟　-。]+", r"\s+$", CJK, r"\p{N}+"];
 /// deepseek-llm's explicit letter ranges (cased scripts only; CJK has its own rule).
 const DEEPSEEK_LLM_LETTERS: &str = r"\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
 
@@ -40,25 +34,14 @@ pub(crate) struct PreSpec {
 }
 
 pub(crate) fn spec(pre: &str) -> Option<PreSpec> {
-    let plain = |regexes| {
-        Some(PreSpec {
-            regexes,
-            ignore_merges: false,
-            add_bos: false,
-        })
-    };
+    let plain = |regexes| Some(PreSpec { regexes, ignore_merges: false, add_bos: false });
     match pre {
         "default" => plain(DEFAULT),
-        "llama3" | "llama-v3" | "llama-bpe" | "lfm2" | "falcon3" | "falcon-h1" | "pixtral"
-        | "midm-2.0" => Some(PreSpec {
-            regexes: &[LLAMA3],
-            ignore_merges: true,
-            add_bos: true,
-        }),
-        "dbrx" | "smaug-bpe" => plain(&[LLAMA3]),
-        "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" | "hunyuan" | "solar-open" => {
-            plain(&[QWEN2])
+        "llama3" | "llama-v3" | "llama-bpe" | "lfm2" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" => {
+            Some(PreSpec { regexes: &[LLAMA3], ignore_merges: true, add_bos: true })
         }
+        "dbrx" | "smaug-bpe" => plain(&[LLAMA3]),
+        "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" | "hunyuan" | "solar-open" => plain(&[QWEN2]),
         "qwen35" => plain(&[QWEN35]),
         "gpt-2" | "phi-2" | "mpt" | "olmo" | "jais" | "exaone4" => plain(&[GPT2]),
         "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone" | "minerva-7b" => {
@@ -110,10 +93,7 @@ impl PreTokenizer {
             Cow::Borrowed(_) => pieces.into_iter().map(|r| &text[r]).collect(),
             Cow::Owned(s) => {
                 let map = offset_map(text, s);
-                pieces
-                    .into_iter()
-                    .map(|r| &text[map[r.start]..map[r.end]])
-                    .collect()
+                pieces.into_iter().map(|r| &text[map[r.start]..map[r.end]]).collect()
             }
         }
     }
@@ -144,11 +124,7 @@ fn substitute_whitespace(text: &str) -> Cow<'_, str> {
     if !text.chars().any(odd) {
         return Cow::Borrowed(text);
     }
-    Cow::Owned(
-        text.chars()
-            .map(|c| if odd(c) { '\u{0B}' } else { c })
-            .collect(),
-    )
+    Cow::Owned(text.chars().map(|c| if odd(c) { '\u{0B}' } else { c }).collect())
 }
 
 /// Byte offset in `subst` (at char boundaries) → byte offset in `text`.

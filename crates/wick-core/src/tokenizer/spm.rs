@@ -75,19 +75,13 @@ impl Spm {
             })
             .collect();
         let mut queue = BinaryHeap::new();
-        let push =
-            |queue: &mut BinaryHeap<Candidate>, symbols: &[Symbol], left: usize, right: usize| {
-                let (l, r) = (symbols[left], symbols[right]);
-                let merged = &text[l.start..r.start + r.len];
-                if let Some(id) = vocab.lookup(merged) {
-                    queue.push(Candidate {
-                        score: vocab.scores[id as usize],
-                        left,
-                        right,
-                        len: merged.len(),
-                    });
-                }
-            };
+        let push = |queue: &mut BinaryHeap<Candidate>, symbols: &[Symbol], left: usize, right: usize| {
+            let (l, r) = (symbols[left], symbols[right]);
+            let merged = &text[l.start..r.start + r.len];
+            if let Some(id) = vocab.lookup(merged) {
+                queue.push(Candidate { score: vocab.scores[id as usize], left, right, len: merged.len() });
+            }
+        };
         for i in 1..symbols.len() {
             push(&mut queue, &symbols, i - 1, i);
         }
@@ -116,11 +110,7 @@ impl Spm {
             let piece = &text[s.start..s.start + s.len];
             match vocab.lookup(piece) {
                 Some(id) => out.push(id),
-                None => out.extend(
-                    piece
-                        .bytes()
-                        .filter_map(|b| self.byte_tokens[b as usize].or(vocab.unk)),
-                ),
+                None => out.extend(piece.bytes().filter_map(|b| self.byte_tokens[b as usize].or(vocab.unk))),
             }
             cur = s.next;
         }

@@ -82,30 +82,21 @@ impl Vocab {
         }
         let scores = match meta.f32_array("tokenizer.ggml.scores")? {
             Some(s) if s.len() < n => {
-                return Err(WickError::load(format!(
-                    "tokenizer has {n} tokens but {} scores",
-                    s.len()
-                )))
+                return Err(WickError::load(format!("tokenizer has {n} tokens but {} scores", s.len())))
             }
             Some(s) => s[..n].to_vec(),
             None => vec![0.0; n],
         };
         let types = meta.i64_array("tokenizer.ggml.token_type")?;
         if types.as_ref().is_some_and(|t| t.len() < n) {
-            return Err(WickError::load(
-                "tokenizer.ggml.token_type is shorter than the token list",
-            ));
+            return Err(WickError::load("tokenizer.ggml.token_type is shorter than the token list"));
         }
         let mut texts = Vec::with_capacity(n);
         let mut attrs = Vec::with_capacity(n);
         let mut index = HashMap::with_capacity(n);
         for (i, t) in tokens.iter().enumerate() {
             // llama.cpp renames empty tokens so they never match text.
-            let text = if t.is_empty() {
-                format!("[EMPTY_{i}]")
-            } else {
-                t.to_string()
-            };
+            let text = if t.is_empty() { format!("[EMPTY_{i}]") } else { t.to_string() };
             index.insert(text.clone(), i as u32);
             texts.push(text);
             attrs.push(match types.as_ref().map_or(1, |t| t[i]) {
@@ -189,10 +180,7 @@ impl Vocab {
     }
 
     fn first_with_text(&self, candidates: &[&str]) -> Option<u32> {
-        self.texts
-            .iter()
-            .position(|t| candidates.contains(&t.as_str()))
-            .map(|i| i as u32)
+        self.texts.iter().position(|t| candidates.contains(&t.as_str())).map(|i| i as u32)
     }
 
     fn set_attr(&mut self, text: &str, value: u16) {
@@ -203,11 +191,7 @@ impl Vocab {
 
     /// Phi-3 strips whitespace after its chat markers; llama.cpp keys this on the model name.
     fn apply_model_quirks(&mut self, meta: &Metadata) {
-        let name = meta
-            .get("general.name")
-            .and_then(|v| v.as_str())
-            .unwrap_or("")
-            .to_lowercase();
+        let name = meta.get("general.name").and_then(|v| v.as_str()).unwrap_or("").to_lowercase();
         if !(name.contains("phi-3") || name.contains("phi3")) {
             return;
         }
@@ -216,19 +200,10 @@ impl Vocab {
                 *a |= attr::RSTRIP;
             }
         }
-        for (text, on) in [
-            ("</s>", true),
-            ("<unk>", false),
-            ("<s>", false),
-            ("<|endoftext|>", false),
-        ] {
+        for (text, on) in [("</s>", true), ("<unk>", false), ("<s>", false), ("<|endoftext|>", false)] {
             if let Some(&id) = self.index.get(text) {
                 let a = &mut self.attrs[id as usize];
-                *a = if on {
-                    *a | attr::RSTRIP
-                } else {
-                    *a & !attr::RSTRIP
-                };
+                *a = if on { *a | attr::RSTRIP } else { *a & !attr::RSTRIP };
             }
         }
     }
