@@ -17,16 +17,7 @@ use half::f16;
 
 use super::cpu_ops::{exp_variant, ggml_expf};
 use crate::cache::HostKv;
-
-/// `_mm512_reduce_add_ps`: halves, then quarters, then pairs.
-fn reduce16(a: &[f32; 16]) -> f32 {
-    let mut t = [0f32; 8];
-    for i in 0..8 {
-        t[i] = a[i + 8] + a[i];
-    }
-    let u = [t[4] + t[0], t[5] + t[1], t[6] + t[2], t[7] + t[3]];
-    (u[0] + u[2]) + (u[1] + u[3])
-}
+use crate::ops::attn::reduce16;
 
 /// `ggml_vec_dot_f16` (AVX-512): `x(i)·y(i)` for i < n; values are f16-exact f32s.
 pub(crate) fn dot_single(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {

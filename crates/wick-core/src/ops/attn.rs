@@ -9,7 +9,7 @@ use super::pool::{self, SyncPtr};
 
 /// `_mm512_reduce_add_ps`: halves, then quarters, then pairs.
 #[inline(always)]
-fn reduce16(a: &[f32; 16]) -> f32 {
+pub(crate) fn reduce16(a: &[f32; 16]) -> f32 {
     let mut t = [0f32; 8];
     for i in 0..8 {
         t[i] = a[i + 8] + a[i];
