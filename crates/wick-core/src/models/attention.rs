@@ -131,6 +131,7 @@ impl Attention {
         rope: &Rope,
         (cos, sin): (&Tensor, &Tensor),
         caches: &mut [&mut KvCache],
+        window: Option<usize>,
     ) -> Result<Tensor> {
         let n = plan.n_tokens();
         let hd = self.head_dim;
@@ -155,13 +156,21 @@ impl Attention {
             let o = match cache.host() {
                 Some(kv) => {
                     let qh = q_s.flatten_all()?.to_vec1::<f32>()?;
-                    let o =
-                        cpu_attention::attend(&qh, &kv, span.len, span.pos0, self.n_head, hd, scale as f32);
+                    let o = cpu_attention::attend(
+                        &qh,
+                        &kv,
+                        span.len,
+                        span.pos0,
+                        self.n_head,
+                        hd,
+                        scale as f32,
+                        window,
+                    );
                     Tensor::from_vec(o, (span.len, self.n_head * hd), x.device())?
                 }
                 None => {
                     let (k_all, v_all) = cache.device_views()?;
-                    attend(&q_s, &k_all, &v_all, span.pos0, scale)?
+                    attend(&q_s, &k_all, &v_all, span.pos0, scale, window)?
                 }
             };
             outs.push(o);
@@ -176,7 +185,14 @@ impl Attention {
 /// `q`: `[len, n_head, hd]` f32 for positions `pos0..pos0+len`; `k`, `v`: `[n_kv, T, hd]` f16
 /// with `T = pos0 + len`. Query head h reads KV head h / (n_head / n_kv), as in ggml.
 /// q is rounded to f16 first because ggml converts it to the f16 cache's dot type.
-fn attend(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, scale: f64) -> Result<Tensor> {
+fn attend(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pos0: usize,
+    scale: f64,
+    window: Option<usize>,
+) -> Result<Tensor> {
     let (len, n_head, hd) = q.dims3()?;
     let (n_kv, t, _) = k.dims3()?;
     let group = n_head / n_kv;
@@ -185,10 +201,12 @@ fn attend(q: &Tensor, k: &Tensor, v: &Tensor, pos0: usize, scale: f64) -> Result
     let k = k.to_dtype(DType::F32)?;
     let v = v.to_dtype(DType::F32)?;
     let mut scores = (q.matmul(&k.t()?)? * scale)?;
-    if len > 1 {
+    if len > 1 || window.is_some() {
         let mut mask = vec![0f32; len * t];
         for i in 0..len {
-            for j in pos0 + i + 1..t {
+            let p = pos0 + i;
+            let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
+            for j in (0..first).chain(p + 1..t) {
                 mask[i * t + j] = f32::NEG_INFINITY;
             }
         }

@@ -54,7 +54,9 @@ pub(crate) fn dot_tiled(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) ->
 }
 
 /// `q`: `[len, n_head, hd]` row-major for positions `pos0..pos0+len`; the cache holds
-/// `pos0 + len` positions. Returns `[len, n_head·hd]`.
+/// `pos0 + len` positions. `window`: a sliding-window layer's span (Gemma 3's local layers).
+/// Returns `[len, n_head·hd]`.
+#[allow(clippy::too_many_arguments)]
 pub fn attend(
     q: &[f32],
     kv: &HostKv,
@@ -63,11 +65,12 @@ pub fn attend(
     n_head: usize,
     hd: usize,
     scale: f32,
+    window: Option<usize>,
 ) -> Vec<f32> {
     // The vectorised, threaded kernels in `ops::attn` do exactly the arithmetic of
     // `attend_reference` below (bit-identical; checked by `ops_match_reference`).
     let var = exp_variant();
-    crate::ops::attn::attend(q, kv.k, kv.v, len, pos0, n_head, hd, scale, &|x| ggml_expf(x, var))
+    crate::ops::attn::attend(q, kv.k, kv.v, len, pos0, n_head, hd, scale, window, &|x| ggml_expf(x, var))
 }
 
 /// The scalar statement of `attend`'s arithmetic, kept as its specification and test oracle.
@@ -163,9 +166,32 @@ mod tests {
                 (0..n_kv * hd).map(|_| (0..t).map(|_| f16::from_f32(r())).collect()).collect();
             let q: Vec<f32> = (0..len * n_head * hd).map(|_| r() * 3.0).collect();
             let kv = HostKv { k: &k, v: &v };
-            let a = attend(&q, &kv, len, pos0, n_head, hd, 0.125);
+            let a = attend(&q, &kv, len, pos0, n_head, hd, 0.125, None);
             let b = attend_reference(&q, &kv, len, pos0, n_head, hd, 0.125);
             assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "len {len} pos0 {pos0}");
         }
+    }
+
+    #[test]
+    fn a_window_sees_only_the_last_positions() {
+        let (n_kv, n_head, hd, t, w) = (1, 2, 64, 90, 24);
+        let mut s = 7u32;
+        let mut r = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        let k: Vec<Vec<f16>> =
+            (0..n_kv).map(|_| (0..t * hd).map(|_| f16::from_f32(r() * 3.0)).collect()).collect();
+        let v: Vec<Vec<f16>> = (0..n_kv * hd).map(|_| (0..t).map(|_| f16::from_f32(r())).collect()).collect();
+        let q: Vec<f32> = (0..n_head * hd).map(|_| r() * 3.0).collect();
+        let windowed = attend(&q, &HostKv { k: &k, v: &v }, 1, t - 1, n_head, hd, 0.125, Some(w));
+        // The same query over a cache that holds only the last `w` positions.
+        let k_tail: Vec<Vec<f16>> = k.iter().map(|h| h[(t - w) * hd..].to_vec()).collect();
+        let v_tail: Vec<Vec<f16>> = v.iter().map(|d| d[t - w..].to_vec()).collect();
+        let tail = attend(&q, &HostKv { k: &k_tail, v: &v_tail }, 1, w - 1, n_head, hd, 0.125, None);
+        let full = attend(&q, &HostKv { k: &k, v: &v }, 1, t - 1, n_head, hd, 0.125, None);
+        // Masked cells add exact zeros; only the summation lanes move, so compare closely.
+        assert!(windowed.iter().zip(&tail).all(|(a, b)| (a - b).abs() < 1e-5));
+        assert!(windowed.iter().zip(&full).any(|(a, b)| (a - b).abs() > 1e-3), "the window must matter");
     }
 }

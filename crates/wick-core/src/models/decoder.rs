@@ -30,11 +30,22 @@ pub struct Block {
     pub post_ffn_norm: Option<RmsNorm>,
     /// Attention uses `Decoder::rope_local` (Gemma 3 sliding-window layers).
     pub local_rope: bool,
+    /// Sliding-window attention span (Gemma 3's local layers); None = full causal.
+    pub window: Option<usize>,
 }
 
 impl Block {
     pub fn new(op_norm: RmsNorm, op: Operator, ffn_norm: RmsNorm, ffn: Ffn) -> Self {
-        Self { op_norm, op, ffn_norm, ffn, post_op_norm: None, post_ffn_norm: None, local_rope: false }
+        Self {
+            op_norm,
+            op,
+            ffn_norm,
+            ffn,
+            post_op_norm: None,
+            post_ffn_norm: None,
+            local_rope: false,
+            window: None,
+        }
     }
 }
 
@@ -148,8 +159,8 @@ impl Model for Decoder {
                 Operator::Attention(a) => {
                     let mut kvs = batch.iter_mut().map(|s| s.cache.kv_mut(il)).collect::<Result<Vec<_>>>()?;
                     match (&local, b.local_rope) {
-                        (Some((r, (c, s))), true) => a.forward(&h, &plan, r, (c, s), &mut kvs)?,
-                        _ => a.forward(&h, &plan, &self.rope, (&cos, &sin), &mut kvs)?,
+                        (Some((r, (c, s))), true) => a.forward(&h, &plan, r, (c, s), &mut kvs, b.window)?,
+                        _ => a.forward(&h, &plan, &self.rope, (&cos, &sin), &mut kvs, b.window)?,
                     }
                 }
                 Operator::Conv(c) => {

@@ -7,8 +7,9 @@
 //! Gemma 3 scales Q by `1/sqrt(head_dim)` after RoPE and attends with scale 1; the shared
 //! attention applies the same factor to the scores instead, which rounds identically when
 //! head_dim is a power of 4 (64, 256: a power-of-two factor), as in all released sizes but
-//! 27B. Not implemented yet: the sliding-window mask itself — local layers attend to the whole
-//! context, which matches llama.cpp only while a sequence is within `sliding_window` tokens.
+//! 27B. Local layers attend to the last `sliding_window` positions (llama.cpp's standard SWA
+//! mask). llama.cpp keeps those layers' KV in a ring of cells, so past the window its sums run
+//! in another order: outputs there agree to rounding, not bit for bit.
 
 use candle_core::Device;
 
@@ -64,6 +65,7 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
     }
     let rope = load_rope(&hp, RopeStyle::Neox, head_dim)?;
     let swa = swa_layers(g, &hp, n_layer)?;
+    let n_swa = hp.opt_usize("attention.sliding_window")?.filter(|&w| w > 0);
     let rope_local = swa.iter().any(|&s| s).then(|| -> Result<Rope> {
         let base = hp.opt_f32("rope.freq_base_swa")?.unwrap_or(10000.0);
         Ok(Rope { style: RopeStyle::Neox, n_rot: head_dim, base, freq_scale: 1.0, freq_factors: None })
@@ -85,6 +87,7 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
             b.post_op_norm = Some(norm("post_attention_norm")?);
             b.post_ffn_norm = Some(norm("post_ffw_norm")?);
             b.local_rope = swa[il];
+            b.window = if swa[il] { n_swa } else { None };
             Ok(b)
         })
         .collect::<Result<Vec<_>>>()?;

@@ -178,6 +178,7 @@ pub fn attend(
     n_head: usize,
     hd: usize,
     scale: f32,
+    window: Option<usize>,
     expf: &(dyn Fn(f32) -> f32 + Sync),
 ) -> Vec<f32> {
     let n_kv = k.len();
@@ -200,15 +201,19 @@ pub fn attend(
                 dot_f16_single(kt, &q16, hd)
             }
         };
-        let w: Vec<f32> = (0..t_len).map(|t| kq(t) * scale).collect();
-        let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        // Sliding-window layers see the last `window` positions; the others are masked to
+        // -inf, i.e. they add exact zeros, as in llama.cpp's SWA mask.
+        let t0 = window.map_or(0, |w| t_len.saturating_sub(w));
+        let w: Vec<f32> =
+            (0..t_len).map(|t| if t < t0 { f32::NEG_INFINITY } else { kq(t) * scale }).collect();
+        let max = w[t0..].iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut p16 = vec![0f32; padded];
         let mut sum = 0f64;
         for (c, chunk) in p16.chunks_mut(16).enumerate() {
             let mut lanes = [0f32; 16];
             for (l, e) in chunk.iter_mut().enumerate() {
                 let t = c * 16 + l;
-                if t < t_len {
+                if t0 <= t && t < t_len {
                     *e = expf(w[t] - max);
                     lanes[l] = *e;
                 }
