@@ -1,49 +1,63 @@
-//! Feed-forward variants of the decoder blocks: SwiGLU (`layers::Mlp`), GeGLU (Gemma 3) and
-//! a routed mixture of experts (`moe::Moe`).
+//! Feed-forward variants of the decoder blocks: a gated MLP (SwiGLU, or GeGLU for Gemma 3)
+//! and a routed mixture of experts (`moe::Moe`).
 
 use std::sync::OnceLock;
 
 use candle_core::{Device, Tensor};
 use half::f16;
 
-use super::layers::{Linear, Mlp, RowPos};
+use super::cpu_ops::swiglu;
+use super::layers::{Linear, RowPos};
 use super::moe::Moe;
 use crate::error::Result;
 use crate::gguf::GgufFile;
 
 pub enum Ffn {
-    SwiGlu(Mlp),
-    GeGlu(GeluMlp),
+    Dense(Mlp),
     Moe(Moe),
 }
 
 impl Ffn {
     pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
         match self {
-            Ffn::SwiGlu(m) => m.forward(x, rows),
-            Ffn::GeGlu(m) => m.forward(x, rows),
+            Ffn::Dense(m) => m.forward(x, rows),
             Ffn::Moe(m) => m.forward(x, rows),
         }
     }
 }
 
-/// `down(gelu_tanh(gate x) ⊙ up x)` (llama.cpp `LLM_FFN_GELU` + `LLM_FFN_PAR` → `geglu`).
-pub struct GeluMlp {
+/// How a gated MLP activates its gate before multiplying by `up`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// SwiGLU (llama, qwen, lfm2): `silu(g)·u`.
+    Silu,
+    /// GeGLU (Gemma 3; llama.cpp `LLM_FFN_GELU` + `LLM_FFN_PAR`): `gelu_tanh(g)·u`.
+    GeluTanh,
+}
+
+/// Gated feed-forward: `down(act(gate x) ⊙ up x)`.
+pub struct Mlp {
     gate: Linear,
     up: Linear,
     down: Linear,
+    act: Gate,
 }
 
-impl GeluMlp {
-    pub fn load(g: &GgufFile, prefix: &str, d: usize, ff: usize, dev: &Device) -> Result<Self> {
+impl Mlp {
+    pub fn load(g: &GgufFile, prefix: &str, d: usize, ff: usize, act: Gate, dev: &Device) -> Result<Self> {
         Ok(Self {
             gate: Linear::load(g, &format!("{prefix}.ffn_gate"), d, ff, dev)?,
             up: Linear::load(g, &format!("{prefix}.ffn_up"), d, ff, dev)?,
             down: Linear::load(g, &format!("{prefix}.ffn_down"), ff, d, dev)?,
+            act,
         })
     }
     pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
-        let h = geglu(&self.gate.forward(x, rows)?, &self.up.forward(x, rows)?)?;
+        let (g, u) = (self.gate.forward(x, rows)?, self.up.forward(x, rows)?);
+        let h = match self.act {
+            Gate::Silu => swiglu(&g, &u)?,
+            Gate::GeluTanh => geglu(&g, &u)?,
+        };
         self.down.forward(&h, rows)
     }
 }

@@ -15,8 +15,8 @@ use candle_core::Device;
 
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
-use super::ffn::{Ffn, GeluMlp};
-use super::layers::{load_rope, Embedding, Hparams, RmsNorm, Rope, RopeStyle};
+use super::ffn::{Ffn, Gate, Mlp};
+use super::layers::{load_rope, DenseShape, Embedding, Hparams, RmsNorm, Rope, RopeStyle};
 use crate::error::{Result, WickError};
 use crate::gguf::{GgufFile, MetaValue};
 
@@ -38,12 +38,7 @@ fn swa_layers(g: &GgufFile, hp: &Hparams, n_layer: usize) -> Result<Vec<bool>> {
 
 pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
     let hp = Hparams { gguf: g, arch: "gemma3" };
-    let d = hp.usize("embedding_length")?;
-    let n_layer = hp.usize("block_count")?;
-    let n_head = hp.usize("attention.head_count")?;
-    let n_kv = hp.head_count_kv(n_layer, n_head)?;
-    let ff = hp.usize("feed_forward_length")?;
-    let eps = g.metadata.f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
+    let DenseShape { d, n_layer, n_head, n_kv, ff, eps } = hp.dense_shape()?;
     if n_head == 0 {
         return Err(WickError::load("gemma3: head_count is 0"));
     }
@@ -82,7 +77,7 @@ pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
                 norm("attn_norm")?,
                 Operator::Attention(attn),
                 norm("ffn_norm")?,
-                Ffn::GeGlu(GeluMlp::load(g, &p, d, ff, dev)?),
+                Ffn::Dense(Mlp::load(g, &p, d, ff, Gate::GeluTanh, dev)?),
             );
             b.post_op_norm = Some(norm("post_attention_norm")?);
             b.post_ffn_norm = Some(norm("post_ffw_norm")?);

@@ -276,6 +276,43 @@ fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
     pool::run(n.div_ceil(c), &|t| f(t * c, ((t + 1) * c).min(n)));
 }
 
+/// One dot product of weight row `wr` with activation row(s) starting at row `r`.
+type RowDot<'a, T> = &'a (dyn Fn(&[u8], usize) -> T + Sync);
+
+/// Every output `(r, j)`: columns spread over the pool, activation rows in blocks of
+/// `ROW_BLOCK` so a weight row stays in cache, four rows at a time through `dot4` when given
+/// (SIMD), the rest through `dot1`. Each output keeps the single-row kernel's order either way.
+fn tiled_rows<'w>(
+    n: usize,
+    m: usize,
+    wrow: &(dyn Fn(usize) -> &'w [u8] + Sync),
+    put: &(dyn Fn(usize, usize, f32) + Sync),
+    dot4: Option<RowDot<'_, [f32; 4]>>,
+    dot1: RowDot<'_, f32>,
+) {
+    for_cols(n, m, &|j0, j1| {
+        for rb in (0..m).step_by(ROW_BLOCK) {
+            let re = (rb + ROW_BLOCK).min(m);
+            for j in j0..j1 {
+                let wr = wrow(j);
+                let mut r = rb;
+                if let Some(dot4) = dot4 {
+                    while r + 4 <= re {
+                        for (t, v) in dot4(wr, r).into_iter().enumerate() {
+                            put(r + t, j, v);
+                        }
+                        r += 4;
+                    }
+                }
+                while r < re {
+                    put(r, j, dot1(wr, r));
+                    r += 1;
+                }
+            }
+        }
+    });
+}
+
 /// Quantizes every row of `xs` (`k` values each) with `q`, rows spread over the pool.
 fn quantize_rows<A: Send>(xs: &[f32], k: usize, q: fn(&[f32]) -> Vec<A>) -> Vec<Vec<A>> {
     let m = xs.len() / k;
@@ -340,38 +377,26 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
         // ggml's repacked kernels run rows in groups of four through the GEMM and the
         // remaining `len % 4` rows (all rows when len < 4) through the GEMV.
         let gemm = |p: RowPos| p.seq_len > 3 && p.idx < p.seq_len - p.seq_len % 4;
-        for_cols(n, m, &|j0, j1| {
-            for rb in (0..m).step_by(ROW_BLOCK) {
-                let re = (rb + ROW_BLOCK).min(m);
-                for j in j0..j1 {
-                    let wr = wrow(j);
-                    let mut r = rb;
-                    #[cfg(target_arch = "x86_64")]
-                    if simd {
-                        while r + 4 <= re {
-                            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
-                            let pp = [gemm(rows[r]), gemm(rows[r + 1]), gemm(rows[r + 2]), gemm(rows[r + 3])];
-                            // Safety: AVX2/FMA checked; every row has k/256 blocks.
-                            let v = unsafe { simd::dotn_q4k::<4>(wr, a, pp) };
-                            for (t, v) in v.into_iter().enumerate() {
-                                put(r + t, j, v);
-                            }
-                            r += 4;
-                        }
-                        while r < re {
-                            // Safety: as above.
-                            let v = unsafe { simd::dotn_q4k::<1>(wr, [&acts[r][..]], [gemm(rows[r])]) };
-                            put(r, j, v[0]);
-                            r += 1;
-                        }
-                    }
-                    while r < re {
-                        put(r, j, dot_q4k(wr, &acts[r], gemm(rows[r])));
-                        r += 1;
-                    }
-                }
+        #[cfg(target_arch = "x86_64")]
+        let dot4 = |wr: &[u8], r: usize| {
+            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
+            let pp = [gemm(rows[r]), gemm(rows[r + 1]), gemm(rows[r + 2]), gemm(rows[r + 3])];
+            // Safety: only passed on when AVX2/FMA are available; every row has k/256 blocks.
+            unsafe { simd::dotn_q4k::<4>(wr, a, pp) }
+        };
+        #[cfg(target_arch = "x86_64")]
+        let dot4: Option<RowDot<'_, [f32; 4]>> = simd.then_some(&dot4);
+        #[cfg(not(target_arch = "x86_64"))]
+        let dot4: Option<RowDot<'_, [f32; 4]>> = None;
+        let dot1 = |wr: &[u8], r: usize| {
+            #[cfg(target_arch = "x86_64")]
+            if simd {
+                // Safety: AVX2/FMA checked; every row has k/256 blocks.
+                return unsafe { simd::dotn_q4k::<1>(wr, [&acts[r][..]], [gemm(rows[r])]) }[0];
             }
-        });
+            dot_q4k(wr, &acts[r], gemm(rows[r]))
+        };
+        tiled_rows(n, m, &wrow, &put, dot4, &dot1);
     } else {
         let acts: Vec<Vec<Act32>> = quantize_rows(&xs, k, quantize_q8);
         let dot = match dtype {
@@ -381,39 +406,23 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
             _ => dot_q4_1,
         };
         #[cfg(target_arch = "x86_64")]
-        type Dot4 = unsafe fn(&[u8], [&[Act32]; 4]) -> [f32; 4];
-        #[cfg(target_arch = "x86_64")]
-        let dot4: Dot4 = match dtype {
+        let simd4: unsafe fn(&[u8], [&[Act32]; 4]) -> [f32; 4] = match dtype {
             GgmlDType::Q8_0 => simd::dot4_q8_0,
             GgmlDType::Q4_0 => simd::dot4_q4_0,
             GgmlDType::Q5_0 => simd::dot4_q5_0,
             _ => simd::dot4_q4_1,
         };
-        for_cols(n, m, &|j0, j1| {
-            for rb in (0..m).step_by(ROW_BLOCK) {
-                let re = (rb + ROW_BLOCK).min(m);
-                for j in j0..j1 {
-                    let wr = wrow(j);
-                    let mut r = rb;
-                    #[cfg(target_arch = "x86_64")]
-                    if simd {
-                        while r + 4 <= re {
-                            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
-                            // Safety: AVX2/FMA checked; every row has k/32 blocks.
-                            let v = unsafe { dot4(wr, a) };
-                            for (t, v) in v.into_iter().enumerate() {
-                                put(r + t, j, v);
-                            }
-                            r += 4;
-                        }
-                    }
-                    while r < re {
-                        put(r, j, dot(wr, &acts[r]));
-                        r += 1;
-                    }
-                }
-            }
-        });
+        #[cfg(target_arch = "x86_64")]
+        let dot4 = |wr: &[u8], r: usize| {
+            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
+            // Safety: only passed on when AVX2/FMA are available; every row has k/32 blocks.
+            unsafe { simd4(wr, a) }
+        };
+        #[cfg(target_arch = "x86_64")]
+        let dot4: Option<RowDot<'_, [f32; 4]>> = simd.then_some(&dot4);
+        #[cfg(not(target_arch = "x86_64"))]
+        let dot4: Option<RowDot<'_, [f32; 4]>> = None;
+        tiled_rows(n, m, &wrow, &put, dot4, &|wr, r| dot(wr, &acts[r]));
     }
     Ok(Tensor::from_vec(y, (m, n), x.device())?)
 }

@@ -9,6 +9,16 @@ use candle_core::{DType, Device, Module, Tensor};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
+/// Width, depth, heads, KV heads per layer, FFN width and norm ε of a llama-style stack.
+pub struct DenseShape {
+    pub d: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_kv: Vec<usize>,
+    pub ff: usize,
+    pub eps: f32,
+}
+
 /// `{arch}.{key}` metadata lookups for one architecture.
 pub struct Hparams<'a> {
     pub gguf: &'a GgufFile,
@@ -30,6 +40,19 @@ impl Hparams<'_> {
     }
     pub fn opt_str(&self, k: &str) -> Result<Option<&str>> {
         self.gguf.metadata.opt_str(&self.key(k))
+    }
+    /// The shape llama-style stacks (llama, qwen, gemma3) read from the same keys.
+    pub fn dense_shape(&self) -> Result<DenseShape> {
+        let n_layer = self.usize("block_count")?;
+        let n_head = self.usize("attention.head_count")?;
+        Ok(DenseShape {
+            d: self.usize("embedding_length")?,
+            n_layer,
+            n_head,
+            n_kv: self.head_count_kv(n_layer, n_head)?,
+            ff: self.usize("feed_forward_length")?,
+            eps: self.gguf.metadata.f32(&self.key("attention.layer_norm_rms_epsilon"))?,
+        })
     }
     /// KV heads per layer: a scalar or a per-layer array; `head_count` (no GQA) when absent.
     pub fn head_count_kv(&self, n_layer: usize, n_head: usize) -> Result<Vec<usize>> {
@@ -132,27 +155,6 @@ impl RmsNorm {
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         super::cpu_ops::rms_norm(x, &self.w, self.eps)
-    }
-}
-
-/// SwiGLU feed-forward: `down(silu(gate x) ⊙ up x)`.
-pub struct Mlp {
-    gate: Linear,
-    up: Linear,
-    down: Linear,
-}
-
-impl Mlp {
-    pub fn load(g: &GgufFile, prefix: &str, d: usize, ff: usize, dev: &Device) -> Result<Self> {
-        Ok(Self {
-            gate: Linear::load(g, &format!("{prefix}.ffn_gate"), d, ff, dev)?,
-            up: Linear::load(g, &format!("{prefix}.ffn_up"), d, ff, dev)?,
-            down: Linear::load(g, &format!("{prefix}.ffn_down"), ff, d, dev)?,
-        })
-    }
-    pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
-        let h = super::cpu_ops::swiglu(&self.gate.forward(x, rows)?, &self.up.forward(x, rows)?)?;
-        self.down.forward(&h, rows)
     }
 }
 

@@ -9,8 +9,8 @@ use candle_core::Device;
 
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
-use super::ffn::Ffn;
-use super::layers::{load_rope, Embedding, Hparams, Mlp, RmsNorm, RopeStyle};
+use super::ffn::{Ffn, Gate, Mlp};
+use super::layers::{load_rope, Embedding, Hparams, RmsNorm, RopeStyle};
 use super::moe::Moe;
 use super::shortconv::ShortConv;
 use crate::error::{Result, WickError};
@@ -73,7 +73,7 @@ fn load_arch(g: &GgufFile, dev: &Device, arch: &'static str) -> Result<Decoder> 
                     .info(&gate)
                     .and_then(|t| t.dims.get(1).copied())
                     .ok_or_else(|| WickError::load(format!("missing tensor `{gate}`")))?;
-                Ffn::SwiGlu(Mlp::load(g, &p, d, ff, dev)?)
+                Ffn::Dense(Mlp::load(g, &p, d, ff, Gate::Silu, dev)?)
             } else {
                 Ffn::Moe(Moe::load(g, &p, d, n_expert, n_used, dev)?)
             };

@@ -8,8 +8,8 @@ use candle_core::Device;
 
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
-use super::ffn::Ffn;
-use super::layers::{load_rope, Embedding, Hparams, Mlp, RmsNorm, RopeStyle};
+use super::ffn::{Ffn, Gate, Mlp};
+use super::layers::{load_rope, DenseShape, Embedding, Hparams, RmsNorm, RopeStyle};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
@@ -26,12 +26,7 @@ pub fn load_arch(
     qk_norm: bool,
 ) -> Result<Decoder> {
     let hp = Hparams { gguf: g, arch };
-    let d = hp.usize("embedding_length")?;
-    let n_layer = hp.usize("block_count")?;
-    let n_head = hp.usize("attention.head_count")?;
-    let n_kv = hp.head_count_kv(n_layer, n_head)?;
-    let ff = hp.usize("feed_forward_length")?;
-    let eps = g.metadata.f32(&hp.key("attention.layer_norm_rms_epsilon"))?;
+    let DenseShape { d, n_layer, n_head, n_kv, ff, eps } = hp.dense_shape()?;
     if n_head == 0 || (!d.is_multiple_of(n_head) && hp.opt_usize("attention.key_length")?.is_none()) {
         return Err(WickError::load(format!("embedding_length {d} is not divisible by head_count {n_head}")));
     }
@@ -54,7 +49,7 @@ pub fn load_arch(
                 RmsNorm::load(g, &format!("{p}.attn_norm.weight"), d, eps, dev)?,
                 Operator::Attention(Attention::load(g, &p, d, n_head, n_kv[il], head_dim, qk_eps, dev)?),
                 RmsNorm::load(g, &format!("{p}.ffn_norm.weight"), d, eps, dev)?,
-                Ffn::SwiGlu(Mlp::load(g, &p, d, ff, dev)?),
+                Ffn::Dense(Mlp::load(g, &p, d, ff, Gate::Silu, dev)?),
             ))
         })
         .collect::<Result<Vec<_>>>()?;
