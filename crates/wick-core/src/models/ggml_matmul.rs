@@ -276,20 +276,21 @@ fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
     pool::run(n.div_ceil(c), &|t| f(t * c, ((t + 1) * c).min(n)));
 }
 
-/// One dot product of weight row `wr` with activation row(s) starting at row `r`.
-type RowDot<'a, T> = &'a (dyn Fn(&[u8], usize) -> T + Sync);
+/// The type of an absent `dot4` of `tiled_rows` (no SIMD kernels on this architecture).
+#[cfg(not(target_arch = "x86_64"))]
+type NoDot4 = fn(&[u8], usize) -> [f32; 4];
 
 /// Every output `(r, j)`: columns spread over the pool, activation rows in blocks of
 /// `ROW_BLOCK` so a weight row stays in cache, four rows at a time through `dot4` when given
 /// (SIMD), the rest through `dot1`. Each output keeps the single-row kernel's order either way.
-fn tiled_rows<'w>(
-    n: usize,
-    m: usize,
-    wrow: &(dyn Fn(usize) -> &'w [u8] + Sync),
-    put: &(dyn Fn(usize, usize, f32) + Sync),
-    dot4: Option<RowDot<'_, [f32; 4]>>,
-    dot1: RowDot<'_, f32>,
-) {
+/// Generic rather than `dyn` so the dot kernels inline into the loop (measured: ~5% of prefill).
+fn tiled_rows<'w, W, P, D4, D1>(n: usize, m: usize, wrow: &W, put: &P, dot4: Option<&D4>, dot1: &D1)
+where
+    W: Fn(usize) -> &'w [u8] + Sync,
+    P: Fn(usize, usize, f32) + Sync,
+    D4: Fn(&[u8], usize) -> [f32; 4] + Sync,
+    D1: Fn(&[u8], usize) -> f32 + Sync,
+{
     for_cols(n, m, &|j0, j1| {
         for rb in (0..m).step_by(ROW_BLOCK) {
             let re = (rb + ROW_BLOCK).min(m);
@@ -385,9 +386,9 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
             unsafe { simd::dotn_q4k::<4>(wr, a, pp) }
         };
         #[cfg(target_arch = "x86_64")]
-        let dot4: Option<RowDot<'_, [f32; 4]>> = simd.then_some(&dot4);
+        let dot4 = simd.then_some(&dot4);
         #[cfg(not(target_arch = "x86_64"))]
-        let dot4: Option<RowDot<'_, [f32; 4]>> = None;
+        let dot4: Option<&NoDot4> = None;
         let dot1 = |wr: &[u8], r: usize| {
             #[cfg(target_arch = "x86_64")]
             if simd {
@@ -419,9 +420,9 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
             unsafe { simd4(wr, a) }
         };
         #[cfg(target_arch = "x86_64")]
-        let dot4: Option<RowDot<'_, [f32; 4]>> = simd.then_some(&dot4);
+        let dot4 = simd.then_some(&dot4);
         #[cfg(not(target_arch = "x86_64"))]
-        let dot4: Option<RowDot<'_, [f32; 4]>> = None;
+        let dot4: Option<&NoDot4> = None;
         tiled_rows(n, m, &wrow, &put, dot4, &|wr, r| dot(wr, &acts[r]));
     }
     Ok(Tensor::from_vec(y, (m, n), x.device())?)
