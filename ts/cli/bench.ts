@@ -77,6 +77,7 @@ export async function bench(opts: BenchOptions): Promise<void> {
     threads: opts.threads,
     maxSequences: 1,
     prefillChunk: 0, // the whole prompt in one pass, as llama-bench's pp test
+    prefixCache: false, // every repetition prefills the whole prompt
   });
   try {
     const info = engine.info();

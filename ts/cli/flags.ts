@@ -31,6 +31,9 @@ export interface ServeFlags {
   threads?: number;
   parallel?: number;
   chunkedPrefillSize?: number;
+  maxBatchedTokens?: number;
+  maxTotalTokens?: number;
+  disablePrefixCache?: boolean;
   nGpuLayers?: number;
   gpuMemoryUtilization?: number;
   dtype?: string;
@@ -50,6 +53,9 @@ export const SERVE_FLAGS: FlagSpec[] = [
   { key: "threads", flags: ["--threads", "-t"], value: "<n>", description: "CPU threads for the kernels", parse: positiveInt },
   { key: "parallel", flags: ["--parallel", "-np", "--max-num-seqs"], value: "<n>", description: "sequences decoded together (continuous batching; default 4)", parse: positiveInt },
   { key: "chunkedPrefillSize", flags: ["--chunked-prefill-size"], value: "<n>", description: "prompt tokens per step; -1 = whole prompt in one pass", parse: integer(-1, Number.MAX_SAFE_INTEGER, "a positive integer or -1") },
+  { key: "maxBatchedTokens", flags: ["--max-num-batched-tokens"], value: "<n>", description: "tokens in one forward step, decodes and prompt chunks together (default 512)", parse: positiveInt },
+  { key: "maxTotalTokens", flags: ["--max-total-tokens", "--kv-cache-tokens"], value: "<n>", description: "tokens the shared KV cache holds, all sequences together (default ctx-size × parallel)", parse: positiveInt },
+  { key: "disablePrefixCache", flags: ["--disable-prefix-cache", "--disable-radix-cache", "--no-enable-prefix-caching"], description: "do not reuse the KV cache of equal prompt prefixes across requests" },
   { key: "nGpuLayers", flags: ["--n-gpu-layers", "-ngl", "--gpu-layers"], value: "<n>", description: "layers on the GPU (99 = all)", parse: integer(-1), notice: CPU_ONLY },
   { key: "gpuMemoryUtilization", flags: ["--gpu-memory-utilization", "--mem-fraction-static"], value: "<0..1>", description: "fraction of GPU memory to use", parse: fraction, notice: CPU_ONLY },
   { key: "dtype", flags: ["--dtype"], value: "<type>", description: "GPU compute type: auto, float16, bfloat16, float32", parse: choice(["auto", "float16", "bfloat16", "float32", "half", "float"]), notice: CPU_ONLY },
@@ -66,10 +72,10 @@ interface ForeignFlag {
 }
 
 export const FOREIGN_FLAGS: ForeignFlag[] = [
-  { flags: ["--enable-torch-compile", "--disable-radix-cache", "--enable-metrics"], arity: "none", from: "SGLang" },
+  { flags: ["--enable-torch-compile", "--enable-metrics"], arity: "none", from: "SGLang" },
   { flags: ["--cuda-graph-max-bs", "--attention-backend", "--tp", "--tp-size", "--dp", "--dp-size"], arity: "required", from: "SGLang" },
   { flags: ["--trust-remote-code", "--enforce-eager", "--disable-log-requests", "--disable-log-stats", "--enable-prefix-caching", "--enable-chunked-prefill", "--enable-auto-tool-choice"], arity: "none", from: "vLLM" },
-  { flags: ["--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--max-num-batched-tokens", "--swap-space", "--kv-cache-dtype", "--quantization", "--generation-config", "--download-dir", "--uvicorn-log-level", "--max-logprobs"], arity: "required", from: "vLLM" },
+  { flags: ["--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--swap-space", "--kv-cache-dtype", "--quantization", "--generation-config", "--download-dir", "--uvicorn-log-level", "--max-logprobs"], arity: "required", from: "vLLM" },
   { flags: ["--flash-attn", "-fa"], arity: "optional", from: "llama.cpp" },
   { flags: ["--cont-batching", "-cb", "--mlock", "--no-mmap", "--metrics", "--jinja", "--no-webui", "--verbose"], arity: "none", from: "llama.cpp" },
   { flags: ["--batch-size", "-b", "--ubatch-size", "-ub", "--cache-type-k", "-ctk", "--cache-type-v", "-ctv"], arity: "required", from: "llama.cpp" },

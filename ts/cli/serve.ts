@@ -34,6 +34,9 @@ export async function serve(flags: ServeFlags): Promise<void> {
       threads: flags.threads,
       // -1 = the whole prompt in one pass (the engine's 0).
       prefillChunk: flags.chunkedPrefillSize === -1 ? 0 : flags.chunkedPrefillSize,
+      stepTokens: flags.maxBatchedTokens,
+      kvTokens: flags.maxTotalTokens,
+      prefixCache: !flags.disablePrefixCache,
     });
   } catch (err) {
     throw new CliError(`cannot load ${flags.model}: ${(err as Error).message}`);

@@ -58,6 +58,10 @@ export interface LoadOptions {
   stepTokens?: number
   /** Prompt tokens per sequence per step; 0 = the whole prompt in one pass. */
   prefillChunk?: number
+  /** Tokens the shared KV pool holds (all sequences); default context size × sequences. */
+  kvTokens?: number
+  /** Reuse cached KV blocks of equal prompt prefixes (default true). */
+  prefixCache?: boolean
   vocabOnly?: boolean
   /** CPU threads for the kernels (process-wide, fixed by the first load). */
   threads?: number
@@ -74,6 +78,13 @@ export interface Metrics {
   promptTokensTotal: number
   generationTokensTotal: number
   stepsTotal: number
+  kvBlocksTotal: number
+  kvBlocksUsed: number
+  kvBlocksCached: number
+  kvBlockSize: number
+  prefixQueryTokensTotal: number
+  prefixHitTokensTotal: number
+  preemptionsTotal: number
 }
 
 export interface ModelInfo {

@@ -4,11 +4,11 @@
  * every request's event stream passes; engine gauges are read at scrape time.
  */
 import client from "prom-client";
-import type { EngineEvent } from "../engine/index.ts";
+import type { EngineEvent, Metrics } from "../engine/index.ts";
 
 /** What the metrics read from the models being served, at scrape time. */
 export interface GaugeSource {
-  list(): { id: string; engine: { metrics(): { running: number; waiting: number } } }[];
+  list(): { id: string; engine: { metrics(): Metrics } }[];
 }
 
 const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
@@ -26,7 +26,7 @@ export class ServingMetrics {
   constructor(models: GaugeSource) {
     const registers = [this.registry];
     const labelNames = ["model_name"] as const;
-    const gauge = (name: string, help: string, pick: (m: { running: number; waiting: number }) => number) =>
+    const gauge = (name: string, help: string, pick: (m: Metrics) => number) =>
       new client.Gauge({
         name,
         help,
@@ -37,8 +37,30 @@ export class ServingMetrics {
           for (const m of models.list()) this.set({ model_name: m.id }, pick(m.engine.metrics()));
         },
       });
+    // Engine-side counters, read at scrape time like the gauges.
+    const engineCounter = (name: string, help: string, pick: (m: Metrics) => number) =>
+      new client.Counter({
+        name,
+        help,
+        labelNames,
+        registers,
+        collect() {
+          this.reset();
+          for (const m of models.list()) this.inc({ model_name: m.id }, pick(m.engine.metrics()));
+        },
+      });
     gauge("wick:num_requests_running", "Sequences in the running batch.", (m) => m.running);
     gauge("wick:num_requests_waiting", "Sequences waiting for admission.", (m) => m.waiting);
+    gauge("wick:kv_blocks_total", "KV cache blocks in the pool.", (m) => m.kvBlocksTotal);
+    gauge("wick:kv_blocks_used", "KV cache blocks held by running sequences.", (m) => m.kvBlocksUsed);
+    gauge("wick:kv_blocks_cached", "Full KV blocks kept for prefix reuse.", (m) => m.kvBlocksCached);
+    gauge("wick:kv_block_size", "Tokens per KV cache block.", (m) => m.kvBlockSize);
+    gauge("wick:kv_cache_usage_perc", "Fraction of KV blocks held by running sequences (0-1).", (m) =>
+      m.kvBlocksTotal > 0 ? m.kvBlocksUsed / m.kvBlocksTotal : 0,
+    );
+    engineCounter("wick:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (m) => m.prefixQueryTokensTotal);
+    engineCounter("wick:prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", (m) => m.prefixHitTokensTotal);
+    engineCounter("wick:num_preemptions_total", "Sequences preempted (to recompute) when KV blocks ran out.", (m) => m.preemptionsTotal);
     const histogram = (name: string, help: string) => new client.Histogram({ name, help, labelNames, registers, buckets: LATENCY_BUCKETS });
     this.ttft = histogram("wick:time_to_first_token_seconds", "Time from submission to the first generated token.");
     this.itl = histogram("wick:inter_token_latency_seconds", "Time between consecutive streamed tokens.");

@@ -3,7 +3,7 @@
  * (info, load time) and its parsed chat template. Routes resolve a request's `model` here.
  */
 import path from "node:path";
-import { Engine, type EngineEvent, type GenerateOptions, type ModelInfo } from "../engine/index.ts";
+import { Engine, type EngineEvent, type GenerateOptions, type LoadOptions, type ModelInfo } from "../engine/index.ts";
 import { CHATML_TEMPLATE, ChatTemplate } from "./chat-template.ts";
 import { RequestError } from "./errors.ts";
 import { ServingMetrics } from "./metrics.ts";
@@ -22,16 +22,9 @@ export interface ServedModel {
   generate(opts: GenerateOptions, signal?: AbortSignal): AsyncGenerator<EngineEvent>;
 }
 
-export interface LoadModelOptions {
-  modelPath: string;
+export interface LoadModelOptions extends Omit<LoadOptions, "vocabOnly"> {
   /** Served name; default: the file name without `.gguf`. */
   id?: string;
-  contextSize?: number;
-  maxSequences?: number;
-  maxQueue?: number;
-  stepTokens?: number;
-  prefillChunk?: number;
-  threads?: number;
 }
 
 /** `/x/SmolLM2-135M-Instruct.Q4_1.gguf` → `SmolLM2-135M-Instruct.Q4_1`. */

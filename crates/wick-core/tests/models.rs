@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use candle_core::{Device, Tensor};
-use wick_core::cache::SeqCache;
+use wick_core::cache::{KvPool, SeqCache};
 use wick_core::fixtures::{self, FixtureSpec};
 use wick_core::gguf::GgufFile;
 use wick_core::models::{self, Model, StepSeq};
@@ -28,12 +28,32 @@ fn fixture_dir() -> &'static Path {
     })
 }
 
-fn load(name: &str) -> Box<dyn Model> {
-    let g = GgufFile::open(fixture_dir().join(name)).expect("open fixture");
-    models::load(&g, &Device::Cpu).expect("load fixture")
+/// A loaded fixture with a KV pool of its own (large enough for every test's sequences).
+struct Loaded {
+    model: Box<dyn Model>,
+    kv: KvPool,
 }
 
-fn step(model: &dyn Model, tokens: &[u32], cache: &mut SeqCache) -> Vec<f32> {
+impl Loaded {
+    fn info(&self) -> &models::ModelInfo {
+        self.model.info()
+    }
+    fn new_cache(&self) -> SeqCache {
+        self.kv.new_seq()
+    }
+    fn forward(&mut self, batch: &mut [StepSeq<'_>]) -> wick_core::Result<Tensor> {
+        self.model.forward(batch, &mut self.kv)
+    }
+}
+
+fn load(name: &str) -> Loaded {
+    let g = GgufFile::open(fixture_dir().join(name)).expect("open fixture");
+    let model = models::load(&g, &Device::Cpu).expect("load fixture");
+    let kv = KvPool::with_capacity(&model.cache_layout(), 1 << 16, &Device::Cpu).expect("kv pool");
+    Loaded { model, kv }
+}
+
+fn step(model: &mut Loaded, tokens: &[u32], cache: &mut SeqCache) -> Vec<f32> {
     let logits = model.forward(&mut [StepSeq { tokens, cache }]).expect("forward");
     assert_eq!(logits.dims(), [1, model.info().n_vocab]);
     logits.get(0).and_then(|r| r.to_vec1::<f32>()).expect("logits")
@@ -57,17 +77,17 @@ const PROMPT_B: [u32; 5] = [1, 200, 17, 99, 3];
 #[test]
 fn every_standard_fixture_loads_and_runs() {
     for spec in fixtures::standard_specs() {
-        let model = load(&spec.file_name);
-        let info = model.info();
+        let mut model = load(&spec.file_name);
+        let info = model.info().clone();
         assert_eq!(info.n_vocab, 259, "{}", spec.file_name);
         assert_eq!(info.n_layer, spec.n_kv.len(), "{}", spec.file_name);
         assert_eq!(info.n_embd, spec.d, "{}", spec.file_name);
         assert!(info.n_params > 0);
         let mut cache = model.new_cache();
-        let logits = step(model.as_ref(), &PROMPT_A, &mut cache);
+        let logits = step(&mut model, &PROMPT_A, &mut cache);
         assert!(logits.iter().all(|x| x.is_finite()), "{}: non-finite logits", spec.file_name);
         assert_eq!(cache.len(), PROMPT_A.len());
-        step(model.as_ref(), &[5], &mut cache);
+        step(&mut model, &[5], &mut cache);
         assert_eq!(cache.len(), PROMPT_A.len() + 1);
     }
 }
@@ -91,20 +111,19 @@ fn ragged_batch_matches_sequences_run_alone() {
         "tiny-lfm2moe-e4-q8_0.gguf",
         "tiny-lfm2moe-e8-lead2-q8_0.gguf",
     ] {
-        let model = load(name);
-        let m = model.as_ref();
+        let mut m = load(name);
         // Alone: A prefills, B prefills then decodes twice.
         let mut a = m.new_cache();
-        let a0 = step(m, &PROMPT_A, &mut a);
-        let a1 = step(m, &[9], &mut a);
+        let a0 = step(&mut m, &PROMPT_A, &mut a);
+        let a1 = step(&mut m, &[9], &mut a);
         let mut b = m.new_cache();
-        step(m, &PROMPT_B, &mut b);
-        let b1 = step(m, &[42], &mut b);
-        let b2 = step(m, &[7], &mut b);
+        step(&mut m, &PROMPT_B, &mut b);
+        let b1 = step(&mut m, &[42], &mut b);
+        let b2 = step(&mut m, &[7], &mut b);
 
         // Batched: B's prompt first, then [A prefill + B decode], then [A decode + B decode].
         let (mut ca, mut cb) = (m.new_cache(), m.new_cache());
-        step(m, &PROMPT_B, &mut cb);
+        step(&mut m, &PROMPT_B, &mut cb);
         let out = m
             .forward(&mut [
                 StepSeq { tokens: &PROMPT_A, cache: &mut ca },
@@ -130,14 +149,13 @@ fn ragged_batch_matches_sequences_run_alone() {
 #[test]
 fn chunked_prefill_matches_single_prefill() {
     for name in ["tiny-llama-f16.gguf", "tiny-lfm2-f16.gguf", "tiny-lfm2-q4_0.gguf"] {
-        let model = load(name);
-        let m = model.as_ref();
+        let mut m = load(name);
         let mut whole = m.new_cache();
-        let expect = step(m, &PROMPT_A, &mut whole);
+        let expect = step(&mut m, &PROMPT_A, &mut whole);
         let mut parts = m.new_cache();
-        step(m, &PROMPT_A[..3], &mut parts);
-        step(m, &PROMPT_A[3..4], &mut parts);
-        let got = step(m, &PROMPT_A[4..], &mut parts);
+        step(&mut m, &PROMPT_A[..3], &mut parts);
+        step(&mut m, &PROMPT_A[3..4], &mut parts);
+        let got = step(&mut m, &PROMPT_A[4..], &mut parts);
         let d = max_abs_diff(&expect, &got);
         assert!(d < 1e-3, "{name}: chunked prefill differs by {d}");
         assert_eq!(argmax(&expect), argmax(&got));
@@ -147,15 +165,15 @@ fn chunked_prefill_matches_single_prefill() {
 #[test]
 fn greedy_decoding_is_deterministic() {
     for name in ["tiny-llama-q4_0.gguf", "tiny-lfm2-q8_0.gguf"] {
-        let model = load(name);
-        let run = || {
+        let mut model = load(name);
+        let mut run = || {
             let mut cache = model.new_cache();
-            let mut logits = step(model.as_ref(), &PROMPT_B, &mut cache);
+            let mut logits = step(&mut model, &PROMPT_B, &mut cache);
             let mut out = vec![];
             for _ in 0..24 {
                 let t = argmax(&logits);
                 out.push(t);
-                logits = step(model.as_ref(), &[t], &mut cache);
+                logits = step(&mut model, &[t], &mut cache);
             }
             out
         };
@@ -167,16 +185,14 @@ fn greedy_decoding_is_deterministic() {
 /// `output_norm.weight` (ollama-converted files) is accepted as LFM2's final norm.
 #[test]
 fn lfm2_final_norm_under_either_name() {
-    let a = load("tiny-lfm2-q8_0.gguf");
-    let b = load("tiny-lfm2-outnorm-q8_0.gguf");
-    let (la, lb) =
-        (step(a.as_ref(), &PROMPT_A, &mut a.new_cache()), step(b.as_ref(), &PROMPT_A, &mut b.new_cache()));
-    assert_eq!(la, lb);
-    let a = load("tiny-lfm2moe-e8-lead2-q8_0.gguf");
-    let b = load("tiny-lfm2moe-e8-lead2-outnorm-q8_0.gguf");
-    let (la, lb) =
-        (step(a.as_ref(), &PROMPT_A, &mut a.new_cache()), step(b.as_ref(), &PROMPT_A, &mut b.new_cache()));
-    assert_eq!(la, lb);
+    for (a, b) in [
+        ("tiny-lfm2-q8_0.gguf", "tiny-lfm2-outnorm-q8_0.gguf"),
+        ("tiny-lfm2moe-e8-lead2-q8_0.gguf", "tiny-lfm2moe-e8-lead2-outnorm-q8_0.gguf"),
+    ] {
+        let (mut a, mut b) = (load(a), load(b));
+        let (mut ca, mut cb) = (a.new_cache(), b.new_cache());
+        assert_eq!(step(&mut a, &PROMPT_A, &mut ca), step(&mut b, &PROMPT_A, &mut cb));
+    }
 }
 
 /// Greedy decoding of several MoE sequences batched together, continuously (sequences join
@@ -184,17 +200,16 @@ fn lfm2_final_norm_under_either_name() {
 #[test]
 fn moe_continuous_batching_matches_solo_runs() {
     for name in ["tiny-lfm2moe-e4-q8_0.gguf", "tiny-lfm2moe-e8-lead2-q8_0.gguf"] {
-        let model = load(name);
-        let m = model.as_ref();
+        let mut m = load(name);
         let prompts: [&[u32]; 3] = [&PROMPT_A, &PROMPT_B, &[1, 33, 34, 35, 36, 37, 38, 39, 40]];
         let n = 16;
-        let solo = |p: &[u32]| {
+        let mut solo = |p: &[u32]| {
             let mut cache = m.new_cache();
-            let mut logits = step(m, p, &mut cache);
+            let mut logits = step(&mut m, p, &mut cache);
             (0..n)
                 .map(|_| {
                     let t = argmax(&logits);
-                    logits = step(m, &[t], &mut cache);
+                    logits = step(&mut m, &[t], &mut cache);
                     t
                 })
                 .collect::<Vec<_>>()
@@ -229,11 +244,16 @@ fn moe_continuous_batching_matches_solo_runs() {
 
 #[test]
 fn default_cache_is_adopted_and_foreign_cache_rejected() {
-    let llama = load("tiny-llama-q8_0.gguf");
-    let lfm2 = load("tiny-lfm2-q8_0.gguf");
+    let mut llama = load("tiny-llama-q8_0.gguf");
+    let mut lfm2 = load("tiny-lfm2-q8_0.gguf");
     let mut fresh = SeqCache::default();
-    let x = step(llama.as_ref(), &PROMPT_A, &mut fresh);
-    assert_eq!(x, step(llama.as_ref(), &PROMPT_A, &mut llama.new_cache()));
+    let x = step(&mut llama, &PROMPT_A, &mut fresh);
+    let mut made = llama.new_cache();
+    assert_eq!(x, step(&mut llama, &PROMPT_A, &mut made));
+    // The llama's pool handed to the lfm2.
+    let err =
+        lfm2.model.forward(&mut [StepSeq { tokens: &[1], cache: &mut lfm2.kv.new_seq() }], &mut llama.kv);
+    assert_eq!(err.unwrap_err().code(), "INVALID_REQUEST");
     // A 2-layer llama cache in a 6-layer lfm2.
     let err = lfm2.forward(&mut [StepSeq { tokens: &[1], cache: &mut fresh }]).unwrap_err();
     assert_eq!(err.code(), "INVALID_REQUEST", "{err}");
@@ -241,8 +261,7 @@ fn default_cache_is_adopted_and_foreign_cache_rejected() {
 
 #[test]
 fn invalid_batches_are_rejected() {
-    let model = load("tiny-lfm2-q4_0.gguf");
-    let m = model.as_ref();
+    let mut m = load("tiny-lfm2-q4_0.gguf");
     assert_eq!(m.forward(&mut []).unwrap_err().code(), "INVALID_REQUEST");
     let mut c = m.new_cache();
     assert_eq!(
@@ -252,6 +271,7 @@ fn invalid_batches_are_rejected() {
     let err = m.forward(&mut [StepSeq { tokens: &[1, 259], cache: &mut c }]).unwrap_err();
     assert!(matches!(err, WickError::InvalidRequest(ref s) if s.contains("259")), "{err}");
     assert!(c.is_empty(), "a rejected step must not advance the cache");
+    assert_eq!(m.kv.n_used(), 0, "nor take KV blocks");
 }
 
 #[test]

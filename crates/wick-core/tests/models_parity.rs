@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
 use serde_json::Value;
-use wick_core::cache::SeqCache;
+use wick_core::cache::{KvPool, SeqCache};
 use wick_core::gguf::GgufFile;
 use wick_core::models::{self, Model, StepSeq};
 
@@ -58,31 +58,36 @@ struct Case {
 }
 
 /// Per step of a case: Wick's distribution after the prompt and each fed-back token.
-fn run_single(model: &dyn Model, c: &Case) -> Vec<Vec<f32>> {
-    let mut cache = model.new_cache();
+fn run_single(model: &dyn Model, kv: &mut KvPool, c: &Case) -> Vec<Vec<f32>> {
+    let mut cache = kv.new_seq();
     let mut out = vec![];
     let mut input = c.prompt.clone();
     for &t in &c.tokens {
-        let logits = model.forward(&mut [StepSeq { tokens: &input, cache: &mut cache }]).expect("forward");
+        let logits =
+            model.forward(&mut [StepSeq { tokens: &input, cache: &mut cache }], kv).expect("forward");
         out.push(probs(&logits.get(0).expect("row")));
         input = vec![t];
     }
+    kv.release(&mut cache);
     out
 }
 
 /// All cases as one ragged batch per step (prefills together, then decodes together).
-fn run_batched(model: &dyn Model, cases: &[Case]) -> Vec<Vec<u32>> {
-    let mut caches: Vec<SeqCache> = cases.iter().map(|_| model.new_cache()).collect();
+fn run_batched(model: &dyn Model, kv: &mut KvPool, cases: &[Case]) -> Vec<Vec<u32>> {
+    let mut caches: Vec<SeqCache> = cases.iter().map(|_| kv.new_seq()).collect();
     let mut inputs: Vec<Vec<u32>> = cases.iter().map(|c| c.prompt.clone()).collect();
     let mut argmaxes = vec![vec![]; cases.len()];
     for step in 0..cases[0].tokens.len() {
         let mut batch: Vec<StepSeq> =
             inputs.iter().zip(caches.iter_mut()).map(|(t, cache)| StepSeq { tokens: t, cache }).collect();
-        let logits = model.forward(&mut batch).expect("batched forward");
+        let logits = model.forward(&mut batch, kv).expect("batched forward");
         for (i, c) in cases.iter().enumerate() {
             argmaxes[i].push(argmax(&logits.get(i).expect("row").to_vec1::<f32>().expect("v")));
             inputs[i] = vec![c.tokens[step]];
         }
+    }
+    for c in &mut caches {
+        kv.release(c);
     }
     argmaxes
 }
@@ -108,6 +113,7 @@ fn greedy_and_probabilities_match_llama_cpp() {
         let model_path = repo().join(reference["model"].as_str().expect("model"));
         let g = GgufFile::open(&model_path).expect("open");
         let model = models::load(&g, &Device::Cpu).expect("load");
+        let mut kv = KvPool::with_capacity(&model.cache_layout(), 1 << 15, &Device::Cpu).expect("kv");
         let cases: Vec<Case> = reference["results"]
             .as_array()
             .expect("results")
@@ -131,7 +137,7 @@ fn greedy_and_probabilities_match_llama_cpp() {
             .collect();
         let (mut seq_ok, mut step_bad, mut max_diff, mut min_margin) = (0, 0, 0f32, f32::INFINITY);
         for c in &cases {
-            let dists = run_single(model.as_ref(), c);
+            let dists = run_single(model.as_ref(), &mut kv, c);
             let bad = dists.iter().zip(&c.tokens).filter(|(d, &t)| argmax(d) != t).count();
             if std::env::var("WICK_PARITY_DEBUG").is_ok() {
                 for (i, (d, top)) in dists.iter().zip(&c.steps).enumerate() {
@@ -157,7 +163,7 @@ fn greedy_and_probabilities_match_llama_cpp() {
                 }
             }
         }
-        let batched = run_batched(model.as_ref(), &cases);
+        let batched = run_batched(model.as_ref(), &mut kv, &cases);
         let batch_bad: usize = batched
             .iter()
             .zip(&cases)

@@ -12,6 +12,10 @@ pub struct LoadOptions {
     pub step_tokens: Option<u32>,
     /// Prompt tokens per sequence per step; 0 = the whole prompt in one pass.
     pub prefill_chunk: Option<u32>,
+    /// Tokens the shared KV pool holds (all sequences); default context size × sequences.
+    pub kv_tokens: Option<u32>,
+    /// Reuse cached KV blocks of equal prompt prefixes (default true).
+    pub prefix_cache: Option<bool>,
     pub vocab_only: Option<bool>,
     /// CPU threads for the kernels (process-wide, fixed by the first load).
     pub threads: Option<u32>,
@@ -214,6 +218,13 @@ pub struct Metrics {
     pub prompt_tokens_total: f64,
     pub generation_tokens_total: f64,
     pub steps_total: f64,
+    pub kv_blocks_total: u32,
+    pub kv_blocks_used: u32,
+    pub kv_blocks_cached: u32,
+    pub kv_block_size: u32,
+    pub prefix_query_tokens_total: f64,
+    pub prefix_hit_tokens_total: f64,
+    pub preemptions_total: f64,
 }
 
 impl From<EngineMetrics> for Metrics {
@@ -224,6 +235,13 @@ impl From<EngineMetrics> for Metrics {
             prompt_tokens_total: m.prompt_tokens_total as f64,
             generation_tokens_total: m.generation_tokens_total as f64,
             steps_total: m.steps_total as f64,
+            kv_blocks_total: m.kv_blocks_total as u32,
+            kv_blocks_used: m.kv_blocks_used as u32,
+            kv_blocks_cached: m.kv_blocks_cached as u32,
+            kv_block_size: m.kv_block_size as u32,
+            prefix_query_tokens_total: m.prefix_query_tokens_total as f64,
+            prefix_hit_tokens_total: m.prefix_hit_tokens_total as f64,
+            preemptions_total: m.preemptions_total as f64,
         }
     }
 }

@@ -44,6 +44,8 @@ impl Engine {
         if let Some(n) = opts.prefill_chunk {
             o.prefill_chunk = (n > 0).then_some(n as usize);
         }
+        o.kv_tokens = opts.kv_tokens.filter(|&n| n > 0).map(|n| n as usize);
+        o.prefix_cache = opts.prefix_cache.unwrap_or(true);
         o.vocab_only = opts.vocab_only.unwrap_or(false);
         let engine = tokio::task::spawn_blocking(move || {
             std::panic::catch_unwind(|| wick_core::Engine::load(o))

@@ -142,7 +142,13 @@ mod tests {
 
     fn hashes(tokens: &[u32], bs: usize) -> Vec<u64> {
         let mut h = 0;
-        tokens.chunks_exact(bs).map(|c| { h = chain_hash(h, c); h }).collect()
+        tokens
+            .chunks_exact(bs)
+            .map(|c| {
+                h = chain_hash(h, c);
+                h
+            })
+            .collect()
     }
 
     #[test]

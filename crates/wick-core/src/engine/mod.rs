@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use candle_core::Device;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
+use crate::cache::{KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::models::{self, ModelInfo};
@@ -33,6 +34,11 @@ pub struct EngineOptions {
     pub step_tokens: usize,
     /// Prompt tokens a sequence feeds per step (chunked prefill); None = the whole prompt.
     pub prefill_chunk: Option<usize>,
+    /// Tokens the shared KV pool holds, all sequences together; None = context size ×
+    /// sequences. A smaller pool serves the same load by preempting.
+    pub kv_tokens: Option<usize>,
+    /// Keep full KV blocks for reuse by later requests with the same prefix.
+    pub prefix_cache: bool,
     /// Only the tokenizer: no weights, no generation.
     pub vocab_only: bool,
 }
@@ -46,6 +52,8 @@ impl EngineOptions {
             max_queue: 256,
             step_tokens: 512,
             prefill_chunk: Some(256),
+            kv_tokens: None,
+            prefix_cache: true,
             vocab_only: false,
         }
     }
@@ -72,6 +80,13 @@ pub struct EngineMetrics {
     pub prompt_tokens_total: usize,
     pub generation_tokens_total: usize,
     pub steps_total: usize,
+    pub kv_blocks_total: usize,
+    pub kv_blocks_used: usize,
+    pub kv_blocks_cached: usize,
+    pub kv_block_size: usize,
+    pub prefix_query_tokens_total: usize,
+    pub prefix_hit_tokens_total: usize,
+    pub preemptions_total: usize,
 }
 
 /// A submitted request: its event stream and its cancel switch. Dropping the stream also
@@ -142,10 +157,27 @@ impl Engine {
             (Some(model), info)
         };
         let train_ctx = if model_info.n_ctx_train > 0 { model_info.n_ctx_train } else { 4096 };
-        let context_size = opts.context_size.unwrap_or(4096.min(train_ctx));
+        let mut context_size = opts.context_size.unwrap_or(4096.min(train_ctx));
         if context_size < 2 {
             return Err(WickError::InvalidRequest(format!("context size {context_size} is too small")));
         }
+        let max_seqs = opts.max_sequences.max(1);
+        let kv = match &model {
+            None => None,
+            Some(m) => {
+                let tokens = opts.kv_tokens.unwrap_or(context_size.saturating_mul(max_seqs));
+                if tokens < 2 {
+                    return Err(WickError::InvalidRequest(format!(
+                        "a KV pool of {tokens} tokens is too small"
+                    )));
+                }
+                let blocks = tokens.div_ceil(BLOCK_SIZE);
+                let pool = KvPool::new(&m.cache_layout(), blocks, opts.prefix_cache, &device)?;
+                // One sequence can never hold more than the whole pool.
+                context_size = context_size.min(pool.capacity_tokens());
+                Some(pool)
+            }
+        };
         let info = EngineInfo {
             model: model_info,
             name,
@@ -159,16 +191,16 @@ impl Engine {
         };
         drop(gguf); // weights now live in the model's tensors; release the map
         let stats = Arc::new(SchedulerStats::default());
-        let runner = match model {
+        let runner = match model.zip(kv) {
             None => None,
-            Some(model) => {
+            Some((model, kv)) => {
                 let (tx, rx) = channel();
                 let cfg = SchedulerConfig {
-                    max_seqs: opts.max_sequences.max(1),
+                    max_seqs,
                     step_tokens: opts.step_tokens,
                     prefill_chunk: opts.prefill_chunk.unwrap_or(usize::MAX),
                 };
-                let sched = Scheduler::new(model, tokenizer.clone(), rx, cfg, stats.clone());
+                let sched = Scheduler::new(model, tokenizer.clone(), rx, cfg, kv, stats.clone());
                 let thread = std::thread::Builder::new()
                     .name("wick-scheduler".into())
                     .spawn(move || sched.run())
@@ -248,6 +280,13 @@ impl Engine {
             prompt_tokens_total: s.prompt_tokens_total.load(Ordering::Relaxed),
             generation_tokens_total: s.generation_tokens_total.load(Ordering::Relaxed),
             steps_total: s.steps_total.load(Ordering::Relaxed),
+            kv_blocks_total: s.kv_blocks_total.load(Ordering::Relaxed),
+            kv_blocks_used: s.kv_blocks_used.load(Ordering::Relaxed),
+            kv_blocks_cached: s.kv_blocks_cached.load(Ordering::Relaxed),
+            kv_block_size: BLOCK_SIZE,
+            prefix_query_tokens_total: s.prefix_query_tokens_total.load(Ordering::Relaxed),
+            prefix_hit_tokens_total: s.prefix_hit_tokens_total.load(Ordering::Relaxed),
+            preemptions_total: s.preemptions_total.load(Ordering::Relaxed),
         }
     }
 

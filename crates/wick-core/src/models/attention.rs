@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Tensor};
 use super::cpu_attention;
 use super::layers::{Linear, RmsNorm, Rope, RowPos};
 use super::StepSeq;
-use crate::cache::KvCache;
+use crate::cache::{KvPool, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
@@ -122,15 +122,19 @@ impl Attention {
         })
     }
 
-    /// `x`: normed input `[n_tokens, d]`; `caches[i]` belongs to `plan.spans[i]`; `cos`/`sin`
-    /// from `rope.tables(&plan.positions)`. Returns `[n_tokens, d]`.
+    /// `x`: normed input `[n_tokens, d]`; `caches[i]` belongs to `plan.spans[i]` and has its
+    /// blocks reserved; this is attention layer `layer` of `kv`. `cos`/`sin` from
+    /// `rope.tables(&plan.positions)`. Returns `[n_tokens, d]`.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         x: &Tensor,
         plan: &BatchPlan,
         rope: &Rope,
         (cos, sin): (&Tensor, &Tensor),
-        caches: &mut [&mut KvCache],
+        layer: usize,
+        kv: &mut KvPool,
+        caches: &[&SeqCache],
         window: Option<usize>,
     ) -> Result<Tensor> {
         let n = plan.n_tokens();
@@ -146,32 +150,24 @@ impl Attention {
         let q = rope.apply(&q, cos, sin)?;
         let k = rope.apply(&k, cos, sin)?;
         let scale = 1.0 / (hd as f64).sqrt();
+        let kh = k.flatten_all()?.to_vec1::<f32>()?;
+        let vh = v.flatten_all()?.to_vec1::<f32>()?;
+        let row = self.n_kv_head * hd;
         let mut outs: Vec<Tensor> = Vec::with_capacity(plan.spans.len());
-        for (span, cache) in plan.spans.iter().zip(caches.iter_mut()) {
+        for (span, cache) in plan.spans.iter().zip(caches) {
+            let new = span.start * row..(span.start + span.len) * row;
+            kv.write(layer, cache, span.pos0, &kh[new.clone()], &vh[new])?;
+            let view = kv.view(layer, cache)?;
             let q_s = q.narrow(0, span.start, span.len)?;
-            // [len, kv, hd] -> [kv, len, hd], the cache layout.
-            let k_s = k.narrow(0, span.start, span.len)?.transpose(0, 1)?;
-            let v_s = v.narrow(0, span.start, span.len)?.transpose(0, 1)?;
-            cache.append(&k_s, &v_s)?;
-            let o = match cache.host() {
-                Some(kv) => {
-                    let qh = q_s.flatten_all()?.to_vec1::<f32>()?;
-                    let o = cpu_attention::attend(
-                        &qh,
-                        &kv,
-                        span.len,
-                        span.pos0,
-                        self.n_head,
-                        hd,
-                        scale as f32,
-                        window,
-                    );
-                    Tensor::from_vec(o, (span.len, self.n_head * hd), x.device())?
-                }
-                None => {
-                    let (k_all, v_all) = cache.device_views()?;
-                    attend(&q_s, &k_all, &v_all, span.pos0, scale, window)?
-                }
+            let o = if x.device().is_cpu() {
+                let qh = q_s.flatten_all()?.to_vec1::<f32>()?;
+                let o =
+                    cpu_attention::attend(&qh, &view, span.len, span.pos0, self.n_head, scale as f32, window);
+                Tensor::from_vec(o, (span.len, self.n_head * hd), x.device())?
+            } else {
+                // No paged kernel on this device yet: gather the sequence's KV first.
+                let (k_all, v_all) = view.gather(span.pos0 + span.len, x.device())?;
+                attend(&q_s, &k_all, &v_all, span.pos0, scale, window)?
             };
             outs.push(o);
         }
@@ -185,7 +181,7 @@ impl Attention {
 /// `q`: `[len, n_head, hd]` f32 for positions `pos0..pos0+len`; `k`, `v`: `[n_kv, T, hd]` f16
 /// with `T = pos0 + len`. Query head h reads KV head h / (n_head / n_kv), as in ggml.
 /// q is rounded to f16 first because ggml converts it to the f16 cache's dot type.
-fn attend(
+pub(crate) fn attend(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,

@@ -16,7 +16,7 @@
 use half::f16;
 
 use super::cpu_ops::{exp_variant, ggml_expf};
-use crate::cache::HostKv;
+use crate::cache::PagedView;
 use crate::ops::attn::reduce16;
 
 /// `ggml_vec_dot_f16` (AVX-512): `x(i)·y(i)` for i < n; values are f16-exact f32s.
@@ -59,32 +59,30 @@ pub(crate) fn dot_tiled(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) ->
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     q: &[f32],
-    kv: &HostKv,
+    kv: &PagedView<'_>,
     len: usize,
     pos0: usize,
     n_head: usize,
-    hd: usize,
     scale: f32,
     window: Option<usize>,
 ) -> Vec<f32> {
     // The vectorised, threaded kernels in `ops::attn` do exactly the arithmetic of
     // `attend_reference` below (bit-identical; checked by `ops_match_reference`).
     let var = exp_variant();
-    crate::ops::attn::attend(q, kv.k, kv.v, len, pos0, n_head, hd, scale, window, &|x| ggml_expf(x, var))
+    crate::ops::attn::attend(q, kv, len, pos0, n_head, scale, window, &|x| ggml_expf(x, var))
 }
 
 /// The scalar statement of `attend`'s arithmetic, kept as its specification and test oracle.
 #[allow(dead_code)]
 pub(crate) fn attend_reference(
     q: &[f32],
-    kv: &HostKv,
+    kv: &PagedView<'_>,
     len: usize,
     pos0: usize,
     n_head: usize,
-    hd: usize,
     scale: f32,
 ) -> Vec<f32> {
-    let n_kv = kv.k.len();
+    let (n_kv, hd) = (kv.n_kv_head, kv.head_dim);
     let group = n_head / n_kv;
     let var = exp_variant();
     // ggml uses tinyBLAS only when more than one token is multiplied and rows split into
@@ -97,11 +95,11 @@ pub(crate) fn attend_reference(
         // Masked (future and padding) cells are -inf in ggml and contribute exact zeros.
         let padded = t_len.div_ceil(16) * 16;
         for h in 0..n_head {
-            let (keys, kvh) = (&kv.k[h / group], h / group);
+            let kvh = h / group;
             let qh = &q[(i * n_head + h) * hd..(i * n_head + h + 1) * hd];
             let q16: Vec<f32> = qh.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
             let kq = |t: usize| {
-                let kt = &keys[t * hd..(t + 1) * hd];
+                let kt = kv.key(kvh, t);
                 let (x, y) = (|d: usize| kt[d].to_f32(), |d: usize| q16[d]);
                 if tiled && hd.is_multiple_of(16) {
                     dot_tiled(hd, x, y)
@@ -129,8 +127,7 @@ pub(crate) fn attend_reference(
             p16.extend(e.iter().map(|&v| f16::from_f32(v * inv).to_f32()));
             let o = &mut out[(i * n_head + h) * hd..(i * n_head + h + 1) * hd];
             for (d, od) in o.iter_mut().enumerate() {
-                let vd = &kv.v[kvh * hd + d];
-                let x = |t: usize| if t < t_len { vd[t].to_f32() } else { 0.0 };
+                let x = |t: usize| if t < t_len { kv.value(kvh, d, t).to_f32() } else { 0.0 };
                 let y = |t: usize| p16[t];
                 // The KV length ggml multiplies is padded to 256 cells: always 16-aligned.
                 *od = if tiled {
@@ -146,28 +143,44 @@ pub(crate) fn attend_reference(
 
 #[cfg(test)]
 mod tests {
-    use half::f16;
+    use candle_core::Device;
 
     use super::*;
+    use crate::cache::{KvPool, LayerKind, SeqCache};
+
+    fn rng(seed: u32) -> impl FnMut() -> f32 {
+        let mut s = seed;
+        move || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+        }
+    }
+
+    /// A pool holding `t` random positions for one sequence, its blocks out of order.
+    fn filled(n_kv: usize, hd: usize, t: usize, r: &mut impl FnMut() -> f32) -> (KvPool, SeqCache) {
+        let layout = [LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }];
+        let mut pool =
+            KvPool::with_capacity(&layout, t + 2 * crate::cache::BLOCK_SIZE, &Device::Cpu).unwrap();
+        let mut spacer = pool.new_seq();
+        pool.reserve(&mut spacer, 1).unwrap();
+        let mut seq = pool.new_seq();
+        pool.reserve(&mut seq, t).unwrap();
+        let k: Vec<f32> = (0..t * n_kv * hd).map(|_| r() * 3.0).collect();
+        let v: Vec<f32> = (0..t * n_kv * hd).map(|_| r()).collect();
+        pool.write(0, &seq, 0, &k, &v).unwrap();
+        (pool, seq)
+    }
 
     #[test]
     fn ops_match_reference() {
         let (n_kv, n_head, hd) = (2, 4, 64);
-        let mut s = 3u32;
-        let mut r = || {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
-        };
-        for (len, pos0) in [(1usize, 0usize), (1, 37), (1, 200), (5, 0), (19, 40), (70, 0)] {
-            let t = pos0 + len;
-            let k: Vec<Vec<f16>> =
-                (0..n_kv).map(|_| (0..t * hd).map(|_| f16::from_f32(r() * 3.0)).collect()).collect();
-            let v: Vec<Vec<f16>> =
-                (0..n_kv * hd).map(|_| (0..t).map(|_| f16::from_f32(r())).collect()).collect();
+        let mut r = rng(3);
+        for (len, pos0) in [(1usize, 0usize), (1, 37), (1, 200), (5, 0), (19, 40), (70, 0), (3, 130)] {
+            let (pool, seq) = filled(n_kv, hd, pos0 + len, &mut r);
+            let kv = pool.view(0, &seq).unwrap();
             let q: Vec<f32> = (0..len * n_head * hd).map(|_| r() * 3.0).collect();
-            let kv = HostKv { k: &k, v: &v };
-            let a = attend(&q, &kv, len, pos0, n_head, hd, 0.125, None);
-            let b = attend_reference(&q, &kv, len, pos0, n_head, hd, 0.125);
+            let a = attend(&q, &kv, len, pos0, n_head, 0.125, None);
+            let b = attend_reference(&q, &kv, len, pos0, n_head, 0.125);
             assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "len {len} pos0 {pos0}");
         }
     }
@@ -175,21 +188,22 @@ mod tests {
     #[test]
     fn a_window_sees_only_the_last_positions() {
         let (n_kv, n_head, hd, t, w) = (1, 2, 64, 90, 24);
-        let mut s = 7u32;
-        let mut r = || {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
-        };
-        let k: Vec<Vec<f16>> =
-            (0..n_kv).map(|_| (0..t * hd).map(|_| f16::from_f32(r() * 3.0)).collect()).collect();
-        let v: Vec<Vec<f16>> = (0..n_kv * hd).map(|_| (0..t).map(|_| f16::from_f32(r())).collect()).collect();
+        let mut r = rng(7);
+        let layout = [LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }];
+        let mut pool = KvPool::with_capacity(&layout, 2 * t, &Device::Cpu).unwrap();
+        let (mut full_seq, mut tail_seq) = (pool.new_seq(), pool.new_seq());
+        pool.reserve(&mut full_seq, t).unwrap();
+        pool.reserve(&mut tail_seq, w).unwrap();
+        let k: Vec<f32> = (0..t * hd).map(|_| r() * 3.0).collect();
+        let v: Vec<f32> = (0..t * hd).map(|_| r()).collect();
+        pool.write(0, &full_seq, 0, &k, &v).unwrap();
+        // The same keys and values but only the last `w` positions.
+        pool.write(0, &tail_seq, 0, &k[(t - w) * hd..], &v[(t - w) * hd..]).unwrap();
         let q: Vec<f32> = (0..n_head * hd).map(|_| r() * 3.0).collect();
-        let windowed = attend(&q, &HostKv { k: &k, v: &v }, 1, t - 1, n_head, hd, 0.125, Some(w));
-        // The same query over a cache that holds only the last `w` positions.
-        let k_tail: Vec<Vec<f16>> = k.iter().map(|h| h[(t - w) * hd..].to_vec()).collect();
-        let v_tail: Vec<Vec<f16>> = v.iter().map(|d| d[t - w..].to_vec()).collect();
-        let tail = attend(&q, &HostKv { k: &k_tail, v: &v_tail }, 1, w - 1, n_head, hd, 0.125, None);
-        let full = attend(&q, &HostKv { k: &k, v: &v }, 1, t - 1, n_head, hd, 0.125, None);
+        let full_kv = pool.view(0, &full_seq).unwrap();
+        let windowed = attend(&q, &full_kv, 1, t - 1, n_head, 0.125, Some(w));
+        let tail = attend(&q, &pool.view(0, &tail_seq).unwrap(), 1, w - 1, n_head, 0.125, None);
+        let full = attend(&q, &full_kv, 1, t - 1, n_head, 0.125, None);
         // Masked cells add exact zeros; only the summation lanes move, so compare closely.
         assert!(windowed.iter().zip(&tail).all(|(a, b)| (a - b).abs() < 1e-5));
         assert!(windowed.iter().zip(&full).any(|(a, b)| (a - b).abs() > 1e-3), "the window must matter");

@@ -11,7 +11,7 @@ use super::ffn::Ffn;
 use super::layers::{param_count, Embedding, Hparams, Linear, RmsNorm, Rope};
 use super::shortconv::ShortConv;
 use super::{Model, ModelInfo, StepSeq};
-use crate::cache::{ConvState, KvCache, LayerCache, SeqCache};
+use crate::cache::{KvPool, LayerKind, SeqCache};
 use crate::error::{Result, WickError};
 
 pub enum Operator {
@@ -105,12 +105,16 @@ impl Decoder {
         })
     }
 
-    /// Gives an empty default-constructed cache this model's layers; rejects a cache made by
-    /// a different model.
-    fn prepare_caches(&self, batch: &mut [StepSeq<'_>]) -> Result<()> {
+    /// Shapes default-constructed caches for this model, rejects caches and pools made for a
+    /// different one, and reserves KV blocks for every sequence's new tokens.
+    fn prepare_caches(&self, batch: &mut [StepSeq<'_>], kv: &mut KvPool) -> Result<()> {
+        let layout = self.cache_layout();
+        if kv.layout() != layout.as_slice() {
+            return Err(WickError::InvalidRequest("the KV pool was made for a different model".into()));
+        }
         for s in batch.iter_mut() {
             if s.cache.n_layers() == 0 && s.cache.is_empty() {
-                *s.cache = self.new_cache();
+                *s.cache = kv.new_seq();
             } else if s.cache.n_layers() != self.blocks.len() {
                 return Err(WickError::InvalidRequest(format!(
                     "sequence cache has {} layers, the model has {}",
@@ -118,6 +122,9 @@ impl Decoder {
                     self.blocks.len()
                 )));
             }
+        }
+        for s in batch.iter_mut() {
+            kv.reserve(s.cache, s.tokens.len())?;
         }
         Ok(())
     }
@@ -128,21 +135,22 @@ impl Model for Decoder {
         &self.info
     }
 
-    fn new_cache(&self) -> SeqCache {
-        let layers = self
-            .blocks
+    fn cache_layout(&self) -> Vec<LayerKind> {
+        self.blocks
             .iter()
             .map(|b| match &b.op {
-                Operator::Attention(a) => LayerCache::Attention(KvCache::new(a.n_kv_head, a.head_dim)),
-                Operator::Conv(c) => LayerCache::Conv(ConvState::new(c.l_cache - 1, c.d)),
+                Operator::Attention(a) => {
+                    LayerKind::Attention { n_kv_head: a.n_kv_head, head_dim: a.head_dim }
+                }
+                Operator::Conv(c) => LayerKind::Conv { rows: c.l_cache - 1, width: c.d },
             })
-            .collect();
-        SeqCache::new(layers)
+            .collect()
     }
 
-    fn forward(&self, batch: &mut [StepSeq<'_>]) -> Result<Tensor> {
-        self.prepare_caches(batch)?;
+    fn forward(&self, batch: &mut [StepSeq<'_>], kv: &mut KvPool) -> Result<Tensor> {
+        // Validate before reserving: a bad token must not leave blocks taken.
         let plan = BatchPlan::new(batch, self.embed.n_vocab(), &self.device)?;
+        self.prepare_caches(batch, kv)?;
         let (cos, sin) = self.rope.tables(&plan.positions, &self.device)?;
         let local = match &self.rope_local {
             Some(r) => Some((r, r.tables(&plan.positions, &self.device)?)),
@@ -157,16 +165,17 @@ impl Model for Decoder {
             let h = b.op_norm.forward(&x)?;
             let y = match &b.op {
                 Operator::Attention(a) => {
-                    let mut kvs = batch.iter_mut().map(|s| s.cache.kv_mut(il)).collect::<Result<Vec<_>>>()?;
-                    match (&local, b.local_rope) {
-                        (Some((r, (c, s))), true) => a.forward(&h, &plan, r, (c, s), &mut kvs, b.window)?,
-                        _ => a.forward(&h, &plan, &self.rope, (&cos, &sin), &mut kvs, b.window)?,
-                    }
+                    let caches: Vec<&SeqCache> = batch.iter().map(|s| &*s.cache).collect();
+                    let (rope, tables) = match (&local, b.local_rope) {
+                        (Some((r, (c, s))), true) => (*r, (c, s)),
+                        _ => (&self.rope, (&cos, &sin)),
+                    };
+                    a.forward(&h, &plan, rope, tables, il, kv, &caches, b.window)?
                 }
                 Operator::Conv(c) => {
                     let mut states =
                         batch.iter_mut().map(|s| s.cache.conv_mut(il)).collect::<Result<Vec<_>>>()?;
-                    c.forward(&h, &plan, &mut states)?
+                    c.forward(&h, &plan, il, kv, &mut states)?
                 }
             };
             let y = match &b.post_op_norm {

@@ -3,7 +3,7 @@
 
 use candle_core::{Device, Tensor};
 
-use crate::cache::SeqCache;
+use crate::cache::{KvPool, LayerKind, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
@@ -46,11 +46,12 @@ pub struct StepSeq<'a> {
 
 pub trait Model: Send + Sync {
     fn info(&self) -> &ModelInfo;
-    /// A fresh, empty per-sequence cache.
-    fn new_cache(&self) -> SeqCache;
-    /// Runs one step over a ragged batch, appends every sequence's tokens to its cache, and
-    /// returns the f32 logits of each sequence's last token, shape `[batch.len(), n_vocab]`.
-    fn forward(&self, batch: &mut [StepSeq<'_>]) -> Result<Tensor>;
+    /// The per-layer state this model keeps (what a `KvPool` for it holds).
+    fn cache_layout(&self) -> Vec<LayerKind>;
+    /// Runs one step over a ragged batch: takes KV blocks from `kv` for every sequence's new
+    /// tokens, appends them to its cache, and returns the f32 logits of each sequence's last
+    /// token, shape `[batch.len(), n_vocab]`.
+    fn forward(&self, batch: &mut [StepSeq<'_>], kv: &mut KvPool) -> Result<Tensor>;
 }
 
 /// Builds the model named by `general.architecture`.

@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Tensor};
 use super::attention::BatchPlan;
 use super::cpu_ops;
 use super::layers::Linear;
-use crate::cache::ConvState;
+use crate::cache::{BlockId, ConvState, KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
@@ -45,8 +45,17 @@ impl ShortConv {
         })
     }
 
-    /// `u`: normed input `[n_tokens, d]`; `states[i]` belongs to `plan.spans[i]`.
-    pub fn forward(&self, u: &Tensor, plan: &BatchPlan, states: &mut [&mut ConvState]) -> Result<Tensor> {
+    /// `u`: normed input `[n_tokens, d]`; `states[i]` (with its block table) belongs to
+    /// `plan.spans[i]`. The state at every block boundary crossed is saved in `kv` under
+    /// `layer`, so a later sequence reusing those blocks resumes exactly here.
+    pub fn forward(
+        &self,
+        u: &Tensor,
+        plan: &BatchPlan,
+        layer: usize,
+        kv: &mut KvPool,
+        states: &mut [(&mut ConvState, &[BlockId])],
+    ) -> Result<Tensor> {
         let d = self.d;
         let bcx = self.in_proj.forward(u, &plan.rows)?;
         let b = bcx.narrow(1, 0, d)?;
@@ -54,7 +63,7 @@ impl ShortConv {
         let x = bcx.narrow(1, 2 * d, d)?;
         let bx = (b * x)?;
         let mut ys = Vec::with_capacity(plan.spans.len());
-        for (span, state) in plan.spans.iter().zip(states.iter_mut()) {
+        for (span, (state, blocks)) in plan.spans.iter().zip(states.iter_mut()) {
             let v = bx.narrow(0, span.start, span.len)?;
             // Previous L-1 inputs then the new ones: output t reads rows t..t+L.
             let full = Tensor::cat(&[&state.get(u.device())?, &v], 0)?;
@@ -70,6 +79,12 @@ impl ShortConv {
                 }
                 y
             };
+            // After position p the state is rows p-pos0 .. p-pos0+L-1 of `full`.
+            let first = (span.pos0 / BLOCK_SIZE + 1) * BLOCK_SIZE;
+            for p in (first..=span.pos0 + span.len).step_by(BLOCK_SIZE) {
+                let s = full.narrow(0, p - span.pos0, self.l_cache - 1)?.flatten_all()?.to_vec1::<f32>()?;
+                kv.save_conv(layer, blocks[p / BLOCK_SIZE - 1], &s)?;
+            }
             state.set(full.narrow(0, span.len, self.l_cache - 1)?.contiguous()?)?;
             ys.push(y);
         }

@@ -1,4 +1,4 @@
-//! Attention kernels over the host f16 KV cache, bit-identical to `models::cpu_attention`'s
+//! Attention kernels over the paged f16 KV pool, bit-identical to `models::cpu_attention`'s
 //! reference (llama.cpp's CPU order: `ggml_vec_dot_f16` for one new token, tinyBLAS for
 //! several; see that file), but vectorised (F16C converts, one fma per lane as the
 //! reference) and spread over `ops::pool` by (token, head).
@@ -6,6 +6,7 @@
 use half::f16;
 
 use super::pool::{self, SyncPtr};
+use crate::cache::{PagedView, BLOCK_SIZE};
 
 /// `_mm512_reduce_add_ps`: halves, then quarters, then pairs.
 #[inline(always)]
@@ -80,6 +81,39 @@ pub fn dot_f16_single(x: &[f16], y: &[f32], n: usize) -> f32 {
         sum += (xv(i) * yv(i)) as f64;
     }
     sum as f32
+}
+
+/// `dot_f16_tiled` over positions `0..y.len()` of one value row stored block by block
+/// (`run(j)`: block j's `BLOCK_SIZE` values). Blocks are whole 16-chunks, so the lanes carry
+/// from block to block exactly as over one contiguous row.
+pub fn dot_f16_tiled_paged<'a>(run: impl Fn(usize) -> &'a [f16], y: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // Safety: AVX2/FMA/F16C checked.
+        return unsafe { avx::tiled_paged(&run, y) };
+    }
+    dot_f16_tiled(&gather(&run, y.len()), y)
+}
+
+/// `dot_f16_single` over positions `0..n` (a multiple of 64) of one value row stored block by
+/// block, values at and past `y.len()` zero. Blocks are whole 64-steps.
+pub fn dot_f16_single_paged<'a>(run: impl Fn(usize) -> &'a [f16], y: &[f32], n: usize) -> f32 {
+    debug_assert!(n.is_multiple_of(64) && n >= y.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // Safety: AVX2/FMA/F16C checked.
+        return unsafe { avx::single_paged(&run, y, n) };
+    }
+    dot_f16_single(&gather(&run, y.len()), y, n)
+}
+
+fn gather<'a>(run: &impl Fn(usize) -> &'a [f16], len: usize) -> Vec<f16> {
+    let mut x = Vec::with_capacity(len);
+    for j in 0..len.div_ceil(BLOCK_SIZE) {
+        let r = run(j);
+        x.extend_from_slice(&r[..(len - j * BLOCK_SIZE).min(BLOCK_SIZE)]);
+    }
+    x
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -163,25 +197,91 @@ mod avx {
         }
         sum as f32
     }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn tiled_paged<'a>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32]) -> f32 {
+        let n = y.len();
+        let full = n & !15;
+        let bs = super::BLOCK_SIZE;
+        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let yp = y.as_ptr();
+        let mut i = 0;
+        while i < full {
+            let x = run(i / bs).as_ptr();
+            let end = (i - i % bs + bs).min(full);
+            while i < end {
+                let xo = x.add(i % bs);
+                lo = _mm256_fmadd_ps(load_f16(xo), _mm256_loadu_ps(yp.add(i)), lo);
+                hi = _mm256_fmadd_ps(load_f16(xo.add(8)), _mm256_loadu_ps(yp.add(i + 8)), hi);
+                i += 16;
+            }
+        }
+        let mut a = store16(lo, hi);
+        if full < n {
+            let x = run(full / bs);
+            for (l, s) in a.iter_mut().enumerate().take(n - full) {
+                *s = x[(full + l) % bs].to_f32().mul_add(y[full + l], *s);
+            }
+        }
+        super::reduce16(&a)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn single_paged<'a>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32], n: usize) -> f32 {
+        let len = y.len();
+        let bs = super::BLOCK_SIZE;
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let yp = y.as_ptr();
+        let mut base = 0;
+        // Whole 64-steps inside the data, block by block.
+        while base + 64 <= len {
+            let x = run(base / bs).as_ptr().add(base % bs);
+            for (v, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(load_f16(x.add(8 * v)), _mm256_loadu_ps(yp.add(base + 8 * v)), *a);
+            }
+            base += 64;
+        }
+        // Steps that run past the data: zero-padded copies.
+        while base < n {
+            let mut xb = [f16::ZERO; 64];
+            let mut yb = [0f32; 64];
+            if base < len {
+                let x = run(base / bs);
+                for t in 0..len - base {
+                    xb[t] = x[(base + t) % bs];
+                    yb[t] = y[base + t];
+                }
+            }
+            for (v, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(
+                    load_f16(xb.as_ptr().add(8 * v)),
+                    _mm256_loadu_ps(yb.as_ptr().add(8 * v)),
+                    *a,
+                );
+            }
+            base += 64;
+        }
+        let f_lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+        let f_hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+        super::reduce16(&store16(f_lo, f_hi))
+    }
 }
 
-/// One layer's attention for one sequence, the arithmetic of `cpu_attention::attend`.
-/// `k[g]`: keys of KV head g, `[t·hd + d]`; `v[g·hd + d]`: values of one dim over positions.
-/// `q`: `[len, n_head, hd]` for positions `pos0..pos0+len`. Returns `[len, n_head·hd]`.
+/// One layer's attention for one sequence over its paged KV, the arithmetic of
+/// `cpu_attention::attend_reference`. `q`: `[len, n_head, hd]` for positions
+/// `pos0..pos0+len`. Returns `[len, n_head·hd]`.
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     q: &[f32],
-    k: &[Vec<f16>],
-    v: &[Vec<f16>],
+    kv: &PagedView<'_>,
     len: usize,
     pos0: usize,
     n_head: usize,
-    hd: usize,
     scale: f32,
     window: Option<usize>,
     expf: &(dyn Fn(f32) -> f32 + Sync),
 ) -> Vec<f32> {
-    let n_kv = k.len();
+    let (n_kv, hd) = (kv.n_kv_head, kv.head_dim);
     let group = n_head / n_kv;
     let tiled = len > 1;
     let mut out = vec![0f32; len * n_head * hd];
@@ -190,11 +290,11 @@ pub fn attend(
         let (i, h) = (it / n_head, it % n_head);
         let t_len = pos0 + i + 1;
         let padded = t_len.div_ceil(16) * 16;
-        let (keys, kvh) = (&k[h / group], h / group);
+        let kvh = h / group;
         let qh = &q[(i * n_head + h) * hd..(i * n_head + h + 1) * hd];
         let q16: Vec<f32> = qh.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
         let kq = |t: usize| {
-            let kt = &keys[t * hd..(t + 1) * hd];
+            let kt = kv.key(kvh, t);
             if tiled && hd.is_multiple_of(16) {
                 dot_f16_tiled(kt, &q16)
             } else {
@@ -227,12 +327,12 @@ pub fn attend(
         // Safety: task (i, h) alone writes this slice of `out`.
         let o = unsafe { std::slice::from_raw_parts_mut(op.get().add((i * n_head + h) * hd), hd) };
         for (d, od) in o.iter_mut().enumerate() {
-            let vd = &v[kvh * hd + d][..t_len];
+            let run = |j: usize| kv.value_run(kvh, d, j);
             // The KV length ggml multiplies is padded to 256 cells: always 16-aligned.
             *od = if tiled {
-                dot_f16_tiled(vd, &p16[..t_len])
+                dot_f16_tiled_paged(run, &p16[..t_len])
             } else {
-                dot_f16_single(vd, &p16[..t_len], padded.div_ceil(64) * 64)
+                dot_f16_single_paged(run, &p16[..t_len], padded.div_ceil(64) * 64)
             };
         }
     };
@@ -291,6 +391,33 @@ mod tests {
                     "single n={n}/{total}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn paged_dots_match_the_contiguous_ones_bit_for_bit() {
+        let mut s = 11u32;
+        let mut r = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        for n in [1usize, 15, 16, 63, 64, 65, 128, 200, 257] {
+            let x: Vec<f16> = (0..n).map(|_| f16::from_f32(r() * 4.0)).collect();
+            let y: Vec<f32> = (0..n).map(|_| f16::from_f32(r()).to_f32()).collect();
+            // Blocks stored in reverse order, as a block table would scatter them.
+            let nb = n.div_ceil(BLOCK_SIZE);
+            let mut store = vec![f16::ZERO; nb * BLOCK_SIZE];
+            for (t, &v) in x.iter().enumerate() {
+                store[(nb - 1 - t / BLOCK_SIZE) * BLOCK_SIZE + t % BLOCK_SIZE] = v;
+            }
+            let run = |j: usize| &store[(nb - 1 - j) * BLOCK_SIZE..(nb - j) * BLOCK_SIZE];
+            let total = n.div_ceil(64) * 64;
+            assert_eq!(dot_f16_tiled_paged(run, &y).to_bits(), dot_f16_tiled(&x, &y).to_bits(), "tiled {n}");
+            assert_eq!(
+                dot_f16_single_paged(run, &y, total).to_bits(),
+                dot_f16_single(&x, &y, total).to_bits(),
+                "single {n}"
+            );
         }
     }
 }

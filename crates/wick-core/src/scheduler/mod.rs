@@ -1,6 +1,8 @@
-//! The scheduler: one thread per loaded model. Each step admits waiting requests, builds one
-//! ragged batch of every running sequence's next tokens (decodes and prompt chunks together),
-//! runs the model once, samples, and streams events back.
+//! The scheduler: one thread per loaded model. Each step admits waiting requests (FIFO, while
+//! KV blocks last, starting each on its longest cached prefix), builds one ragged batch of
+//! every running sequence's next tokens (decodes and prompt chunks together), preempts the
+//! newest sequences if the step needs more KV blocks than are left, runs the model once,
+//! samples, and streams events back.
 
 mod sequence;
 mod stop;
@@ -12,6 +14,7 @@ use std::sync::Arc;
 
 pub(crate) use sequence::Sequence;
 
+use crate::cache::KvPool;
 use crate::engine::FinishReason;
 use crate::error::WickError;
 use crate::models::{Model, StepSeq};
@@ -33,15 +36,24 @@ pub struct SchedulerStats {
     pub prompt_tokens_total: AtomicUsize,
     pub generation_tokens_total: AtomicUsize,
     pub steps_total: AtomicUsize,
+    pub kv_blocks_total: AtomicUsize,
+    pub kv_blocks_used: AtomicUsize,
+    /// Full blocks kept for reuse (used or idle).
+    pub kv_blocks_cached: AtomicUsize,
+    /// Prompt tokens looked up in the prefix cache, and those found there.
+    pub prefix_query_tokens_total: AtomicUsize,
+    pub prefix_hit_tokens_total: AtomicUsize,
+    pub preemptions_total: AtomicUsize,
 }
 
 pub(crate) struct SchedulerConfig {
     pub max_seqs: usize,
     /// Tokens in one forward step (decodes plus prompt chunks); a lone chunk may exceed it.
     pub step_tokens: usize,
-    /// Prompt tokens a sequence feeds per step. Fixed per sequence, never cut to fit what
-    /// others left: a sequence's numerics depend on how its prompt is split, so equal splits
-    /// keep its output the same whether it runs alone or in a batch.
+    /// Prompt chunks end at multiples of this many positions (or the prompt's end). Fixed
+    /// per position, never cut to fit what others left: a sequence's numerics depend on how
+    /// its prompt is split, so equal splits keep its output the same whether it runs alone,
+    /// in a batch, or resumes on a cached prefix.
     pub prefill_chunk: usize,
 }
 
@@ -51,8 +63,11 @@ pub(crate) struct Scheduler {
     rx: Receiver<Command>,
     cfg: SchedulerConfig,
     stats: Arc<SchedulerStats>,
+    kv: KvPool,
     waiting: VecDeque<Box<Sequence>>,
+    /// In admission order (oldest first).
     running: Vec<Box<Sequence>>,
+    admissions: u64,
 }
 
 impl Scheduler {
@@ -61,9 +76,21 @@ impl Scheduler {
         tokenizer: Arc<Tokenizer>,
         rx: Receiver<Command>,
         cfg: SchedulerConfig,
+        kv: KvPool,
         stats: Arc<SchedulerStats>,
     ) -> Self {
-        Self { model, tokenizer, rx, cfg, stats, waiting: VecDeque::new(), running: Vec::new() }
+        stats.kv_blocks_total.store(kv.n_blocks(), Ordering::Relaxed);
+        Self {
+            model,
+            tokenizer,
+            rx,
+            cfg,
+            stats,
+            kv,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            admissions: 0,
+        }
     }
 
     pub fn run(mut self) {
@@ -73,22 +100,27 @@ impl Scheduler {
             }
             self.retire_cancelled();
             self.admit();
-            if self.running.is_empty() {
-                continue;
+            if !self.running.is_empty() {
+                // A panic inside a kernel must not take the process down: fail the batch instead.
+                let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step()));
+                let err = match step {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e),
+                    Err(p) => {
+                        Some(WickError::Internal(format!("forward step panicked: {}", panic_message(&p))))
+                    }
+                };
+                if let Some(err) = err {
+                    for mut seq in std::mem::take(&mut self.running) {
+                        self.kv.release(&mut seq.cache);
+                        seq.fail(WickError::Internal(err.to_string()));
+                    }
+                }
             }
-            // A panic inside a kernel must not take the process down: fail the batch instead.
-            let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step()));
-            let err = match step {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => e,
-                Err(p) => WickError::Internal(format!("forward step panicked: {}", panic_message(&p))),
-            };
-            for seq in self.running.drain(..) {
-                seq.fail(WickError::Internal(err.to_string()));
-            }
-            self.stats.running.store(0, Ordering::Relaxed);
+            self.publish();
         }
-        for seq in self.running.drain(..).chain(self.waiting.drain(..)) {
+        for mut seq in self.running.drain(..).chain(self.waiting.drain(..)) {
+            self.kv.release(&mut seq.cache);
             seq.fail(WickError::EngineStopped);
         }
     }
@@ -127,51 +159,96 @@ impl Scheduler {
         true
     }
 
+    /// Frees a sequence's blocks and sends its last event.
+    fn retire(&mut self, mut seq: Box<Sequence>, reason: FinishReason) {
+        self.kv.release(&mut seq.cache);
+        seq.finish(reason);
+    }
+
     fn retire_cancelled(&mut self) {
         let (cancelled, waiting): (Vec<_>, Vec<_>) = self.waiting.drain(..).partition(|s| s.is_cancelled());
         self.waiting = waiting.into();
         self.stats.waiting.fetch_sub(cancelled.len(), Ordering::Relaxed);
-        for seq in cancelled {
-            seq.finish(FinishReason::Cancelled);
+        let (gone, running): (Vec<_>, Vec<_>) = self.running.drain(..).partition(|s| s.is_cancelled());
+        self.running = running;
+        for seq in cancelled.into_iter().chain(gone) {
+            self.retire(seq, FinishReason::Cancelled);
         }
-        let mut i = 0;
-        while i < self.running.len() {
-            if self.running[i].is_cancelled() {
-                let seq = self.running.swap_remove(i);
-                seq.finish(FinishReason::Cancelled);
-            } else {
-                i += 1;
-            }
-        }
-        self.stats.running.store(self.running.len(), Ordering::Relaxed);
     }
 
-    /// FIFO admission up to the sequence limit.
+    /// FIFO admission while sequence slots and KV blocks last. Each sequence starts on the
+    /// longest cached prefix it may skip, and needs blocks for the rest of its known tokens
+    /// plus one block of headroom per running sequence (so admitting it does not force an
+    /// immediate preemption).
     fn admit(&mut self) {
         while self.running.len() < self.cfg.max_seqs {
             let Some(mut seq) = self.waiting.pop_front() else { break };
+            let mut cache = self.kv.new_seq();
+            let skippable = self.skippable(&seq);
+            let reused = match self.kv.reuse_prefix(&mut cache, &seq.tokens[..skippable]) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
+                    self.kv.release(&mut cache);
+                    seq.fail(e);
+                    continue;
+                }
+            };
+            let need = self.kv.blocks_needed(&cache, seq.tokens.len() - reused + 1);
+            if !self.running.is_empty() && need + self.running.len() > self.kv.n_available() {
+                self.kv.release(&mut cache);
+                self.waiting.push_front(seq);
+                break;
+            }
+            if seq.admitted == 0 {
+                let s = &self.stats;
+                s.prefix_query_tokens_total.fetch_add(seq.n_prompt, Ordering::Relaxed);
+                s.prefix_hit_tokens_total.fetch_add(reused.min(seq.n_prompt), Ordering::Relaxed);
+            }
             self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
-            seq.admit(self.model.new_cache());
+            self.admissions += 1;
+            seq.admit(cache, self.admissions);
             self.running.push(seq);
         }
-        self.stats.running.store(self.running.len(), Ordering::Relaxed);
     }
 
-    fn step(&mut self) -> crate::Result<()> {
-        // Decodes first (one token each, so running streams keep flowing while prompts are
-        // prefilled), then whole prompt chunks in admission order while the budget lasts.
+    /// How many leading tokens of `seq` a cached prefix may stand in for: all but the last
+    /// (its logits are needed), and never so many that the first prompt chunk left would be
+    /// a single token where the uncached run had a longer chunk (one-token steps take
+    /// llama.cpp's single-row kernels, which round differently).
+    fn skippable(&self, seq: &Sequence) -> usize {
+        let bs = crate::cache::BLOCK_SIZE;
+        let mut r = (seq.tokens.len() - 1) / bs * bs;
+        let c = self.cfg.prefill_chunk.max(1);
+        while r > 0 && r < seq.n_prompt {
+            let resumed = seq.n_prompt.min((r / c + 1) * c) - r;
+            let original = seq.n_prompt.min((r / c + 1) * c) - r / c * c;
+            if (resumed == 1) == (original == 1) {
+                break;
+            }
+            r -= bs;
+        }
+        r
+    }
+
+    /// Tokens each running sequence feeds this step (0 = sits out): every decode (or replay
+    /// of an already generated token) first, then prompt chunks in admission order while
+    /// the token budget lasts.
+    fn plan(&self) -> Vec<usize> {
         let mut take = vec![0usize; self.running.len()];
         let mut budget = self.cfg.step_tokens.max(1);
         for (i, seq) in self.running.iter().enumerate() {
-            if seq.unfed() == 1 {
+            if seq.n_cached() >= seq.n_prompt {
                 take[i] = 1;
                 budget = budget.saturating_sub(1);
             }
         }
         let mut any = take.iter().any(|&n| n > 0);
+        let c = self.cfg.prefill_chunk.max(1);
         for (i, seq) in self.running.iter().enumerate() {
-            if seq.unfed() > 1 {
-                let n = seq.unfed().min(self.cfg.prefill_chunk.max(1));
+            let at = seq.n_cached();
+            if at < seq.n_prompt {
+                let n = seq.n_prompt.min((at / c + 1) * c) - at;
                 if any && n > budget {
                     break; // FIFO: later prompts wait rather than overtake this one
                 }
@@ -180,15 +257,42 @@ impl Scheduler {
                 any = true;
             }
         }
+        take
+    }
+
+    /// Preempts the newest running sequences until the step's KV blocks fit; they go back to
+    /// the front of the queue and recompute (mostly from the prefix cache) when re-admitted.
+    fn plan_within_kv(&mut self) -> Vec<usize> {
+        loop {
+            let take = self.plan();
+            let need: usize =
+                self.running.iter().zip(&take).map(|(s, &n)| self.kv.blocks_needed(&s.cache, n)).sum();
+            if need <= self.kv.n_available() || self.running.len() <= 1 {
+                return take;
+            }
+            let newest = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted).unwrap_or(0);
+            let mut seq = self.running.remove(newest);
+            self.kv.release(&mut seq.cache);
+            self.stats.preemptions_total.fetch_add(1, Ordering::Relaxed);
+            self.stats.waiting.fetch_add(1, Ordering::Relaxed);
+            // Ahead of later arrivals, behind none: it was admitted before them.
+            let at = self.waiting.iter().position(|w| w.admitted == 0 || w.admitted > seq.admitted);
+            self.waiting.insert(at.unwrap_or(self.waiting.len()), seq);
+        }
+    }
+
+    fn step(&mut self) -> crate::Result<()> {
+        let take = self.plan_within_kv();
         let logits = {
             let mut batch: Vec<StepSeq<'_>> = Vec::with_capacity(self.running.len());
             for (seq, &n) in self.running.iter_mut().zip(&take) {
-                let Sequence { tokens, cache: Some(cache), n_cached, .. } = &mut **seq else { continue };
                 if n > 0 {
-                    batch.push(StepSeq { tokens: &tokens[*n_cached..*n_cached + n], cache });
+                    let Sequence { tokens, cache, .. } = &mut **seq;
+                    let at = cache.len();
+                    batch.push(StepSeq { tokens: &tokens[at..at + n], cache });
                 }
             }
-            self.model.forward(&mut batch)?
+            self.model.forward(&mut batch, &mut self.kv)?
         };
         let n_vocab = logits.dim(1)?;
         let logits = logits.flatten_all()?.to_vec1::<f32>()?;
@@ -197,12 +301,12 @@ impl Scheduler {
         let planned = take.iter().enumerate().filter(|(_, &n)| n > 0);
         for (row, (i, &n)) in planned.enumerate() {
             let seq = &mut self.running[i];
-            if seq.n_cached < seq.n_prompt {
-                self.stats.prompt_tokens_total.fetch_add(n, Ordering::Relaxed);
-            }
-            seq.n_cached += n;
+            let at = seq.n_cached();
+            let prompt_fed = at.min(seq.n_prompt) - (at - n).min(seq.n_prompt);
+            self.stats.prompt_tokens_total.fetch_add(prompt_fed, Ordering::Relaxed);
+            self.kv.register_full(&mut seq.cache, &seq.tokens);
             if seq.unfed() > 0 {
-                continue; // more prompt chunks to go
+                continue; // more prompt chunks, or generated tokens to replay, to go
             }
             let mut row_logits = logits[row * n_vocab..(row + 1) * n_vocab].to_vec();
             self.stats.generation_tokens_total.fetch_add(1, Ordering::Relaxed);
@@ -210,12 +314,19 @@ impl Scheduler {
                 finished.push((i, reason));
             }
         }
-        // Highest index first so swap_remove never moves a sequence still to be removed.
+        // Highest index first so removing one never moves another still to be removed.
         for (i, reason) in finished.into_iter().rev() {
-            self.running.swap_remove(i).finish(reason);
+            let seq = self.running.remove(i);
+            self.retire(seq, reason);
         }
-        self.stats.running.store(self.running.len(), Ordering::Relaxed);
         Ok(())
+    }
+
+    fn publish(&self) {
+        let s = &self.stats;
+        s.running.store(self.running.len(), Ordering::Relaxed);
+        s.kv_blocks_used.store(self.kv.n_used(), Ordering::Relaxed);
+        s.kv_blocks_cached.store(self.kv.n_cached(), Ordering::Relaxed);
     }
 }
 

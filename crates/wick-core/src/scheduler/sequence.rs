@@ -18,11 +18,14 @@ pub(crate) struct Sequence {
     /// Prompt followed by generated tokens.
     pub tokens: Vec<u32>,
     pub n_prompt: usize,
-    /// Tokens already in the cache.
-    pub n_cached: usize,
     /// Generation may not go past this many tokens in total.
     pub limit: usize,
-    pub cache: Option<SeqCache>,
+    /// KV blocks and conv state; `cache.len()` tokens of `tokens` are in it.
+    pub cache: SeqCache,
+    /// Prompt tokens the prefix cache supplied at admission (reported in usage).
+    pub cached_tokens: usize,
+    /// Order of first admission: preemption takes the newest.
+    pub admitted: u64,
     sampler: Sampler,
     detok: Detokenizer,
     stop: StopMatcher,
@@ -46,9 +49,10 @@ impl Sequence {
             tx,
             tokens: req.prompt,
             n_prompt,
-            n_cached: 0,
             limit,
-            cache: None,
+            cache: SeqCache::default(),
+            cached_tokens: 0,
+            admitted: 0,
             sampler: Sampler::new(req.sampling),
             detok: Detokenizer::new(),
             stop: StopMatcher::new(req.stop),
@@ -60,9 +64,19 @@ impl Sequence {
         }
     }
 
-    pub fn admit(&mut self, cache: SeqCache) {
-        self.cache = Some(cache);
-        self.t_admit = Some(Instant::now());
+    /// Enters the running set with `cache` (possibly starting on a reused prefix). A
+    /// preempted sequence comes back here with its generated tokens to replay.
+    pub fn admit(&mut self, cache: SeqCache, order: u64) {
+        if self.t_admit.is_none() {
+            self.t_admit = Some(Instant::now());
+            self.cached_tokens = cache.len().min(self.n_prompt);
+            self.admitted = order;
+        }
+        self.cache = cache;
+    }
+
+    pub fn n_cached(&self) -> usize {
+        self.cache.len()
     }
 
     pub fn is_cancelled(&self) -> bool {
@@ -75,7 +89,7 @@ impl Sequence {
 
     /// Tokens still to be fed to the model (the rest of the prompt, or the last sampled token).
     pub fn unfed(&self) -> usize {
-        self.tokens.len() - self.n_cached
+        self.tokens.len() - self.n_cached()
     }
 
     /// Samples from the logits of the last fed token and emits the event. Returns the finish
@@ -133,7 +147,7 @@ impl Sequence {
             usage: Usage {
                 prompt_tokens: self.n_prompt,
                 completion_tokens: self.generated(),
-                cached_tokens: 0,
+                cached_tokens: self.cached_tokens,
             },
             timings: Timings {
                 queue_ms: ms(self.t_submit, admit),

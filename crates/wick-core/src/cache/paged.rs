@@ -1,0 +1,409 @@
+//! The paged KV pool: every attention layer's keys and values for all sequences, in blocks of
+//! `BLOCK_SIZE` tokens that sequences take and give back through their block tables.
+//!
+//! Layout per attention layer (f16, as llama.cpp's default cache type): keys
+//! `[block][kv_head][slot][head_dim]`, values transposed per block `[block][kv_head][head_dim][slot]`
+//! (llama.cpp's `v_trans` cache, so the probability·V dot runs over contiguous positions).
+//! `BLOCK_SIZE` is a multiple of 64 so that the exact-order dot products (16 lanes over chunks of
+//! 16, or 4×16 lanes over steps of 64) never straddle a block: a block-by-block sum is the sum
+//! llama.cpp takes over its contiguous cache.
+//!
+//! Storage is mapped zeroed for the whole pool up front; the OS backs pages as blocks are
+//! first written, so an idle pool costs address space, not memory.
+
+use candle_core::{DType, Device, Tensor};
+use half::f16;
+use half::slice::HalfBitsSliceExt;
+
+use super::blocks::{chain_hash, BlockId, BlockPool};
+use super::{LayerKind, SeqCache};
+use crate::error::{Result, WickError};
+
+/// Tokens per KV block (the prefix cache's granularity too).
+pub const BLOCK_SIZE: usize = 64;
+
+struct LayerKv {
+    n_kv: usize,
+    hd: usize,
+    k: Zeroed<u16>,
+    v: Zeroed<u16>,
+}
+
+pub struct KvPool {
+    alloc: BlockPool,
+    layout: Vec<LayerKind>,
+    kv: Vec<Option<LayerKv>>,
+    /// Per conv layer, the conv state at the end of each block: `[block][rows·width]` f32.
+    conv: Vec<Option<Zeroed<f32>>>,
+    prefix_cache: bool,
+    device: Device,
+}
+
+impl KvPool {
+    pub fn new(layout: &[LayerKind], n_blocks: usize, prefix_cache: bool, device: &Device) -> Result<Self> {
+        if n_blocks == 0 {
+            return Err(WickError::InvalidRequest("the KV pool needs at least one block".into()));
+        }
+        let bs = BLOCK_SIZE;
+        let mut kv = Vec::with_capacity(layout.len());
+        let mut conv = Vec::with_capacity(layout.len());
+        for l in layout {
+            let (k, c) = match *l {
+                LayerKind::Attention { n_kv_head, head_dim } => {
+                    let n = n_blocks
+                        .checked_mul(n_kv_head * head_dim * bs)
+                        .ok_or_else(|| WickError::InvalidRequest("KV pool size overflows".into()))?;
+                    (
+                        Some(LayerKv {
+                            n_kv: n_kv_head,
+                            hd: head_dim,
+                            k: Zeroed::new(n)?,
+                            v: Zeroed::new(n)?,
+                        }),
+                        None,
+                    )
+                }
+                LayerKind::Conv { rows, width } => (None, Some(Zeroed::new(n_blocks * rows * width)?)),
+            };
+            kv.push(k);
+            conv.push(c);
+        }
+        Ok(Self {
+            alloc: BlockPool::new(n_blocks, bs),
+            layout: layout.to_vec(),
+            kv,
+            conv,
+            prefix_cache,
+            device: device.clone(),
+        })
+    }
+
+    /// A pool holding at least `tokens` tokens.
+    pub fn with_capacity(layout: &[LayerKind], tokens: usize, device: &Device) -> Result<Self> {
+        Self::new(layout, tokens.div_ceil(BLOCK_SIZE).max(1), true, device)
+    }
+
+    pub fn layout(&self) -> &[LayerKind] {
+        &self.layout
+    }
+    /// An empty sequence state shaped for this pool's model.
+    pub fn new_seq(&self) -> SeqCache {
+        SeqCache::new(&self.layout)
+    }
+    pub fn n_blocks(&self) -> usize {
+        self.alloc.n_blocks()
+    }
+    /// Blocks held by sequences.
+    pub fn n_used(&self) -> usize {
+        self.alloc.n_used()
+    }
+    /// Blocks a sequence could still get (free, or cached but unused).
+    pub fn n_available(&self) -> usize {
+        self.alloc.n_available()
+    }
+    pub fn n_cached(&self) -> usize {
+        self.alloc.n_cached()
+    }
+    pub fn capacity_tokens(&self) -> usize {
+        self.n_blocks() * BLOCK_SIZE
+    }
+    /// Bytes reserved for KV and conv snapshots (touched lazily).
+    pub fn reserved_bytes(&self) -> usize {
+        let kv: usize = self.kv.iter().flatten().map(|l| (l.k.len() + l.v.len()) * 2).sum();
+        kv + self.conv.iter().flatten().map(|c| c.len() * 4).sum::<usize>()
+    }
+
+    /// New blocks `seq` needs to take `n_new` more tokens.
+    pub fn blocks_needed(&self, seq: &SeqCache, n_new: usize) -> usize {
+        (seq.len + n_new).div_ceil(BLOCK_SIZE).saturating_sub(seq.blocks.len())
+    }
+
+    /// Gives `seq` the blocks for `n_new` more tokens.
+    pub fn reserve(&mut self, seq: &mut SeqCache, n_new: usize) -> Result<()> {
+        let need = self.blocks_needed(seq, n_new);
+        if need > self.alloc.n_available() {
+            return Err(WickError::Internal(format!(
+                "KV pool exhausted: {need} more blocks wanted, {} available",
+                self.alloc.n_available()
+            )));
+        }
+        for _ in 0..need {
+            let b = self.alloc.allocate().ok_or_else(|| WickError::Internal("KV pool exhausted".into()))?;
+            seq.blocks.push(b);
+        }
+        Ok(())
+    }
+
+    /// Returns `seq`'s blocks (full cached ones stay cached until space is needed) and resets
+    /// it to an empty sequence.
+    pub fn release(&mut self, seq: &mut SeqCache) {
+        self.alloc.release(&seq.blocks);
+        *seq = SeqCache::new(&self.layout);
+    }
+
+    /// Starts an empty `seq` on the longest cached prefix of `tokens` made of whole blocks:
+    /// takes those blocks, restores the conv states saved at the prefix's end, and returns
+    /// the number of tokens reused. The caller passes only tokens it may skip.
+    pub fn reuse_prefix(&mut self, seq: &mut SeqCache, tokens: &[u32]) -> Result<usize> {
+        if !self.prefix_cache || !seq.is_empty() || !seq.blocks.is_empty() {
+            return Ok(0);
+        }
+        let (found, chain) = self.alloc.lookup(tokens);
+        let Some(&last) = found.last() else { return Ok(0) };
+        for (layer, snaps) in self.conv.iter().enumerate() {
+            let (Some(snaps), Some(Some(state))) = (snaps, seq.layers.get_mut(layer)) else { continue };
+            let n = state.rows * state.width;
+            let s = &snaps[last as usize * n..(last as usize + 1) * n];
+            state.set(Tensor::from_slice(s, (state.rows, state.width), &self.device)?)?;
+        }
+        seq.len = found.len() * BLOCK_SIZE;
+        seq.registered = found.len();
+        seq.chain = chain;
+        seq.blocks = found;
+        Ok(seq.len)
+    }
+
+    /// Enters `seq`'s newly filled blocks in the prefix cache. `tokens` are the sequence's
+    /// tokens from position 0 (at least `seq.len()` of them).
+    pub fn register_full(&mut self, seq: &mut SeqCache, tokens: &[u32]) {
+        if !self.prefix_cache {
+            return;
+        }
+        let full = seq.len.min(tokens.len()) / BLOCK_SIZE;
+        for j in seq.registered..full {
+            seq.chain = chain_hash(seq.chain, &tokens[j * BLOCK_SIZE..(j + 1) * BLOCK_SIZE]);
+            self.alloc.register(seq.blocks[j], seq.chain);
+        }
+        seq.registered = seq.registered.max(full);
+    }
+
+    /// Stores keys and values `[n, n_kv_head, head_dim]` (f32, rounded to f16 here) for
+    /// positions `pos0..pos0+n` of `seq`, whose blocks must already be reserved.
+    pub(crate) fn write(
+        &mut self,
+        layer: usize,
+        seq: &SeqCache,
+        pos0: usize,
+        k: &[f32],
+        v: &[f32],
+    ) -> Result<()> {
+        let l = self.kv.get_mut(layer).and_then(Option::as_mut).ok_or_else(|| no_kv(layer))?;
+        let (n_kv, hd, bs) = (l.n_kv, l.hd, BLOCK_SIZE);
+        let row = n_kv * hd;
+        if k.len() != v.len() || !k.len().is_multiple_of(row) {
+            return Err(WickError::Internal(format!(
+                "kv write: {} keys, {} values, rows of {row}",
+                k.len(),
+                v.len()
+            )));
+        }
+        let n = k.len() / row;
+        if (pos0 + n).div_ceil(bs) > seq.blocks.len() {
+            return Err(WickError::Internal("kv write past the sequence's reserved blocks".into()));
+        }
+        for i in 0..n {
+            let p = pos0 + i;
+            let (b, slot) = (seq.blocks[p / bs] as usize, p % bs);
+            for g in 0..n_kv {
+                let src = (i * n_kv + g) * hd;
+                let kd = ((b * n_kv + g) * bs + slot) * hd;
+                for d in 0..hd {
+                    l.k[kd + d] = f16::from_f32(k[src + d]).to_bits();
+                    l.v[((b * n_kv + g) * hd + d) * bs + slot] = f16::from_f32(v[src + d]).to_bits();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `seq`'s keys and values of one attention layer, for reading.
+    pub fn view<'a>(&'a self, layer: usize, seq: &'a SeqCache) -> Result<PagedView<'a>> {
+        let l = self.kv.get(layer).and_then(Option::as_ref).ok_or_else(|| no_kv(layer))?;
+        Ok(PagedView {
+            k: l.k.reinterpret_cast::<f16>(),
+            v: l.v.reinterpret_cast::<f16>(),
+            blocks: &seq.blocks,
+            n_kv_head: l.n_kv,
+            head_dim: l.hd,
+        })
+    }
+
+    /// Saves a conv layer's state as it stands at the end of `block`.
+    pub(crate) fn save_conv(&mut self, layer: usize, block: BlockId, state: &[f32]) -> Result<()> {
+        let snaps = self.conv.get_mut(layer).and_then(Option::as_mut);
+        let Some(snaps) = snaps else {
+            return Err(WickError::Internal(format!("layer {layer} keeps no conv snapshots")));
+        };
+        let n = state.len();
+        let at = block as usize * n;
+        snaps
+            .get_mut(at..at + n)
+            .ok_or_else(|| WickError::Internal("conv snapshot out of range".into()))?
+            .copy_from_slice(state);
+        Ok(())
+    }
+}
+
+fn no_kv(layer: usize) -> WickError {
+    WickError::Internal(format!("layer {layer} has no KV storage in this pool"))
+}
+
+/// Zero-filled memory straight from the OS (an anonymous map), so pages a sequence never
+/// writes are never made resident, whatever the allocator would do with a large `calloc`.
+struct Zeroed<T> {
+    map: memmap2::MmapMut,
+    len: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+/// Plain numbers for which all-zero bytes are a valid value.
+trait ZeroValid: Copy {}
+impl ZeroValid for u16 {}
+impl ZeroValid for f32 {}
+
+impl<T: ZeroValid> Zeroed<T> {
+    fn new(len: usize) -> Result<Self> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| too_big(len))?;
+        let map = memmap2::MmapMut::map_anon(bytes.max(1)).map_err(|_| too_big(len))?;
+        Ok(Self { map, len, _t: std::marker::PhantomData })
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl<T: ZeroValid> std::ops::Deref for Zeroed<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // Safety: the map is page-aligned, holds `len` Ts, and any bytes are a valid T.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr() as *const T, self.len) }
+    }
+}
+
+impl<T: ZeroValid> std::ops::DerefMut for Zeroed<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // Safety: as for `deref`, and the map is borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr() as *mut T, self.len) }
+    }
+}
+
+fn too_big(len: usize) -> WickError {
+    WickError::InvalidRequest(format!("cannot reserve a KV pool of {len} values"))
+}
+
+/// One sequence's keys and values in one attention layer, read through its block table.
+pub struct PagedView<'a> {
+    k: &'a [f16],
+    v: &'a [f16],
+    blocks: &'a [BlockId],
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+}
+
+impl PagedView<'_> {
+    /// Key of KV head `g` at position `t`, `head_dim` values.
+    #[inline]
+    pub fn key(&self, g: usize, t: usize) -> &[f16] {
+        let (bs, hd) = (BLOCK_SIZE, self.head_dim);
+        let b = self.blocks[t / bs] as usize;
+        let at = ((b * self.n_kv_head + g) * bs + t % bs) * hd;
+        &self.k[at..at + hd]
+    }
+    /// Values of KV head `g`, dimension `d`, over the `BLOCK_SIZE` positions of block `j`.
+    #[inline]
+    pub fn value_run(&self, g: usize, d: usize, j: usize) -> &[f16] {
+        let bs = BLOCK_SIZE;
+        let b = self.blocks[j] as usize;
+        let at = ((b * self.n_kv_head + g) * self.head_dim + d) * bs;
+        &self.v[at..at + bs]
+    }
+    #[inline]
+    pub fn value(&self, g: usize, d: usize, t: usize) -> f16 {
+        self.value_run(g, d, t / BLOCK_SIZE)[t % BLOCK_SIZE]
+    }
+    /// Keys and values of positions `0..t_len` gathered into `[n_kv_head, t_len, head_dim]`
+    /// f16 tensors (for devices without a paged kernel).
+    pub fn gather(&self, t_len: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+        let (n_kv, hd) = (self.n_kv_head, self.head_dim);
+        let mut k = Vec::with_capacity(n_kv * t_len * hd);
+        let mut v = Vec::with_capacity(n_kv * t_len * hd);
+        for g in 0..n_kv {
+            for t in 0..t_len {
+                k.extend_from_slice(self.key(g, t));
+                v.extend((0..hd).map(|d| self.value(g, d, t)));
+            }
+        }
+        let shape = (n_kv, t_len, hd);
+        Ok((
+            Tensor::from_vec(k, shape, device)?.to_dtype(DType::F16)?,
+            Tensor::from_vec(v, shape, device)?.to_dtype(DType::F16)?,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAYOUT: [LayerKind; 2] =
+        [LayerKind::Attention { n_kv_head: 2, head_dim: 4 }, LayerKind::Conv { rows: 2, width: 3 }];
+
+    #[test]
+    fn writes_land_where_views_read_them_across_blocks() {
+        let mut pool = KvPool::new(&LAYOUT, 4, true, &Device::Cpu).unwrap();
+        // Take a block first so the sequence's table is not the identity.
+        let mut other = pool.new_seq();
+        pool.reserve(&mut other, 1).unwrap();
+        let mut seq = pool.new_seq();
+        let n = BLOCK_SIZE + 5;
+        pool.reserve(&mut seq, n).unwrap();
+        assert_eq!(seq.blocks().len(), 2);
+        let k: Vec<f32> = (0..n * 8).map(|i| i as f32).collect();
+        let v: Vec<f32> = (0..n * 8).map(|i| -(i as f32)).collect();
+        pool.write(0, &seq, 0, &k, &v).unwrap();
+        let view = pool.view(0, &seq).unwrap();
+        for t in [0, 63, 64, n - 1] {
+            for g in 0..2 {
+                let want: Vec<f32> = (0..4).map(|d| ((t * 2 + g) * 4 + d) as f32).collect();
+                assert_eq!(view.key(g, t).iter().map(|x| x.to_f32()).collect::<Vec<_>>(), want);
+                assert_eq!(view.value(g, 3, t).to_f32(), -(((t * 2 + g) * 4 + 3) as f32));
+            }
+        }
+        assert!(pool.write(0, &seq, n, &k[..8 * 60], &v[..8 * 60]).is_err(), "past the reserved blocks");
+    }
+
+    #[test]
+    fn a_released_prefix_is_found_again_with_its_conv_state() {
+        let mut pool = KvPool::new(&LAYOUT, 3, true, &Device::Cpu).unwrap();
+        let tokens: Vec<u32> = (0..150).collect();
+        let mut seq = pool.new_seq();
+        pool.reserve(&mut seq, 150).unwrap();
+        let b1 = seq.blocks()[1];
+        pool.save_conv(1, b1, &[1., 2., 3., 4., 5., 6.]).unwrap();
+        seq.advance(150);
+        pool.register_full(&mut seq, &tokens);
+        pool.release(&mut seq);
+        assert_eq!((pool.n_used(), pool.n_cached()), (0, 2));
+
+        let mut again = pool.new_seq();
+        assert_eq!(pool.reuse_prefix(&mut again, &tokens[..149]).unwrap(), 128);
+        assert_eq!(again.len(), 128);
+        let (state, _) = again.conv_mut(1).unwrap();
+        let s = state.get(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(s, vec![1., 2., 3., 4., 5., 6.]);
+        let mut diverged = tokens.clone();
+        diverged[70] = 999;
+        let mut third = pool.new_seq();
+        assert_eq!(pool.reuse_prefix(&mut third, &diverged).unwrap(), 64, "block 1 differs");
+    }
+
+    #[test]
+    fn exhaustion_is_an_error_not_a_panic() {
+        let mut pool = KvPool::new(&LAYOUT, 1, false, &Device::Cpu).unwrap();
+        let mut seq = pool.new_seq();
+        assert_eq!(pool.blocks_needed(&seq, BLOCK_SIZE + 1), 2);
+        assert!(pool.reserve(&mut seq, BLOCK_SIZE + 1).is_err());
+        assert!(pool.reserve(&mut seq, BLOCK_SIZE).is_ok());
+        assert_eq!(pool.n_available(), 0);
+    }
+}
