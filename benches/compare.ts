@@ -8,7 +8,7 @@
  *   npx tsx benches/compare.ts serving [model.gguf ...] [--threads 2] [--concurrency 1,4,8,16]
  *       [--parallel N (default: max concurrency)] [--ctx 1024 (per sequence)]
  *       [--input-len 256] [--output-len 64] [--num-prompts N] [--peers wick,llama]
- *       [--json out.json] [--results benches/RESULTS.md]
+ *       [--wick-args="<extra wick serve flags>"] [--json out.json] [--results benches/RESULTS.md]
  *
  * Micro mode: prefill tokens/s (512-token prompt) and decode tokens/s (128 tokens), median
  * and spread over repeats, for Wick's in-process Engine, llama.cpp in-process through
@@ -74,10 +74,13 @@ interface Server {
 
 type PeerKind = "wick" | "llama";
 
+/** Extra `wick serve` flags for every Wick peer (`--wick-args="--chunked-prefill-size 128"`). */
+let wickArgs: string[] = [];
+
 function serverCommand(kind: PeerKind, model: string, port: number, threads: number, parallel: number, ctx: number): [string, string[]] {
   if (kind === "wick") {
     return [process.execPath, [join(ROOT, "bin/wick.js"), "serve", "-m", model, "--host", "127.0.0.1", "--port", String(port),
-      "-t", String(threads), "-np", String(parallel), "-c", String(ctx)]];
+      "-t", String(threads), "-np", String(parallel), "-c", String(ctx), ...wickArgs]];
   }
   if (!existsSync(LLAMA_SERVER)) throw new Error(`${LLAMA_SERVER} missing: run bash scripts/build-llama-server.sh`);
   // llama-server's -c is the total KV size, split over the -np slots; Wick's -c is per sequence.
@@ -216,6 +219,7 @@ async function servingMode(flags: Map<string, string>, models: string[]): Promis
   const inputLen = num(flags, "input-len", 256);
   const outputLen = num(flags, "output-len", 64);
   if (inputLen + outputLen + 8 > ctx) throw new Error(`--ctx ${ctx} is too small for ${inputLen}+${outputLen} tokens`);
+  wickArgs = (flags.get("wick-args") ?? "").split(/\s+/).filter(Boolean);
   const peers = (flags.get("peers") ?? "wick,llama").split(",").map((p) => p.trim()) as PeerKind[];
   for (const p of peers) if (p !== "wick" && p !== "llama") throw new Error(`--peers: unknown ${p} (wick, llama)`);
   const names = peers.map((p, i) => (peers.indexOf(p) === i ? p : `${p}#${i + 1}`));
@@ -438,6 +442,7 @@ async function microMode(flags: Map<string, string>, models: string[]): Promise<
 const USAGE = `usage:
   tsx benches/compare.ts serving [model.gguf ...] [--threads 2] [--concurrency 1,4,8,16] [--parallel N]
       [--ctx 1024] [--input-len 256] [--output-len 64] [--num-prompts N] [--warmup 2] [--peers wick,llama]
+      [--wick-args="<extra wick serve flags>"]
       [--max-level-s 300] [--json out.json] [--results benches/RESULTS.md]
   tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--prompt-len 512] [--gen-len 128]
       [--engines wick,node-llama-cpp,llama-server] [--json out.json] [--results benches/RESULTS.md]`;
