@@ -29,7 +29,7 @@ import { cpus, loadavg, tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import {
-  fmt, intList, makePrompts, markdownTable, num, parseArgs, promptsNeeded, runServing, servingTable,
+  fmt, intList, makePrompts, markdownTable, num, parseArgs, promptsNeeded, runServing, servingTable, stat,
   type ServingOptions, type ServingResult,
 } from "./serving.ts";
 
@@ -280,6 +280,72 @@ function sideBySide(a: ServingResult, b: ServingResult): string {
   return markdownTable(head, rows);
 }
 
+// ---------- prefix ----------
+
+/**
+ * Prefix reuse: per repeat a fresh shared prefix; a first request (prefix + suffix A) finds
+ * nothing cached, a second (prefix + suffix B) can reuse the prefix's KV. Latency of a
+ * one-token /v1/completions request ≈ TTFT. llama-server (-np 1) reuses its slot's cache for
+ * the common prefix the same way (cache_prompt), so it is the peer.
+ */
+async function prefixMode(flags: Map<string, string>, models: string[]): Promise<void> {
+  const threads = num(flags, "threads", 2);
+  const prefixLen = num(flags, "prefix-len", 400);
+  const suffixLen = num(flags, "suffix-len", 32);
+  const repeats = num(flags, "repeats", 5);
+  const peers = (flags.get("peers") ?? "wick,llama").split(",").map((p) => p.trim()) as PeerKind[];
+  const sections: string[] = [];
+  for (const model of models) {
+    const tok = await llamaTokenizer(model);
+    const prefixes = await exactTextPrompts(tok, repeats, prefixLen, 1);
+    const suffixes = await exactTextPrompts(tok, 2 * repeats, suffixLen, 2);
+    await tok.dispose();
+    const rows: string[][] = [];
+    const medians: Record<string, { cold: number; warm: number }> = {};
+    for (const peer of peers) {
+      const s = await startServer(peer, peer, model, threads, 1, prefixLen + 2 * suffixLen + 64);
+      try {
+        const ask = async (prompt: string) => {
+          const t0 = performance.now();
+          const res = await fetch(`${s.url}/v1/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ model: "bench", prompt, max_tokens: 1, temperature: 0 }),
+          });
+          const body = (await res.json()) as { usage?: { prompt_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } } };
+          if (!res.ok) throw new Error(`${peer}: HTTP ${res.status} ${JSON.stringify(body)}`);
+          return { ms: performance.now() - t0, cached: body.usage?.prompt_tokens_details?.cached_tokens, prompt: body.usage?.prompt_tokens };
+        };
+        await ask(suffixes[0]!); // warm-up
+        const cold: number[] = [];
+        const warm: number[] = [];
+        let cachedInfo = "";
+        for (let r = 0; r < repeats; r++) {
+          const a = await ask(`${prefixes[r]} ${suffixes[2 * r]}`);
+          const b = await ask(`${prefixes[r]} ${suffixes[2 * r + 1]}`);
+          cold.push(a.ms);
+          warm.push(b.ms);
+          if (b.cached !== undefined) cachedInfo = `${b.cached} of ${b.prompt}`;
+        }
+        const [c, w] = [stat(cold).median, stat(warm).median];
+        medians[peer] = { cold: c, warm: w };
+        rows.push([peer, fmt(c), fmt(w), (w / c).toFixed(2), cachedInfo || "n/a"]);
+      } finally {
+        await stopServer(s);
+      }
+    }
+    const lines = [`### ${basename(model)} — prefix reuse, threads=${threads}, ${prefixLen}-token shared prefix + ${suffixLen}-token suffix, ${repeats} repeats`, ""];
+    lines.push(markdownTable(["server", "TTFT first (ms, median)", "TTFT sharing the prefix (ms, median)", "shared/first", "cached_tokens reported"], rows));
+    if (medians.wick && medians.llama) {
+      lines.push("", `Wick/llama-server: first ${ratio(medians.wick.cold, medians.llama.cold)}, sharing the prefix ${ratio(medians.wick.warm, medians.llama.warm)} (< 1: Wick is faster).`);
+    }
+    sections.push(lines.join("\n"));
+    console.log(`\n${lines.join("\n")}`);
+  }
+  const notes = "TTFT = wall time of a streaming-free /v1/completions request with max_tokens 1, temperature 0, one request at a time; each server alone on the machine, -np 1.";
+  if (flags.get("results")) appendResults(flags.get("results")!, `prefix reuse: ${peers.join(" vs ")}`, `${notes}\n\n${sections.join("\n")}`);
+}
+
 // ---------- micro ----------
 
 interface Sample {
@@ -445,11 +511,13 @@ const USAGE = `usage:
       [--wick-args="<extra wick serve flags>"]
       [--max-level-s 300] [--json out.json] [--results benches/RESULTS.md]
   tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--prompt-len 512] [--gen-len 128]
-      [--engines wick,node-llama-cpp,llama-server] [--json out.json] [--results benches/RESULTS.md]`;
+      [--engines wick,node-llama-cpp,llama-server] [--json out.json] [--results benches/RESULTS.md]
+  tsx benches/compare.ts prefix [model.gguf ...] [--threads 2] [--prefix-len 400] [--suffix-len 32] [--repeats 5]
+      [--peers wick,llama] [--results benches/RESULTS.md]`;
 
 async function main(): Promise<void> {
   const { flags, positional } = parseArgs(process.argv.slice(2));
-  const mode = positional[0] && ["serving", "micro", "micro-worker"].includes(positional[0]) ? positional.shift()! : "serving";
+  const mode = positional[0] && ["serving", "micro", "prefix", "micro-worker"].includes(positional[0]) ? positional.shift()! : "serving";
   if (flags.has("help")) {
     console.error(USAGE);
     return;
@@ -462,6 +530,7 @@ async function main(): Promise<void> {
   for (const m of models) if (!existsSync(m)) throw new Error(`no such model: ${m}`);
   if (flags.get("results")) flags.set("results", resolve(process.cwd(), flags.get("results")!));
   if (mode === "micro") await microMode(flags, models);
+  else if (mode === "prefix") await prefixMode(flags, models);
   else await servingMode(flags, models);
 }
 
