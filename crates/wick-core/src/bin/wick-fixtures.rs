@@ -2,10 +2,12 @@
 //! F16, Q4_K) with tokenizers copied from llama.cpp's vocab-only GGUFs, plus broken files
 //! for load-failure tests.
 //!
-//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad]
-//!   --llama-src  llama.cpp source tree holding models/ggml-vocab-*.gguf
-//!                (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
-//!   --bad        also write the broken files (bad-*.gguf)
+//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench]
+//!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf
+//!                    (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
+//!   --bad            also write the broken files (bad-*.gguf)
+//!   --quant-sources  instead of the standard set: F32 llama/lfm2 sources for llama-quantize
+//!   --bench          instead of the standard set: benchmark-sized LFM2 / lfm2moe models
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,6 +17,7 @@ use wick_core::fixtures;
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let (mut out, mut src, mut bad) = (None, fixtures::default_llama_src(), false);
+    let mut specs = fixtures::standard_specs();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--llama-src" => match args.next() {
@@ -22,6 +25,8 @@ fn main() -> ExitCode {
                 None => return usage("--llama-src needs a directory"),
             },
             "--bad" => bad = true,
+            "--quant-sources" => specs = fixtures::quant_source_specs(),
+            "--bench" => specs = fixtures::bench_specs(),
             "-h" | "--help" => return usage(""),
             _ if out.is_none() && !a.starts_with('-') => out = Some(PathBuf::from(a)),
             _ => return usage(&format!("unexpected argument `{a}`")),
@@ -29,7 +34,7 @@ fn main() -> ExitCode {
     }
     let Some(out) = out else { return usage("missing <out_dir>") };
     let run = || -> wick_core::Result<()> {
-        for p in fixtures::write_standard(&out, &src)? {
+        for p in fixtures::write_specs(&specs, &out, &src)? {
             println!("{}", p.display());
         }
         if bad {
@@ -52,7 +57,7 @@ fn usage(err: &str) -> ExitCode {
     if !err.is_empty() {
         eprintln!("wick-fixtures: {err}");
     }
-    eprintln!("usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad]");
+    eprintln!("usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench]");
     if err.is_empty() {
         ExitCode::SUCCESS
     } else {
