@@ -26,29 +26,18 @@ export class ServingMetrics {
   constructor(models: GaugeSource) {
     const registers = [this.registry];
     const labelNames = ["model_name"] as const;
-    const gauge = (name: string, help: string, pick: (m: Metrics) => number) =>
-      new client.Gauge({
-        name,
-        help,
-        labelNames,
-        registers,
-        collect() {
-          this.reset();
-          for (const m of models.list()) this.set({ model_name: m.id }, pick(m.engine.metrics()));
-        },
-      });
-    // Engine-side counters, read at scrape time like the gauges.
-    const engineCounter = (name: string, help: string, pick: (m: Metrics) => number) =>
-      new client.Counter({
-        name,
-        help,
-        labelNames,
-        registers,
-        collect() {
-          this.reset();
-          for (const m of models.list()) this.inc({ model_name: m.id }, pick(m.engine.metrics()));
-        },
-      });
+    // Engine-side values, read at scrape time: gauges, and counters the engine keeps itself
+    // (reset and re-filled each scrape, so each holds the engine's running total).
+    const fromEngine = (type: "gauge" | "counter", name: string, help: string, pick: (m: Metrics) => number) => {
+      function collect(this: { reset(): void; inc(labels: { model_name: string }, value: number): void }) {
+        this.reset();
+        for (const m of models.list()) this.inc({ model_name: m.id }, pick(m.engine.metrics()));
+      }
+      const config = { name, help, labelNames, registers, collect };
+      return type === "gauge" ? new client.Gauge(config) : new client.Counter(config);
+    };
+    const gauge = (name: string, help: string, pick: (m: Metrics) => number) => fromEngine("gauge", name, help, pick);
+    const engineCounter = (name: string, help: string, pick: (m: Metrics) => number) => fromEngine("counter", name, help, pick);
     gauge("wick:num_requests_running", "Sequences in the running batch.", (m) => m.running);
     gauge("wick:num_requests_waiting", "Sequences waiting for admission.", (m) => m.waiting);
     gauge("wick:kv_blocks_total", "KV cache blocks in the pool.", (m) => m.kvBlocksTotal);

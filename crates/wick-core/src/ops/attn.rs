@@ -135,6 +135,23 @@ mod avx {
         a
     }
 
+    /// One 64-step of `ggml_vec_dot_f16`: 4×16 lanes (8 vectors) each take one fma.
+    #[inline(always)]
+    unsafe fn step64(acc: &mut [__m256; 8], x: *const f16, y: *const f32) {
+        for (v, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_fmadd_ps(load_f16(x.add(8 * v)), _mm256_loadu_ps(y.add(8 * v)), *a);
+        }
+    }
+
+    /// Accumulator j holds lanes 16j..16j+16 as vectors 2j (low 8) and 2j+1 (high 8): fold
+    /// (a0+a2)+(a1+a3), then the 16-lane tree sum.
+    #[inline(always)]
+    unsafe fn fold64(acc: &[__m256; 8]) -> f32 {
+        let f_lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+        let f_hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+        super::reduce16(&store16(f_lo, f_hi))
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tiled(x: &[f16], y: &[f32]) -> f32 {
         let n = x.len();
@@ -163,10 +180,7 @@ mod avx {
         let mut base = 0;
         // Whole 64-steps inside the data.
         while base + 64 <= np.min(len) {
-            for (v, a) in acc.iter_mut().enumerate() {
-                let i = base + 8 * v;
-                *a = _mm256_fmadd_ps(load_f16(xp.add(i)), _mm256_loadu_ps(yp.add(i)), *a);
-            }
+            step64(&mut acc, xp.add(base), yp.add(base));
             base += 64;
         }
         // A step that runs past the data: zero-padded copies.
@@ -179,19 +193,10 @@ mod avx {
                     yb[t] = y[base + t];
                 }
             }
-            for (v, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(
-                    load_f16(xb.as_ptr().add(8 * v)),
-                    _mm256_loadu_ps(yb.as_ptr().add(8 * v)),
-                    *a,
-                );
-            }
+            step64(&mut acc, xb.as_ptr(), yb.as_ptr());
             base += 64;
         }
-        // Accumulator j holds lanes 16j..16j+16 as vectors 2j (low 8) and 2j+1 (high 8).
-        let f_lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
-        let f_hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-        let mut sum = super::reduce16(&store16(f_lo, f_hi)) as f64;
+        let mut sum = fold64(&acc) as f64;
         for i in np..n.min(len) {
             sum += (x[i].to_f32() * y[i]) as f64;
         }
@@ -235,10 +240,7 @@ mod avx {
         let mut base = 0;
         // Whole 64-steps inside the data, block by block.
         while base + 64 <= len {
-            let x = run(base / bs).as_ptr().add(base % bs);
-            for (v, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(load_f16(x.add(8 * v)), _mm256_loadu_ps(yp.add(base + 8 * v)), *a);
-            }
+            step64(&mut acc, run(base / bs).as_ptr().add(base % bs), yp.add(base));
             base += 64;
         }
         // Steps that run past the data: zero-padded copies.
@@ -252,18 +254,10 @@ mod avx {
                     yb[t] = y[base + t];
                 }
             }
-            for (v, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(
-                    load_f16(xb.as_ptr().add(8 * v)),
-                    _mm256_loadu_ps(yb.as_ptr().add(8 * v)),
-                    *a,
-                );
-            }
+            step64(&mut acc, xb.as_ptr(), yb.as_ptr());
             base += 64;
         }
-        let f_lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
-        let f_hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-        super::reduce16(&store16(f_lo, f_hi))
+        fold64(&acc)
     }
 }
 
