@@ -19,6 +19,35 @@ pub fn available() -> bool {
     false
 }
 
+/// Whether the CPU has AVX512-BF16, i.e. whether llama.cpp's CPU backend loads a build whose
+/// BF16 dot products use `vdpbf16ps` (the order `ggml_matmul`'s BF16 kernels follow).
+pub fn has_avx512bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| is_x86_feature_detected!("avx512bf16"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Whether the CPU has AVX-512 (F, BW, DQ, VL), i.e. whether llama.cpp loads an AVX-512
+/// build, which repacks Q2_K weights.
+pub fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| {
+            is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512dq")
+                && is_x86_feature_detected!("avx512vl")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// 32 unsigned nibbles of a Q4 block in element order (low nibbles, then high).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -320,4 +349,307 @@ pub unsafe fn dot4_q5_0(w: &[u8], a: [&[Act32]; 4]) -> [f32; 4] {
         }
     }
     [hsum_f32(acc[0]), hsum_f32(acc[1]), hsum_f32(acc[2]), hsum_f32(acc[3])]
+}
+
+/// The 32 unsigned values (0..32) of a Q5_1 block (d, m, qh: u32, 16 nibble bytes).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn q5_1_values(blk: *const u8) -> __m256i {
+    let qh = u32::from_le_bytes([*blk.add(4), *blk.add(5), *blk.add(6), *blk.add(7)]);
+    // Spread bit j of qh over byte j, as in `q5_0_values`, then keep it as the value's bit 4.
+    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
+    let bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe_u64 as i64);
+    let hi = _mm256_cmpeq_epi8(_mm256_or_si256(bytes, bit), _mm256_set1_epi64x(-1));
+    _mm256_or_si256(nibbles(blk.add(8)), _mm256_and_si256(hi, _mm256_set1_epi8(0x10)))
+}
+
+/// Q5_1 · q8_1 (`ggml_vec_dot_q5_1_q8_1`), the operations of `dot_q5_1_ref`.
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a.len()` Q5_1 blocks of 24 bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q5_1(w: &[u8], a: &[Act32]) -> f32 {
+    dot4_q5_1_n::<1>(w, [a])[0]
+}
+
+/// Four activation rows against one Q5_1 weight row, per output exactly `dot_q5_1`.
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a[t].len()` Q5_1 blocks for every t.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot4_q5_1(w: &[u8], a: [&[Act32]; 4]) -> [f32; 4] {
+    dot4_q5_1_n::<4>(w, a)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dot4_q5_1_n<const R: usize>(w: &[u8], a: [&[Act32]; R]) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut summs = [0f32; R];
+    for (b, blk) in w.chunks_exact(24).enumerate() {
+        let (dx, mx) = (f16_at(blk, 0), f16_at(blk, 2));
+        let q = q5_1_values(blk.as_ptr());
+        for t in 0..R {
+            let y = a[t].get_unchecked(b);
+            summs[t] = mx.mul_add(y.s, summs[t]);
+            let xy = _mm256_cvtepi32_ps(lane_dots(q, y.qs.as_ptr()));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y.d), xy, acc[t]);
+        }
+    }
+    std::array::from_fn(|t| hsum_f32(acc[t]) + summs[t])
+}
+
+/// `R` q8_K rows against one Q6_K weight row, per output exactly `dot_q6k_ref`: the weight's
+/// 6-bit values and scales are unpacked once per block for all rows.
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a[t].len()` Q6_K blocks of 210 bytes for every t.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dotn_q6k<const R: usize>(w: &[u8], a: [&[Act256]; R]) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let (m15, m3) = (_mm256_set1_epi8(15), _mm256_set1_epi8(3));
+    for (b, blk) in w.chunks_exact(210).enumerate() {
+        let p = blk.as_ptr();
+        let dx = f16_at(blk, 208);
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+        let mut q = [_mm256_setzero_si256(); 8];
+        let mut scv = [_mm256_setzero_si256(); 8];
+        for n in 0..2 {
+            let l1 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
+            let l2 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
+            let h = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
+            // 16-bit shifts leak the neighbour byte's bits only above the masks.
+            let top = |s: i32| -> __m256i {
+                let v = match s {
+                    0 => h,
+                    2 => _mm256_srli_epi16(h, 2),
+                    4 => _mm256_srli_epi16(h, 4),
+                    _ => _mm256_srli_epi16(h, 6),
+                };
+                _mm256_slli_epi16(_mm256_and_si256(v, m3), 4)
+            };
+            q[4 * n] = _mm256_or_si256(_mm256_and_si256(l1, m15), top(0));
+            q[4 * n + 1] = _mm256_or_si256(_mm256_and_si256(l2, m15), top(2));
+            q[4 * n + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15), top(4));
+            q[4 * n + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m15), top(6));
+        }
+        for (c, v) in scv.iter_mut().enumerate() {
+            // Lanes 0..4 cover the chunk's first 16 values, lanes 4..8 the next 16.
+            let (s0, s1) = (*p.add(192 + 2 * c) as i8 as i16, *p.add(193 + 2 * c) as i8 as i16);
+            *v = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+        }
+        for t in 0..R {
+            let y = a[t].get_unchecked(b);
+            let mut sumi = _mm256_setzero_si256();
+            for c in 0..8 {
+                let yv = _mm256_loadu_si256(y.qs.as_ptr().add(32 * c) as *const __m256i);
+                // 63·127·2 fits the i16 pairs of maddubs.
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scv[c], _mm256_maddubs_epi16(q[c], yv)));
+            }
+            let bs = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
+            let off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
+            sumi = _mm256_sub_epi32(sumi, off);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * dx), _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    std::array::from_fn(|t| hsum_f32(acc[t]))
+}
+
+/// `R` q8_K rows against one Q5_K weight row, per output exactly `dot_q5k_ref`.
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a[t].len()` Q5_K blocks of 176 bytes for every t.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dotn_q5k<const R: usize>(w: &[u8], a: [&[Act256]; R]) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut summs = [0f32; R];
+    let (m4, one) = (_mm256_set1_epi8(15), _mm256_set1_epi8(1));
+    for (b, blk) in w.chunks_exact(176).enumerate() {
+        let p = blk.as_ptr();
+        let (dx, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+        let qh = _mm256_loadu_si256(p.add(16) as *const __m256i);
+        let mut q = [_mm256_setzero_si256(); 8];
+        let mut scv = [_mm256_setzero_si256(); 8];
+        let mut mins = [0i32; 8];
+        for j in 0..8 {
+            let raw = _mm256_loadu_si256(p.add(48 + 32 * (j / 2)) as *const __m256i);
+            let lo = if j % 2 == 0 { raw } else { _mm256_srli_epi16(raw, 4) };
+            let bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32)), one);
+            q[j] = _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_slli_epi16(bit, 4));
+            let (s, m) = super::ggml_matmul::scale_min(&blk[4..16], j);
+            scv[j] = _mm256_set1_epi16(s as i16);
+            mins[j] = m;
+        }
+        for t in 0..R {
+            let y = a[t].get_unchecked(b);
+            let imin: i32 = (0..8).map(|j| mins[j] * y.sums[j]).sum();
+            summs[t] = (-y.d * dmin).mul_add(imin as f32, summs[t]);
+            let mut sumi = _mm256_setzero_si256();
+            for j in 0..8 {
+                let yv = _mm256_loadu_si256(y.qs.as_ptr().add(32 * j) as *const __m256i);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scv[j], _mm256_maddubs_epi16(q[j], yv)));
+            }
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * dx), _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    std::array::from_fn(|t| hsum_f32(acc[t]) + summs[t])
+}
+
+/// Adds 16 `vdpbf16ps` lane steps (values `i..i+32` of `w` and `x`) to `acc` (lanes 0..8, 8..16):
+/// per lane the odd element's exact product first, then the even one's.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn dp_chunk(acc: &mut [__m256; 2], w: *const u8, x: *const u16) {
+    let hi = _mm256_set1_epi32(0xFFFF_0000u32 as i32);
+    for (h, a) in acc.iter_mut().enumerate() {
+        let wv = _mm256_loadu_si256(w.add(32 * h) as *const __m256i);
+        let xv = _mm256_loadu_si256(x.add(16 * h) as *const __m256i);
+        let odd = _mm256_mul_ps(
+            _mm256_castsi256_ps(_mm256_and_si256(wv, hi)),
+            _mm256_castsi256_ps(_mm256_and_si256(xv, hi)),
+        );
+        let even = _mm256_mul_ps(
+            _mm256_castsi256_ps(_mm256_slli_epi32(wv, 16)),
+            _mm256_castsi256_ps(_mm256_slli_epi32(xv, 16)),
+        );
+        *a = _mm256_add_ps(_mm256_add_ps(*a, odd), even);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn lanes16(acc: &[__m256; 2]) -> [f32; 16] {
+    let mut out = [0f32; 16];
+    _mm256_storeu_ps(out.as_mut_ptr(), acc[0]);
+    _mm256_storeu_ps(out.as_mut_ptr().add(8), acc[1]);
+    out
+}
+
+/// `dot_bf16_single`'s operations: the lane sums of the 64-value steps; the caller reduces
+/// them and adds the tail.
+///
+/// # Safety
+/// Needs AVX2; `w` holds 2·`x.len()` bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn bf16_single_lanes(w: &[u8], x: &[u16]) -> [[f32; 16]; 2] {
+    let mut c = [[_mm256_setzero_ps(); 2]; 2];
+    for base in (0..x.len() & !63).step_by(64) {
+        dp_chunk(&mut c[0], w.as_ptr().add(2 * base), x.as_ptr().add(base));
+        dp_chunk(&mut c[1], w.as_ptr().add(2 * base + 64), x.as_ptr().add(base + 32));
+    }
+    [lanes16(&c[0]), lanes16(&c[1])]
+}
+
+/// `dot_bf16_tiled`'s lane sums (k % 32 == 0).
+///
+/// # Safety
+/// Needs AVX2; `w` holds 2·`x.len()` bytes and `x.len()` is a multiple of 32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn bf16_tiled_lanes(w: &[u8], x: &[u16]) -> [f32; 16] {
+    let mut c = [_mm256_setzero_ps(); 2];
+    for base in (0..x.len()).step_by(32) {
+        dp_chunk(&mut c, w.as_ptr().add(2 * base), x.as_ptr().add(base));
+    }
+    lanes16(&c)
+}
+
+/// `R` q8_K rows against one Q3_K weight row, per output exactly `dot_q3k_ref`: the signed
+/// 3-bit values and the scales are unpacked once per block for all rows.
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a[t].len()` Q3_K blocks of 110 bytes for every t.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dotn_q3k<const R: usize>(w: &[u8], a: [&[Act256]; R]) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    let (m3, one, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm256_set1_epi8(4));
+    for (b, blk) in w.chunks_exact(110).enumerate() {
+        let p = blk.as_ptr();
+        let dx = f16_at(blk, 108);
+        let sc = super::ggml_matmul::q3k_scales(blk);
+        let hm = _mm256_loadu_si256(p as *const __m256i);
+        let mut q = [_mm256_setzero_si256(); 8];
+        let mut scv = [_mm256_setzero_si256(); 8];
+        for c in 0..8 {
+            let (n, j) = (c / 4, (c % 4) as i32);
+            let bits = _mm256_loadu_si256(p.add(32 + 32 * n) as *const __m256i);
+            let low = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * j)), m3);
+            let hshift = _mm_cvtsi32_si128(4 * n as i32 + j);
+            let high = _mm256_and_si256(_mm256_srl_epi16(hm, hshift), one);
+            // low + 4·high - 4: the value in -4..4.
+            q[c] = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 2)), four);
+            scv[c] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * c + 1] as i16), _mm_set1_epi16(sc[2 * c] as i16));
+        }
+        for t in 0..R {
+            let y = a[t].get_unchecked(b);
+            let mut sumi = _mm256_setzero_si256();
+            for c in 0..8 {
+                let yv = _mm256_loadu_si256(y.qs.as_ptr().add(32 * c) as *const __m256i);
+                // |q|·(y with q's sign): the exact signed products, paired in i16.
+                let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q[c], q[c]), _mm256_sign_epi8(yv, q[c]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scv[c], p16));
+            }
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * dx), _mm256_cvtepi32_ps(sumi), acc[t]);
+        }
+    }
+    std::array::from_fn(|t| hsum_f32(acc[t]))
+}
+
+/// `R` q8_K rows against one Q2_K weight row, per output exactly `dot_q2k_ref` (`per_half[t]`
+/// picks the GEMM's per-half folding or the GEMV's per-block one).
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a[t].len()` Q2_K blocks of 84 bytes for every t.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dotn_q2k<const R: usize>(w: &[u8], a: [&[Act256]; R], per_half: [bool; R]) -> [f32; R] {
+    let mut acc = [0f32; R];
+    let mut acc_min = [0f32; R];
+    let m3 = _mm256_set1_epi8(3);
+    for (b, blk) in w.chunks_exact(84).enumerate() {
+        let p = blk.as_ptr();
+        let (dx, dmin) = (f16_at(blk, 80), f16_at(blk, 82));
+        let mut q = [_mm256_setzero_si256(); 8];
+        let mut scv = [_mm256_setzero_si256(); 8];
+        for c in 0..8 {
+            let bits = _mm256_loadu_si256(p.add(16 + 32 * (c / 4)) as *const __m256i);
+            q[c] = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * (c % 4) as i32)), m3);
+            let (s0, s1) = ((blk[2 * c] & 0x0F) as i16, (blk[2 * c + 1] & 0x0F) as i16);
+            scv[c] = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+        }
+        for t in 0..R {
+            let y = a[t].get_unchecked(b);
+            let mut isum = [0i32; 2];
+            let mut imin = [0i32; 2];
+            for h in 0..2 {
+                let mut v = _mm256_setzero_si256();
+                for c in 4 * h..4 * h + 4 {
+                    let yv = _mm256_loadu_si256(y.qs.as_ptr().add(32 * c) as *const __m256i);
+                    v = _mm256_add_epi32(v, _mm256_madd_epi16(scv[c], _mm256_maddubs_epi16(q[c], yv)));
+                }
+                isum[h] = hsum_i32(v);
+                for g in 8 * h..8 * h + 8 {
+                    imin[h] += (blk[g] >> 4) as i32 * y.bsums[g] as i32;
+                }
+            }
+            let (d, dm) = (dx * y.d, dmin * y.d);
+            if per_half[t] {
+                for h in 0..2 {
+                    acc[t] = (isum[h] as f32).mul_add(d, acc[t]);
+                    acc_min[t] = (imin[h] as f32).mul_add(dm, acc_min[t]);
+                }
+            } else {
+                acc[t] = ((isum[0] + isum[1]) as f32).mul_add(d, acc[t]);
+                acc_min[t] = ((imin[0] + imin[1]) as f32).mul_add(dm, acc_min[t]);
+            }
+        }
+    }
+    std::array::from_fn(|t| acc[t] - acc_min[t])
 }
