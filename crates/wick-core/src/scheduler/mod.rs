@@ -111,8 +111,12 @@ impl Scheduler {
                     }
                 };
                 if let Some(err) = err {
-                    for mut seq in std::mem::take(&mut self.running) {
+                    let mut failed = std::mem::take(&mut self.running);
+                    for seq in failed.iter_mut() {
                         self.kv.release(&mut seq.cache);
+                    }
+                    self.publish();
+                    for seq in failed {
                         seq.fail(WickError::Internal(err.to_string()));
                     }
                 }
@@ -159,9 +163,11 @@ impl Scheduler {
         true
     }
 
-    /// Frees a sequence's blocks and sends its last event.
+    /// Frees a sequence's blocks and sends its last event. The gauges are published first,
+    /// so a client that reads them after its last event sees its blocks returned.
     fn retire(&mut self, mut seq: Box<Sequence>, reason: FinishReason) {
         self.kv.release(&mut seq.cache);
+        self.publish();
         seq.finish(reason);
     }
 
