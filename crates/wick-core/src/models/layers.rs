@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Module, Tensor};
 
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::ops::packed::PackedWeight;
 
 /// Width, depth, heads, KV heads per layer, FFN width and norm ε of a llama-style stack.
 pub struct DenseShape {
@@ -69,17 +70,22 @@ pub fn param_count(gguf: &GgufFile) -> u64 {
     gguf.tensors.iter().map(|t| t.elem_count() as u64).sum()
 }
 
-/// A weight ready for matmul. On the CPU, F16/Q8_0/Q4_0/Q4_1/Q4_K use `ggml_matmul` (rounds as
+/// A weight ready for matmul. On the CPU, types with a packed kernel are repacked at load
+/// (`ops::packed`); F16/Q8_0/Q4_0/Q4_1/Q4_K use `ggml_matmul` (rounds as
 /// llama.cpp does); other quantized types stay `QTensor`s so candle converts activations to
 /// the weight's dot-product type (q8_K, ...) as ggml does; f32 weights become plain tensors.
 enum Weight {
     Candle(QMatMul),
     Ggml(Arc<QTensor>),
+    Packed(PackedWeight),
 }
 
 fn weight(w: Arc<QTensor>) -> Result<Weight> {
     let cpu = w.device().is_cpu();
     let n_out = w.shape().dims().first().copied().unwrap_or(0);
+    if let Some(p) = PackedWeight::pack(&w)? {
+        return Ok(Weight::Packed(p));
+    }
     Ok(match w.dtype() {
         dt if cpu && super::ggml_matmul::supported(dt, n_out) => Weight::Ggml(w),
         GgmlDType::F32 => Weight::Candle(QMatMul::from_arc(w)?),
@@ -134,6 +140,11 @@ impl Linear {
         let y = match &self.w {
             Weight::Candle(w) => w.forward(&x)?,
             Weight::Ggml(w) => super::ggml_matmul::matmul(&x, w, rows)?,
+            Weight::Packed(w) => {
+                let m = x.dim(0)?;
+                let y = w.matmul(&x.flatten_all()?.to_vec1::<f32>()?, m)?;
+                Tensor::from_vec(y, (m, w.dims().0), x.device())?
+            }
         };
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,

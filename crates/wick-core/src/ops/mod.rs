@@ -2,4 +2,6 @@
 //! ggml-exact kernels (`models::ggml_matmul`, ...) run on.
 
 pub mod attn;
+pub mod packed;
 pub mod pool;
+pub mod q8;

@@ -1,0 +1,235 @@
+//! Quantized weights repacked at load into panels of 16 output columns, and the matmul over
+//! them: for each block of the input dimension, a panel holds the 16 columns' scales and
+//! quants side by side, so one vector register covers 16 outputs and no horizontal sums are
+//! needed (ggml's "repack" buffers do the same with 8 columns).
+//!
+//! Every kernel computes each output exactly as the row-by-row kernel of `models::ggml_matmul`
+//! for the same type does (the same integer block sums, the same float operations in the same
+//! order), only for many outputs at once; the unit tests check it bit for bit.
+//!
+//! Instruction sets are picked at run time: AVX-512 VNNI, AVX2, or portable scalar code.
+
+/// Calls `$f::<R>(acts as [_; R], rest…)` for R = `$acts.len()` in 1..=8.
+macro_rules! by_rows {
+    ($f:ident, $acts:expr, $($rest:expr),*) => {{
+        let a = $acts;
+        match a.len() {
+            1 => $f::<1>(std::array::from_fn(|i| a[i]), $($rest),*),
+            2 => $f::<2>(std::array::from_fn(|i| a[i]), $($rest),*),
+            3 => $f::<3>(std::array::from_fn(|i| a[i]), $($rest),*),
+            4 => $f::<4>(std::array::from_fn(|i| a[i]), $($rest),*),
+            5 => $f::<5>(std::array::from_fn(|i| a[i]), $($rest),*),
+            6 => $f::<6>(std::array::from_fn(|i| a[i]), $($rest),*),
+            7 => $f::<7>(std::array::from_fn(|i| a[i]), $($rest),*),
+            _ => $f::<8>(std::array::from_fn(|i| a[i]), $($rest),*),
+        }
+    }};
+}
+
+mod q4_0;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+
+use crate::error::{Result, WickError};
+use crate::ops::pool::{self, SyncPtr};
+use crate::ops::q8::{quantize_q8, quantize_rows, Act32};
+
+/// Output columns per panel.
+pub const PANEL: usize = 16;
+/// Activation rows per tile (the register budget of the AVX-512 kernels; the AVX2 ones take
+/// them four at a time).
+const MAX_ROWS: usize = 8;
+/// Activation rows kept hot in L2 while the task's panels pass over them.
+const ROW_BLOCK: usize = 64;
+
+/// The widest kernels this CPU runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    Scalar,
+    Avx2,
+    Avx512Vnni,
+}
+
+/// Detected once; `WICK_ISA=scalar|avx2` caps it (to test and measure the fallbacks).
+pub fn isa() -> Isa {
+    static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+    *ISA.get_or_init(|| {
+        let cap = match std::env::var("WICK_ISA").as_deref() {
+            Ok("scalar") => Isa::Scalar,
+            Ok("avx2") => Isa::Avx2,
+            _ => Isa::Avx512Vnni,
+        };
+        detected().min(cap)
+    })
+}
+
+fn detected() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+        {
+            return Isa::Avx512Vnni;
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            return Isa::Avx2;
+        }
+    }
+    Isa::Scalar
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Q4_0,
+}
+
+/// A weight `[n, k]` as panels of `PANEL` columns, each panel `k / block` blocks long; the
+/// last panel is padded with zero columns when `n` is not a multiple of `PANEL`.
+pub struct PackedWeight {
+    kind: Kind,
+    n: usize,
+    k: usize,
+    data: Vec<u8>,
+    panel_bytes: usize,
+}
+
+impl PackedWeight {
+    /// Repacks `w` when a packed kernel exists for its type and shape; `None` otherwise.
+    pub fn pack(w: &QTensor) -> Result<Option<Self>> {
+        let (n, k) = w.shape().dims2()?;
+        let dtype = w.dtype();
+        if !k.is_multiple_of(dtype.block_size()) || !w.device().is_cpu() {
+            return Ok(None);
+        }
+        let kind = match dtype {
+            GgmlDType::Q4_0 => Kind::Q4_0,
+            _ => return Ok(None),
+        };
+        let raw = w.data()?;
+        if raw.len() != n * k / dtype.block_size() * dtype.type_size() {
+            return Err(WickError::Internal("weight size does not match its shape".into()));
+        }
+        let (data, panel_bytes) = match kind {
+            Kind::Q4_0 => (q4_0::pack(&raw, n, k), k / 32 * q4_0::BLOCK_BYTES),
+        };
+        Ok(Some(Self { kind, n, k, data, panel_bytes }))
+    }
+
+    pub fn dims(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+
+    /// `xs`: `m` rows of `k` f32 → `m` rows of `n` f32.
+    pub fn matmul(&self, xs: &[f32], m: usize) -> Result<Vec<f32>> {
+        self.matmul_on(isa(), xs, m)
+    }
+
+    fn matmul_on(&self, isa: Isa, xs: &[f32], m: usize) -> Result<Vec<f32>> {
+        if xs.len() != m * self.k {
+            return Err(WickError::Internal(format!("packed matmul: {} inputs for [{m}, {}]", xs.len(), self.k)));
+        }
+        let mut y = vec![0f32; m * self.n];
+        match self.kind {
+            Kind::Q4_0 => {
+                let acts = quantize_rows(xs, self.k, quantize_q8);
+                self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
+                    let a: Vec<&[Act32]> = acts[r0..r0 + rows].iter().map(|v| &v[..]).collect();
+                    q4_0::tile(isa, panel, &a, out, ldo)
+                });
+            }
+        }
+        Ok(y)
+    }
+
+    /// Spreads panels over the pool; each task walks its panels over blocks of rows and calls
+    /// `tile(panel, first row, rows ≤ MAX_ROWS, out, ldo)` for every tile.
+    fn run(&self, m: usize, y: &mut [f32], tile: &(dyn Fn(&[u8], usize, usize, *mut f32, usize) + Sync)) {
+        let n_panels = self.n.div_ceil(PANEL);
+        let threads = pool::global().threads();
+        let tasks = if threads == 1 { 1 } else if m == 1 { threads * 8 } else { threads * 4 };
+        let per = n_panels.div_ceil(tasks).max(1);
+        let yp = SyncPtr(y.as_mut_ptr());
+        let n = self.n;
+        pool::run(n_panels.div_ceil(per), &|t| {
+            let panels = t * per..((t + 1) * per).min(n_panels);
+            for rb in (0..m).step_by(ROW_BLOCK) {
+                let re = (rb + ROW_BLOCK).min(m);
+                for p in panels.clone() {
+                    let panel = &self.data[p * self.panel_bytes..(p + 1) * self.panel_bytes];
+                    let mut r = rb;
+                    while r < re {
+                        let rows = (re - r).min(MAX_ROWS);
+                        let cols = (n - p * PANEL).min(PANEL);
+                        // Safety: this task owns columns p·PANEL..+cols of every row.
+                        let out = unsafe { yp.get().add(r * n + p * PANEL) };
+                        if cols == PANEL {
+                            tile(panel, r, rows, out, n);
+                        } else {
+                            let mut part = [0f32; MAX_ROWS * PANEL];
+                            tile(panel, r, rows, part.as_mut_ptr(), PANEL);
+                            for i in 0..rows {
+                                // Safety: as above, only the `cols` real columns are written.
+                                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr().add(i * PANEL), out.add(i * n), cols) };
+                            }
+                        }
+                        r += rows;
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::ggml_matmul;
+    use crate::models::layers::RowPos;
+    use candle_core::{Device, Tensor};
+
+    fn random(seed: u32, len: usize) -> Vec<f32> {
+        let mut s = seed;
+        (0..len)
+            .map(|_| {
+                s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+                (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    /// Every instruction set here gives the row-by-row kernel's bits, for 1..9 rows (tiles of
+    /// 4 plus remainders) and several panels.
+    fn matches_row_kernel(dtype: GgmlDType, n: usize, k: usize) {
+        let dev = Device::Cpu;
+        let w = Tensor::from_vec(random(3, n * k), (n, k), &dev).unwrap();
+        let q = QTensor::quantize(&w, dtype).unwrap();
+        let packed = PackedWeight::pack(&q).unwrap().expect("packable");
+        for m in [1usize, 2, 3, 4, 5, 8, 9, 13, 17] {
+            let xs = random(m as u32 + 10, m * k);
+            let x = Tensor::from_vec(xs.clone(), (m, k), &dev).unwrap();
+            let rows: Vec<RowPos> = (0..m).map(|i| RowPos { seq_len: m as u32, idx: i as u32 }).collect();
+            let want: Vec<f32> = ggml_matmul::matmul(&x, &q, &rows).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {
+                if isa > detected() {
+                    continue;
+                }
+                let got = packed.matmul_on(isa, &xs, m).unwrap();
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{dtype:?} {isa:?} m={m} output {i}: {g} vs {w}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn q4_0_panels_match_the_row_kernel() {
+        matches_row_kernel(GgmlDType::Q4_0, 48, 256);
+    }
+
+    /// A last panel of 8 real columns (the row kernel needs whole groups of 8 for Q4_0).
+    #[test]
+    fn ragged_last_panel() {
+        matches_row_kernel(GgmlDType::Q4_0, 40, 64);
+    }
+}

@@ -1,0 +1,160 @@
+//! Q4_0 panels. Per block of 32 inputs, a panel holds the 16 columns' scales as f32 (64 bytes),
+//! then four 64-byte groups: group h has, for column c, bytes 4c..4c+4 = the block's quant
+//! bytes 4h..4h+4 (low nibbles: elements 4h..4h+4, high nibbles: elements 16+4h..16+4h+4).
+//! One group thus feeds two 4-element steps of 16 columns (`vpdpbusd` lanes = columns).
+//!
+//! Per output and block, as ggml's repacked Q4_0 kernels and `ggml_matmul::dot_q4_0`:
+//! `isum = Σ q·y − 8·Σy` (exact), `acc = fma(float(isum), dw·dy, acc)`.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::{Isa, PANEL};
+use crate::ops::q8::Act32;
+
+/// Bytes of one block of one panel.
+pub const BLOCK_BYTES: usize = 4 * PANEL + 4 * 64;
+
+/// GGUF Q4_0 rows (`n` rows of `k / 32` blocks of 18 bytes) → panels.
+pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
+    let nb = k / 32;
+    let row_bytes = nb * 18;
+    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * BLOCK_BYTES];
+    for (p, panel) in out.chunks_exact_mut(nb * BLOCK_BYTES).enumerate() {
+        for (b, dst) in panel.chunks_exact_mut(BLOCK_BYTES).enumerate() {
+            for c in 0..PANEL.min(n - p * PANEL) {
+                let blk = &raw[(p * PANEL + c) * row_bytes + b * 18..][..18];
+                let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
+                for h in 0..4 {
+                    dst[64 + 64 * h + 4 * c..][..4].copy_from_slice(&blk[2 + 4 * h..2 + 4 * h + 4]);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
+pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act32]], out: *mut f32, ldo: usize) {
+    let nb = panel.len() / BLOCK_BYTES;
+    debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8);
+    // Safety (both SIMD arms): `isa` comes from `packed::isa()`, so the features are present;
+    // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
+    #[cfg(target_arch = "x86_64")]
+    match isa {
+        Isa::Avx512Vnni => return unsafe { by_rows!(tile_vnni, acts, panel, nb, out, ldo) },
+        Isa::Avx2 => {
+            for (i, four) in acts.chunks(4).enumerate() {
+                unsafe { by_rows!(tile_avx2, four, panel, nb, out.add(4 * i * ldo), ldo) }
+            }
+            return;
+        }
+        Isa::Scalar => {}
+    }
+    tile_scalar(panel, nb, acts, out, ldo)
+}
+
+fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: usize) {
+    for (r, a) in acts.iter().enumerate() {
+        let mut acc = [0f32; PANEL];
+        for (b, blk) in panel.chunks_exact(BLOCK_BYTES).take(nb).enumerate() {
+            let y = &a[b];
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let mut isum = 0i32;
+                for h in 0..4 {
+                    for t in 0..4 {
+                        let q = blk[64 + 64 * h + 4 * c + t];
+                        isum += (q & 0x0F) as i32 * y.qs[4 * h + t] as i32;
+                        isum += (q >> 4) as i32 * y.qs[16 + 4 * h + t] as i32;
+                    }
+                }
+                isum -= 8 * y.qsum;
+                let dw = f32::from_le_bytes(blk[4 * c..4 * c + 4].try_into().unwrap());
+                *acc = (isum as f32).mul_add(dw * y.d, *acc);
+            }
+        }
+        for (c, v) in acc.into_iter().enumerate() {
+            // Safety: the caller owns out[r·ldo..r·ldo + 16].
+            unsafe { *out.add(r * ldo + c) = v };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn bcast4(p: *const i8) -> i32 {
+    std::ptr::read_unaligned(p as *const i32)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_vnni<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize, out: *mut f32, ldo: usize) {
+    let mask = _mm512_set1_epi8(0x0F);
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        let ys: [&Act32; R] = std::array::from_fn(|r| acts[r].get_unchecked(b));
+        let mut isum = [_mm512_setzero_si512(); R];
+        for h in 0..4 {
+            let raw = _mm512_loadu_si512(p.add(64 + 64 * h) as *const _);
+            let lo = _mm512_and_si512(raw, mask);
+            let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+            for r in 0..R {
+                let q = ys[r].qs.as_ptr();
+                isum[r] = _mm512_dpbusd_epi32(isum[r], lo, _mm512_set1_epi32(bcast4(q.add(4 * h))));
+                isum[r] = _mm512_dpbusd_epi32(isum[r], hi, _mm512_set1_epi32(bcast4(q.add(16 + 4 * h))));
+            }
+        }
+        let dw = _mm512_loadu_ps(p as *const f32);
+        for r in 0..R {
+            let s = _mm512_sub_epi32(isum[r], _mm512_set1_epi32(8 * ys[r].qsum));
+            let d = _mm512_mul_ps(dw, _mm512_set1_ps(ys[r].d));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[r]);
+        }
+    }
+    for r in 0..R {
+        _mm512_storeu_ps(out.add(r * ldo), acc[r]);
+    }
+}
+
+/// AVX2: each 32-byte half of a group is 8 columns. `maddubs` pairs (≤ 2·15·128) summed over
+/// the block's 8 steps stay within i16, so one `madd` per block turns them into i32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize, out: *mut f32, ldo: usize) {
+    let mask = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for b in 0..nb {
+        let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        let ys: [&Act32; R] = std::array::from_fn(|r| acts[r].get_unchecked(b));
+        for half in 0..2 {
+            let mut pairs = [_mm256_setzero_si256(); R];
+            for h in 0..4 {
+                let raw = _mm256_loadu_si256(p.add(64 + 64 * h + 32 * half) as *const __m256i);
+                let lo = _mm256_and_si256(raw, mask);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+                for r in 0..R {
+                    let q = ys[r].qs.as_ptr();
+                    let ylo = _mm256_set1_epi32(bcast4(q.add(4 * h)));
+                    let yhi = _mm256_set1_epi32(bcast4(q.add(16 + 4 * h)));
+                    pairs[r] = _mm256_add_epi16(pairs[r], _mm256_maddubs_epi16(lo, ylo));
+                    pairs[r] = _mm256_add_epi16(pairs[r], _mm256_maddubs_epi16(hi, yhi));
+                }
+            }
+            let dw = _mm256_loadu_ps(p.add(32 * half) as *const f32);
+            for r in 0..R {
+                let isum = _mm256_sub_epi32(_mm256_madd_epi16(pairs[r], ones), _mm256_set1_epi32(8 * ys[r].qsum));
+                let d = _mm256_mul_ps(dw, _mm256_set1_ps(ys[r].d));
+                acc[r][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[r][half]);
+            }
+        }
+    }
+    for r in 0..R {
+        _mm256_storeu_ps(out.add(r * ldo), acc[r][0]);
+        _mm256_storeu_ps(out.add(r * ldo + 8), acc[r][1]);
+    }
+}
