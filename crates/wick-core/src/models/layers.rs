@@ -94,20 +94,7 @@ fn weight(w: Arc<QTensor>) -> Result<Weight> {
     })
 }
 
-/// A row's place in its sequence's share of a step: llama.cpp picks kernels by how many
-/// rows it multiplies at once, so Wick picks them per sequence, as if each sequence ran alone.
-/// That keeps every sequence's numbers independent of what it is batched with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RowPos {
-    /// Tokens this sequence brings to the step.
-    pub seq_len: u32,
-    /// This row's index among them.
-    pub idx: u32,
-}
-
-impl RowPos {
-    pub const SINGLE: RowPos = RowPos { seq_len: 1, idx: 0 };
-}
+pub use crate::ops::RowPos;
 
 /// `y = x Wᵀ (+ b)`: a GGUF weight of ggml dims `{in, out}` with an optional bias `{out}`.
 pub struct Linear {
@@ -141,9 +128,8 @@ impl Linear {
             Weight::Candle(w) => w.forward(&x)?,
             Weight::Ggml(w) => super::ggml_matmul::matmul(&x, w, rows)?,
             Weight::Packed(w) => {
-                let m = x.dim(0)?;
-                let y = w.matmul(&x.flatten_all()?.to_vec1::<f32>()?, m)?;
-                Tensor::from_vec(y, (m, w.dims().0), x.device())?
+                let y = w.matmul(&x.flatten_all()?.to_vec1::<f32>()?, rows)?;
+                Tensor::from_vec(y, (rows.len(), w.dims().0), x.device())?
             }
         };
         Ok(match &self.bias {

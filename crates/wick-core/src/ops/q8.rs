@@ -86,4 +86,3 @@ pub fn quantize_rows<A: Send>(xs: &[f32], k: usize, q: fn(&[f32]) -> Vec<A>) -> 
     });
     out.into_iter().map(|v| v.expect("quantized row")).collect()
 }
-

@@ -27,12 +27,48 @@ macro_rules! by_rows {
 }
 
 mod q4_0;
+mod q4_1;
+mod q4k;
+mod q6k;
+mod q8_0;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 
 use crate::error::{Result, WickError};
 use crate::ops::pool::{self, SyncPtr};
-use crate::ops::q8::{quantize_q8, quantize_rows, Act32};
+use crate::ops::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};
+use crate::ops::RowPos;
+
+/// Most independent integer accumulator chains per row (see `chains`).
+#[cfg(target_arch = "x86_64")]
+const CHAINS: usize = 4;
+
+/// Accumulator chains per row for `R`-row tiles: enough independent `vpdpbusd`s in flight to
+/// cover its latency (≈ 4–5 cycles at one per cycle), without running out of registers.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+const fn chains<const R: usize>() -> usize {
+    match R {
+        1 => 4,
+        2 => 2,
+        _ => 1,
+    }
+}
+
+/// Row r's chains added up (exact: integers).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn sum_chains<const R: usize>(
+    acc: &[[std::arch::x86_64::__m512i; R]; CHAINS],
+    r: usize,
+) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    let mut s = acc[0][r];
+    for c in acc.iter().take(chains::<R>()).skip(1) {
+        s = _mm512_add_epi32(s, c[r]);
+    }
+    s
+}
 
 /// Output columns per panel.
 pub const PANEL: usize = 16;
@@ -82,6 +118,10 @@ fn detected() -> Isa {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Q4_0,
+    Q4K,
+    Q8_0,
+    Q4_1,
+    Q6K,
 }
 
 /// A weight `[n, k]` as panels of `PANEL` columns, each panel `k / block` blocks long; the
@@ -104,6 +144,11 @@ impl PackedWeight {
         }
         let kind = match dtype {
             GgmlDType::Q4_0 => Kind::Q4_0,
+            GgmlDType::Q4K => Kind::Q4K,
+            GgmlDType::Q8_0 => Kind::Q8_0,
+            GgmlDType::Q4_1 => Kind::Q4_1,
+            // Only the AVX-512 kernel exists; elsewhere the row kernel is as fast.
+            GgmlDType::Q6K if isa() == Isa::Avx512Vnni => Kind::Q6K,
             _ => return Ok(None),
         };
         let raw = w.data()?;
@@ -112,6 +157,10 @@ impl PackedWeight {
         }
         let (data, panel_bytes) = match kind {
             Kind::Q4_0 => (q4_0::pack(&raw, n, k), k / 32 * q4_0::BLOCK_BYTES),
+            Kind::Q4K => (q4k::pack(&raw, n, k), k / 256 * q4k::BLOCK_BYTES),
+            Kind::Q8_0 => (q8_0::pack(&raw, n, k), k / 32 * q8_0::BLOCK_BYTES),
+            Kind::Q4_1 => (q4_1::pack(&raw, n, k), k / 32 * q4_1::BLOCK_BYTES),
+            Kind::Q6K => (q6k::pack(&raw, n, k), k / 256 * q6k::BLOCK_BYTES),
         };
         Ok(Some(Self { kind, n, k, data, panel_bytes }))
     }
@@ -120,22 +169,66 @@ impl PackedWeight {
         (self.n, self.k)
     }
 
-    /// `xs`: `m` rows of `k` f32 → `m` rows of `n` f32.
-    pub fn matmul(&self, xs: &[f32], m: usize) -> Result<Vec<f32>> {
-        self.matmul_on(isa(), xs, m)
+    /// `xs`: `rows.len()` rows of `k` f32 → as many rows of `n` f32; `rows[i]` picks the
+    /// kernel row i follows where llama.cpp's differ by row count (see `RowPos`).
+    pub fn matmul(&self, xs: &[f32], rows: &[RowPos]) -> Result<Vec<f32>> {
+        self.matmul_on(isa(), xs, rows)
     }
 
-    fn matmul_on(&self, isa: Isa, xs: &[f32], m: usize) -> Result<Vec<f32>> {
+    fn matmul_on(&self, isa: Isa, xs: &[f32], rows: &[RowPos]) -> Result<Vec<f32>> {
+        let m = rows.len();
         if xs.len() != m * self.k {
-            return Err(WickError::Internal(format!("packed matmul: {} inputs for [{m}, {}]", xs.len(), self.k)));
+            return Err(WickError::Internal(format!(
+                "packed matmul: {} inputs for [{m}, {}]",
+                xs.len(),
+                self.k
+            )));
         }
         let mut y = vec![0f32; m * self.n];
         match self.kind {
+            Kind::Q4K => {
+                let acts = quantize_rows(xs, self.k, quantize_q8k);
+                // ggml's repacked Q4_K runs rows in groups of four through its GEMM (per
+                // sub-block pair) and the remaining `len % 4` through its GEMV (per block).
+                let pairs: Vec<bool> =
+                    rows.iter().map(|p| p.seq_len > 3 && p.idx < p.seq_len - p.seq_len % 4).collect();
+                self.run(m, &mut y, &|panel, r0, n_rows, out, ldo| {
+                    let a: Vec<&[Act256]> = acts[r0..r0 + n_rows].iter().map(|v| &v[..]).collect();
+                    q4k::tile(isa, panel, &a, &pairs[r0..r0 + n_rows], out, ldo)
+                });
+            }
             Kind::Q4_0 => {
                 let acts = quantize_rows(xs, self.k, quantize_q8);
                 self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
                     let a: Vec<&[Act32]> = acts[r0..r0 + rows].iter().map(|v| &v[..]).collect();
                     q4_0::tile(isa, panel, &a, out, ldo)
+                });
+            }
+            Kind::Q8_0 => {
+                let acts = quantize_rows(xs, self.k, q8_0::quantize);
+                self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
+                    q8_0::tile(isa, panel, &acts[r0..r0 + rows], out, ldo)
+                });
+            }
+            Kind::Q6K => {
+                if isa != Isa::Avx512Vnni {
+                    return Err(WickError::Internal("Q6_K panels need AVX-512".into()));
+                }
+                let acts = quantize_rows(xs, self.k, quantize_q8k);
+                self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
+                    let a: Vec<&[Act256]> = acts[r0..r0 + rows].iter().map(|v| &v[..]).collect();
+                    // Safety: AVX-512 checked above; rows of k/256 blocks; the driver owns `out`.
+                    #[cfg(target_arch = "x86_64")]
+                    unsafe {
+                        q6k::tile(panel, &a, out, ldo)
+                    }
+                });
+            }
+            Kind::Q4_1 => {
+                let acts = quantize_rows(xs, self.k, quantize_q8);
+                self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
+                    let a: Vec<&[Act32]> = acts[r0..r0 + rows].iter().map(|v| &v[..]).collect();
+                    q4_1::tile(isa, panel, &a, out, ldo)
                 });
             }
         }
@@ -147,7 +240,13 @@ impl PackedWeight {
     fn run(&self, m: usize, y: &mut [f32], tile: &(dyn Fn(&[u8], usize, usize, *mut f32, usize) + Sync)) {
         let n_panels = self.n.div_ceil(PANEL);
         let threads = pool::global().threads();
-        let tasks = if threads == 1 { 1 } else if m == 1 { threads * 8 } else { threads * 4 };
+        let tasks = if threads == 1 {
+            1
+        } else if m == 1 {
+            threads * 8
+        } else {
+            threads * 4
+        };
         let per = n_panels.div_ceil(tasks).max(1);
         let yp = SyncPtr(y.as_mut_ptr());
         let n = self.n;
@@ -170,7 +269,13 @@ impl PackedWeight {
                             tile(panel, r, rows, part.as_mut_ptr(), PANEL);
                             for i in 0..rows {
                                 // Safety: as above, only the `cols` real columns are written.
-                                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr().add(i * PANEL), out.add(i * n), cols) };
+                                unsafe {
+                                    std::ptr::copy_nonoverlapping(
+                                        part.as_ptr().add(i * PANEL),
+                                        out.add(i * n),
+                                        cols,
+                                    )
+                                };
                             }
                         }
                         r += rows;
@@ -185,7 +290,6 @@ impl PackedWeight {
 mod tests {
     use super::*;
     use crate::models::ggml_matmul;
-    use crate::models::layers::RowPos;
     use candle_core::{Device, Tensor};
 
     fn random(seed: u32, len: usize) -> Vec<f32> {
@@ -209,12 +313,13 @@ mod tests {
             let xs = random(m as u32 + 10, m * k);
             let x = Tensor::from_vec(xs.clone(), (m, k), &dev).unwrap();
             let rows: Vec<RowPos> = (0..m).map(|i| RowPos { seq_len: m as u32, idx: i as u32 }).collect();
-            let want: Vec<f32> = ggml_matmul::matmul(&x, &q, &rows).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let want: Vec<f32> =
+                ggml_matmul::matmul(&x, &q, &rows).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {
-                if isa > detected() {
+                if isa > detected() || (packed.kind == Kind::Q6K && isa != Isa::Avx512Vnni) {
                     continue;
                 }
-                let got = packed.matmul_on(isa, &xs, m).unwrap();
+                let got = packed.matmul_on(isa, &xs, &rows).unwrap();
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     assert_eq!(g.to_bits(), w.to_bits(), "{dtype:?} {isa:?} m={m} output {i}: {g} vs {w}");
                 }
@@ -225,6 +330,38 @@ mod tests {
     #[test]
     fn q4_0_panels_match_the_row_kernel() {
         matches_row_kernel(GgmlDType::Q4_0, 48, 256);
+    }
+
+    #[test]
+    fn q6k_panels_match_the_row_kernel() {
+        if isa() != Isa::Avx512Vnni {
+            return; // not packed without AVX-512
+        }
+        matches_row_kernel(GgmlDType::Q6K, 48, 512);
+        matches_row_kernel(GgmlDType::Q6K, 20, 256);
+    }
+
+    #[test]
+    fn q4k_panels_match_the_row_kernel() {
+        matches_row_kernel(GgmlDType::Q4K, 48, 512);
+        matches_row_kernel(GgmlDType::Q4K, 24, 256);
+    }
+
+    /// Also ragged last panels (8 and 4 real columns) and a long input dimension.
+    #[test]
+    fn q8_0_panels_match_the_row_kernel() {
+        matches_row_kernel(GgmlDType::Q8_0, 48, 256);
+        matches_row_kernel(GgmlDType::Q8_0, 40, 64);
+        matches_row_kernel(GgmlDType::Q8_0, 20, 96);
+        matches_row_kernel(GgmlDType::Q8_0, 16, 1024);
+    }
+
+    #[test]
+    fn q4_1_panels_match_the_row_kernel() {
+        matches_row_kernel(GgmlDType::Q4_1, 48, 256);
+        matches_row_kernel(GgmlDType::Q4_1, 40, 64);
+        matches_row_kernel(GgmlDType::Q4_1, 20, 96);
+        matches_row_kernel(GgmlDType::Q4_1, 16, 1024);
     }
 
     /// A last panel of 8 real columns (the row kernel needs whole groups of 8 for Q4_0).

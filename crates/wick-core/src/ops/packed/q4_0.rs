@@ -90,24 +90,40 @@ unsafe fn bcast4(p: *const i8) -> i32 {
 }
 
 #[cfg(target_arch = "x86_64")]
+use super::{chains, sum_chains, CHAINS};
+
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_vnni<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize, out: *mut f32, ldo: usize) {
     let mask = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..nb {
         let p = panel.as_ptr().add(b * BLOCK_BYTES);
-        let ys: [&Act32; R] = std::array::from_fn(|r| acts[r].get_unchecked(b));
-        let mut isum = [_mm512_setzero_si512(); R];
+        let mut ys = [acts[0].get_unchecked(b); R];
+        for r in 1..R {
+            ys[r] = acts[r].get_unchecked(b);
+        }
+        // Independent accumulator chains so few rows do not wait on `vpdpbusd` latency.
+        let mut lo_sum = [[_mm512_setzero_si512(); R]; CHAINS];
+        let mut hi_sum = [[_mm512_setzero_si512(); R]; CHAINS];
         for h in 0..4 {
+            let ch = h % chains::<R>();
             let raw = _mm512_loadu_si512(p.add(64 + 64 * h) as *const _);
             let lo = _mm512_and_si512(raw, mask);
             let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
             for r in 0..R {
                 let q = ys[r].qs.as_ptr();
-                isum[r] = _mm512_dpbusd_epi32(isum[r], lo, _mm512_set1_epi32(bcast4(q.add(4 * h))));
-                isum[r] = _mm512_dpbusd_epi32(isum[r], hi, _mm512_set1_epi32(bcast4(q.add(16 + 4 * h))));
+                lo_sum[ch][r] =
+                    _mm512_dpbusd_epi32(lo_sum[ch][r], lo, _mm512_set1_epi32(bcast4(q.add(4 * h))));
+                hi_sum[ch][r] =
+                    _mm512_dpbusd_epi32(hi_sum[ch][r], hi, _mm512_set1_epi32(bcast4(q.add(16 + 4 * h))));
             }
         }
+        let mut isum_v = [_mm512_setzero_si512(); R];
+        for r in 0..R {
+            isum_v[r] = _mm512_add_epi32(sum_chains::<R>(&lo_sum, r), sum_chains::<R>(&hi_sum, r));
+        }
+        let isum = isum_v;
         let dw = _mm512_loadu_ps(p as *const f32);
         for r in 0..R {
             let s = _mm512_sub_epi32(isum[r], _mm512_set1_epi32(8 * ys[r].qsum));
@@ -130,7 +146,10 @@ unsafe fn tile_avx2<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     for b in 0..nb {
         let p = panel.as_ptr().add(b * BLOCK_BYTES);
-        let ys: [&Act32; R] = std::array::from_fn(|r| acts[r].get_unchecked(b));
+        let mut ys = [acts[0].get_unchecked(b); R];
+        for r in 1..R {
+            ys[r] = acts[r].get_unchecked(b);
+        }
         for half in 0..2 {
             let mut pairs = [_mm256_setzero_si256(); R];
             for h in 0..4 {
@@ -147,7 +166,8 @@ unsafe fn tile_avx2<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize
             }
             let dw = _mm256_loadu_ps(p.add(32 * half) as *const f32);
             for r in 0..R {
-                let isum = _mm256_sub_epi32(_mm256_madd_epi16(pairs[r], ones), _mm256_set1_epi32(8 * ys[r].qsum));
+                let isum =
+                    _mm256_sub_epi32(_mm256_madd_epi16(pairs[r], ones), _mm256_set1_epi32(8 * ys[r].qsum));
                 let d = _mm256_mul_ps(dw, _mm256_set1_ps(ys[r].d));
                 acc[r][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[r][half]);
             }

@@ -1,0 +1,195 @@
+//! Q4_1 panels. Per block of 32 inputs, a panel holds the 16 columns' scales `d` and mins `m`
+//! as f32 (2 × 64 bytes), then four 64-byte groups as Q4_0's: group h has, for column c,
+//! bytes 4c..4c+4 = the block's quant bytes 4h..4h+4 (low nibbles: elements 4h..4h+4, ggml's
+//! lane h; high nibbles: elements 16+4h..16+4h+4, lane 4+h).
+//!
+//! Per output, as `ggml_matmul::dot_q4_1` (`ggml_vec_dot_q4_1_q8_1`): 8 float lanes, lane l
+//! of block b gets `acc_l = fma(dy·dw, float(Σ_{t<4} q[4l+t]·y[4l+t]), acc_l)`, the m·s terms
+//! go to `summs = fma(m, s, summs)`, and the output is ggml's 8-lane tree sum plus `summs`.
+//! The nibbles are unsigned, so `vpdpbusd` takes them as they are.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::{Isa, PANEL};
+use crate::ops::q8::Act32;
+
+/// Bytes of one block of one panel.
+pub const BLOCK_BYTES: usize = 8 * PANEL + 4 * 64;
+const QUANTS: usize = 8 * PANEL;
+
+/// GGUF Q4_1 rows (`n` rows of `k / 32` blocks of 20 bytes) → panels.
+pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
+    let nb = k / 32;
+    let row_bytes = nb * 20;
+    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * BLOCK_BYTES];
+    for (p, panel) in out.chunks_exact_mut(nb * BLOCK_BYTES).enumerate() {
+        for (b, dst) in panel.chunks_exact_mut(BLOCK_BYTES).enumerate() {
+            for c in 0..PANEL.min(n - p * PANEL) {
+                let blk = &raw[(p * PANEL + c) * row_bytes + b * 20..][..20];
+                let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                let m = f16::from_le_bytes([blk[2], blk[3]]).to_f32();
+                dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
+                dst[64 + 4 * c..64 + 4 * c + 4].copy_from_slice(&m.to_le_bytes());
+                for h in 0..4 {
+                    dst[QUANTS + 64 * h + 4 * c..][..4].copy_from_slice(&blk[4 + 4 * h..4 + 4 * h + 4]);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
+pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act32]], out: *mut f32, ldo: usize) {
+    let nb = panel.len() / BLOCK_BYTES;
+    debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8);
+    // Safety (both SIMD arms): `isa` comes from `packed::isa()`, so the features are present;
+    // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
+    #[cfg(target_arch = "x86_64")]
+    match isa {
+        Isa::Avx512Vnni => {
+            // Two rows: 16 lane accumulators, 2 m·s sums, 2 scales, the unpacked nibbles and
+            // temporaries in 32 zmm.
+            for (i, rows) in acts.chunks(2).enumerate() {
+                let o = unsafe { out.add(2 * i * ldo) };
+                match rows.len() {
+                    1 => unsafe { tile_vnni::<1>([rows[0]], panel, nb, o, ldo) },
+                    _ => unsafe { tile_vnni::<2>([rows[0], rows[1]], panel, nb, o, ldo) },
+                }
+            }
+            return;
+        }
+        Isa::Avx2 => {
+            for (r, a) in acts.iter().enumerate() {
+                for half in 0..2 {
+                    unsafe { tile_avx2(a, panel, nb, half, out.add(r * ldo + 8 * half)) }
+                }
+            }
+            return;
+        }
+        Isa::Scalar => {}
+    }
+    tile_scalar(panel, nb, acts, out, ldo)
+}
+
+fn f32_at(b: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes(b[i..i + 4].try_into().unwrap())
+}
+
+fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: usize) {
+    for (r, a) in acts.iter().enumerate() {
+        let mut acc = [[0f32; 8]; PANEL];
+        let mut summs = [0f32; PANEL];
+        for (b, blk) in panel.chunks_exact(BLOCK_BYTES).take(nb).enumerate() {
+            let y = &a[b];
+            for c in 0..PANEL {
+                summs[c] = f32_at(blk, 64 + 4 * c).mul_add(y.s, summs[c]);
+                let d = y.d * f32_at(blk, 4 * c);
+                for (l, acc) in acc[c].iter_mut().enumerate() {
+                    let mut s = 0i32;
+                    for t in 0..4 {
+                        let byte = blk[QUANTS + 64 * (l % 4) + 4 * c + t];
+                        let q = if l < 4 { byte & 0x0F } else { byte >> 4 };
+                        s += q as i32 * y.qs[4 * l + t] as i32;
+                    }
+                    *acc = d.mul_add(s as f32, *acc);
+                }
+            }
+        }
+        for c in 0..PANEL {
+            let a = acc[c];
+            let h = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
+            // Safety: the caller owns out[r·ldo..r·ldo + 16].
+            unsafe { *out.add(r * ldo + c) = ((h[0] + h[2]) + (h[1] + h[3])) + summs[c] };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn bcast4(p: *const i8) -> i32 {
+    std::ptr::read_unaligned(p as *const i32)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_vnni<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize, out: *mut f32, ldo: usize) {
+    let mask = _mm512_set1_epi8(0x0F);
+    let mut acc = [[_mm512_setzero_ps(); 8]; R];
+    let mut summs = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        let mut ys = [acts[0].get_unchecked(b); R];
+        for r in 1..R {
+            ys[r] = acts[r].get_unchecked(b);
+        }
+        let dw = _mm512_loadu_ps(p as *const f32);
+        let mw = _mm512_loadu_ps(p.add(64) as *const f32);
+        let mut d = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            summs[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ys[r].s), summs[r]);
+            d[r] = _mm512_mul_ps(_mm512_set1_ps(ys[r].d), dw);
+        }
+        for h in 0..4 {
+            let raw = _mm512_loadu_si512(p.add(QUANTS + 64 * h) as *const _);
+            for (l, q) in
+                [(h, _mm512_and_si512(raw, mask)), (4 + h, _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask))]
+            {
+                for r in 0..R {
+                    // 4 products ≤ 15·128 each: exact in i32.
+                    let y = _mm512_set1_epi32(bcast4(ys[r].qs.as_ptr().add(4 * l)));
+                    let s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, y);
+                    acc[r][l] = _mm512_fmadd_ps(d[r], _mm512_cvtepi32_ps(s), acc[r][l]);
+                }
+            }
+        }
+    }
+    for r in 0..R {
+        let a = &acc[r];
+        let mut h_v = [_mm512_setzero_ps(); 4];
+        for i in 0..4 {
+            h_v[i] = _mm512_add_ps(a[4 + i], a[i]);
+        }
+        let h = h_v;
+        let sum = _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3]));
+        _mm512_storeu_ps(out.add(r * ldo), _mm512_add_ps(sum, summs[r]));
+    }
+}
+
+/// AVX2, one row and 8 columns (`half` of the panel): 8 lane accumulators. `maddubs` pairs
+/// (≤ 2·15·128) fit i16; one `madd` per lane turns them into the lane's i32 sum.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2(a: &[Act32], panel: &[u8], nb: usize, half: usize, out: *mut f32) {
+    let mask = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let mut summs = _mm256_setzero_ps();
+    for b in 0..nb {
+        let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        let y = a.get_unchecked(b);
+        let mw = _mm256_loadu_ps(p.add(64 + 32 * half) as *const f32);
+        summs = _mm256_fmadd_ps(mw, _mm256_set1_ps(y.s), summs);
+        let d = _mm256_mul_ps(_mm256_set1_ps(y.d), _mm256_loadu_ps(p.add(32 * half) as *const f32));
+        for h in 0..4 {
+            let raw = _mm256_loadu_si256(p.add(QUANTS + 64 * h + 32 * half) as *const __m256i);
+            for (l, q) in
+                [(h, _mm256_and_si256(raw, mask)), (4 + h, _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask))]
+            {
+                let yv = _mm256_set1_epi32(bcast4(y.qs.as_ptr().add(4 * l)));
+                let s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), ones);
+                acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[l]);
+            }
+        }
+    }
+    let mut h_v = [_mm256_setzero_ps(); 4];
+    for i in 0..4 {
+        h_v[i] = _mm256_add_ps(acc[4 + i], acc[i]);
+    }
+    let h = h_v;
+    let sum = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
+    _mm256_storeu_ps(out, _mm256_add_ps(sum, summs));
+}

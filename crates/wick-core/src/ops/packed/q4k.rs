@@ -1,0 +1,360 @@
+//! Q4_K panels. Per block of 256 inputs (8 sub-blocks of 32), a panel holds for its 16 columns:
+//! `d` and `dmin` as f32 (2 × 64 bytes), the 6-bit sub-block scales as bytes `[j][c]` (128),
+//! the mins of each sub-block pair p as i16 pairs `(m[2p], m[2p+1])` per column (4 × 64), then
+//! 32 groups of 64 bytes: group (p, t) has, for column c, bytes 4c..4c+4 = the block's quant
+//! bytes 32p+4t..+4 (low nibbles: sub-block 2p elements 4t..4t+4; high: sub-block 2p+1).
+//!
+//! Per output and block, as `ggml_matmul::dot_q4k` (ggml's repacked Q4_K GEMM / GEMV):
+//! `isum_j = s_j·Σ q·y`, `imin_j = m_j·Σ y` over sub-block j (exact); the GEMM rows fold each
+//! pair of sub-blocks with `acc = fma(float(isum), d·dy, acc)` (and the same for the mins with
+//! dmin), the GEMV rows the whole block at once; the output is `acc − acc_min`.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::{Isa, PANEL};
+use crate::ops::q8::Act256;
+
+const SCALES: usize = 2 * 4 * PANEL;
+const MINS: usize = SCALES + 8 * PANEL;
+const QUANTS: usize = MINS + 4 * 4 * PANEL;
+/// Bytes of one block of one panel.
+pub const BLOCK_BYTES: usize = QUANTS + 32 * 64;
+
+/// Scale and min of sub-block `j` from the 12 packed bytes (ggml's `get_scale_min_k4`).
+fn scale_min(sc: &[u8], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (sc[j] & 63, sc[j + 4] & 63)
+    } else {
+        ((sc[j + 4] & 0x0F) | ((sc[j - 4] >> 6) << 4), (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4))
+    }
+}
+
+/// GGUF Q4_K rows (`n` rows of `k / 256` blocks of 144 bytes) → panels.
+pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
+    let nb = k / 256;
+    let row_bytes = nb * 144;
+    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * BLOCK_BYTES];
+    for (p, panel) in out.chunks_exact_mut(nb * BLOCK_BYTES).enumerate() {
+        for (b, dst) in panel.chunks_exact_mut(BLOCK_BYTES).enumerate() {
+            for c in 0..PANEL.min(n - p * PANEL) {
+                let blk = &raw[(p * PANEL + c) * row_bytes + b * 144..][..144];
+                let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                let dmin = f16::from_le_bytes([blk[2], blk[3]]).to_f32();
+                dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
+                dst[64 + 4 * c..64 + 4 * c + 4].copy_from_slice(&dmin.to_le_bytes());
+                let sm: [(u8, u8); 8] = std::array::from_fn(|j| scale_min(&blk[4..16], j));
+                for (j, &(s, _)) in sm.iter().enumerate() {
+                    dst[SCALES + PANEL * j + c] = s;
+                }
+                for q in 0..4 {
+                    let at = MINS + 64 * q + 4 * c;
+                    dst[at..at + 2].copy_from_slice(&(sm[2 * q].1 as i16).to_le_bytes());
+                    dst[at + 2..at + 4].copy_from_slice(&(sm[2 * q + 1].1 as i16).to_le_bytes());
+                }
+                for g in 0..32 {
+                    dst[QUANTS + 64 * g + 4 * c..][..4].copy_from_slice(&blk[16 + 4 * g..16 + 4 * g + 4]);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`; `pairs[r]`: whether
+/// row r folds per sub-block pair (ggml's GEMM) or per block (GEMV).
+pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {
+    let nb = panel.len() / BLOCK_BYTES;
+    debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8 && pairs.len() == acts.len());
+    // Safety (both SIMD arms): `isa` comes from `packed::isa()`, so the features are present;
+    // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
+    #[cfg(target_arch = "x86_64")]
+    match isa {
+        // Four rows at a time: each row needs six registers per step.
+        Isa::Avx512Vnni => {
+            for (i, four) in acts.chunks(4).enumerate() {
+                unsafe { by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo) }
+            }
+            return;
+        }
+        Isa::Avx2 => {
+            for (i, four) in acts.chunks(4).enumerate() {
+                unsafe { by_rows!(tile_avx2, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo) }
+            }
+            return;
+        }
+        Isa::Scalar => {}
+    }
+    tile_scalar(panel, nb, acts, pairs, out, ldo)
+}
+
+fn f32_at(b: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes(b[i..i + 4].try_into().unwrap())
+}
+
+/// The float steps shared by every instruction set, on one column's integer sums.
+#[inline(always)]
+fn fold(
+    pair: bool,
+    isum: [i32; 4],
+    imin: [i32; 4],
+    d: f32,
+    dmin: f32,
+    dy: f32,
+    acc: &mut f32,
+    acc_min: &mut f32,
+) {
+    if pair {
+        for p in 0..4 {
+            *acc = (isum[p] as f32).mul_add(d * dy, *acc);
+            *acc_min = (imin[p] as f32).mul_add(dmin * dy, *acc_min);
+        }
+    } else {
+        *acc = (isum.iter().sum::<i32>() as f32).mul_add(d * dy, *acc);
+        *acc_min = (imin.iter().sum::<i32>() as f32).mul_add(dmin * dy, *acc_min);
+    }
+}
+
+fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {
+    for (r, a) in acts.iter().enumerate() {
+        let (mut acc, mut acc_min) = ([0f32; PANEL], [0f32; PANEL]);
+        for (b, blk) in panel.chunks_exact(BLOCK_BYTES).take(nb).enumerate() {
+            let y = &a[b];
+            for c in 0..PANEL {
+                let (mut isum, mut imin) = ([0i32; 4], [0i32; 4]);
+                for p in 0..4 {
+                    let (mut even, mut odd) = (0i32, 0i32);
+                    for t in 0..8 {
+                        for u in 0..4 {
+                            let q = blk[QUANTS + 64 * (8 * p + t) + 4 * c + u];
+                            even += (q & 0x0F) as i32 * y.qs[64 * p + 4 * t + u] as i32;
+                            odd += (q >> 4) as i32 * y.qs[64 * p + 32 + 4 * t + u] as i32;
+                        }
+                    }
+                    let s = |j: usize| blk[SCALES + PANEL * j + c] as i32;
+                    isum[p] = s(2 * p) * even + s(2 * p + 1) * odd;
+                    let m = |h: usize| {
+                        i16::from_le_bytes([
+                            blk[MINS + 64 * p + 4 * c + 2 * h],
+                            blk[MINS + 64 * p + 4 * c + 2 * h + 1],
+                        ]) as i32
+                    };
+                    imin[p] = m(0) * y.sums[2 * p] + m(1) * y.sums[2 * p + 1];
+                }
+                fold(
+                    pairs[r],
+                    isum,
+                    imin,
+                    f32_at(blk, 4 * c),
+                    f32_at(blk, 64 + 4 * c),
+                    y.d,
+                    &mut acc[c],
+                    &mut acc_min[c],
+                );
+            }
+        }
+        for c in 0..PANEL {
+            // Safety: the caller owns out[r·ldo..r·ldo + 16].
+            unsafe { *out.add(r * ldo + c) = acc[c] - acc_min[c] };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn bcast4(p: *const i8) -> i32 {
+    std::ptr::read_unaligned(p as *const i32)
+}
+
+/// The two sub-block sums of a q8_K block pair as one i16 pair (|Σ| ≤ 32·127 fits i16).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn sum_pair(y: &Act256, p: usize) -> i32 {
+    (y.sums[2 * p] as i16 as u16 as i32) | ((y.sums[2 * p + 1] as i16 as i32) << 16)
+}
+
+#[cfg(target_arch = "x86_64")]
+use super::{chains, sum_chains, CHAINS};
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_vnni<const R: usize>(
+    acts: [&[Act256]; R],
+    pairs: &[bool],
+    panel: &[u8],
+    nb: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    let mask = _mm512_set1_epi8(0x0F);
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut acc_min = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        let blk = panel.as_ptr().add(b * BLOCK_BYTES);
+        let mut ys = [acts[0].get_unchecked(b); R];
+        for r in 1..R {
+            ys[r] = acts[r].get_unchecked(b);
+        }
+        let d = _mm512_loadu_ps(blk as *const f32);
+        let dmin = _mm512_loadu_ps(blk.add(64) as *const f32);
+        let mut dd_v = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            dd_v[r] = _mm512_mul_ps(d, _mm512_set1_ps(ys[r].d));
+        }
+        let dd = dd_v;
+        let mut dm_v = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            dm_v[r] = _mm512_mul_ps(dmin, _mm512_set1_ps(ys[r].d));
+        }
+        let dm = dm_v;
+        let mut is_tot = [_mm512_setzero_si512(); R];
+        let mut im_tot = [_mm512_setzero_si512(); R];
+        for p in 0..4 {
+            // Independent accumulator chains so few rows do not wait on `vpdpbusd` latency.
+            let mut even = [[_mm512_setzero_si512(); R]; CHAINS];
+            let mut odd = [[_mm512_setzero_si512(); R]; CHAINS];
+            for t in 0..8 {
+                let ch = t % chains::<R>();
+                let raw = _mm512_loadu_si512(blk.add(QUANTS + 64 * (8 * p + t)) as *const _);
+                let lo = _mm512_and_si512(raw, mask);
+                let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+                for r in 0..R {
+                    let q = ys[r].qs.as_ptr().add(64 * p + 4 * t);
+                    even[ch][r] = _mm512_dpbusd_epi32(even[ch][r], lo, _mm512_set1_epi32(bcast4(q)));
+                    odd[ch][r] = _mm512_dpbusd_epi32(odd[ch][r], hi, _mm512_set1_epi32(bcast4(q.add(32))));
+                }
+            }
+            let mut even_v = [_mm512_setzero_si512(); R];
+            for r in 0..R {
+                even_v[r] = sum_chains::<R>(&even, r);
+            }
+            let even = even_v;
+            let mut odd_v = [_mm512_setzero_si512(); R];
+            for r in 0..R {
+                odd_v[r] = sum_chains::<R>(&odd, r);
+            }
+            let odd = odd_v;
+            let s_even =
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(SCALES + PANEL * 2 * p) as *const __m128i));
+            let s_odd = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                blk.add(SCALES + PANEL * (2 * p + 1)) as *const __m128i
+            ));
+            let mins = _mm512_loadu_si512(blk.add(MINS + 64 * p) as *const _);
+            for r in 0..R {
+                let isum =
+                    _mm512_add_epi32(_mm512_mullo_epi32(even[r], s_even), _mm512_mullo_epi32(odd[r], s_odd));
+                let imin = _mm512_madd_epi16(mins, _mm512_set1_epi32(sum_pair(ys[r], p)));
+                if *pairs.get_unchecked(r) {
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd[r], acc[r]);
+                    acc_min[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dm[r], acc_min[r]);
+                } else {
+                    is_tot[r] = _mm512_add_epi32(is_tot[r], isum);
+                    im_tot[r] = _mm512_add_epi32(im_tot[r], imin);
+                }
+            }
+        }
+        for r in 0..R {
+            if !*pairs.get_unchecked(r) {
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is_tot[r]), dd[r], acc[r]);
+                acc_min[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im_tot[r]), dm[r], acc_min[r]);
+            }
+        }
+    }
+    for r in 0..R {
+        _mm512_storeu_ps(out.add(r * ldo), _mm512_sub_ps(acc[r], acc_min[r]));
+    }
+}
+
+/// AVX2: each 32-byte half of a group is 8 columns; `maddubs` pairs (≤ 2·15·127) summed over
+/// a sub-block's 8 steps stay within i16 (≤ 30480), one `madd` per sub-block makes them i32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2<const R: usize>(
+    acts: [&[Act256]; R],
+    pairs: &[bool],
+    panel: &[u8],
+    nb: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    let mask = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    let mut acc_min = [[_mm256_setzero_ps(); 2]; R];
+    for b in 0..nb {
+        let blk = panel.as_ptr().add(b * BLOCK_BYTES);
+        let mut ys = [acts[0].get_unchecked(b); R];
+        for r in 1..R {
+            ys[r] = acts[r].get_unchecked(b);
+        }
+        for half in 0..2 {
+            let d = _mm256_loadu_ps(blk.add(32 * half) as *const f32);
+            let dmin = _mm256_loadu_ps(blk.add(64 + 32 * half) as *const f32);
+            let mut dd_v = [_mm256_setzero_ps(); R];
+            for r in 0..R {
+                dd_v[r] = _mm256_mul_ps(d, _mm256_set1_ps(ys[r].d));
+            }
+            let dd = dd_v;
+            let mut dm_v = [_mm256_setzero_ps(); R];
+            for r in 0..R {
+                dm_v[r] = _mm256_mul_ps(dmin, _mm256_set1_ps(ys[r].d));
+            }
+            let dm = dm_v;
+            let mut is_tot = [_mm256_setzero_si256(); R];
+            let mut im_tot = [_mm256_setzero_si256(); R];
+            for p in 0..4 {
+                let mut even = [_mm256_setzero_si256(); R];
+                let mut odd = [_mm256_setzero_si256(); R];
+                for t in 0..8 {
+                    let raw =
+                        _mm256_loadu_si256(blk.add(QUANTS + 64 * (8 * p + t) + 32 * half) as *const __m256i);
+                    let lo = _mm256_and_si256(raw, mask);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+                    for r in 0..R {
+                        let q = ys[r].qs.as_ptr().add(64 * p + 4 * t);
+                        even[r] =
+                            _mm256_add_epi16(even[r], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(bcast4(q))));
+                        odd[r] = _mm256_add_epi16(
+                            odd[r],
+                            _mm256_maddubs_epi16(hi, _mm256_set1_epi32(bcast4(q.add(32)))),
+                        );
+                    }
+                }
+                let sc = |j: usize| {
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                        blk.add(SCALES + PANEL * j + 8 * half) as *const __m128i
+                    ))
+                };
+                let (s_even, s_odd) = (sc(2 * p), sc(2 * p + 1));
+                let mins = _mm256_loadu_si256(blk.add(MINS + 64 * p + 32 * half) as *const __m256i);
+                for r in 0..R {
+                    let e = _mm256_mullo_epi32(_mm256_madd_epi16(even[r], ones), s_even);
+                    let o = _mm256_mullo_epi32(_mm256_madd_epi16(odd[r], ones), s_odd);
+                    let isum = _mm256_add_epi32(e, o);
+                    let imin = _mm256_madd_epi16(mins, _mm256_set1_epi32(sum_pair(ys[r], p)));
+                    let (a, am) = (&mut acc[r][half], &mut acc_min[r][half]);
+                    if *pairs.get_unchecked(r) {
+                        *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd[r], *a);
+                        *am = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), dm[r], *am);
+                    } else {
+                        is_tot[r] = _mm256_add_epi32(is_tot[r], isum);
+                        im_tot[r] = _mm256_add_epi32(im_tot[r], imin);
+                    }
+                }
+            }
+            for r in 0..R {
+                if !*pairs.get_unchecked(r) {
+                    let (a, am) = (&mut acc[r][half], &mut acc_min[r][half]);
+                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is_tot[r]), dd[r], *a);
+                    *am = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im_tot[r]), dm[r], *am);
+                }
+            }
+        }
+    }
+    for r in 0..R {
+        _mm256_storeu_ps(out.add(r * ldo), _mm256_sub_ps(acc[r][0], acc_min[r][0]));
+        _mm256_storeu_ps(out.add(r * ldo + 8), _mm256_sub_ps(acc[r][1], acc_min[r][1]));
+    }
+}

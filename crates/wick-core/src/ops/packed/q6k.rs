@@ -1,0 +1,151 @@
+//! Q6_K panels (AVX-512 only: elsewhere Q6_K weights stay on `ggml_matmul`'s row kernel).
+//!
+//! `ggml_vec_dot_q6_K_q8_K` keeps 8 float lanes per output, so here a 512-bit register holds
+//! a pair of columns × 8 lanes. Per block of 256 inputs, the panel holds for each of its 8
+//! column pairs: the quant bytes as 6 groups of 64 (`[n][ql lo | ql hi | qh][column][32]`,
+//! n = half of the block), both columns' 16 scales (32 bytes) and their `d` as f32 (8 bytes).
+//!
+//! Per output and block, as `ggml_matmul::dot_q6k`: lane l gets the exact integer
+//! `Σ_c s·Σ q·y − 32·(Σ bsum·s)` (chunks c of 32 values, 4 values per lane), then
+//! `acc_l = fma(dy·dx, float(lane), acc_l)`; at the end ggml's 8-lane tree sum.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::PANEL;
+#[cfg(target_arch = "x86_64")]
+use crate::ops::q8::Act256;
+
+const PAIR_QUANTS: usize = 6 * 64;
+const PAIR_BYTES: usize = PAIR_QUANTS + 32 + 8;
+/// Bytes of one block of one panel.
+pub const BLOCK_BYTES: usize = PANEL / 2 * PAIR_BYTES;
+
+/// GGUF Q6_K rows (`n` rows of `k / 256` blocks of 210 bytes: ql[128], qh[64], scales[16], d)
+/// → panels.
+pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
+    let nb = k / 256;
+    let row_bytes = nb * 210;
+    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * BLOCK_BYTES];
+    for (p, panel) in out.chunks_exact_mut(nb * BLOCK_BYTES).enumerate() {
+        for (b, dst) in panel.chunks_exact_mut(BLOCK_BYTES).enumerate() {
+            for c in 0..PANEL.min(n - p * PANEL) {
+                let blk = &raw[(p * PANEL + c) * row_bytes + b * 210..][..210];
+                let pair = &mut dst[(c / 2) * PAIR_BYTES..][..PAIR_BYTES];
+                let side = c % 2;
+                for h in 0..2 {
+                    let srcs = [
+                        &blk[64 * h..64 * h + 32],
+                        &blk[64 * h + 32..64 * h + 64],
+                        &blk[128 + 32 * h..128 + 32 * h + 32],
+                    ];
+                    for (g, src) in srcs.into_iter().enumerate() {
+                        pair[(3 * h + g) * 64 + 32 * side..][..32].copy_from_slice(src);
+                    }
+                }
+                pair[PAIR_QUANTS + 16 * side..][..16].copy_from_slice(&blk[192..208]);
+                let d = f16::from_le_bytes([blk[208], blk[209]]).to_f32();
+                pair[PAIR_QUANTS + 32 + 4 * side..][..4].copy_from_slice(&d.to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
+///
+/// # Safety
+/// Needs AVX-512 F/BW (`packed::isa()` ≥ `Avx512Vnni`); every activation row has
+/// `panel.len() / BLOCK_BYTES` blocks; the caller owns out[r·ldo..+16] for each row.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn tile(panel: &[u8], acts: &[&[Act256]], out: *mut f32, ldo: usize) {
+    let nb = panel.len() / BLOCK_BYTES;
+    for (i, four) in acts.chunks(4).enumerate() {
+        by_rows!(tile_avx512, four, panel, nb, out.add(4 * i * ldo), ldo)
+    }
+}
+
+/// ggml's `hsum_float_8` on each 256-bit half.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn hsum8(v: __m256) -> f32 {
+    let r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn tile_avx512<const R: usize>(
+    acts: [&[Act256]; R],
+    panel: &[u8],
+    nb: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    let (m15, m3) = (_mm512_set1_epi8(15), _mm512_set1_epi8(3));
+    // Lanes of chunk c's scale vector: s[2c] for each column's first 16 values, s[2c+1] next.
+    let idx: [__m512i; 8] = std::array::from_fn(|c| {
+        let v: [i16; 32] = std::array::from_fn(|i| (16 * (i / 16) + 2 * c + (i % 16) / 8) as i16);
+        _mm512_loadu_si512(v.as_ptr() as *const _)
+    });
+    let d_idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for pair in 0..PANEL / 2 {
+        let mut acc = [_mm512_setzero_ps(); R];
+        for b in 0..nb {
+            let p = panel.as_ptr().add(b * BLOCK_BYTES + pair * PAIR_BYTES);
+            let mut q = [_mm512_setzero_si512(); 8];
+            for h in 0..2 {
+                let l1 = _mm512_loadu_si512(p.add(3 * h * 64) as *const _);
+                let l2 = _mm512_loadu_si512(p.add((3 * h + 1) * 64) as *const _);
+                let hb = _mm512_loadu_si512(p.add((3 * h + 2) * 64) as *const _);
+                // 16-bit shifts leak the neighbour byte's bits only above the masks.
+                let top = |v: __m512i| _mm512_slli_epi16(_mm512_and_si512(v, m3), 4);
+                q[4 * h] = _mm512_or_si512(_mm512_and_si512(l1, m15), top(hb));
+                q[4 * h + 1] = _mm512_or_si512(_mm512_and_si512(l2, m15), top(_mm512_srli_epi16(hb, 2)));
+                q[4 * h + 2] = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16(l1, 4), m15),
+                    top(_mm512_srli_epi16(hb, 4)),
+                );
+                q[4 * h + 3] = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16(l2, 4), m15),
+                    top(_mm512_srli_epi16(hb, 6)),
+                );
+            }
+            let sc16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(p.add(PAIR_QUANTS) as *const __m256i));
+            let mut scv_v = [_mm512_setzero_si512(); 8];
+            for c in 0..8 {
+                scv_v[c] = _mm512_permutexvar_epi16(idx[c], sc16);
+            }
+            let scv = scv_v;
+            let dx = _mm512_permutexvar_ps(
+                d_idx,
+                _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64(
+                    p.add(PAIR_QUANTS + 32) as *const __m128i
+                ))),
+            );
+            for r in 0..R {
+                let y = acts[r].get_unchecked(b);
+                let mut sumi = _mm512_setzero_si512();
+                for c in 0..8 {
+                    let yv = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                        y.qs.as_ptr().add(32 * c) as *const __m256i
+                    ));
+                    // 63·127·2 fits the i16 pairs of maddubs.
+                    sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(scv[c], _mm512_maddubs_epi16(q[c], yv)));
+                }
+                let bs = _mm512_broadcast_i64x4(_mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i));
+                let off = _mm512_slli_epi32(_mm512_madd_epi16(bs, sc16), 5);
+                sumi = _mm512_sub_epi32(sumi, off);
+                let d = _mm512_mul_ps(_mm512_set1_ps(y.d), dx);
+                acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi), acc[r]);
+            }
+        }
+        for r in 0..R {
+            *out.add(r * ldo + 2 * pair) = hsum8(_mm512_castps512_ps256(acc[r]));
+            *out.add(r * ldo + 2 * pair + 1) = hsum8(_mm512_extractf32x8_ps(acc[r], 1));
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Q8_0 panels. Per block of 32 inputs, a panel holds the 16 columns' scales as f32 (64 bytes),
+//! then eight 64-byte groups: group l has, for column c, bytes 4c..4c+4 = the block's quants
+//! 4l..4l+4 with the sign bit flipped (`q + 128` as u8, the unsigned operand of `vpdpbusd`).
+//! One group is one of ggml's 8 lanes for 16 columns (`vpdpbusd` lanes = columns).
+//!
+//! Per output, as `ggml_matmul::dot_q8_0` (`ggml_vec_dot_q8_0_q8_0`): 8 float lanes, lane l
+//! of block b gets `acc_l = fma(dw·dy, float(Σ_{t<4} q[4l+t]·y[4l+t]), acc_l)`, then ggml's
+//! 8-lane tree sum. The integer lane sums are exact: with unsigned weights,
+//! `Σ (q+128)·y − 128·Σ y`, the second term precomputed per activation block and lane
+//! (`Act::off`) and used as the `vpdpbusd` accumulator's starting value.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::{Isa, PANEL};
+use crate::ops::q8::{quantize_q8, Act32};
+
+/// Bytes of one block of one panel.
+pub const BLOCK_BYTES: usize = 4 * PANEL + 8 * 64;
+
+/// A q8_0 activation block with `off[l] = −128·Σ_{t<4} y[4l+t]`.
+pub struct Act {
+    pub a: Act32,
+    pub off: [i32; 8],
+}
+
+/// One activation row (`k` values) → q8_0 blocks with their lane offsets.
+pub fn quantize(x: &[f32]) -> Vec<Act> {
+    quantize_q8(x)
+        .into_iter()
+        .map(|a| {
+            let off =
+                std::array::from_fn(|l| -128 * a.qs[4 * l..4 * l + 4].iter().map(|&q| q as i32).sum::<i32>());
+            Act { a, off }
+        })
+        .collect()
+}
+
+/// GGUF Q8_0 rows (`n` rows of `k / 32` blocks of 34 bytes) → panels.
+pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
+    let nb = k / 32;
+    let row_bytes = nb * 34;
+    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * BLOCK_BYTES];
+    for (p, panel) in out.chunks_exact_mut(nb * BLOCK_BYTES).enumerate() {
+        for (b, dst) in panel.chunks_exact_mut(BLOCK_BYTES).enumerate() {
+            for c in 0..PANEL.min(n - p * PANEL) {
+                let blk = &raw[(p * PANEL + c) * row_bytes + b * 34..][..34];
+                let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
+                for l in 0..8 {
+                    for t in 0..4 {
+                        dst[64 + 64 * l + 4 * c + t] = blk[2 + 4 * l + t] ^ 0x80;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
+pub fn tile(isa: Isa, panel: &[u8], acts: &[Vec<Act>], out: *mut f32, ldo: usize) {
+    let nb = panel.len() / BLOCK_BYTES;
+    debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8);
+    // Safety (both SIMD arms): `isa` comes from `packed::isa()`, so the features are present;
+    // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
+    #[cfg(target_arch = "x86_64")]
+    match isa {
+        Isa::Avx512Vnni => {
+            // Three rows: 24 accumulators, 3 scales, a weight group and temporaries in 32 zmm.
+            for (i, rows) in acts.chunks(3).enumerate() {
+                let a = |j: usize| &rows[j][..];
+                let o = unsafe { out.add(3 * i * ldo) };
+                match rows.len() {
+                    1 => unsafe { tile_vnni::<1>([a(0)], panel, nb, o, ldo) },
+                    2 => unsafe { tile_vnni::<2>([a(0), a(1)], panel, nb, o, ldo) },
+                    _ => unsafe { tile_vnni::<3>([a(0), a(1), a(2)], panel, nb, o, ldo) },
+                }
+            }
+            return;
+        }
+        Isa::Avx2 => {
+            for (r, a) in acts.iter().enumerate() {
+                for half in 0..2 {
+                    unsafe { tile_avx2(a, panel, nb, half, out.add(r * ldo + 8 * half)) }
+                }
+            }
+            return;
+        }
+        Isa::Scalar => {}
+    }
+    tile_scalar(panel, nb, acts, out, ldo)
+}
+
+/// ggml's `hsum_float_8`: high half + low half, then pairs.
+#[inline(always)]
+fn hsum8(a: [f32; 8]) -> f32 {
+    let h = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
+    (h[0] + h[2]) + (h[1] + h[3])
+}
+
+fn tile_scalar(panel: &[u8], nb: usize, acts: &[Vec<Act>], out: *mut f32, ldo: usize) {
+    for (r, a) in acts.iter().enumerate() {
+        let mut acc = [[0f32; 8]; PANEL];
+        for (b, blk) in panel.chunks_exact(BLOCK_BYTES).take(nb).enumerate() {
+            let y = &a[b].a;
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let dw = f32::from_le_bytes(blk[4 * c..4 * c + 4].try_into().unwrap());
+                let d = dw * y.d;
+                for (l, acc) in acc.iter_mut().enumerate() {
+                    let mut s = 0i32;
+                    for t in 0..4 {
+                        let q = (blk[64 + 64 * l + 4 * c + t] ^ 0x80) as i8;
+                        s += q as i32 * y.qs[4 * l + t] as i32;
+                    }
+                    *acc = d.mul_add(s as f32, *acc);
+                }
+            }
+        }
+        for (c, lanes) in acc.into_iter().enumerate() {
+            // Safety: the caller owns out[r·ldo..r·ldo + 16].
+            unsafe { *out.add(r * ldo + c) = hsum8(lanes) };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn bcast4(p: *const i8) -> i32 {
+    std::ptr::read_unaligned(p as *const i32)
+}
+
+/// The 8-lane tree sum of `acc[0..8]`, one zmm lane per column.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn hsum_lanes(acc: &[__m512; 8]) -> __m512 {
+    let mut h_v = [_mm512_setzero_ps(); 4];
+    for i in 0..4 {
+        h_v[i] = _mm512_add_ps(acc[4 + i], acc[i]);
+    }
+    let h = h_v;
+    _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3]))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_vnni<const R: usize>(acts: [&[Act]; R], panel: &[u8], nb: usize, out: *mut f32, ldo: usize) {
+    let mut acc = [[_mm512_setzero_ps(); 8]; R];
+    for b in 0..nb {
+        let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        let mut ys = [acts[0].get_unchecked(b); R];
+        for r in 1..R {
+            ys[r] = acts[r].get_unchecked(b);
+        }
+        let dw = _mm512_loadu_ps(p as *const f32);
+        let mut d_v = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            d_v[r] = _mm512_mul_ps(dw, _mm512_set1_ps(ys[r].a.d));
+        }
+        let d = d_v;
+        for l in 0..8 {
+            let w = _mm512_loadu_si512(p.add(64 + 64 * l) as *const _);
+            for r in 0..R {
+                // Σ (q+128)·y − 128·Σ y per column: |(q+128)·y| ≤ 255·128, exact in i32.
+                let y = _mm512_set1_epi32(bcast4(ys[r].a.qs.as_ptr().add(4 * l)));
+                let s = _mm512_dpbusd_epi32(_mm512_set1_epi32(ys[r].off[l]), w, y);
+                acc[r][l] = _mm512_fmadd_ps(d[r], _mm512_cvtepi32_ps(s), acc[r][l]);
+            }
+        }
+    }
+    for r in 0..R {
+        _mm512_storeu_ps(out.add(r * ldo), hsum_lanes(&acc[r]));
+    }
+}
+
+/// AVX2, one row and 8 columns (`half` of the panel): 8 lane accumulators. The weights get
+/// their sign back and the products go through ggml's `|q| · sign(y, q)` (pairs ≤ 2·128·127,
+/// within i16 for `maddubs`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2(a: &[Act], panel: &[u8], nb: usize, half: usize, out: *mut f32) {
+    let flip = _mm256_set1_epi8(0x80u8 as i8);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for b in 0..nb {
+        let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        let y = &a.get_unchecked(b).a;
+        let d = _mm256_mul_ps(_mm256_loadu_ps(p.add(32 * half) as *const f32), _mm256_set1_ps(y.d));
+        for l in 0..8 {
+            let q =
+                _mm256_xor_si256(_mm256_loadu_si256(p.add(64 + 64 * l + 32 * half) as *const __m256i), flip);
+            let yv = _mm256_set1_epi32(bcast4(y.qs.as_ptr().add(4 * l)));
+            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yv, q));
+            let s = _mm256_madd_epi16(pairs, ones);
+            acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[l]);
+        }
+    }
+    let mut h_v = [_mm256_setzero_ps(); 4];
+    for i in 0..4 {
+        h_v[i] = _mm256_add_ps(acc[4 + i], acc[i]);
+    }
+    let h = h_v;
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3])));
+}
