@@ -145,7 +145,7 @@ impl PackedWeight {
         let kind = match dtype {
             GgmlDType::Q4_0 => Kind::Q4_0,
             GgmlDType::Q4K => Kind::Q4K,
-            GgmlDType::Q8_0 => Kind::Q8_0,
+            GgmlDType::Q8_0 | GgmlDType::Q5_0 => Kind::Q8_0,
             GgmlDType::Q4_1 => Kind::Q4_1,
             // Only the AVX-512 kernel exists; elsewhere the row kernel is as fast.
             GgmlDType::Q6K if isa() == Isa::Avx512Vnni => Kind::Q6K,
@@ -158,6 +158,9 @@ impl PackedWeight {
         let (data, panel_bytes) = match kind {
             Kind::Q4_0 => (q4_0::pack(&raw, n, k), k / 32 * q4_0::BLOCK_BYTES),
             Kind::Q4K => (q4k::pack(&raw, n, k), k / 256 * q4k::BLOCK_BYTES),
+            Kind::Q8_0 if dtype == GgmlDType::Q5_0 => {
+                (q8_0::pack(&q8_0::q5_0_as_q8_0(&raw), n, k), k / 32 * q8_0::BLOCK_BYTES)
+            }
             Kind::Q8_0 => (q8_0::pack(&raw, n, k), k / 32 * q8_0::BLOCK_BYTES),
             Kind::Q4_1 => (q4_1::pack(&raw, n, k), k / 32 * q4_1::BLOCK_BYTES),
             Kind::Q6K => (q6k::pack(&raw, n, k), k / 256 * q6k::BLOCK_BYTES),
@@ -339,6 +342,12 @@ mod tests {
         }
         matches_row_kernel(GgmlDType::Q6K, 48, 512);
         matches_row_kernel(GgmlDType::Q6K, 20, 256);
+    }
+
+    #[test]
+    fn q5_0_runs_on_q8_0_panels_with_the_row_kernel_bits() {
+        matches_row_kernel(GgmlDType::Q5_0, 48, 256);
+        matches_row_kernel(GgmlDType::Q5_0, 20, 96);
     }
 
     #[test]

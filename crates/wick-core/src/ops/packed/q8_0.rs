@@ -38,6 +38,22 @@ pub fn quantize(x: &[f32]) -> Vec<Act> {
         .collect()
 }
 
+/// GGUF Q5_0 blocks (f16 d, u32 high bits, 16 nibble bytes) as Q8_0 blocks of their values
+/// `q − 16`: `ggml_vec_dot_q5_0_q8_0` rounds exactly as the Q8_0 dot does on those values, so
+/// Q5_0 weights run on these panels (at 36 bytes per 32 weights instead of 22).
+pub fn q5_0_as_q8_0(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len() / 22 * 34);
+    for blk in raw.chunks_exact(22) {
+        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+        out.extend_from_slice(&blk[..2]);
+        for i in 0..32 {
+            let nib = if i < 16 { blk[6 + i] & 0x0F } else { blk[6 + i - 16] >> 4 };
+            out.push(((nib | (((qh >> i) & 1) as u8) << 4) as i8 - 16) as u8);
+        }
+    }
+    out
+}
+
 /// GGUF Q8_0 rows (`n` rows of `k / 32` blocks of 34 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     let nb = k / 32;
