@@ -176,7 +176,7 @@ fn sum_pair(y: &Act256, p: usize) -> i32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::{chains, sum_chains, CHAINS};
+use super::{chains, prefetch_ahead, sum_chains, CHAINS, STREAM_ROWS};
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -217,6 +217,10 @@ unsafe fn tile_vnni<const R: usize>(
             let mut odd = [[_mm512_setzero_si512(); R]; CHAINS];
             for t in 0..8 {
                 let ch = t % chains::<R>();
+                // Spread over the block's steps (a burst of 40 stalls the load queue).
+                if R <= STREAM_ROWS {
+                    prefetch_ahead(blk.add(80 * (8 * p + t)), 64);
+                }
                 let raw = _mm512_loadu_si512(blk.add(QUANTS + 64 * (8 * p + t)) as *const _);
                 let lo = _mm512_and_si512(raw, mask);
                 let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);

@@ -1,8 +1,8 @@
 //! Q6_K panels (AVX-512 only: elsewhere Q6_K weights stay on `ggml_matmul`'s row kernel).
 //!
 //! `ggml_vec_dot_q6_K_q8_K` keeps 8 float lanes per output, so here a 512-bit register holds
-//! a pair of columns × 8 lanes. Per block of 256 inputs, the panel holds for each of its 8
-//! column pairs: the quant bytes as 6 groups of 64 (`[n][ql lo | ql hi | qh][column][32]`,
+//! a pair of columns × 8 lanes. A panel is its 8 column pairs one after the other (each
+//! streamed through whole before the next); per block of 256 inputs a pair holds: the quant bytes as 6 groups of 64 (`[n][ql lo | ql hi | qh][column][32]`,
 //! n = half of the block), both columns' 16 scales (32 bytes) and their `d` as f32 (8 bytes).
 //!
 //! Per output and block, as `ggml_matmul::dot_q6k`: lane l gets the exact integer
@@ -15,6 +15,8 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::PANEL;
+#[cfg(target_arch = "x86_64")]
+use super::{prefetch_ahead, STREAM_ROWS};
 #[cfg(target_arch = "x86_64")]
 use crate::ops::q8::Act256;
 
@@ -30,10 +32,10 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     let row_bytes = nb * 210;
     let mut out = vec![0u8; n.div_ceil(PANEL) * nb * BLOCK_BYTES];
     for (p, panel) in out.chunks_exact_mut(nb * BLOCK_BYTES).enumerate() {
-        for (b, dst) in panel.chunks_exact_mut(BLOCK_BYTES).enumerate() {
+        for b in 0..nb {
             for c in 0..PANEL.min(n - p * PANEL) {
                 let blk = &raw[(p * PANEL + c) * row_bytes + b * 210..][..210];
-                let pair = &mut dst[(c / 2) * PAIR_BYTES..][..PAIR_BYTES];
+                let pair = &mut panel[((c / 2) * nb + b) * PAIR_BYTES..][..PAIR_BYTES];
                 let side = c % 2;
                 for h in 0..2 {
                     let srcs = [
@@ -95,7 +97,10 @@ unsafe fn tile_avx512<const R: usize>(
     for pair in 0..PANEL / 2 {
         let mut acc = [_mm512_setzero_ps(); R];
         for b in 0..nb {
-            let p = panel.as_ptr().add(b * BLOCK_BYTES + pair * PAIR_BYTES);
+            let p = panel.as_ptr().add((pair * nb + b) * PAIR_BYTES);
+            if R <= STREAM_ROWS {
+                prefetch_ahead(p, PAIR_BYTES);
+            }
             let mut q = [_mm512_setzero_si512(); 8];
             for h in 0..2 {
                 let l1 = _mm512_loadu_si512(p.add(3 * h * 64) as *const _);
