@@ -261,6 +261,103 @@ mod avx {
     }
 }
 
+/// Sixteen tinyBLAS-order dots at once (AVX-512): one 16-lane accumulator per dot in a zmm,
+/// the `reduce16` tree of all sixteen done with shuffles across registers. Each result has
+/// the bits of `dot_f16_tiled` / `dot_f16_tiled_paged` for its row.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    use crate::cache::{PagedView, BLOCK_SIZE};
+
+    pub fn available() -> bool {
+        crate::ops::packed::isa() == crate::ops::packed::Isa::Avx512Vnni
+    }
+
+    /// `reduce16` of each accumulator: halves, then quarters, then pairs (all additions
+    /// between the same operands as the scalar tree).
+    #[inline(always)]
+    unsafe fn reduce16x16(acc: &[__m512; 16]) -> [f32; 16] {
+        let mut t = [_mm256_setzero_ps(); 16];
+        for d in 0..16 {
+            t[d] = _mm256_add_ps(_mm512_extractf32x8_ps::<1>(acc[d]), _mm512_castps512_ps256(acc[d]));
+        }
+        let mut u = [_mm256_setzero_ps(); 8];
+        for k in 0..8 {
+            let lo = _mm256_permute2f128_ps::<0x20>(t[2 * k], t[2 * k + 1]);
+            let hi = _mm256_permute2f128_ps::<0x31>(t[2 * k], t[2 * k + 1]);
+            u[k] = _mm256_add_ps(hi, lo);
+        }
+        let mut v = [_mm256_setzero_ps(); 4];
+        for k in 0..4 {
+            let p = _mm256_shuffle_ps::<0x44>(u[2 * k], u[2 * k + 1]);
+            let q = _mm256_shuffle_ps::<0xEE>(u[2 * k], u[2 * k + 1]);
+            v[k] = _mm256_add_ps(p, q);
+        }
+        let mut out = [0f32; 16];
+        for k in 0..2 {
+            let w1 = _mm256_shuffle_ps::<0x88>(v[2 * k], v[2 * k + 1]);
+            let w2 = _mm256_shuffle_ps::<0xDD>(v[2 * k], v[2 * k + 1]);
+            let mut r = [0f32; 8];
+            _mm256_storeu_ps(r.as_mut_ptr(), _mm256_add_ps(w1, w2));
+            for (lane, &dot) in [0, 2, 4, 6, 1, 3, 5, 7].iter().enumerate() {
+                out[8 * k + dot] = r[lane];
+            }
+        }
+        out
+    }
+
+    /// Scores of positions `t0..t0 + 16` against `q` (f16-rounded, `q.len()` a multiple of 16).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub unsafe fn kq16(kv: &PagedView<'_>, g: usize, t0: usize, q: &[f32]) -> [f32; 16] {
+        let mut acc = [_mm512_setzero_ps(); 16];
+        let rows: [*const f16; 16] = {
+            let mut r = [std::ptr::null(); 16];
+            for (i, p) in r.iter_mut().enumerate() {
+                *p = kv.key(g, t0 + i).as_ptr();
+            }
+            r
+        };
+        for c in (0..q.len()).step_by(16) {
+            let y = _mm512_loadu_ps(q.as_ptr().add(c));
+            for i in 0..16 {
+                let x = _mm512_cvtph_ps(_mm256_loadu_si256(rows[i].add(c) as *const __m256i));
+                acc[i] = _mm512_fmadd_ps(x, y, acc[i]);
+            }
+        }
+        reduce16x16(&acc)
+    }
+
+    /// Outputs `d0..d0 + 16` of Σ_t p[t]·V[t] over positions `0..p.len()` (block by block).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub unsafe fn pv16(kv: &PagedView<'_>, g: usize, d0: usize, p: &[f32]) -> [f32; 16] {
+        let n = p.len();
+        let mut acc = [_mm512_setzero_ps(); 16];
+        let mut c = 0;
+        while c < n {
+            let (j, off) = (c / BLOCK_SIZE, c % BLOCK_SIZE);
+            let lanes = (n - c).min(16);
+            // Lanes past the last position keep their sums, as in `dot_f16_tiled_paged`.
+            let m: __mmask16 = if lanes == 16 { 0xFFFF } else { (1u32 << lanes) as u16 - 1 };
+            let y = _mm512_maskz_loadu_ps(m, p.as_ptr().add(c));
+            for i in 0..16 {
+                let run = kv.value_run(g, d0 + i, j).as_ptr().add(off);
+                if lanes == 16 {
+                    let x = _mm512_cvtph_ps(_mm256_loadu_si256(run as *const __m256i));
+                    acc[i] = _mm512_fmadd_ps(x, y, acc[i]);
+                } else {
+                    let x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, run as *const i16));
+                    acc[i] = _mm512_mask3_fmadd_ps(x, y, acc[i], m);
+                }
+            }
+            c += 16;
+        }
+        reduce16x16(&acc)
+    }
+}
+
 /// One layer's attention for one sequence over its paged KV, the arithmetic of
 /// `cpu_attention::attend_reference`. `q`: `[len, n_head, hd]` for positions
 /// `pos0..pos0+len`. Returns `[len, n_head·hd]`.
@@ -278,6 +375,9 @@ pub fn attend(
     let (n_kv, hd) = (kv.n_kv_head, kv.head_dim);
     let group = n_head / n_kv;
     let tiled = len > 1;
+    // Several new tokens (tinyBLAS order) on an AVX-512 CPU: sixteen dots at a time.
+    #[cfg(target_arch = "x86_64")]
+    let wide = tiled && hd.is_multiple_of(16) && avx512::available();
     let mut out = vec![0f32; len * n_head * hd];
     let op = SyncPtr(out.as_mut_ptr());
     let task = |it: usize| {
@@ -298,8 +398,22 @@ pub fn attend(
         // Sliding-window layers see the last `window` positions; the others are masked to
         // -inf, i.e. they add exact zeros, as in llama.cpp's SWA mask.
         let t0 = window.map_or(0, |w| t_len.saturating_sub(w));
-        let w: Vec<f32> =
-            (0..t_len).map(|t| if t < t0 { f32::NEG_INFINITY } else { kq(t) * scale }).collect();
+        let mut w: Vec<f32> = vec![f32::NEG_INFINITY; t_len];
+        let mut t = t0;
+        #[cfg(target_arch = "x86_64")]
+        if wide {
+            while t + 16 <= t_len {
+                // Safety: AVX-512 checked (`wide`); hd is a multiple of 16.
+                let s = unsafe { avx512::kq16(kv, kvh, t, &q16) };
+                for (i, v) in s.into_iter().enumerate() {
+                    w[t + i] = v * scale;
+                }
+                t += 16;
+            }
+        }
+        for (tt, wt) in w.iter_mut().enumerate().skip(t) {
+            *wt = kq(tt) * scale;
+        }
         let max = w[t0..].iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut p16 = vec![0f32; padded];
         let mut sum = 0f64;
@@ -320,7 +434,17 @@ pub fn attend(
         }
         // Safety: task (i, h) alone writes this slice of `out`.
         let o = unsafe { std::slice::from_raw_parts_mut(op.get().add((i * n_head + h) * hd), hd) };
-        for (d, od) in o.iter_mut().enumerate() {
+        let mut d0 = 0;
+        #[cfg(target_arch = "x86_64")]
+        if wide {
+            while d0 + 16 <= hd {
+                // Safety: AVX-512 checked (`wide`).
+                let s = unsafe { avx512::pv16(kv, kvh, d0, &p16[..t_len]) };
+                o[d0..d0 + 16].copy_from_slice(&s);
+                d0 += 16;
+            }
+        }
+        for (d, od) in o.iter_mut().enumerate().skip(d0) {
             let run = |j: usize| kv.value_run(kvh, d, j);
             // The KV length ggml multiplies is padded to 256 cells: always 16-aligned.
             *od = if tiled {

@@ -124,6 +124,7 @@ fn detected() -> Isa {
         if is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("avx512vl")
         {
             return Isa::Avx512Vnni;
         }
