@@ -24,52 +24,133 @@ pub struct Act256 {
     pub bsums: [i16; 16],
 }
 
+/// Whether the AVX-512 quantizers run here.
+fn wide() -> bool {
+    super::packed::isa() == super::packed::Isa::Avx512Vnni
+}
+
 /// q8_0 / q8_1 over blocks of 32, as ggml's AVX2 `quantize_row_q8_0` / `_q8_1`.
 pub fn quantize_q8(x: &[f32]) -> Vec<Act32> {
-    x.chunks_exact(32)
-        .map(|b| {
-            let max = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = max / 127.0;
-            let id = if max != 0.0 { 127.0 / max } else { 0.0 };
-            let mut qs = [0i8; 32];
-            let mut sum = 0i32;
-            for (q, &v) in qs.iter_mut().zip(b) {
-                *q = (v * id).round_ties_even() as i8;
-                sum += *q as i32;
-            }
-            Act32 { d: f16::from_f32(d).to_f32(), s: f16::from_f32(d * sum as f32).to_f32(), qs, qsum: sum }
-        })
-        .collect()
+    #[cfg(target_arch = "x86_64")]
+    if wide() {
+        // Safety: AVX-512 F/BW/VL checked.
+        return x.chunks_exact(32).map(|b| unsafe { avx512::q8_block(b) }).collect();
+    }
+    x.chunks_exact(32).map(q8_block).collect()
 }
 
 /// q8_K over blocks of 256, as `quantize_row_q8_K_ref` (scale from the signed extreme).
 pub fn quantize_q8k(x: &[f32]) -> Vec<Act256> {
-    x.chunks_exact(256)
-        .map(|b| {
-            let (mut amax, mut max) = (0f32, 0f32);
-            for &v in b {
-                if v.abs() > amax {
-                    amax = v.abs();
-                    max = v;
-                }
+    #[cfg(target_arch = "x86_64")]
+    if wide() {
+        // Safety: AVX-512 F/BW/VL checked.
+        return x.chunks_exact(256).map(|b| unsafe { avx512::q8k_block(b) }).collect();
+    }
+    x.chunks_exact(256).map(q8k_block).collect()
+}
+
+/// One q8_0 / q8_1 block (portable).
+fn q8_block(b: &[f32]) -> Act32 {
+    let max = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = max / 127.0;
+    let id = if max != 0.0 { 127.0 / max } else { 0.0 };
+    let mut qs = [0i8; 32];
+    let mut sum = 0i32;
+    for (q, &v) in qs.iter_mut().zip(b) {
+        *q = (v * id).round_ties_even() as i8;
+        sum += *q as i32;
+    }
+    Act32 { d: f16::from_f32(d).to_f32(), s: f16::from_f32(d * sum as f32).to_f32(), qs, qsum: sum }
+}
+
+/// One q8_K block (portable).
+fn q8k_block(b: &[f32]) -> Act256 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in b {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    let mut qs = [0i8; 256];
+    if amax == 0.0 {
+        return Act256 { d: 0.0, qs, sums: [0; 8], bsums: [0; 16] };
+    }
+    let iscale = -127.0 / max;
+    for (q, &v) in qs.iter_mut().zip(b) {
+        *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+    }
+    let mut sums = [0i32; 8];
+    for (j, s) in sums.iter_mut().enumerate() {
+        *s = qs[j * 32..j * 32 + 32].iter().map(|&q| q as i32).sum();
+    }
+    // |Σ| ≤ 16·127 fits i16.
+    let bsums = std::array::from_fn(|g| qs[g * 16..g * 16 + 16].iter().map(|&q| q as i16).sum());
+    Act256 { d: 1.0 / iscale, qs, sums, bsums }
+}
+
+/// The same quantizers on AVX-512: the maxima are exact whatever the order, the products and
+/// round-half-to-even conversions are the scalar ones lane by lane.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    use super::{Act256, Act32};
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub unsafe fn q8_block(b: &[f32]) -> Act32 {
+        let abs = _mm512_set1_epi32(0x7FFF_FFFF);
+        let v = [_mm512_loadu_ps(b.as_ptr()), _mm512_loadu_ps(b.as_ptr().add(16))];
+        let a =
+            [_mm512_and_ps(v[0], _mm512_castsi512_ps(abs)), _mm512_and_ps(v[1], _mm512_castsi512_ps(abs))];
+        let max = _mm512_reduce_max_ps(_mm512_max_ps(a[0], a[1])).max(0.0);
+        let d = max / 127.0;
+        let id = if max != 0.0 { 127.0 / max } else { 0.0 };
+        let mut qs = [0i8; 32];
+        let mut sum = 0i32;
+        for h in 0..2 {
+            let q = _mm512_cvtps_epi32(_mm512_mul_ps(v[h], _mm512_set1_ps(id)));
+            sum += _mm512_reduce_add_epi32(q);
+            _mm_storeu_si128(qs.as_mut_ptr().add(16 * h) as *mut __m128i, _mm512_cvtepi32_epi8(q));
+        }
+        Act32 { d: f16::from_f32(d).to_f32(), s: f16::from_f32(d * sum as f32).to_f32(), qs, qsum: sum }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub unsafe fn q8k_block(b: &[f32]) -> Act256 {
+        let abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFF_FFFF));
+        let mut vmax = _mm512_setzero_ps();
+        for i in 0..16 {
+            vmax = _mm512_max_ps(vmax, _mm512_and_ps(_mm512_loadu_ps(b.as_ptr().add(16 * i)), abs));
+        }
+        let amax = _mm512_reduce_max_ps(vmax);
+        let mut qs = [0i8; 256];
+        if amax == 0.0 || amax.is_nan() {
+            return Act256 { d: 0.0, qs, sums: [0; 8], bsums: [0; 16] };
+        }
+        // The scalar code keeps the first value of largest magnitude.
+        let mut max = 0f32;
+        for i in 0..16 {
+            let a = _mm512_and_ps(_mm512_loadu_ps(b.as_ptr().add(16 * i)), abs);
+            let m = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(a, _mm512_set1_ps(amax));
+            if m != 0 {
+                max = b[16 * i + m.trailing_zeros() as usize];
+                break;
             }
-            let mut qs = [0i8; 256];
-            if amax == 0.0 {
-                return Act256 { d: 0.0, qs, sums: [0; 8], bsums: [0; 16] };
-            }
-            let iscale = -127.0 / max;
-            for (q, &v) in qs.iter_mut().zip(b) {
-                *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
-            }
-            let mut sums = [0i32; 8];
-            for (j, s) in sums.iter_mut().enumerate() {
-                *s = qs[j * 32..j * 32 + 32].iter().map(|&q| q as i32).sum();
-            }
-            // |Σ| ≤ 16·127 fits i16.
-            let bsums = std::array::from_fn(|g| qs[g * 16..g * 16 + 16].iter().map(|&q| q as i16).sum());
-            Act256 { d: 1.0 / iscale, qs, sums, bsums }
-        })
-        .collect()
+        }
+        let iscale = -127.0 / max;
+        let mut bsums = [0i16; 16];
+        for i in 0..16 {
+            let x = _mm512_mul_ps(_mm512_set1_ps(iscale), _mm512_loadu_ps(b.as_ptr().add(16 * i)));
+            let q = _mm512_min_epi32(_mm512_cvtps_epi32(x), _mm512_set1_epi32(127));
+            bsums[i] = _mm512_reduce_add_epi32(q) as i16;
+            _mm_storeu_si128(qs.as_mut_ptr().add(16 * i) as *mut __m128i, _mm512_cvtepi32_epi8(q));
+        }
+        let sums = std::array::from_fn(|j| bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
+        Act256 { d: 1.0 / iscale, qs, sums, bsums }
+    }
 }
 
 /// Quantizes every row of `xs` (`k` values each) with `q`, rows spread over the pool.
@@ -85,4 +166,56 @@ pub fn quantize_rows<A: Send>(xs: &[f32], k: usize, q: fn(&[f32]) -> Vec<A>) -> 
         }
     });
     out.into_iter().map(|v| v.expect("quantized row")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX-512 quantizers give the scalar ones' bytes, scales and sums (ties and repeated
+    /// extremes of both signs included).
+    #[test]
+    fn simd_quantizers_match_the_scalar_ones() {
+        #[cfg(target_arch = "x86_64")]
+        if wide() {
+            let mut s = 5u32;
+            let mut r = move || {
+                s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+                (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+            };
+            for case in 0..40 {
+                let mut x: Vec<f32> = (0..512).map(|_| r() * 8.0).collect();
+                if case % 4 == 1 {
+                    // Values on .5 boundaries after scaling, and ± copies of the extreme.
+                    for v in x.iter_mut() {
+                        *v = (*v * 4.0).round() / 4.0;
+                    }
+                    x[300] = -x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    x[7] = -x[300];
+                }
+                if case % 4 == 2 {
+                    x[..256].fill(0.0);
+                }
+                let scalar = {
+                    let saved = x.clone();
+                    let a: Vec<Act32> = saved.chunks_exact(32).map(q8_block).collect();
+                    let k: Vec<Act256> = saved.chunks_exact(256).map(q8k_block).collect();
+                    (a, k)
+                };
+                let (a, k) = (quantize_q8(&x), quantize_q8k(&x));
+                for (p, q) in a.iter().zip(&scalar.0) {
+                    assert_eq!(
+                        (p.d.to_bits(), p.s.to_bits(), p.qs, p.qsum),
+                        (q.d.to_bits(), q.s.to_bits(), q.qs, q.qsum)
+                    );
+                }
+                for (p, q) in k.iter().zip(&scalar.1) {
+                    assert_eq!(
+                        (p.d.to_bits(), p.qs, p.sums, p.bsums),
+                        (q.d.to_bits(), q.qs, q.sums, q.bsums)
+                    );
+                }
+            }
+        }
+    }
 }
