@@ -9,6 +9,7 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
 use crate::error::Result;
+use crate::ops::simd::fast;
 
 /// ggml `rms_norm` (+ the following `mul`): sum of squares in f64, `scale = 1/sqrtf(mean+ε)`
 /// in f32, `y = x·scale·w`.
@@ -40,14 +41,19 @@ impl CustomOp2 for GgmlRmsNorm {
             candle_core::bail!("rms_norm: {} values do not split into rows of {n}", x.len())
         }
         let mut y = vec![0f32; x.len()];
-        for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
-            let sum: f64 = xr.iter().map(|&v| (v * v) as f64).sum();
-            let mean = (sum / n as f64) as f32;
-            let scale = 1.0f32 / (mean + self.eps).sqrt();
-            for ((o, &v), &g) in yr.iter_mut().zip(xr).zip(w) {
-                *o = v * scale * g;
-            }
-        }
+        fast(
+            #[inline(always)]
+            || {
+                for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+                    let sum: f64 = xr.iter().map(|&v| (v * v) as f64).sum();
+                    let mean = (sum / n as f64) as f32;
+                    let scale = 1.0f32 / (mean + self.eps).sqrt();
+                    for ((o, &v), &g) in yr.iter_mut().zip(xr).zip(w) {
+                        *o = v * scale * g;
+                    }
+                }
+            },
+        );
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 }
@@ -67,16 +73,21 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
 /// `full`: `[L-1+len, d]` row-major (state rows then new rows); `w`: `[d, L]` row-major.
 pub fn short_conv(full: &[f32], w: &[f32], len: usize, d: usize, l: usize) -> Vec<f32> {
     let mut y = vec![0f32; len * d];
-    for t in 0..len {
-        let out = &mut y[t * d..(t + 1) * d];
-        for (c, o) in out.iter_mut().enumerate() {
-            let mut acc = 0f32;
-            for k in 0..l {
-                acc = full[(t + k) * d + c].mul_add(w[c * l + k], acc);
+    fast(
+        #[inline(always)]
+        || {
+            for t in 0..len {
+                let out = &mut y[t * d..(t + 1) * d];
+                for (c, o) in out.iter_mut().enumerate() {
+                    let mut acc = 0f32;
+                    for k in 0..l {
+                        acc = full[(t + k) * d + c].mul_add(w[c * l + k], acc);
+                    }
+                    *o = acc;
+                }
             }
-            *o = acc;
-        }
-    }
+        },
+    );
     y
 }
 
@@ -116,6 +127,7 @@ fn simd_width(v: ExpVariant) -> usize {
 }
 
 /// One lane of ggml's `ggml_v_expf` (ARM optimized-routines polynomial), op for op.
+#[inline(always)]
 pub(crate) fn ggml_expf(x: f32, v: ExpVariant) -> f32 {
     if v == ExpVariant::Libm {
         return x.exp();
@@ -165,12 +177,17 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     let var = exp_variant();
     let vec_end = n - n % simd_width(var);
     let mut y = vec![0f32; g.len()];
-    for ((yr, gr), ur) in y.chunks_mut(n).zip(g.chunks(n)).zip(u.chunks(n)) {
-        for (i, ((o, &x), &m)) in yr.iter_mut().zip(gr).zip(ur).enumerate() {
-            let e = if i < vec_end { ggml_expf(0.0 - x, var) } else { (-x).exp() };
-            *o = (x / (1.0 + e)) * m;
-        }
-    }
+    fast(
+        #[inline(always)]
+        || {
+            for ((yr, gr), ur) in y.chunks_mut(n).zip(g.chunks(n)).zip(u.chunks(n)) {
+                for (i, ((o, &x), &m)) in yr.iter_mut().zip(gr).zip(ur).enumerate() {
+                    let e = if i < vec_end { ggml_expf(0.0 - x, var) } else { (-x).exp() };
+                    *o = (x / (1.0 + e)) * m;
+                }
+            }
+        },
+    );
     Ok(Tensor::from_vec(y, dims, gate.device())?)
 }
 
@@ -184,18 +201,26 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, interleaved: bool) -> Result
     let (c, s) = (cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?);
     let half = d / 2;
     let mut y = vec![0f32; xs.len()];
-    for t in 0..n {
-        let (ct, st) = (&c[t * half..(t + 1) * half], &s[t * half..(t + 1) * half]);
-        for head in 0..h {
-            let base = (t * h + head) * d;
-            for i in 0..half {
-                let (i0, i1) =
-                    if interleaved { (base + 2 * i, base + 2 * i + 1) } else { (base + i, base + i + half) };
-                let (x0, x1) = (xs[i0], xs[i1]);
-                y[i0] = x0.mul_add(ct[i], -(x1 * st[i]));
-                y[i1] = x0.mul_add(st[i], x1 * ct[i]);
+    fast(
+        #[inline(always)]
+        || {
+            for t in 0..n {
+                let (ct, st) = (&c[t * half..(t + 1) * half], &s[t * half..(t + 1) * half]);
+                for head in 0..h {
+                    let base = (t * h + head) * d;
+                    for i in 0..half {
+                        let (i0, i1) = if interleaved {
+                            (base + 2 * i, base + 2 * i + 1)
+                        } else {
+                            (base + i, base + i + half)
+                        };
+                        let (x0, x1) = (xs[i0], xs[i1]);
+                        y[i0] = x0.mul_add(ct[i], -(x1 * st[i]));
+                        y[i1] = x0.mul_add(st[i], x1 * ct[i]);
+                    }
+                }
             }
-        }
-    }
+        },
+    );
     Ok(Tensor::from_vec(y, (n, h, d), x.device())?)
 }

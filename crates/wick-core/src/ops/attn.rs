@@ -370,7 +370,7 @@ pub fn attend(
     n_head: usize,
     scale: f32,
     window: Option<usize>,
-    expf: &(dyn Fn(f32) -> f32 + Sync),
+    expf: &(impl Fn(f32) -> f32 + Sync),
 ) -> Vec<f32> {
     let (n_kv, hd) = (kv.n_kv_head, kv.head_dim);
     let group = n_head / n_kv;
@@ -380,81 +380,92 @@ pub fn attend(
     let wide = tiled && hd.is_multiple_of(16) && avx512::available();
     let mut out = vec![0f32; len * n_head * hd];
     let op = SyncPtr(out.as_mut_ptr());
+    // One (token, head) pair, compiled for AVX2/FMA/F16C where the CPU has them.
     let task = |it: usize| {
-        let (i, h) = (it / n_head, it % n_head);
-        let t_len = pos0 + i + 1;
-        let padded = t_len.div_ceil(16) * 16;
-        let kvh = h / group;
-        let qh = &q[(i * n_head + h) * hd..(i * n_head + h + 1) * hd];
-        let q16: Vec<f32> = qh.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
-        let kq = |t: usize| {
-            let kt = kv.key(kvh, t);
-            if tiled && hd.is_multiple_of(16) {
-                dot_f16_tiled(kt, &q16)
-            } else {
-                dot_f16_single(kt, &q16, hd)
-            }
-        };
-        // Sliding-window layers see the last `window` positions; the others are masked to
-        // -inf, i.e. they add exact zeros, as in llama.cpp's SWA mask.
-        let t0 = window.map_or(0, |w| t_len.saturating_sub(w));
-        let mut w: Vec<f32> = vec![f32::NEG_INFINITY; t_len];
-        let mut t = t0;
-        #[cfg(target_arch = "x86_64")]
-        if wide {
-            while t + 16 <= t_len {
-                // Safety: AVX-512 checked (`wide`); hd is a multiple of 16.
-                let s = unsafe { avx512::kq16(kv, kvh, t, &q16) };
-                for (i, v) in s.into_iter().enumerate() {
-                    w[t + i] = v * scale;
+        super::simd::fast(
+            #[inline(always)]
+            || {
+                let (i, h) = (it / n_head, it % n_head);
+                let t_len = pos0 + i + 1;
+                let padded = t_len.div_ceil(16) * 16;
+                let kvh = h / group;
+                let qh = &q[(i * n_head + h) * hd..(i * n_head + h + 1) * hd];
+                let q16: Vec<f32> = qh.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+                let kq = |t: usize| {
+                    let kt = kv.key(kvh, t);
+                    if tiled && hd.is_multiple_of(16) {
+                        dot_f16_tiled(kt, &q16)
+                    } else {
+                        dot_f16_single(kt, &q16, hd)
+                    }
+                };
+                // Sliding-window layers see the last `window` positions; the others are masked to
+                // -inf, i.e. they add exact zeros, as in llama.cpp's SWA mask.
+                let t0 = window.map_or(0, |w| t_len.saturating_sub(w));
+                let mut w: Vec<f32> = vec![f32::NEG_INFINITY; t_len];
+                let mut t = t0;
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    while t + 16 <= t_len {
+                        // Safety: AVX-512 checked (`wide`); hd is a multiple of 16.
+                        let s = unsafe { avx512::kq16(kv, kvh, t, &q16) };
+                        for (i, v) in s.into_iter().enumerate() {
+                            w[t + i] = v * scale;
+                        }
+                        t += 16;
+                    }
                 }
-                t += 16;
-            }
-        }
-        for (tt, wt) in w.iter_mut().enumerate().skip(t) {
-            *wt = kq(tt) * scale;
-        }
-        let max = w[t0..].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut p16 = vec![0f32; padded];
-        let mut sum = 0f64;
-        for (c, chunk) in p16.chunks_mut(16).enumerate() {
-            let mut lanes = [0f32; 16];
-            for (l, e) in chunk.iter_mut().enumerate() {
-                let t = c * 16 + l;
-                if t0 <= t && t < t_len {
-                    *e = expf(w[t] - max);
-                    lanes[l] = *e;
+                for (tt, wt) in w.iter_mut().enumerate().skip(t) {
+                    *wt = kq(tt) * scale;
                 }
-            }
-            sum += reduce16(&lanes) as f64;
-        }
-        let inv = (1.0 / sum) as f32;
-        for e in p16.iter_mut() {
-            *e = f16::from_f32(*e * inv).to_f32();
-        }
-        // Safety: task (i, h) alone writes this slice of `out`.
-        let o = unsafe { std::slice::from_raw_parts_mut(op.get().add((i * n_head + h) * hd), hd) };
-        let mut d0 = 0;
-        #[cfg(target_arch = "x86_64")]
-        if wide {
-            while d0 + 16 <= hd {
-                // Safety: AVX-512 checked (`wide`).
-                let s = unsafe { avx512::pv16(kv, kvh, d0, &p16[..t_len]) };
-                o[d0..d0 + 16].copy_from_slice(&s);
-                d0 += 16;
-            }
-        }
-        for (d, od) in o.iter_mut().enumerate().skip(d0) {
-            let run = |j: usize| kv.value_run(kvh, d, j);
-            // The KV length ggml multiplies is padded to 256 cells: always 16-aligned.
-            *od = if tiled {
-                dot_f16_tiled_paged(run, &p16[..t_len])
-            } else {
-                dot_f16_single_paged(run, &p16[..t_len], padded.div_ceil(64) * 64)
-            };
-        }
+                let max = w[t0..].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut p16 = vec![0f32; padded];
+                let mut sum = 0f64;
+                for (c, chunk) in p16.chunks_mut(16).enumerate() {
+                    let mut lanes = [0f32; 16];
+                    for (l, e) in chunk.iter_mut().enumerate() {
+                        let t = c * 16 + l;
+                        if t0 <= t && t < t_len {
+                            *e = expf(w[t] - max);
+                            lanes[l] = *e;
+                        }
+                    }
+                    sum += reduce16(&lanes) as f64;
+                }
+                let inv = (1.0 / sum) as f32;
+                for e in p16.iter_mut() {
+                    *e = f16::from_f32(*e * inv).to_f32();
+                }
+                // Safety: task (i, h) alone writes this slice of `out`.
+                let o = unsafe { std::slice::from_raw_parts_mut(op.get().add((i * n_head + h) * hd), hd) };
+                let mut d0 = 0;
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    while d0 + 16 <= hd {
+                        // Safety: AVX-512 checked (`wide`).
+                        let s = unsafe { avx512::pv16(kv, kvh, d0, &p16[..t_len]) };
+                        o[d0..d0 + 16].copy_from_slice(&s);
+                        d0 += 16;
+                    }
+                }
+                for (d, od) in o.iter_mut().enumerate().skip(d0) {
+                    let run = |j: usize| kv.value_run(kvh, d, j);
+                    // The KV length ggml multiplies is padded to 256 cells: always 16-aligned.
+                    *od = if tiled {
+                        dot_f16_tiled_paged(run, &p16[..t_len])
+                    } else {
+                        dot_f16_single_paged(run, &p16[..t_len], padded.div_ceil(64) * 64)
+                    };
+                }
+            },
+        )
     };
-    pool::run(len * n_head, &task);
+    pool::run(len * n_head, &|it| {
+        super::simd::fast(
+            #[inline(always)]
+            || task(it),
+        )
+    });
     out
 }
 

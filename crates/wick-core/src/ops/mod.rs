@@ -6,6 +6,7 @@ pub mod attn;
 pub mod packed;
 pub mod pool;
 pub mod q8;
+pub mod simd;
 
 /// A row's place in its sequence's share of a step: llama.cpp picks kernels by how many
 /// rows it multiplies at once, so Wick picks them per sequence, as if each sequence ran alone.
