@@ -1,15 +1,16 @@
 /**
- * The flag table of `wick serve`: the single source of truth for its options, their aliases
- * from the other runtimes (llama-server, vLLM, SGLang, Ollama), their value checks and help.
+ * The flag tables of `wick serve` and `wick show`: the single source of truth for their
+ * options, with (for serve) their aliases from the other runtimes (llama-server, vLLM, SGLang,
+ * Ollama), their value checks and help.
  * Commander cannot spell multi-letter short flags (`-np`) or several long names per option,
  * so `normalizeArgv` rewrites every alias to the canonical long flag first, and drops flags
  * that only make sense elsewhere (`--enable-torch-compile`, `--ipc=host`) with a notice.
  */
 import { choice, fraction, integer, modelRef, nonEmpty, port, positiveInt } from "./values.ts";
 
-export interface FlagSpec {
+export interface FlagSpec<F = ServeFlags> {
   /** Property name in the parsed options. */
-  key: keyof ServeFlags;
+  key: keyof F & string;
   /** Canonical long flag first, then aliases; a single-letter short flag is given to commander. */
   flags: string[];
   /** Value placeholder for help; absent for booleans. */
@@ -61,6 +62,18 @@ export const SERVE_FLAGS: FlagSpec[] = [
   { key: "dtype", flags: ["--dtype"], value: "<type>", description: "GPU compute type: auto, float16, bfloat16, float32", parse: choice(["auto", "float16", "bfloat16", "float32", "half", "float"]), notice: CPU_ONLY },
   { key: "toolCallParser", flags: ["--tool-call-parser"], value: "<name>", description: "force a tool-call parser (lfm2)", parse: choice(["lfm2"]), notice: "tool calls are not parsed yet, so it has no effect" },
   { key: "logLevel", flags: ["--log-level"], value: "<level>", description: "log level: fatal, error, warn, info, debug, trace, silent (default info)", parse: choice(["fatal", "error", "warn", "info", "debug", "trace", "silent"]) },
+];
+
+export interface ShowFlags {
+  json?: boolean;
+  template?: boolean;
+  modelfile?: boolean;
+}
+
+export const SHOW_FLAGS: FlagSpec<ShowFlags>[] = [
+  { key: "json", flags: ["--json"], description: "print the model info (header, quantization mix, metadata) as JSON" },
+  { key: "template", flags: ["--template"], description: "print only the chat template" },
+  { key: "modelfile", flags: ["--modelfile"], description: "print a Modelfile for the model" },
 ];
 
 /** Flags of other runtimes (and of `docker run`) that people paste; accepted and ignored. */

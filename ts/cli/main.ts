@@ -2,9 +2,10 @@
 import { bench } from "./bench.ts";
 import { runCli } from "./program.ts";
 import { CliError, serve } from "./serve.ts";
+import { show } from "./show.ts";
 
 try {
-  await runCli(process.argv.slice(2), { serve, bench });
+  await runCli(process.argv.slice(2), { serve, bench, show });
 } catch (err) {
   // Expected failures are one line; anything else is a bug and keeps its stack.
   if (err instanceof CliError) process.stderr.write(`wick: ${err.message}\n`);

@@ -1,15 +1,16 @@
-/** The commander program: `wick serve` with its options built from the flag table. */
+/** The commander program: `wick serve` and `wick show` with options built from the flag tables, `wick bench`. */
 import { readFileSync } from "node:fs";
 import { Command, Option } from "commander";
 import type { BenchOptions } from "./bench.ts";
-import { flagNotices, normalizeArgv, SERVE_FLAGS, type FlagSpec, type ServeFlags } from "./flags.ts";
-import { integer } from "./values.ts";
+import { flagNotices, normalizeArgv, SERVE_FLAGS, SHOW_FLAGS, type FlagSpec, type ServeFlags, type ShowFlags } from "./flags.ts";
+import { integer, modelRef } from "./values.ts";
 
 const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
 
 export interface Commands {
   serve(flags: ServeFlags): Promise<void>;
   bench(opts: BenchOptions): Promise<void>;
+  show(model: string, flags: ShowFlags): Promise<void>;
 }
 
 /** Commander names the canonical flag; say the alias the user typed too (`-np`, not only `--parallel`). */
@@ -50,10 +51,19 @@ export function buildProgram(commands: Commands, typed = new Map<string, string>
     .action(async (o: { model: string; threads?: number; nPrompt: number; nGen: number; repetitions: number; output: "table" | "json" }) => {
       await commands.bench({ ...o });
     });
+  const show = program
+    .command("show")
+    .description("Show a model's architecture, parameters, context length, experts and quantization mix.")
+    .argument("<model>", "GGUF model file", modelRef)
+    .configureOutput({ outputError: (str, write) => write(`wick show: ${str.replace(/^error: /, "")}`) });
+  for (const spec of SHOW_FLAGS) show.addOption(toOption(spec));
+  show.action(async (model: string, flags: ShowFlags) => {
+    await commands.show(model, flags);
+  });
   return program;
 }
 
-function toOption(spec: FlagSpec): Option {
+function toOption<F>(spec: FlagSpec<F>): Option {
   const short = spec.flags.find((f) => /^-[A-Za-z]$/.test(f));
   const aliases = spec.flags.slice(1).filter((f) => f !== short);
   const flags = `${short ? `${short}, ` : ""}${spec.flags[0]}${spec.value ? ` ${spec.value}` : ""}`;

@@ -8,7 +8,7 @@ import { fromNative, WickError } from "./errors.ts";
 
 export { WickError } from "./errors.ts";
 export type { EngineCode } from "./errors.ts";
-export type { LoadOptions, GenerateOptions, ModelInfo, Metrics } from "../native/native.d.ts";
+export type { LoadOptions, GenerateOptions, ModelInfo, Metrics, GgufInfo, QuantShare } from "../native/native.d.ts";
 
 const native = createRequire(import.meta.url)("../native/native.cjs") as typeof Native;
 
@@ -120,6 +120,18 @@ async function* stream(seq: Native.Sequence, signal?: AbortSignal): AsyncGenerat
   } finally {
     signal?.removeEventListener("abort", cancel);
     seq.cancel(); // no-op once done; frees the sequence if the consumer left early
+  }
+}
+
+/**
+ * Reads a GGUF file's header without loading weights (off the JS thread). Metadata arrays
+ * longer than `maxArrayLen` come back empty, as Ollama's non-verbose `model_info` has them.
+ */
+export async function inspectModel(path: string, opts: { maxArrayLen?: number } = {}): Promise<Native.GgufInfo> {
+  try {
+    return await native.inspectModel(path, opts);
+  } catch (err) {
+    throw fromNative(err);
   }
 }
 

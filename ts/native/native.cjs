@@ -837,3 +837,4 @@ module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __n
 module.exports = nativeBinding
 module.exports.Engine = nativeBinding.Engine
 module.exports.Sequence = nativeBinding.Sequence
+module.exports.inspectModel = nativeBinding.inspectModel

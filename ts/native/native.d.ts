@@ -50,6 +50,43 @@ export interface GenerateOptions {
   topLogprobs?: number
 }
 
+/** A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::ModelInfo). */
+export interface GgufInfo {
+  architecture: string
+  name?: string
+  ggufVersion: number
+  fileSize: number
+  parameterCount: number
+  /** llama.cpp's LLAMA_FTYPE number (`general.file_type`). */
+  fileType?: number
+  /** "Q4_K_M", or the ggml type holding most bytes when the file does not say. */
+  quantization: string
+  /** Most bytes first. */
+  quantMix: Array<QuantShare>
+  contextLength?: number
+  embeddingLength?: number
+  blockCount?: number
+  headCount?: number
+  headCountKv?: number
+  expertCount?: number
+  expertUsedCount?: number
+  vocabSize?: number
+  chatTemplate?: string
+  /** Every metadata key → its value (numbers, strings, booleans, arrays). */
+  metadata: Record<string, any>
+}
+
+/**
+ * Reads a GGUF file's header (no weights) on a blocking worker thread: architecture,
+ * parameter count, quantization mix, context length, experts, metadata.
+ */
+export declare function inspectModel(path: string, opts?: InspectOptions | undefined | null): Promise<GgufInfo>
+
+export interface InspectOptions {
+  /** Metadata arrays longer than this come back empty (Ollama's non-verbose `model_info`). */
+  maxArrayLen?: number
+}
+
 export interface LoadOptions {
   modelPath: string
   contextSize?: number
@@ -104,6 +141,13 @@ export interface ModelInfo {
   addBos: boolean
   chatTemplate?: string
   vocabOnly: boolean
+}
+
+/** Tensors of one ggml type and their bytes in the file. */
+export interface QuantShare {
+  dtype: string
+  tensors: number
+  bytes: number
 }
 
 /** One event of a sequence: `type` is "token", "done" or "error". */

@@ -2,3 +2,4 @@
 export * from "./sampling.ts";
 export * from "./chat.ts";
 export * from "./completions.ts";
+export * from "./show.ts";

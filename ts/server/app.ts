@@ -1,7 +1,7 @@
 /**
  * The Koa app factory. Middleware order: request log (outermost, so it sees the final status
- * and timing, streams included), OpenAI-shaped error handler, API key, JSON body parser,
- * routes. Tests call `createApp(...).listen(0)`; the CLI listens on --host/--port.
+ * and timing, streams included), error handler (Ollama's shape under /api, OpenAI's
+ * elsewhere), API key, JSON body parser, routes. Tests call `createApp(...).listen(0)`; the CLI listens on --host/--port.
  */
 import { randomUUID } from "node:crypto";
 import Router from "@koa/router";
@@ -10,12 +10,13 @@ import Koa from "koa";
 import { pino, type Logger } from "pino";
 import type { ModelRegistry } from "../service/registry.ts";
 import { apiKeyAuth } from "./auth.ts";
-import { HttpError, toApiError } from "./errors.ts";
+import { HttpError, isNativeApiPath, toApiError, toOllamaError } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { metricsRoutes } from "./metrics.ts";
 import { chatRoutes } from "./routes/openai/chat.ts";
 import { completionsRoutes } from "./routes/openai/completions.ts";
 import { modelsRoutes } from "./routes/openai/models.ts";
+import { showRoutes } from "./routes/native/show.ts";
 
 export interface AppOptions {
   registry: ModelRegistry;
@@ -55,7 +56,7 @@ export function createApp(opts: AppOptions): Koa {
         throw new HttpError("ROUTE_NOT_FOUND", `Invalid URL (${ctx.method} ${ctx.path}): no such route.`);
       }
     } catch (err) {
-      const api = toApiError(err);
+      const api = isNativeApiPath(ctx.path) ? toOllamaError(err) : toApiError(err);
       if (api.internal) ctx.state.log.error({ err }, "request failed");
       if (ctx.headerSent) return; // a stream reports its own errors in-band (sse.ts)
       ctx.status = api.status;
@@ -76,6 +77,7 @@ export function createApp(opts: AppOptions): Koa {
   modelsRoutes(router, deps);
   chatRoutes(router, deps);
   completionsRoutes(router, deps);
+  showRoutes(router, deps);
   app.use(router.routes());
   app.use(
     router.allowedMethods({

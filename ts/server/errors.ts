@@ -1,7 +1,8 @@
 /**
  * The one table from error codes (engine, service and HTTP) to an HTTP status and the OpenAI
- * error body `{"error":{"message","type","param","code"}}`. Routes throw; the error
- * middleware in app.ts and the SSE writer both format through `toApiError`.
+ * error body `{"error":{"message","type","param","code"}}`; the native API (`/api`, Ollama)
+ * gets the same status with `{"error":"message"}`. Routes throw; the error middleware in
+ * app.ts and the SSE writer both format through `toApiError` / `toOllamaError`.
  */
 import { WickError, type EngineCode } from "../engine/index.ts";
 import { RequestError, type RequestErrorCode } from "../service/errors.ts";
@@ -87,6 +88,21 @@ export function toApiError(err: unknown): ApiError {
     body: { error: { message: known.message, type: row.type, param: known.param, code: known.detail ?? row.code } },
     internal: row.status >= 500 && known.code !== "QUEUE_FULL" && known.code !== "ENGINE_STOPPED",
   };
+}
+
+export interface OllamaApiError extends Omit<ApiError, "body"> {
+  body: { error: string };
+}
+
+/** Ollama's error shape for the native API: the same status and message, no type or code. */
+export function toOllamaError(err: unknown): OllamaApiError {
+  const api = toApiError(err);
+  return { ...api, body: { error: api.body.error.message } };
+}
+
+/** Routes under /api answer in Ollama's shapes, errors included. */
+export function isNativeApiPath(path: string): boolean {
+  return path === "/api" || path.startsWith("/api/");
 }
 
 interface Classified {

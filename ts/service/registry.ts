@@ -77,6 +77,18 @@ export class ModelRegistry {
   }
 
   /**
+   * The served model a name picks out exactly: its id, its id with Ollama's default `:latest`
+   * tag, or the path it was loaded from. For lookups where `resolve`'s any-name fallback would
+   * mislead (`/api/show` of an unknown name must be a 404).
+   */
+  find(name: string): ServedModel | undefined {
+    const exact = this.models.get(name) ?? this.models.get(name.replace(/:latest$/, ""));
+    if (exact) return exact;
+    const wanted = path.resolve(name);
+    return this.list().find((m) => path.resolve(m.path) === wanted);
+  }
+
+  /**
    * The model a request names. As llama-server does, any name is accepted while exactly one
    * model is served (clients hard-code names such as "gpt-4o"); with several, it must match.
    */

@@ -1,6 +1,7 @@
 //! Plain JS objects crossing the boundary, and their mapping to engine types.
 
 use wick_core::engine::{DoneEvent, EngineInfo, EngineMetrics, Event, GenerateRequest, TokenEvent};
+use wick_core::gguf::{info, MetaValue};
 use wick_core::sampling::{SamplingParams, TokenLogprob};
 
 #[napi(object)]
@@ -62,6 +63,102 @@ impl From<&EngineInfo> for ModelInfo {
             chat_template: i.chat_template.clone(),
             vocab_only: i.vocab_only,
         }
+    }
+}
+
+#[napi(object)]
+pub struct InspectOptions {
+    /// Metadata arrays longer than this come back empty (Ollama's non-verbose `model_info`).
+    pub max_array_len: Option<u32>,
+}
+
+/// Tensors of one ggml type and their bytes in the file.
+#[napi(object)]
+pub struct QuantShare {
+    pub dtype: String,
+    pub tensors: u32,
+    pub bytes: f64,
+}
+
+/// A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::ModelInfo).
+#[napi(object)]
+pub struct GgufInfo {
+    pub architecture: String,
+    pub name: Option<String>,
+    pub gguf_version: u32,
+    pub file_size: f64,
+    pub parameter_count: f64,
+    /// llama.cpp's LLAMA_FTYPE number (`general.file_type`).
+    pub file_type: Option<u32>,
+    /// "Q4_K_M", or the ggml type holding most bytes when the file does not say.
+    pub quantization: String,
+    /// Most bytes first.
+    pub quant_mix: Vec<QuantShare>,
+    pub context_length: Option<f64>,
+    pub embedding_length: Option<f64>,
+    pub block_count: Option<f64>,
+    pub head_count: Option<f64>,
+    pub head_count_kv: Option<f64>,
+    pub expert_count: Option<f64>,
+    pub expert_used_count: Option<f64>,
+    pub vocab_size: Option<f64>,
+    pub chat_template: Option<String>,
+    /// Every metadata key → its value (numbers, strings, booleans, arrays).
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+impl From<info::ModelInfo> for GgufInfo {
+    fn from(i: info::ModelInfo) -> Self {
+        let n = |v: Option<u64>| v.map(|x| x as f64);
+        Self {
+            name: i.name,
+            gguf_version: i.gguf_version,
+            file_size: i.file_size as f64,
+            parameter_count: i.parameter_count as f64,
+            file_type: i.file_type,
+            quantization: i.quantization,
+            quant_mix: i
+                .quant_mix
+                .iter()
+                .map(|q| QuantShare {
+                    dtype: q.dtype.into(),
+                    tensors: q.tensors as u32,
+                    bytes: q.bytes as f64,
+                })
+                .collect(),
+            context_length: n(i.context_length),
+            embedding_length: n(i.embedding_length),
+            block_count: n(i.block_count),
+            head_count: n(i.head_count),
+            head_count_kv: n(i.head_count_kv),
+            expert_count: n(i.expert_count),
+            expert_used_count: n(i.expert_used_count),
+            vocab_size: n(i.vocab_size),
+            chat_template: i.chat_template,
+            metadata: i.metadata.iter().map(|(k, v)| (k.clone(), json(v))).collect(),
+            architecture: i.architecture,
+        }
+    }
+}
+
+fn json(v: &MetaValue) -> serde_json::Value {
+    use serde_json::Value as J;
+    let num = |x: f64| serde_json::Number::from_f64(x).map_or(J::Null, J::Number);
+    match v {
+        MetaValue::U8(x) => (*x).into(),
+        MetaValue::I8(x) => (*x).into(),
+        MetaValue::U16(x) => (*x).into(),
+        MetaValue::I16(x) => (*x).into(),
+        MetaValue::U32(x) => (*x).into(),
+        MetaValue::I32(x) => (*x).into(),
+        MetaValue::U64(x) => (*x).into(),
+        MetaValue::I64(x) => (*x).into(),
+        // Through its shortest decimal form, so 1e-5f32 reads 1e-5 rather than 9.99999974e-6.
+        MetaValue::F32(x) => num(x.to_string().parse().unwrap_or(f64::NAN)),
+        MetaValue::F64(x) => num(*x),
+        MetaValue::Bool(x) => (*x).into(),
+        MetaValue::String(x) => x.as_str().into(),
+        MetaValue::Array(a) => a.iter().map(json).collect(),
     }
 }
 

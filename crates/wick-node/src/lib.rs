@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 
-use convert::{GenerateOptions, LoadOptions, Metrics, ModelInfo, SequenceEvent};
+use convert::{GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics, ModelInfo, SequenceEvent};
 use error::{to_js, to_js_async, Result};
 use wick_core::engine::{Canceller, Event};
 
@@ -106,6 +106,24 @@ impl Engine {
             .await
             .map_err(|e| to_js_async(wick_core::WickError::Internal(e.to_string())))
     }
+}
+
+/// Reads a GGUF file's header (no weights) on a blocking worker thread: architecture,
+/// parameter count, quantization mix, context length, experts, metadata.
+#[napi(catch_unwind)]
+pub async fn inspect_model(path: String, opts: Option<InspectOptions>) -> napi::Result<GgufInfo> {
+    let max_array_len = opts.and_then(|o| o.max_array_len);
+    tokio::task::spawn_blocking(move || {
+        let mut info = std::panic::catch_unwind(|| wick_core::gguf::info::ModelInfo::from_path(&path))
+            .unwrap_or_else(|_| Err(wick_core::WickError::load("reading the GGUF header panicked")))?;
+        if let Some(n) = max_array_len {
+            info.truncate_arrays(n as usize);
+        }
+        Ok::<_, wick_core::WickError>(GgufInfo::from(info))
+    })
+    .await
+    .map_err(|e| to_js_async(wick_core::WickError::Internal(e.to_string())))?
+    .map_err(to_js_async)
 }
 
 #[napi]

@@ -1,5 +1,6 @@
 //! GGUF model files: metadata, tensor directory, and quantized tensors read from a memory map.
 
+pub mod info;
 mod reader;
 mod value;
 
@@ -115,6 +116,11 @@ impl GgufFile {
 
     pub fn file_size(&self) -> usize {
         self.map.len()
+    }
+
+    /// Sum of all tensor element counts.
+    pub fn param_count(&self) -> u64 {
+        self.tensors.iter().map(|t| t.elem_count() as u64).sum()
     }
 
     pub fn architecture(&self) -> Result<&str> {

@@ -8,7 +8,7 @@ use candle_core::{Device, Tensor};
 
 use super::attention::{Attention, BatchPlan};
 use super::ffn::Ffn;
-use super::layers::{param_count, Embedding, Hparams, Linear, RmsNorm, Rope};
+use super::layers::{Embedding, Hparams, Linear, RmsNorm, Rope};
 use super::shortconv::ShortConv;
 use super::{Model, ModelInfo, StepSeq};
 use crate::cache::{KvPool, LayerKind, SeqCache};
@@ -90,7 +90,7 @@ impl Decoder {
             n_embd: d,
             n_head,
             n_head_kv: n_kv.iter().copied().max().unwrap_or(0),
-            n_params: param_count(g),
+            n_params: g.param_count(),
         };
         Ok(Self {
             info,

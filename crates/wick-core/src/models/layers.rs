@@ -65,11 +65,6 @@ impl Hparams<'_> {
     }
 }
 
-/// Sum of all tensor element counts in the file.
-pub fn param_count(gguf: &GgufFile) -> u64 {
-    gguf.tensors.iter().map(|t| t.elem_count() as u64).sum()
-}
-
 /// A weight ready for matmul. On the CPU, types with a packed kernel are repacked at load
 /// (`ops::packed`); F16/Q8_0/Q4_0/Q4_1/Q4_K use `ggml_matmul` (rounds as
 /// llama.cpp does); other quantized types stay `QTensor`s so candle converts activations to

@@ -1,0 +1,363 @@
+//! What `wick show` and `/api/show` report about a GGUF file, read from its header alone:
+//! the tensor directory gives the parameter count and the quantization mix, the metadata the
+//! rest. Works for any architecture the reader can parse, loadable by Wick or not.
+
+use std::path::Path;
+
+use candle_core::quantized::GgmlDType;
+
+use super::{GgufFile, MetaValue, Metadata};
+use crate::error::{Result, WickError};
+
+/// Tensors of one ggml type and the bytes they take in the file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantShare {
+    /// ggml's name for the type: "Q4_K", "F32", ...
+    pub dtype: &'static str,
+    pub tensors: usize,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    pub architecture: String,
+    /// `general.name`.
+    pub name: Option<String>,
+    pub gguf_version: u32,
+    pub file_size: u64,
+    /// Sum of all tensor element counts.
+    pub parameter_count: u64,
+    /// `general.file_type`, llama.cpp's LLAMA_FTYPE number.
+    pub file_type: Option<u32>,
+    /// "Q4_K_M" when `general.file_type` names it, else the ggml type holding most bytes.
+    pub quantization: String,
+    /// Per ggml type, most bytes first.
+    pub quant_mix: Vec<QuantShare>,
+    pub context_length: Option<u64>,
+    pub embedding_length: Option<u64>,
+    pub block_count: Option<u64>,
+    /// Largest per-layer value when the file stores one per layer (LFM2's KV heads).
+    pub head_count: Option<u64>,
+    pub head_count_kv: Option<u64>,
+    pub expert_count: Option<u64>,
+    pub expert_used_count: Option<u64>,
+    /// Entries of `tokenizer.ggml.tokens`, else `{arch}.vocab_size`.
+    pub vocab_size: Option<u64>,
+    pub chat_template: Option<String>,
+    /// Every metadata key in file order (Ollama's `model_info` is built from these).
+    pub metadata: Vec<(String, MetaValue)>,
+}
+
+impl ModelInfo {
+    /// Opens `path` and reads its header; the weights are mapped, never read.
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Self> {
+        Self::from_gguf(&GgufFile::open(path)?)
+    }
+
+    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
+        let meta = &g.metadata;
+        let architecture = g.architecture()?.to_string();
+        let key = |k: &str| format!("{architecture}.{k}");
+        let file_type = meta
+            .opt_u64("general.file_type")?
+            .map(|v| {
+                u32::try_from(v)
+                    .map_err(|_| WickError::load(format!("general.file_type {v} is out of range")))
+            })
+            .transpose()?;
+        let quant_mix = quant_mix(g);
+        let quantization = file_type
+            .and_then(file_type_name)
+            .map(str::to_string)
+            .or_else(|| quant_mix.first().map(|q| q.dtype.to_string()))
+            .unwrap_or_else(|| "unknown".into());
+        let vocab_size = match meta.opt_array("tokenizer.ggml.tokens")? {
+            Some(tokens) => Some(tokens.len() as u64),
+            None => meta.opt_u64(&key("vocab_size"))?,
+        };
+        Ok(Self {
+            name: meta.opt_str("general.name")?.map(str::to_string),
+            gguf_version: g.version,
+            file_size: g.file_size() as u64,
+            parameter_count: g.param_count(),
+            file_type,
+            quantization,
+            quant_mix,
+            context_length: meta.opt_u64(&key("context_length"))?,
+            embedding_length: meta.opt_u64(&key("embedding_length"))?,
+            block_count: meta.opt_u64(&key("block_count"))?,
+            head_count: max_per_layer(meta, &key("attention.head_count"))?,
+            head_count_kv: max_per_layer(meta, &key("attention.head_count_kv"))?,
+            expert_count: meta.opt_u64(&key("expert_count"))?,
+            expert_used_count: meta.opt_u64(&key("expert_used_count"))?,
+            vocab_size,
+            chat_template: meta.opt_str("tokenizer.chat_template")?.map(str::to_string),
+            metadata: meta.entries.clone(),
+            architecture,
+        })
+    }
+
+    /// Empties metadata arrays longer than `max_len`, as Ollama's non-verbose `model_info`
+    /// does with the tokenizer's vocabulary, scores and merges.
+    pub fn truncate_arrays(&mut self, max_len: usize) {
+        for (_, v) in &mut self.metadata {
+            if matches!(v, MetaValue::Array(a) if a.len() > max_len) {
+                *v = MetaValue::Array(vec![]);
+            }
+        }
+    }
+}
+
+/// A scalar, or the largest entry of a per-layer array.
+fn max_per_layer(meta: &Metadata, key: &str) -> Result<Option<u64>> {
+    match meta.get(key) {
+        None => Ok(None),
+        Some(MetaValue::Array(a)) => a
+            .iter()
+            .map(MetaValue::as_u64)
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.into_iter().max())
+            .ok_or_else(|| WickError::load(format!("metadata key `{key}` has non-integer entries"))),
+        Some(_) => meta.opt_u64(key),
+    }
+}
+
+fn quant_mix(g: &GgufFile) -> Vec<QuantShare> {
+    let mut mix: Vec<QuantShare> = vec![];
+    for t in &g.tensors {
+        let name = ggml_type_name(t.dtype);
+        match mix.iter_mut().find(|q| q.dtype == name) {
+            Some(q) => {
+                q.tensors += 1;
+                q.bytes += t.size as u64;
+            }
+            None => mix.push(QuantShare { dtype: name, tensors: 1, bytes: t.size as u64 }),
+        }
+    }
+    // Most bytes first; ties in name order, so the result does not depend on tensor order.
+    mix.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.dtype.cmp(b.dtype)));
+    mix
+}
+
+/// ggml's spelling of a tensor type (candle's Debug names drop the underscore of K-quants).
+pub fn ggml_type_name(t: GgmlDType) -> &'static str {
+    match t {
+        GgmlDType::F32 => "F32",
+        GgmlDType::F16 => "F16",
+        GgmlDType::BF16 => "BF16",
+        GgmlDType::Q4_0 => "Q4_0",
+        GgmlDType::Q4_1 => "Q4_1",
+        GgmlDType::Q5_0 => "Q5_0",
+        GgmlDType::Q5_1 => "Q5_1",
+        GgmlDType::Q8_0 => "Q8_0",
+        GgmlDType::Q8_1 => "Q8_1",
+        GgmlDType::Q2K => "Q2_K",
+        GgmlDType::Q3K => "Q3_K",
+        GgmlDType::Q4K => "Q4_K",
+        GgmlDType::Q5K => "Q5_K",
+        GgmlDType::Q6K => "Q6_K",
+        GgmlDType::Q8K => "Q8_K",
+    }
+}
+
+/// llama.cpp's `llama_ftype` numbers (llama.h) by the names llama.cpp and Ollama print.
+/// 5 and 6 (Q4_2, Q4_3) and 33–35 (Q4_0_4_4, …) were removed upstream and have no name here.
+pub fn file_type_name(ftype: u32) -> Option<&'static str> {
+    // llama.cpp ORs LLAMA_FTYPE_GUESSED into a type it inferred; the name is the same.
+    Some(match ftype & !1024 {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        4 => "Q4_1_F16",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        19 => "IQ2_XXS",
+        20 => "IQ2_XS",
+        21 => "Q2_K_S",
+        22 => "IQ3_XS",
+        23 => "IQ3_XXS",
+        24 => "IQ1_S",
+        25 => "IQ4_NL",
+        26 => "IQ3_S",
+        27 => "IQ3_M",
+        28 => "IQ2_S",
+        29 => "IQ2_M",
+        30 => "IQ4_XS",
+        31 => "IQ1_M",
+        32 => "BF16",
+        36 => "TQ1_0",
+        37 => "TQ2_0",
+        38 => "MXFP4_MOE",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{build_fixture, byte_vocab, write_gguf, FixtureArch, FixtureSpec, MoeSpec};
+    use candle_core::quantized::gguf_file::Value as V;
+    use std::path::{Path, PathBuf};
+
+    fn spec(arch: FixtureArch, n_kv: Vec<usize>, moe: Option<MoeSpec>) -> FixtureSpec {
+        FixtureSpec {
+            file_name: format!("info-{}.gguf", arch.name()),
+            arch,
+            dtype: GgmlDType::Q8_0,
+            d: 64,
+            n_head: 4,
+            n_kv,
+            ff: 128,
+            vocab_file: "",
+            final_norm: "token_embd_norm.weight",
+            seed: 3,
+            sigma: 0.5,
+            moe,
+        }
+    }
+
+    /// A temp file removed when the test ends.
+    struct Tmp(PathBuf);
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    impl std::ops::Deref for Tmp {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    fn tmp(tag: &str) -> Tmp {
+        Tmp(std::env::temp_dir().join(format!("wick-info-{}-{tag}.gguf", std::process::id())))
+    }
+
+    /// Writes the fixture, with `edit` applied to its metadata, into a temp file.
+    fn write(spec: &FixtureSpec, tag: &str, edit: impl FnOnce(&mut Vec<(String, V)>)) -> Tmp {
+        let (mut meta, tensors) = build_fixture(spec, &byte_vocab()).unwrap();
+        edit(&mut meta);
+        let path = tmp(tag);
+        let refs: Vec<_> = tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
+        write_gguf(&path, &meta, &refs).unwrap();
+        path
+    }
+
+    #[test]
+    fn llama_header_without_file_type() {
+        let s = spec(FixtureArch::Llama, vec![2, 2], None);
+        let path = write(&s, "llama", |_| {});
+        let info = ModelInfo::from_path(&*path).unwrap();
+        let g = GgufFile::open(&*path).unwrap();
+        assert_eq!(info.architecture, "llama");
+        assert_eq!(info.name.as_deref(), Some("info-llama"));
+        assert_eq!(info.parameter_count, g.tensors.iter().map(|t| t.elem_count() as u64).sum::<u64>());
+        assert_eq!(info.file_type, None);
+        // No general.file_type: the type with most bytes names the file.
+        assert_eq!(info.quantization, "Q8_0");
+        assert_eq!(info.quant_mix.iter().map(|q| q.dtype).collect::<Vec<_>>(), ["Q8_0", "F32"]);
+        assert_eq!(info.quant_mix.iter().map(|q| q.tensors).sum::<usize>(), g.tensors.len());
+        assert_eq!(
+            info.quant_mix.iter().map(|q| q.bytes).sum::<u64>(),
+            g.tensors.iter().map(|t| t.size as u64).sum::<u64>()
+        );
+        assert_eq!(
+            (info.context_length, info.embedding_length, info.block_count),
+            (Some(4096), Some(64), Some(2))
+        );
+        assert_eq!((info.head_count, info.head_count_kv), (Some(4), Some(2)));
+        assert_eq!((info.expert_count, info.expert_used_count), (None, None));
+        assert_eq!(info.vocab_size, Some(259));
+        assert_eq!(info.chat_template, None);
+        assert_eq!(info.file_size, std::fs::metadata(&*path).unwrap().len());
+    }
+
+    #[test]
+    fn moe_experts_per_layer_kv_heads_and_file_type() {
+        let moe = MoeSpec { n_expert: 8, n_used: 2, ff_exp: 64, dense_lead: Some(1) };
+        let s = spec(FixtureArch::Lfm2Moe, vec![0, 2, 0], Some(moe));
+        let path = write(&s, "lfm2moe", |m| {
+            m.push(("general.file_type".into(), V::U32(15)));
+            m.push(("tokenizer.chat_template".into(), V::String("{{ messages }}".into())));
+        });
+        let info = ModelInfo::from_path(&*path).unwrap();
+        assert_eq!(info.architecture, "lfm2moe");
+        assert_eq!((info.expert_count, info.expert_used_count), (Some(8), Some(2)));
+        assert_eq!(info.head_count_kv, Some(2), "largest of the per-layer array");
+        assert_eq!(info.file_type, Some(15));
+        assert_eq!(info.quantization, "Q4_K_M", "general.file_type wins over the tensor types");
+        assert_eq!(info.chat_template.as_deref(), Some("{{ messages }}"));
+    }
+
+    #[test]
+    fn truncate_arrays_empties_long_ones_only() {
+        let s = spec(FixtureArch::Llama, vec![2, 2], None);
+        let path = write(&s, "arrays", |m| m.push(("x.short".into(), V::Array(vec![V::U32(1), V::U32(2)]))));
+        let mut info = ModelInfo::from_path(&*path).unwrap();
+        info.truncate_arrays(5);
+        let get = |k: &str| info.metadata.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap();
+        assert_eq!(get("tokenizer.ggml.tokens"), MetaValue::Array(vec![]));
+        assert_eq!(get("x.short"), MetaValue::Array(vec![MetaValue::U32(1), MetaValue::U32(2)]));
+        assert_eq!(info.vocab_size, Some(259), "counted before truncation");
+    }
+
+    /// Replaces (or with `None` removes) one metadata key.
+    fn set(m: &mut Vec<(String, V)>, key: &str, value: Option<V>) {
+        m.retain(|(k, _)| k != key);
+        m.extend(value.map(|v| (key.to_string(), v)));
+    }
+
+    #[test]
+    fn odd_metadata_is_an_error_not_a_panic() {
+        let s = spec(FixtureArch::Llama, vec![2, 2], None);
+        let cases = [
+            ("no-arch", "general.architecture", None),
+            ("ctx-string", "llama.context_length", Some(V::String("lots".into()))),
+            ("ftype-negative", "general.file_type", Some(V::I32(-3))),
+            ("ftype-huge", "general.file_type", Some(V::U64(1 << 40))),
+            (
+                "kv-heads-strings",
+                "llama.attention.head_count_kv",
+                Some(V::Array(vec![V::String("2".into())])),
+            ),
+            ("tokens-not-array", "tokenizer.ggml.tokens", Some(V::U32(3))),
+        ];
+        for (tag, key, value) in cases {
+            let path = write(&s, tag, |m| set(m, key, value));
+            let err = ModelInfo::from_path(&*path).unwrap_err().to_string();
+            assert!(err.contains(key), "{tag}: {err}");
+        }
+    }
+
+    #[test]
+    fn not_a_gguf_and_missing_file() {
+        let text = tmp("text");
+        std::fs::write(&*text, b"hello, this is not a model").unwrap();
+        assert!(ModelInfo::from_path(&*text).unwrap_err().to_string().contains("not a GGUF file"));
+        let empty = tmp("empty");
+        std::fs::write(&*empty, b"").unwrap();
+        assert!(ModelInfo::from_path(&*empty).is_err());
+        assert!(ModelInfo::from_path(&*tmp("absent")).unwrap_err().to_string().contains("cannot open"));
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(file_type_name(15), Some("Q4_K_M"));
+        assert_eq!(file_type_name(15 | 1024), Some("Q4_K_M"));
+        assert_eq!(file_type_name(5), None);
+        assert_eq!(file_type_name(9999), None);
+        assert_eq!(ggml_type_name(GgmlDType::Q6K), "Q6_K");
+    }
+}
