@@ -223,7 +223,8 @@ unsafe fn tile_vnni<const R: usize>(
                 }
                 let raw = _mm512_loadu_si512(blk.add(QUANTS + 64 * (8 * p + t)) as *const _);
                 let lo = _mm512_and_si512(raw, mask);
-                let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+                // High nibbles in place (16·q): one op fewer per step, divided out below.
+                let hi = _mm512_andnot_si512(mask, raw);
                 for r in 0..R {
                     let q = ys[r].qs.as_ptr().add(64 * p + 4 * t);
                     even[ch][r] = _mm512_dpbusd_epi32(even[ch][r], lo, _mm512_set1_epi32(bcast4(q)));
@@ -237,7 +238,8 @@ unsafe fn tile_vnni<const R: usize>(
             let even = even_v;
             let mut odd_v = [_mm512_setzero_si512(); R];
             for r in 0..R {
-                odd_v[r] = sum_chains::<R>(&odd, r);
+                // Σ 16·q·y is a multiple of 16: the arithmetic shift is exact.
+                odd_v[r] = _mm512_srai_epi32::<4>(sum_chains::<R>(&odd, r));
             }
             let odd = odd_v;
             let s_even =
