@@ -64,9 +64,7 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn tile(panel: &[u8], acts: &[&[Act256]], out: *mut f32, ldo: usize) {
     let nb = panel.len() / BLOCK_BYTES;
-    for (i, four) in acts.chunks(4).enumerate() {
-        by_rows!(tile_avx512, four, panel, nb, out.add(4 * i * ldo), ldo)
-    }
+    by_rows!(tile_avx512, acts, panel, nb, out, ldo)
 }
 
 /// ggml's `hsum_float_8` on each 256-bit half.
