@@ -16,7 +16,9 @@ const K: usize = 1024;
 fn kernels(c: &mut Criterion) {
     let dev = Device::Cpu;
     let w = Tensor::randn(0f32, 0.02, (N, K), &dev).unwrap();
-    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+    for dtype in
+        [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K]
+    {
         let q = QTensor::quantize(&w, dtype).unwrap();
         let Some(packed) = PackedWeight::pack(&q).unwrap() else {
             eprintln!("{dtype:?}: no packed kernel on this CPU, skipped");

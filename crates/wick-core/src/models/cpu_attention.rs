@@ -20,6 +20,7 @@ use crate::cache::PagedView;
 use crate::ops::attn::reduce16;
 
 /// `ggml_vec_dot_f16` (AVX-512): `x(i)·y(i)` for i < n; values are f16-exact f32s.
+#[inline(always)]
 pub(crate) fn dot_single(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
     let np = n & !63;
     let mut acc = [[0f32; 16]; 4];
@@ -43,6 +44,7 @@ pub(crate) fn dot_single(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -
 }
 
 /// tinyBLAS `gemm_bloc` for one output: 16 lanes over chunks of 16 (n % 16 == 0).
+#[inline(always)]
 pub(crate) fn dot_tiled(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
     let mut acc = [0f32; 16];
     for base in (0..n).step_by(16) {

@@ -630,15 +630,28 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
         // into 16-lane chunks and the output count into tiles of 4.
         let shapes_ok = k.is_multiple_of(16) && n.is_multiple_of(4);
         for_cols(n, m, &|j0, j1| {
-            for j in j0..j1 {
-                let wr = wrow(j);
-                let wv = |i: usize| f16_at(wr, 2 * i);
-                for r in 0..m {
-                    let xr = &x16[r * k..(r + 1) * k];
-                    let tiled = shapes_ok && rows[r].seq_len > 1;
-                    put(r, j, if tiled { dot_tiled(k, wv, |i| xr[i]) } else { dot_single(k, wv, |i| xr[i]) });
-                }
-            }
+            crate::ops::simd::fast(
+                #[inline(always)]
+                || {
+                    for j in j0..j1 {
+                        let wr = wrow(j);
+                        let wv = |i: usize| f16_at(wr, 2 * i);
+                        for r in 0..m {
+                            let xr = &x16[r * k..(r + 1) * k];
+                            let tiled = shapes_ok && rows[r].seq_len > 1;
+                            put(
+                                r,
+                                j,
+                                if tiled {
+                                    dot_tiled(k, wv, |i| xr[i])
+                                } else {
+                                    dot_single(k, wv, |i| xr[i])
+                                },
+                            );
+                        }
+                    }
+                },
+            )
         });
     } else if dtype == GgmlDType::Q2K {
         let acts: Vec<Vec<Act256>> = quantize_rows(&xs, k, quantize_q8k);

@@ -98,16 +98,23 @@ impl Moe {
     /// Selected experts (best first) and their renormalised weights for one token.
     fn route(&self, x: &[f32], several: bool) -> (Vec<usize>, Vec<f32>) {
         let d = self.d;
-        let probs: Vec<f32> = self
-            .router
-            .chunks_exact(d)
-            .map(|w| {
-                let (a, b) = (|i: usize| w[i], |i: usize| x[i]);
-                let l =
-                    if several && d.is_multiple_of(16) { dot_tiled(d, a, b) } else { dot_single(d, a, b) };
-                1.0f32 / (1.0f32 + (-l).exp())
-            })
-            .collect();
+        let probs: Vec<f32> = crate::ops::simd::fast(
+            #[inline(always)]
+            || {
+                self.router
+                    .chunks_exact(d)
+                    .map(|w| {
+                        let (a, b) = (|i: usize| w[i], |i: usize| x[i]);
+                        let l = if several && d.is_multiple_of(16) {
+                            dot_tiled(d, a, b)
+                        } else {
+                            dot_single(d, a, b)
+                        };
+                        1.0f32 / (1.0f32 + (-l).exp())
+                    })
+                    .collect()
+            },
+        );
         let mut order: Vec<usize> = (0..probs.len()).collect();
         let sel = |e: usize| probs[e] + self.bias[e];
         order.sort_by(|&a, &b| sel(b).total_cmp(&sel(a)));

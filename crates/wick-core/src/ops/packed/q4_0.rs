@@ -122,7 +122,10 @@ unsafe fn tile_vnni<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize
         }
         let mut isum_v = [_mm512_setzero_si512(); R];
         for r in 0..R {
-            isum_v[r] = _mm512_add_epi32(sum_chains::<R>(&lo_sum, r), _mm512_srai_epi32::<4>(sum_chains::<R>(&hi_sum, r)));
+            isum_v[r] = _mm512_add_epi32(
+                sum_chains::<R>(&lo_sum, r),
+                _mm512_srai_epi32::<4>(sum_chains::<R>(&hi_sum, r)),
+            );
         }
         let isum = isum_v;
         let dw = _mm512_loadu_ps(p as *const f32);
