@@ -123,7 +123,17 @@ impl Linear {
             Weight::Candle(w) => w.forward(&x)?,
             Weight::Ggml(w) => super::ggml_matmul::matmul(&x, w, rows)?,
             Weight::Packed(w) => {
-                let y = w.matmul(&x.flatten_all()?.to_vec1::<f32>()?, rows)?;
+                // The activations are read in place (no copy) when they are host f32.
+                let (storage, layout) = x.storage_and_layout();
+                let y = match (&*storage, layout.contiguous_offsets()) {
+                    (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)), Some((a, b))) => {
+                        w.matmul(&v[a..b], rows)?
+                    }
+                    _ => {
+                        drop(storage);
+                        w.matmul(&x.flatten_all()?.to_vec1::<f32>()?, rows)?
+                    }
+                };
                 Tensor::from_vec(y, (rows.len(), w.dims().0), x.device())?
             }
         };

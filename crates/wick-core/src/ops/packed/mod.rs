@@ -36,7 +36,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 
 use crate::error::{Result, WickError};
 use crate::ops::pool::{self, SyncPtr};
-use crate::ops::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};
+use crate::ops::q8::{quantize_q8, quantize_q8k, quantize_rows};
 use crate::ops::RowPos;
 
 /// Most independent integer accumulator chains per row (see `chains`).
@@ -87,6 +87,17 @@ unsafe fn sum_chains<const R: usize>(
         s = _mm512_add_epi32(s, c[r]);
     }
     s
+}
+
+/// A tile's activation rows as slices, on the stack (tiles are called per panel: a heap
+/// allocation each was measurable in decode).
+#[inline(always)]
+fn row_slices<A>(rows: &[Vec<A>]) -> [&[A]; MAX_ROWS] {
+    let mut a: [&[A]; MAX_ROWS] = [&[]; MAX_ROWS];
+    for (s, r) in a.iter_mut().zip(rows) {
+        *s = r;
+    }
+    a
 }
 
 /// Output columns per panel.
@@ -216,15 +227,15 @@ impl PackedWeight {
                 let pairs: Vec<bool> =
                     rows.iter().map(|p| p.seq_len > 3 && p.idx < p.seq_len - p.seq_len % 4).collect();
                 self.run(m, &mut y, &|panel, r0, n_rows, out, ldo| {
-                    let a: Vec<&[Act256]> = acts[r0..r0 + n_rows].iter().map(|v| &v[..]).collect();
-                    q4k::tile(isa, panel, &a, &pairs[r0..r0 + n_rows], out, ldo)
+                    let a = row_slices(&acts[r0..r0 + n_rows]);
+                    q4k::tile(isa, panel, &a[..n_rows], &pairs[r0..r0 + n_rows], out, ldo)
                 });
             }
             Kind::Q4_0 => {
                 let acts = quantize_rows(xs, self.k, quantize_q8);
                 self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
-                    let a: Vec<&[Act32]> = acts[r0..r0 + rows].iter().map(|v| &v[..]).collect();
-                    q4_0::tile(isa, panel, &a, out, ldo)
+                    let a = row_slices(&acts[r0..r0 + rows]);
+                    q4_0::tile(isa, panel, &a[..rows], out, ldo)
                 });
             }
             Kind::Q8_0 => {
@@ -239,19 +250,19 @@ impl PackedWeight {
                 }
                 let acts = quantize_rows(xs, self.k, quantize_q8k);
                 self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
-                    let a: Vec<&[Act256]> = acts[r0..r0 + rows].iter().map(|v| &v[..]).collect();
+                    let a = row_slices(&acts[r0..r0 + rows]);
                     // Safety: AVX-512 checked above; rows of k/256 blocks; the driver owns `out`.
                     #[cfg(target_arch = "x86_64")]
                     unsafe {
-                        q6k::tile(panel, &a, out, ldo)
+                        q6k::tile(panel, &a[..rows], out, ldo)
                     }
                 });
             }
             Kind::Q4_1 => {
                 let acts = quantize_rows(xs, self.k, quantize_q8);
                 self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
-                    let a: Vec<&[Act32]> = acts[r0..r0 + rows].iter().map(|v| &v[..]).collect();
-                    q4_1::tile(isa, panel, &a, out, ldo)
+                    let a = row_slices(&acts[r0..r0 + rows]);
+                    q4_1::tile(isa, panel, &a[..rows], out, ldo)
                 });
             }
         }
