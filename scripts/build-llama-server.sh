@@ -6,14 +6,15 @@
 # Takes ~6-10 min on 2 cores. Prints the bin directory on stdout as its last line.
 #
 # Env: WICK_LLAMA_JOBS (default: nproc), WICK_LLAMA_TARGETS (extra ninja targets, e.g.
-# "llama-bench"), WICK_LLAMA_BUILD (build dir, default .cache/llama-build).
+# "llama-bench"), WICK_LLAMA_ONLY (exactly these targets, e.g. "llama-quantize" for the quant
+# matrix test), WICK_LLAMA_BUILD (build dir, default .cache/llama-build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 src=$root/.cache/llama.cpp
 build=${WICK_LLAMA_BUILD:-$root/.cache/llama-build}
 bin=$build/bin
-targets="llama-server llama-quantize ${WICK_LLAMA_TARGETS:-}"
+targets="${WICK_LLAMA_ONLY:-llama-server llama-quantize ${WICK_LLAMA_TARGETS:-}}"
 
 missing=()
 for tool in cmake ninja g++ git; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done

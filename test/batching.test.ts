@@ -25,6 +25,8 @@ function prompts(engine: Engine): number[][] {
 for (const [name, path] of [
   ["SmolLM2-135M Q4_1", () => { const m = smollm2(); return "path" in m ? m.path : null; }],
   ["tiny lfm2 Q8_0", () => fixture("tiny-lfm2-q8_0.gguf")],
+  // MoE: tokens of different requests routed to experts together in one step.
+  ["tiny lfm2moe Q8_0 (8 experts top-2, 2 dense layers first)", () => fixture("tiny-lfm2moe-e8-lead2-q8_0.gguf")],
 ] as const) {
   test.serial(`${name}: 16 concurrent greedy requests equal their solo runs`, async (t) => {
     const modelPath = path();
