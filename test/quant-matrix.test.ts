@@ -131,7 +131,7 @@ async function wick(engine: Engine, promptTokens: number[]): Promise<number[]> {
 
 if (!haveQuantize) {
   test("quant matrix", (t) => {
-    t.log(`SKIPPED: ${quantize} is missing (build it with `npm run bench:build-llama`, or `WICK_LLAMA_ONLY=llama-quantize bash scripts/build-llama-server.sh`)`);
+    t.log(`SKIPPED: ${quantize} is missing (build it with: npm run bench:build-llama, or WICK_LLAMA_ONLY=llama-quantize bash scripts/build-llama-server.sh)`);
     t.pass();
   });
 }
