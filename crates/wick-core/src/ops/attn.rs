@@ -20,17 +20,7 @@ pub(crate) fn reduce16(a: &[f32; 16]) -> f32 {
 }
 
 fn avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *OK.get_or_init(|| {
-            is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    super::simd::has_avx2()
 }
 
 /// tinyBLAS order over `x.len()` values (16 lanes, chunks of 16); a last partial chunk counts

@@ -89,6 +89,31 @@ unsafe fn sum_chains<const R: usize>(
     s
 }
 
+/// Allocates the panels of an `[n, k]` weight and calls `put(panel, b, c, src)` for each GGUF
+/// block `src` (`src_bytes` long, `qk` inputs) of column `c` < 16 of each panel, block `b`.
+/// Columns past `n` stay zero.
+fn pack_blocks(
+    raw: &[u8],
+    n: usize,
+    k: usize,
+    qk: usize,
+    src_bytes: usize,
+    block_bytes: usize,
+    put: impl Fn(&mut [u8], usize, usize, &[u8]),
+) -> Vec<u8> {
+    let nb = k / qk;
+    let row_bytes = nb * src_bytes;
+    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * block_bytes];
+    for (p, panel) in out.chunks_exact_mut(nb * block_bytes).enumerate() {
+        for b in 0..nb {
+            for c in 0..PANEL.min(n - p * PANEL) {
+                put(panel, b, c, &raw[(p * PANEL + c) * row_bytes + b * src_bytes..][..src_bytes]);
+            }
+        }
+    }
+    out
+}
+
 /// A tile's activation rows as slices, on the stack (tiles are called per panel: a heap
 /// allocation each was measurable in decode).
 #[inline(always)]

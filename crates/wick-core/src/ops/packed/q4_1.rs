@@ -22,24 +22,16 @@ const QUANTS: usize = 8 * PANEL;
 
 /// GGUF Q4_1 rows (`n` rows of `k / 32` blocks of 20 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    let nb = k / 32;
-    let row_bytes = nb * 20;
-    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * BLOCK_BYTES];
-    for (p, panel) in out.chunks_exact_mut(nb * BLOCK_BYTES).enumerate() {
-        for (b, dst) in panel.chunks_exact_mut(BLOCK_BYTES).enumerate() {
-            for c in 0..PANEL.min(n - p * PANEL) {
-                let blk = &raw[(p * PANEL + c) * row_bytes + b * 20..][..20];
-                let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-                let m = f16::from_le_bytes([blk[2], blk[3]]).to_f32();
-                dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
-                dst[64 + 4 * c..64 + 4 * c + 4].copy_from_slice(&m.to_le_bytes());
-                for h in 0..4 {
-                    dst[QUANTS + 64 * h + 4 * c..][..4].copy_from_slice(&blk[4 + 4 * h..4 + 4 * h + 4]);
-                }
-            }
+    super::pack_blocks(raw, n, k, 32, 20, BLOCK_BYTES, |panel, b, c, blk| {
+        let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
+        let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+        let m = f16::from_le_bytes([blk[2], blk[3]]).to_f32();
+        dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
+        dst[64 + 4 * c..64 + 4 * c + 4].copy_from_slice(&m.to_le_bytes());
+        for h in 0..4 {
+            dst[QUANTS + 64 * h + 4 * c..][..4].copy_from_slice(&blk[4 + 4 * h..4 + 4 * h + 4]);
         }
-    }
-    out
+    })
 }
 
 /// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.

@@ -34,33 +34,25 @@ fn scale_min(sc: &[u8], j: usize) -> (u8, u8) {
 
 /// GGUF Q4_K rows (`n` rows of `k / 256` blocks of 144 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    let nb = k / 256;
-    let row_bytes = nb * 144;
-    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * BLOCK_BYTES];
-    for (p, panel) in out.chunks_exact_mut(nb * BLOCK_BYTES).enumerate() {
-        for (b, dst) in panel.chunks_exact_mut(BLOCK_BYTES).enumerate() {
-            for c in 0..PANEL.min(n - p * PANEL) {
-                let blk = &raw[(p * PANEL + c) * row_bytes + b * 144..][..144];
-                let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-                let dmin = f16::from_le_bytes([blk[2], blk[3]]).to_f32();
-                dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
-                dst[64 + 4 * c..64 + 4 * c + 4].copy_from_slice(&dmin.to_le_bytes());
-                let sm: [(u8, u8); 8] = std::array::from_fn(|j| scale_min(&blk[4..16], j));
-                for (j, &(s, _)) in sm.iter().enumerate() {
-                    dst[SCALES + PANEL * j + c] = s;
-                }
-                for q in 0..4 {
-                    let at = MINS + 64 * q + 4 * c;
-                    dst[at..at + 2].copy_from_slice(&(sm[2 * q].1 as i16).to_le_bytes());
-                    dst[at + 2..at + 4].copy_from_slice(&(sm[2 * q + 1].1 as i16).to_le_bytes());
-                }
-                for g in 0..32 {
-                    dst[QUANTS + 64 * g + 4 * c..][..4].copy_from_slice(&blk[16 + 4 * g..16 + 4 * g + 4]);
-                }
-            }
+    super::pack_blocks(raw, n, k, 256, 144, BLOCK_BYTES, |panel, b, c, blk| {
+        let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
+        let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+        let dmin = f16::from_le_bytes([blk[2], blk[3]]).to_f32();
+        dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
+        dst[64 + 4 * c..64 + 4 * c + 4].copy_from_slice(&dmin.to_le_bytes());
+        let sm: [(u8, u8); 8] = std::array::from_fn(|j| scale_min(&blk[4..16], j));
+        for (j, &(s, _)) in sm.iter().enumerate() {
+            dst[SCALES + PANEL * j + c] = s;
         }
-    }
-    out
+        for q in 0..4 {
+            let at = MINS + 64 * q + 4 * c;
+            dst[at..at + 2].copy_from_slice(&(sm[2 * q].1 as i16).to_le_bytes());
+            dst[at + 2..at + 4].copy_from_slice(&(sm[2 * q + 1].1 as i16).to_le_bytes());
+        }
+        for g in 0..32 {
+            dst[QUANTS + 64 * g + 4 * c..][..4].copy_from_slice(&blk[16 + 4 * g..16 + 4 * g + 4]);
+        }
+    })
 }
 
 /// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`; `pairs[r]`: whether

@@ -29,31 +29,23 @@ pub const BLOCK_BYTES: usize = PANEL / 2 * PAIR_BYTES;
 /// → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     let nb = k / 256;
-    let row_bytes = nb * 210;
-    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * BLOCK_BYTES];
-    for (p, panel) in out.chunks_exact_mut(nb * BLOCK_BYTES).enumerate() {
-        for b in 0..nb {
-            for c in 0..PANEL.min(n - p * PANEL) {
-                let blk = &raw[(p * PANEL + c) * row_bytes + b * 210..][..210];
-                let pair = &mut panel[((c / 2) * nb + b) * PAIR_BYTES..][..PAIR_BYTES];
-                let side = c % 2;
-                for h in 0..2 {
-                    let srcs = [
-                        &blk[64 * h..64 * h + 32],
-                        &blk[64 * h + 32..64 * h + 64],
-                        &blk[128 + 32 * h..128 + 32 * h + 32],
-                    ];
-                    for (g, src) in srcs.into_iter().enumerate() {
-                        pair[(3 * h + g) * 64 + 32 * side..][..32].copy_from_slice(src);
-                    }
-                }
-                pair[PAIR_QUANTS + 16 * side..][..16].copy_from_slice(&blk[192..208]);
-                let d = f16::from_le_bytes([blk[208], blk[209]]).to_f32();
-                pair[PAIR_QUANTS + 32 + 4 * side..][..4].copy_from_slice(&d.to_le_bytes());
+    super::pack_blocks(raw, n, k, 256, 210, BLOCK_BYTES, |panel, b, c, blk| {
+        let pair = &mut panel[((c / 2) * nb + b) * PAIR_BYTES..][..PAIR_BYTES];
+        let side = c % 2;
+        for h in 0..2 {
+            let srcs = [
+                &blk[64 * h..64 * h + 32],
+                &blk[64 * h + 32..64 * h + 64],
+                &blk[128 + 32 * h..128 + 32 * h + 32],
+            ];
+            for (g, src) in srcs.into_iter().enumerate() {
+                pair[(3 * h + g) * 64 + 32 * side..][..32].copy_from_slice(src);
             }
         }
-    }
-    out
+        pair[PAIR_QUANTS + 16 * side..][..16].copy_from_slice(&blk[192..208]);
+        let d = f16::from_le_bytes([blk[208], blk[209]]).to_f32();
+        pair[PAIR_QUANTS + 32 + 4 * side..][..4].copy_from_slice(&d.to_le_bytes());
+    })
 }
 
 /// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.

@@ -56,24 +56,16 @@ pub fn q5_0_as_q8_0(raw: &[u8]) -> Vec<u8> {
 
 /// GGUF Q8_0 rows (`n` rows of `k / 32` blocks of 34 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    let nb = k / 32;
-    let row_bytes = nb * 34;
-    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * BLOCK_BYTES];
-    for (p, panel) in out.chunks_exact_mut(nb * BLOCK_BYTES).enumerate() {
-        for (b, dst) in panel.chunks_exact_mut(BLOCK_BYTES).enumerate() {
-            for c in 0..PANEL.min(n - p * PANEL) {
-                let blk = &raw[(p * PANEL + c) * row_bytes + b * 34..][..34];
-                let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-                dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
-                for l in 0..8 {
-                    for t in 0..4 {
-                        dst[64 + 64 * l + 4 * c + t] = blk[2 + 4 * l + t] ^ 0x80;
-                    }
-                }
+    super::pack_blocks(raw, n, k, 32, 34, BLOCK_BYTES, |panel, b, c, blk| {
+        let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
+        let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+        dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
+        for l in 0..8 {
+            for t in 0..4 {
+                dst[64 + 64 * l + 4 * c + t] = blk[2 + 4 * l + t] ^ 0x80;
             }
         }
-    }
-    out
+    })
 }
 
 /// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
