@@ -1,8 +1,10 @@
 //! Q4_K panels. Per block of 256 inputs (8 sub-blocks of 32), a panel holds for its 16 columns:
-//! `d` and `dmin` as f32 (2 × 64 bytes), the 6-bit sub-block scales as bytes `[j][c]` (128),
-//! the mins of each sub-block pair p as i16 pairs `(m[2p], m[2p+1])` per column (4 × 64), then
-//! 32 groups of 64 bytes: group (p, t) has, for column c, bytes 4c..4c+4 = the block's quant
-//! bytes 32p+4t..+4 (low nibbles: sub-block 2p elements 4t..4t+4; high: sub-block 2p+1).
+//! `d` and `dmin` as f32 (2 × 64 bytes) and the 6-bit sub-block scales as bytes `[j][c]` (128),
+//! then for each sub-block pair p, contiguous (a one-row GEMV streams the block front to back;
+//! measured 31 → 40 GB/s against a layout with all mins before all quants): the mins as i16
+//! pairs `(m[2p], m[2p+1])` per column (64) and 8 groups of 64 bytes: group t has, for column
+//! c, bytes 4c..4c+4 = the block's quant bytes 32p+4t..+4 (low nibbles: sub-block 2p elements
+//! 4t..4t+4; high: sub-block 2p+1).
 //!
 //! Per output and block, as `ggml_matmul::dot_q4k` (ggml's repacked Q4_K GEMM / GEMV):
 //! `isum_j = s_j·Σ q·y`, `imin_j = m_j·Σ y` over sub-block j (exact); the GEMM rows fold each
@@ -17,11 +19,29 @@ use half::f16;
 use super::{Isa, PANEL};
 use crate::ops::q8::Act256;
 
-const SCALES: usize = 2 * 4 * PANEL;
-const MINS: usize = SCALES + 8 * PANEL;
-const QUANTS: usize = MINS + 4 * 4 * PANEL;
+/// Bytes of one sub-block pair's part of a block: mins, then quants (64-byte aligned).
+const PAIR: usize = 4 * PANEL + 8 * 64;
+/// `d`, `dmin` (f32) and the 8 sub-blocks' scales (bytes) of the 16 columns.
+const HEAD: usize = 2 * 4 * PANEL + 8 * PANEL;
 /// Bytes of one block of one panel.
-pub const BLOCK_BYTES: usize = QUANTS + 32 * 64;
+pub const BLOCK_BYTES: usize = HEAD + 4 * PAIR;
+
+/// Where pair p starts.
+const fn pair_at(p: usize) -> usize {
+    HEAD + PAIR * p
+}
+/// Sub-block j's 16 scales.
+const fn scale_at(j: usize) -> usize {
+    2 * 4 * PANEL + PANEL * j
+}
+/// Pair p's 16 (min, min) i16 pairs.
+const fn mins_at(p: usize) -> usize {
+    pair_at(p)
+}
+/// Quant group g (of 32; pair g / 8, step g % 8).
+const fn quants_at(g: usize) -> usize {
+    pair_at(g / 8) + 4 * PANEL + 64 * (g % 8)
+}
 
 /// Scale and min of sub-block `j` from the 12 packed bytes (ggml's `get_scale_min_k4`).
 fn scale_min(sc: &[u8], j: usize) -> (u8, u8) {
@@ -42,15 +62,15 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
         dst[64 + 4 * c..64 + 4 * c + 4].copy_from_slice(&dmin.to_le_bytes());
         let sm: [(u8, u8); 8] = std::array::from_fn(|j| scale_min(&blk[4..16], j));
         for (j, &(s, _)) in sm.iter().enumerate() {
-            dst[SCALES + PANEL * j + c] = s;
+            dst[scale_at(j) + c] = s;
         }
         for q in 0..4 {
-            let at = MINS + 64 * q + 4 * c;
+            let at = mins_at(q) + 4 * c;
             dst[at..at + 2].copy_from_slice(&(sm[2 * q].1 as i16).to_le_bytes());
             dst[at + 2..at + 4].copy_from_slice(&(sm[2 * q + 1].1 as i16).to_le_bytes());
         }
         for g in 0..32 {
-            dst[QUANTS + 64 * g + 4 * c..][..4].copy_from_slice(&blk[16 + 4 * g..16 + 4 * g + 4]);
+            dst[quants_at(g) + 4 * c..][..4].copy_from_slice(&blk[16 + 4 * g..16 + 4 * g + 4]);
         }
     })
 }
@@ -120,17 +140,17 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out:
                     let (mut even, mut odd) = (0i32, 0i32);
                     for t in 0..8 {
                         for u in 0..4 {
-                            let q = blk[QUANTS + 64 * (8 * p + t) + 4 * c + u];
+                            let q = blk[quants_at(8 * p + t) + 4 * c + u];
                             even += (q & 0x0F) as i32 * y.qs[64 * p + 4 * t + u] as i32;
                             odd += (q >> 4) as i32 * y.qs[64 * p + 32 + 4 * t + u] as i32;
                         }
                     }
-                    let s = |j: usize| blk[SCALES + PANEL * j + c] as i32;
+                    let s = |j: usize| blk[scale_at(j) + c] as i32;
                     isum[p] = s(2 * p) * even + s(2 * p + 1) * odd;
                     let m = |h: usize| {
                         i16::from_le_bytes([
-                            blk[MINS + 64 * p + 4 * c + 2 * h],
-                            blk[MINS + 64 * p + 4 * c + 2 * h + 1],
+                            blk[mins_at(p) + 4 * c + 2 * h],
+                            blk[mins_at(p) + 4 * c + 2 * h + 1],
                         ]) as i32
                     };
                     imin[p] = m(0) * y.sums[2 * p] + m(1) * y.sums[2 * p + 1];
@@ -213,7 +233,7 @@ unsafe fn tile_vnni<const R: usize>(
                 if R <= STREAM_ROWS {
                     prefetch_ahead(blk.add(80 * (8 * p + t)), 64);
                 }
-                let raw = _mm512_loadu_si512(blk.add(QUANTS + 64 * (8 * p + t)) as *const _);
+                let raw = _mm512_loadu_si512(blk.add(quants_at(8 * p + t)) as *const _);
                 let lo = _mm512_and_si512(raw, mask);
                 // High nibbles in place (16·q): one op fewer per step, divided out below.
                 let hi = _mm512_andnot_si512(mask, raw);
@@ -235,11 +255,11 @@ unsafe fn tile_vnni<const R: usize>(
             }
             let odd = odd_v;
             let s_even =
-                _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(SCALES + PANEL * 2 * p) as *const __m128i));
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(scale_at(2 * p)) as *const __m128i));
             let s_odd = _mm512_cvtepu8_epi32(_mm_loadu_si128(
-                blk.add(SCALES + PANEL * (2 * p + 1)) as *const __m128i
+                blk.add(scale_at(2 * p + 1)) as *const __m128i
             ));
-            let mins = _mm512_loadu_si512(blk.add(MINS + 64 * p) as *const _);
+            let mins = _mm512_loadu_si512(blk.add(mins_at(p)) as *const _);
             for r in 0..R {
                 let isum =
                     _mm512_add_epi32(_mm512_mullo_epi32(even[r], s_even), _mm512_mullo_epi32(odd[r], s_odd));
@@ -307,7 +327,7 @@ unsafe fn tile_avx2<const R: usize>(
                 let mut odd = [_mm256_setzero_si256(); R];
                 for t in 0..8 {
                     let raw =
-                        _mm256_loadu_si256(blk.add(QUANTS + 64 * (8 * p + t) + 32 * half) as *const __m256i);
+                        _mm256_loadu_si256(blk.add(quants_at(8 * p + t) + 32 * half) as *const __m256i);
                     let lo = _mm256_and_si256(raw, mask);
                     let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
                     for r in 0..R {
@@ -322,11 +342,11 @@ unsafe fn tile_avx2<const R: usize>(
                 }
                 let sc = |j: usize| {
                     _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                        blk.add(SCALES + PANEL * j + 8 * half) as *const __m128i
+                        blk.add(scale_at(j) + 8 * half) as *const __m128i
                     ))
                 };
                 let (s_even, s_odd) = (sc(2 * p), sc(2 * p + 1));
-                let mins = _mm256_loadu_si256(blk.add(MINS + 64 * p + 32 * half) as *const __m256i);
+                let mins = _mm256_loadu_si256(blk.add(mins_at(p) + 32 * half) as *const __m256i);
                 for r in 0..R {
                     let e = _mm256_mullo_epi32(_mm256_madd_epi16(even[r], ones), s_even);
                     let o = _mm256_mullo_epi32(_mm256_madd_epi16(odd[r], ones), s_odd);
