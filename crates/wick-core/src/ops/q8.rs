@@ -22,6 +22,18 @@ pub struct Act256 {
     pub qs: [i8; 256],
     pub sums: [i32; 8],
     pub bsums: [i16; 16],
+    /// Each 64-value pair's two sub-block sums packed as i16 (low, high) in one i32, for the
+    /// Q4_K kernels' `madd` with the mins (|Σ| ≤ 32·127 fits i16).
+    pub pair_sums: [i32; 4],
+}
+
+impl Act256 {
+    fn new(d: f32, qs: [i8; 256], sums: [i32; 8], bsums: [i16; 16]) -> Self {
+        let pair_sums = std::array::from_fn(|p| {
+            (sums[2 * p] as i16 as u16 as i32) | ((sums[2 * p + 1] as i16 as i32) << 16)
+        });
+        Act256 { d, qs, sums, bsums, pair_sums }
+    }
 }
 
 /// Whether the AVX-512 quantizers run here.
@@ -74,7 +86,7 @@ fn q8k_block(b: &[f32]) -> Act256 {
     }
     let mut qs = [0i8; 256];
     if amax == 0.0 {
-        return Act256 { d: 0.0, qs, sums: [0; 8], bsums: [0; 16] };
+        return Act256::new(0.0, qs, [0; 8], [0; 16]);
     }
     let iscale = -127.0 / max;
     for (q, &v) in qs.iter_mut().zip(b) {
@@ -86,7 +98,7 @@ fn q8k_block(b: &[f32]) -> Act256 {
     }
     // |Σ| ≤ 16·127 fits i16.
     let bsums = std::array::from_fn(|g| qs[g * 16..g * 16 + 16].iter().map(|&q| q as i16).sum());
-    Act256 { d: 1.0 / iscale, qs, sums, bsums }
+    Act256::new(1.0 / iscale, qs, sums, bsums)
 }
 
 /// The same quantizers on AVX-512: the maxima are exact whatever the order, the products and
@@ -128,7 +140,7 @@ mod avx512 {
         let amax = _mm512_reduce_max_ps(vmax);
         let mut qs = [0i8; 256];
         if amax == 0.0 || amax.is_nan() {
-            return Act256 { d: 0.0, qs, sums: [0; 8], bsums: [0; 16] };
+            return Act256::new(0.0, qs, [0; 8], [0; 16]);
         }
         // The scalar code keeps the first value of largest magnitude.
         let mut max = 0f32;
@@ -149,7 +161,7 @@ mod avx512 {
             _mm_storeu_si128(qs.as_mut_ptr().add(16 * i) as *mut __m128i, _mm512_cvtepi32_epi8(q));
         }
         let sums = std::array::from_fn(|j| bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
-        Act256 { d: 1.0 / iscale, qs, sums, bsums }
+        Act256::new(1.0 / iscale, qs, sums, bsums)
     }
 }
 

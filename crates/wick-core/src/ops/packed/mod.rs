@@ -384,7 +384,10 @@ mod tests {
                     let exact: f64 = wr.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64).sum();
                     let norm: f64 = wr.iter().zip(xr).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
                     let got = want[r * n + j] as f64;
-                    assert!((got - exact).abs() <= 1e-2 * norm, "{dtype:?} ({r}, {j}): {got} vs {exact} (Σ|·| {norm})");
+                    assert!(
+                        (got - exact).abs() <= 1e-2 * norm,
+                        "{dtype:?} ({r}, {j}): {got} vs {exact} (Σ|·| {norm})"
+                    );
                 }
             }
             for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {

@@ -180,13 +180,6 @@ unsafe fn bcast4(p: *const i8) -> i32 {
     std::ptr::read_unaligned(p as *const i32)
 }
 
-/// The two sub-block sums of a q8_K block pair as one i16 pair (|Σ| ≤ 32·127 fits i16).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn sum_pair(y: &Act256, p: usize) -> i32 {
-    (y.sums[2 * p] as i16 as u16 as i32) | ((y.sums[2 * p + 1] as i16 as i32) << 16)
-}
-
 #[cfg(target_arch = "x86_64")]
 use super::{chains, prefetch_ahead, sum_chains, CHAINS, STREAM_ROWS};
 
@@ -254,16 +247,13 @@ unsafe fn tile_vnni<const R: usize>(
                 odd_v[r] = _mm512_srai_epi32::<4>(sum_chains::<R>(&odd, r));
             }
             let odd = odd_v;
-            let s_even =
-                _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(scale_at(2 * p)) as *const __m128i));
-            let s_odd = _mm512_cvtepu8_epi32(_mm_loadu_si128(
-                blk.add(scale_at(2 * p + 1)) as *const __m128i
-            ));
+            let s_even = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(scale_at(2 * p)) as *const __m128i));
+            let s_odd = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(scale_at(2 * p + 1)) as *const __m128i));
             let mins = _mm512_loadu_si512(blk.add(mins_at(p)) as *const _);
             for r in 0..R {
                 let isum =
                     _mm512_add_epi32(_mm512_mullo_epi32(even[r], s_even), _mm512_mullo_epi32(odd[r], s_odd));
-                let imin = _mm512_madd_epi16(mins, _mm512_set1_epi32(sum_pair(ys[r], p)));
+                let imin = _mm512_madd_epi16(mins, _mm512_set1_epi32(ys[r].pair_sums[p]));
                 if *pairs.get_unchecked(r) {
                     acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd[r], acc[r]);
                     acc_min[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dm[r], acc_min[r]);
@@ -326,8 +316,7 @@ unsafe fn tile_avx2<const R: usize>(
                 let mut even = [_mm256_setzero_si256(); R];
                 let mut odd = [_mm256_setzero_si256(); R];
                 for t in 0..8 {
-                    let raw =
-                        _mm256_loadu_si256(blk.add(quants_at(8 * p + t) + 32 * half) as *const __m256i);
+                    let raw = _mm256_loadu_si256(blk.add(quants_at(8 * p + t) + 32 * half) as *const __m256i);
                     let lo = _mm256_and_si256(raw, mask);
                     let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
                     for r in 0..R {
@@ -341,9 +330,7 @@ unsafe fn tile_avx2<const R: usize>(
                     }
                 }
                 let sc = |j: usize| {
-                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                        blk.add(scale_at(j) + 8 * half) as *const __m128i
-                    ))
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(blk.add(scale_at(j) + 8 * half) as *const __m128i))
                 };
                 let (s_even, s_odd) = (sc(2 * p), sc(2 * p + 1));
                 let mins = _mm256_loadu_si256(blk.add(mins_at(p) + 32 * half) as *const __m256i);
@@ -351,7 +338,7 @@ unsafe fn tile_avx2<const R: usize>(
                     let e = _mm256_mullo_epi32(_mm256_madd_epi16(even[r], ones), s_even);
                     let o = _mm256_mullo_epi32(_mm256_madd_epi16(odd[r], ones), s_odd);
                     let isum = _mm256_add_epi32(e, o);
-                    let imin = _mm256_madd_epi16(mins, _mm256_set1_epi32(sum_pair(ys[r], p)));
+                    let imin = _mm256_madd_epi16(mins, _mm256_set1_epi32(ys[r].pair_sums[p]));
                     let (a, am) = (&mut acc[r][half], &mut acc_min[r][half]);
                     if *pairs.get_unchecked(r) {
                         *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd[r], *a);
