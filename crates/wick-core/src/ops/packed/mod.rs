@@ -74,6 +74,13 @@ unsafe fn prefetch_ahead(p: *const u8, len: usize) {
     }
 }
 
+/// Four activation bytes as one i32, for a `vpdpbusd` broadcast operand.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn bcast4(p: *const i8) -> i32 {
+    std::ptr::read_unaligned(p as *const i32)
+}
+
 /// Row r's chains added up (exact: integers).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]

@@ -175,10 +175,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out:
 }
 
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn bcast4(p: *const i8) -> i32 {
-    std::ptr::read_unaligned(p as *const i32)
-}
+use super::bcast4;
 
 #[cfg(target_arch = "x86_64")]
 use super::{chains, prefetch_ahead, sum_chains, CHAINS, STREAM_ROWS};

@@ -135,10 +135,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[Vec<Act>], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn bcast4(p: *const i8) -> i32 {
-    std::ptr::read_unaligned(p as *const i32)
-}
+use super::bcast4;
 
 /// The 8-lane tree sum of `acc[0..8]`, one zmm lane per column.
 #[cfg(target_arch = "x86_64")]
