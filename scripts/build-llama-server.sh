@@ -69,5 +69,5 @@ run_offline ninja -C "$build" -j"$jobs" $targets >&2
 for t in $targets; do
   [ -x "$bin/$t" ] || { echo "build-llama-server: $bin/$t was not produced" >&2; exit 1; }
 done
-"$bin/llama-server" --version >&2 2>&1 || true
+[ -x "$bin/llama-server" ] && { "$bin/llama-server" --version >&2 2>&1 || true; }
 echo "$bin"
