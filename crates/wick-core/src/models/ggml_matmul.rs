@@ -656,7 +656,7 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
     } else if dtype == GgmlDType::Q2K {
         let acts: Vec<Vec<Act256>> = quantize_rows(&xs, k, quantize_q8k);
         // As for Q4_K: the repacked GEMM for rows in groups of four, the GEMV for the rest.
-        let gemm = |p: RowPos| p.seq_len > 3 && p.idx < p.seq_len - p.seq_len % 4;
+        let gemm = RowPos::in_gemm_group;
         #[cfg(target_arch = "x86_64")]
         let dot4 = |wr: &[u8], r: usize| {
             let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
@@ -673,7 +673,7 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
         let acts: Vec<Vec<Act256>> = quantize_rows(&xs, k, quantize_q8k);
         // ggml's repacked kernels run rows in groups of four through the GEMM and the
         // remaining `len % 4` rows (all rows when len < 4) through the GEMV.
-        let gemm = |p: RowPos| p.seq_len > 3 && p.idx < p.seq_len - p.seq_len % 4;
+        let gemm = RowPos::in_gemm_group;
         #[cfg(target_arch = "x86_64")]
         let dot4 = |wr: &[u8], r: usize| {
             let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];

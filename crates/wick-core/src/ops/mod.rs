@@ -21,4 +21,10 @@ pub struct RowPos {
 
 impl RowPos {
     pub const SINGLE: RowPos = RowPos { seq_len: 1, idx: 0 };
+
+    /// Whether ggml's repacked K-quant kernels (Q2_K, Q4_K) send this row through their GEMM:
+    /// rows go in groups of four, the remaining `len % 4` (all rows when len < 4) through the GEMV.
+    pub fn in_gemm_group(self) -> bool {
+        self.seq_len > 3 && self.idx < self.seq_len - self.seq_len % 4
+    }
 }

@@ -256,8 +256,7 @@ impl PackedWeight {
                 let acts = quantize_rows(xs, self.k, quantize_q8k);
                 // ggml's repacked Q4_K runs rows in groups of four through its GEMM (per
                 // sub-block pair) and the remaining `len % 4` through its GEMV (per block).
-                let pairs: Vec<bool> =
-                    rows.iter().map(|p| p.seq_len > 3 && p.idx < p.seq_len - p.seq_len % 4).collect();
+                let pairs: Vec<bool> = rows.iter().map(|p| p.in_gemm_group()).collect();
                 self.run(m, &mut y, &|panel, r0, n_rows, out, ldo| {
                     let a = row_slices(&acts[r0..r0 + n_rows]);
                     q4k::tile(isa, panel, &a[..n_rows], &pairs[r0..r0 + n_rows], out, ldo)
