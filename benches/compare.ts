@@ -15,7 +15,7 @@
  * node-llama-cpp, and llama-server's native /completion timings. Each engine runs in its
  * own child process (ggml worker threads spin; two engines in one process disturb each other).
  *
- *   npx tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5]
+ *   npx tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--rounds 1]
  *       [--prompt-len 512] [--gen-len 128] [--engines wick,node-llama-cpp,llama-server]
  *       [--json out.json] [--results benches/RESULTS.md]
  *
@@ -456,6 +456,7 @@ async function runWorker(engine: EngineName, model: string, promptsFile: string,
 async function microMode(flags: Map<string, string>, models: string[]): Promise<void> {
   const threads = num(flags, "threads", 2);
   const repeats = num(flags, "repeats", 5);
+  const rounds = num(flags, "rounds", 1);
   const promptLen = num(flags, "prompt-len", 512);
   const genLen = num(flags, "gen-len", 128);
   const engines = (flags.get("engines") ?? "wick,node-llama-cpp,llama-server").split(",").map((e) => e.trim()) as EngineName[];
@@ -471,15 +472,23 @@ async function microMode(flags: Map<string, string>, models: string[]): Promise<
     const file = join(tmp, `${basename(model)}.json`);
     writeFileSync(file, JSON.stringify(prompts));
     const res: Record<string, { prefill: Summary; decode: Summary; samples: Sample[] }> = {};
-    for (const e of engines) {
-      process.stderr.write(`micro ${basename(model)}: ${e} (${repeats} + 1 warm-up, ${promptLen} prompt, ${genLen} gen, ${threads} threads)\n`);
-      try {
-        const samples = (await runWorker(e, model, file, genLen, threads)).slice(1);
-        res[e] = { prefill: summarize(samples.map((s) => s.prefillTps)), decode: summarize(samples.map((s) => s.decodeTps)), samples };
-        process.stderr.write(`  prefill ${cell(res[e].prefill)} tok/s, decode ${cell(res[e].decode)} tok/s\n`);
-      } catch (err) {
-        process.stderr.write(`  ${(err as Error).message}\n`);
+    // Rounds alternate the engines' order so that a slow spell of a shared machine (memory
+    // bandwidth moves with the neighbours' load) falls on both sides, not on one.
+    const pooled = new Map<EngineName, Sample[]>();
+    for (let round = 0; round < rounds; round++) {
+      for (const e of round % 2 ? [...engines].reverse() : engines) {
+        process.stderr.write(`micro ${basename(model)}: ${e} round ${round + 1}/${rounds} (${repeats} + 1 warm-up, ${promptLen} prompt, ${genLen} gen, ${threads} threads)\n`);
+        try {
+          const samples = (await runWorker(e, model, file, genLen, threads)).slice(1);
+          pooled.set(e, [...(pooled.get(e) ?? []), ...samples]);
+        } catch (err) {
+          process.stderr.write(`  ${(err as Error).message}\n`);
+        }
       }
+    }
+    for (const [e, samples] of pooled) {
+      res[e] = { prefill: summarize(samples.map((s) => s.prefillTps)), decode: summarize(samples.map((s) => s.decodeTps)), samples };
+      process.stderr.write(`  ${e}: prefill ${cell(res[e].prefill)} tok/s, decode ${cell(res[e].decode)} tok/s\n`);
     }
     json[model] = res;
     const w = res["wick"];
@@ -494,7 +503,7 @@ async function microMode(flags: Map<string, string>, models: string[]): Promise<
   }
   const table = markdownTable(["model", "engine", `prefill tok/s (${promptLen})`, `decode tok/s (${genLen})`, "wick/this prefill", "wick/this decode"], rows);
   const notes =
-    `Median (min–max, ±half-range %) over ${repeats} repeats after 1 warm-up, threads=${threads}, distinct random prompts of exactly ${promptLen} tokens. ` +
+    `Median (min–max, ±half-range %) over ${repeats} repeats after 1 warm-up${rounds > 1 ? `, × ${rounds} rounds alternating the engines' order` : ""}, threads=${threads}, distinct random prompts of exactly ${promptLen} tokens. ` +
     "prefill = prompt tokens / time to the first sampled token; decode = (generated − 1) / time from the first to the last token. " +
     "Wick: Engine timings (promptMs, decodeMs). node-llama-cpp: wall clock around evaluateWithoutGeneratingNewTokens + evaluate. " +
     "llama-server: native /completion timings (prompt_per_second, predicted_per_second; cache_prompt false). Ratios > 1: Wick is faster.";
@@ -510,7 +519,7 @@ const USAGE = `usage:
       [--ctx 1024] [--input-len 256] [--output-len 64] [--num-prompts N] [--warmup 2] [--peers wick,llama]
       [--wick-args="<extra wick serve flags>"]
       [--max-level-s 300] [--json out.json] [--results benches/RESULTS.md]
-  tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--prompt-len 512] [--gen-len 128]
+  tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--rounds 1] [--prompt-len 512] [--gen-len 128]
       [--engines wick,node-llama-cpp,llama-server] [--json out.json] [--results benches/RESULTS.md]
   tsx benches/compare.ts prefix [model.gguf ...] [--threads 2] [--prefix-len 400] [--suffix-len 32] [--repeats 5]
       [--peers wick,llama] [--results benches/RESULTS.md]`;

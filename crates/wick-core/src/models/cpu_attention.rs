@@ -175,15 +175,22 @@ mod tests {
 
     #[test]
     fn ops_match_reference() {
-        let (n_kv, n_head, hd) = (2, 4, 64);
+        let (n_kv, n_head) = (2, 4);
         let mut r = rng(3);
-        for (len, pos0) in [(1usize, 0usize), (1, 37), (1, 200), (5, 0), (19, 40), (70, 0), (3, 130)] {
-            let (pool, seq) = filled(n_kv, hd, pos0 + len, &mut r);
-            let kv = pool.view(0, &seq).unwrap();
-            let q: Vec<f32> = (0..len * n_head * hd).map(|_| r() * 3.0).collect();
-            let a = attend(&q, &kv, len, pos0, n_head, 0.125, None);
-            let b = attend_reference(&q, &kv, len, pos0, n_head, 0.125);
-            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "len {len} pos0 {pos0}");
+        for hd in [64, 80, 128] {
+            for (len, pos0) in
+                [(1usize, 0usize), (1, 15), (1, 37), (1, 63), (1, 200), (5, 0), (19, 40), (70, 0), (3, 130)]
+            {
+                let (pool, seq) = filled(n_kv, hd, pos0 + len, &mut r);
+                let kv = pool.view(0, &seq).unwrap();
+                let q: Vec<f32> = (0..len * n_head * hd).map(|_| r() * 3.0).collect();
+                let a = attend(&q, &kv, len, pos0, n_head, 0.125, None);
+                let b = attend_reference(&q, &kv, len, pos0, n_head, 0.125);
+                assert!(
+                    a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "hd {hd} len {len} pos0 {pos0}"
+                );
+            }
         }
     }
 

@@ -346,6 +346,60 @@ mod avx512 {
         }
         reduce16x16(&acc)
     }
+
+    /// `ggml_vec_dot_f16` order for one dot: four 16-lane accumulators over 64-steps, folded
+    /// (a0+a2)+(a1+a3); the caller's `reduce16x16` finishes the tree. `m`: lanes of the step
+    /// that hold data (the rest count as zero in both operands).
+    #[inline(always)]
+    unsafe fn single_fold(
+        steps: usize,
+        x: impl Fn(usize) -> *const f16,
+        y: *const f32,
+        len: usize,
+    ) -> __m512 {
+        let mut a = [_mm512_setzero_ps(); 4];
+        for s in 0..steps {
+            let xs = x(s);
+            for (j, aj) in a.iter_mut().enumerate() {
+                let at = 64 * s + 16 * j;
+                let lanes = len.saturating_sub(at).min(16);
+                if lanes == 16 {
+                    let xv = _mm512_cvtph_ps(_mm256_loadu_si256(xs.add(16 * j) as *const __m256i));
+                    *aj = _mm512_fmadd_ps(xv, _mm512_loadu_ps(y.add(at)), *aj);
+                } else {
+                    let m: __mmask16 = ((1u32 << lanes) - 1) as u16;
+                    let xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, xs.add(16 * j) as *const i16));
+                    *aj = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, y.add(at)), *aj);
+                }
+            }
+        }
+        _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))
+    }
+
+    /// One new token's scores at positions `t0..t0 + 16` (`dot_f16_single` order; `q.len()` a
+    /// multiple of 64).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub unsafe fn kq16_single(kv: &PagedView<'_>, g: usize, t0: usize, q: &[f32]) -> [f32; 16] {
+        let mut folded = [_mm512_setzero_ps(); 16];
+        for (i, f) in folded.iter_mut().enumerate() {
+            let k = kv.key(g, t0 + i).as_ptr();
+            *f = single_fold(q.len() / 64, |s| k.add(64 * s), q.as_ptr(), q.len());
+        }
+        reduce16x16(&folded)
+    }
+
+    /// One new token's outputs `d0..d0 + 16` of Σ_t p[t]·V[t] (`dot_f16_single_paged` order:
+    /// a 64-step is one KV block).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub unsafe fn pv16_single(kv: &PagedView<'_>, g: usize, d0: usize, p: &[f32]) -> [f32; 16] {
+        const { assert!(BLOCK_SIZE == 64) };
+        let mut folded = [_mm512_setzero_ps(); 16];
+        for (i, f) in folded.iter_mut().enumerate() {
+            let run = |j: usize| kv.value_run(g, d0 + i, j).as_ptr();
+            *f = single_fold(p.len().div_ceil(64), run, p.as_ptr(), p.len());
+        }
+        reduce16x16(&folded)
+    }
 }
 
 /// One layer's attention for one sequence over its paged KV, the arithmetic of
@@ -368,6 +422,9 @@ pub fn attend(
     // Several new tokens (tinyBLAS order) on an AVX-512 CPU: sixteen dots at a time.
     #[cfg(target_arch = "x86_64")]
     let wide = tiled && hd.is_multiple_of(16) && avx512::available();
+    // One new token: sixteen `ggml_vec_dot_f16`-order dots at a time.
+    #[cfg(target_arch = "x86_64")]
+    let wide_single = !tiled && hd.is_multiple_of(64) && avx512::available();
     let mut out = vec![0f32; len * n_head * hd];
     let op = SyncPtr(out.as_mut_ptr());
     // One (token, head) pair, compiled for AVX2/FMA/F16C where the CPU has them.
@@ -395,10 +452,16 @@ pub fn attend(
                 let mut w: Vec<f32> = vec![f32::NEG_INFINITY; t_len];
                 let mut t = t0;
                 #[cfg(target_arch = "x86_64")]
-                if wide {
+                if wide || wide_single {
                     while t + 16 <= t_len {
-                        // Safety: AVX-512 checked (`wide`); hd is a multiple of 16.
-                        let s = unsafe { avx512::kq16(kv, kvh, t, &q16) };
+                        // Safety: AVX-512 checked; hd is a multiple of 16 (64 for one token).
+                        let s = unsafe {
+                            if wide {
+                                avx512::kq16(kv, kvh, t, &q16)
+                            } else {
+                                avx512::kq16_single(kv, kvh, t, &q16)
+                            }
+                        };
                         for (i, v) in s.into_iter().enumerate() {
                             w[t + i] = v * scale;
                         }
@@ -430,10 +493,16 @@ pub fn attend(
                 let o = unsafe { std::slice::from_raw_parts_mut(op.get().add((i * n_head + h) * hd), hd) };
                 let mut d0 = 0;
                 #[cfg(target_arch = "x86_64")]
-                if wide {
+                if wide || wide_single {
                     while d0 + 16 <= hd {
-                        // Safety: AVX-512 checked (`wide`).
-                        let s = unsafe { avx512::pv16(kv, kvh, d0, &p16[..t_len]) };
+                        // Safety: AVX-512 checked.
+                        let s = unsafe {
+                            if wide {
+                                avx512::pv16(kv, kvh, d0, &p16[..t_len])
+                            } else {
+                                avx512::pv16_single(kv, kvh, d0, &p16[..t_len])
+                            }
+                        };
                         o[d0..d0 + 16].copy_from_slice(&s);
                         d0 += 16;
                     }

@@ -171,7 +171,10 @@ fn detected() -> Isa {
         {
             return Isa::Avx512Vnni;
         }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
             return Isa::Avx2;
         }
     }

@@ -1,10 +1,11 @@
-//! Q4_K panels. Per block of 256 inputs (8 sub-blocks of 32), a panel holds for its 16 columns:
-//! `d` and `dmin` as f32 (2 × 64 bytes) and the 6-bit sub-block scales as bytes `[j][c]` (128),
-//! then for each sub-block pair p, contiguous (a one-row GEMV streams the block front to back;
-//! measured 31 → 40 GB/s against a layout with all mins before all quants): the mins as i16
-//! pairs `(m[2p], m[2p+1])` per column (64) and 8 groups of 64 bytes: group t has, for column
-//! c, bytes 4c..4c+4 = the block's quant bytes 32p+4t..+4 (low nibbles: sub-block 2p elements
-//! 4t..4t+4; high: sub-block 2p+1).
+//! Q4_K panels: as compact as the GGUF blocks (2368 bytes per block of 16 columns against
+//! 16 × 144 = 2304; decode streams every byte once, so size is speed). Per block of 256 inputs
+//! (8 sub-blocks of 32), a panel holds for its 16 columns `d` and `dmin` as f16 (64 bytes),
+//! then for each sub-block pair p, contiguous and 64-byte aligned (a one-row GEMV streams the
+//! block front to back): the 6-bit scales of sub-blocks 2p and 2p+1 as bytes (2 × 16), the
+//! mins as byte pairs `(m[2p], m[2p+1])` per column (32), and 8 groups of 64 bytes: group t
+//! has, for column c, bytes 4c..4c+4 = the block's quant bytes 32p+4t..+4 (low nibbles:
+//! sub-block 2p elements 4t..4t+4; high: sub-block 2p+1).
 //!
 //! Per output and block, as `ggml_matmul::dot_q4k` (ggml's repacked Q4_K GEMM / GEMV):
 //! `isum_j = s_j·Σ q·y`, `imin_j = m_j·Σ y` over sub-block j (exact); the GEMM rows fold each
@@ -19,10 +20,10 @@ use half::f16;
 use super::{Isa, PANEL};
 use crate::ops::q8::Act256;
 
-/// Bytes of one sub-block pair's part of a block: mins, then quants (64-byte aligned).
+/// Bytes of one sub-block pair's part of a block: scales, mins, then quants.
 const PAIR: usize = 4 * PANEL + 8 * 64;
-/// `d`, `dmin` (f32) and the 8 sub-blocks' scales (bytes) of the 16 columns.
-const HEAD: usize = 2 * 4 * PANEL + 8 * PANEL;
+/// `d` and `dmin` (f16) of the 16 columns.
+const HEAD: usize = 2 * 2 * PANEL;
 /// Bytes of one block of one panel.
 pub const BLOCK_BYTES: usize = HEAD + 4 * PAIR;
 
@@ -32,11 +33,11 @@ const fn pair_at(p: usize) -> usize {
 }
 /// Sub-block j's 16 scales.
 const fn scale_at(j: usize) -> usize {
-    2 * 4 * PANEL + PANEL * j
+    pair_at(j / 2) + PANEL * (j % 2)
 }
-/// Pair p's 16 (min, min) i16 pairs.
+/// Pair p's 16 (min, min) byte pairs.
 const fn mins_at(p: usize) -> usize {
-    pair_at(p)
+    pair_at(p) + 2 * PANEL
 }
 /// Quant group g (of 32; pair g / 8, step g % 8).
 const fn quants_at(g: usize) -> usize {
@@ -56,18 +57,15 @@ fn scale_min(sc: &[u8], j: usize) -> (u8, u8) {
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     super::pack_blocks(raw, n, k, 256, 144, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
-        let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-        let dmin = f16::from_le_bytes([blk[2], blk[3]]).to_f32();
-        dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
-        dst[64 + 4 * c..64 + 4 * c + 4].copy_from_slice(&dmin.to_le_bytes());
+        dst[2 * c..2 * c + 2].copy_from_slice(&blk[0..2]);
+        dst[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2].copy_from_slice(&blk[2..4]);
         let sm: [(u8, u8); 8] = std::array::from_fn(|j| scale_min(&blk[4..16], j));
         for (j, &(s, _)) in sm.iter().enumerate() {
             dst[scale_at(j) + c] = s;
         }
         for q in 0..4 {
-            let at = mins_at(q) + 4 * c;
-            dst[at..at + 2].copy_from_slice(&(sm[2 * q].1 as i16).to_le_bytes());
-            dst[at + 2..at + 4].copy_from_slice(&(sm[2 * q + 1].1 as i16).to_le_bytes());
+            dst[mins_at(q) + 2 * c] = sm[2 * q].1;
+            dst[mins_at(q) + 2 * c + 1] = sm[2 * q + 1].1;
         }
         for g in 0..32 {
             dst[quants_at(g) + 4 * c..][..4].copy_from_slice(&blk[16 + 4 * g..16 + 4 * g + 4]);
@@ -102,8 +100,8 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act256]], pairs: &[bool], out: *mu
     tile_scalar(panel, nb, acts, pairs, out, ldo)
 }
 
-fn f32_at(b: &[u8], i: usize) -> f32 {
-    f32::from_le_bytes(b[i..i + 4].try_into().unwrap())
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
 
 /// The float steps shared by every instruction set, on one column's integer sums.
@@ -147,20 +145,15 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out:
                     }
                     let s = |j: usize| blk[scale_at(j) + c] as i32;
                     isum[p] = s(2 * p) * even + s(2 * p + 1) * odd;
-                    let m = |h: usize| {
-                        i16::from_le_bytes([
-                            blk[mins_at(p) + 4 * c + 2 * h],
-                            blk[mins_at(p) + 4 * c + 2 * h + 1],
-                        ]) as i32
-                    };
+                    let m = |h: usize| blk[mins_at(p) + 2 * c + h] as i32;
                     imin[p] = m(0) * y.sums[2 * p] + m(1) * y.sums[2 * p + 1];
                 }
                 fold(
                     pairs[r],
                     isum,
                     imin,
-                    f32_at(blk, 4 * c),
-                    f32_at(blk, 64 + 4 * c),
+                    f16_at(blk, 2 * c),
+                    f16_at(blk, 2 * PANEL + 2 * c),
                     y.d,
                     &mut acc[c],
                     &mut acc_min[c],
@@ -199,8 +192,8 @@ unsafe fn tile_vnni<const R: usize>(
         for r in 1..R {
             ys[r] = acts[r].get_unchecked(b);
         }
-        let d = _mm512_loadu_ps(blk as *const f32);
-        let dmin = _mm512_loadu_ps(blk.add(64) as *const f32);
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk as *const __m256i));
+        let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(2 * PANEL) as *const __m256i));
         let mut dd_v = [_mm512_setzero_ps(); R];
         for r in 0..R {
             dd_v[r] = _mm512_mul_ps(d, _mm512_set1_ps(ys[r].d));
@@ -221,7 +214,7 @@ unsafe fn tile_vnni<const R: usize>(
                 let ch = t % chains::<R>();
                 // Spread over the block's steps (a burst of 40 stalls the load queue).
                 if R <= STREAM_ROWS {
-                    prefetch_ahead(blk.add(80 * (8 * p + t)), 64);
+                    prefetch_ahead(blk.add(BLOCK_BYTES / 32 * (8 * p + t)), 64);
                 }
                 let raw = _mm512_loadu_si512(blk.add(quants_at(8 * p + t)) as *const _);
                 let lo = _mm512_and_si512(raw, mask);
@@ -246,7 +239,7 @@ unsafe fn tile_vnni<const R: usize>(
             let odd = odd_v;
             let s_even = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(scale_at(2 * p)) as *const __m128i));
             let s_odd = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(scale_at(2 * p + 1)) as *const __m128i));
-            let mins = _mm512_loadu_si512(blk.add(mins_at(p)) as *const _);
+            let mins = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(mins_at(p)) as *const __m256i));
             for r in 0..R {
                 let isum =
                     _mm512_add_epi32(_mm512_mullo_epi32(even[r], s_even), _mm512_mullo_epi32(odd[r], s_odd));
@@ -275,7 +268,7 @@ unsafe fn tile_vnni<const R: usize>(
 /// AVX2: each 32-byte half of a group is 8 columns; `maddubs` pairs (≤ 2·15·127) summed over
 /// a sub-block's 8 steps stay within i16 (≤ 30480), one `madd` per sub-block makes them i32.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_avx2<const R: usize>(
     acts: [&[Act256]; R],
     pairs: &[bool],
@@ -295,8 +288,8 @@ unsafe fn tile_avx2<const R: usize>(
             ys[r] = acts[r].get_unchecked(b);
         }
         for half in 0..2 {
-            let d = _mm256_loadu_ps(blk.add(32 * half) as *const f32);
-            let dmin = _mm256_loadu_ps(blk.add(64 + 32 * half) as *const f32);
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16 * half) as *const __m128i));
+            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(2 * PANEL + 16 * half) as *const __m128i));
             let mut dd_v = [_mm256_setzero_ps(); R];
             for r in 0..R {
                 dd_v[r] = _mm256_mul_ps(d, _mm256_set1_ps(ys[r].d));
@@ -330,7 +323,8 @@ unsafe fn tile_avx2<const R: usize>(
                     _mm256_cvtepu8_epi32(_mm_loadl_epi64(blk.add(scale_at(j) + 8 * half) as *const __m128i))
                 };
                 let (s_even, s_odd) = (sc(2 * p), sc(2 * p + 1));
-                let mins = _mm256_loadu_si256(blk.add(mins_at(p) + 32 * half) as *const __m256i);
+                let mins =
+                    _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(mins_at(p) + 16 * half) as *const __m128i));
                 for r in 0..R {
                     let e = _mm256_mullo_epi32(_mm256_madd_epi16(even[r], ones), s_even);
                     let o = _mm256_mullo_epi32(_mm256_madd_epi16(odd[r], ones), s_odd);
