@@ -74,6 +74,28 @@ unsafe fn prefetch_ahead(p: *const u8, len: usize) {
     }
 }
 
+/// The f16 at byte `i` of a panel block (scales are kept as GGUF stores them: decode streams
+/// every panel byte once, so a wider copy only costs bandwidth).
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// Sixteen f16 scales at `p` as f32.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load_f16x16(p: *const u8) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+}
+
+/// Eight f16 scales at `p` as f32 (F16C).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load_f16x8(p: *const u8) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+}
+
 /// Four activation bytes as one i32, for a `vpdpbusd` broadcast operand.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]

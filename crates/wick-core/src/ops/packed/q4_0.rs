@@ -1,5 +1,5 @@
-//! Q4_0 panels. Per block of 32 inputs, a panel holds the 16 columns' scales as f32 (64 bytes),
-//! then four 64-byte groups: group h has, for column c, bytes 4c..4c+4 = the block's quant
+//! Q4_0 panels, as compact as GGUF (18 bytes per column and block). Per block of 32 inputs, a
+//! panel holds the 16 columns' scales as f16 (32 bytes), then four 64-byte groups: group h has, for column c, bytes 4c..4c+4 = the block's quant
 //! bytes 4h..4h+4 (low nibbles: elements 4h..4h+4, high nibbles: elements 16+4h..16+4h+4).
 //! One group thus feeds two 4-element steps of 16 columns (`vpdpbusd` lanes = columns).
 //!
@@ -9,22 +9,20 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use half::f16;
-
-use super::{Isa, PANEL};
+use super::{f16_at, Isa, PANEL};
 use crate::ops::q8::Act32;
 
 /// Bytes of one block of one panel.
-pub const BLOCK_BYTES: usize = 4 * PANEL + 4 * 64;
+pub const BLOCK_BYTES: usize = QUANTS + 4 * 64;
+const QUANTS: usize = 2 * PANEL;
 
 /// GGUF Q4_0 rows (`n` rows of `k / 32` blocks of 18 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     super::pack_blocks(raw, n, k, 32, 18, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
-        let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-        dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
+        dst[2 * c..2 * c + 2].copy_from_slice(&blk[0..2]);
         for h in 0..4 {
-            dst[64 + 64 * h + 4 * c..][..4].copy_from_slice(&blk[2 + 4 * h..2 + 4 * h + 4]);
+            dst[QUANTS + 64 * h + 4 * c..][..4].copy_from_slice(&blk[2 + 4 * h..2 + 4 * h + 4]);
         }
     })
 }
@@ -58,13 +56,13 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
                 let mut isum = 0i32;
                 for h in 0..4 {
                     for t in 0..4 {
-                        let q = blk[64 + 64 * h + 4 * c + t];
+                        let q = blk[QUANTS + 64 * h + 4 * c + t];
                         isum += (q & 0x0F) as i32 * y.qs[4 * h + t] as i32;
                         isum += (q >> 4) as i32 * y.qs[16 + 4 * h + t] as i32;
                     }
                 }
                 isum -= 8 * y.qsum;
-                let dw = f32::from_le_bytes(blk[4 * c..4 * c + 4].try_into().unwrap());
+                let dw = f16_at(blk, 2 * c);
                 *acc = (isum as f32).mul_add(dw * y.d, *acc);
             }
         }
@@ -76,7 +74,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::bcast4;
+use super::{bcast4, load_f16x16, load_f16x8};
 
 #[cfg(target_arch = "x86_64")]
 use super::{chains, sum_chains, CHAINS};
@@ -97,7 +95,7 @@ unsafe fn tile_vnni<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize
         let mut hi_sum = [[_mm512_setzero_si512(); R]; CHAINS];
         for h in 0..4 {
             let ch = h % chains::<R>();
-            let raw = _mm512_loadu_si512(p.add(64 + 64 * h) as *const _);
+            let raw = _mm512_loadu_si512(p.add(QUANTS + 64 * h) as *const _);
             let lo = _mm512_and_si512(raw, mask);
             // High nibbles in place (16·q): one op fewer per step, divided out below.
             let hi = _mm512_andnot_si512(mask, raw);
@@ -117,7 +115,7 @@ unsafe fn tile_vnni<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize
             );
         }
         let isum = isum_v;
-        let dw = _mm512_loadu_ps(p as *const f32);
+        let dw = load_f16x16(p);
         for r in 0..R {
             let s = _mm512_sub_epi32(isum[r], _mm512_set1_epi32(8 * ys[r].qsum));
             let d = _mm512_mul_ps(dw, _mm512_set1_ps(ys[r].d));
@@ -132,7 +130,7 @@ unsafe fn tile_vnni<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize
 /// AVX2: each 32-byte half of a group is 8 columns. `maddubs` pairs (≤ 2·15·128) summed over
 /// the block's 8 steps stay within i16, so one `madd` per block turns them into i32.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_avx2<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize, out: *mut f32, ldo: usize) {
     let mask = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
@@ -146,7 +144,7 @@ unsafe fn tile_avx2<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize
         for half in 0..2 {
             let mut pairs = [_mm256_setzero_si256(); R];
             for h in 0..4 {
-                let raw = _mm256_loadu_si256(p.add(64 + 64 * h + 32 * half) as *const __m256i);
+                let raw = _mm256_loadu_si256(p.add(QUANTS + 64 * h + 32 * half) as *const __m256i);
                 let lo = _mm256_and_si256(raw, mask);
                 let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
                 for r in 0..R {
@@ -157,7 +155,7 @@ unsafe fn tile_avx2<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize
                     pairs[r] = _mm256_add_epi16(pairs[r], _mm256_maddubs_epi16(hi, yhi));
                 }
             }
-            let dw = _mm256_loadu_ps(p.add(32 * half) as *const f32);
+            let dw = load_f16x8(p.add(16 * half));
             for r in 0..R {
                 let isum =
                     _mm256_sub_epi32(_mm256_madd_epi16(pairs[r], ones), _mm256_set1_epi32(8 * ys[r].qsum));

@@ -1,5 +1,5 @@
-//! Q4_1 panels. Per block of 32 inputs, a panel holds the 16 columns' scales `d` and mins `m`
-//! as f32 (2 × 64 bytes), then four 64-byte groups as Q4_0's: group h has, for column c,
+//! Q4_1 panels, as compact as GGUF (20 bytes per column and block). Per block of 32 inputs, a
+//! panel holds the 16 columns' scales `d` and mins `m` as f16 (2 × 32 bytes), then four 64-byte groups as Q4_0's: group h has, for column c,
 //! bytes 4c..4c+4 = the block's quant bytes 4h..4h+4 (low nibbles: elements 4h..4h+4, ggml's
 //! lane h; high nibbles: elements 16+4h..16+4h+4, lane 4+h).
 //!
@@ -11,23 +11,19 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use half::f16;
-
-use super::{Isa, PANEL};
+use super::{f16_at, Isa, PANEL};
 use crate::ops::q8::Act32;
 
 /// Bytes of one block of one panel.
-pub const BLOCK_BYTES: usize = 8 * PANEL + 4 * 64;
-const QUANTS: usize = 8 * PANEL;
+pub const BLOCK_BYTES: usize = QUANTS + 4 * 64;
+const QUANTS: usize = 4 * PANEL;
 
 /// GGUF Q4_1 rows (`n` rows of `k / 32` blocks of 20 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     super::pack_blocks(raw, n, k, 32, 20, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
-        let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-        let m = f16::from_le_bytes([blk[2], blk[3]]).to_f32();
-        dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
-        dst[64 + 4 * c..64 + 4 * c + 4].copy_from_slice(&m.to_le_bytes());
+        dst[2 * c..2 * c + 2].copy_from_slice(&blk[0..2]);
+        dst[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2].copy_from_slice(&blk[2..4]);
         for h in 0..4 {
             dst[QUANTS + 64 * h + 4 * c..][..4].copy_from_slice(&blk[4 + 4 * h..4 + 4 * h + 4]);
         }
@@ -67,10 +63,6 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act32]], out: *mut f32, ldo: usize
     tile_scalar(panel, nb, acts, out, ldo)
 }
 
-fn f32_at(b: &[u8], i: usize) -> f32 {
-    f32::from_le_bytes(b[i..i + 4].try_into().unwrap())
-}
-
 fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: usize) {
     for (r, a) in acts.iter().enumerate() {
         let mut acc = [[0f32; 8]; PANEL];
@@ -78,8 +70,8 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
         for (b, blk) in panel.chunks_exact(BLOCK_BYTES).take(nb).enumerate() {
             let y = &a[b];
             for c in 0..PANEL {
-                summs[c] = f32_at(blk, 64 + 4 * c).mul_add(y.s, summs[c]);
-                let d = y.d * f32_at(blk, 4 * c);
+                summs[c] = f16_at(blk, 2 * PANEL + 2 * c).mul_add(y.s, summs[c]);
+                let d = y.d * f16_at(blk, 2 * c);
                 for (l, acc) in acc[c].iter_mut().enumerate() {
                     let mut s = 0i32;
                     for t in 0..4 {
@@ -101,7 +93,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::bcast4;
+use super::{bcast4, load_f16x16, load_f16x8};
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -115,8 +107,8 @@ unsafe fn tile_vnni<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize
         for r in 1..R {
             ys[r] = acts[r].get_unchecked(b);
         }
-        let dw = _mm512_loadu_ps(p as *const f32);
-        let mw = _mm512_loadu_ps(p.add(64) as *const f32);
+        let dw = load_f16x16(p);
+        let mw = load_f16x16(p.add(2 * PANEL));
         let mut d = [_mm512_setzero_ps(); R];
         for r in 0..R {
             summs[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ys[r].s), summs[r]);
@@ -151,7 +143,7 @@ unsafe fn tile_vnni<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize
 /// AVX2, one row and 8 columns (`half` of the panel): 8 lane accumulators. `maddubs` pairs
 /// (≤ 2·15·128) fit i16; one `madd` per lane turns them into the lane's i32 sum.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_avx2(a: &[Act32], panel: &[u8], nb: usize, half: usize, out: *mut f32) {
     let mask = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
@@ -160,9 +152,9 @@ unsafe fn tile_avx2(a: &[Act32], panel: &[u8], nb: usize, half: usize, out: *mut
     for b in 0..nb {
         let p = panel.as_ptr().add(b * BLOCK_BYTES);
         let y = a.get_unchecked(b);
-        let mw = _mm256_loadu_ps(p.add(64 + 32 * half) as *const f32);
+        let mw = load_f16x8(p.add(2 * PANEL + 16 * half));
         summs = _mm256_fmadd_ps(mw, _mm256_set1_ps(y.s), summs);
-        let d = _mm256_mul_ps(_mm256_set1_ps(y.d), _mm256_loadu_ps(p.add(32 * half) as *const f32));
+        let d = _mm256_mul_ps(_mm256_set1_ps(y.d), load_f16x8(p.add(16 * half)));
         for h in 0..4 {
             let raw = _mm256_loadu_si256(p.add(QUANTS + 64 * h + 32 * half) as *const __m256i);
             for (l, q) in

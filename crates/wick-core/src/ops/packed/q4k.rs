@@ -15,9 +15,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use half::f16;
-
-use super::{Isa, PANEL};
+use super::{f16_at, Isa, PANEL};
 use crate::ops::q8::Act256;
 
 /// Bytes of one sub-block pair's part of a block: scales, mins, then quants.
@@ -100,10 +98,6 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act256]], pairs: &[bool], out: *mu
     tile_scalar(panel, nb, acts, pairs, out, ldo)
 }
 
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
-}
-
 /// The float steps shared by every instruction set, on one column's integer sums.
 #[inline(always)]
 fn fold(
@@ -171,7 +165,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out:
 use super::bcast4;
 
 #[cfg(target_arch = "x86_64")]
-use super::{chains, prefetch_ahead, sum_chains, CHAINS, STREAM_ROWS};
+use super::{chains, load_f16x16, load_f16x8, prefetch_ahead, sum_chains, CHAINS, STREAM_ROWS};
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -192,8 +186,8 @@ unsafe fn tile_vnni<const R: usize>(
         for r in 1..R {
             ys[r] = acts[r].get_unchecked(b);
         }
-        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk as *const __m256i));
-        let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(2 * PANEL) as *const __m256i));
+        let d = load_f16x16(blk);
+        let dmin = load_f16x16(blk.add(2 * PANEL));
         let mut dd_v = [_mm512_setzero_ps(); R];
         for r in 0..R {
             dd_v[r] = _mm512_mul_ps(d, _mm512_set1_ps(ys[r].d));
@@ -288,8 +282,8 @@ unsafe fn tile_avx2<const R: usize>(
             ys[r] = acts[r].get_unchecked(b);
         }
         for half in 0..2 {
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(16 * half) as *const __m128i));
-            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(2 * PANEL + 16 * half) as *const __m128i));
+            let d = load_f16x8(blk.add(16 * half));
+            let dmin = load_f16x8(blk.add(2 * PANEL + 16 * half));
             let mut dd_v = [_mm256_setzero_ps(); R];
             for r in 0..R {
                 dd_v[r] = _mm256_mul_ps(d, _mm256_set1_ps(ys[r].d));

@@ -1,5 +1,5 @@
-//! Q8_0 panels. Per block of 32 inputs, a panel holds the 16 columns' scales as f32 (64 bytes),
-//! then eight 64-byte groups: group l has, for column c, bytes 4c..4c+4 = the block's quants
+//! Q8_0 panels, as compact as GGUF (34 bytes per column and block). Per block of 32 inputs, a
+//! panel holds the 16 columns' scales as f16 (32 bytes), then eight 64-byte groups: group l has, for column c, bytes 4c..4c+4 = the block's quants
 //! 4l..4l+4 with the sign bit flipped (`q + 128` as u8, the unsigned operand of `vpdpbusd`).
 //! One group is one of ggml's 8 lanes for 16 columns (`vpdpbusd` lanes = columns).
 //!
@@ -12,13 +12,12 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use half::f16;
-
-use super::{Isa, PANEL};
+use super::{f16_at, Isa, PANEL};
 use crate::ops::q8::{quantize_q8, Act32};
 
 /// Bytes of one block of one panel.
-pub const BLOCK_BYTES: usize = 4 * PANEL + 8 * 64;
+pub const BLOCK_BYTES: usize = QUANTS + 8 * 64;
+const QUANTS: usize = 2 * PANEL;
 
 /// A q8_0 activation block with `off[l] = −128·Σ_{t<4} y[4l+t]`.
 pub struct Act {
@@ -58,11 +57,10 @@ pub fn q5_0_as_q8_0(raw: &[u8]) -> Vec<u8> {
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     super::pack_blocks(raw, n, k, 32, 34, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
-        let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-        dst[4 * c..4 * c + 4].copy_from_slice(&d.to_le_bytes());
+        dst[2 * c..2 * c + 2].copy_from_slice(&blk[0..2]);
         for l in 0..8 {
             for t in 0..4 {
-                dst[64 + 64 * l + 4 * c + t] = blk[2 + 4 * l + t] ^ 0x80;
+                dst[QUANTS + 64 * l + 4 * c + t] = blk[2 + 4 * l + t] ^ 0x80;
             }
         }
     })
@@ -115,12 +113,12 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[Vec<Act>], out: *mut f32, ldo: u
         for (b, blk) in panel.chunks_exact(BLOCK_BYTES).take(nb).enumerate() {
             let y = &a[b].a;
             for (c, acc) in acc.iter_mut().enumerate() {
-                let dw = f32::from_le_bytes(blk[4 * c..4 * c + 4].try_into().unwrap());
+                let dw = f16_at(blk, 2 * c);
                 let d = dw * y.d;
                 for (l, acc) in acc.iter_mut().enumerate() {
                     let mut s = 0i32;
                     for t in 0..4 {
-                        let q = (blk[64 + 64 * l + 4 * c + t] ^ 0x80) as i8;
+                        let q = (blk[QUANTS + 64 * l + 4 * c + t] ^ 0x80) as i8;
                         s += q as i32 * y.qs[4 * l + t] as i32;
                     }
                     *acc = d.mul_add(s as f32, *acc);
@@ -135,7 +133,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[Vec<Act>], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::bcast4;
+use super::{bcast4, load_f16x16, load_f16x8};
 
 /// The 8-lane tree sum of `acc[0..8]`, one zmm lane per column.
 #[cfg(target_arch = "x86_64")]
@@ -159,14 +157,14 @@ unsafe fn tile_vnni<const R: usize>(acts: [&[Act]; R], panel: &[u8], nb: usize, 
         for r in 1..R {
             ys[r] = acts[r].get_unchecked(b);
         }
-        let dw = _mm512_loadu_ps(p as *const f32);
+        let dw = load_f16x16(p);
         let mut d_v = [_mm512_setzero_ps(); R];
         for r in 0..R {
             d_v[r] = _mm512_mul_ps(dw, _mm512_set1_ps(ys[r].a.d));
         }
         let d = d_v;
         for l in 0..8 {
-            let w = _mm512_loadu_si512(p.add(64 + 64 * l) as *const _);
+            let w = _mm512_loadu_si512(p.add(QUANTS + 64 * l) as *const _);
             for r in 0..R {
                 // Σ (q+128)·y − 128·Σ y per column: |(q+128)·y| ≤ 255·128, exact in i32.
                 let y = _mm512_set1_epi32(bcast4(ys[r].a.qs.as_ptr().add(4 * l)));
@@ -184,7 +182,7 @@ unsafe fn tile_vnni<const R: usize>(acts: [&[Act]; R], panel: &[u8], nb: usize, 
 /// their sign back and the products go through ggml's `|q| · sign(y, q)` (pairs ≤ 2·128·127,
 /// within i16 for `maddubs`).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_avx2(a: &[Act], panel: &[u8], nb: usize, half: usize, out: *mut f32) {
     let flip = _mm256_set1_epi8(0x80u8 as i8);
     let ones = _mm256_set1_epi16(1);
@@ -192,10 +190,12 @@ unsafe fn tile_avx2(a: &[Act], panel: &[u8], nb: usize, half: usize, out: *mut f
     for b in 0..nb {
         let p = panel.as_ptr().add(b * BLOCK_BYTES);
         let y = &a.get_unchecked(b).a;
-        let d = _mm256_mul_ps(_mm256_loadu_ps(p.add(32 * half) as *const f32), _mm256_set1_ps(y.d));
+        let d = _mm256_mul_ps(load_f16x8(p.add(16 * half)), _mm256_set1_ps(y.d));
         for l in 0..8 {
-            let q =
-                _mm256_xor_si256(_mm256_loadu_si256(p.add(64 + 64 * l + 32 * half) as *const __m256i), flip);
+            let q = _mm256_xor_si256(
+                _mm256_loadu_si256(p.add(QUANTS + 64 * l + 32 * half) as *const __m256i),
+                flip,
+            );
             let yv = _mm256_set1_epi32(bcast4(y.qs.as_ptr().add(4 * l)));
             let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yv, q));
             let s = _mm256_madd_epi16(pairs, ones);
