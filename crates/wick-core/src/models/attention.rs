@@ -10,6 +10,7 @@ use super::StepSeq;
 use crate::cache::{KvPool, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::ops::attn::SeqAttn;
 
 /// Where one sequence's new tokens sit in the step.
 #[derive(Debug, Clone, Copy)]
@@ -153,25 +154,39 @@ impl Attention {
         let kh = k.flatten_all()?.to_vec1::<f32>()?;
         let vh = v.flatten_all()?.to_vec1::<f32>()?;
         let row = self.n_kv_head * hd;
-        let mut outs: Vec<Tensor> = Vec::with_capacity(plan.spans.len());
         for (span, cache) in plan.spans.iter().zip(caches) {
             let new = span.start * row..(span.start + span.len) * row;
             kv.write(layer, cache, span.pos0, &kh[new.clone()], &vh[new])?;
-            let view = kv.view(layer, cache)?;
-            let q_s = q.narrow(0, span.start, span.len)?;
-            let o = if x.device().is_cpu() {
-                let qh = q_s.flatten_all()?.to_vec1::<f32>()?;
-                let o =
-                    cpu_attention::attend(&qh, &view, span.len, span.pos0, self.n_head, scale as f32, window);
-                Tensor::from_vec(o, (span.len, self.n_head * hd), x.device())?
-            } else {
-                // No paged kernel on this device yet: gather the sequence's KV first.
-                let (k_all, v_all) = view.gather(span.pos0 + span.len, x.device())?;
-                attend(&q_s, &k_all, &v_all, span.pos0, scale, window)?
-            };
-            outs.push(o);
         }
-        let o = Tensor::cat(&outs, 0)?;
+        let o = if x.device().is_cpu() {
+            // Every sequence in one pass over the thread pool.
+            let qh = q.flatten_all()?.to_vec1::<f32>()?;
+            let q_row = self.n_head * hd;
+            let views = caches.iter().map(|c| kv.view(layer, c)).collect::<Result<Vec<_>>>()?;
+            let seqs: Vec<SeqAttn<'_>> = plan
+                .spans
+                .iter()
+                .zip(&views)
+                .map(|(span, view)| SeqAttn {
+                    q: &qh[span.start * q_row..(span.start + span.len) * q_row],
+                    kv: view,
+                    len: span.len,
+                    pos0: span.pos0,
+                })
+                .collect();
+            let o = cpu_attention::attend_many(&seqs, self.n_head, scale as f32, window);
+            Tensor::from_vec(o, (n, q_row), x.device())?
+        } else {
+            let mut outs: Vec<Tensor> = Vec::with_capacity(plan.spans.len());
+            for (span, cache) in plan.spans.iter().zip(caches) {
+                // No paged kernel on this device yet: gather the sequence's KV first.
+                let view = kv.view(layer, cache)?;
+                let (k_all, v_all) = view.gather(span.pos0 + span.len, x.device())?;
+                let q_s = q.narrow(0, span.start, span.len)?;
+                outs.push(attend(&q_s, &k_all, &v_all, span.pos0, scale, window)?);
+            }
+            Tensor::cat(&outs, 0)?
+        };
         self.o.forward(&o, rows)
     }
 }

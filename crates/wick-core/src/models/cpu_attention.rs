@@ -15,9 +15,9 @@
 
 use half::f16;
 
-use super::cpu_ops::{exp_variant, ggml_expf};
 use crate::cache::PagedView;
 use crate::ops::attn::reduce16;
+use crate::ops::expf::{exp_variant, ggml_expf};
 
 /// `ggml_vec_dot_f16` (AVX-512): `x(i)·y(i)` for i < n; values are f16-exact f32s.
 #[inline(always)]
@@ -55,23 +55,18 @@ pub(crate) fn dot_tiled(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) ->
     reduce16(&acc)
 }
 
-/// `q`: `[len, n_head, hd]` row-major for positions `pos0..pos0+len`; the cache holds
-/// `pos0 + len` positions. `window`: a sliding-window layer's span (Gemma 3's local layers).
-/// Returns `[len, n_head·hd]`.
-#[allow(clippy::too_many_arguments)]
-pub fn attend(
-    q: &[f32],
-    kv: &PagedView<'_>,
-    len: usize,
-    pos0: usize,
+/// Every sequence's attention for one layer (`q`: `[len, n_head, hd]` row-major for positions
+/// `pos0..pos0+len`, the cache holding `pos0 + len` positions; `window`: a sliding-window
+/// layer's span, Gemma 3's local layers), in one pass over the thread pool. The vectorised
+/// kernels in `ops::attn` do exactly the arithmetic of `attend_reference` below
+/// (bit-identical; checked by `ops_match_reference`).
+pub fn attend_many(
+    seqs: &[crate::ops::attn::SeqAttn<'_>],
     n_head: usize,
     scale: f32,
     window: Option<usize>,
 ) -> Vec<f32> {
-    // The vectorised, threaded kernels in `ops::attn` do exactly the arithmetic of
-    // `attend_reference` below (bit-identical; checked by `ops_match_reference`).
-    let var = exp_variant();
-    crate::ops::attn::attend(q, kv, len, pos0, n_head, scale, window, &|x| ggml_expf(x, var))
+    crate::ops::attn::attend_many(seqs, n_head, scale, window)
 }
 
 /// The scalar statement of `attend`'s arithmetic, kept as its specification and test oracle.
@@ -149,6 +144,7 @@ mod tests {
 
     use super::*;
     use crate::cache::{KvPool, LayerKind, SeqCache};
+    use crate::ops::attn::{attend, SeqAttn};
 
     fn rng(seed: u32) -> impl FnMut() -> f32 {
         let mut s = seed;
@@ -191,6 +187,34 @@ mod tests {
                     "hd {hd} len {len} pos0 {pos0}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn many_sequences_in_one_pass_match_each_alone() {
+        let (n_kv, n_head, hd) = (2, 6, 64);
+        let mut r = rng(11);
+        // (new tokens, cached positions before them): decodes and prefill chunks mixed.
+        let shapes = [(1usize, 0usize), (1, 70), (7, 0), (1, 129), (3, 40), (20, 64)];
+        let made: Vec<_> = shapes.iter().map(|&(len, pos0)| filled(n_kv, hd, pos0 + len, &mut r)).collect();
+        let views: Vec<_> = made.iter().map(|(pool, seq)| pool.view(0, seq).unwrap()).collect();
+        let qs: Vec<Vec<f32>> =
+            shapes.iter().map(|&(len, _)| (0..len * n_head * hd).map(|_| r() * 3.0).collect()).collect();
+        for window in [None, Some(24)] {
+            let seqs: Vec<SeqAttn<'_>> = shapes
+                .iter()
+                .zip(&views)
+                .zip(&qs)
+                .map(|((&(len, pos0), kv), q)| SeqAttn { q, kv, len, pos0 })
+                .collect();
+            let together = attend_many(&seqs, n_head, 0.125, window);
+            let alone: Vec<f32> =
+                seqs.iter().flat_map(|s| attend(s.q, s.kv, s.len, s.pos0, n_head, 0.125, window)).collect();
+            assert_eq!(together.len(), alone.len());
+            assert!(
+                together.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "window {window:?}"
+            );
         }
     }
 

@@ -91,81 +91,8 @@ pub fn short_conv(full: &[f32], w: &[f32], len: usize, d: usize, l: usize) -> Ve
     y
 }
 
-/// Which of ggml's vectorised `expf` approximations the local llama.cpp CPU build uses:
-/// its AVX-512 and AVX2 variants round differently, and both differ from libm by ~1 ulp.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum ExpVariant {
-    Avx512,
-    Avx2,
-    Libm,
-}
-
-pub(crate) fn exp_variant() -> ExpVariant {
-    static V: std::sync::OnceLock<ExpVariant> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512dq") {
-                return ExpVariant::Avx512;
-            }
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                return ExpVariant::Avx2;
-            }
-        }
-        ExpVariant::Libm
-    })
-}
-
-/// SIMD width of ggml's vectorised loops for the variant (elements past the last full
-/// vector use libm `expf`).
-fn simd_width(v: ExpVariant) -> usize {
-    match v {
-        ExpVariant::Avx512 => 16,
-        ExpVariant::Avx2 => 8,
-        ExpVariant::Libm => 1,
-    }
-}
-
-/// One lane of ggml's `ggml_v_expf` (ARM optimized-routines polynomial), op for op.
-#[inline(always)]
-pub(crate) fn ggml_expf(x: f32, v: ExpVariant) -> f32 {
-    if v == ExpVariant::Libm {
-        return x.exp();
-    }
-    let r = f32::from_bits(0x4B40_0000); // 0x1.8p23
-    let z = x.mul_add(f32::from_bits(0x3FB8_AA3B), r); // 0x1.715476p+0
-    let n = z - r;
-    let b = (-n).mul_add(f32::from_bits(0x35BF_BE8E), (-n).mul_add(f32::from_bits(0x3F31_7200), x));
-    let u = b * b;
-    let p = f32::from_bits(0x3C07_2010).mul_add(b, f32::from_bits(0x3D2B_9F17)); // 0x1.0e4020p-7, 0x1.573e2ep-5
-    let q = f32::from_bits(0x3E2A_AF33).mul_add(b, f32::from_bits(0x3EFF_FEDB)); // 0x1.555e66p-3, 0x1.fffdb6p-2
-    if v == ExpVariant::Avx512 {
-        let j = p.mul_add(u, q).mul_add(u, f32::from_bits(0x3F7F_FFF6).mul_add(b, 1.0)); // 0x1.ffffecp-1
-        if n.abs() > 192.0 {
-            return if n <= 0.0 { 0.0 } else { f32::INFINITY };
-        }
-        // _mm512_scalef_ps: j·2^n with one rounding (exact in f64, rounded once to f32).
-        let pow2 = f64::from_bits(((n as i64 + 1023) as u64) << 52);
-        return (j as f64 * pow2) as f32;
-    }
-    let j = p.mul_add(u, q).mul_add(u, f32::from_bits(0x3F7F_FFF6) * b);
-    let e = z.to_bits() << 23;
-    let k = f32::from_bits(e.wrapping_add(1.0f32.to_bits()));
-    if n.abs() <= 126.0 {
-        return k.mul_add(j, k);
-    }
-    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
-    let s1 = f32::from_bits(g.wrapping_add(0x7F00_0000));
-    let s2 = f32::from_bits(e.wrapping_sub(g));
-    if n.abs() > 192.0 {
-        s1 * s1
-    } else {
-        s2.mul_add(j, s2) * s1
-    }
-}
-
 /// ggml `swiglu`: `silu(g)·u` with `silu(x) = x / (1 + expf(-x))`, expf as the local
-/// llama.cpp build computes it (vector approximation, libm for the tail of each row).
+/// llama.cpp build computes it (`ops::expf`).
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     let (gate, up) = (gate.contiguous()?, up.contiguous()?);
     if !gate.device().is_cpu() || gate.dtype() != candle_core::DType::F32 {
@@ -174,21 +101,7 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     let dims = gate.dims().to_vec();
     let n = *dims.last().unwrap_or(&1);
     let (g, u) = (gate.flatten_all()?.to_vec1::<f32>()?, up.flatten_all()?.to_vec1::<f32>()?);
-    let var = exp_variant();
-    let vec_end = n - n % simd_width(var);
-    let mut y = vec![0f32; g.len()];
-    fast(
-        #[inline(always)]
-        || {
-            for ((yr, gr), ur) in y.chunks_mut(n).zip(g.chunks(n)).zip(u.chunks(n)) {
-                for (i, ((o, &x), &m)) in yr.iter_mut().zip(gr).zip(ur).enumerate() {
-                    let e = if i < vec_end { ggml_expf(0.0 - x, var) } else { (-x).exp() };
-                    *o = (x / (1.0 + e)) * m;
-                }
-            }
-        },
-    );
-    Ok(Tensor::from_vec(y, dims, gate.device())?)
+    Ok(Tensor::from_vec(crate::ops::expf::swiglu(&g, &u, n), dims, gate.device())?)
 }
 
 /// RoPE as ggml's compiled `rotate_pairs` rounds it: the x1 products are rounded, the x0

@@ -5,6 +5,7 @@
 
 use half::f16;
 
+use super::expf::{exp_variant, ggml_expf, ExpVariant};
 use super::pool::{self, SyncPtr};
 use crate::cache::{PagedView, BLOCK_SIZE};
 
@@ -400,12 +401,61 @@ mod avx512 {
         }
         reduce16x16(&folded)
     }
+
+    /// `super::softmax_f16` for the AVX-512 `expf` (lengths are whole 16-chunks).
+    #[target_feature(enable = "avx512f,avx512dq,f16c")]
+    pub unsafe fn softmax_f16(w: &[f32], max: f32, p: &mut [f32]) {
+        let m = _mm512_set1_ps(max);
+        let mut sum = 0f64;
+        for c in (0..p.len()).step_by(16) {
+            let e = crate::ops::expf::expf16(_mm512_sub_ps(_mm512_loadu_ps(w.as_ptr().add(c)), m));
+            _mm512_storeu_ps(p.as_mut_ptr().add(c), e);
+            sum += super::reduce16(&*(p.as_ptr().add(c) as *const [f32; 16])) as f64;
+        }
+        let inv = _mm512_set1_ps((1.0 / sum) as f32);
+        for c in (0..p.len()).step_by(16) {
+            let x = _mm512_mul_ps(_mm512_loadu_ps(p.as_ptr().add(c)), inv);
+            let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
+            _mm512_storeu_ps(p.as_mut_ptr().add(c), _mm512_cvtph_ps(h));
+        }
+    }
 }
 
-/// One layer's attention for one sequence over its paged KV, the arithmetic of
-/// `cpu_attention::attend_reference`. `q`: `[len, n_head, hd]` for positions
-/// `pos0..pos0+len`. Returns `[len, n_head·hd]`.
-#[allow(clippy::too_many_arguments)]
+/// Attention weights as llama.cpp's CPU `soft_max` makes them, rounded to f16 for the V
+/// product: `p = expf(w − max)` over whole 16-chunks (masked −∞ → exactly 0), summed one
+/// `_mm512_reduce_add_ps` tree per chunk in f64, then `p·(1/Σ)`.
+fn softmax_f16(w: &[f32], max: f32, p: &mut [f32], var: ExpVariant) {
+    #[cfg(target_arch = "x86_64")]
+    if var == ExpVariant::Avx512 {
+        // Safety: `Avx512` is only detected with AVX-512 F and DQ.
+        return unsafe { avx512::softmax_f16(w, max, p) };
+    }
+    let mut sum = 0f64;
+    for (pc, wc) in p.chunks_mut(16).zip(w.chunks(16)) {
+        let mut lanes = [0f32; 16];
+        for ((e, &x), l) in pc.iter_mut().zip(wc).zip(lanes.iter_mut()) {
+            *e = ggml_expf(x - max, var);
+            *l = *e;
+        }
+        sum += reduce16(&lanes) as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for e in p.iter_mut() {
+        *e = f16::from_f32(*e * inv).to_f32();
+    }
+}
+
+/// One sequence's part of a layer's attention: its new tokens' queries `[len, n_head, hd]`
+/// for positions `pos0..pos0+len`, and its paged KV (already holding those positions).
+pub struct SeqAttn<'a> {
+    pub q: &'a [f32],
+    pub kv: &'a PagedView<'a>,
+    pub len: usize,
+    pub pos0: usize,
+}
+
+/// One layer's attention for one sequence, the arithmetic of
+/// `cpu_attention::attend_reference`. Returns `[len, n_head·hd]`.
 pub fn attend(
     q: &[f32],
     kv: &PagedView<'_>,
@@ -414,24 +464,45 @@ pub fn attend(
     n_head: usize,
     scale: f32,
     window: Option<usize>,
-    expf: &(impl Fn(f32) -> f32 + Sync),
 ) -> Vec<f32> {
-    let (n_kv, hd) = (kv.n_kv_head, kv.head_dim);
+    attend_many(&[SeqAttn { q, kv, len, pos0 }], n_head, scale, window)
+}
+
+/// `attend` for every sequence of a step at once: one pass over the pool with a task per
+/// (sequence, token, head), so that a step of many one-token sequences keeps both cores busy.
+/// Returns the sequences' outputs one after another (`[Σ len, n_head·hd]`).
+pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Option<usize>) -> Vec<f32> {
+    let Some(first) = seqs.first() else { return Vec::new() };
+    let var = exp_variant();
+    let (n_kv, hd) = (first.kv.n_kv_head, first.kv.head_dim);
     let group = n_head / n_kv;
-    let tiled = len > 1;
-    // Several new tokens (tinyBLAS order) on an AVX-512 CPU: sixteen dots at a time.
-    #[cfg(target_arch = "x86_64")]
-    let wide = tiled && hd.is_multiple_of(16) && avx512::available();
-    // One new token: sixteen `ggml_vec_dot_f16`-order dots at a time.
-    #[cfg(target_arch = "x86_64")]
-    let wide_single = !tiled && hd.is_multiple_of(64) && avx512::available();
-    let mut out = vec![0f32; len * n_head * hd];
+    // Task index where each sequence's tasks (= its output rows · n_head) start.
+    let starts: Vec<usize> = seqs
+        .iter()
+        .scan(0, |acc, s| {
+            let at = *acc;
+            *acc += s.len * n_head;
+            Some(at)
+        })
+        .collect();
+    let n_tasks = seqs.iter().map(|s| s.len * n_head).sum::<usize>();
+    let mut out = vec![0f32; n_tasks * hd];
     let op = SyncPtr(out.as_mut_ptr());
-    // One (token, head) pair, compiled for AVX2/FMA/F16C where the CPU has them.
-    let task = |it: usize| {
+    // One (sequence, token, head), compiled for AVX2/FMA/F16C where the CPU has them.
+    let task = |task: usize| {
         super::simd::fast(
             #[inline(always)]
             || {
+                let si = starts.partition_point(|&s| s <= task) - 1;
+                let SeqAttn { q, kv, len, pos0 } = seqs[si];
+                let it = task - starts[si];
+                let tiled = len > 1;
+                // Several new tokens (tinyBLAS order) on an AVX-512 CPU: sixteen dots at a time.
+                #[cfg(target_arch = "x86_64")]
+                let wide = tiled && hd.is_multiple_of(16) && avx512::available();
+                // One new token: sixteen `ggml_vec_dot_f16`-order dots at a time.
+                #[cfg(target_arch = "x86_64")]
+                let wide_single = !tiled && hd.is_multiple_of(64) && avx512::available();
                 let (i, h) = (it / n_head, it % n_head);
                 let t_len = pos0 + i + 1;
                 let padded = t_len.div_ceil(16) * 16;
@@ -449,7 +520,7 @@ pub fn attend(
                 // Sliding-window layers see the last `window` positions; the others are masked to
                 // -inf, i.e. they add exact zeros, as in llama.cpp's SWA mask.
                 let t0 = window.map_or(0, |w| t_len.saturating_sub(w));
-                let mut w: Vec<f32> = vec![f32::NEG_INFINITY; t_len];
+                let mut w: Vec<f32> = vec![f32::NEG_INFINITY; padded];
                 let mut t = t0;
                 #[cfg(target_arch = "x86_64")]
                 if wide || wide_single {
@@ -468,29 +539,14 @@ pub fn attend(
                         t += 16;
                     }
                 }
-                for (tt, wt) in w.iter_mut().enumerate().skip(t) {
+                for (tt, wt) in w.iter_mut().enumerate().take(t_len).skip(t) {
                     *wt = kq(tt) * scale;
                 }
-                let max = w[t0..].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let max = w[t0..t_len].iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut p16 = vec![0f32; padded];
-                let mut sum = 0f64;
-                for (c, chunk) in p16.chunks_mut(16).enumerate() {
-                    let mut lanes = [0f32; 16];
-                    for (l, e) in chunk.iter_mut().enumerate() {
-                        let t = c * 16 + l;
-                        if t0 <= t && t < t_len {
-                            *e = expf(w[t] - max);
-                            lanes[l] = *e;
-                        }
-                    }
-                    sum += reduce16(&lanes) as f64;
-                }
-                let inv = (1.0 / sum) as f32;
-                for e in p16.iter_mut() {
-                    *e = f16::from_f32(*e * inv).to_f32();
-                }
-                // Safety: task (i, h) alone writes this slice of `out`.
-                let o = unsafe { std::slice::from_raw_parts_mut(op.get().add((i * n_head + h) * hd), hd) };
+                softmax_f16(&w, max, &mut p16, var);
+                // Safety: this task alone writes this slice of `out`.
+                let o = unsafe { std::slice::from_raw_parts_mut(op.get().add(task * hd), hd) };
                 let mut d0 = 0;
                 #[cfg(target_arch = "x86_64")]
                 if wide || wide_single {
@@ -519,7 +575,7 @@ pub fn attend(
             },
         )
     };
-    pool::run(len * n_head, &|it| {
+    pool::run(n_tasks, &|it| {
         super::simd::fast(
             #[inline(always)]
             || task(it),

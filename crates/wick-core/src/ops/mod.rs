@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod attn;
+pub mod expf;
 pub mod packed;
 pub mod pool;
 pub mod q8;
