@@ -309,6 +309,16 @@ impl PagedView<'_> {
         let at = ((b * self.n_kv_head + g) * bs + t % bs) * hd;
         &self.k[at..at + hd]
     }
+    /// Keys of KV head `g` at positions `t0..t0 + n`, contiguous (`n · head_dim` values); the
+    /// positions must lie in one block.
+    #[inline]
+    pub fn keys(&self, g: usize, t0: usize, n: usize) -> &[f16] {
+        let (bs, hd) = (BLOCK_SIZE, self.head_dim);
+        assert!(t0 % bs + n <= bs, "keys {t0}..{} cross a block", t0 + n);
+        let b = self.blocks[t0 / bs] as usize;
+        let at = ((b * self.n_kv_head + g) * bs + t0 % bs) * hd;
+        &self.k[at..at + n * hd]
+    }
     /// Values of KV head `g`, dimension `d`, over the `BLOCK_SIZE` positions of block `j`.
     #[inline]
     pub fn value_run(&self, g: usize, d: usize, j: usize) -> &[f16] {

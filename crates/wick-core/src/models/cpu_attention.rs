@@ -190,31 +190,64 @@ mod tests {
         }
     }
 
+    /// `cargo test --release -p wick-core --lib eight_decoding_sequences_speed -- --ignored --nocapture`
+    /// (SmolLM2's attention shape: 9 query heads on 3 KV heads, 160 cached positions each).
+    #[test]
+    #[ignore]
+    fn eight_decoding_sequences_speed() {
+        let (n_kv, n_head, hd) = (3, 9, 64);
+        let mut r = rng(11);
+        let made: Vec<_> = (0..8).map(|_| filled(n_kv, hd, 160, &mut r)).collect();
+        let views: Vec<_> = made.iter().map(|(pool, seq)| pool.view(0, seq).unwrap()).collect();
+        let qs: Vec<Vec<f32>> = (0..8).map(|_| (0..n_head * hd).map(|_| r() * 3.0).collect()).collect();
+        let seqs: Vec<SeqAttn<'_>> =
+            views.iter().zip(&qs).map(|(kv, q)| SeqAttn { q, kv, len: 1, pos0: 159 }).collect();
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            for _ in 0..300 {
+                std::hint::black_box(attend_many(&seqs, n_head, 0.125, None));
+            }
+            println!("attend_many 8×160: {:.1} us", t.elapsed().as_secs_f64() / 300.0 * 1e6);
+        }
+    }
+
     #[test]
     fn many_sequences_in_one_pass_match_each_alone() {
-        let (n_kv, n_head, hd) = (2, 6, 64);
-        let mut r = rng(11);
-        // (new tokens, cached positions before them): decodes and prefill chunks mixed.
-        let shapes = [(1usize, 0usize), (1, 70), (7, 0), (1, 129), (3, 40), (20, 64)];
-        let made: Vec<_> = shapes.iter().map(|&(len, pos0)| filled(n_kv, hd, pos0 + len, &mut r)).collect();
-        let views: Vec<_> = made.iter().map(|(pool, seq)| pool.view(0, seq).unwrap()).collect();
-        let qs: Vec<Vec<f32>> =
-            shapes.iter().map(|&(len, _)| (0..len * n_head * hd).map(|_| r() * 3.0).collect()).collect();
-        for window in [None, Some(24)] {
-            let seqs: Vec<SeqAttn<'_>> = shapes
-                .iter()
-                .zip(&views)
-                .zip(&qs)
-                .map(|((&(len, pos0), kv), q)| SeqAttn { q, kv, len, pos0 })
-                .collect();
-            let together = attend_many(&seqs, n_head, 0.125, window);
-            let alone: Vec<f32> =
-                seqs.iter().flat_map(|s| attend(s.q, s.kv, s.len, s.pos0, n_head, 0.125, window)).collect();
-            assert_eq!(together.len(), alone.len());
-            assert!(
-                together.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()),
-                "window {window:?}"
-            );
+        // Query heads per KV head: 3 (one kernel call per group) and 10 (4 + 4 + 2).
+        for (n_kv, n_head) in [(2usize, 6usize), (1, 10)] {
+            let hd = 64;
+            let mut r = rng(11);
+            // (new tokens, cached positions before them): decodes and prefill chunks mixed.
+            let shapes = [(1usize, 0usize), (1, 70), (7, 0), (1, 129), (3, 40), (20, 64)];
+            let made: Vec<_> =
+                shapes.iter().map(|&(len, pos0)| filled(n_kv, hd, pos0 + len, &mut r)).collect();
+            let views: Vec<_> = made.iter().map(|(pool, seq)| pool.view(0, seq).unwrap()).collect();
+            let qs: Vec<Vec<f32>> =
+                shapes.iter().map(|&(len, _)| (0..len * n_head * hd).map(|_| r() * 3.0).collect()).collect();
+            for window in [None, Some(24)] {
+                let seqs: Vec<SeqAttn<'_>> = shapes
+                    .iter()
+                    .zip(&views)
+                    .zip(&qs)
+                    .map(|((&(len, pos0), kv), q)| SeqAttn { q, kv, len, pos0 })
+                    .collect();
+                let together = attend_many(&seqs, n_head, 0.125, window);
+                let alone: Vec<f32> = seqs
+                    .iter()
+                    .flat_map(|s| attend(s.q, s.kv, s.len, s.pos0, n_head, 0.125, window))
+                    .collect();
+                let same = |a: &[f32], b: &[f32]| {
+                    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+                };
+                assert!(same(&together, &alone), "{n_head}/{n_kv} heads, window {window:?}");
+                if window.is_none() {
+                    let reference: Vec<f32> = seqs
+                        .iter()
+                        .flat_map(|s| attend_reference(s.q, s.kv, s.len, s.pos0, n_head, 0.125))
+                        .collect();
+                    assert!(same(&together, &reference), "{n_head}/{n_kv} heads: reference");
+                }
+            }
         }
     }
 

@@ -301,7 +301,7 @@ mod avx512 {
     }
 
     /// Scores of positions `t0..t0 + 16` against `q` (f16-rounded, `q.len()` a multiple of 16).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub unsafe fn kq16(kv: &PagedView<'_>, g: usize, t0: usize, q: &[f32]) -> [f32; 16] {
         let mut acc = [_mm512_setzero_ps(); 16];
         let rows: [*const f16; 16] = {
@@ -322,7 +322,7 @@ mod avx512 {
     }
 
     /// Outputs `d0..d0 + 16` of Σ_t p[t]·V[t] over positions `0..p.len()` (block by block).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub unsafe fn pv16(kv: &PagedView<'_>, g: usize, d0: usize, p: &[f32]) -> [f32; 16] {
         let n = p.len();
         let mut acc = [_mm512_setzero_ps(); 16];
@@ -348,58 +348,97 @@ mod avx512 {
         reduce16x16(&acc)
     }
 
-    /// `ggml_vec_dot_f16` order for one dot: four 16-lane accumulators over 64-steps, folded
-    /// (a0+a2)+(a1+a3); the caller's `reduce16x16` finishes the tree. `m`: lanes of the step
-    /// that hold data (the rest count as zero in both operands).
+    /// (a0+a2)+(a1+a3); the caller's `reduce16x16` finishes the tree.
     #[inline(always)]
-    unsafe fn single_fold(
-        steps: usize,
-        x: impl Fn(usize) -> *const f16,
-        y: *const f32,
-        len: usize,
-    ) -> __m512 {
-        let mut a = [_mm512_setzero_ps(); 4];
-        for s in 0..steps {
-            let xs = x(s);
-            for (j, aj) in a.iter_mut().enumerate() {
-                let at = 64 * s + 16 * j;
-                let lanes = len.saturating_sub(at).min(16);
-                if lanes == 16 {
-                    let xv = _mm512_cvtph_ps(_mm256_loadu_si256(xs.add(16 * j) as *const __m256i));
-                    *aj = _mm512_fmadd_ps(xv, _mm512_loadu_ps(y.add(at)), *aj);
-                } else {
-                    let m: __mmask16 = ((1u32 << lanes) - 1) as u16;
-                    let xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, xs.add(16 * j) as *const i16));
-                    *aj = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m, y.add(at)), *aj);
-                }
-            }
-        }
+    unsafe fn fold(a: &[__m512; 4]) -> __m512 {
         _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))
     }
 
-    /// One new token's scores at positions `t0..t0 + 16` (`dot_f16_single` order; `q.len()` a
-    /// multiple of 64).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub unsafe fn kq16_single(kv: &PagedView<'_>, g: usize, t0: usize, q: &[f32]) -> [f32; 16] {
-        let mut folded = [_mm512_setzero_ps(); 16];
-        for (i, f) in folded.iter_mut().enumerate() {
-            let k = kv.key(g, t0 + i).as_ptr();
-            *f = single_fold(q.len() / 64, |s| k.add(64 * s), q.as_ptr(), q.len());
+    /// One new token's scores at positions `t0..t0 + 16` for `H` query heads that share KV
+    /// head `g` (`dot_f16_single` order; `t0` a multiple of 16, each `q.len()` of 64): each
+    /// key is converted from f16 once for all of them.
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+    pub unsafe fn kq16_single<const H: usize>(
+        kv: &PagedView<'_>,
+        g: usize,
+        t0: usize,
+        qs: [&[f32]; H],
+    ) -> [[f32; 16]; H] {
+        let hd = qs[0].len();
+        let keys = kv.keys(g, t0, 16).as_ptr();
+        let mut folded = [[_mm512_setzero_ps(); 16]; H];
+        for i in 0..16 {
+            let mut a = [[_mm512_setzero_ps(); 4]; H];
+            for s in (0..hd).step_by(64) {
+                let k = keys.add(i * hd + s);
+                let kx: [__m512; 4] = std::array::from_fn(|j| {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(k.add(16 * j) as *const __m256i))
+                });
+                for h in 0..H {
+                    for j in 0..4 {
+                        a[h][j] =
+                            _mm512_fmadd_ps(kx[j], _mm512_loadu_ps(qs[h].as_ptr().add(s + 16 * j)), a[h][j]);
+                    }
+                }
+            }
+            for h in 0..H {
+                folded[h][i] = fold(&a[h]);
+            }
         }
-        reduce16x16(&folded)
+        let mut out = [[0f32; 16]; H];
+        for h in 0..H {
+            out[h] = reduce16x16(&folded[h]);
+        }
+        out
     }
 
-    /// One new token's outputs `d0..d0 + 16` of Σ_t p[t]·V[t] (`dot_f16_single_paged` order:
-    /// a 64-step is one KV block).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub unsafe fn pv16_single(kv: &PagedView<'_>, g: usize, d0: usize, p: &[f32]) -> [f32; 16] {
+    /// One new token's outputs `d0..d0 + 16` of Σ_t p[t]·V[t] for `H` query heads sharing KV
+    /// head `g` (`dot_f16_single_paged` order: a 64-step is one KV block; positions past
+    /// `p.len()` count as zero; all `ps` one length).
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+    pub unsafe fn pv16_single<const H: usize>(
+        kv: &PagedView<'_>,
+        g: usize,
+        d0: usize,
+        ps: [&[f32]; H],
+    ) -> [[f32; 16]; H] {
         const { assert!(BLOCK_SIZE == 64) };
-        let mut folded = [_mm512_setzero_ps(); 16];
-        for (i, f) in folded.iter_mut().enumerate() {
-            let run = |j: usize| kv.value_run(g, d0 + i, j).as_ptr();
-            *f = single_fold(p.len().div_ceil(64), run, p.as_ptr(), p.len());
+        let n = ps[0].len();
+        let (full, rem) = (n / 64, n % 64);
+        let masks: [__mmask16; 4] = std::array::from_fn(|j| {
+            let lanes = rem.saturating_sub(16 * j).min(16);
+            ((1u32 << lanes) - 1) as u16
+        });
+        let mut folded = [[_mm512_setzero_ps(); 16]; H];
+        for i in 0..16 {
+            let mut a = [[_mm512_setzero_ps(); 4]; H];
+            for j in 0..full + usize::from(rem > 0) {
+                let v = kv.value_run(g, d0 + i, j).as_ptr();
+                let m = if j < full { None } else { Some(masks) };
+                let vx: [__m512; 4] = std::array::from_fn(|jj| match m {
+                    None => _mm512_cvtph_ps(_mm256_loadu_si256(v.add(16 * jj) as *const __m256i)),
+                    Some(m) => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[jj], v.add(16 * jj) as *const i16)),
+                });
+                for h in 0..H {
+                    let p = ps[h].as_ptr().add(64 * j);
+                    for jj in 0..4 {
+                        let pv = match m {
+                            None => _mm512_loadu_ps(p.add(16 * jj)),
+                            Some(m) => _mm512_maskz_loadu_ps(m[jj], p.add(16 * jj)),
+                        };
+                        a[h][jj] = _mm512_fmadd_ps(vx[jj], pv, a[h][jj]);
+                    }
+                }
+            }
+            for h in 0..H {
+                folded[h][i] = fold(&a[h]);
+            }
         }
-        reduce16x16(&folded)
+        let mut out = [[0f32; 16]; H];
+        for h in 0..H {
+            out[h] = reduce16x16(&folded[h]);
+        }
+        out
     }
 
     /// `super::softmax_f16` for the AVX-512 `expf` (lengths are whole 16-chunks).
@@ -445,6 +484,21 @@ fn softmax_f16(w: &[f32], max: f32, p: &mut [f32], var: ExpVariant) {
     }
 }
 
+/// `$out[..hs.len()] = $f::<H>(args…, [$x[h] for h in hs])` for H = `hs.len()` in 1..=4.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_heads {
+    ($m:ident::$f:ident, $hs:expr, $x:expr, $out:ident, $($arg:expr),*) => {{
+        let hs: &[usize] = $hs;
+        let x = |k: usize| $x[hs[k]].as_slice();
+        match hs.len() {
+            1 => $out[..1].copy_from_slice(&$m::$f::<1>($($arg),*, [x(0)])),
+            2 => $out[..2].copy_from_slice(&$m::$f::<2>($($arg),*, [x(0), x(1)])),
+            3 => $out[..3].copy_from_slice(&$m::$f::<3>($($arg),*, [x(0), x(1), x(2)])),
+            _ => $out[..4].copy_from_slice(&$m::$f::<4>($($arg),*, [x(0), x(1), x(2), x(3)])),
+        }
+    }};
+}
+
 /// One sequence's part of a layer's attention: its new tokens' queries `[len, n_head, hd]`
 /// for positions `pos0..pos0+len`, and its paged KV (already holding those positions).
 pub struct SeqAttn<'a> {
@@ -476,26 +530,28 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
     let var = exp_variant();
     let (n_kv, hd) = (first.kv.n_kv_head, first.kv.head_dim);
     let group = n_head / n_kv;
-    // Task index where each sequence's tasks (= its output rows · n_head) start.
-    let starts: Vec<usize> = seqs
-        .iter()
-        .scan(0, |acc, s| {
-            let at = *acc;
-            *acc += s.len * n_head;
-            Some(at)
-        })
-        .collect();
-    let n_tasks = seqs.iter().map(|s| s.len * n_head).sum::<usize>();
-    let mut out = vec![0f32; n_tasks * hd];
+    // Task index where each sequence's tasks (one per new token and KV head) start, and the
+    // output row of its first token.
+    let mut starts = Vec::with_capacity(seqs.len());
+    let mut row0 = Vec::with_capacity(seqs.len());
+    let (mut n_tasks, mut n_rows) = (0, 0);
+    for s in seqs {
+        starts.push(n_tasks);
+        row0.push(n_rows);
+        n_tasks += s.len * n_kv;
+        n_rows += s.len;
+    }
+    let mut out = vec![0f32; n_rows * n_head * hd];
     let op = SyncPtr(out.as_mut_ptr());
-    // One (sequence, token, head), compiled for AVX2/FMA/F16C where the CPU has them.
+    // One (sequence, token, KV head): the query heads that share it, compiled for
+    // AVX2/FMA/F16C where the CPU has them.
     let task = |task: usize| {
         super::simd::fast(
             #[inline(always)]
             || {
                 let si = starts.partition_point(|&s| s <= task) - 1;
                 let SeqAttn { q, kv, len, pos0 } = seqs[si];
-                let it = task - starts[si];
+                let (i, g) = ((task - starts[si]) / n_kv, (task - starts[si]) % n_kv);
                 let tiled = len > 1;
                 // Several new tokens (tinyBLAS order) on an AVX-512 CPU: sixteen dots at a time.
                 #[cfg(target_arch = "x86_64")]
@@ -503,74 +559,105 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                 // One new token: sixteen `ggml_vec_dot_f16`-order dots at a time.
                 #[cfg(target_arch = "x86_64")]
                 let wide_single = !tiled && hd.is_multiple_of(64) && avx512::available();
-                let (i, h) = (it / n_head, it % n_head);
                 let t_len = pos0 + i + 1;
                 let padded = t_len.div_ceil(16) * 16;
-                let kvh = h / group;
-                let qh = &q[(i * n_head + h) * hd..(i * n_head + h + 1) * hd];
-                let q16: Vec<f32> = qh.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
-                let kq = |t: usize| {
-                    let kt = kv.key(kvh, t);
-                    if tiled && hd.is_multiple_of(16) {
-                        dot_f16_tiled(kt, &q16)
-                    } else {
-                        dot_f16_single(kt, &q16, hd)
-                    }
-                };
+                let heads = g * group..(g + 1) * group;
+                let q16: Vec<Vec<f32>> = heads
+                    .clone()
+                    .map(|h| {
+                        q[(i * n_head + h) * hd..][..hd].iter().map(|&x| f16::from_f32(x).to_f32()).collect()
+                    })
+                    .collect();
                 // Sliding-window layers see the last `window` positions; the others are masked to
                 // -inf, i.e. they add exact zeros, as in llama.cpp's SWA mask.
                 let t0 = window.map_or(0, |w| t_len.saturating_sub(w));
-                let mut w: Vec<f32> = vec![f32::NEG_INFINITY; padded];
-                let mut t = t0;
+                let mut w: Vec<Vec<f32>> = vec![vec![f32::NEG_INFINITY; padded]; group];
+                // Sixteen positions at a time from a multiple of 16 (those before t0 stay masked).
+                let mut t = t0 & !15;
                 #[cfg(target_arch = "x86_64")]
                 if wide || wide_single {
                     while t + 16 <= t_len {
-                        // Safety: AVX-512 checked; hd is a multiple of 16 (64 for one token).
-                        let s = unsafe {
+                        for (c, hs) in (0..group).collect::<Vec<_>>().chunks(4).enumerate() {
+                            let mut scores = [[0f32; 16]; 4];
                             if wide {
-                                avx512::kq16(kv, kvh, t, &q16)
+                                for (k, &h) in hs.iter().enumerate() {
+                                    // Safety: AVX-512 checked (`wide`); hd is a multiple of 16.
+                                    scores[k] = unsafe { avx512::kq16(kv, g, t, &q16[h]) };
+                                }
                             } else {
-                                avx512::kq16_single(kv, kvh, t, &q16)
+                                // Safety: AVX-512 checked; hd a multiple of 64; t of 16.
+                                unsafe { by_heads!(avx512::kq16_single, hs, &q16, scores, kv, g, t) };
                             }
-                        };
-                        for (i, v) in s.into_iter().enumerate() {
-                            w[t + i] = v * scale;
+                            for (k, s) in scores.iter().take(hs.len()).enumerate() {
+                                for (l, v) in s.iter().enumerate() {
+                                    if t + l >= t0 {
+                                        w[4 * c + k][t + l] = v * scale;
+                                    }
+                                }
+                            }
                         }
                         t += 16;
                     }
                 }
-                for (tt, wt) in w.iter_mut().enumerate().take(t_len).skip(t) {
-                    *wt = kq(tt) * scale;
+                let t = t.max(t0);
+                for (h, wh) in w.iter_mut().enumerate() {
+                    for (tt, wt) in wh.iter_mut().enumerate().take(t_len).skip(t) {
+                        let kt = kv.key(g, tt);
+                        let dot = if tiled && hd.is_multiple_of(16) {
+                            dot_f16_tiled(kt, &q16[h])
+                        } else {
+                            dot_f16_single(kt, &q16[h], hd)
+                        };
+                        *wt = dot * scale;
+                    }
                 }
-                let max = w[t0..t_len].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut p16 = vec![0f32; padded];
-                softmax_f16(&w, max, &mut p16, var);
-                // Safety: this task alone writes this slice of `out`.
-                let o = unsafe { std::slice::from_raw_parts_mut(op.get().add(task * hd), hd) };
+                let p16: Vec<Vec<f32>> = w
+                    .iter()
+                    .map(|wh| {
+                        let max = wh[t0..t_len].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                        let mut p = vec![0f32; padded];
+                        softmax_f16(wh, max, &mut p, var);
+                        p.truncate(t_len);
+                        p
+                    })
+                    .collect();
+                // Safety: this task alone writes its heads' slices of this output row.
+                let orow = unsafe {
+                    std::slice::from_raw_parts_mut(op.get().add((row0[si] + i) * n_head * hd), n_head * hd)
+                };
                 let mut d0 = 0;
                 #[cfg(target_arch = "x86_64")]
                 if wide || wide_single {
                     while d0 + 16 <= hd {
-                        // Safety: AVX-512 checked.
-                        let s = unsafe {
+                        for (c, hs) in (0..group).collect::<Vec<_>>().chunks(4).enumerate() {
+                            let mut outs = [[0f32; 16]; 4];
                             if wide {
-                                avx512::pv16(kv, kvh, d0, &p16[..t_len])
+                                for (k, &h) in hs.iter().enumerate() {
+                                    // Safety: AVX-512 checked (`wide`).
+                                    outs[k] = unsafe { avx512::pv16(kv, g, d0, &p16[h]) };
+                                }
                             } else {
-                                avx512::pv16_single(kv, kvh, d0, &p16[..t_len])
+                                // Safety: AVX-512 checked.
+                                unsafe { by_heads!(avx512::pv16_single, hs, &p16, outs, kv, g, d0) };
                             }
-                        };
-                        o[d0..d0 + 16].copy_from_slice(&s);
+                            for (k, o) in outs.iter().take(hs.len()).enumerate() {
+                                let h = g * group + 4 * c + k;
+                                orow[h * hd + d0..h * hd + d0 + 16].copy_from_slice(o);
+                            }
+                        }
                         d0 += 16;
                     }
                 }
-                for (d, od) in o.iter_mut().enumerate().skip(d0) {
-                    let run = |j: usize| kv.value_run(kvh, d, j);
-                    // The KV length ggml multiplies is padded to 256 cells: always 16-aligned.
-                    *od = if tiled {
-                        dot_f16_tiled_paged(run, &p16[..t_len])
-                    } else {
-                        dot_f16_single_paged(run, &p16[..t_len], padded.div_ceil(64) * 64)
-                    };
+                for (k, h) in heads.enumerate() {
+                    for d in d0..hd {
+                        let run = |j: usize| kv.value_run(g, d, j);
+                        // The KV length ggml multiplies is padded to 256 cells: always 16-aligned.
+                        orow[h * hd + d] = if tiled {
+                            dot_f16_tiled_paged(run, &p16[k])
+                        } else {
+                            dot_f16_single_paged(run, &p16[k], padded.div_ceil(64) * 64)
+                        };
+                    }
                 }
             },
         )

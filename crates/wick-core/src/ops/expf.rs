@@ -186,7 +186,7 @@ mod tests {
             s ^= s << 5;
             xs.push(f32::from_bits(s) % 120.0);
         }
-        while xs.len() % 16 != 0 {
+        while !xs.len().is_multiple_of(16) {
             xs.push(1.5);
         }
         xs

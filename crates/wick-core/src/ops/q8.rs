@@ -111,7 +111,7 @@ mod avx512 {
 
     use super::{Act256, Act32};
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub unsafe fn q8_block(b: &[f32]) -> Act32 {
         let abs = _mm512_set1_epi32(0x7FFF_FFFF);
         let v = [_mm512_loadu_ps(b.as_ptr()), _mm512_loadu_ps(b.as_ptr().add(16))];
@@ -130,7 +130,7 @@ mod avx512 {
         Act32 { d: f16::from_f32(d).to_f32(), s: f16::from_f32(d * sum as f32).to_f32(), qs, qsum: sum }
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub unsafe fn q8k_block(b: &[f32]) -> Act256 {
         let abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFF_FFFF));
         let mut vmax = _mm512_setzero_ps();

@@ -186,10 +186,13 @@ pub fn isa() -> Isa {
 fn detected() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
+        // Every AVX-512 kernel is compiled for all five (an intrinsic whose feature is missing
+        // from its function's list is not inlined: a call per use).
         if is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("avx512dq")
             && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
         {
             return Isa::Avx512Vnni;
         }

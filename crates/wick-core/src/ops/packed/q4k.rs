@@ -168,7 +168,7 @@ use super::bcast4;
 use super::{chains, load_f16x16, load_f16x8, prefetch_ahead, sum_chains, CHAINS, STREAM_ROWS};
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
 unsafe fn tile_vnni<const R: usize>(
     acts: [&[Act256]; R],
     pairs: &[bool],

@@ -69,7 +69,7 @@ unsafe fn hsum8(v: __m256) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
 unsafe fn tile_avx512<const R: usize>(
     acts: [&[Act256]; R],
     panel: &[u8],

@@ -148,7 +148,7 @@ unsafe fn hsum_lanes(acc: &[__m512; 8]) -> __m512 {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
 unsafe fn tile_vnni<const R: usize>(acts: [&[Act]; R], panel: &[u8], nb: usize, out: *mut f32, ldo: usize) {
     let mut acc = [[_mm512_setzero_ps(); 8]; R];
     for b in 0..nb {
