@@ -13,11 +13,12 @@
 
 use candle_core::{DType, Device, Tensor};
 use half::f16;
-use half::slice::HalfBitsSliceExt;
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
 use super::blocks::{chain_hash, BlockId, BlockPool};
 use super::{LayerKind, SeqCache};
 use crate::error::{Result, WickError};
+use crate::ops::pool::{self, SyncPtr};
 
 /// Tokens per KV block (the prefix cache's granularity too).
 pub const BLOCK_SIZE: usize = 64;
@@ -28,6 +29,17 @@ struct LayerKv {
     k: Zeroed<u16>,
     v: Zeroed<u16>,
 }
+
+/// One sequence's new keys and values for `KvPool::write_many`.
+pub(crate) struct KvWrite<'a> {
+    pub seq: &'a SeqCache,
+    pub pos0: usize,
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+}
+
+/// Positions per task of `KvPool::write_many`.
+const WRITE_ROWS: usize = 16;
 
 pub struct KvPool {
     alloc: BlockPool,
@@ -177,8 +189,9 @@ impl KvPool {
         seq.registered = seq.registered.max(full);
     }
 
-    /// Stores keys and values `[n, n_kv_head, head_dim]` (f32, rounded to f16 here) for
-    /// positions `pos0..pos0+n` of `seq`, whose blocks must already be reserved.
+    /// Writes keys and values `[n, n_kv_head, head_dim]` of positions `pos0..pos0+n` of `seq`
+    /// into attention layer `layer` (its blocks must be reserved).
+    #[cfg(test)]
     pub(crate) fn write(
         &mut self,
         layer: usize,
@@ -187,32 +200,65 @@ impl KvPool {
         k: &[f32],
         v: &[f32],
     ) -> Result<()> {
+        self.write_many(layer, &[KvWrite { seq, pos0, k, v }])
+    }
+
+    /// `write` for several sequences at once, spread over the thread pool: a step's new
+    /// positions scatter into the transposed V blocks (a cache line per value), which is
+    /// latency-bound work worth two cores.
+    pub(crate) fn write_many(&mut self, layer: usize, items: &[KvWrite<'_>]) -> Result<()> {
         let l = self.kv.get_mut(layer).and_then(Option::as_mut).ok_or_else(|| no_kv(layer))?;
         let (n_kv, hd, bs) = (l.n_kv, l.hd, BLOCK_SIZE);
         let row = n_kv * hd;
-        if k.len() != v.len() || !k.len().is_multiple_of(row) {
-            return Err(WickError::Internal(format!(
-                "kv write: {} keys, {} values, rows of {row}",
-                k.len(),
-                v.len()
-            )));
+        // (item, first token) of every task.
+        let mut tasks = Vec::new();
+        for (at, it) in items.iter().enumerate() {
+            if it.k.len() != it.v.len() || !it.k.len().is_multiple_of(row) {
+                return Err(WickError::Internal(format!(
+                    "kv write: {} keys, {} values, rows of {row}",
+                    it.k.len(),
+                    it.v.len()
+                )));
+            }
+            let n = it.k.len() / row;
+            if (it.pos0 + n).div_ceil(bs) > it.seq.blocks.len() {
+                return Err(WickError::Internal("kv write past the sequence's reserved blocks".into()));
+            }
+            tasks.extend((0..n).step_by(WRITE_ROWS).map(|i| (at, i)));
         }
-        let n = k.len() / row;
-        if (pos0 + n).div_ceil(bs) > seq.blocks.len() {
-            return Err(WickError::Internal("kv write past the sequence's reserved blocks".into()));
-        }
-        for i in 0..n {
-            let p = pos0 + i;
-            let (b, slot) = (seq.blocks[p / bs] as usize, p % bs);
-            for g in 0..n_kv {
-                let src = (i * n_kv + g) * hd;
-                let kd = ((b * n_kv + g) * bs + slot) * hd;
-                for d in 0..hd {
-                    l.k[kd + d] = f16::from_f32(k[src + d]).to_bits();
-                    l.v[((b * n_kv + g) * hd + d) * bs + slot] = f16::from_f32(v[src + d]).to_bits();
+        let (kp, vp) = (SyncPtr(l.k.as_mut_ptr()), SyncPtr(l.v.as_mut_ptr()));
+        let (k_len, v_len) = (l.k.len(), l.v.len());
+        let task = |t: usize| {
+            let (at, first) = tasks[t];
+            let it = &items[at];
+            // Safety: every (block, slot) is written by one task: a sequence writes only
+            // positions past its cache length, which lie in blocks it alone holds (shared
+            // prefix blocks are full). Indices stay inside the layer (blocks < pool size).
+            let (ks, vs) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(kp.get(), k_len),
+                    std::slice::from_raw_parts_mut(vp.get(), v_len),
+                )
+            };
+            let mut vh = vec![f16::ZERO; hd];
+            for i in first..(first + WRITE_ROWS).min(it.k.len() / row) {
+                let p = it.pos0 + i;
+                let (b, slot) = (it.seq.blocks[p / bs] as usize, p % bs);
+                for g in 0..n_kv {
+                    let src = (i * n_kv + g) * hd;
+                    let kd = ((b * n_kv + g) * bs + slot) * hd;
+                    // Whole rows at once (F16C, 8 at a time; the rounding of `f16::from_f32`).
+                    ks[kd..kd + hd]
+                        .reinterpret_cast_mut::<f16>()
+                        .convert_from_f32_slice(&it.k[src..src + hd]);
+                    vh.convert_from_f32_slice(&it.v[src..src + hd]);
+                    for (d, x) in vh.iter().enumerate() {
+                        vs[((b * n_kv + g) * hd + d) * bs + slot] = x.to_bits();
+                    }
                 }
             }
-        }
+        };
+        pool::run(tasks.len(), &task);
         Ok(())
     }
 

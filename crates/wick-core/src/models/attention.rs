@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Tensor};
 use super::cpu_attention;
 use super::layers::{Linear, RmsNorm, Rope, RowPos};
 use super::StepSeq;
-use crate::cache::{KvPool, SeqCache};
+use crate::cache::{KvPool, KvWrite, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::ops::attn::SeqAttn;
@@ -154,10 +154,16 @@ impl Attention {
         let kh = k.flatten_all()?.to_vec1::<f32>()?;
         let vh = v.flatten_all()?.to_vec1::<f32>()?;
         let row = self.n_kv_head * hd;
-        for (span, cache) in plan.spans.iter().zip(caches) {
-            let new = span.start * row..(span.start + span.len) * row;
-            kv.write(layer, cache, span.pos0, &kh[new.clone()], &vh[new])?;
-        }
+        let writes: Vec<KvWrite<'_>> = plan
+            .spans
+            .iter()
+            .zip(caches)
+            .map(|(span, seq)| {
+                let new = span.start * row..(span.start + span.len) * row;
+                KvWrite { seq, pos0: span.pos0, k: &kh[new.clone()], v: &vh[new] }
+            })
+            .collect();
+        kv.write_many(layer, &writes)?;
         let o = if x.device().is_cpu() {
             // Every sequence in one pass over the thread pool.
             let qh = q.flatten_all()?.to_vec1::<f32>()?;

@@ -189,19 +189,66 @@ impl Sampler {
 }
 
 /// Index of the largest logit; the first one on ties, as llama.cpp's greedy sampler.
+/// The first index of the largest logit (NaNs never win; a NaN first logit wins by default,
+/// as a plain `>` scan leaves it).
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
+    if logits.first().is_none_or(|l| l.is_nan()) {
+        return 0;
+    }
+    // The maximum over 16 lanes (`>` keeps NaN out, and compiles to vector max), then its
+    // first position: two streaming passes instead of a dependent compare per logit.
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = logits.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = if x > *m { x } else { *m };
         }
     }
-    best as u32
+    let max = lanes.iter().chain(tail).fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    logits.iter().position(|&x| x == max).unwrap_or(0) as u32
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scan `argmax` replaces: the first strictly greater logit wins.
+    fn argmax_scan(logits: &[f32]) -> u32 {
+        let mut best = 0usize;
+        for (i, &l) in logits.iter().enumerate() {
+            if l > logits[best] {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn argmax_is_the_first_largest_logit() {
+        let mut s = 9u32;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s % 1000) as f32 / 7.0
+        };
+        for n in [1usize, 5, 16, 17, 49152, 50257] {
+            let mut x: Vec<f32> = (0..n).map(|_| next()).collect();
+            assert_eq!(argmax(&x), argmax_scan(&x), "n {n}");
+            // Ties: the first copy of the maximum.
+            let m = argmax(&x) as usize;
+            x[n - 1] = x[m];
+            assert_eq!(argmax(&x), argmax_scan(&x), "tie, n {n}");
+            // NaNs and infinities.
+            x[n / 2] = f32::NAN;
+            assert_eq!(argmax(&x), argmax_scan(&x), "nan, n {n}");
+            x[n / 3] = f32::INFINITY;
+            assert_eq!(argmax(&x), argmax_scan(&x), "inf, n {n}");
+        }
+        assert_eq!(argmax(&[f32::NAN, 1.0, 2.0]), argmax_scan(&[f32::NAN, 1.0, 2.0]));
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 40]), 0);
+    }
 
     fn logits() -> Vec<f32> {
         vec![1.0, 3.0, 2.0, 0.5, 2.9]
