@@ -5,7 +5,8 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::cpu_attention;
-use super::layers::{Linear, RmsNorm, Rope, RowPos};
+use super::cpu_ops::with_host_f32;
+use super::layers::{Linear, Linears, RmsNorm, Rope, RowPos};
 use super::StepSeq;
 use crate::cache::{KvPool, KvWrite, SeqCache};
 use crate::error::{Result, WickError};
@@ -75,9 +76,8 @@ impl BatchPlan {
 
 /// Multi-head attention with grouped KV heads, optional per-head Q/K RMSNorm (LFM2), RoPE.
 pub struct Attention {
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// Q, K and V.
+    qkv: Linears,
     o: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
@@ -111,9 +111,16 @@ impl Attention {
             None => (None, None),
         };
         Ok(Self {
-            q: Linear::load(g, &format!("{prefix}.attn_q"), d, n_head * head_dim, dev)?,
-            k: Linear::load(g, &format!("{prefix}.attn_k"), d, n_kv_head * head_dim, dev)?,
-            v: Linear::load(g, &format!("{prefix}.attn_v"), d, n_kv_head * head_dim, dev)?,
+            qkv: Linears::load(
+                g,
+                &[
+                    (format!("{prefix}.attn_q"), n_head * head_dim),
+                    (format!("{prefix}.attn_k"), n_kv_head * head_dim),
+                    (format!("{prefix}.attn_v"), n_kv_head * head_dim),
+                ],
+                d,
+                dev,
+            )?,
             o: Linear::load(g, &format!("{prefix}.attn_output"), n_head * head_dim, d, dev)?,
             q_norm,
             k_norm,
@@ -141,9 +148,14 @@ impl Attention {
         let n = plan.n_tokens();
         let hd = self.head_dim;
         let rows = &plan.rows;
-        let mut q = self.q.forward(x, rows)?.reshape((n, self.n_head, hd))?;
-        let mut k = self.k.forward(x, rows)?.reshape((n, self.n_kv_head, hd))?;
-        let v = self.v.forward(x, rows)?.reshape((n, self.n_kv_head, hd))?;
+        let [q, k, v]: [Tensor; 3] = self
+            .qkv
+            .forward(x, rows)?
+            .try_into()
+            .map_err(|_| WickError::Internal("attention: Q, K and V expected".into()))?;
+        let mut q = q.reshape((n, self.n_head, hd))?;
+        let mut k = k.reshape((n, self.n_kv_head, hd))?;
+        let v = v.reshape((n, self.n_kv_head, hd))?;
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
@@ -151,36 +163,39 @@ impl Attention {
         let q = rope.apply(&q, cos, sin)?;
         let k = rope.apply(&k, cos, sin)?;
         let scale = 1.0 / (hd as f64).sqrt();
-        let kh = k.flatten_all()?.to_vec1::<f32>()?;
-        let vh = v.flatten_all()?.to_vec1::<f32>()?;
         let row = self.n_kv_head * hd;
-        let writes: Vec<KvWrite<'_>> = plan
-            .spans
-            .iter()
-            .zip(caches)
-            .map(|(span, seq)| {
-                let new = span.start * row..(span.start + span.len) * row;
-                KvWrite { seq, pos0: span.pos0, k: &kh[new.clone()], v: &vh[new] }
+        with_host_f32(&k, |kh| {
+            with_host_f32(&v, |vh| {
+                let writes: Vec<KvWrite<'_>> = plan
+                    .spans
+                    .iter()
+                    .zip(caches)
+                    .map(|(span, seq)| {
+                        let new = span.start * row..(span.start + span.len) * row;
+                        KvWrite { seq, pos0: span.pos0, k: &kh[new.clone()], v: &vh[new] }
+                    })
+                    .collect();
+                kv.write_many(layer, &writes)
             })
-            .collect();
-        kv.write_many(layer, &writes)?;
+        })???;
         let o = if x.device().is_cpu() {
             // Every sequence in one pass over the thread pool.
-            let qh = q.flatten_all()?.to_vec1::<f32>()?;
             let q_row = self.n_head * hd;
             let views = caches.iter().map(|c| kv.view(layer, c)).collect::<Result<Vec<_>>>()?;
-            let seqs: Vec<SeqAttn<'_>> = plan
-                .spans
-                .iter()
-                .zip(&views)
-                .map(|(span, view)| SeqAttn {
-                    q: &qh[span.start * q_row..(span.start + span.len) * q_row],
-                    kv: view,
-                    len: span.len,
-                    pos0: span.pos0,
-                })
-                .collect();
-            let o = cpu_attention::attend_many(&seqs, self.n_head, scale as f32, window);
+            let o = with_host_f32(&q, |qh| {
+                let seqs: Vec<SeqAttn<'_>> = plan
+                    .spans
+                    .iter()
+                    .zip(&views)
+                    .map(|(span, view)| SeqAttn {
+                        q: &qh[span.start * q_row..(span.start + span.len) * q_row],
+                        kv: view,
+                        len: span.len,
+                        pos0: span.pos0,
+                    })
+                    .collect();
+                cpu_attention::attend_many(&seqs, self.n_head, scale as f32, window)
+            })?;
             Tensor::from_vec(o, (n, q_row), x.device())?
         } else {
             let mut outs: Vec<Tensor> = Vec::with_capacity(plan.spans.len());

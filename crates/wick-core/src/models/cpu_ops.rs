@@ -11,6 +11,20 @@ use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 use crate::error::Result;
 use crate::ops::simd::fast;
 
+/// `f` on `t`'s values as one host f32 slice: read in place when `t` is a contiguous f32
+/// tensor in host memory (the usual case between CPU ops), copied otherwise.
+pub fn with_host_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    {
+        let (storage, layout) = t.storage_and_layout();
+        if let (candle_core::Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            return Ok(f(&v[a..b]));
+        }
+    }
+    Ok(f(&t.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?))
+}
+
 /// ggml `rms_norm` (+ the following `mul`): sum of squares in f64, `scale = 1/sqrtf(mean+ε)`
 /// in f32, `y = x·scale·w`.
 struct GgmlRmsNorm {
@@ -100,8 +114,8 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     }
     let dims = gate.dims().to_vec();
     let n = *dims.last().unwrap_or(&1);
-    let (g, u) = (gate.flatten_all()?.to_vec1::<f32>()?, up.flatten_all()?.to_vec1::<f32>()?);
-    Ok(Tensor::from_vec(crate::ops::expf::swiglu(&g, &u, n), dims, gate.device())?)
+    let y = with_host_f32(&gate, |g| with_host_f32(&up, |u| crate::ops::expf::swiglu(g, u, n)))??;
+    Ok(Tensor::from_vec(y, dims, gate.device())?)
 }
 
 /// RoPE as ggml's compiled `rotate_pairs` rounds it: the x1 products are rounded, the x0
@@ -110,8 +124,19 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 /// `hd/2` apart (NEOX).
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, interleaved: bool) -> Result<Tensor> {
     let (n, h, d) = x.dims3()?;
-    let xs = x.flatten_all()?.to_vec1::<f32>()?;
-    let (c, s) = (cos.flatten_all()?.to_vec1::<f32>()?, sin.flatten_all()?.to_vec1::<f32>()?);
+    let y = with_host_f32(x, |xs| {
+        with_host_f32(cos, |c| with_host_f32(sin, |s| rope_host(xs, c, s, (n, h, d), interleaved)))
+    })???;
+    Ok(Tensor::from_vec(y, (n, h, d), x.device())?)
+}
+
+fn rope_host(
+    xs: &[f32],
+    c: &[f32],
+    s: &[f32],
+    (n, h, d): (usize, usize, usize),
+    interleaved: bool,
+) -> Vec<f32> {
     let half = d / 2;
     let mut y = vec![0f32; xs.len()];
     fast(
@@ -135,5 +160,5 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, interleaved: bool) -> Result
             }
         },
     );
-    Ok(Tensor::from_vec(y, (n, h, d), x.device())?)
+    y
 }

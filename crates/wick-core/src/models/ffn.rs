@@ -7,9 +7,9 @@ use candle_core::{Device, Tensor};
 use half::f16;
 
 use super::cpu_ops::swiglu;
-use super::layers::{Linear, RowPos};
+use super::layers::{Linear, Linears, RowPos};
 use super::moe::Moe;
-use crate::error::Result;
+use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
 pub enum Ffn {
@@ -37,8 +37,8 @@ pub enum Gate {
 
 /// Gated feed-forward: `down(act(gate x) ⊙ up x)`.
 pub struct Mlp {
-    gate: Linear,
-    up: Linear,
+    /// Gate and up.
+    gate_up: Linears,
     down: Linear,
     act: Gate,
 }
@@ -46,14 +46,22 @@ pub struct Mlp {
 impl Mlp {
     pub fn load(g: &GgufFile, prefix: &str, d: usize, ff: usize, act: Gate, dev: &Device) -> Result<Self> {
         Ok(Self {
-            gate: Linear::load(g, &format!("{prefix}.ffn_gate"), d, ff, dev)?,
-            up: Linear::load(g, &format!("{prefix}.ffn_up"), d, ff, dev)?,
+            gate_up: Linears::load(
+                g,
+                &[(format!("{prefix}.ffn_gate"), ff), (format!("{prefix}.ffn_up"), ff)],
+                d,
+                dev,
+            )?,
             down: Linear::load(g, &format!("{prefix}.ffn_down"), ff, d, dev)?,
             act,
         })
     }
     pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
-        let (g, u) = (self.gate.forward(x, rows)?, self.up.forward(x, rows)?);
+        let [g, u]: [Tensor; 2] = self
+            .gate_up
+            .forward(x, rows)?
+            .try_into()
+            .map_err(|_| WickError::Internal("mlp: gate and up expected".into()))?;
         let h = match self.act {
             Gate::Silu => swiglu(&g, &u)?,
             Gate::GeluTanh => geglu(&g, &u)?,

@@ -123,17 +123,7 @@ impl Linear {
             Weight::Candle(w) => w.forward(&x)?,
             Weight::Ggml(w) => super::ggml_matmul::matmul(&x, w, rows)?,
             Weight::Packed(w) => {
-                // The activations are read in place (no copy) when they are host f32.
-                let (storage, layout) = x.storage_and_layout();
-                let y = match (&*storage, layout.contiguous_offsets()) {
-                    (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)), Some((a, b))) => {
-                        w.matmul(&v[a..b], rows)?
-                    }
-                    _ => {
-                        drop(storage);
-                        w.matmul(&x.flatten_all()?.to_vec1::<f32>()?, rows)?
-                    }
-                };
+                let y = super::cpu_ops::with_host_f32(&x, |xs| w.matmul(xs, rows))??;
                 Tensor::from_vec(y, (rows.len(), w.dims().0), x.device())?
             }
         };
@@ -141,6 +131,63 @@ impl Linear {
             Some(b) => y.broadcast_add(b)?,
             None => y,
         })
+    }
+}
+
+/// Linear layers that read the same input (Q, K and V; gate and up). Packed CPU weights of
+/// one type run as one concatenated weight (`PackedWeight::concat`): the input is quantized
+/// once and the pool makes one pass for all of them; each output is what its own layer gives.
+pub enum Linears {
+    Fused { w: PackedWeight, biases: Vec<Option<Tensor>> },
+    Apart(Vec<Linear>),
+}
+
+impl Linears {
+    /// `layers`: (GGUF name without `.weight`, output width), all with input width `n_in`.
+    pub fn load(g: &GgufFile, layers: &[(String, usize)], n_in: usize, dev: &Device) -> Result<Self> {
+        let each = layers
+            .iter()
+            .map(|(name, n)| Linear::load(g, name, n_in, *n, dev))
+            .collect::<Result<Vec<_>>>()?;
+        if !each.iter().all(|l| matches!(l.w, Weight::Packed(_))) {
+            return Ok(Self::Apart(each));
+        }
+        let (ws, biases): (Vec<PackedWeight>, Vec<Option<Tensor>>) = each
+            .into_iter()
+            .filter_map(|l| match l.w {
+                Weight::Packed(p) => Some((p, l.bias)),
+                _ => None,
+            })
+            .unzip();
+        Ok(match PackedWeight::concat(ws) {
+            Ok(w) => Self::Fused { w, biases },
+            Err(ws) => Self::Apart(
+                ws.into_iter().zip(biases).map(|(p, bias)| Linear { w: Weight::Packed(p), bias }).collect(),
+            ),
+        })
+    }
+
+    /// Each layer's `[n, out]` for `x`: `[n, in]` (see `Linear::forward`).
+    pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Vec<Tensor>> {
+        match self {
+            Self::Apart(ls) => ls.iter().map(|l| l.forward(x, rows)).collect(),
+            Self::Fused { w, biases } => {
+                let x = x.contiguous()?;
+                let parts = super::cpu_ops::with_host_f32(&x, |xs| w.matmul_parts(xs, rows))??;
+                parts
+                    .into_iter()
+                    .zip(biases)
+                    .map(|(y, b)| {
+                        let n = y.len() / rows.len().max(1);
+                        let y = Tensor::from_vec(y, (rows.len(), n), x.device())?;
+                        Ok(match b {
+                            Some(b) => y.broadcast_add(b)?,
+                            None => y,
+                        })
+                    })
+                    .collect()
+            }
+        }
     }
 }
 

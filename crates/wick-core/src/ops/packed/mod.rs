@@ -223,6 +223,9 @@ pub struct PackedWeight {
     k: usize,
     data: Vec<u8>,
     panel_bytes: usize,
+    /// Output widths of the weights this one was concatenated from (`[n]` for one weight);
+    /// all but the last are whole panels.
+    parts: Vec<usize>,
 }
 
 impl PackedWeight {
@@ -256,20 +259,54 @@ impl PackedWeight {
             Kind::Q4_1 => (q4_1::pack(&raw, n, k), k / 32 * q4_1::BLOCK_BYTES),
             Kind::Q6K => (q6k::pack(&raw, n, k), k / 256 * q6k::BLOCK_BYTES),
         };
-        Ok(Some(Self { kind, n, k, data, panel_bytes }))
+        Ok(Some(Self { kind, n, k, data, panel_bytes, parts: vec![n] }))
     }
 
     pub fn dims(&self) -> (usize, usize) {
         (self.n, self.k)
     }
 
+    /// Weights that read the same input (Q, K and V; gate and up) as one: their panels end
+    /// to end, so a step quantizes the input once and makes one pass over the pool. Each
+    /// output is computed exactly as by its own weight. Gives the weights back when they
+    /// differ in type or input width, or a part other than the last is not whole panels.
+    pub fn concat(ws: Vec<PackedWeight>) -> std::result::Result<PackedWeight, Vec<PackedWeight>> {
+        let Some(first) = ws.first() else { return Err(ws) };
+        let fits = ws.iter().all(|w| w.kind == first.kind && w.k == first.k)
+            && ws[..ws.len() - 1].iter().all(|w| w.n.is_multiple_of(PANEL) && w.parts.len() == 1);
+        if !fits {
+            return Err(ws);
+        }
+        let (kind, k, panel_bytes) = (first.kind, first.k, first.panel_bytes);
+        let parts: Vec<usize> = ws.iter().flat_map(|w| w.parts.iter().copied()).collect();
+        let data = ws.into_iter().flat_map(|w| w.data).collect();
+        Ok(PackedWeight { kind, n: parts.iter().sum(), k, data, panel_bytes, parts })
+    }
+
     /// `xs`: `rows.len()` rows of `k` f32 → as many rows of `n` f32; `rows[i]` picks the
     /// kernel row i follows where llama.cpp's differ by row count (see `RowPos`).
     pub fn matmul(&self, xs: &[f32], rows: &[RowPos]) -> Result<Vec<f32>> {
+        let mut parts = self.matmul_on(isa(), xs, rows)?;
+        if parts.len() == 1 {
+            return Ok(parts.pop().unwrap_or_default());
+        }
+        // A concatenated weight read as one: its parts side by side in each row.
+        let m = rows.len();
+        let mut y = Vec::with_capacity(m * self.n);
+        for r in 0..m {
+            for (part, &n) in parts.iter().zip(&self.parts) {
+                y.extend_from_slice(&part[r * n..(r + 1) * n]);
+            }
+        }
+        Ok(y)
+    }
+
+    /// `matmul` giving each concatenated weight's outputs apart (`[rows, part width]` each).
+    pub fn matmul_parts(&self, xs: &[f32], rows: &[RowPos]) -> Result<Vec<Vec<f32>>> {
         self.matmul_on(isa(), xs, rows)
     }
 
-    fn matmul_on(&self, isa: Isa, xs: &[f32], rows: &[RowPos]) -> Result<Vec<f32>> {
+    fn matmul_on(&self, isa: Isa, xs: &[f32], rows: &[RowPos]) -> Result<Vec<Vec<f32>>> {
         let m = rows.len();
         if xs.len() != m * self.k {
             return Err(WickError::Internal(format!(
@@ -278,28 +315,31 @@ impl PackedWeight {
                 self.k
             )));
         }
-        let mut y = vec![0f32; m * self.n];
+        // Every output is written by exactly one tile (through raw pointers) before `set_len`.
+        let mut ys: Vec<Vec<f32>> = self.parts.iter().map(|&n| Vec::with_capacity(m * n)).collect();
+        let yp: Vec<SyncPtr<f32>> = ys.iter_mut().map(|y| SyncPtr(y.as_mut_ptr())).collect();
+        let yp = &yp[..];
         match self.kind {
             Kind::Q4K => {
                 let acts = quantize_rows(xs, self.k, quantize_q8k);
                 // ggml's repacked Q4_K runs rows in groups of four through its GEMM (per
                 // sub-block pair) and the remaining `len % 4` through its GEMV (per block).
                 let pairs: Vec<bool> = rows.iter().map(|p| p.in_gemm_group()).collect();
-                self.run(m, &mut y, &|panel, r0, n_rows, out, ldo| {
+                self.run(m, yp, &|panel, r0, n_rows, out, ldo| {
                     let a = row_slices(&acts[r0..r0 + n_rows]);
                     q4k::tile(isa, panel, &a[..n_rows], &pairs[r0..r0 + n_rows], out, ldo)
                 });
             }
             Kind::Q4_0 => {
                 let acts = quantize_rows(xs, self.k, quantize_q8);
-                self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
+                self.run(m, yp, &|panel, r0, rows, out, ldo| {
                     let a = row_slices(&acts[r0..r0 + rows]);
                     q4_0::tile(isa, panel, &a[..rows], out, ldo)
                 });
             }
             Kind::Q8_0 => {
                 let acts = quantize_rows(xs, self.k, q8_0::quantize);
-                self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
+                self.run(m, yp, &|panel, r0, rows, out, ldo| {
                     q8_0::tile(isa, panel, &acts[r0..r0 + rows], out, ldo)
                 });
             }
@@ -308,7 +348,7 @@ impl PackedWeight {
                     return Err(WickError::Internal("Q6_K panels need AVX-512".into()));
                 }
                 let acts = quantize_rows(xs, self.k, quantize_q8k);
-                self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
+                self.run(m, yp, &|panel, r0, rows, out, ldo| {
                     let a = row_slices(&acts[r0..r0 + rows]);
                     // Safety: AVX-512 checked above; rows of k/256 blocks; the driver owns `out`.
                     #[cfg(target_arch = "x86_64")]
@@ -319,19 +359,34 @@ impl PackedWeight {
             }
             Kind::Q4_1 => {
                 let acts = quantize_rows(xs, self.k, quantize_q8);
-                self.run(m, &mut y, &|panel, r0, rows, out, ldo| {
+                self.run(m, yp, &|panel, r0, rows, out, ldo| {
                     let a = row_slices(&acts[r0..r0 + rows]);
                     q4_1::tile(isa, panel, &a[..rows], out, ldo)
                 });
             }
         }
-        Ok(y)
+        for (y, &n) in ys.iter_mut().zip(&self.parts) {
+            // Safety: `run` wrote all m·n outputs of every part.
+            unsafe { y.set_len(m * n) };
+        }
+        Ok(ys)
     }
 
     /// Spreads panels over the pool; each task walks its panels over blocks of rows and calls
-    /// `tile(panel, first row, rows ≤ MAX_ROWS, out, ldo)` for every tile.
-    fn run(&self, m: usize, y: &mut [f32], tile: &(dyn Fn(&[u8], usize, usize, *mut f32, usize) + Sync)) {
-        let n_panels = self.n.div_ceil(PANEL);
+    /// `tile(panel, first row, rows ≤ MAX_ROWS, out, ldo)` for every tile. `ys[j]`: part j's
+    /// `[m, parts[j]]` outputs.
+    fn run(
+        &self,
+        m: usize,
+        ys: &[SyncPtr<f32>],
+        tile: &(dyn Fn(&[u8], usize, usize, *mut f32, usize) + Sync),
+    ) {
+        // Each panel's part and its first column there.
+        let mut at = Vec::with_capacity(self.n.div_ceil(PANEL));
+        for (j, &n) in self.parts.iter().enumerate() {
+            at.extend((0..n).step_by(PANEL).map(|c| (j, c)));
+        }
+        let n_panels = at.len();
         let threads = pool::global().threads();
         let tasks = if threads == 1 {
             1
@@ -341,20 +396,20 @@ impl PackedWeight {
             threads * 4
         };
         let per = n_panels.div_ceil(tasks).max(1);
-        let yp = SyncPtr(y.as_mut_ptr());
-        let n = self.n;
         pool::run(n_panels.div_ceil(per), &|t| {
             let panels = t * per..((t + 1) * per).min(n_panels);
             for rb in (0..m).step_by(ROW_BLOCK) {
                 let re = (rb + ROW_BLOCK).min(m);
                 for p in panels.clone() {
                     let panel = &self.data[p * self.panel_bytes..(p + 1) * self.panel_bytes];
+                    let (j, c0) = at[p];
+                    let n = self.parts[j];
                     let mut r = rb;
                     while r < re {
                         let rows = (re - r).min(MAX_ROWS);
-                        let cols = (n - p * PANEL).min(PANEL);
-                        // Safety: this task owns columns p·PANEL..+cols of every row.
-                        let out = unsafe { yp.get().add(r * n + p * PANEL) };
+                        let cols = (n - c0).min(PANEL);
+                        // Safety: this task owns columns c0..c0+cols of every row of part j.
+                        let out = unsafe { ys[j].get().add(r * n + c0) };
                         if cols == PANEL {
                             tile(panel, r, rows, out, n);
                         } else {
@@ -428,12 +483,66 @@ mod tests {
                 if isa > detected() || (packed.kind == Kind::Q6K && isa != Isa::Avx512Vnni) {
                     continue;
                 }
-                let got = packed.matmul_on(isa, &xs, &rows).unwrap();
+                let got = packed.matmul_on(isa, &xs, &rows).unwrap().concat();
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     assert_eq!(g.to_bits(), w.to_bits(), "{dtype:?} {isa:?} m={m} output {i}: {g} vs {w}");
                 }
             }
         }
+    }
+
+    /// Concatenated weights (Q, K, V of different widths, a ragged last one) give each part's
+    /// own bits, apart and side by side; mismatched types or widths are given back.
+    #[test]
+    fn concatenated_weights_give_each_part_its_own_outputs() {
+        let dev = Device::Cpu;
+        let k = 256;
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q4K, GgmlDType::Q8_0] {
+            let widths = [64usize, 32, 20];
+            let qs: Vec<QTensor> = widths
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let w = Tensor::from_vec(random(i as u32 + 1, n * k), (n, k), &dev).unwrap();
+                    QTensor::quantize(&w, dtype).unwrap()
+                })
+                .collect();
+            let each: Vec<PackedWeight> =
+                qs.iter().map(|q| PackedWeight::pack(q).unwrap().unwrap()).collect();
+            let fused =
+                PackedWeight::concat(qs.iter().map(|q| PackedWeight::pack(q).unwrap().unwrap()).collect())
+                    .ok()
+                    .unwrap();
+            assert_eq!(fused.dims(), (116, k));
+            for m in [1usize, 3, 9] {
+                let xs = random(m as u32 + 20, m * k);
+                let rows: Vec<RowPos> = (0..m).map(|i| RowPos { seq_len: m as u32, idx: i as u32 }).collect();
+                let apart = fused.matmul_parts(&xs, &rows).unwrap();
+                let whole = fused.matmul(&xs, &rows).unwrap();
+                for (j, w) in each.iter().enumerate() {
+                    let want = w.matmul(&xs, &rows).unwrap();
+                    assert!(
+                        apart[j].iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{dtype:?} part {j}"
+                    );
+                    let off: usize = widths[..j].iter().sum();
+                    for r in 0..m {
+                        let got = &whole[r * 116 + off..r * 116 + off + widths[j]];
+                        assert!(got
+                            .iter()
+                            .zip(&want[r * widths[j]..])
+                            .all(|(a, b)| a.to_bits() == b.to_bits()));
+                    }
+                }
+            }
+        }
+        // A ragged part before the last, or another type: given back.
+        let q = |n: usize, dt| {
+            let w = Tensor::from_vec(random(5, n * k), (n, k), &dev).unwrap();
+            PackedWeight::pack(&QTensor::quantize(&w, dt).unwrap()).unwrap().unwrap()
+        };
+        assert!(PackedWeight::concat(vec![q(20, GgmlDType::Q8_0), q(16, GgmlDType::Q8_0)]).is_err());
+        assert!(PackedWeight::concat(vec![q(16, GgmlDType::Q8_0), q(16, GgmlDType::Q4_0)]).is_err());
     }
 
     #[test]
