@@ -9,6 +9,7 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
 use crate::error::Result;
+use crate::ops::pool::{self, SyncPtr};
 use crate::ops::simd::fast;
 
 /// `f` on `t`'s values as one host f32 slice: read in place when `t` is a contiguous f32
@@ -55,19 +56,24 @@ impl CustomOp2 for GgmlRmsNorm {
             candle_core::bail!("rms_norm: {} values do not split into rows of {n}", x.len())
         }
         let mut y = vec![0f32; x.len()];
-        fast(
-            #[inline(always)]
-            || {
-                for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+        let yp = SyncPtr(y.as_mut_ptr());
+        // Rows spread over the pool: each is a chain of dependent f64 adds.
+        pool::run(x.len() / n, &|r| {
+            fast(
+                #[inline(always)]
+                || {
+                    let xr = &x[r * n..(r + 1) * n];
+                    // Safety: task r alone writes row r.
+                    let yr = unsafe { std::slice::from_raw_parts_mut(yp.get().add(r * n), n) };
                     let sum: f64 = xr.iter().map(|&v| (v * v) as f64).sum();
                     let mean = (sum / n as f64) as f32;
                     let scale = 1.0f32 / (mean + self.eps).sqrt();
                     for ((o, &v), &g) in yr.iter_mut().zip(xr).zip(w) {
                         *o = v * scale * g;
                     }
-                }
-            },
-        );
+                },
+            )
+        });
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 }
@@ -139,26 +145,30 @@ fn rope_host(
 ) -> Vec<f32> {
     let half = d / 2;
     let mut y = vec![0f32; xs.len()];
-    fast(
-        #[inline(always)]
-        || {
-            for t in 0..n {
+    let yp = SyncPtr(y.as_mut_ptr());
+    pool::run(n, &|t| {
+        fast(
+            #[inline(always)]
+            || {
                 let (ct, st) = (&c[t * half..(t + 1) * half], &s[t * half..(t + 1) * half]);
+                // Safety: task t alone writes token t's rows.
+                let yt = unsafe { std::slice::from_raw_parts_mut(yp.get().add(t * h * d), h * d) };
+                let xt = &xs[t * h * d..(t + 1) * h * d];
                 for head in 0..h {
-                    let base = (t * h + head) * d;
+                    let base = head * d;
                     for i in 0..half {
                         let (i0, i1) = if interleaved {
                             (base + 2 * i, base + 2 * i + 1)
                         } else {
                             (base + i, base + i + half)
                         };
-                        let (x0, x1) = (xs[i0], xs[i1]);
-                        y[i0] = x0.mul_add(ct[i], -(x1 * st[i]));
-                        y[i1] = x0.mul_add(st[i], x1 * ct[i]);
+                        let (x0, x1) = (xt[i0], xt[i1]);
+                        yt[i0] = x0.mul_add(ct[i], -(x1 * st[i]));
+                        yt[i1] = x0.mul_add(st[i], x1 * ct[i]);
                     }
                 }
-            }
-        },
-    );
+            },
+        )
+    });
     y
 }

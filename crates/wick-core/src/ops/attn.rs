@@ -4,6 +4,7 @@
 //! reference) and spread over `ops::pool` by (token, head).
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use super::expf::{exp_variant, ggml_expf, ExpVariant};
 use super::pool::{self, SyncPtr};
@@ -543,6 +544,9 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
     }
     let mut out = vec![0f32; n_rows * n_head * hd];
     let op = SyncPtr(out.as_mut_ptr());
+    // A KV group's query heads, at most four per kernel call.
+    let all_heads: Vec<usize> = (0..group).collect();
+    let head_chunks: Vec<&[usize]> = all_heads.chunks(4).collect();
     // One (sequence, token, KV head): the query heads that share it, compiled for
     // AVX2/FMA/F16C where the CPU has them.
     let task = |task: usize| {
@@ -562,10 +566,15 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                 let t_len = pos0 + i + 1;
                 let padded = t_len.div_ceil(16) * 16;
                 let heads = g * group..(g + 1) * group;
+                // q meets the f16 cache as f16 (ggml converts it to the cache's dot type).
+                let mut qh = vec![f16::ZERO; hd];
                 let q16: Vec<Vec<f32>> = heads
                     .clone()
                     .map(|h| {
-                        q[(i * n_head + h) * hd..][..hd].iter().map(|&x| f16::from_f32(x).to_f32()).collect()
+                        qh.convert_from_f32_slice(&q[(i * n_head + h) * hd..][..hd]);
+                        let mut r = vec![0f32; hd];
+                        qh.convert_to_f32_slice(&mut r);
+                        r
                     })
                     .collect();
                 // Sliding-window layers see the last `window` positions; the others are masked to
@@ -577,7 +586,7 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                 #[cfg(target_arch = "x86_64")]
                 if wide || wide_single {
                     while t + 16 <= t_len {
-                        for (c, hs) in (0..group).collect::<Vec<_>>().chunks(4).enumerate() {
+                        for (c, hs) in head_chunks.iter().enumerate() {
                             let mut scores = [[0f32; 16]; 4];
                             if wide {
                                 for (k, &h) in hs.iter().enumerate() {
@@ -629,7 +638,7 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                 #[cfg(target_arch = "x86_64")]
                 if wide || wide_single {
                     while d0 + 16 <= hd {
-                        for (c, hs) in (0..group).collect::<Vec<_>>().chunks(4).enumerate() {
+                        for (c, hs) in head_chunks.iter().enumerate() {
                             let mut outs = [[0f32; 16]; 4];
                             if wide {
                                 for (k, &h) in hs.iter().enumerate() {

@@ -12,6 +12,7 @@
 //! park on a condvar. Size: `WICK_THREADS`, else `CANDLE_NUM_THREADS` (set by the napi
 //! binding from the `threads` option before the first forward), else every core.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -98,6 +99,11 @@ fn helper(s: &'static Shared) {
     }
 }
 
+thread_local! {
+    /// Whether this thread is running one of a job's tasks.
+    static IN_TASK: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Sleeps until `run` offers a job (unless one this helper has not run is already on offer).
 fn park(s: &'static Shared, last: u64) {
     let g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -141,10 +147,17 @@ impl Pool {
         if n == 0 {
             return;
         }
-        if self.threads == 1 || n == 1 {
+        // A task that itself calls `run` does the inner work on its own thread (the pool is busy
+        // with the outer job; waiting for it would deadlock).
+        if self.threads == 1 || n == 1 || IN_TASK.with(Cell::get) {
             (0..n).for_each(f);
             return;
         }
+        let f = &|i: usize| {
+            IN_TASK.with(|t| t.set(true));
+            f(i);
+            IN_TASK.with(|t| t.set(false));
+        };
         let _one = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = self.shared;
         let job = Job { f, n, next: AtomicUsize::new(0), id: s.ids.fetch_add(1, SeqCst) };
@@ -220,5 +233,17 @@ mod tests {
             });
             assert!(hits.iter().all(|h| h.load(SeqCst) == 1));
         }
+    }
+
+    #[test]
+    fn a_task_may_run_a_job_of_its_own() {
+        let pool: &'static Pool = Box::leak(Box::new(Pool::new(2)));
+        let hits: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
+        pool.run(8, &|i| {
+            pool.run(8, &|j| {
+                hits[8 * i + j].fetch_add(1, SeqCst);
+            });
+        });
+        assert!(hits.iter().all(|h| h.load(SeqCst) == 1));
     }
 }

@@ -388,13 +388,9 @@ impl PackedWeight {
         }
         let n_panels = at.len();
         let threads = pool::global().threads();
-        let tasks = if threads == 1 {
-            1
-        } else if m == 1 {
-            threads * 8
-        } else {
-            threads * 4
-        };
+        // Eight tasks per thread: the last one to finish leaves the other cores idle for at
+        // most an eighth of a share.
+        let tasks = if threads == 1 { 1 } else { threads * 8 };
         let per = n_panels.div_ceil(tasks).max(1);
         pool::run(n_panels.div_ceil(per), &|t| {
             let panels = t * per..((t + 1) * per).min(n_panels);
