@@ -365,6 +365,15 @@ impl PagedView<'_> {
         let at = ((b * self.n_kv_head + g) * bs + t0 % bs) * hd;
         &self.k[at..at + n * hd]
     }
+    /// Values of KV head `g`, dimensions `d0..d0 + n`, over the positions of block `j`:
+    /// contiguous (`n · BLOCK_SIZE` values, dimension by dimension).
+    #[inline]
+    pub fn values(&self, g: usize, d0: usize, n: usize, j: usize) -> &[f16] {
+        let bs = BLOCK_SIZE;
+        let b = self.blocks[j] as usize;
+        let at = ((b * self.n_kv_head + g) * self.head_dim + d0) * bs;
+        &self.v[at..at + n * bs]
+    }
     /// Values of KV head `g`, dimension `d`, over the `BLOCK_SIZE` positions of block `j`.
     #[inline]
     pub fn value_run(&self, g: usize, d: usize, j: usize) -> &[f16] {

@@ -444,8 +444,12 @@ mod avx512 {
 
     /// `super::softmax_f16` for the AVX-512 `expf` (lengths are whole 16-chunks).
     #[target_feature(enable = "avx512f,avx512dq,f16c")]
-    pub unsafe fn softmax_f16(w: &[f32], max: f32, p: &mut [f32]) {
-        let m = _mm512_set1_ps(max);
+    pub unsafe fn softmax_f16(w: &[f32], p: &mut [f32]) {
+        let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+        for c in (0..p.len()).step_by(16) {
+            m = _mm512_max_ps(m, _mm512_loadu_ps(w.as_ptr().add(c)));
+        }
+        let m = _mm512_set1_ps(_mm512_reduce_max_ps(m));
         let mut sum = 0f64;
         for c in (0..p.len()).step_by(16) {
             let e = crate::ops::expf::expf16(_mm512_sub_ps(_mm512_loadu_ps(w.as_ptr().add(c)), m));
@@ -462,14 +466,15 @@ mod avx512 {
 }
 
 /// Attention weights as llama.cpp's CPU `soft_max` makes them, rounded to f16 for the V
-/// product: `p = expf(w − max)` over whole 16-chunks (masked −∞ → exactly 0), summed one
+/// product: `p = expf(w − max w)` over whole 16-chunks (masked −∞ → exactly 0), summed one
 /// `_mm512_reduce_add_ps` tree per chunk in f64, then `p·(1/Σ)`.
-fn softmax_f16(w: &[f32], max: f32, p: &mut [f32], var: ExpVariant) {
+fn softmax_f16(w: &[f32], p: &mut [f32], var: ExpVariant) {
     #[cfg(target_arch = "x86_64")]
     if var == ExpVariant::Avx512 {
         // Safety: `Avx512` is only detected with AVX-512 F and DQ.
-        return unsafe { avx512::softmax_f16(w, max, p) };
+        return unsafe { avx512::softmax_f16(w, p) };
     }
+    let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f64;
     for (pc, wc) in p.chunks_mut(16).zip(w.chunks(16)) {
         let mut lanes = [0f32; 16];
@@ -485,12 +490,12 @@ fn softmax_f16(w: &[f32], max: f32, p: &mut [f32], var: ExpVariant) {
     }
 }
 
-/// `$out[..hs.len()] = $f::<H>(args…, [$x[h] for h in hs])` for H = `hs.len()` in 1..=4.
+/// `$out[..hs.len()] = $f::<H>(args…, [$x(h) for h in hs])` for H = `hs.len()` in 1..=4.
 #[cfg(target_arch = "x86_64")]
 macro_rules! by_heads {
     ($m:ident::$f:ident, $hs:expr, $x:expr, $out:ident, $($arg:expr),*) => {{
         let hs: &[usize] = $hs;
-        let x = |k: usize| $x[hs[k]].as_slice();
+        let x = |k: usize| $x(hs[k]);
         match hs.len() {
             1 => $out[..1].copy_from_slice(&$m::$f::<1>($($arg),*, [x(0)])),
             2 => $out[..2].copy_from_slice(&$m::$f::<2>($($arg),*, [x(0), x(1)])),
@@ -498,6 +503,18 @@ macro_rules! by_heads {
             _ => $out[..4].copy_from_slice(&$m::$f::<4>($($arg),*, [x(0), x(1), x(2), x(3)])),
         }
     }};
+}
+
+/// Asks for `data`'s cache lines ahead of use.
+#[inline(always)]
+fn prefetch(data: &[f16]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in data.chunks(32) {
+        // Safety: a prefetch of a valid address has no effect on memory.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr() as *const i8)
+        };
+    }
 }
 
 /// One sequence's part of a layer's attention: its new tokens' queries `[len, n_head, hd]`
@@ -566,41 +583,49 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                 let t_len = pos0 + i + 1;
                 let padded = t_len.div_ceil(16) * 16;
                 let heads = g * group..(g + 1) * group;
-                // q meets the f16 cache as f16 (ggml converts it to the cache's dot type).
+                // One scratch buffer per task: q (as f16, the cache's dot type in ggml), the
+                // scores and the weights of each of the group's heads.
+                let mut scratch = vec![0f32; group * (hd + 2 * padded)];
+                let (q16, rest) = scratch.split_at_mut(group * hd);
+                let (w, p16) = rest.split_at_mut(group * padded);
                 let mut qh = vec![f16::ZERO; hd];
-                let q16: Vec<Vec<f32>> = heads
-                    .clone()
-                    .map(|h| {
-                        qh.convert_from_f32_slice(&q[(i * n_head + h) * hd..][..hd]);
-                        let mut r = vec![0f32; hd];
-                        qh.convert_to_f32_slice(&mut r);
-                        r
-                    })
-                    .collect();
+                for (h, qd) in heads.clone().zip(q16.chunks_exact_mut(hd)) {
+                    qh.convert_from_f32_slice(&q[(i * n_head + h) * hd..][..hd]);
+                    qh.convert_to_f32_slice(qd);
+                }
+                let q16 = &*q16;
+                let qs = |h: usize| &q16[h * hd..(h + 1) * hd];
                 // Sliding-window layers see the last `window` positions; the others are masked to
                 // -inf, i.e. they add exact zeros, as in llama.cpp's SWA mask.
                 let t0 = window.map_or(0, |w| t_len.saturating_sub(w));
-                let mut w: Vec<Vec<f32>> = vec![vec![f32::NEG_INFINITY; padded]; group];
+                w.fill(f32::NEG_INFINITY);
                 // Sixteen positions at a time from a multiple of 16 (those before t0 stay masked).
                 let mut t = t0 & !15;
                 #[cfg(target_arch = "x86_64")]
                 if wide || wide_single {
-                    while t + 16 <= t_len {
+                    // The last chunk too: its keys past `t_len` are stored (blocks are whole
+                    // chunks), their scores are not used, and each score is its own dot.
+                    while t < t_len {
+                        // The next sixteen keys stream in while these are used (a step's KV
+                        // comes from DRAM: too scattered for the hardware prefetcher).
+                        if t + 16 < t_len {
+                            prefetch(kv.keys(g, t + 16, 16));
+                        }
                         for (c, hs) in head_chunks.iter().enumerate() {
                             let mut scores = [[0f32; 16]; 4];
                             if wide {
                                 for (k, &h) in hs.iter().enumerate() {
                                     // Safety: AVX-512 checked (`wide`); hd is a multiple of 16.
-                                    scores[k] = unsafe { avx512::kq16(kv, g, t, &q16[h]) };
+                                    scores[k] = unsafe { avx512::kq16(kv, g, t, qs(h)) };
                                 }
                             } else {
                                 // Safety: AVX-512 checked; hd a multiple of 64; t of 16.
-                                unsafe { by_heads!(avx512::kq16_single, hs, &q16, scores, kv, g, t) };
+                                unsafe { by_heads!(avx512::kq16_single, hs, qs, scores, kv, g, t) };
                             }
                             for (k, s) in scores.iter().take(hs.len()).enumerate() {
-                                for (l, v) in s.iter().enumerate() {
+                                for (l, v) in s.iter().enumerate().take(t_len - t) {
                                     if t + l >= t0 {
-                                        w[4 * c + k][t + l] = v * scale;
+                                        w[(4 * c + k) * padded + t + l] = v * scale;
                                     }
                                 }
                             }
@@ -609,27 +634,28 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                     }
                 }
                 let t = t.max(t0);
-                for (h, wh) in w.iter_mut().enumerate() {
+                for (h, wh) in w.chunks_exact_mut(padded).enumerate() {
                     for (tt, wt) in wh.iter_mut().enumerate().take(t_len).skip(t) {
                         let kt = kv.key(g, tt);
                         let dot = if tiled && hd.is_multiple_of(16) {
-                            dot_f16_tiled(kt, &q16[h])
+                            dot_f16_tiled(kt, qs(h))
                         } else {
-                            dot_f16_single(kt, &q16[h], hd)
+                            dot_f16_single(kt, qs(h), hd)
                         };
                         *wt = dot * scale;
                     }
                 }
-                let p16: Vec<Vec<f32>> = w
-                    .iter()
-                    .map(|wh| {
-                        let max = wh[t0..t_len].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                        let mut p = vec![0f32; padded];
-                        softmax_f16(wh, max, &mut p, var);
-                        p.truncate(t_len);
-                        p
-                    })
-                    .collect();
+                #[cfg(target_arch = "x86_64")]
+                if wide || wide_single {
+                    for j in 0..t_len.div_ceil(BLOCK_SIZE) {
+                        prefetch(kv.values(g, 0, hd.min(16), j));
+                    }
+                }
+                for (wh, ph) in w.chunks_exact(padded).zip(p16.chunks_exact_mut(padded)) {
+                    softmax_f16(wh, ph, var);
+                }
+                let p16 = &*p16;
+                let ps = |h: usize| &p16[h * padded..h * padded + t_len];
                 // Safety: this task alone writes its heads' slices of this output row.
                 let orow = unsafe {
                     std::slice::from_raw_parts_mut(op.get().add((row0[si] + i) * n_head * hd), n_head * hd)
@@ -638,16 +664,21 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                 #[cfg(target_arch = "x86_64")]
                 if wide || wide_single {
                     while d0 + 16 <= hd {
+                        if d0 + 32 <= hd {
+                            for j in 0..t_len.div_ceil(BLOCK_SIZE) {
+                                prefetch(kv.values(g, d0 + 16, 16, j));
+                            }
+                        }
                         for (c, hs) in head_chunks.iter().enumerate() {
                             let mut outs = [[0f32; 16]; 4];
                             if wide {
                                 for (k, &h) in hs.iter().enumerate() {
                                     // Safety: AVX-512 checked (`wide`).
-                                    outs[k] = unsafe { avx512::pv16(kv, g, d0, &p16[h]) };
+                                    outs[k] = unsafe { avx512::pv16(kv, g, d0, ps(h)) };
                                 }
                             } else {
                                 // Safety: AVX-512 checked.
-                                unsafe { by_heads!(avx512::pv16_single, hs, &p16, outs, kv, g, d0) };
+                                unsafe { by_heads!(avx512::pv16_single, hs, ps, outs, kv, g, d0) };
                             }
                             for (k, o) in outs.iter().take(hs.len()).enumerate() {
                                 let h = g * group + 4 * c + k;
@@ -662,9 +693,9 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                         let run = |j: usize| kv.value_run(g, d, j);
                         // The KV length ggml multiplies is padded to 256 cells: always 16-aligned.
                         orow[h * hd + d] = if tiled {
-                            dot_f16_tiled_paged(run, &p16[k])
+                            dot_f16_tiled_paged(run, ps(k))
                         } else {
-                            dot_f16_single_paged(run, &p16[k], padded.div_ceil(64) * 64)
+                            dot_f16_single_paged(run, ps(k), padded.div_ceil(64) * 64)
                         };
                     }
                 }
