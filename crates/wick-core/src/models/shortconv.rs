@@ -58,6 +58,14 @@ impl ShortConv {
     ) -> Result<Tensor> {
         let d = self.d;
         let bcx = self.in_proj.forward(u, &plan.rows)?;
+        if u.device().is_cpu() {
+            let y = cpu_ops::with_host_f32(&bcx, |bcx| {
+                self.gated_conv_host(bcx, plan, layer, kv, states, u.device())
+            })??;
+            return self
+                .out_proj
+                .forward(&Tensor::from_vec(y, (plan.n_tokens(), d), u.device())?, &plan.rows);
+        }
         let b = bcx.narrow(1, 0, d)?;
         let c = bcx.narrow(1, d, d)?;
         let x = bcx.narrow(1, 2 * d, d)?;
@@ -67,18 +75,11 @@ impl ShortConv {
             let v = bx.narrow(0, span.start, span.len)?;
             // Previous L-1 inputs then the new ones: output t reads rows t..t+L.
             let full = Tensor::cat(&[&state.get(u.device())?, &v], 0)?;
-            let y = if u.device().is_cpu() {
-                let host = full.flatten_all()?.to_vec1::<f32>()?;
-                let y = cpu_ops::short_conv(&host, &self.kernel, span.len, d, self.l_cache);
-                Tensor::from_vec(y, (span.len, d), u.device())?
-            } else {
-                // Summed tap by tap in f32, the order of ggml's ssm_conv kernel.
-                let mut y = full.narrow(0, 0, span.len)?.broadcast_mul(&self.taps[0])?;
-                for (k, tap) in self.taps.iter().enumerate().skip(1) {
-                    y = (y + full.narrow(0, k, span.len)?.broadcast_mul(tap)?)?;
-                }
-                y
-            };
+            // Summed tap by tap in f32, the order of ggml's ssm_conv kernel.
+            let mut y = full.narrow(0, 0, span.len)?.broadcast_mul(&self.taps[0])?;
+            for (k, tap) in self.taps.iter().enumerate().skip(1) {
+                y = (y + full.narrow(0, k, span.len)?.broadcast_mul(tap)?)?;
+            }
             // After position p the state is rows p-pos0 .. p-pos0+L-1 of `full`.
             let first = (span.pos0 / BLOCK_SIZE + 1) * BLOCK_SIZE;
             for p in (first..=span.pos0 + span.len).step_by(BLOCK_SIZE) {
@@ -90,5 +91,45 @@ impl ShortConv {
         }
         let y = Tensor::cat(&ys, 0)?;
         self.out_proj.forward(&(c * y)?, &plan.rows)
+    }
+
+    /// The CPU step between the projections in one pass over host memory (no tensor op per
+    /// sequence): `C ⊙ conv(B ⊙ X)` for every row of `bcx` (`[n, 3d]`), the same operations
+    /// in the same order as the tensor path, so the same bits as ggml. Updates the states and
+    /// saves the block-boundary snapshots as `forward` does.
+    fn gated_conv_host(
+        &self,
+        bcx: &[f32],
+        plan: &BatchPlan,
+        layer: usize,
+        kv: &mut KvPool,
+        states: &mut [(&mut ConvState, &[BlockId])],
+        dev: &Device,
+    ) -> Result<Vec<f32>> {
+        let (d, l) = (self.d, self.l_cache);
+        let mut y = vec![0f32; plan.n_tokens() * d];
+        for (span, (state, blocks)) in plan.spans.iter().zip(states.iter_mut()) {
+            // Previous L-1 inputs, then B ⊙ X of the new rows: output t reads rows t..t+L.
+            let mut full = cpu_ops::with_host_f32(&state.get(dev)?, |s| s.to_vec())?;
+            full.reserve(span.len * d);
+            for row in bcx[span.start * 3 * d..(span.start + span.len) * 3 * d].chunks_exact(3 * d) {
+                full.extend(row[..d].iter().zip(&row[2 * d..]).map(|(b, x)| b * x));
+            }
+            let conv = cpu_ops::short_conv(&full, &self.kernel, span.len, d, l);
+            for (t, yt) in y[span.start * d..(span.start + span.len) * d].chunks_exact_mut(d).enumerate() {
+                let c = &bcx[(span.start + t) * 3 * d + d..][..d];
+                for ((o, &ci), &v) in yt.iter_mut().zip(c).zip(&conv[t * d..(t + 1) * d]) {
+                    *o = ci * v;
+                }
+            }
+            // After position p the state is rows p-pos0 .. p-pos0+L-1 of `full`.
+            let first = (span.pos0 / BLOCK_SIZE + 1) * BLOCK_SIZE;
+            for p in (first..=span.pos0 + span.len).step_by(BLOCK_SIZE) {
+                let at = (p - span.pos0) * d;
+                kv.save_conv(layer, blocks[p / BLOCK_SIZE - 1], &full[at..at + (l - 1) * d])?;
+            }
+            state.set(Tensor::from_vec(full[span.len * d..].to_vec(), (l - 1, d), dev)?)?;
+        }
+        Ok(y)
     }
 }
