@@ -1,11 +1,19 @@
-//! Quantized matmul kernels: Wick's packed panels (`ops::packed`, what the CPU path runs)
-//! against candle's `QMatMul` on the same weights, per type, for one row (decode) and 64 rows
-//! (a prefill chunk). `cargo bench -p wick-core --bench kernels [-- FILTER]`; threads:
-//! `WICK_THREADS` for Wick, `RAYON_NUM_THREADS` for candle (set both to compare like with like).
+//! Wick's CPU kernels against candle's path for the same work:
+//! - quantized matmuls: the packed panels (`ops::packed`) against `QMatMul` on the same
+//!   weights, per type, for one row (decode) and 64 rows (a prefill chunk);
+//! - attention of a decode step (8 sequences × 160 cached positions, SmolLM2's 9 query heads
+//!   on 3 KV heads): `ops::attn::attend_many` over the paged f16 cache against candle's
+//!   matmul/softmax attention on contiguous f16 K/V (`models::attend_with_tensor_ops`);
+//! - SwiGLU of 8 rows of 1536: `ops::expf::swiglu` against candle's `silu(g) * u`.
+//!
+//! `cargo bench -p wick-core --bench kernels [-- FILTER]`; threads: `WICK_THREADS` for Wick,
+//! `RAYON_NUM_THREADS` for candle (set both to compare like with like).
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use wick_core::cache::{KvPool, KvWrite, LayerKind, SeqCache};
+use wick_core::ops::attn::{attend_many, SeqAttn};
 use wick_core::ops::packed::PackedWeight;
 use wick_core::ops::RowPos;
 
@@ -40,9 +48,67 @@ fn kernels(c: &mut Criterion) {
     }
 }
 
+fn values(seed: usize, n: usize) -> Vec<f32> {
+    (0..n).map(|i| (((i + seed) * 7919) % 1000) as f32 / 1000.0 - 0.5).collect()
+}
+
+fn attention(c: &mut Criterion) {
+    let dev = Device::Cpu;
+    let (n_seq, t, n_head, n_kv, hd) = (8usize, 160usize, 9usize, 3usize, 64usize);
+    let layout = [LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }];
+    let mut pool = KvPool::with_capacity(&layout, n_seq * (t + 64), &dev).unwrap();
+    let mut seqs: Vec<SeqCache> = (0..n_seq).map(|_| pool.new_seq()).collect();
+    let kv: Vec<(Vec<f32>, Vec<f32>)> =
+        (0..n_seq).map(|s| (values(s, t * n_kv * hd), values(s + 99, t * n_kv * hd))).collect();
+    for s in seqs.iter_mut() {
+        pool.reserve(s, t).unwrap();
+    }
+    let writes: Vec<KvWrite<'_>> =
+        seqs.iter().zip(&kv).map(|(seq, (k, v))| KvWrite { seq, pos0: 0, k, v }).collect();
+    pool.write_many(0, &writes).unwrap();
+    let views: Vec<_> = seqs.iter().map(|s| pool.view(0, s).unwrap()).collect();
+    let qs: Vec<Vec<f32>> = (0..n_seq).map(|s| values(s + 7, n_head * hd)).collect();
+    let step: Vec<SeqAttn<'_>> =
+        views.iter().zip(&qs).map(|(kv, q)| SeqAttn { q, kv, len: 1, pos0: t - 1 }).collect();
+    // candle's path on contiguous caches (no gather in the timing).
+    let dense: Vec<(Tensor, Tensor, Tensor)> = views
+        .iter()
+        .zip(&qs)
+        .map(|(v, q)| {
+            let (k, val) = v.gather(t, &dev).unwrap();
+            (Tensor::from_vec(q.clone(), (1, n_head, hd), &dev).unwrap(), k, val)
+        })
+        .collect();
+    let mut group = c.benchmark_group("attention decode 8x160");
+    group.bench_function("wick-paged", |b| b.iter(|| attend_many(&step, n_head, 0.125, None)));
+    group.bench_function("candle", |b| {
+        b.iter(|| {
+            for (q, k, v) in &dense {
+                wick_core::models::attend_with_tensor_ops(q, k, v, t - 1, 0.125, None).unwrap();
+            }
+        })
+    });
+    group.finish();
+}
+
+fn swiglu(c: &mut Criterion) {
+    let dev = Device::Cpu;
+    let (m, n) = (8usize, 1536usize);
+    let (g, u) = (values(1, m * n), values(2, m * n));
+    let (gt, ut) = (
+        Tensor::from_vec(g.clone(), (m, n), &dev).unwrap(),
+        Tensor::from_vec(u.clone(), (m, n), &dev).unwrap(),
+    );
+    let mut group = c.benchmark_group("swiglu 8x1536");
+    group.throughput(Throughput::Elements((m * n) as u64));
+    group.bench_function("wick", |b| b.iter(|| wick_core::ops::expf::swiglu(&g, &u, n)));
+    group.bench_function("candle", |b| b.iter(|| (gt.silu().unwrap() * &ut).unwrap()));
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_millis(500)).measurement_time(std::time::Duration::from_secs(2));
-    targets = kernels
+    targets = kernels, attention, swiglu
 }
 criterion_main!(benches);

@@ -7,8 +7,7 @@ mod blocks;
 mod paged;
 
 pub use blocks::{chain_hash, BlockId, BlockPool};
-pub(crate) use paged::KvWrite;
-pub use paged::{KvPool, PagedView, BLOCK_SIZE};
+pub use paged::{KvPool, KvWrite, PagedView, BLOCK_SIZE};
 
 use candle_core::{DType, Device, Tensor};
 

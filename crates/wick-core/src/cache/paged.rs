@@ -31,7 +31,7 @@ struct LayerKv {
 }
 
 /// One sequence's new keys and values for `KvPool::write_many`.
-pub(crate) struct KvWrite<'a> {
+pub struct KvWrite<'a> {
     pub seq: &'a SeqCache,
     pub pos0: usize,
     pub k: &'a [f32],
@@ -206,7 +206,7 @@ impl KvPool {
     /// `write` for several sequences at once, spread over the thread pool: a step's new
     /// positions scatter into the transposed V blocks (a cache line per value), which is
     /// latency-bound work worth two cores.
-    pub(crate) fn write_many(&mut self, layer: usize, items: &[KvWrite<'_>]) -> Result<()> {
+    pub fn write_many(&mut self, layer: usize, items: &[KvWrite<'_>]) -> Result<()> {
         let l = self.kv.get_mut(layer).and_then(Option::as_mut).ok_or_else(|| no_kv(layer))?;
         let (n_kv, hd, bs) = (l.n_kv, l.hd, BLOCK_SIZE);
         let row = n_kv * hd;

@@ -217,7 +217,7 @@ impl Attention {
 /// `q`: `[len, n_head, hd]` f32 for positions `pos0..pos0+len`; `k`, `v`: `[n_kv, T, hd]` f16
 /// with `T = pos0 + len`. Query head h reads KV head h / (n_head / n_kv), as in ggml.
 /// q is rounded to f16 first because ggml converts it to the f16 cache's dot type.
-pub(crate) fn attend(
+pub fn attend(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
