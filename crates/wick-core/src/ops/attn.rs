@@ -355,6 +355,16 @@ mod avx512 {
         _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))
     }
 
+    /// `reduce16x16` of each head's sixteen folded dots.
+    #[inline(always)]
+    unsafe fn reduce_heads<const H: usize>(folded: &[[__m512; 16]; H]) -> [[f32; 16]; H] {
+        let mut out = [[0f32; 16]; H];
+        for (o, f) in out.iter_mut().zip(folded) {
+            *o = reduce16x16(f);
+        }
+        out
+    }
+
     /// One new token's scores at positions `t0..t0 + 16` for `H` query heads that share KV
     /// head `g` (`dot_f16_single` order; `t0` a multiple of 16, each `q.len()` of 64): each
     /// key is converted from f16 once for all of them.
@@ -386,11 +396,7 @@ mod avx512 {
                 folded[h][i] = fold(&a[h]);
             }
         }
-        let mut out = [[0f32; 16]; H];
-        for h in 0..H {
-            out[h] = reduce16x16(&folded[h]);
-        }
-        out
+        reduce_heads(&folded)
     }
 
     /// One new token's outputs `d0..d0 + 16` of Σ_t p[t]·V[t] for `H` query heads sharing KV
@@ -435,11 +441,7 @@ mod avx512 {
                 folded[h][i] = fold(&a[h]);
             }
         }
-        let mut out = [[0f32; 16]; H];
-        for h in 0..H {
-            out[h] = reduce16x16(&folded[h]);
-        }
-        out
+        reduce_heads(&folded)
     }
 
     /// `super::softmax_f16` for the AVX-512 `expf` (lengths are whole 16-chunks).
