@@ -24,6 +24,8 @@ WICK_LLAMA_ONLY=llama-quantize bash scripts/build-llama-server.sh >/dev/null ||
 step "rust tests"
 cargo test $CARGO_RELEASE --workspace 2>&1 | tee "$log/rust.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+# The benchmarks are not run here, but they must keep compiling against the engine's API.
+cargo build $CARGO_RELEASE -q -p wick-core --benches || { echo "FAIL: the Rust benches do not compile"; status=1; }
 
 step "typescript tests"
 npx ava --tap "$@" 2>&1 | tee "$log/ava.txt"

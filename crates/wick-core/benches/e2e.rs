@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use candle_core::Device;
+use wick_core::cache::KvPool;
 use wick_core::gguf::GgufFile;
 use wick_core::models::{self, StepSeq};
 
@@ -37,19 +38,21 @@ fn main() {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((seed >> 33) as u32) % vocab
     };
+    let mut kv = KvPool::with_capacity(&model.cache_layout(), np + ng + 64, &Device::Cpu).expect("kv pool");
     let (mut pp, mut tg) = (vec![], vec![]);
     for rep in 0..=reps {
         let prompt: Vec<u32> = (0..np).map(|_| next()).collect();
-        let mut cache = model.new_cache();
+        let mut cache = kv.new_seq();
         let t = Instant::now();
-        model.forward(&mut [StepSeq { tokens: &prompt, cache: &mut cache }]).expect("prefill");
+        model.forward(&mut [StepSeq { tokens: &prompt, cache: &mut cache }], &mut kv).expect("prefill");
         let pp_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
         for _ in 0..ng {
             let tok = [next()];
-            model.forward(&mut [StepSeq { tokens: &tok, cache: &mut cache }]).expect("decode");
+            model.forward(&mut [StepSeq { tokens: &tok, cache: &mut cache }], &mut kv).expect("decode");
         }
         let tg_s = t.elapsed().as_secs_f64();
+        kv.release(&mut cache);
         if rep > 0 {
             pp.push(np as f64 / pp_s);
             tg.push(ng as f64 / tg_s);
