@@ -37,8 +37,15 @@ for (const [name, path] of [
       const opts = (p: number[]) => ({ promptTokens: p, maxTokens: 12, temperature: 0, ignoreEos: true });
       const alone: number[][] = [];
       for (const p of ps) alone.push(await ids(engine.generate(opts(p))));
-      const together = await Promise.all(ps.map((p) => ids(engine.generate(opts(p)))));
-      t.log(`prompt lengths: ${ps.map((p) => p.length).join(", ")}; steps so far: ${engine.metrics().stepsTotal}`);
+      const stepsAlone = engine.metrics().stepsTotal;
+      // Submitted while paused, so all sixteen share the schedule however fast the model is.
+      engine.pause();
+      const pending = ps.map((p) => ids(engine.generate(opts(p))));
+      engine.resume();
+      const together = await Promise.all(pending);
+      const stepsTogether = engine.metrics().stepsTotal - stepsAlone;
+      t.log(`prompt lengths: ${ps.map((p) => p.length).join(", ")}; steps alone ${stepsAlone}, together ${stepsTogether}`);
+      t.true(stepsTogether * 4 < stepsAlone, "batched: far fewer steps than one request at a time");
       for (let i = 0; i < ps.length; i++) t.deepEqual(together[i], alone[i], `request ${i} (${ps[i]!.length} prompt tokens)`);
     } finally {
       await engine.unload();

@@ -131,3 +131,28 @@ withSmol("bad requests are rejected before generation with typed errors", (t) =>
   t.is(t.throws(() => engine!.generate({ promptTokens: [10_000_000] }), { instanceOf: WickError })!.code, "INVALID_REQUEST");
   t.is(t.throws(() => engine!.generate({ promptTokens: [1], topP: 0 }), { instanceOf: WickError })!.code, "INVALID_REQUEST");
 });
+
+test("pause holds the scheduler: submissions queue, a cancel still ends its request, resume runs the rest unchanged", async (t) => {
+  const e = await Engine.load({ modelPath: fixture("tiny-llama-q8_0.gguf"), maxSequences: 4 });
+  try {
+    const req = { promptTokens: [5, 6, 7, 8, 9], maxTokens: 16, temperature: 0, ignoreEos: true };
+    const solo = await collect(e.generate(req));
+    const steps = e.metrics().stepsTotal;
+    e.pause();
+    const kept = collect(e.generate(req));
+    const ac = new AbortController();
+    const dropped = collect(e.generate(req, ac.signal));
+    await new Promise((r) => setTimeout(r, 150));
+    t.like(e.metrics(), { running: 0, waiting: 2, stepsTotal: steps }, "nothing ran while paused");
+    ac.abort();
+    t.is((await dropped).done.finishReason, "cancelled", "a cancel is served while paused");
+    t.is(e.metrics().waiting, 1);
+    e.resume();
+    const out = await kept;
+    t.deepEqual(out.ids, solo.ids);
+    t.is(out.done.finishReason, "length");
+  } finally {
+    await e.unload();
+  }
+  t.is(t.throws(() => e.pause(), { instanceOf: WickError })!.code, "ENGINE_STOPPED");
+});

@@ -117,7 +117,12 @@ for (const m of models.slice(0, 2)) {
       const solo: Run[] = [];
       for (const p of prompts) solo.push(await run(engine, p, 48));
       const p0 = engine.metrics().preemptionsTotal;
-      const together = await Promise.all(prompts.map((p) => run(engine, p, 48)));
+      // Paused while all four are submitted, so they meet in one schedule however fast the
+      // model runs (a tiny model could otherwise finish one before the next arrives).
+      engine.pause();
+      const pending = prompts.map((p) => run(engine, p, 48));
+      engine.resume();
+      const together = await Promise.all(pending);
       const mt = engine.metrics();
       t.log(`preemptions: ${mt.preemptionsTotal - p0}; pool ${mt.kvBlocksTotal} blocks of ${mt.kvBlockSize}`);
       t.true(mt.preemptionsTotal - p0 > 0, "the pool was too small, so someone was preempted");

@@ -85,6 +85,26 @@ export class Engine {
   }
 
   /**
+   * Holds the scheduler between steps until `resume()`: requests submitted meanwhile queue
+   * and then start together, in submission order, in one deterministic schedule.
+   */
+  pause(): void {
+    try {
+      this.inner.pause();
+    } catch (err) {
+      throw fromNative(err);
+    }
+  }
+
+  resume(): void {
+    try {
+      this.inner.resume();
+    } catch (err) {
+      throw fromNative(err);
+    }
+  }
+
+  /**
    * Submits a request and streams its events. Validation errors throw before the first
    * event; engine errors mid-stream throw from the iterator.
    */

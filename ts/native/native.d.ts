@@ -19,6 +19,9 @@ export declare class Engine {
   tokenId(text: string): number | null
   submit(opts: GenerateOptions): Sequence
   metrics(): Metrics
+  /** Holds the scheduler between steps until `resume`; submissions queue meanwhile. */
+  pause(): void
+  resume(): void
   /** Stops the scheduler; pending sequences end with ENGINE_STOPPED. */
   unload(): Promise<void>
 }

@@ -98,6 +98,17 @@ impl Engine {
         self.inner.metrics().into()
     }
 
+    /// Holds the scheduler between steps until `resume`; submissions queue meanwhile.
+    #[napi(catch_unwind)]
+    pub fn pause(&self) -> Result<()> {
+        self.inner.pause().map_err(to_js)
+    }
+
+    #[napi(catch_unwind)]
+    pub fn resume(&self) -> Result<()> {
+        self.inner.resume().map_err(to_js)
+    }
+
     /// Stops the scheduler; pending sequences end with ENGINE_STOPPED.
     #[napi(catch_unwind)]
     pub async fn unload(&self) -> napi::Result<()> {

@@ -291,6 +291,23 @@ impl Engine {
         }
     }
 
+    /// Holds the scheduler between steps: requests submitted while paused queue (and may be
+    /// cancelled) and start together on `resume`, in submission order. Used to update or
+    /// inspect a quiet engine, and by tests that need several requests in one schedule.
+    pub fn pause(&self) -> Result<()> {
+        self.send(Command::Pause)
+    }
+
+    pub fn resume(&self) -> Result<()> {
+        self.send(Command::Resume)
+    }
+
+    fn send(&self, cmd: Command) -> Result<()> {
+        let guard = self.runner.lock().map_err(|_| WickError::EngineStopped)?;
+        let runner = guard.as_ref().ok_or(WickError::EngineStopped)?;
+        runner.tx.send(cmd).map_err(|_| WickError::EngineStopped)
+    }
+
     /// Stops the scheduler (pending sequences end with ENGINE_STOPPED) and frees the model.
     pub fn shutdown(&self) {
         let runner = self.runner.lock().ok().and_then(|mut g| g.take());

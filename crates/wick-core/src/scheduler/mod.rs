@@ -24,6 +24,10 @@ pub(crate) enum Command {
     Submit(Box<Sequence>),
     /// Something changed (a cancel); look at the sequences again.
     Wake,
+    /// Stop admitting and stepping (requests still queue and may be cancelled) until Resume:
+    /// what was submitted in between starts in one deterministic schedule.
+    Pause,
+    Resume,
     Shutdown,
 }
 
@@ -68,6 +72,7 @@ pub(crate) struct Scheduler {
     /// In admission order (oldest first).
     running: Vec<Box<Sequence>>,
     admissions: u64,
+    paused: bool,
 }
 
 impl Scheduler {
@@ -90,6 +95,7 @@ impl Scheduler {
             waiting: VecDeque::new(),
             running: Vec::new(),
             admissions: 0,
+            paused: false,
         }
     }
 
@@ -99,6 +105,10 @@ impl Scheduler {
                 break;
             }
             self.retire_cancelled();
+            if self.paused {
+                self.publish();
+                continue;
+            }
             self.admit();
             if !self.running.is_empty() {
                 // A panic inside a kernel must not take the process down: fail the batch instead.
@@ -129,27 +139,26 @@ impl Scheduler {
         }
     }
 
-    /// Takes in commands; blocks only when there is nothing to run. False on shutdown.
+    /// Takes in commands; blocks only when there is nothing to run (or paused). False on
+    /// shutdown.
     fn receive(&mut self) -> bool {
-        if self.running.is_empty() && self.waiting.is_empty() {
-            match self.rx.recv() {
-                Ok(cmd) => {
-                    if !self.handle(cmd) {
-                        return false;
-                    }
-                }
-                Err(_) => return false,
-            }
-        }
+        let mut block = self.paused || (self.running.is_empty() && self.waiting.is_empty());
         loop {
-            match self.rx.try_recv() {
-                Ok(cmd) => {
-                    if !self.handle(cmd) {
-                        return false;
-                    }
+            let cmd = if block {
+                match self.rx.recv() {
+                    Ok(cmd) => cmd,
+                    Err(_) => return false,
                 }
-                Err(TryRecvError::Empty) => return true,
-                Err(TryRecvError::Disconnected) => return false,
+            } else {
+                match self.rx.try_recv() {
+                    Ok(cmd) => cmd,
+                    Err(TryRecvError::Empty) => return true,
+                    Err(TryRecvError::Disconnected) => return false,
+                }
+            };
+            block = false;
+            if !self.handle(cmd) {
+                return false;
             }
         }
     }
@@ -158,6 +167,8 @@ impl Scheduler {
         match cmd {
             Command::Submit(seq) => self.waiting.push_back(seq),
             Command::Wake => {}
+            Command::Pause => self.paused = true,
+            Command::Resume => self.paused = false,
             Command::Shutdown => return false,
         }
         true
