@@ -74,6 +74,33 @@ unsafe fn prefetch_ahead(p: *const u8, len: usize) {
     }
 }
 
+/// For tiles of more rows than `STREAM_ROWS`, which go over a panel several times (a row
+/// chunk each) at compute speed: the first chunk pulls the same block of the next panel
+/// (`next` bytes on) into L2 as it goes, so the next panel's first pass does not wait on DRAM.
+/// Spread over the blocks, as a burst of prefetches stalls the load queue.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn prefetch_next_panel(block: *const u8, block_bytes: usize, next: usize) {
+    use std::arch::x86_64::*;
+    if next != 0 {
+        for l in (0..block_bytes).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T1>(block.wrapping_add(next + l) as *const i8);
+        }
+    }
+}
+
+/// Bytes to the next panel for `prefetch_next_panel` (0 = none), for row chunk `chunk` of a
+/// tile of `rows` rows over `nb` blocks.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn next_panel(chunk: usize, rows: usize, nb: usize, block_bytes: usize) -> usize {
+    if chunk == 0 && rows > STREAM_ROWS {
+        nb * block_bytes
+    } else {
+        0
+    }
+}
+
 /// The f16 at byte `i` of a panel block (scales are kept as GGUF stores them: decode streams
 /// every panel byte once, so a wider copy only costs bandwidth).
 fn f16_at(b: &[u8], i: usize) -> f32 {
@@ -607,16 +634,24 @@ mod timing {
             let p = PackedWeight::pack(&q).unwrap().unwrap();
             // Streaming from DRAM: 24 copies (~65 MB of Q4) cycled, as a decode step does.
             let many: Vec<PackedWeight> = (0..24).map(|_| PackedWeight::pack(&q).unwrap().unwrap()).collect();
-            let xs: Vec<f32> = (0..k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
-            let t = std::time::Instant::now();
-            for _ in 0..40 {
-                for w in &many {
-                    std::hint::black_box(w.matmul(&xs, &[RowPos::SINGLE]).unwrap());
+            for m in [1usize, 8] {
+                let xs: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+                let rows: Vec<RowPos> = (0..m).map(|i| RowPos { seq_len: m as u32, idx: i as u32 }).collect();
+                let t = std::time::Instant::now();
+                for _ in 0..40 {
+                    for w in &many {
+                        std::hint::black_box(w.matmul(&xs, &rows).unwrap());
+                    }
                 }
+                let s = t.elapsed().as_secs_f64() / 960.0;
+                println!(
+                    "{dt:?} m={m} streamed: {:.3} ms, {:.1} GB/s, {:.1} GMAC/s",
+                    s * 1e3,
+                    p.data.len() as f64 / s / 1e9,
+                    (m * n * k) as f64 / s / 1e9
+                );
             }
-            let s = t.elapsed().as_secs_f64() / 960.0;
-            println!("{dt:?} m=1 streamed: {:.3} ms, {:.1} GB/s", s * 1e3, p.data.len() as f64 / s / 1e9);
-            for m in [1usize, 64] {
+            for m in [1usize, 8, 64] {
                 let xs: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
                 let rows: Vec<RowPos> = (0..m).map(|i| RowPos { seq_len: m as u32, idx: i as u32 }).collect();
                 let _ = p.matmul(&xs, &rows).unwrap();

@@ -77,15 +77,17 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
 use super::{bcast4, load_f16x16, load_f16x8};
 
 #[cfg(target_arch = "x86_64")]
-use super::{chains, sum_chains, CHAINS};
+use super::{chains, next_panel, prefetch_next_panel, sum_chains, CHAINS};
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
 unsafe fn tile_vnni<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize, out: *mut f32, ldo: usize) {
     let mask = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); R];
+    let next = next_panel(0, R, nb, BLOCK_BYTES);
     for b in 0..nb {
         let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        prefetch_next_panel(p, BLOCK_BYTES, next);
         let mut ys = [acts[0].get_unchecked(b); R];
         for r in 1..R {
             ys[r] = acts[r].get_unchecked(b);

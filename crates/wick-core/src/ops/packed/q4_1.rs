@@ -43,9 +43,10 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act32]], out: *mut f32, ldo: usize
             // temporaries in 32 zmm.
             for (i, rows) in acts.chunks(2).enumerate() {
                 let o = unsafe { out.add(2 * i * ldo) };
+                let next = super::next_panel(i, acts.len(), nb, BLOCK_BYTES);
                 match rows.len() {
-                    1 => unsafe { tile_vnni::<1>([rows[0]], panel, nb, o, ldo) },
-                    _ => unsafe { tile_vnni::<2>([rows[0], rows[1]], panel, nb, o, ldo) },
+                    1 => unsafe { tile_vnni::<1>([rows[0]], panel, nb, o, ldo, next) },
+                    _ => unsafe { tile_vnni::<2>([rows[0], rows[1]], panel, nb, o, ldo, next) },
                 }
             }
             return;
@@ -93,16 +94,24 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::{bcast4, load_f16x16, load_f16x8};
+use super::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel};
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-unsafe fn tile_vnni<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize, out: *mut f32, ldo: usize) {
+unsafe fn tile_vnni<const R: usize>(
+    acts: [&[Act32]; R],
+    panel: &[u8],
+    nb: usize,
+    out: *mut f32,
+    ldo: usize,
+    next: usize,
+) {
     let mask = _mm512_set1_epi8(0x0F);
     let mut acc = [[_mm512_setzero_ps(); 8]; R];
     let mut summs = [_mm512_setzero_ps(); R];
     for b in 0..nb {
         let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        prefetch_next_panel(p, BLOCK_BYTES, next);
         let mut ys = [acts[0].get_unchecked(b); R];
         for r in 1..R {
             ys[r] = acts[r].get_unchecked(b);

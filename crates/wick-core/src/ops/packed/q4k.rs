@@ -83,7 +83,10 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act256]], pairs: &[bool], out: *mu
         // Four rows at a time: each row needs six registers per step.
         Isa::Avx512Vnni => {
             for (i, four) in acts.chunks(4).enumerate() {
-                unsafe { by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo) }
+                let next = super::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+                unsafe {
+                    by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next)
+                }
             }
             return;
         }
@@ -165,7 +168,9 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out:
 use super::bcast4;
 
 #[cfg(target_arch = "x86_64")]
-use super::{chains, load_f16x16, load_f16x8, prefetch_ahead, sum_chains, CHAINS, STREAM_ROWS};
+use super::{
+    chains, load_f16x16, load_f16x8, prefetch_ahead, prefetch_next_panel, sum_chains, CHAINS, STREAM_ROWS,
+};
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
@@ -176,6 +181,7 @@ unsafe fn tile_vnni<const R: usize>(
     nb: usize,
     out: *mut f32,
     ldo: usize,
+    next: usize,
 ) {
     let mask = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); R];
@@ -210,6 +216,7 @@ unsafe fn tile_vnni<const R: usize>(
                 if R <= STREAM_ROWS {
                     prefetch_ahead(blk.add(BLOCK_BYTES / 32 * (8 * p + t)), 64);
                 }
+                prefetch_next_panel(blk.add(BLOCK_BYTES / 32 * (8 * p + t)), 64, next);
                 let raw = _mm512_loadu_si512(blk.add(quants_at(8 * p + t)) as *const _);
                 let lo = _mm512_and_si512(raw, mask);
                 // High nibbles in place (16·q): one op fewer per step, divided out below.

@@ -16,7 +16,7 @@ use half::f16;
 
 use super::PANEL;
 #[cfg(target_arch = "x86_64")]
-use super::{prefetch_ahead, STREAM_ROWS};
+use super::{next_panel, prefetch_ahead, prefetch_next_panel, STREAM_ROWS};
 #[cfg(target_arch = "x86_64")]
 use crate::ops::q8::Act256;
 
@@ -91,6 +91,8 @@ unsafe fn tile_avx512<const R: usize>(
             if R <= STREAM_ROWS {
                 prefetch_ahead(p, PAIR_BYTES);
             }
+            // Column pairs lie one after another, so the next pair's block is `nb` pairs on.
+            prefetch_next_panel(p, PAIR_BYTES, next_panel(0, R, nb, PAIR_BYTES));
             let mut q = [_mm512_setzero_si512(); 8];
             for h in 0..2 {
                 let l1 = _mm512_loadu_si512(p.add(3 * h * 64) as *const _);

@@ -79,10 +79,11 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[Vec<Act>], out: *mut f32, ldo: usize
             for (i, rows) in acts.chunks(3).enumerate() {
                 let a = |j: usize| &rows[j][..];
                 let o = unsafe { out.add(3 * i * ldo) };
+                let next = super::next_panel(i, acts.len(), nb, BLOCK_BYTES);
                 match rows.len() {
-                    1 => unsafe { tile_vnni::<1>([a(0)], panel, nb, o, ldo) },
-                    2 => unsafe { tile_vnni::<2>([a(0), a(1)], panel, nb, o, ldo) },
-                    _ => unsafe { tile_vnni::<3>([a(0), a(1), a(2)], panel, nb, o, ldo) },
+                    1 => unsafe { tile_vnni::<1>([a(0)], panel, nb, o, ldo, next) },
+                    2 => unsafe { tile_vnni::<2>([a(0), a(1)], panel, nb, o, ldo, next) },
+                    _ => unsafe { tile_vnni::<3>([a(0), a(1), a(2)], panel, nb, o, ldo, next) },
                 }
             }
             return;
@@ -133,7 +134,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[Vec<Act>], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::{bcast4, load_f16x16, load_f16x8};
+use super::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel};
 
 /// The 8-lane tree sum of `acc[0..8]`, one zmm lane per column.
 #[cfg(target_arch = "x86_64")]
@@ -149,10 +150,18 @@ unsafe fn hsum_lanes(acc: &[__m512; 8]) -> __m512 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-unsafe fn tile_vnni<const R: usize>(acts: [&[Act]; R], panel: &[u8], nb: usize, out: *mut f32, ldo: usize) {
+unsafe fn tile_vnni<const R: usize>(
+    acts: [&[Act]; R],
+    panel: &[u8],
+    nb: usize,
+    out: *mut f32,
+    ldo: usize,
+    next: usize,
+) {
     let mut acc = [[_mm512_setzero_ps(); 8]; R];
     for b in 0..nb {
         let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        prefetch_next_panel(p, BLOCK_BYTES, next);
         let mut ys = [acts[0].get_unchecked(b); R];
         for r in 1..R {
             ys[r] = acts[r].get_unchecked(b);
