@@ -4,7 +4,6 @@
 //! reference) and spread over `ops::pool` by (token, head).
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 
 use super::expf::{exp_variant, ggml_expf, ExpVariant};
 use super::pool::{self, SyncPtr};
@@ -272,10 +271,23 @@ mod avx512 {
     /// between the same operands as the scalar tree).
     #[inline(always)]
     unsafe fn reduce16x16(acc: &[__m512; 16]) -> [f32; 16] {
+        // Loops, not closures: a closure would lose this function's target features.
         let mut t = [_mm256_setzero_ps(); 16];
         for d in 0..16 {
-            t[d] = _mm256_add_ps(_mm512_extractf32x8_ps::<1>(acc[d]), _mm512_castps512_ps256(acc[d]));
+            t[d] = halve(acc[d]);
         }
+        reduce_halves(&t)
+    }
+
+    /// The tree's first level for one accumulator: high half + low half.
+    #[inline(always)]
+    unsafe fn halve(a: __m512) -> __m256 {
+        _mm256_add_ps(_mm512_extractf32x8_ps::<1>(a), _mm512_castps512_ps256(a))
+    }
+
+    /// `reduce16x16` from each accumulator's `halve`.
+    #[inline(always)]
+    unsafe fn reduce_halves(t: &[__m256; 16]) -> [f32; 16] {
         let mut u = [_mm256_setzero_ps(); 8];
         for k in 0..8 {
             let lo = _mm256_permute2f128_ps::<0x20>(t[2 * k], t[2 * k + 1]);
@@ -355,14 +367,28 @@ mod avx512 {
         _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))
     }
 
-    /// `reduce16x16` of each head's sixteen folded dots.
-    #[inline(always)]
-    unsafe fn reduce_heads<const H: usize>(folded: &[[__m512; 16]; H]) -> [[f32; 16]; H] {
-        let mut out = [[0f32; 16]; H];
-        for (o, f) in out.iter_mut().zip(folded) {
-            *o = reduce16x16(f);
+    /// Each head's sixteen folded and halved dots (`Halves::set`), summed up.
+    struct Halves<const H: usize>([[std::mem::MaybeUninit<__m256>; 16]; H]);
+
+    impl<const H: usize> Halves<H> {
+        /// Uninitialised: zeroing 16·H vectors per call cost more than the sums (a memset).
+        #[inline(always)]
+        fn new() -> Self {
+            Self([[std::mem::MaybeUninit::uninit(); 16]; H])
         }
-        out
+        #[inline(always)]
+        unsafe fn set(&mut self, h: usize, i: usize, a: &[__m512; 4]) {
+            self.0[h][i].write(halve(fold(a)));
+        }
+        /// Safety: `set` was called for every (head, dot).
+        #[inline(always)]
+        unsafe fn reduce(&self) -> [[f32; 16]; H] {
+            let mut out = [[0f32; 16]; H];
+            for (o, t) in out.iter_mut().zip(&self.0) {
+                *o = reduce_halves(&*(t.as_ptr() as *const [__m256; 16]));
+            }
+            out
+        }
     }
 
     /// One new token's scores at positions `t0..t0 + 16` for `H` query heads that share KV
@@ -377,7 +403,7 @@ mod avx512 {
     ) -> [[f32; 16]; H] {
         let hd = qs[0].len();
         let keys = kv.keys(g, t0, 16).as_ptr();
-        let mut folded = [[_mm512_setzero_ps(); 16]; H];
+        let mut folded = Halves::<H>::new();
         for i in 0..16 {
             let mut a = [[_mm512_setzero_ps(); 4]; H];
             for s in (0..hd).step_by(64) {
@@ -393,10 +419,10 @@ mod avx512 {
                 }
             }
             for h in 0..H {
-                folded[h][i] = fold(&a[h]);
+                folded.set(h, i, &a[h]);
             }
         }
-        reduce_heads(&folded)
+        folded.reduce()
     }
 
     /// One new token's outputs `d0..d0 + 16` of Σ_t p[t]·V[t] for `H` query heads sharing KV
@@ -416,7 +442,7 @@ mod avx512 {
             let lanes = rem.saturating_sub(16 * j).min(16);
             ((1u32 << lanes) - 1) as u16
         });
-        let mut folded = [[_mm512_setzero_ps(); 16]; H];
+        let mut folded = Halves::<H>::new();
         for i in 0..16 {
             let mut a = [[_mm512_setzero_ps(); 4]; H];
             for j in 0..full + usize::from(rem > 0) {
@@ -438,10 +464,27 @@ mod avx512 {
                 }
             }
             for h in 0..H {
-                folded[h][i] = fold(&a[h]);
+                folded.set(h, i, &a[h]);
             }
         }
-        reduce_heads(&folded)
+        folded.reduce()
+    }
+
+    /// `super::round_to_f16`, sixteen at a time.
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+    pub unsafe fn round_to_f16(x: &[f32], out: &mut [f32]) {
+        let n = x.len().min(out.len());
+        let mut i = 0;
+        while i + 16 <= n {
+            let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_loadu_ps(
+                x.as_ptr().add(i),
+            ));
+            _mm512_storeu_ps(out.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
+            i += 16;
+        }
+        for j in i..n {
+            out[j] = f16::from_f32(x[j]).to_f32();
+        }
     }
 
     /// `super::softmax_f16` for the AVX-512 `expf` (lengths are whole 16-chunks).
@@ -464,6 +507,18 @@ mod avx512 {
             let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
             _mm512_storeu_ps(p.as_mut_ptr().add(c), _mm512_cvtph_ps(h));
         }
+    }
+}
+
+/// `x` rounded to f16 and back (the query as ggml converts it to the cache's type).
+fn round_to_f16(x: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        // Safety: AVX-512 F checked.
+        return unsafe { avx512::round_to_f16(x, out) };
+    }
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = f16::from_f32(v).to_f32();
     }
 }
 
@@ -561,8 +616,14 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
         n_tasks += s.len * n_kv;
         n_rows += s.len;
     }
-    let mut out = vec![0f32; n_rows * n_head * hd];
+    let mut out: Vec<f32> = Vec::with_capacity(n_rows * n_head * hd);
     let op = SyncPtr(out.as_mut_ptr());
+    // Every task's scratch, in one allocation: q (as f16, the cache's dot type in ggml), the
+    // scores and the weights of each of the group's heads; each part is written before use.
+    let longest = seqs.iter().map(|s| s.pos0 + s.len).max().unwrap_or(0).div_ceil(16) * 16;
+    let per_task = group * (hd + 2 * longest);
+    let mut scratch_all: Vec<f32> = Vec::with_capacity(n_tasks * per_task);
+    let sp = SyncPtr(scratch_all.as_mut_ptr());
     // A KV group's query heads, at most four per kernel call.
     let all_heads: Vec<usize> = (0..group).collect();
     let head_chunks: Vec<&[usize]> = all_heads.chunks(4).collect();
@@ -585,15 +646,15 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                 let t_len = pos0 + i + 1;
                 let padded = t_len.div_ceil(16) * 16;
                 let heads = g * group..(g + 1) * group;
-                // One scratch buffer per task: q (as f16, the cache's dot type in ggml), the
-                // scores and the weights of each of the group's heads.
-                let mut scratch = vec![0f32; group * (hd + 2 * padded)];
+                // Safety: task `task` alone uses its `per_task` values (≥ this length), and
+                // writes each before reading it (q16 below, w by its fill, p16 by softmax).
+                let scratch = unsafe {
+                    std::slice::from_raw_parts_mut(sp.get().add(task * per_task), group * (hd + 2 * padded))
+                };
                 let (q16, rest) = scratch.split_at_mut(group * hd);
                 let (w, p16) = rest.split_at_mut(group * padded);
-                let mut qh = vec![f16::ZERO; hd];
                 for (h, qd) in heads.clone().zip(q16.chunks_exact_mut(hd)) {
-                    qh.convert_from_f32_slice(&q[(i * n_head + h) * hd..][..hd]);
-                    qh.convert_to_f32_slice(qd);
+                    round_to_f16(&q[(i * n_head + h) * hd..][..hd], qd);
                 }
                 let q16 = &*q16;
                 let qs = |h: usize| &q16[h * hd..(h + 1) * hd];
@@ -603,6 +664,9 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                 w.fill(f32::NEG_INFINITY);
                 // Sixteen positions at a time from a multiple of 16 (those before t0 stay masked).
                 let mut t = t0 & !15;
+                // Kernel results for up to four heads (set once: the kernels fill what is read).
+                #[cfg(target_arch = "x86_64")]
+                let (mut scores, mut outs) = ([[0f32; 16]; 4], [[0f32; 16]; 4]);
                 #[cfg(target_arch = "x86_64")]
                 if wide || wide_single {
                     // The last chunk too: its keys past `t_len` are stored (blocks are whole
@@ -614,7 +678,6 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                             prefetch(kv.keys(g, t + 16, 16));
                         }
                         for (c, hs) in head_chunks.iter().enumerate() {
-                            let mut scores = [[0f32; 16]; 4];
                             if wide {
                                 for (k, &h) in hs.iter().enumerate() {
                                     // Safety: AVX-512 checked (`wide`); hd is a multiple of 16.
@@ -672,7 +735,6 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                             }
                         }
                         for (c, hs) in head_chunks.iter().enumerate() {
-                            let mut outs = [[0f32; 16]; 4];
                             if wide {
                                 for (k, &h) in hs.iter().enumerate() {
                                     // Safety: AVX-512 checked (`wide`).
@@ -710,6 +772,9 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
             || task(it),
         )
     });
+    // Safety: the tasks wrote every value: each (token, KV head) task all `hd` outputs of its
+    // group's heads, the wide loop up to a multiple of 16 and the scalar loop the rest.
+    unsafe { out.set_len(n_rows * n_head * hd) };
     out
 }
 
