@@ -89,6 +89,36 @@ fn attention(c: &mut Criterion) {
         })
     });
     group.finish();
+
+    // The same step over 96 layers (~37 MB of KV, past the caches), as a real step reads
+    // its KV from DRAM: per layer = time / 96.
+    const LAYERS: usize = 96;
+    let layout = vec![LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }; LAYERS];
+    let mut deep = KvPool::with_capacity(&layout, n_seq * (t + 64), &dev).unwrap();
+    let mut dseqs: Vec<SeqCache> = (0..n_seq).map(|_| deep.new_seq()).collect();
+    for s in dseqs.iter_mut() {
+        deep.reserve(s, t).unwrap();
+    }
+    let dwrites: Vec<KvWrite<'_>> =
+        dseqs.iter().zip(&kv).map(|(seq, (k, v))| KvWrite { seq, pos0: 0, k, v }).collect();
+    for l in 0..LAYERS {
+        deep.write_many(l, &dwrites).unwrap();
+    }
+    let dviews: Vec<Vec<_>> =
+        (0..LAYERS).map(|l| dseqs.iter().map(|s| deep.view(l, s).unwrap()).collect()).collect();
+    let dsteps: Vec<Vec<SeqAttn<'_>>> = dviews
+        .iter()
+        .map(|vs| vs.iter().zip(&qs).map(|(kv, q)| SeqAttn { q, kv, len: 1, pos0: t - 1 }).collect())
+        .collect();
+    let mut group = c.benchmark_group("attention decode 8x160 x96 layers");
+    group.bench_function("wick-paged", |b| {
+        b.iter(|| {
+            for step in &dsteps {
+                std::hint::black_box(attend_many(step, n_head, 0.125, None));
+            }
+        })
+    });
+    group.finish();
 }
 
 fn swiglu(c: &mut Criterion) {
