@@ -63,14 +63,22 @@ const fn chains<const R: usize>() -> usize {
 #[cfg(target_arch = "x86_64")]
 const STREAM_ROWS: usize = 2;
 
-/// Prefetches the `len` bytes that lie `PREFETCH` bytes past `p` (a few blocks on).
+/// Prefetches the `len` bytes that lie `PREFETCH` bytes past `p` (a few blocks on). One line
+/// goes to L1; several go to L2, as a run of L1 prefetches holds the miss buffers the loads in
+/// use need (m=1 streamed: Q4_K's one line per step 32 vs 22 GB/s into L1, Q6_K's seven
+/// lines per block 36 vs 26 GB/s into L2).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn prefetch_ahead(p: *const u8, len: usize) {
     use std::arch::x86_64::*;
     const PREFETCH: usize = 8192;
     for l in (0..len).step_by(64) {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + l) as *const i8);
+        let at = p.wrapping_add(PREFETCH + l) as *const i8;
+        if len <= 64 {
+            _mm_prefetch::<_MM_HINT_T0>(at);
+        } else {
+            _mm_prefetch::<_MM_HINT_T1>(at);
+        }
     }
 }
 
