@@ -154,17 +154,21 @@ mod tests {
         }
     }
 
-    /// A pool holding `t` random positions for one sequence, its blocks out of order.
+    /// A pool holding `t` random positions for one sequence, its blocks out of order, and NaN
+    /// in the rest of its last block (what a block's earlier owner may have left: positions
+    /// past the sequence must not reach its outputs).
     fn filled(n_kv: usize, hd: usize, t: usize, r: &mut impl FnMut() -> f32) -> (KvPool, SeqCache) {
         let layout = [LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }];
-        let mut pool =
-            KvPool::with_capacity(&layout, t + 2 * crate::cache::BLOCK_SIZE, &Device::Cpu).unwrap();
+        let bs = crate::cache::BLOCK_SIZE;
+        let mut pool = KvPool::with_capacity(&layout, t + 2 * bs, &Device::Cpu).unwrap();
         let mut spacer = pool.new_seq();
         pool.reserve(&mut spacer, 1).unwrap();
         let mut seq = pool.new_seq();
-        pool.reserve(&mut seq, t).unwrap();
-        let k: Vec<f32> = (0..t * n_kv * hd).map(|_| r() * 3.0).collect();
-        let v: Vec<f32> = (0..t * n_kv * hd).map(|_| r()).collect();
+        let whole = t.div_ceil(bs) * bs;
+        pool.reserve(&mut seq, whole).unwrap();
+        let val = |i: usize, x: f32| if i < t * n_kv * hd { x } else { f32::NAN };
+        let k: Vec<f32> = (0..whole * n_kv * hd).map(|i| val(i, r() * 3.0)).collect();
+        let v: Vec<f32> = (0..whole * n_kv * hd).map(|i| val(i, r())).collect();
         pool.write(0, &seq, 0, &k, &v).unwrap();
         (pool, seq)
     }

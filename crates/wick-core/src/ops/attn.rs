@@ -383,11 +383,12 @@ mod avx512 {
         /// Safety: `set` was called for every (head, dot).
         #[inline(always)]
         unsafe fn reduce(&self) -> [[f32; 16]; H] {
-            let mut out = [[0f32; 16]; H];
+            let mut out = [std::mem::MaybeUninit::<[f32; 16]>::uninit(); H];
             for (o, t) in out.iter_mut().zip(&self.0) {
-                *o = reduce_halves(&*(t.as_ptr() as *const [__m256; 16]));
+                o.write(reduce_halves(&*(t.as_ptr() as *const [__m256; 16])));
             }
-            out
+            // Safety: every head's row was written just above.
+            std::mem::transmute_copy(&out)
         }
     }
 
@@ -457,6 +458,9 @@ mod avx512 {
                     for jj in 0..4 {
                         let pv = match m {
                             None => _mm512_loadu_ps(p.add(16 * jj)),
+                            // Sixteen positions past the end add exact zeros to a sum that
+                            // is never −0 (it starts at +0): skipping them changes nothing.
+                            Some(m) if m[jj] == 0 => continue,
                             Some(m) => _mm512_maskz_loadu_ps(m[jj], p.add(16 * jj)),
                         };
                         a[h][jj] = _mm512_fmadd_ps(vx[jj], pv, a[h][jj]);
