@@ -773,10 +773,18 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
             },
         )
     };
+    // Longest first (by positions attended), so no long task is left for the end of the pass
+    // while the other cores idle: sequences of a step sit at very different positions.
+    let mut order: Vec<u32> = (0..n_tasks as u32).collect();
+    let t_len_of = |task: usize| {
+        let si = starts.partition_point(|&s| s <= task) - 1;
+        seqs[si].pos0 + (task - starts[si]) / n_kv + 1
+    };
+    order.sort_by_key(|&t| std::cmp::Reverse(t_len_of(t as usize)));
     pool::run(n_tasks, &|it| {
         super::simd::fast(
             #[inline(always)]
-            || task(it),
+            || task(order[it] as usize),
         )
     });
     // Safety: the tasks wrote every value: each (token, KV head) task all `hd` outputs of its
