@@ -405,22 +405,31 @@ mod avx512 {
         let hd = qs[0].len();
         let keys = kv.keys(g, t0, 16).as_ptr();
         let mut folded = Halves::<H>::new();
-        for i in 0..16 {
-            let mut a = [[_mm512_setzero_ps(); 4]; H];
+        // Two keys per round: each key's dots end in a chain of adds, and two independent
+        // chains side by side keep the FP units busy (one at a time ran at half speed).
+        for i in (0..16).step_by(2) {
+            let mut a = [[[_mm512_setzero_ps(); 4]; H]; 2];
             for s in (0..hd).step_by(64) {
-                let k = keys.add(i * hd + s);
-                let kx: [__m512; 4] = std::array::from_fn(|j| {
-                    _mm512_cvtph_ps(_mm256_loadu_si256(k.add(16 * j) as *const __m256i))
-                });
-                for h in 0..H {
-                    for j in 0..4 {
-                        a[h][j] =
-                            _mm512_fmadd_ps(kx[j], _mm512_loadu_ps(qs[h].as_ptr().add(s + 16 * j)), a[h][j]);
+                for (u, a) in a.iter_mut().enumerate() {
+                    let k = keys.add((i + u) * hd + s);
+                    let kx: [__m512; 4] = std::array::from_fn(|j| {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(k.add(16 * j) as *const __m256i))
+                    });
+                    for h in 0..H {
+                        for j in 0..4 {
+                            a[h][j] = _mm512_fmadd_ps(
+                                kx[j],
+                                _mm512_loadu_ps(qs[h].as_ptr().add(s + 16 * j)),
+                                a[h][j],
+                            );
+                        }
                     }
                 }
             }
-            for h in 0..H {
-                folded.set(h, i, &a[h]);
+            for (u, a) in a.iter().enumerate() {
+                for h in 0..H {
+                    folded.set(h, i + u, &a[h]);
+                }
             }
         }
         folded.reduce()
@@ -474,6 +483,16 @@ mod avx512 {
         folded.reduce()
     }
 
+    /// `super::reduce16` in registers (the same additions).
+    #[inline(always)]
+    pub unsafe fn reduce16(x: __m512) -> f32 {
+        let t = _mm256_add_ps(_mm512_extractf32x8_ps::<1>(x), _mm512_castps512_ps256(x));
+        let u = _mm_add_ps(_mm256_extractf128_ps::<1>(t), _mm256_castps256_ps128(t));
+        // Lanes 0, 1: u0 + u2, u1 + u3; then their sum.
+        let v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+        _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)))
+    }
+
     /// `super::round_to_f16`, sixteen at a time.
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
     pub unsafe fn round_to_f16(x: &[f32], out: &mut [f32]) {
@@ -503,7 +522,7 @@ mod avx512 {
         for c in (0..p.len()).step_by(16) {
             let e = crate::ops::expf::expf16(_mm512_sub_ps(_mm512_loadu_ps(w.as_ptr().add(c)), m));
             _mm512_storeu_ps(p.as_mut_ptr().add(c), e);
-            sum += super::reduce16(&*(p.as_ptr().add(c) as *const [f32; 16])) as f64;
+            sum += reduce16(e) as f64;
         }
         let inv = _mm512_set1_ps((1.0 / sum) as f32);
         for c in (0..p.len()).step_by(16) {
@@ -695,9 +714,16 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                                 unsafe { by_heads!(avx512::kq16_single, hs, qs, scores, kv, g, t) };
                             }
                             for (k, s) in scores.iter().take(hs.len()).enumerate() {
-                                for (l, v) in s.iter().enumerate().take(t_len - t) {
-                                    if t + l >= t0 {
-                                        w[(4 * c + k) * padded + t + l] = v * scale;
+                                let wk = &mut w[(4 * c + k) * padded + t..][..16];
+                                if t >= t0 && t + 16 <= t_len {
+                                    for (wl, v) in wk.iter_mut().zip(s) {
+                                        *wl = v * scale;
+                                    }
+                                } else {
+                                    for (l, v) in s.iter().enumerate().take(t_len - t) {
+                                        if t + l >= t0 {
+                                            wk[l] = v * scale;
+                                        }
                                     }
                                 }
                             }
@@ -809,6 +835,24 @@ mod tests {
         reduce16(&acc)
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn register_tree_sum_is_the_scalar_one() {
+        if !avx512::available() {
+            return;
+        }
+        let mut s = 3u32;
+        for _ in 0..1000 {
+            let a: [f32; 16] = std::array::from_fn(|_| {
+                s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+                ((s >> 8) as f32 / (1 << 24) as f32 - 0.5) * 1e3
+            });
+            // Safety: AVX-512 checked.
+            let v = unsafe { avx512::reduce16(std::arch::x86_64::_mm512_loadu_ps(a.as_ptr())) };
+            assert_eq!(v.to_bits(), reduce16(&a).to_bits());
+        }
+    }
+
     #[test]
     fn simd_dots_match_the_scalar_order_bit_for_bit() {
         let mut s = 7u32;
@@ -872,5 +916,51 @@ mod tests {
                 "single {n}"
             );
         }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod timing {
+    use super::*;
+    use crate::cache::{KvPool, KvWrite, LayerKind};
+    use candle_core::Device;
+
+    /// `cargo test --release -p wick-core --lib attn::timing -- --ignored --nocapture`: the
+    /// one-token kernels alone, one thread, cache-resident (SmolLM2: 3 heads per KV head, 160
+    /// positions, head_dim 64).
+    #[test]
+    #[ignore]
+    fn single_token_kernels_speed() {
+        if !avx512::available() {
+            return;
+        }
+        let (n_kv, hd, t) = (3usize, 64usize, 160usize);
+        let layout = [LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }];
+        let mut pool = KvPool::with_capacity(&layout, t + 64, &Device::Cpu).unwrap();
+        let mut seq = pool.new_seq();
+        pool.reserve(&mut seq, t).unwrap();
+        let k: Vec<f32> = (0..t * n_kv * hd).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+        pool.write_many(0, &[KvWrite { seq: &seq, pos0: 0, k: &k, v: &k }]).unwrap();
+        let kv = pool.view(0, &seq).unwrap();
+        let q: Vec<f32> = (0..3 * hd).map(|i| (i % 17) as f32 / 17.0).collect();
+        let p: Vec<f32> = (0..3 * t).map(|i| (i % 13) as f32 / 1300.0).collect();
+        let qs = [&q[..hd], &q[hd..2 * hd], &q[2 * hd..]];
+        let ps = [&p[..t], &p[t..2 * t], &p[2 * t..]];
+        let n = 20_000;
+        let s = std::time::Instant::now();
+        for _ in 0..n {
+            for c in (0..t).step_by(16) {
+                std::hint::black_box(unsafe { avx512::kq16_single::<3>(&kv, 0, c, qs) });
+            }
+        }
+        let kq = s.elapsed().as_secs_f64() / n as f64;
+        let s = std::time::Instant::now();
+        for _ in 0..n {
+            for d0 in (0..hd).step_by(16) {
+                std::hint::black_box(unsafe { avx512::pv16_single::<3>(&kv, 0, d0, ps) });
+            }
+        }
+        let pv = s.elapsed().as_secs_f64() / n as f64;
+        println!("per (token, KV head) of 160 positions: kq {:.2} µs, pv {:.2} µs", kq * 1e6, pv * 1e6);
     }
 }
