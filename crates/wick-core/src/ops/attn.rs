@@ -655,13 +655,17 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
     let head_chunks: Vec<&[usize]> = all_heads.chunks(4).collect();
     // One (sequence, token, KV head): the query heads that share it, compiled for
     // AVX2/FMA/F16C where the CPU has them.
+    // A task's sequence, new token within it, and KV head.
+    let locate = |task: usize| {
+        let si = starts.partition_point(|&s| s <= task) - 1;
+        (si, (task - starts[si]) / n_kv, (task - starts[si]) % n_kv)
+    };
     let task = |task: usize| {
         super::simd::fast(
             #[inline(always)]
             || {
-                let si = starts.partition_point(|&s| s <= task) - 1;
+                let (si, i, g) = locate(task);
                 let SeqAttn { q, kv, len, pos0 } = seqs[si];
-                let (i, g) = ((task - starts[si]) / n_kv, (task - starts[si]) % n_kv);
                 let tiled = len > 1;
                 // Several new tokens (tinyBLAS order) on an AVX-512 CPU: sixteen dots at a time.
                 #[cfg(target_arch = "x86_64")]
@@ -803,8 +807,8 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
     // while the other cores idle: sequences of a step sit at very different positions.
     let mut order: Vec<u32> = (0..n_tasks as u32).collect();
     let t_len_of = |task: usize| {
-        let si = starts.partition_point(|&s| s <= task) - 1;
-        seqs[si].pos0 + (task - starts[si]) / n_kv + 1
+        let (si, i, _) = locate(task);
+        seqs[si].pos0 + i + 1
     };
     order.sort_by_key(|&t| std::cmp::Reverse(t_len_of(t as usize)));
     pool::run(n_tasks, &|it| {
