@@ -240,8 +240,19 @@ impl KvPool {
                     std::slice::from_raw_parts_mut(vp.get(), v_len),
                 )
             };
+            let rows = first..(first + WRITE_ROWS).min(it.k.len() / row);
+            // Each value lands in its own cache line of the transposed V blocks, lines last
+            // touched a step (and ~100 MB of weights) ago: ask for all of them before the
+            // first store, so their misses overlap instead of queueing in the store buffer.
+            for i in rows.clone() {
+                let p = it.pos0 + i;
+                let (b, slot) = (it.seq.blocks[p / bs] as usize, p % bs);
+                for line in 0..n_kv * hd {
+                    prefetch_write(&vs[(b * n_kv * hd + line) * bs + slot]);
+                }
+            }
             let mut vh = vec![f16::ZERO; hd];
-            for i in first..(first + WRITE_ROWS).min(it.k.len() / row) {
+            for i in rows {
                 let p = it.pos0 + i;
                 let (b, slot) = (it.seq.blocks[p / bs] as usize, p % bs);
                 for g in 0..n_kv {
@@ -288,6 +299,16 @@ impl KvPool {
             .copy_from_slice(state);
         Ok(())
     }
+}
+
+/// Brings the line holding `x` into L1 ahead of a store (a hint; no effect elsewhere).
+#[inline(always)]
+fn prefetch_write<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // Safety: a prefetch never faults and has no architectural effect.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(x as *const T as *const i8)
+    };
 }
 
 fn no_kv(layer: usize) -> WickError {

@@ -25,6 +25,8 @@ mod shortconv;
 /// The tensor-op attention devices without a paged kernel run (also the CPU baseline of
 /// `benches/kernels.rs`).
 pub use attention::attend as attend_with_tensor_ops;
+/// Reads a tensor's f32 values in place when it is on the host (the logits the scheduler samples).
+pub(crate) use cpu_ops::with_host_f32;
 
 /// What the engine and the APIs report about a loaded model.
 #[derive(Debug, Clone, Default)]

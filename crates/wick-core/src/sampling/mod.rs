@@ -95,13 +95,20 @@ impl Sampler {
         &self.params
     }
 
-    /// Picks the next token. `logits` is modified in place; `history` is prompt + generated.
+    /// Picks the next token; `history` is prompt + generated. The logits are read in place
+    /// (the scheduler's output buffer) and copied only when penalties must edit them.
     /// `generated` is the number of tokens at the end of `history` produced by the model
     /// (presence/frequency penalties apply to those only, as in OpenAI's definition).
-    pub fn sample(&mut self, logits: &mut [f32], history: &[u32], generated: usize) -> u32 {
+    pub fn sample(&mut self, logits: &[f32], history: &[u32], generated: usize) -> u32 {
         if self.params.has_penalties() {
-            self.apply_penalties(logits, history, generated);
+            let mut edited = logits.to_vec();
+            self.apply_penalties(&mut edited, history, generated);
+            return self.pick(&edited);
         }
+        self.pick(logits)
+    }
+
+    fn pick(&mut self, logits: &[f32]) -> u32 {
         if self.params.temperature == 0.0 {
             return argmax(logits);
         }
@@ -257,7 +264,7 @@ mod tests {
     #[test]
     fn greedy_picks_max() {
         let mut s = Sampler::new(SamplingParams::greedy());
-        assert_eq!(s.sample(&mut logits(), &[], 0), 1);
+        assert_eq!(s.sample(&logits(), &[], 0), 1);
     }
 
     #[test]
@@ -265,7 +272,7 @@ mod tests {
         let p = SamplingParams { seed: Some(7), ..Default::default() };
         let run = |p: &SamplingParams| {
             let mut s = Sampler::new(p.clone());
-            (0..32).map(|_| s.sample(&mut logits(), &[], 0)).collect::<Vec<_>>()
+            (0..32).map(|_| s.sample(&logits(), &[], 0)).collect::<Vec<_>>()
         };
         assert_eq!(run(&p), run(&p));
         let other = run(&SamplingParams { seed: Some(8), ..Default::default() });
@@ -276,7 +283,7 @@ mod tests {
     fn top_k_one_is_greedy() {
         let mut s = Sampler::new(SamplingParams { top_k: 1, seed: Some(1), ..Default::default() });
         for _ in 0..20 {
-            assert_eq!(s.sample(&mut logits(), &[], 0), 1);
+            assert_eq!(s.sample(&logits(), &[], 0), 1);
         }
     }
 
@@ -285,12 +292,12 @@ mod tests {
         // With a tiny top_p only the most likely token survives.
         let mut s = Sampler::new(SamplingParams { top_p: 0.01, seed: Some(3), ..Default::default() });
         for _ in 0..20 {
-            assert_eq!(s.sample(&mut logits(), &[], 0), 1);
+            assert_eq!(s.sample(&logits(), &[], 0), 1);
         }
         // min_p 0.95 keeps tokens within 5% of the best: 1 (3.0) and 4 (2.9 → p ratio 0.905) → only 1.
         let mut s = Sampler::new(SamplingParams { min_p: 0.95, seed: Some(3), ..Default::default() });
         for _ in 0..20 {
-            assert_eq!(s.sample(&mut logits(), &[], 0), 1);
+            assert_eq!(s.sample(&logits(), &[], 0), 1);
         }
     }
 
@@ -299,7 +306,7 @@ mod tests {
         let p = SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() };
         let mut s = Sampler::new(p);
         // Token 1 (3.0) is penalised to 1.5, so 4 (2.9) wins.
-        assert_eq!(s.sample(&mut logits(), &[1], 0), 4);
+        assert_eq!(s.sample(&logits(), &[1], 0), 4);
     }
 
     #[test]
@@ -307,8 +314,8 @@ mod tests {
         let p = SamplingParams { frequency_penalty: 1.0, ..SamplingParams::greedy() };
         let mut s = Sampler::new(p.clone());
         // Token 1 appears in the prompt only: no penalty.
-        assert_eq!(s.sample(&mut logits(), &[1, 1], 0), 1);
+        assert_eq!(s.sample(&logits(), &[1, 1], 0), 1);
         let mut s = Sampler::new(p);
-        assert_eq!(s.sample(&mut logits(), &[1, 1], 2), 4);
+        assert_eq!(s.sample(&logits(), &[1, 1], 2), 4);
     }
 }

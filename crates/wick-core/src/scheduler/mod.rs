@@ -17,7 +17,7 @@ pub(crate) use sequence::Sequence;
 use crate::cache::KvPool;
 use crate::engine::FinishReason;
 use crate::error::WickError;
-use crate::models::{Model, StepSeq};
+use crate::models::{with_host_f32, Model, StepSeq};
 use crate::tokenizer::Tokenizer;
 
 pub(crate) enum Command {
@@ -312,7 +312,13 @@ impl Scheduler {
             self.model.forward(&mut batch, &mut self.kv)?
         };
         let n_vocab = logits.dim(1)?;
-        let logits = logits.flatten_all()?.to_vec1::<f32>()?;
+        // Read in place: a copy of every row's logits is megabytes per step at batch 8.
+        with_host_f32(&logits, |logits| self.sample_rows(&take, logits, n_vocab))?
+    }
+
+    /// Samples every sequence whose step ended its unfed tokens, from its row of `logits`,
+    /// and retires those that finished.
+    fn sample_rows(&mut self, take: &[usize], logits: &[f32], n_vocab: usize) -> crate::Result<()> {
         self.stats.steps_total.fetch_add(1, Ordering::Relaxed);
         let mut finished: Vec<(usize, FinishReason)> = Vec::new();
         let planned = take.iter().enumerate().filter(|(_, &n)| n > 0);
@@ -325,9 +331,8 @@ impl Scheduler {
             if seq.unfed() > 0 {
                 continue; // more prompt chunks, or generated tokens to replay, to go
             }
-            let mut row_logits = logits[row * n_vocab..(row + 1) * n_vocab].to_vec();
             self.stats.generation_tokens_total.fetch_add(1, Ordering::Relaxed);
-            if let Some(reason) = seq.on_logits(&mut row_logits, &self.tokenizer) {
+            if let Some(reason) = seq.on_logits(&logits[row * n_vocab..(row + 1) * n_vocab], &self.tokenizer) {
                 finished.push((i, reason));
             }
         }

@@ -94,15 +94,14 @@ impl Sequence {
 
     /// Samples from the logits of the last fed token and emits the event. Returns the finish
     /// reason when the sequence is done.
-    pub fn on_logits(&mut self, logits: &mut [f32], tok: &Tokenizer) -> Option<FinishReason> {
+    pub fn on_logits(&mut self, logits: &[f32], tok: &Tokenizer) -> Option<FinishReason> {
         if self.t_first.is_none() {
             self.t_first = Some(Instant::now());
         }
-        // Logprobs describe the model's distribution, so take them before sampling edits the logits.
-        let raw = self.top_logprobs.map(|n| (logits.to_vec(), n));
         let id = self.sampler.sample(logits, &self.tokens, self.generated());
         self.tokens.push(id);
-        let logprobs = raw.map(|(raw, n)| vec![top_logprobs(&raw, id, n)]).unwrap_or_default();
+        // The model's own distribution: sampling never edits `logits`.
+        let logprobs = self.top_logprobs.map(|n| vec![top_logprobs(logits, id, n)]).unwrap_or_default();
         if !self.ignore_eos && tok.is_eog(id) {
             // The end token itself is not text; release what was held back for stop strings.
             let rest = self.stop.flush() + &self.detok.flush();
