@@ -144,6 +144,44 @@ fn ragged_batch_matches_sequences_run_alone() {
     }
 }
 
+/// A decode step of many one-token sequences (run row-parallel: each pool thread takes a
+/// share of the sequences through the whole model) gives each sequence the logits it gets
+/// alone, bit for bit, and twice in a row (caches and conv states written by the shares).
+#[test]
+fn row_parallel_decode_matches_sequences_run_alone() {
+    for name in
+        ["tiny-llama-q8_0.gguf", "tiny-llama-q4_k.gguf", "tiny-lfm2-q4_0.gguf", "tiny-lfm2moe-e4-q8_0.gguf"]
+    {
+        let mut m = load(name);
+        let prompts: Vec<Vec<u32>> =
+            (0..5u32).map(|i| (1..=3 + 4 * i).map(|t| (t * 7 + i) % 250 + 1).collect()).collect();
+        let solo: Vec<(Vec<f32>, Vec<f32>)> = prompts
+            .iter()
+            .map(|p| {
+                let mut c = m.new_cache();
+                step(&mut m, p, &mut c);
+                (step(&mut m, &[9], &mut c), step(&mut m, &[5], &mut c))
+            })
+            .collect();
+        let mut caches: Vec<SeqCache> = prompts.iter().map(|_| m.new_cache()).collect();
+        for (p, c) in prompts.iter().zip(caches.iter_mut()) {
+            step(&mut m, p, c);
+        }
+        for (k, tok) in [9u32, 5].into_iter().enumerate() {
+            let mut batch: Vec<StepSeq> = caches
+                .iter_mut()
+                .map(|cache| StepSeq { tokens: std::slice::from_ref(&tok), cache })
+                .collect();
+            let out = m.forward(&mut batch).expect("decode step");
+            drop(batch);
+            for (i, want) in solo.iter().enumerate() {
+                let want = if k == 0 { &want.0 } else { &want.1 };
+                assert_eq!(max_abs_diff(&row(&out, i), want), 0.0, "{name}: sequence {i}, step {k}");
+            }
+        }
+    }
+}
+
 /// Splitting a prompt into chunks (prefill continuing from a cache, conv state carried over)
 /// gives the logits of a single prefill.
 #[test]

@@ -10,6 +10,13 @@
 //!
 //! Storage is mapped zeroed for the whole pool up front; the OS backs pages as blocks are
 //! first written, so an idle pool costs address space, not memory.
+//!
+//! Writes and views go through a shared `&KvPool`, so that the sequences of one step can run
+//! on different threads at once. What makes that sound is who touches which block: during a
+//! step a sequence writes only positions past its cache length, which lie in blocks it alone
+//! holds (blocks shared through the prefix cache are full, never written again), and a view
+//! reads only its own sequence's blocks. Storage is therefore reached through raw pointers
+//! and borrowed block by block, never as one slice over a whole layer.
 
 use candle_core::{DType, Device, Tensor};
 use half::f16;
@@ -162,10 +169,10 @@ impl KvPool {
         }
         let (found, chain) = self.alloc.lookup(tokens);
         let Some(&last) = found.last() else { return Ok(0) };
-        for (layer, snaps) in self.conv.iter().enumerate() {
+        for (layer, snaps) in self.conv.iter_mut().enumerate() {
             let (Some(snaps), Some(Some(state))) = (snaps, seq.layers.get_mut(layer)) else { continue };
             let n = state.rows * state.width;
-            let s = &snaps[last as usize * n..(last as usize + 1) * n];
+            let s = &snaps.as_mut_slice()[last as usize * n..(last as usize + 1) * n];
             state.set(Tensor::from_slice(s, (state.rows, state.width), &self.device)?)?;
         }
         seq.len = found.len() * BLOCK_SIZE;
@@ -206,8 +213,8 @@ impl KvPool {
     /// `write` for several sequences at once, spread over the thread pool: a step's new
     /// positions scatter into the transposed V blocks (a cache line per value), which is
     /// latency-bound work worth two cores.
-    pub fn write_many(&mut self, layer: usize, items: &[KvWrite<'_>]) -> Result<()> {
-        let l = self.kv.get_mut(layer).and_then(Option::as_mut).ok_or_else(|| no_kv(layer))?;
+    pub fn write_many(&self, layer: usize, items: &[KvWrite<'_>]) -> Result<()> {
+        let l = self.kv.get(layer).and_then(Option::as_ref).ok_or_else(|| no_kv(layer))?;
         let (n_kv, hd, bs) = (l.n_kv, l.hd, BLOCK_SIZE);
         let row = n_kv * hd;
         // (item, first token) of every task.
@@ -224,22 +231,15 @@ impl KvPool {
             if (it.pos0 + n).div_ceil(bs) > it.seq.blocks.len() {
                 return Err(WickError::Internal("kv write past the sequence's reserved blocks".into()));
             }
+            if it.seq.blocks.iter().any(|&b| b as usize >= self.n_blocks()) {
+                return Err(WickError::Internal("kv write to a block outside the pool".into()));
+            }
             tasks.extend((0..n).step_by(WRITE_ROWS).map(|i| (at, i)));
         }
-        let (kp, vp) = (SyncPtr(l.k.as_mut_ptr()), SyncPtr(l.v.as_mut_ptr()));
-        let (k_len, v_len) = (l.k.len(), l.v.len());
+        let (kp, vp) = (SyncPtr(l.k.ptr()), SyncPtr(l.v.ptr()));
         let task = |t: usize| {
             let (at, first) = tasks[t];
             let it = &items[at];
-            // Safety: every (block, slot) is written by one task: a sequence writes only
-            // positions past its cache length, which lie in blocks it alone holds (shared
-            // prefix blocks are full). Indices stay inside the layer (blocks < pool size).
-            let (ks, vs) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(kp.get(), k_len),
-                    std::slice::from_raw_parts_mut(vp.get(), v_len),
-                )
-            };
             let rows = first..(first + WRITE_ROWS).min(it.k.len() / row);
             // Each value lands in its own cache line of the transposed V blocks, lines last
             // touched a step (and ~100 MB of weights) ago: ask for all of them before the
@@ -247,24 +247,29 @@ impl KvPool {
             for i in rows.clone() {
                 let p = it.pos0 + i;
                 let (b, slot) = (it.seq.blocks[p / bs] as usize, p % bs);
-                for line in 0..n_kv * hd {
-                    prefetch_write(&vs[(b * n_kv * hd + line) * bs + slot]);
+                for line in 0..row {
+                    // In the layer: block b < n_blocks (checked above).
+                    prefetch_write(vp.get().wrapping_add((b * row + line) * bs + slot));
                 }
             }
+            let mut kh = vec![f16::ZERO; hd];
             let mut vh = vec![f16::ZERO; hd];
             for i in rows {
                 let p = it.pos0 + i;
                 let (b, slot) = (it.seq.blocks[p / bs] as usize, p % bs);
                 for g in 0..n_kv {
                     let src = (i * n_kv + g) * hd;
-                    let kd = ((b * n_kv + g) * bs + slot) * hd;
                     // Whole rows at once (F16C, 8 at a time; the rounding of `f16::from_f32`).
-                    ks[kd..kd + hd]
-                        .reinterpret_cast_mut::<f16>()
-                        .convert_from_f32_slice(&it.k[src..src + hd]);
+                    kh.convert_from_f32_slice(&it.k[src..src + hd]);
                     vh.convert_from_f32_slice(&it.v[src..src + hd]);
-                    for (d, x) in vh.iter().enumerate() {
-                        vs[((b * n_kv + g) * hd + d) * bs + slot] = x.to_bits();
+                    let kd = ((b * n_kv + g) * bs + slot) * hd;
+                    // Safety: in the layer (b < n_blocks, g < n_kv, slot < bs, d < hd), and
+                    // only this task writes position p of this sequence (module docs).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(kh.as_ptr() as *const u16, kp.get().add(kd), hd);
+                        for (d, x) in vh.iter().enumerate() {
+                            *vp.get().add(((b * n_kv + g) * hd + d) * bs + slot) = x.to_bits();
+                        }
                     }
                 }
             }
@@ -276,38 +281,37 @@ impl KvPool {
     /// `seq`'s keys and values of one attention layer, for reading.
     pub fn view<'a>(&'a self, layer: usize, seq: &'a SeqCache) -> Result<PagedView<'a>> {
         let l = self.kv.get(layer).and_then(Option::as_ref).ok_or_else(|| no_kv(layer))?;
-        Ok(PagedView {
-            k: l.k.reinterpret_cast::<f16>(),
-            v: l.v.reinterpret_cast::<f16>(),
-            blocks: &seq.blocks,
-            n_kv_head: l.n_kv,
-            head_dim: l.hd,
-        })
+        if seq.blocks.iter().any(|&b| b as usize >= self.n_blocks()) {
+            return Err(WickError::Internal("KV view of a block outside the pool".into()));
+        }
+        Ok(PagedView { k: &l.k, v: &l.v, blocks: &seq.blocks, n_kv_head: l.n_kv, head_dim: l.hd })
     }
 
     /// Saves a conv layer's state as it stands at the end of `block`.
-    pub(crate) fn save_conv(&mut self, layer: usize, block: BlockId, state: &[f32]) -> Result<()> {
-        let snaps = self.conv.get_mut(layer).and_then(Option::as_mut);
+    pub(crate) fn save_conv(&self, layer: usize, block: BlockId, state: &[f32]) -> Result<()> {
+        let snaps = self.conv.get(layer).and_then(Option::as_ref);
         let Some(snaps) = snaps else {
             return Err(WickError::Internal(format!("layer {layer} keeps no conv snapshots")));
         };
         let n = state.len();
         let at = block as usize * n;
-        snaps
-            .get_mut(at..at + n)
-            .ok_or_else(|| WickError::Internal("conv snapshot out of range".into()))?
-            .copy_from_slice(state);
+        if at + n > snaps.len() {
+            return Err(WickError::Internal("conv snapshot out of range".into()));
+        }
+        // Safety: in range (checked); `block` belongs to the sequence being stepped, whose
+        // task alone writes its snapshots (module docs).
+        unsafe { std::ptr::copy_nonoverlapping(state.as_ptr(), snaps.ptr().add(at), n) };
         Ok(())
     }
 }
 
 /// Brings the line holding `x` into L1 ahead of a store (a hint; no effect elsewhere).
 #[inline(always)]
-fn prefetch_write<T>(x: &T) {
+fn prefetch_write<T>(x: *const T) {
     #[cfg(target_arch = "x86_64")]
     // Safety: a prefetch never faults and has no architectural effect.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(x as *const T as *const i8)
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(x as *const i8)
     };
 }
 
@@ -339,17 +343,22 @@ impl<T: ZeroValid> Zeroed<T> {
     }
 }
 
-impl<T: ZeroValid> std::ops::Deref for Zeroed<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        // Safety: the map is page-aligned, holds `len` Ts, and any bytes are a valid T.
-        unsafe { std::slice::from_raw_parts(self.map.as_ptr() as *const T, self.len) }
+impl<T: ZeroValid> Zeroed<T> {
+    /// The first element; writes through it follow the module's ownership rule.
+    fn ptr(&self) -> *mut T {
+        self.map.as_ptr() as *mut T
     }
-}
-
-impl<T: ZeroValid> std::ops::DerefMut for Zeroed<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        // Safety: as for `deref`, and the map is borrowed mutably.
+    /// `n` elements from `at`.
+    ///
+    /// # Safety
+    /// Nobody writes those elements while the slice lives.
+    unsafe fn range(&self, at: usize, n: usize) -> &[T] {
+        assert!(at <= self.len && n <= self.len - at, "{at}+{n} past {}", self.len);
+        // Safety: in bounds (asserted), page-aligned, any bytes are a valid T; no writer (caller).
+        unsafe { std::slice::from_raw_parts(self.ptr().add(at), n) }
+    }
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        // Safety: the map holds `len` Ts and is borrowed exclusively.
         unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr() as *mut T, self.len) }
     }
 }
@@ -360,21 +369,31 @@ fn too_big(len: usize) -> WickError {
 
 /// One sequence's keys and values in one attention layer, read through its block table.
 pub struct PagedView<'a> {
-    k: &'a [f16],
-    v: &'a [f16],
+    k: &'a Zeroed<u16>,
+    v: &'a Zeroed<u16>,
     blocks: &'a [BlockId],
     pub n_kv_head: usize,
     pub head_dim: usize,
 }
 
 impl PagedView<'_> {
+    // Safety (both): the ranges lie in this sequence's blocks, which no other task writes
+    // while its view lives (module docs).
+    #[inline]
+    fn k_range(&self, at: usize, n: usize) -> &[f16] {
+        unsafe { self.k.range(at, n) }.reinterpret_cast::<f16>()
+    }
+    #[inline]
+    fn v_range(&self, at: usize, n: usize) -> &[f16] {
+        unsafe { self.v.range(at, n) }.reinterpret_cast::<f16>()
+    }
     /// Key of KV head `g` at position `t`, `head_dim` values.
     #[inline]
     pub fn key(&self, g: usize, t: usize) -> &[f16] {
         let (bs, hd) = (BLOCK_SIZE, self.head_dim);
         let b = self.blocks[t / bs] as usize;
         let at = ((b * self.n_kv_head + g) * bs + t % bs) * hd;
-        &self.k[at..at + hd]
+        self.k_range(at, hd)
     }
     /// Keys of KV head `g` at positions `t0..t0 + n`, contiguous (`n · head_dim` values); the
     /// positions must lie in one block.
@@ -384,7 +403,7 @@ impl PagedView<'_> {
         assert!(t0 % bs + n <= bs, "keys {t0}..{} cross a block", t0 + n);
         let b = self.blocks[t0 / bs] as usize;
         let at = ((b * self.n_kv_head + g) * bs + t0 % bs) * hd;
-        &self.k[at..at + n * hd]
+        self.k_range(at, n * hd)
     }
     /// Values of KV head `g`, dimensions `d0..d0 + n`, over the positions of block `j`:
     /// contiguous (`n · BLOCK_SIZE` values, dimension by dimension).
@@ -393,7 +412,7 @@ impl PagedView<'_> {
         let bs = BLOCK_SIZE;
         let b = self.blocks[j] as usize;
         let at = ((b * self.n_kv_head + g) * self.head_dim + d0) * bs;
-        &self.v[at..at + n * bs]
+        self.v_range(at, n * bs)
     }
     /// Values of KV head `g`, dimension `d`, over the `BLOCK_SIZE` positions of block `j`.
     #[inline]
@@ -401,7 +420,7 @@ impl PagedView<'_> {
         let bs = BLOCK_SIZE;
         let b = self.blocks[j] as usize;
         let at = ((b * self.n_kv_head + g) * self.head_dim + d) * bs;
-        &self.v[at..at + bs]
+        self.v_range(at, bs)
     }
     #[inline]
     pub fn value(&self, g: usize, d: usize, t: usize) -> f16 {

@@ -141,7 +141,7 @@ impl Attention {
         rope: &Rope,
         (cos, sin): (&Tensor, &Tensor),
         layer: usize,
-        kv: &mut KvPool,
+        kv: &KvPool,
         caches: &[&SeqCache],
         window: Option<usize>,
     ) -> Result<Tensor> {

@@ -4,6 +4,8 @@
 //! hyperparameters and tensor names and build one of these. Gemma 3 adds an embedding scale,
 //! norms after the op and the FFN ("sandwich" norms) and a second RoPE for its local layers.
 
+use std::sync::Mutex;
+
 use candle_core::{Device, Tensor};
 
 use super::attention::{Attention, BatchPlan};
@@ -13,6 +15,7 @@ use super::shortconv::ShortConv;
 use super::{Model, ModelInfo, StepSeq};
 use crate::cache::{KvPool, LayerKind, SeqCache};
 use crate::error::{Result, WickError};
+use crate::ops::pool;
 
 pub enum Operator {
     Attention(Attention),
@@ -151,6 +154,51 @@ impl Model for Decoder {
         // Validate before reserving: a bad token must not leave blocks taken.
         let plan = BatchPlan::new(batch, self.embed.n_vocab(), &self.device)?;
         self.prepare_caches(batch, kv)?;
+        let threads = pool::global().threads();
+        if self.device.is_cpu() && threads > 1 && row_parallel(batch, threads) {
+            return self.forward_row_parallel(batch, kv, threads);
+        }
+        self.forward_prepared(batch, kv, plan)
+    }
+}
+
+/// Whether a step runs row-parallel: only one-token sequences (decodes), at least two per
+/// thread. Each thread then takes its share of the sequences through the whole model with
+/// single-thread ops, instead of every op splitting its rows' work over the threads: a few
+/// hundred fork-joins per step (each ending in an idle wait for the slowest thread, with the
+/// serial glue between ops leaving the others idle) become one. The weights stream through
+/// every core's cache instead of once, which costs too much with a single row per thread.
+/// Each row's arithmetic is the same either way (the kernels are row-independent).
+fn row_parallel(batch: &[StepSeq<'_>], threads: usize) -> bool {
+    batch.len() >= 2 * threads && batch.iter().all(|s| s.tokens.len() == 1)
+}
+
+impl Decoder {
+    /// `forward_prepared` on `threads` contiguous shares of the batch at once, one per pool
+    /// thread (ops inside a pool task run on that task's thread); logits in batch order.
+    fn forward_row_parallel(&self, batch: &mut [StepSeq<'_>], kv: &KvPool, threads: usize) -> Result<Tensor> {
+        let per = batch.len().div_ceil(threads);
+        let shares: Vec<Mutex<&mut [StepSeq<'_>]>> = batch.chunks_mut(per).map(Mutex::new).collect();
+        let logits: Vec<Mutex<Option<Result<Tensor>>>> = shares.iter().map(|_| Mutex::new(None)).collect();
+        pool::run(shares.len(), &|i| {
+            let mut share = shares[i].lock().unwrap_or_else(|e| e.into_inner());
+            let out = BatchPlan::new(&share, self.embed.n_vocab(), &self.device)
+                .and_then(|plan| self.forward_prepared(&mut share, kv, plan));
+            *logits[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
+        });
+        let parts = logits
+            .into_iter()
+            .map(|l| {
+                l.into_inner()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(|| Err(WickError::Internal("a row-parallel share did not run".into())))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::cat(&parts, 0)?)
+    }
+
+    /// The forward pass of a batch whose caches are prepared (`plan` made from it).
+    fn forward_prepared(&self, batch: &mut [StepSeq<'_>], kv: &KvPool, plan: BatchPlan) -> Result<Tensor> {
         let (cos, sin) = self.rope.tables(&plan.positions, &self.device)?;
         let local = match &self.rope_local {
             Some(r) => Some((r, r.tables(&plan.positions, &self.device)?)),

@@ -53,7 +53,7 @@ impl ShortConv {
         u: &Tensor,
         plan: &BatchPlan,
         layer: usize,
-        kv: &mut KvPool,
+        kv: &KvPool,
         states: &mut [(&mut ConvState, &[BlockId])],
     ) -> Result<Tensor> {
         let d = self.d;
@@ -102,7 +102,7 @@ impl ShortConv {
         bcx: &[f32],
         plan: &BatchPlan,
         layer: usize,
-        kv: &mut KvPool,
+        kv: &KvPool,
         states: &mut [(&mut ConvState, &[BlockId])],
         dev: &Device,
     ) -> Result<Vec<f32>> {

@@ -332,7 +332,8 @@ impl Scheduler {
                 continue; // more prompt chunks, or generated tokens to replay, to go
             }
             self.stats.generation_tokens_total.fetch_add(1, Ordering::Relaxed);
-            if let Some(reason) = seq.on_logits(&logits[row * n_vocab..(row + 1) * n_vocab], &self.tokenizer) {
+            if let Some(reason) = seq.on_logits(&logits[row * n_vocab..(row + 1) * n_vocab], &self.tokenizer)
+            {
                 finished.push((i, reason));
             }
         }
