@@ -7,7 +7,7 @@
  *
  *   npx tsx benches/compare.ts serving [model.gguf ...] [--threads 2] [--concurrency 1,4,8,16]
  *       [--parallel N (default: max concurrency)] [--ctx 1024 (per sequence)]
- *       [--input-len 256] [--output-len 64] [--num-prompts N] [--peers wick,llama]
+ *       [--input-len 256] [--output-len 64] [--num-prompts N] [--peers wick,llama] [--rounds 1]
  *       [--wick-args="<extra wick serve flags>"] [--json out.json] [--results benches/RESULTS.md]
  *
  * Micro mode: prefill tokens/s (512-token prompt) and decode tokens/s (128 tokens), median
@@ -32,6 +32,8 @@ import {
   fmt, intList, makePrompts, markdownTable, num, parseArgs, promptsNeeded, runServing, servingTable, stat,
   type ServingOptions, type ServingResult,
 } from "./serving.ts";
+
+import { summarize, type Summary } from "../ts/cli/bench.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const LLAMA_SERVER = join(ROOT, ".cache/llama-build/bin/llama-server");
@@ -218,6 +220,7 @@ async function servingMode(flags: Map<string, string>, models: string[]): Promis
   const ctx = num(flags, "ctx", 1024);
   const inputLen = num(flags, "input-len", 256);
   const outputLen = num(flags, "output-len", 64);
+  const rounds = num(flags, "rounds", 1);
   if (inputLen + outputLen + 8 > ctx) throw new Error(`--ctx ${ctx} is too small for ${inputLen}+${outputLen} tokens`);
   wickArgs = (flags.get("wick-args") ?? "").split(/\s+/).filter(Boolean);
   const peers = (flags.get("peers") ?? "wick,llama").split(",").map((p) => p.trim()) as PeerKind[];
@@ -234,25 +237,35 @@ async function servingMode(flags: Map<string, string>, models: string[]): Promis
     requestTimeoutS: num(flags, "request-timeout-s", 120),
     model: "bench",
   };
-  const all: { model: string; results: Record<string, ServingResult> }[] = [];
+  const all: { model: string; results: Record<string, ServingResult>; rounds?: Record<string, ServingResult>[] }[] = [];
   const sections: string[] = [];
   for (const model of models) {
     const tok = await llamaTokenizer(model);
     const prompts = await exactTextPrompts(tok, promptsNeeded(base), inputLen, base.seed);
     await tok.dispose();
-    const results: Record<string, ServingResult> = {};
-    for (let i = 0; i < peers.length; i++) {
-      const s = await startServer(peers[i]!, names[i]!, model, threads, parallel, ctx);
-      try {
-        results[names[i]!] = await runServing({ ...base, baseUrl: s.url }, { prompts, exact: true });
-      } finally {
-        await stopServer(s);
+    // Rounds alternate the servers' order, so a slow spell of the machine does not always
+    // fall on the same one.
+    const byRound: Record<string, ServingResult>[] = [];
+    for (let round = 0; round < rounds; round++) {
+      const order = peers.map((_, i) => (round % 2 ? peers.length - 1 - i : i));
+      const results: Record<string, ServingResult> = {};
+      for (const i of order) {
+        const s = await startServer(peers[i]!, names[i]!, model, threads, parallel, ctx);
+        try {
+          results[names[i]!] = await runServing({ ...base, baseUrl: s.url }, { prompts, exact: true });
+        } finally {
+          await stopServer(s);
+        }
       }
+      byRound.push(results);
     }
-    all.push({ model, results });
+    const results = byRound[0]!;
+    all.push({ model, results, ...(rounds > 1 ? { rounds: byRound } : {}) });
     const lines = [`### ${basename(model)} — serving, threads=${threads}, -np ${parallel}, ctx ${ctx}/seq, ${inputLen} in / ${outputLen} out`, ""];
+    if (rounds > 1) lines.push(`Full tables of round 1; the output throughput of every round follows them.`, "");
     for (const n of names) lines.push(`**${n}**`, "", servingTable(results[n]!), "");
     if (names.length >= 2) lines.push(`**${names[0]} / ${names[1]}** (TTFT/TPOT/ITL: < 1 is faster; throughput: > 1 is faster)`, "", sideBySide(results[names[0]!]!, results[names[1]!]!), "");
+    if (rounds > 1) lines.push(`**output tok/s over ${rounds} rounds** (median (min–max); scaling = median / the median at concurrency ${concurrency[0]})`, "", roundsTable(byRound, names), "");
     sections.push(lines.join("\n"));
     console.log(`\n${lines.join("\n")}`);
   }
@@ -262,6 +275,25 @@ async function servingMode(flags: Map<string, string>, models: string[]): Promis
   ].join(" ");
   if (flags.get("json")) writeFileSync(flags.get("json")!, JSON.stringify({ machine: machine(), commit: commit(), runs: all }, null, 1));
   if (flags.get("results")) appendResults(flags.get("results")!, `serving: ${names.join(" vs ")}`, `${notes}\n\n${sections.join("\n")}`);
+}
+
+/** Output throughput per concurrency over rounds: each server's median and its scaling from
+ * the first level, and the first two servers' ratio of medians. */
+function roundsTable(byRound: Record<string, ServingResult>[], names: string[]): string {
+  const levels = byRound[0]![names[0]!]!.levels.map((l) => l.concurrency);
+  const at = (n: string, i: number) => summarize(byRound.map((r) => r[n]!.levels[i]!.outputThroughput));
+  const head = ["conc", ...names.flatMap((n) => [`${n} out tok/s`, `${n} scaling`])];
+  if (names.length >= 2) head.push(`${names[0]} / ${names[1]}`);
+  const rows = levels.map((c, i) => {
+    const row = [String(c)];
+    for (const n of names) {
+      const s = at(n, i);
+      row.push(`${fmt(s.median)} (${fmt(s.min)}–${fmt(s.max)})`, ratio(s.median, at(n, 0).median));
+    }
+    if (names.length >= 2) row.push(ratio(at(names[0]!, i).median, at(names[1]!, i).median));
+    return row;
+  });
+  return markdownTable(head, rows);
 }
 
 function sideBySide(a: ServingResult, b: ServingResult): string {
@@ -414,20 +446,6 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
   process.stdout.write(`${JSON.stringify(samples)}\n`);
 }
 
-interface Summary {
-  median: number;
-  min: number;
-  max: number;
-  n: number;
-}
-
-function summarize(xs: number[]): Summary {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  const median = s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
-  return { median, min: s[0]!, max: s[s.length - 1]!, n: s.length };
-}
-
 function cell(s: Summary | undefined): string {
   if (!s) return "-";
   const spread = ((s.max - s.min) / s.median) * 100;
@@ -516,7 +534,7 @@ async function microMode(flags: Map<string, string>, models: string[]): Promise<
 
 const USAGE = `usage:
   tsx benches/compare.ts serving [model.gguf ...] [--threads 2] [--concurrency 1,4,8,16] [--parallel N]
-      [--ctx 1024] [--input-len 256] [--output-len 64] [--num-prompts N] [--warmup 2] [--peers wick,llama]
+      [--ctx 1024] [--input-len 256] [--output-len 64] [--num-prompts N] [--warmup 2] [--peers wick,llama] [--rounds 1]
       [--wick-args="<extra wick serve flags>"]
       [--max-level-s 300] [--json out.json] [--results benches/RESULTS.md]
   tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--rounds 1] [--prompt-len 512] [--gen-len 128]
