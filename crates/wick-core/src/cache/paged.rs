@@ -322,10 +322,17 @@ fn no_kv(layer: usize) -> WickError {
 /// Zero-filled memory straight from the OS (an anonymous map), so pages a sequence never
 /// writes are never made resident, whatever the allocator would do with a large `calloc`.
 struct Zeroed<T> {
-    map: memmap2::MmapMut,
+    /// Owns the mapping (unmapped on drop); reached through `base`.
+    _map: memmap2::MmapMut,
+    /// The map's first element, kept so hot reads need no call into the map.
+    base: *mut T,
     len: usize,
-    _t: std::marker::PhantomData<T>,
 }
+
+// Safety: a plain memory region; who may touch which part of it at once is the module's
+// ownership rule, enforced by its users.
+unsafe impl<T: Send> Send for Zeroed<T> {}
+unsafe impl<T: Sync> Sync for Zeroed<T> {}
 
 /// Plain numbers for which all-zero bytes are a valid value.
 trait ZeroValid: Copy {}
@@ -335,8 +342,9 @@ impl ZeroValid for f32 {}
 impl<T: ZeroValid> Zeroed<T> {
     fn new(len: usize) -> Result<Self> {
         let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| too_big(len))?;
-        let map = memmap2::MmapMut::map_anon(bytes.max(1)).map_err(|_| too_big(len))?;
-        Ok(Self { map, len, _t: std::marker::PhantomData })
+        let mut map = memmap2::MmapMut::map_anon(bytes.max(1)).map_err(|_| too_big(len))?;
+        let base = map.as_mut_ptr() as *mut T;
+        Ok(Self { _map: map, base, len })
     }
     fn len(&self) -> usize {
         self.len
@@ -345,13 +353,15 @@ impl<T: ZeroValid> Zeroed<T> {
 
 impl<T: ZeroValid> Zeroed<T> {
     /// The first element; writes through it follow the module's ownership rule.
+    #[inline]
     fn ptr(&self) -> *mut T {
-        self.map.as_ptr() as *mut T
+        self.base
     }
     /// `n` elements from `at`.
     ///
     /// # Safety
     /// Nobody writes those elements while the slice lives.
+    #[inline]
     unsafe fn range(&self, at: usize, n: usize) -> &[T] {
         assert!(at <= self.len && n <= self.len - at, "{at}+{n} past {}", self.len);
         // Safety: in bounds (asserted), page-aligned, any bytes are a valid T; no writer (caller).
@@ -359,7 +369,7 @@ impl<T: ZeroValid> Zeroed<T> {
     }
     fn as_mut_slice(&mut self) -> &mut [T] {
         // Safety: the map holds `len` Ts and is borrowed exclusively.
-        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr() as *mut T, self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
     }
 }
 
