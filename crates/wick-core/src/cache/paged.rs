@@ -231,9 +231,7 @@ impl KvPool {
             if (it.pos0 + n).div_ceil(bs) > it.seq.blocks.len() {
                 return Err(WickError::Internal("kv write past the sequence's reserved blocks".into()));
             }
-            if it.seq.blocks.iter().any(|&b| b as usize >= self.n_blocks()) {
-                return Err(WickError::Internal("kv write to a block outside the pool".into()));
-            }
+            self.check_blocks(it.seq)?;
             tasks.extend((0..n).step_by(WRITE_ROWS).map(|i| (at, i)));
         }
         let (kp, vp) = (SyncPtr(l.k.ptr()), SyncPtr(l.v.ptr()));
@@ -252,24 +250,22 @@ impl KvPool {
                     prefetch_write(vp.get().wrapping_add((b * row + line) * bs + slot));
                 }
             }
-            let mut kh = vec![f16::ZERO; hd];
             let mut vh = vec![f16::ZERO; hd];
             for i in rows {
                 let p = it.pos0 + i;
                 let (b, slot) = (it.seq.blocks[p / bs] as usize, p % bs);
                 for g in 0..n_kv {
                     let src = (i * n_kv + g) * hd;
+                    // Safety (both writes): in the layer (b < n_blocks, g < n_kv, slot < bs,
+                    // d < hd), and only this task writes position p of this sequence (module docs).
+                    let key = unsafe {
+                        std::slice::from_raw_parts_mut(kp.get().add(((b * n_kv + g) * bs + slot) * hd), hd)
+                    };
                     // Whole rows at once (F16C, 8 at a time; the rounding of `f16::from_f32`).
-                    kh.convert_from_f32_slice(&it.k[src..src + hd]);
+                    key.reinterpret_cast_mut::<f16>().convert_from_f32_slice(&it.k[src..src + hd]);
                     vh.convert_from_f32_slice(&it.v[src..src + hd]);
-                    let kd = ((b * n_kv + g) * bs + slot) * hd;
-                    // Safety: in the layer (b < n_blocks, g < n_kv, slot < bs, d < hd), and
-                    // only this task writes position p of this sequence (module docs).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(kh.as_ptr() as *const u16, kp.get().add(kd), hd);
-                        for (d, x) in vh.iter().enumerate() {
-                            *vp.get().add(((b * n_kv + g) * hd + d) * bs + slot) = x.to_bits();
-                        }
+                    for (d, x) in vh.iter().enumerate() {
+                        unsafe { *vp.get().add(((b * n_kv + g) * hd + d) * bs + slot) = x.to_bits() };
                     }
                 }
             }
@@ -281,10 +277,17 @@ impl KvPool {
     /// `seq`'s keys and values of one attention layer, for reading.
     pub fn view<'a>(&'a self, layer: usize, seq: &'a SeqCache) -> Result<PagedView<'a>> {
         let l = self.kv.get(layer).and_then(Option::as_ref).ok_or_else(|| no_kv(layer))?;
-        if seq.blocks.iter().any(|&b| b as usize >= self.n_blocks()) {
-            return Err(WickError::Internal("KV view of a block outside the pool".into()));
-        }
+        self.check_blocks(seq)?;
         Ok(PagedView { k: &l.k, v: &l.v, blocks: &seq.blocks, n_kv_head: l.n_kv, head_dim: l.hd })
+    }
+
+    /// Every block of `seq` lies in this pool: what makes the raw offsets of writes and views
+    /// stay inside a layer's storage.
+    fn check_blocks(&self, seq: &SeqCache) -> Result<()> {
+        match seq.blocks.iter().all(|&b| (b as usize) < self.n_blocks()) {
+            true => Ok(()),
+            false => Err(WickError::Internal("a sequence holds a block outside the KV pool".into())),
+        }
     }
 
     /// Saves a conv layer's state as it stands at the end of `block`.
@@ -349,9 +352,6 @@ impl<T: ZeroValid> Zeroed<T> {
     fn len(&self) -> usize {
         self.len
     }
-}
-
-impl<T: ZeroValid> Zeroed<T> {
     /// The first element; writes through it follow the module's ownership rule.
     #[inline]
     fn ptr(&self) -> *mut T {
