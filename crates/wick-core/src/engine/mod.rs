@@ -1,10 +1,6 @@
 //! The engine's public API: load a GGUF model, submit requests, stream events, cancel.
 //! Generation runs on a dedicated scheduler thread, never on the caller's thread.
 
-mod types;
-
-pub use types::*;
-
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -17,8 +13,11 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use crate::cache::{KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::{self, ModelInfo};
-use crate::scheduler::{Command, Scheduler, SchedulerConfig, SchedulerStats, Sequence};
+use crate::ops::pool;
+use crate::request::{Event, GenerateRequest};
+use crate::scheduler::{Command, Scheduler, SchedulerConfig, Sequence};
 use crate::tokenizer::Tokenizer;
 
 #[derive(Debug, Clone)]
@@ -41,6 +40,10 @@ pub struct EngineOptions {
     pub prefix_cache: bool,
     /// Only the tokenizer: no weights, no generation.
     pub vocab_only: bool,
+    /// Threads for the CPU kernels; None = `WICK_THREADS`, else every core. The kernel pool is
+    /// process-wide and never resized: the first load (or first forward) fixes its size, and a
+    /// later load asking for another size fails with INVALID_REQUEST.
+    pub threads: Option<usize>,
 }
 
 impl EngineOptions {
@@ -55,6 +58,7 @@ impl EngineOptions {
             kv_tokens: None,
             prefix_cache: true,
             vocab_only: false,
+            threads: None,
         }
     }
 }
@@ -71,22 +75,8 @@ pub struct EngineInfo {
     pub add_bos: bool,
     pub chat_template: Option<String>,
     pub vocab_only: bool,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EngineMetrics {
-    pub running: usize,
-    pub waiting: usize,
-    pub prompt_tokens_total: usize,
-    pub generation_tokens_total: usize,
-    pub steps_total: usize,
-    pub kv_blocks_total: usize,
-    pub kv_blocks_used: usize,
-    pub kv_blocks_cached: usize,
-    pub kv_block_size: usize,
-    pub prefix_query_tokens_total: usize,
-    pub prefix_hit_tokens_total: usize,
-    pub preemptions_total: usize,
+    /// Threads of the process-wide CPU kernel pool.
+    pub threads: usize,
 }
 
 /// A submitted request: its event stream and its cancel switch. Dropping the stream also
@@ -131,7 +121,7 @@ struct Runner {
 pub struct Engine {
     info: EngineInfo,
     tokenizer: Arc<Tokenizer>,
-    stats: Arc<SchedulerStats>,
+    metrics: Arc<Metrics>,
     max_queue: usize,
     next_id: AtomicU64,
     runner: Mutex<Option<Runner>>,
@@ -141,6 +131,7 @@ impl Engine {
     /// Loads the model and starts its scheduler thread. Blocking: call it off the JS thread.
     pub fn load(opts: EngineOptions) -> Result<Self> {
         crate::ops::alloc::keep_freed_memory();
+        let threads = kernel_threads(opts.threads)?;
         let gguf = GgufFile::open(&opts.model_path)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf.metadata)?);
         let name = gguf.metadata.opt_str("general.name")?.map(str::to_string);
@@ -189,9 +180,11 @@ impl Engine {
             add_bos: tokenizer.add_bos(),
             chat_template: tokenizer.chat_template().map(str::to_string),
             vocab_only: opts.vocab_only,
+            threads,
         };
         drop(gguf); // weights now live in the model's tensors; release the map
-        let stats = Arc::new(SchedulerStats::default());
+        let metrics = Arc::new(Metrics::default());
+        metrics.kv_block_size.store(BLOCK_SIZE, Ordering::Relaxed);
         let runner = match model.zip(kv) {
             None => None,
             Some((model, kv)) => {
@@ -201,7 +194,7 @@ impl Engine {
                     step_tokens: opts.step_tokens,
                     prefill_chunk: opts.prefill_chunk.unwrap_or(usize::MAX),
                 };
-                let sched = Scheduler::new(model, tokenizer.clone(), rx, cfg, kv, stats.clone());
+                let sched = Scheduler::new(model, tokenizer.clone(), rx, cfg, kv, metrics.clone());
                 let thread = std::thread::Builder::new()
                     .name("wick-scheduler".into())
                     .spawn(move || sched.run())
@@ -212,7 +205,7 @@ impl Engine {
         Ok(Self {
             info,
             tokenizer,
-            stats,
+            metrics,
             max_queue: opts.max_queue,
             next_id: AtomicU64::new(1),
             runner: Mutex::new(runner),
@@ -258,37 +251,23 @@ impl Engine {
         } else {
             WickError::EngineStopped
         })?;
-        if self.stats.waiting.load(Ordering::Relaxed) >= self.max_queue {
+        if self.metrics.waiting.load(Ordering::Relaxed) >= self.max_queue {
             return Err(WickError::QueueFull);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, events) = unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));
         let seq = Sequence::new(req, limit, tx, cancel.clone());
-        self.stats.waiting.fetch_add(1, Ordering::Relaxed);
+        self.metrics.waiting.fetch_add(1, Ordering::Relaxed);
         if runner.tx.send(Command::Submit(Box::new(seq))).is_err() {
-            self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
+            self.metrics.waiting.fetch_sub(1, Ordering::Relaxed);
             return Err(WickError::EngineStopped);
         }
         Ok(SequenceHandle { id, events, canceller: Canceller { cancel, wake: runner.tx.clone() } })
     }
 
-    pub fn metrics(&self) -> EngineMetrics {
-        let s = &self.stats;
-        EngineMetrics {
-            running: s.running.load(Ordering::Relaxed),
-            waiting: s.waiting.load(Ordering::Relaxed),
-            prompt_tokens_total: s.prompt_tokens_total.load(Ordering::Relaxed),
-            generation_tokens_total: s.generation_tokens_total.load(Ordering::Relaxed),
-            steps_total: s.steps_total.load(Ordering::Relaxed),
-            kv_blocks_total: s.kv_blocks_total.load(Ordering::Relaxed),
-            kv_blocks_used: s.kv_blocks_used.load(Ordering::Relaxed),
-            kv_blocks_cached: s.kv_blocks_cached.load(Ordering::Relaxed),
-            kv_block_size: BLOCK_SIZE,
-            prefix_query_tokens_total: s.prefix_query_tokens_total.load(Ordering::Relaxed),
-            prefix_hit_tokens_total: s.prefix_hit_tokens_total.load(Ordering::Relaxed),
-            preemptions_total: s.preemptions_total.load(Ordering::Relaxed),
-        }
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.metrics.snapshot()
     }
 
     /// Holds the scheduler between steps: requests submitted while paused queue (and may be
@@ -317,6 +296,20 @@ impl Engine {
                 let _ = t.join();
             }
         }
+    }
+}
+
+/// Fixes the kernel pool's size from the `threads` option and returns the size in effect.
+fn kernel_threads(wanted: Option<usize>) -> Result<usize> {
+    match wanted {
+        None => Ok(pool::threads()),
+        Some(0) => Err(WickError::InvalidRequest("threads must be at least 1".into())),
+        Some(n) => pool::set_threads(n).map(|()| n).map_err(|fixed| {
+            WickError::InvalidRequest(format!(
+                "the CPU kernel pool already runs {fixed} threads (it is process-wide and fixed by \
+                 the first load); cannot use {n}"
+            ))
+        }),
     }
 }
 

@@ -9,8 +9,8 @@
 //! that is slow to wake costs nothing, the caller simply does its share.
 //!
 //! Helpers spin briefly after each job (ops follow each other within microseconds) and then
-//! park on a condvar. Size: `WICK_THREADS`, else `CANDLE_NUM_THREADS` (set by the napi
-//! binding from the `threads` option before the first forward), else every core.
+//! park on a condvar. Size: `set_threads` (the engine's `threads` option) before first use,
+//! else `WICK_THREADS`, else every core.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::SeqCst};
@@ -183,17 +183,37 @@ impl Pool {
 }
 
 fn default_threads() -> usize {
-    let from =
-        |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&t| t > 0);
-    from("WICK_THREADS")
-        .or_else(|| from("CANDLE_NUM_THREADS"))
+    std::env::var("WICK_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&t| t > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The global pool's size, fixed once: by `set_threads`, or else by the first look at it.
+static THREADS: OnceLock<usize> = OnceLock::new();
+
+/// The global pool's size (fixing it to the default if nothing has yet).
+pub fn threads() -> usize {
+    *THREADS.get_or_init(default_threads)
+}
+
+/// Fixes the global pool's size to `n` threads. A pool is never resized, so once the size is
+/// fixed (by an earlier call or by first use) asking for another fails with the size in effect;
+/// so does asking for 0.
+pub fn set_threads(n: usize) -> Result<(), usize> {
+    let fixed = if n == 0 { threads() } else { *THREADS.get_or_init(|| n) };
+    if fixed == n {
+        Ok(())
+    } else {
+        Err(fixed)
+    }
 }
 
 /// The process-wide pool, started on first use.
 pub fn global() -> &'static Pool {
     static P: OnceLock<Pool> = OnceLock::new();
-    P.get_or_init(|| Pool::new(default_threads()))
+    P.get_or_init(|| Pool::new(threads()))
 }
 
 /// `global().run(n, f)`.
@@ -233,6 +253,15 @@ mod tests {
             });
             assert!(hits.iter().all(|h| h.load(SeqCst) == 1));
         }
+    }
+
+    #[test]
+    fn the_global_size_is_fixed_once() {
+        let n = threads();
+        assert_eq!(set_threads(n), Ok(()));
+        assert_eq!(set_threads(n + 1), Err(n));
+        assert_eq!(set_threads(0), Err(n));
+        assert_eq!(global().threads(), n);
     }
 
     #[test]

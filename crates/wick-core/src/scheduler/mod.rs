@@ -8,16 +8,17 @@ mod sequence;
 mod stop;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
 pub(crate) use sequence::Sequence;
 
 use crate::cache::KvPool;
-use crate::engine::FinishReason;
 use crate::error::WickError;
+use crate::metrics::Metrics;
 use crate::models::{with_host_f32, Model, StepSeq};
+use crate::request::FinishReason;
 use crate::tokenizer::Tokenizer;
 
 pub(crate) enum Command {
@@ -29,25 +30,6 @@ pub(crate) enum Command {
     Pause,
     Resume,
     Shutdown,
-}
-
-/// Counters shared with the engine handle for `metrics()`.
-#[derive(Default)]
-pub struct SchedulerStats {
-    pub running: AtomicUsize,
-    /// Submitted but not yet admitted (includes commands still in the channel).
-    pub waiting: AtomicUsize,
-    pub prompt_tokens_total: AtomicUsize,
-    pub generation_tokens_total: AtomicUsize,
-    pub steps_total: AtomicUsize,
-    pub kv_blocks_total: AtomicUsize,
-    pub kv_blocks_used: AtomicUsize,
-    /// Full blocks kept for reuse (used or idle).
-    pub kv_blocks_cached: AtomicUsize,
-    /// Prompt tokens looked up in the prefix cache, and those found there.
-    pub prefix_query_tokens_total: AtomicUsize,
-    pub prefix_hit_tokens_total: AtomicUsize,
-    pub preemptions_total: AtomicUsize,
 }
 
 pub(crate) struct SchedulerConfig {
@@ -66,7 +48,7 @@ pub(crate) struct Scheduler {
     tokenizer: Arc<Tokenizer>,
     rx: Receiver<Command>,
     cfg: SchedulerConfig,
-    stats: Arc<SchedulerStats>,
+    metrics: Arc<Metrics>,
     kv: KvPool,
     waiting: VecDeque<Box<Sequence>>,
     /// In admission order (oldest first).
@@ -82,15 +64,15 @@ impl Scheduler {
         rx: Receiver<Command>,
         cfg: SchedulerConfig,
         kv: KvPool,
-        stats: Arc<SchedulerStats>,
+        metrics: Arc<Metrics>,
     ) -> Self {
-        stats.kv_blocks_total.store(kv.n_blocks(), Ordering::Relaxed);
+        metrics.kv_blocks_total.store(kv.n_blocks(), Ordering::Relaxed);
         Self {
             model,
             tokenizer,
             rx,
             cfg,
-            stats,
+            metrics,
             kv,
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -185,7 +167,7 @@ impl Scheduler {
     fn retire_cancelled(&mut self) {
         let (cancelled, waiting): (Vec<_>, Vec<_>) = self.waiting.drain(..).partition(|s| s.is_cancelled());
         self.waiting = waiting.into();
-        self.stats.waiting.fetch_sub(cancelled.len(), Ordering::Relaxed);
+        self.metrics.waiting.fetch_sub(cancelled.len(), Ordering::Relaxed);
         let (gone, running): (Vec<_>, Vec<_>) = self.running.drain(..).partition(|s| s.is_cancelled());
         self.running = running;
         for seq in cancelled.into_iter().chain(gone) {
@@ -205,7 +187,7 @@ impl Scheduler {
             let reused = match self.kv.reuse_prefix(&mut cache, &seq.tokens[..skippable]) {
                 Ok(n) => n,
                 Err(e) => {
-                    self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
+                    self.metrics.waiting.fetch_sub(1, Ordering::Relaxed);
                     self.kv.release(&mut cache);
                     seq.fail(e);
                     continue;
@@ -218,11 +200,11 @@ impl Scheduler {
                 break;
             }
             if seq.admitted == 0 {
-                let s = &self.stats;
+                let s = &self.metrics;
                 s.prefix_query_tokens_total.fetch_add(seq.n_prompt, Ordering::Relaxed);
                 s.prefix_hit_tokens_total.fetch_add(reused.min(seq.n_prompt), Ordering::Relaxed);
             }
-            self.stats.waiting.fetch_sub(1, Ordering::Relaxed);
+            self.metrics.waiting.fetch_sub(1, Ordering::Relaxed);
             self.admissions += 1;
             seq.admit(cache, self.admissions);
             self.running.push(seq);
@@ -290,8 +272,8 @@ impl Scheduler {
             let newest = (0..self.running.len()).max_by_key(|&i| self.running[i].admitted).unwrap_or(0);
             let mut seq = self.running.remove(newest);
             self.kv.release(&mut seq.cache);
-            self.stats.preemptions_total.fetch_add(1, Ordering::Relaxed);
-            self.stats.waiting.fetch_add(1, Ordering::Relaxed);
+            self.metrics.preemptions_total.fetch_add(1, Ordering::Relaxed);
+            self.metrics.waiting.fetch_add(1, Ordering::Relaxed);
             // Ahead of later arrivals, behind none: it was admitted before them.
             let at = self.waiting.iter().position(|w| w.admitted == 0 || w.admitted > seq.admitted);
             self.waiting.insert(at.unwrap_or(self.waiting.len()), seq);
@@ -319,19 +301,19 @@ impl Scheduler {
     /// Samples every sequence whose step ended its unfed tokens, from its row of `logits`,
     /// and retires those that finished.
     fn sample_rows(&mut self, take: &[usize], logits: &[f32], n_vocab: usize) -> crate::Result<()> {
-        self.stats.steps_total.fetch_add(1, Ordering::Relaxed);
+        self.metrics.steps_total.fetch_add(1, Ordering::Relaxed);
         let mut finished: Vec<(usize, FinishReason)> = Vec::new();
         let planned = take.iter().enumerate().filter(|(_, &n)| n > 0);
         for (row, (i, &n)) in planned.enumerate() {
             let seq = &mut self.running[i];
             let at = seq.n_cached();
             let prompt_fed = at.min(seq.n_prompt) - (at - n).min(seq.n_prompt);
-            self.stats.prompt_tokens_total.fetch_add(prompt_fed, Ordering::Relaxed);
+            self.metrics.prompt_tokens_total.fetch_add(prompt_fed, Ordering::Relaxed);
             self.kv.register_full(&mut seq.cache, &seq.tokens);
             if seq.unfed() > 0 {
                 continue; // more prompt chunks, or generated tokens to replay, to go
             }
-            self.stats.generation_tokens_total.fetch_add(1, Ordering::Relaxed);
+            self.metrics.generation_tokens_total.fetch_add(1, Ordering::Relaxed);
             if let Some(reason) = seq.on_logits(&logits[row * n_vocab..(row + 1) * n_vocab], &self.tokenizer)
             {
                 finished.push((i, reason));
@@ -346,7 +328,7 @@ impl Scheduler {
     }
 
     fn publish(&self) {
-        let s = &self.stats;
+        let s = &self.metrics;
         s.running.store(self.running.len(), Ordering::Relaxed);
         s.kv_blocks_used.store(self.kv.n_used(), Ordering::Relaxed);
         s.kv_blocks_cached.store(self.kv.n_cached(), Ordering::Relaxed);

@@ -8,7 +8,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::stop::{StopMatcher, StopScan};
 use crate::cache::SeqCache;
-use crate::engine::{DoneEvent, Event, FinishReason, GenerateRequest, Timings, TokenEvent, Usage};
+use crate::request::{DoneEvent, Event, FinishReason, GenerateRequest, Timings, TokenEvent, Usage};
 use crate::sampling::{top_logprobs, Sampler, TokenLogprob};
 use crate::tokenizer::{Detokenizer, Tokenizer};
 

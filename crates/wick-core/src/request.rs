@@ -1,4 +1,5 @@
-//! What goes into the engine (requests) and what comes out (events).
+//! What goes into the engine (requests) and what comes out of it (events). Shared by the
+//! engine and the scheduler, and depending on neither.
 
 use crate::sampling::{SamplingParams, TokenLogprob};
 
@@ -36,16 +37,6 @@ pub enum FinishReason {
     /// max_tokens or the context length.
     Length,
     Cancelled,
-}
-
-impl FinishReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Stop => "stop",
-            Self::Length => "length",
-            Self::Cancelled => "cancelled",
-        }
-    }
 }
 
 #[derive(Debug, Clone)]

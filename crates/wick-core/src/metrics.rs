@@ -1,0 +1,74 @@
+//! Engine metrics: gauges and counters the scheduler keeps current and `Engine::metrics` reads
+//! at any time. The list is written once, in [`with_metrics!`]; the live atomics, the plain
+//! snapshot and the binding's JS object are generated from it, so a new metric is one line
+//! there (plus the code that updates it).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Calls `$then! { $( $(#[doc])* name, )* }` with every metric, so other crates (the napi
+/// binding) can declare their view of the snapshot from the same list.
+#[macro_export]
+macro_rules! with_metrics {
+    ($then:ident) => {
+        $then! {
+            /// Sequences in the running batch.
+            running,
+            /// Submitted but not yet admitted (includes commands still in the channel).
+            waiting,
+            prompt_tokens_total,
+            generation_tokens_total,
+            /// Forward steps run.
+            steps_total,
+            kv_blocks_total,
+            kv_blocks_used,
+            /// Full blocks kept for reuse (used or idle).
+            kv_blocks_cached,
+            /// Tokens per KV block.
+            kv_block_size,
+            /// Prompt tokens looked up in the prefix cache.
+            prefix_query_tokens_total,
+            /// Prompt tokens found in the prefix cache.
+            prefix_hit_tokens_total,
+            /// Sequences preempted (to recompute later) when KV blocks ran out.
+            preemptions_total,
+        }
+    };
+}
+
+macro_rules! declare_metrics {
+    ($( $(#[$doc:meta])* $name:ident, )*) => {
+        /// The live values, shared by the scheduler (which updates them) and the engine handle.
+        #[derive(Debug, Default)]
+        pub struct Metrics {
+            $( $(#[$doc])* pub $name: AtomicUsize, )*
+        }
+
+        /// One reading of every metric.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct MetricsSnapshot {
+            $( $(#[$doc])* pub $name: usize, )*
+        }
+
+        impl Metrics {
+            pub fn snapshot(&self) -> MetricsSnapshot {
+                MetricsSnapshot { $( $name: self.$name.load(Ordering::Relaxed), )* }
+            }
+        }
+    };
+}
+
+crate::with_metrics!(declare_metrics);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_reads_every_counter() {
+        let m = Metrics::default();
+        m.running.store(2, Ordering::Relaxed);
+        m.preemptions_total.fetch_add(3, Ordering::Relaxed);
+        let s = m.snapshot();
+        assert_eq!((s.running, s.preemptions_total, s.waiting), (2, 3, 0));
+    }
+}
