@@ -3,10 +3,11 @@
  * cancellation and concurrency, on real files (SmolLM2 from PyPI, synthetic fixtures).
  */
 import test from "ava";
+import { execFileSync } from "node:child_process";
 import { readdirSync, statSync } from "node:fs";
 import path from "node:path";
-import { Engine, WickError, type EngineEvent } from "../ts/engine/index.ts";
-import { fixture, fixturesDir, smollm2 } from "./helpers/assets.ts";
+import { Engine, inspectModel, WickError, type EngineEvent } from "../ts/engine/index.ts";
+import { fixture, fixturesDir, repoRoot, smollm2 } from "./helpers/assets.ts";
 
 async function collect(gen: AsyncGenerator<EngineEvent>) {
   let text = "";
@@ -34,6 +35,44 @@ test("every malformed model file fails to load with a clear error, and the proce
   const ok = await Engine.load({ modelPath: fixture("tiny-llama-q8_0.gguf") });
   t.is(ok.info().architecture, "llama");
   await ok.unload();
+});
+
+test("async failures reject with the engine's code on the error, not in its message", async (t) => {
+  const missing = path.join(fixturesDir, "nope.gguf");
+  const load = await t.throwsAsync(Engine.load({ modelPath: missing }), { instanceOf: WickError });
+  t.is(load!.code, "MODEL_LOAD_FAILED");
+  t.notRegex(load!.message, /^[A-Z_]+: /);
+  const inspect = await t.throwsAsync(inspectModel(missing), { instanceOf: WickError });
+  t.is(inspect!.code, "MODEL_LOAD_FAILED");
+});
+
+test("the threads option: validated, and fixed process-wide by the first load", async (t) => {
+  const tiny = fixture("tiny-llama-q8_0.gguf");
+  const zero = await t.throwsAsync(Engine.load({ modelPath: tiny, threads: 0 }), { instanceOf: WickError });
+  t.is(zero!.code, "INVALID_REQUEST");
+  const first = await Engine.load({ modelPath: tiny, vocabOnly: true });
+  const n = first.info().threads;
+  t.true(n >= 1);
+  const same = await Engine.load({ modelPath: tiny, vocabOnly: true, threads: n });
+  t.is(same.info().threads, n);
+  const other = await t.throwsAsync(Engine.load({ modelPath: tiny, vocabOnly: true, threads: n + 1 }), { instanceOf: WickError });
+  t.is(other!.code, "INVALID_REQUEST");
+  t.regex(other!.message, new RegExp(`already runs ${n} threads`));
+  await Promise.all([first.unload(), same.unload()]);
+  // A fresh process: the first load's option sets the size, and generation runs on it.
+  const script = `
+    import { Engine } from ${JSON.stringify(path.join(repoRoot, "ts/engine/index.ts"))};
+    const e = await Engine.load({ modelPath: ${JSON.stringify(tiny)}, threads: 3 });
+    let n = 0;
+    for await (const ev of e.generate({ promptTokens: [1, 2, 3], maxTokens: 4, ignoreEos: true })) if (ev.type === "token") n += ev.ids.length;
+    console.log(JSON.stringify({ threads: e.info().threads, tokens: n }));
+    await e.unload();`;
+  const out = execFileSync(process.execPath, ["--import=tsx", "--input-type=module", "-e", script], {
+    cwd: repoRoot,
+    encoding: "utf8",
+    env: { ...process.env, WICK_THREADS: "1" },
+  });
+  t.deepEqual(JSON.parse(out.trim().split("\n").at(-1)!), { threads: 3, tokens: 4 });
 });
 
 const real = smollm2();

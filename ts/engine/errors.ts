@@ -23,18 +23,12 @@ export class WickError extends Error {
   }
 }
 
-const isCode = (c: unknown): c is EngineCode => typeof c === "string" && (ENGINE_CODES as readonly string[]).includes(c);
+export const isEngineCode = (c: unknown): c is EngineCode => typeof c === "string" && (ENGINE_CODES as readonly string[]).includes(c);
 
-/**
- * Normalises what the addon throws. Sync calls set `err.code`; async calls (napi cannot give
- * them a custom code) put it in front of the message as "CODE: message".
- */
+/** Normalises what the addon throws or rejects with: an Error whose `code` is the engine's. */
 export function fromNative(err: unknown): WickError {
   if (err instanceof WickError) return err;
   const e = err as { code?: unknown; message?: unknown };
   const message = typeof e?.message === "string" ? e.message : String(err);
-  if (isCode(e?.code)) return new WickError(e.code, message);
-  const m = /^([A-Z_]+): ([\s\S]*)$/.exec(message);
-  if (m && isCode(m[1])) return new WickError(m[1], m[2]);
-  return new WickError("INTERNAL", message);
+  return new WickError(isEngineCode(e?.code) ? e.code : "INTERNAL", message);
 }

@@ -4,43 +4,31 @@
  */
 import { createRequire } from "node:module";
 import type * as Native from "../native/native.d.ts";
-import { fromNative, WickError } from "./errors.ts";
+import { fromNative, isEngineCode, WickError } from "./errors.ts";
 
 export { WickError } from "./errors.ts";
 export type { EngineCode } from "./errors.ts";
-export type { LoadOptions, GenerateOptions, ModelInfo, Metrics, GgufInfo, QuantShare } from "../native/native.d.ts";
+export type {
+  LoadOptions,
+  GenerateOptions,
+  ModelInfo,
+  Metrics,
+  GgufInfo,
+  QuantShare,
+  TokenLogprobs,
+} from "../native/native.d.ts";
 
 const native = createRequire(import.meta.url)("../native/native.cjs") as typeof Native;
 
-export interface TokenLogprobs {
-  id: number;
-  logprob: number;
-  top: { id: number; logprob: number }[];
-}
+/** "stop" | "length" | "cancelled": the values of the addon's string enum. */
+export type FinishReason = `${Native.FinishReason}`;
 
+type NativeDone = Extract<Native.SequenceEvent, { type: "done" }>;
+
+/** What a generation yields: the addon's token and done events (errors are thrown instead). */
 export type EngineEvent =
-  | { type: "token"; ids: number[]; text: string; logprobs?: TokenLogprobs[] }
-  | {
-      type: "done";
-      finishReason: "stop" | "length" | "cancelled";
-      usage: { promptTokens: number; completionTokens: number; cachedTokens: number };
-      timings: { queueMs: number; promptMs: number; decodeMs: number };
-    };
-
-function toEvent(ev: Native.SequenceEvent): EngineEvent {
-  if (ev.type === "token") {
-    return { type: "token", ids: ev.ids ?? [], text: ev.text ?? "", ...(ev.logprobs ? { logprobs: ev.logprobs } : {}) };
-  }
-  if (ev.type === "done" && ev.usage && ev.timings) {
-    return {
-      type: "done",
-      finishReason: ev.finishReason as "stop" | "length" | "cancelled",
-      usage: ev.usage,
-      timings: ev.timings,
-    };
-  }
-  throw fromNative({ code: ev.code ?? "INTERNAL", message: ev.message ?? "engine error" });
-}
+  | Extract<Native.SequenceEvent, { type: "token" }>
+  | (Omit<NativeDone, "finishReason"> & { finishReason: FinishReason });
 
 export interface TokenizeOptions {
   /** Add BOS/EOS as llama.cpp does for this vocabulary (default true). */
@@ -119,7 +107,11 @@ export class Engine {
   }
 
   async unload(): Promise<void> {
-    await this.inner.unload();
+    try {
+      await this.inner.unload();
+    } catch (err) {
+      throw fromNative(err);
+    }
   }
 }
 
@@ -132,9 +124,9 @@ async function* stream(seq: Native.Sequence, signal?: AbortSignal): AsyncGenerat
       const batch = await seq.next();
       if (batch === null) return;
       for (const ev of batch) {
-        const out = toEvent(ev);
-        yield out;
-        if (out.type === "done") return;
+        if (ev.type === "error") throw new WickError(isEngineCode(ev.code) ? ev.code : "INTERNAL", ev.message);
+        yield ev;
+        if (ev.type === "done") return;
       }
     }
   } finally {
@@ -153,8 +145,4 @@ export async function inspectModel(path: string, opts: { maxArrayLen?: number } 
   } catch (err) {
     throw fromNative(err);
   }
-}
-
-export function isWickError(err: unknown): err is WickError {
-  return err instanceof WickError;
 }

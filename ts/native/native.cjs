@@ -837,4 +837,5 @@ module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __n
 module.exports = nativeBinding
 module.exports.Engine = nativeBinding.Engine
 module.exports.Sequence = nativeBinding.Sequence
+module.exports.FinishReason = nativeBinding.FinishReason
 module.exports.inspectModel = nativeBinding.inspectModel

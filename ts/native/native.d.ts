@@ -29,10 +29,18 @@ export declare class Engine {
 export declare class Sequence {
   /**
    * Waits for the next events and returns all that are ready (one boundary crossing for
-   * many tokens); null once the sequence has ended.
+   * many tokens); null once the sequence has ended. Never rejects: engine errors arrive
+   * in-band, as an `error` event.
    */
   next(): Promise<Array<SequenceEvent> | null>
   cancel(): void
+}
+
+/** Why a sequence ended. */
+export declare const enum FinishReason {
+  Stop = 'stop',
+  Length = 'length',
+  Cancelled = 'cancelled',
 }
 
 export interface GenerateOptions {
@@ -103,7 +111,10 @@ export interface LoadOptions {
   /** Reuse cached KV blocks of equal prompt prefixes (default true). */
   prefixCache?: boolean
   vocabOnly?: boolean
-  /** CPU threads for the kernels (process-wide, fixed by the first load). */
+  /**
+   * CPU threads for the kernels (process-wide, fixed by the first load; another count
+   * later fails with INVALID_REQUEST). Default `WICK_THREADS`, else every core.
+   */
   threads?: number
 }
 
@@ -112,18 +123,27 @@ export interface Logprob {
   logprob: number
 }
 
+/** Engine gauges and counters (wick_core::metrics). */
 export interface Metrics {
+  /** Sequences in the running batch. */
   running: number
+  /** Submitted but not yet admitted (includes commands still in the channel). */
   waiting: number
   promptTokensTotal: number
   generationTokensTotal: number
+  /** Forward steps run. */
   stepsTotal: number
   kvBlocksTotal: number
   kvBlocksUsed: number
+  /** Full blocks kept for reuse (used or idle). */
   kvBlocksCached: number
+  /** Tokens per KV block. */
   kvBlockSize: number
+  /** Prompt tokens looked up in the prefix cache. */
   prefixQueryTokensTotal: number
+  /** Prompt tokens found in the prefix cache. */
   prefixHitTokensTotal: number
+  /** Sequences preempted (to recompute later) when KV blocks ran out. */
   preemptionsTotal: number
 }
 
@@ -144,6 +164,8 @@ export interface ModelInfo {
   addBos: boolean
   chatTemplate?: string
   vocabOnly: boolean
+  /** CPU kernel threads in effect (process-wide). */
+  threads: number
 }
 
 /** Tensors of one ggml type and their bytes in the file. */
@@ -153,18 +175,11 @@ export interface QuantShare {
   bytes: number
 }
 
-/** One event of a sequence: `type` is "token", "done" or "error". */
-export interface SequenceEvent {
-  type: string
-  ids?: Array<number>
-  text?: string
-  logprobs?: Array<TokenLogprobs>
-  finishReason?: string
-  usage?: Usage
-  timings?: Timings
-  code?: string
-  message?: string
-}
+/** One event of a sequence, told apart by `type`. */
+export type SequenceEvent =
+  | { type: 'token'; ids: Array<number>; text: string; logprobs?: Array<TokenLogprobs> }
+  | { type: 'done'; finishReason: FinishReason; usage: Usage; timings: Timings }
+  | { type: 'error'; code: string; message: string }
 
 export interface Timings {
   queueMs: number

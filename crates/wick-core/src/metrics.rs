@@ -5,48 +5,49 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Calls `$then! { $( $(#[doc])* name, )* }` with every metric, so other crates (the napi
-/// binding) can declare their view of the snapshot from the same list.
+/// Calls `$then! { $( $(#[doc = "…"])* name, )* }` with every metric, so other crates (the
+/// napi binding) can declare their view of the snapshot from the same list. Docs are written
+/// as `#[doc = "…"]`: `///` would reach napi's d.ts generator as raw strings it cannot read.
 #[macro_export]
 macro_rules! with_metrics {
     ($then:ident) => {
         $then! {
-            /// Sequences in the running batch.
+            #[doc = "Sequences in the running batch."]
             running,
-            /// Submitted but not yet admitted (includes commands still in the channel).
+            #[doc = "Submitted but not yet admitted (includes commands still in the channel)."]
             waiting,
             prompt_tokens_total,
             generation_tokens_total,
-            /// Forward steps run.
+            #[doc = "Forward steps run."]
             steps_total,
             kv_blocks_total,
             kv_blocks_used,
-            /// Full blocks kept for reuse (used or idle).
+            #[doc = "Full blocks kept for reuse (used or idle)."]
             kv_blocks_cached,
-            /// Tokens per KV block.
+            #[doc = "Tokens per KV block."]
             kv_block_size,
-            /// Prompt tokens looked up in the prefix cache.
+            #[doc = "Prompt tokens looked up in the prefix cache."]
             prefix_query_tokens_total,
-            /// Prompt tokens found in the prefix cache.
+            #[doc = "Prompt tokens found in the prefix cache."]
             prefix_hit_tokens_total,
-            /// Sequences preempted (to recompute later) when KV blocks ran out.
+            #[doc = "Sequences preempted (to recompute later) when KV blocks ran out."]
             preemptions_total,
         }
     };
 }
 
 macro_rules! declare_metrics {
-    ($( $(#[$doc:meta])* $name:ident, )*) => {
+    ($( $(#[doc = $doc:literal])* $name:ident, )*) => {
         /// The live values, shared by the scheduler (which updates them) and the engine handle.
         #[derive(Debug, Default)]
         pub struct Metrics {
-            $( $(#[$doc])* pub $name: AtomicUsize, )*
+            $( $(#[doc = $doc])* pub $name: AtomicUsize, )*
         }
 
         /// One reading of every metric.
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
         pub struct MetricsSnapshot {
-            $( $(#[$doc])* pub $name: usize, )*
+            $( $(#[doc = $doc])* pub $name: usize, )*
         }
 
         impl Metrics {

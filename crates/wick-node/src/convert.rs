@@ -1,7 +1,9 @@
 //! Plain JS objects crossing the boundary, and their mapping to engine types.
 
-use wick_core::engine::{DoneEvent, EngineInfo, EngineMetrics, Event, GenerateRequest, TokenEvent};
+use wick_core::engine::EngineInfo;
 use wick_core::gguf::{info, MetaValue};
+use wick_core::metrics::MetricsSnapshot;
+use wick_core::request::{self, DoneEvent, Event, GenerateRequest, TokenEvent};
 use wick_core::sampling::{SamplingParams, TokenLogprob};
 
 #[napi(object)]
@@ -18,7 +20,8 @@ pub struct LoadOptions {
     /// Reuse cached KV blocks of equal prompt prefixes (default true).
     pub prefix_cache: Option<bool>,
     pub vocab_only: Option<bool>,
-    /// CPU threads for the kernels (process-wide, fixed by the first load).
+    /// CPU threads for the kernels (process-wide, fixed by the first load; another count
+    /// later fails with INVALID_REQUEST). Default `WICK_THREADS`, else every core.
     pub threads: Option<u32>,
 }
 
@@ -40,6 +43,8 @@ pub struct ModelInfo {
     pub add_bos: bool,
     pub chat_template: Option<String>,
     pub vocab_only: bool,
+    /// CPU kernel threads in effect (process-wide).
+    pub threads: u32,
 }
 
 impl From<&EngineInfo> for ModelInfo {
@@ -62,6 +67,7 @@ impl From<&EngineInfo> for ModelInfo {
             add_bos: i.add_bos,
             chat_template: i.chat_template.clone(),
             vocab_only: i.vocab_only,
+            threads: i.threads as u32,
         }
     }
 }
@@ -234,35 +240,33 @@ pub struct Timings {
     pub decode_ms: f64,
 }
 
-/// One event of a sequence: `type` is "token", "done" or "error".
-#[napi(object)]
-pub struct SequenceEvent {
-    #[napi(js_name = "type")]
-    pub kind: String,
-    pub ids: Option<Vec<u32>>,
-    pub text: Option<String>,
-    pub logprobs: Option<Vec<TokenLogprobs>>,
-    pub finish_reason: Option<String>,
-    pub usage: Option<Usage>,
-    pub timings: Option<Timings>,
-    pub code: Option<String>,
-    pub message: Option<String>,
+/// Why a sequence ended.
+#[napi(string_enum = "lowercase")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    Cancelled,
 }
 
-impl SequenceEvent {
-    fn empty(kind: &str) -> Self {
-        Self {
-            kind: kind.into(),
-            ids: None,
-            text: None,
-            logprobs: None,
-            finish_reason: None,
-            usage: None,
-            timings: None,
-            code: None,
-            message: None,
+impl From<request::FinishReason> for FinishReason {
+    fn from(r: request::FinishReason) -> Self {
+        match r {
+            request::FinishReason::Stop => Self::Stop,
+            request::FinishReason::Length => Self::Length,
+            request::FinishReason::Cancelled => Self::Cancelled,
         }
     }
+}
+
+/// One event of a sequence, told apart by `type`.
+#[napi(discriminant = "type", discriminant_case = "lowercase", object_from_js = false)]
+pub enum SequenceEvent {
+    /// Generated tokens and their text delta (stop strings and partial characters held back).
+    Token { ids: Vec<u32>, text: String, logprobs: Option<Vec<TokenLogprobs>> },
+    /// The last event of a sequence that ended normally.
+    Done { finish_reason: FinishReason, usage: Usage, timings: Timings },
+    /// The last event of a sequence that failed; `code` is the engine's stable error code.
+    Error { code: String, message: String },
 }
 
 fn lp(t: &TokenLogprob) -> Logprob {
@@ -272,9 +276,9 @@ fn lp(t: &TokenLogprob) -> Logprob {
 impl From<Event> for SequenceEvent {
     fn from(e: Event) -> Self {
         match e {
-            Event::Token(TokenEvent { ids, text, logprobs }) => Self {
-                ids: Some(ids),
-                text: Some(text),
+            Event::Token(TokenEvent { ids, text, logprobs }) => Self::Token {
+                ids,
+                text,
                 logprobs: (!logprobs.is_empty()).then(|| {
                     logprobs
                         .iter()
@@ -285,60 +289,41 @@ impl From<Event> for SequenceEvent {
                         })
                         .collect()
                 }),
-                ..Self::empty("token")
             },
-            Event::Done(DoneEvent { finish_reason, usage, timings }) => Self {
-                finish_reason: Some(finish_reason.as_str().into()),
-                usage: Some(Usage {
+            Event::Done(DoneEvent { finish_reason, usage, timings }) => Self::Done {
+                finish_reason: finish_reason.into(),
+                usage: Usage {
                     prompt_tokens: usage.prompt_tokens as u32,
                     completion_tokens: usage.completion_tokens as u32,
                     cached_tokens: usage.cached_tokens as u32,
-                }),
-                timings: Some(Timings {
+                },
+                timings: Timings {
                     queue_ms: timings.queue_ms,
                     prompt_ms: timings.prompt_ms,
                     decode_ms: timings.decode_ms,
-                }),
-                ..Self::empty("done")
+                },
             },
-            Event::Error(err) => {
-                Self { code: Some(err.code().into()), message: Some(err.to_string()), ..Self::empty("error") }
+            Event::Error(err) => Self::Error { code: err.code().into(), message: err.to_string() },
+        }
+    }
+}
+
+/// The binding's view of `MetricsSnapshot`, from the same list (`wick_core::with_metrics!`).
+/// All f64: JS numbers hold counts exactly up to 2^53, where u32 would wrap at 2^32.
+macro_rules! js_metrics {
+    ($( $(#[doc = $doc:literal])* $name:ident, )*) => {
+        /// Engine gauges and counters (wick_core::metrics).
+        #[napi(object)]
+        pub struct Metrics {
+            $( $(#[doc = $doc])* pub $name: f64, )*
+        }
+
+        impl From<MetricsSnapshot> for Metrics {
+            fn from(m: MetricsSnapshot) -> Self {
+                Self { $( $name: m.$name as f64, )* }
             }
         }
-    }
+    };
 }
 
-#[napi(object)]
-pub struct Metrics {
-    pub running: u32,
-    pub waiting: u32,
-    pub prompt_tokens_total: f64,
-    pub generation_tokens_total: f64,
-    pub steps_total: f64,
-    pub kv_blocks_total: u32,
-    pub kv_blocks_used: u32,
-    pub kv_blocks_cached: u32,
-    pub kv_block_size: u32,
-    pub prefix_query_tokens_total: f64,
-    pub prefix_hit_tokens_total: f64,
-    pub preemptions_total: f64,
-}
-
-impl From<EngineMetrics> for Metrics {
-    fn from(m: EngineMetrics) -> Self {
-        Self {
-            running: m.running as u32,
-            waiting: m.waiting as u32,
-            prompt_tokens_total: m.prompt_tokens_total as f64,
-            generation_tokens_total: m.generation_tokens_total as f64,
-            steps_total: m.steps_total as f64,
-            kv_blocks_total: m.kv_blocks_total as u32,
-            kv_blocks_used: m.kv_blocks_used as u32,
-            kv_blocks_cached: m.kv_blocks_cached as u32,
-            kv_block_size: m.kv_block_size as u32,
-            prefix_query_tokens_total: m.prefix_query_tokens_total as f64,
-            prefix_hit_tokens_total: m.prefix_hit_tokens_total as f64,
-            preemptions_total: m.preemptions_total as f64,
-        }
-    }
-}
+wick_core::with_metrics!(js_metrics);

@@ -9,12 +9,16 @@ mod error;
 
 use std::sync::Arc;
 
+use napi::bindgen_prelude::AsyncBlock;
+use napi::Env;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 
 use convert::{GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics, ModelInfo, SequenceEvent};
-use error::{to_js, to_js_async, Result};
-use wick_core::engine::{Canceller, Event};
+use error::{blocking, promise, to_js, Result};
+use wick_core::engine::Canceller;
+use wick_core::request::Event;
+use wick_core::WickError;
 
 #[napi]
 pub struct Engine {
@@ -24,12 +28,8 @@ pub struct Engine {
 #[napi]
 impl Engine {
     /// Loads a GGUF model on a blocking worker thread (not the libuv pool).
-    #[napi(factory, catch_unwind)]
-    pub async fn load(opts: LoadOptions) -> napi::Result<Engine> {
-        if let Some(t) = opts.threads.filter(|&t| t > 0) {
-            // candle reads this once, when its thread pool first starts.
-            std::env::set_var("CANDLE_NUM_THREADS", t.to_string());
-        }
+    #[napi(catch_unwind)]
+    pub fn load(env: &Env, opts: LoadOptions) -> napi::Result<AsyncBlock<Engine>> {
         let mut o = wick_core::EngineOptions::new(opts.model_path);
         o.context_size = opts.context_size.map(|c| c as usize);
         if let Some(n) = opts.max_sequences {
@@ -47,14 +47,11 @@ impl Engine {
         o.kv_tokens = opts.kv_tokens.filter(|&n| n > 0).map(|n| n as usize);
         o.prefix_cache = opts.prefix_cache.unwrap_or(true);
         o.vocab_only = opts.vocab_only.unwrap_or(false);
-        let engine = tokio::task::spawn_blocking(move || {
-            std::panic::catch_unwind(|| wick_core::Engine::load(o))
-                .unwrap_or_else(|_| Err(wick_core::WickError::load("the loader panicked")))
+        o.threads = opts.threads.map(|n| n as usize);
+        promise(env, async move {
+            let engine = blocking(|| wick_core::Engine::load(o), WickError::load("the loader panicked")).await?;
+            Ok(Engine { inner: Arc::new(engine) })
         })
-        .await
-        .map_err(|e| to_js_async(wick_core::WickError::Internal(e.to_string())))?
-        .map_err(to_js_async)?;
-        Ok(Engine { inner: Arc::new(engine) })
     }
 
     #[napi(catch_unwind)]
@@ -110,31 +107,27 @@ impl Engine {
     }
 
     /// Stops the scheduler; pending sequences end with ENGINE_STOPPED.
-    #[napi(catch_unwind)]
-    pub async fn unload(&self) -> napi::Result<()> {
+    #[napi(catch_unwind, ts_return_type = "Promise<void>")]
+    pub fn unload(&self, env: &Env) -> napi::Result<AsyncBlock<()>> {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || inner.shutdown())
-            .await
-            .map_err(|e| to_js_async(wick_core::WickError::Internal(e.to_string())))
+        let stopping = WickError::Internal("stopping the scheduler panicked".into());
+        promise(env, blocking(move || Ok(inner.shutdown()), stopping))
     }
 }
 
 /// Reads a GGUF file's header (no weights) on a blocking worker thread: architecture,
 /// parameter count, quantization mix, context length, experts, metadata.
 #[napi(catch_unwind)]
-pub async fn inspect_model(path: String, opts: Option<InspectOptions>) -> napi::Result<GgufInfo> {
+pub fn inspect_model(env: &Env, path: String, opts: Option<InspectOptions>) -> napi::Result<AsyncBlock<GgufInfo>> {
     let max_array_len = opts.and_then(|o| o.max_array_len);
-    tokio::task::spawn_blocking(move || {
-        let mut info = std::panic::catch_unwind(|| wick_core::gguf::info::ModelInfo::from_path(&path))
-            .unwrap_or_else(|_| Err(wick_core::WickError::load("reading the GGUF header panicked")))?;
+    let read = move || {
+        let mut info = wick_core::gguf::info::ModelInfo::from_path(&path)?;
         if let Some(n) = max_array_len {
             info.truncate_arrays(n as usize);
         }
-        Ok::<_, wick_core::WickError>(GgufInfo::from(info))
-    })
-    .await
-    .map_err(|e| to_js_async(wick_core::WickError::Internal(e.to_string())))?
-    .map_err(to_js_async)
+        Ok(GgufInfo::from(info))
+    };
+    promise(env, blocking(read, WickError::load("reading the GGUF header panicked")))
 }
 
 #[napi]
@@ -146,7 +139,8 @@ pub struct Sequence {
 #[napi]
 impl Sequence {
     /// Waits for the next events and returns all that are ready (one boundary crossing for
-    /// many tokens); null once the sequence has ended.
+    /// many tokens); null once the sequence has ended. Never rejects: engine errors arrive
+    /// in-band, as an `error` event.
     #[napi(catch_unwind)]
     pub async fn next(&self) -> napi::Result<Option<Vec<SequenceEvent>>> {
         let mut rx = self.events.clone().lock_owned().await;
