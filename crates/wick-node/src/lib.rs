@@ -49,7 +49,8 @@ impl Engine {
         o.vocab_only = opts.vocab_only.unwrap_or(false);
         o.threads = opts.threads.map(|n| n as usize);
         promise(env, async move {
-            let engine = blocking(|| wick_core::Engine::load(o), WickError::load("the loader panicked")).await?;
+            let engine =
+                blocking(|| wick_core::Engine::load(o), WickError::load("the loader panicked")).await?;
             Ok(Engine { inner: Arc::new(engine) })
         })
     }
@@ -111,14 +112,22 @@ impl Engine {
     pub fn unload(&self, env: &Env) -> napi::Result<AsyncBlock<()>> {
         let inner = self.inner.clone();
         let stopping = WickError::Internal("stopping the scheduler panicked".into());
-        promise(env, blocking(move || Ok(inner.shutdown()), stopping))
+        let stop = move || {
+            inner.shutdown();
+            Ok(())
+        };
+        promise(env, blocking(stop, stopping))
     }
 }
 
 /// Reads a GGUF file's header (no weights) on a blocking worker thread: architecture,
 /// parameter count, quantization mix, context length, experts, metadata.
 #[napi(catch_unwind)]
-pub fn inspect_model(env: &Env, path: String, opts: Option<InspectOptions>) -> napi::Result<AsyncBlock<GgufInfo>> {
+pub fn inspect_model(
+    env: &Env,
+    path: String,
+    opts: Option<InspectOptions>,
+) -> napi::Result<AsyncBlock<GgufInfo>> {
     let max_array_len = opts.and_then(|o| o.max_array_len);
     let read = move || {
         let mut info = wick_core::gguf::info::ModelInfo::from_path(&path)?;
