@@ -140,7 +140,7 @@ pub struct Engine {
 impl Engine {
     /// Loads the model and starts its scheduler thread. Blocking: call it off the JS thread.
     pub fn load(opts: EngineOptions) -> Result<Self> {
-        crate::ops::alloc::keep_freed_memory();
+        crate::runtime::alloc::keep_freed_memory();
         let gguf = GgufFile::open(&opts.model_path)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf.metadata)?);
         let name = gguf.metadata.opt_str("general.name")?.map(str::to_string);

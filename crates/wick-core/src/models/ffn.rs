@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 use candle_core::{Device, Tensor};
 use half::f16;
 
-use super::cpu_ops::swiglu;
 use super::layers::{Linear, Linears, RowPos};
+use crate::kernels::cpu::elementwise::swiglu;
 use super::moe::Moe;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;

@@ -17,7 +17,8 @@ pub(crate) use sequence::Sequence;
 use crate::cache::KvPool;
 use crate::engine::FinishReason;
 use crate::error::WickError;
-use crate::models::{with_host_f32, Model, StepSeq};
+use crate::kernels::with_host_f32;
+use crate::models::{Model, StepSeq};
 use crate::tokenizer::Tokenizer;
 
 pub(crate) enum Command {
