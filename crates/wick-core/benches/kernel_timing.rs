@@ -64,7 +64,12 @@ fn packed() {
                 std::hint::black_box(p.matmul(&xs, &rows).unwrap());
             }
             let s = t.elapsed().as_secs_f64() / iters as f64;
-            row(&format!("packed {dt:?}"), &format!("m={m}"), s, &format!("{:.1} GMAC/s", (m * n * k) as f64 / s / 1e9));
+            row(
+                &format!("packed {dt:?}"),
+                &format!("m={m}"),
+                s,
+                &format!("{:.1} GMAC/s", (m * n * k) as f64 / s / 1e9),
+            );
         }
     }
 }

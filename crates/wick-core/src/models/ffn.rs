@@ -7,10 +7,10 @@ use candle_core::{Device, Tensor};
 use half::f16;
 
 use super::layers::{Linear, Linears, RowPos};
-use crate::kernels::cpu::elementwise::swiglu;
 use super::moe::Moe;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::kernels::cpu::elementwise::swiglu;
 
 pub enum Ffn {
     Dense(Mlp),

@@ -16,11 +16,11 @@ use candle_core::quantized::{QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 
 use super::layers::{Linear, RowPos};
+use crate::error::{Result, WickError};
+use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
 use crate::kernels::cpu::feats::fast;
 use crate::kernels::cpu::float_dots::{dot_single, dot_tiled};
-use crate::error::{Result, WickError};
-use crate::gguf::GgufFile;
 
 /// llama.cpp's clamp on the sum of the selected weights (smallest normal f16).
 const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;

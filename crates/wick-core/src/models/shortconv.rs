@@ -6,10 +6,10 @@ use candle_core::{DType, Device, Tensor};
 
 use super::attention::BatchPlan;
 use super::layers::Linear;
-use crate::kernels::cpu::elementwise::{short_conv, with_host_f32};
 use crate::cache::{BlockId, ConvState, KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::kernels::cpu::elementwise::{short_conv, with_host_f32};
 
 pub struct ShortConv {
     in_proj: Linear,
@@ -59,9 +59,8 @@ impl ShortConv {
         let d = self.d;
         let bcx = self.in_proj.forward(u, &plan.rows)?;
         if u.device().is_cpu() {
-            let y = with_host_f32(&bcx, |bcx| {
-                self.gated_conv_host(bcx, plan, layer, kv, states, u.device())
-            })??;
+            let y =
+                with_host_f32(&bcx, |bcx| self.gated_conv_host(bcx, plan, layer, kv, states, u.device()))??;
             return self
                 .out_proj
                 .forward(&Tensor::from_vec(y, (plan.n_tokens(), d), u.device())?, &plan.rows);

@@ -8,9 +8,9 @@
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
-use crate::error::Result;
 use super::expf;
 use super::feats::fast;
+use crate::error::Result;
 use crate::runtime::pool::{self, SyncPtr};
 
 /// `f` on `t`'s values as one host f32 slice: read in place when `t` is a contiguous f32

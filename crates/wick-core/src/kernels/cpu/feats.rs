@@ -80,7 +80,9 @@ pub fn has_avx2() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
     #[cfg(target_arch = "x86_64")]
     return cached(&OK, Isa::Avx2, || {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
     });
     #[cfg(not(target_arch = "x86_64"))]
     cached(&OK, Isa::Avx2, || false)

@@ -293,7 +293,16 @@ mod tests {
         let d4 = Some(q5k4 as unsafe fn(&[u8], [&[Act256]; 4]) -> [f32; 4]);
         #[cfg(not(target_arch = "x86_64"))]
         let d4 = None;
-        check_block_type(Q5K::BYTES, &[Q5K::D, Q5K::DMIN], QK_K, quantize_q8k, deq_q5k, dot_q5k, dot_q5k_ref, d4);
+        check_block_type(
+            Q5K::BYTES,
+            &[Q5K::D, Q5K::DMIN],
+            QK_K,
+            quantize_q8k,
+            deq_q5k,
+            dot_q5k,
+            dot_q5k_ref,
+            d4,
+        );
     }
 
     fn deq_q3k(blk: &[u8]) -> Vec<f32> {
@@ -320,9 +329,7 @@ mod tests {
         let (d, dmin) = (f16_at(blk, Q2K::D), f16_at(blk, Q2K::DMIN));
         let q = q2k_values(blk);
         let sm = |e: usize| blk[Q2K::SCALES + e / 16];
-        (0..QK_K)
-            .map(|e| d * (sm(e) & 0x0F) as f32 * q[e] as f32 - dmin * (sm(e) >> 4) as f32)
-            .collect()
+        (0..QK_K).map(|e| d * (sm(e) & 0x0F) as f32 * q[e] as f32 - dmin * (sm(e) >> 4) as f32).collect()
     }
 
     #[test]
@@ -340,7 +347,16 @@ mod tests {
             };
             #[cfg(not(target_arch = "x86_64"))]
             let d4 = None;
-            check_block_type(Q2K::BYTES, &[Q2K::D, Q2K::DMIN], QK_K, quantize_q8k, deq_q2k, dot, reference, d4);
+            check_block_type(
+                Q2K::BYTES,
+                &[Q2K::D, Q2K::DMIN],
+                QK_K,
+                quantize_q8k,
+                deq_q2k,
+                dot,
+                reference,
+                d4,
+            );
         }
     }
 }

@@ -19,12 +19,12 @@ use super::blocks::f16_at;
 use super::feats::{fast, has_avx2_fma, has_avx512, has_avx512bf16};
 use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single, dot_tiled, to_bf16};
 use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
-use crate::runtime::pool::{self, SyncPtr};
 use super::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};
 use super::quants::{dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0};
 #[cfg(target_arch = "x86_64")]
 use super::x86::{k_quants as simd_k, quants as simd};
 use crate::error::{Result, WickError};
+use crate::runtime::pool::{self, SyncPtr};
 
 /// A row's place in its sequence's share of a step: llama.cpp picks kernels by how many
 /// rows it multiplies at once, so Wick picks them per sequence, as if each sequence ran alone.

@@ -223,6 +223,15 @@ mod tests {
         let d4 = Some(simd::dot4_q5_1 as unsafe fn(&[u8], [&[Act32]; 4]) -> [f32; 4]);
         #[cfg(not(target_arch = "x86_64"))]
         let d4 = None;
-        check_block_type(Q5_1::BYTES, &[Q5_1::D, Q5_1::M], QK, quantize_q8, deq_q5_1, dot_q5_1, dot_q5_1_ref, d4);
+        check_block_type(
+            Q5_1::BYTES,
+            &[Q5_1::D, Q5_1::M],
+            QK,
+            quantize_q8,
+            deq_q5_1,
+            dot_q5_1,
+            dot_q5_1_ref,
+            d4,
+        );
     }
 }

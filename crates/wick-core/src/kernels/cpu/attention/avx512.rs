@@ -167,11 +167,8 @@ pub unsafe fn kq16_single<const H: usize>(
                 });
                 for h in 0..H {
                     for j in 0..4 {
-                        a[h][j] = _mm512_fmadd_ps(
-                            kx[j],
-                            _mm512_loadu_ps(qs[h].as_ptr().add(s + 16 * j)),
-                            a[h][j],
-                        );
+                        a[h][j] =
+                            _mm512_fmadd_ps(kx[j], _mm512_loadu_ps(qs[h].as_ptr().add(s + 16 * j)), a[h][j]);
                     }
                 }
             }

@@ -9,7 +9,6 @@ use crate::kernels::cpu::blocks::reduce16;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::cpu::feats::has_avx2;
 
-
 /// tinyBLAS order over `x.len()` values (16 lanes, chunks of 16); a last partial chunk counts
 /// as zero-padded (lanes past the end keep their sum).
 pub fn dot_f16_tiled(x: &[f16], y: &[f32]) -> f32 {

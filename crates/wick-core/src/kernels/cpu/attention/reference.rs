@@ -76,7 +76,6 @@ pub(crate) fn attend_reference(
     out
 }
 
-
 #[cfg(test)]
 mod tests {
     use candle_core::Device;
@@ -132,7 +131,6 @@ mod tests {
             }
         }
     }
-
 
     #[test]
     fn many_sequences_in_one_pass_match_each_alone() {

@@ -9,7 +9,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::PANEL;
+use super::panel::PANEL;
 use crate::kernels::cpu::blocks::{f16_at, Q4_0, QK};
 use crate::kernels::cpu::feats::Isa;
 use crate::kernels::cpu::q8::Act32;
@@ -20,7 +20,7 @@ const QUANTS: usize = 2 * PANEL;
 
 /// GGUF Q4_0 rows (`n` rows of `k / 32` blocks of 18 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    super::pack_blocks(raw, n, k, QK, Q4_0::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
+    super::panel::pack_blocks(raw, n, k, QK, Q4_0::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4_0::D..Q4_0::D + 2]);
         for h in 0..4 {
@@ -76,10 +76,10 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::{bcast4, load_f16x16, load_f16x8};
+use super::panel::{bcast4, load_f16x16, load_f16x8};
 
 #[cfg(target_arch = "x86_64")]
-use super::{chains, next_panel, prefetch_next_panel, sum_chains, CHAINS};
+use super::panel::{chains, next_panel, prefetch_next_panel, sum_chains, CHAINS};
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]

@@ -11,7 +11,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::PANEL;
+use super::panel::PANEL;
 use crate::kernels::cpu::blocks::{f16_at, Q4_1, QK};
 use crate::kernels::cpu::feats::Isa;
 use crate::kernels::cpu::q8::Act32;
@@ -22,7 +22,7 @@ const QUANTS: usize = 4 * PANEL;
 
 /// GGUF Q4_1 rows (`n` rows of `k / 32` blocks of 20 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    super::pack_blocks(raw, n, k, QK, Q4_1::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
+    super::panel::pack_blocks(raw, n, k, QK, Q4_1::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4_1::D..Q4_1::D + 2]);
         dst[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2].copy_from_slice(&blk[Q4_1::M..Q4_1::M + 2]);
@@ -45,7 +45,7 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act32]], out: *mut f32, ldo: usize
             // temporaries in 32 zmm.
             for (i, rows) in acts.chunks(2).enumerate() {
                 let o = unsafe { out.add(2 * i * ldo) };
-                let next = super::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+                let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
                 match rows.len() {
                     1 => unsafe { tile_vnni::<1>([rows[0]], panel, nb, o, ldo, next) },
                     _ => unsafe { tile_vnni::<2>([rows[0], rows[1]], panel, nb, o, ldo, next) },
@@ -96,7 +96,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel};
+use super::panel::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel};
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]

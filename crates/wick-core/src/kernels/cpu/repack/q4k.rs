@@ -15,7 +15,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::PANEL;
+use super::panel::PANEL;
 use crate::kernels::cpu::blocks::{f16_at, scale_min, Q4K, QK_K};
 use crate::kernels::cpu::feats::Isa;
 use crate::kernels::cpu::q8::Act256;
@@ -46,7 +46,7 @@ const fn quants_at(g: usize) -> usize {
 
 /// GGUF Q4_K rows (`n` rows of `k / 256` blocks of 144 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    super::pack_blocks(raw, n, k, QK_K, Q4K::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
+    super::panel::pack_blocks(raw, n, k, QK_K, Q4K::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4K::D..Q4K::D + 2]);
         dst[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2].copy_from_slice(&blk[Q4K::DMIN..Q4K::DMIN + 2]);
@@ -76,7 +76,7 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act256]], pairs: &[bool], out: *mu
         // Four rows at a time: each row needs six registers per step.
         Isa::Avx512Vnni => {
             for (i, four) in acts.chunks(4).enumerate() {
-                let next = super::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+                let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
                 unsafe {
                     by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next)
                 }
@@ -158,10 +158,10 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out:
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::bcast4;
+use super::panel::bcast4;
 
 #[cfg(target_arch = "x86_64")]
-use super::{
+use super::panel::{
     chains, load_f16x16, load_f16x8, prefetch_ahead, prefetch_next_panel, sum_chains, CHAINS, STREAM_ROWS,
 };
 

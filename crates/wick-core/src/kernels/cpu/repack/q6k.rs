@@ -12,10 +12,10 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::PANEL;
-use crate::kernels::cpu::blocks::{f16_at, Q6K, QK_K};
+use super::panel::PANEL;
 #[cfg(target_arch = "x86_64")]
-use super::{next_panel, prefetch_ahead, prefetch_next_panel, STREAM_ROWS};
+use super::panel::{next_panel, prefetch_ahead, prefetch_next_panel, STREAM_ROWS};
+use crate::kernels::cpu::blocks::{f16_at, Q6K, QK_K};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::cpu::q8::Act256;
 
@@ -28,7 +28,7 @@ pub const BLOCK_BYTES: usize = PANEL / 2 * PAIR_BYTES;
 /// → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     let nb = k / QK_K;
-    super::pack_blocks(raw, n, k, QK_K, Q6K::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
+    super::panel::pack_blocks(raw, n, k, QK_K, Q6K::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let pair = &mut panel[((c / 2) * nb + b) * PAIR_BYTES..][..PAIR_BYTES];
         let side = c % 2;
         for h in 0..2 {

@@ -12,7 +12,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::PANEL;
+use super::panel::PANEL;
 use crate::kernels::cpu::blocks::{f16_at, hsum8, u32_at, Q5_0, Q8_0, QK};
 use crate::kernels::cpu::feats::Isa;
 use crate::kernels::cpu::q8::{quantize_q8, Act32};
@@ -58,7 +58,7 @@ pub fn q5_0_as_q8_0(raw: &[u8]) -> Vec<u8> {
 
 /// GGUF Q8_0 rows (`n` rows of `k / 32` blocks of 34 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    super::pack_blocks(raw, n, k, QK, Q8_0::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
+    super::panel::pack_blocks(raw, n, k, QK, Q8_0::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q8_0::D..Q8_0::D + 2]);
         for l in 0..8 {
@@ -82,7 +82,7 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[Vec<Act>], out: *mut f32, ldo: usize
             for (i, rows) in acts.chunks(3).enumerate() {
                 let a = |j: usize| &rows[j][..];
                 let o = unsafe { out.add(3 * i * ldo) };
-                let next = super::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+                let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
                 match rows.len() {
                     1 => unsafe { tile_vnni::<1>([a(0)], panel, nb, o, ldo, next) },
                     2 => unsafe { tile_vnni::<2>([a(0), a(1)], panel, nb, o, ldo, next) },
@@ -130,7 +130,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[Vec<Act>], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel};
+use super::panel::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel};
 
 /// The 8-lane tree sum of `acc[0..8]`, one zmm lane per column.
 #[cfg(target_arch = "x86_64")]

@@ -126,7 +126,8 @@ pub unsafe fn dotn_q6k<const R: usize>(w: &[u8], a: [&[Act256]; R]) -> [f32; R] 
         }
         for (c, v) in scv.iter_mut().enumerate() {
             // Lanes 0..4 cover the chunk's first 16 values, lanes 4..8 the next 16.
-            let (s0, s1) = (*p.add(Q6K::SCALES + 2 * c) as i8 as i16, *p.add(Q6K::SCALES + 2 * c + 1) as i8 as i16);
+            let (s0, s1) =
+                (*p.add(Q6K::SCALES + 2 * c) as i8 as i16, *p.add(Q6K::SCALES + 2 * c + 1) as i8 as i16);
             *v = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
         }
         for t in 0..R {
