@@ -9,7 +9,7 @@
  * does not load in llama.cpp; tests/models.rs checks it gives the same logits as its twin.)
  *
  * llama.cpp runs with flash attention off, one thread. Wick's CPU kernels round the way that
- * path does (see crates/wick-core/src/models/cpu_attention.rs); with flash attention on,
+ * path does (see crates/wick-core/src/kernels/cpu/attention/); with flash attention on,
  * llama.cpp accumulates V in f16 and greedy choices at near-ties can differ.
  */
 import test from "ava";

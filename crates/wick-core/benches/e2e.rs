@@ -62,6 +62,6 @@ fn main() {
     let (tm, tl, th) = stats(&mut tg);
     println!(
         "{path}: pp{np} {pm:.1} tok/s ({pl:.1}-{ph:.1})  tg{ng} {tm:.1} tok/s ({tl:.1}-{th:.1})  threads={}",
-        wick_core::ops::pool::global().threads()
+        wick_core::runtime::pool::global().threads()
     );
 }

@@ -1,10 +1,10 @@
 //! Wick's CPU kernels against candle's path for the same work:
-//! - quantized matmuls: the packed panels (`ops::packed`) against `QMatMul` on the same
+//! - quantized matmuls: the packed panels (`kernels::cpu::repack`) against `QMatMul` on the same
 //!   weights, per type, for one row (decode) and 64 rows (a prefill chunk);
 //! - attention of a decode step (8 sequences × 160 cached positions, SmolLM2's 9 query heads
-//!   on 3 KV heads): `ops::attn::attend_many` over the paged f16 cache against candle's
+//!   on 3 KV heads): `kernels::attend_many` over the paged f16 cache against candle's
 //!   matmul/softmax attention on contiguous f16 K/V (`models::attend_with_tensor_ops`);
-//! - SwiGLU of 8 rows of 1536: `ops::expf::swiglu` against candle's `silu(g) * u`.
+//! - SwiGLU of 8 rows of 1536: `kernels::cpu::expf::swiglu` against candle's `silu(g) * u`.
 //!
 //! `cargo bench -p wick-core --bench kernels [-- FILTER]`; threads: `WICK_THREADS` for Wick,
 //! `RAYON_NUM_THREADS` for candle (set both to compare like with like).
@@ -13,9 +13,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use wick_core::cache::{KvPool, KvWrite, LayerKind, SeqCache};
-use wick_core::ops::attn::{attend_many, SeqAttn};
-use wick_core::ops::packed::PackedWeight;
-use wick_core::ops::RowPos;
+use wick_core::kernels::{attend_many, PackedWeight, RowPos, SeqAttn};
 
 /// LFM2-350M's FFN up/gate shape.
 const N: usize = 4608;
@@ -131,7 +129,7 @@ fn swiglu(c: &mut Criterion) {
     );
     let mut group = c.benchmark_group("swiglu 8x1536");
     group.throughput(Throughput::Elements((m * n) as u64));
-    group.bench_function("wick", |b| b.iter(|| wick_core::ops::expf::swiglu(&g, &u, n)));
+    group.bench_function("wick", |b| b.iter(|| wick_core::kernels::cpu::expf::swiglu(&g, &u, n)));
     group.bench_function("candle", |b| b.iter(|| (gt.silu().unwrap() * &ut).unwrap()));
     group.finish();
 }

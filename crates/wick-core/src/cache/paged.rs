@@ -25,7 +25,7 @@ use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use super::blocks::{chain_hash, BlockId, BlockPool};
 use super::{LayerKind, SeqCache};
 use crate::error::{Result, WickError};
-use crate::ops::pool::{self, SyncPtr};
+use crate::runtime::pool::{self, SyncPtr};
 
 /// Tokens per KV block (the prefix cache's granularity too).
 pub const BLOCK_SIZE: usize = 64;

@@ -15,7 +15,7 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::{self, ModelInfo};
-use crate::ops::pool;
+use crate::runtime::pool;
 use crate::request::{Event, GenerateRequest};
 use crate::scheduler::{Command, Scheduler, SchedulerConfig, Sequence};
 use crate::tokenizer::Tokenizer;
@@ -130,7 +130,7 @@ pub struct Engine {
 impl Engine {
     /// Loads the model and starts its scheduler thread. Blocking: call it off the JS thread.
     pub fn load(opts: EngineOptions) -> Result<Self> {
-        crate::ops::alloc::keep_freed_memory();
+        crate::runtime::alloc::keep_freed_memory();
         let threads = kernel_threads(opts.threads)?;
         let gguf = GgufFile::open(&opts.model_path)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf.metadata)?);

@@ -4,14 +4,12 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use super::cpu_attention;
-use super::cpu_ops::with_host_f32;
 use super::layers::{Linear, Linears, RmsNorm, Rope, RowPos};
 use super::StepSeq;
 use crate::cache::{KvPool, KvWrite, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
-use crate::ops::attn::SeqAttn;
+use crate::kernels::{attend_many, with_host_f32, SeqAttn};
 
 /// Where one sequence's new tokens sit in the step.
 #[derive(Debug, Clone, Copy)]
@@ -194,7 +192,7 @@ impl Attention {
                         pos0: span.pos0,
                     })
                     .collect();
-                cpu_attention::attend_many(&seqs, self.n_head, scale as f32, window)
+                attend_many(&seqs, self.n_head, scale as f32, window)
             })?;
             Tensor::from_vec(o, (n, q_row), x.device())?
         } else {
@@ -213,7 +211,7 @@ impl Attention {
 }
 
 /// softmax(q kᵀ · scale + causal mask) v for one sequence on a GPU (the CPU uses
-/// `cpu_attention`, which sums exactly as llama.cpp does).
+/// `kernels::cpu::attention`, which sums exactly as llama.cpp does).
 /// `q`: `[len, n_head, hd]` f32 for positions `pos0..pos0+len`; `k`, `v`: `[n_kv, T, hd]` f16
 /// with `T = pos0 + len`. Query head h reads KV head h / (n_head / n_kv), as in ggml.
 /// q is rounded to f16 first because ggml converts it to the f16 cache's dot type.

@@ -15,7 +15,7 @@ use super::shortconv::ShortConv;
 use super::{Model, ModelInfo, StepSeq};
 use crate::cache::{KvPool, LayerKind, SeqCache};
 use crate::error::{Result, WickError};
-use crate::ops::pool;
+use crate::runtime::pool;
 
 pub enum Operator {
     Attention(Attention),

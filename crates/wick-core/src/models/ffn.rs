@@ -6,11 +6,11 @@ use std::sync::OnceLock;
 use candle_core::{Device, Tensor};
 use half::f16;
 
-use super::cpu_ops::swiglu;
 use super::layers::{Linear, Linears, RowPos};
 use super::moe::Moe;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::kernels::cpu::elementwise::swiglu;
 
 pub enum Ffn {
     Dense(Mlp),

@@ -8,7 +8,9 @@ use candle_core::{DType, Device, Module, Tensor};
 
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
-use crate::ops::packed::PackedWeight;
+use crate::kernels::cpu::elementwise::{rms_norm, rope};
+use crate::kernels::cpu::matmul;
+use crate::kernels::{with_host_f32, PackedWeight};
 
 /// Width, depth, heads, KV heads per layer, FFN width and norm ε of a llama-style stack.
 pub struct DenseShape {
@@ -66,8 +68,8 @@ impl Hparams<'_> {
 }
 
 /// A weight ready for matmul. On the CPU, types with a packed kernel are repacked at load
-/// (`ops::packed`); F16/Q8_0/Q4_0/Q4_1/Q4_K use `ggml_matmul` (rounds as
-/// llama.cpp does); other quantized types stay `QTensor`s so candle converts activations to
+/// (`kernels::cpu::repack`); the other types `matmul::supported` lists use its row-dot matmul
+/// (rounds as llama.cpp does); other quantized types stay `QTensor`s so candle converts activations to
 /// the weight's dot-product type (q8_K, ...) as ggml does; f32 weights become plain tensors.
 enum Weight {
     Candle(QMatMul),
@@ -82,14 +84,14 @@ fn weight(w: Arc<QTensor>) -> Result<Weight> {
         return Ok(Weight::Packed(p));
     }
     Ok(match w.dtype() {
-        dt if cpu && super::ggml_matmul::supported(dt, n_out) => Weight::Ggml(w),
+        dt if cpu && matmul::supported(dt, n_out) => Weight::Ggml(w),
         GgmlDType::F32 => Weight::Candle(QMatMul::from_arc(w)?),
         GgmlDType::F16 | GgmlDType::BF16 if !cpu => Weight::Candle(QMatMul::from_arc(w)?),
         _ => Weight::Candle(QMatMul::QTensor(w)),
     })
 }
 
-pub use crate::ops::RowPos;
+pub use crate::kernels::RowPos;
 
 /// `y = x Wᵀ (+ b)`: a GGUF weight of ggml dims `{in, out}` with an optional bias `{out}`.
 pub struct Linear {
@@ -121,9 +123,9 @@ impl Linear {
         let x = x.contiguous()?;
         let y = match &self.w {
             Weight::Candle(w) => w.forward(&x)?,
-            Weight::Ggml(w) => super::ggml_matmul::matmul(&x, w, rows)?,
+            Weight::Ggml(w) => matmul::matmul(&x, w, rows)?,
             Weight::Packed(w) => {
-                let y = super::cpu_ops::with_host_f32(&x, |xs| w.matmul(xs, rows))??;
+                let y = with_host_f32(&x, |xs| w.matmul(xs, rows))??;
                 Tensor::from_vec(y, (rows.len(), w.dims().0), x.device())?
             }
         };
@@ -173,7 +175,7 @@ impl Linears {
             Self::Apart(ls) => ls.iter().map(|l| l.forward(x, rows)).collect(),
             Self::Fused { w, biases } => {
                 let x = x.contiguous()?;
-                let parts = super::cpu_ops::with_host_f32(&x, |xs| w.matmul_parts(xs, rows))??;
+                let parts = with_host_f32(&x, |xs| w.matmul_parts(xs, rows))??;
                 parts
                     .into_iter()
                     .zip(biases)
@@ -203,7 +205,7 @@ impl RmsNorm {
         Ok(Self { w: g.f32_tensor(name, dev)?.to_dtype(DType::F32)?, eps })
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        super::cpu_ops::rms_norm(x, &self.w, self.eps)
+        rms_norm(x, &self.w, self.eps)
     }
 }
 
@@ -284,7 +286,7 @@ impl Rope {
     pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         let (n, h, d) = x.dims3()?;
         if x.device().is_cpu() {
-            return super::cpu_ops::rope(x, cos, sin, self.style == RopeStyle::Interleaved);
+            return rope(x, cos, sin, self.style == RopeStyle::Interleaved);
         }
         let x4 = x.contiguous()?.reshape((n, h, 1, d))?;
         let y = match self.style {

@@ -8,13 +8,9 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 
 mod attention;
-mod cpu_attention;
-mod cpu_ops;
 mod decoder;
 mod ffn;
 mod gemma3;
-pub(crate) mod ggml_matmul;
-mod ggml_simd;
 pub(crate) mod layers;
 mod lfm2;
 mod llama;
@@ -25,8 +21,6 @@ mod shortconv;
 /// The tensor-op attention devices without a paged kernel run (also the CPU baseline of
 /// `benches/kernels.rs`).
 pub use attention::attend as attend_with_tensor_ops;
-/// Reads a tensor's f32 values in place when it is on the host (the logits the scheduler samples).
-pub(crate) use cpu_ops::with_host_f32;
 
 /// What the engine and the APIs report about a loaded model.
 #[derive(Debug, Clone, Default)]

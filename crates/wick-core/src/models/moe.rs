@@ -15,11 +15,12 @@ use std::sync::Arc;
 use candle_core::quantized::{QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 
-use super::cpu_attention::{dot_single, dot_tiled};
-use super::cpu_ops::swiglu;
 use super::layers::{Linear, RowPos};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::kernels::cpu::elementwise::swiglu;
+use crate::kernels::cpu::feats::fast;
+use crate::kernels::cpu::float_dots::{dot_single, dot_tiled};
 
 /// llama.cpp's clamp on the sum of the selected weights (smallest normal f16).
 const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
@@ -98,7 +99,7 @@ impl Moe {
     /// Selected experts (best first) and their renormalised weights for one token.
     fn route(&self, x: &[f32], several: bool) -> (Vec<usize>, Vec<f32>) {
         let d = self.d;
-        let probs: Vec<f32> = crate::ops::simd::fast(
+        let probs: Vec<f32> = fast(
             #[inline(always)]
             || {
                 self.router

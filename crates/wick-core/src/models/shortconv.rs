@@ -5,11 +5,11 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::attention::BatchPlan;
-use super::cpu_ops;
 use super::layers::Linear;
 use crate::cache::{BlockId, ConvState, KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::kernels::cpu::elementwise::{short_conv, with_host_f32};
 
 pub struct ShortConv {
     in_proj: Linear,
@@ -59,9 +59,8 @@ impl ShortConv {
         let d = self.d;
         let bcx = self.in_proj.forward(u, &plan.rows)?;
         if u.device().is_cpu() {
-            let y = cpu_ops::with_host_f32(&bcx, |bcx| {
-                self.gated_conv_host(bcx, plan, layer, kv, states, u.device())
-            })??;
+            let y =
+                with_host_f32(&bcx, |bcx| self.gated_conv_host(bcx, plan, layer, kv, states, u.device()))??;
             return self
                 .out_proj
                 .forward(&Tensor::from_vec(y, (plan.n_tokens(), d), u.device())?, &plan.rows);
@@ -110,12 +109,12 @@ impl ShortConv {
         let mut y = vec![0f32; plan.n_tokens() * d];
         for (span, (state, blocks)) in plan.spans.iter().zip(states.iter_mut()) {
             // Previous L-1 inputs, then B ⊙ X of the new rows: output t reads rows t..t+L.
-            let mut full = cpu_ops::with_host_f32(&state.get(dev)?, |s| s.to_vec())?;
+            let mut full = with_host_f32(&state.get(dev)?, |s| s.to_vec())?;
             full.reserve(span.len * d);
             for row in bcx[span.start * 3 * d..(span.start + span.len) * 3 * d].chunks_exact(3 * d) {
                 full.extend(row[..d].iter().zip(&row[2 * d..]).map(|(b, x)| b * x));
             }
-            let conv = cpu_ops::short_conv(&full, &self.kernel, span.len, d, l);
+            let conv = short_conv(&full, &self.kernel, span.len, d, l);
             for (t, yt) in y[span.start * d..(span.start + span.len) * d].chunks_exact_mut(d).enumerate() {
                 let c = &bcx[(span.start + t) * 3 * d + d..][..d];
                 for ((o, &ci), &v) in yt.iter_mut().zip(c).zip(&conv[t * d..(t + 1) * d]) {

@@ -16,8 +16,9 @@ pub(crate) use sequence::Sequence;
 
 use crate::cache::KvPool;
 use crate::error::WickError;
+use crate::kernels::with_host_f32;
 use crate::metrics::Metrics;
-use crate::models::{with_host_f32, Model, StepSeq};
+use crate::models::{Model, StepSeq};
 use crate::request::FinishReason;
 use crate::tokenizer::Tokenizer;
 

@@ -3,14 +3,16 @@
 //! bytes 4h..4h+4 (low nibbles: elements 4h..4h+4, high nibbles: elements 16+4h..16+4h+4).
 //! One group thus feeds two 4-element steps of 16 columns (`vpdpbusd` lanes = columns).
 //!
-//! Per output and block, as ggml's repacked Q4_0 kernels and `ggml_matmul::dot_q4_0`:
+//! Per output and block, as ggml's repacked Q4_0 kernels and `quants::dot_q4_0`:
 //! `isum = Σ q·y − 8·Σy` (exact), `acc = fma(float(isum), dw·dy, acc)`.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{f16_at, Isa, PANEL};
-use crate::ops::q8::Act32;
+use super::panel::PANEL;
+use crate::kernels::cpu::blocks::{f16_at, Q4_0, QK};
+use crate::kernels::cpu::feats::Isa;
+use crate::kernels::cpu::q8::Act32;
 
 /// Bytes of one block of one panel.
 pub const BLOCK_BYTES: usize = QUANTS + 4 * 64;
@@ -18,11 +20,11 @@ const QUANTS: usize = 2 * PANEL;
 
 /// GGUF Q4_0 rows (`n` rows of `k / 32` blocks of 18 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    super::pack_blocks(raw, n, k, 32, 18, BLOCK_BYTES, |panel, b, c, blk| {
+    super::panel::pack_blocks(raw, n, k, QK, Q4_0::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
-        dst[2 * c..2 * c + 2].copy_from_slice(&blk[0..2]);
+        dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4_0::D..Q4_0::D + 2]);
         for h in 0..4 {
-            dst[QUANTS + 64 * h + 4 * c..][..4].copy_from_slice(&blk[2 + 4 * h..2 + 4 * h + 4]);
+            dst[QUANTS + 64 * h + 4 * c..][..4].copy_from_slice(&blk[Q4_0::QS + 4 * h..][..4]);
         }
     })
 }
@@ -31,7 +33,7 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
 pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act32]], out: *mut f32, ldo: usize) {
     let nb = panel.len() / BLOCK_BYTES;
     debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8);
-    // Safety (both SIMD arms): `isa` comes from `packed::isa()`, so the features are present;
+    // Safety (both SIMD arms): `isa` comes from `feats::isa()`, so the features are present;
     // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
     #[cfg(target_arch = "x86_64")]
     match isa {
@@ -74,10 +76,10 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::{bcast4, load_f16x16, load_f16x8};
+use super::panel::{bcast4, load_f16x16, load_f16x8};
 
 #[cfg(target_arch = "x86_64")]
-use super::{chains, next_panel, prefetch_next_panel, sum_chains, CHAINS};
+use super::panel::{chains, next_panel, prefetch_next_panel, sum_chains, CHAINS};
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]

@@ -8,9 +8,10 @@
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
+use super::expf;
+use super::feats::fast;
 use crate::error::Result;
-use crate::ops::pool::{self, SyncPtr};
-use crate::ops::simd::fast;
+use crate::runtime::pool::{self, SyncPtr};
 
 /// `f` on `t`'s values as one host f32 slice: read in place when `t` is a contiguous f32
 /// tensor in host memory (the usual case between CPU ops), copied otherwise.
@@ -112,7 +113,7 @@ pub fn short_conv(full: &[f32], w: &[f32], len: usize, d: usize, l: usize) -> Ve
 }
 
 /// ggml `swiglu`: `silu(g)·u` with `silu(x) = x / (1 + expf(-x))`, expf as the local
-/// llama.cpp build computes it (`ops::expf`).
+/// llama.cpp build computes it (`expf`).
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     let (gate, up) = (gate.contiguous()?, up.contiguous()?);
     if !gate.device().is_cpu() || gate.dtype() != candle_core::DType::F32 {
@@ -120,7 +121,7 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     }
     let dims = gate.dims().to_vec();
     let n = *dims.last().unwrap_or(&1);
-    let y = with_host_f32(&gate, |g| with_host_f32(&up, |u| crate::ops::expf::swiglu(g, u, n)))??;
+    let y = with_host_f32(&gate, |g| with_host_f32(&up, |u| expf::swiglu(g, u, n)))??;
     Ok(Tensor::from_vec(y, dims, gate.device())?)
 }
 

@@ -3,7 +3,7 @@
 //! 4l..4l+4 with the sign bit flipped (`q + 128` as u8, the unsigned operand of `vpdpbusd`).
 //! One group is one of ggml's 8 lanes for 16 columns (`vpdpbusd` lanes = columns).
 //!
-//! Per output, as `ggml_matmul::dot_q8_0` (`ggml_vec_dot_q8_0_q8_0`): 8 float lanes, lane l
+//! Per output, as `quants::dot_q8_0` (`ggml_vec_dot_q8_0_q8_0`): 8 float lanes, lane l
 //! of block b gets `acc_l = fma(dw·dy, float(Σ_{t<4} q[4l+t]·y[4l+t]), acc_l)`, then ggml's
 //! 8-lane tree sum. The integer lane sums are exact: with unsigned weights,
 //! `Σ (q+128)·y − 128·Σ y`, the second term precomputed per activation block and lane
@@ -12,8 +12,10 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{f16_at, Isa, PANEL};
-use crate::ops::q8::{quantize_q8, Act32};
+use super::panel::PANEL;
+use crate::kernels::cpu::blocks::{f16_at, hsum8, u32_at, Q5_0, Q8_0, QK};
+use crate::kernels::cpu::feats::Isa;
+use crate::kernels::cpu::q8::{quantize_q8, Act32};
 
 /// Bytes of one block of one panel.
 pub const BLOCK_BYTES: usize = QUANTS + 8 * 64;
@@ -41,12 +43,13 @@ pub fn quantize(x: &[f32]) -> Vec<Act> {
 /// `q − 16`: `ggml_vec_dot_q5_0_q8_0` rounds exactly as the Q8_0 dot does on those values, so
 /// Q5_0 weights run on these panels (at 36 bytes per 32 weights instead of 22).
 pub fn q5_0_as_q8_0(raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(raw.len() / 22 * 34);
-    for blk in raw.chunks_exact(22) {
-        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-        out.extend_from_slice(&blk[..2]);
+    let mut out = Vec::with_capacity(raw.len() / Q5_0::BYTES * Q8_0::BYTES);
+    for blk in raw.chunks_exact(Q5_0::BYTES) {
+        let qh = u32_at(blk, Q5_0::QH);
+        out.extend_from_slice(&blk[Q5_0::D..Q5_0::D + 2]);
+        let qs = &blk[Q5_0::QS..];
         for i in 0..32 {
-            let nib = if i < 16 { blk[6 + i] & 0x0F } else { blk[6 + i - 16] >> 4 };
+            let nib = if i < 16 { qs[i] & 0x0F } else { qs[i - 16] >> 4 };
             out.push(((nib | (((qh >> i) & 1) as u8) << 4) as i8 - 16) as u8);
         }
     }
@@ -55,12 +58,12 @@ pub fn q5_0_as_q8_0(raw: &[u8]) -> Vec<u8> {
 
 /// GGUF Q8_0 rows (`n` rows of `k / 32` blocks of 34 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    super::pack_blocks(raw, n, k, 32, 34, BLOCK_BYTES, |panel, b, c, blk| {
+    super::panel::pack_blocks(raw, n, k, QK, Q8_0::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
-        dst[2 * c..2 * c + 2].copy_from_slice(&blk[0..2]);
+        dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q8_0::D..Q8_0::D + 2]);
         for l in 0..8 {
             for t in 0..4 {
-                dst[QUANTS + 64 * l + 4 * c + t] = blk[2 + 4 * l + t] ^ 0x80;
+                dst[QUANTS + 64 * l + 4 * c + t] = blk[Q8_0::QS + 4 * l + t] ^ 0x80;
             }
         }
     })
@@ -70,7 +73,7 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
 pub fn tile(isa: Isa, panel: &[u8], acts: &[Vec<Act>], out: *mut f32, ldo: usize) {
     let nb = panel.len() / BLOCK_BYTES;
     debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8);
-    // Safety (both SIMD arms): `isa` comes from `packed::isa()`, so the features are present;
+    // Safety (both SIMD arms): `isa` comes from `feats::isa()`, so the features are present;
     // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
     #[cfg(target_arch = "x86_64")]
     match isa {
@@ -79,7 +82,7 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[Vec<Act>], out: *mut f32, ldo: usize
             for (i, rows) in acts.chunks(3).enumerate() {
                 let a = |j: usize| &rows[j][..];
                 let o = unsafe { out.add(3 * i * ldo) };
-                let next = super::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+                let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
                 match rows.len() {
                     1 => unsafe { tile_vnni::<1>([a(0)], panel, nb, o, ldo, next) },
                     2 => unsafe { tile_vnni::<2>([a(0), a(1)], panel, nb, o, ldo, next) },
@@ -99,13 +102,6 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[Vec<Act>], out: *mut f32, ldo: usize
         Isa::Scalar => {}
     }
     tile_scalar(panel, nb, acts, out, ldo)
-}
-
-/// ggml's `hsum_float_8`: high half + low half, then pairs.
-#[inline(always)]
-fn hsum8(a: [f32; 8]) -> f32 {
-    let h = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
-    (h[0] + h[2]) + (h[1] + h[3])
 }
 
 fn tile_scalar(panel: &[u8], nb: usize, acts: &[Vec<Act>], out: *mut f32, ldo: usize) {
@@ -134,7 +130,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[Vec<Act>], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel};
+use super::panel::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel};
 
 /// The 8-lane tree sum of `acc[0..8]`, one zmm lane per column.
 #[cfg(target_arch = "x86_64")]

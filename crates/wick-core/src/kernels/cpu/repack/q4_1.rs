@@ -3,7 +3,7 @@
 //! bytes 4c..4c+4 = the block's quant bytes 4h..4h+4 (low nibbles: elements 4h..4h+4, ggml's
 //! lane h; high nibbles: elements 16+4h..16+4h+4, lane 4+h).
 //!
-//! Per output, as `ggml_matmul::dot_q4_1` (`ggml_vec_dot_q4_1_q8_1`): 8 float lanes, lane l
+//! Per output, as `quants::dot_q4_1` (`ggml_vec_dot_q4_1_q8_1`): 8 float lanes, lane l
 //! of block b gets `acc_l = fma(dy·dw, float(Σ_{t<4} q[4l+t]·y[4l+t]), acc_l)`, the m·s terms
 //! go to `summs = fma(m, s, summs)`, and the output is ggml's 8-lane tree sum plus `summs`.
 //! The nibbles are unsigned, so `vpdpbusd` takes them as they are.
@@ -11,8 +11,10 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{f16_at, Isa, PANEL};
-use crate::ops::q8::Act32;
+use super::panel::PANEL;
+use crate::kernels::cpu::blocks::{f16_at, Q4_1, QK};
+use crate::kernels::cpu::feats::Isa;
+use crate::kernels::cpu::q8::Act32;
 
 /// Bytes of one block of one panel.
 pub const BLOCK_BYTES: usize = QUANTS + 4 * 64;
@@ -20,12 +22,12 @@ const QUANTS: usize = 4 * PANEL;
 
 /// GGUF Q4_1 rows (`n` rows of `k / 32` blocks of 20 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    super::pack_blocks(raw, n, k, 32, 20, BLOCK_BYTES, |panel, b, c, blk| {
+    super::panel::pack_blocks(raw, n, k, QK, Q4_1::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
-        dst[2 * c..2 * c + 2].copy_from_slice(&blk[0..2]);
-        dst[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2].copy_from_slice(&blk[2..4]);
+        dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4_1::D..Q4_1::D + 2]);
+        dst[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2].copy_from_slice(&blk[Q4_1::M..Q4_1::M + 2]);
         for h in 0..4 {
-            dst[QUANTS + 64 * h + 4 * c..][..4].copy_from_slice(&blk[4 + 4 * h..4 + 4 * h + 4]);
+            dst[QUANTS + 64 * h + 4 * c..][..4].copy_from_slice(&blk[Q4_1::QS + 4 * h..][..4]);
         }
     })
 }
@@ -34,7 +36,7 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
 pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act32]], out: *mut f32, ldo: usize) {
     let nb = panel.len() / BLOCK_BYTES;
     debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8);
-    // Safety (both SIMD arms): `isa` comes from `packed::isa()`, so the features are present;
+    // Safety (both SIMD arms): `isa` comes from `feats::isa()`, so the features are present;
     // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
     #[cfg(target_arch = "x86_64")]
     match isa {
@@ -43,7 +45,7 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act32]], out: *mut f32, ldo: usize
             // temporaries in 32 zmm.
             for (i, rows) in acts.chunks(2).enumerate() {
                 let o = unsafe { out.add(2 * i * ldo) };
-                let next = super::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+                let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
                 match rows.len() {
                     1 => unsafe { tile_vnni::<1>([rows[0]], panel, nb, o, ldo, next) },
                     _ => unsafe { tile_vnni::<2>([rows[0], rows[1]], panel, nb, o, ldo, next) },
@@ -94,7 +96,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel};
+use super::panel::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel};
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]

@@ -3,11 +3,12 @@
 //! quants side by side, so one vector register covers 16 outputs and no horizontal sums are
 //! needed (ggml's "repack" buffers do the same with 8 columns).
 //!
-//! Every kernel computes each output exactly as the row-by-row kernel of `models::ggml_matmul`
+//! Every kernel computes each output exactly as the row-by-row kernel of `quants` / `k_quants`
 //! for the same type does (the same integer block sums, the same float operations in the same
 //! order), only for many outputs at once; the unit tests check it bit for bit.
 //!
-//! Instruction sets are picked at run time: AVX-512 VNNI, AVX2, or portable scalar code.
+//! Instruction sets are picked at run time (`feats::isa`): AVX-512 VNNI, AVX2, or portable
+//! scalar code.
 
 /// Calls `$f::<R>(acts as [_; R], rest…)` for R = `$acts.len()` in 1..=8.
 macro_rules! by_rows {
@@ -26,6 +27,7 @@ macro_rules! by_rows {
     }};
 }
 
+mod panel;
 mod q4_0;
 mod q4_1;
 mod q4k;
@@ -35,148 +37,13 @@ mod q8_0;
 use candle_core::quantized::{GgmlDType, QTensor};
 
 use crate::error::{Result, WickError};
-use crate::ops::pool::{self, SyncPtr};
-use crate::ops::q8::{quantize_q8, quantize_q8k, quantize_rows};
-use crate::ops::RowPos;
+use crate::kernels::cpu::blocks::{QK, QK_K};
+use crate::kernels::cpu::feats::{isa, Isa};
+use crate::kernels::cpu::matmul::RowPos;
+use crate::kernels::cpu::q8::{quantize_q8, quantize_q8k, quantize_rows};
+use crate::runtime::pool::{self, SyncPtr};
 
-/// Most independent integer accumulator chains per row (see `chains`).
-#[cfg(target_arch = "x86_64")]
-const CHAINS: usize = 4;
-
-/// Accumulator chains per row for `R`-row tiles: enough independent `vpdpbusd`s in flight to
-/// cover its latency (≈ 4–5 cycles at one per cycle), without running out of registers.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-const fn chains<const R: usize>() -> usize {
-    match R {
-        1 => 4,
-        2 => 2,
-        _ => 1,
-    }
-}
-
-/// Tiles of at most this many rows prefetch their weights (Q4_K, Q6_K; spread over the block,
-/// as a burst of prefetches stalls the load queue): one-token decode streams every weight from
-/// memory once per step, where the hardware prefetcher alone reached ~60 % of the bandwidth on
-/// those layouts; wider tiles re-read panels from L2, where prefetching only evicts. Q4_0's
-/// small blocks stream best without (decode 137 vs 114 tok/s with, LFM2-350M shapes).
-#[cfg(target_arch = "x86_64")]
-const STREAM_ROWS: usize = 2;
-
-/// Prefetches the `len` bytes that lie `PREFETCH` bytes past `p` (a few blocks on). One line
-/// goes to L1; several go to L2, as a run of L1 prefetches holds the miss buffers the loads in
-/// use need (m=1 streamed: Q4_K's one line per step 32 vs 22 GB/s into L1, Q6_K's seven
-/// lines per block 36 vs 26 GB/s into L2).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn prefetch_ahead(p: *const u8, len: usize) {
-    use std::arch::x86_64::*;
-    const PREFETCH: usize = 8192;
-    for l in (0..len).step_by(64) {
-        let at = p.wrapping_add(PREFETCH + l) as *const i8;
-        if len <= 64 {
-            _mm_prefetch::<_MM_HINT_T0>(at);
-        } else {
-            _mm_prefetch::<_MM_HINT_T1>(at);
-        }
-    }
-}
-
-/// For tiles of more rows than `STREAM_ROWS`, which go over a panel several times (a row
-/// chunk each) at compute speed: the first chunk pulls the same block of the next panel
-/// (`next` bytes on) into L2 as it goes, so the next panel's first pass does not wait on DRAM.
-/// Spread over the blocks, as a burst of prefetches stalls the load queue.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn prefetch_next_panel(block: *const u8, block_bytes: usize, next: usize) {
-    use std::arch::x86_64::*;
-    if next != 0 {
-        for l in (0..block_bytes).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T1>(block.wrapping_add(next + l) as *const i8);
-        }
-    }
-}
-
-/// Bytes to the next panel for `prefetch_next_panel` (0 = none), for row chunk `chunk` of a
-/// tile of `rows` rows over `nb` blocks.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn next_panel(chunk: usize, rows: usize, nb: usize, block_bytes: usize) -> usize {
-    if chunk == 0 && rows > STREAM_ROWS {
-        nb * block_bytes
-    } else {
-        0
-    }
-}
-
-/// The f16 at byte `i` of a panel block (scales are kept as GGUF stores them: decode streams
-/// every panel byte once, so a wider copy only costs bandwidth).
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
-}
-
-/// Sixteen f16 scales at `p` as f32.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn load_f16x16(p: *const u8) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
-}
-
-/// Eight f16 scales at `p` as f32 (F16C).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn load_f16x8(p: *const u8) -> std::arch::x86_64::__m256 {
-    use std::arch::x86_64::*;
-    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
-}
-
-/// Four activation bytes as one i32, for a `vpdpbusd` broadcast operand.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn bcast4(p: *const i8) -> i32 {
-    std::ptr::read_unaligned(p as *const i32)
-}
-
-/// Row r's chains added up (exact: integers).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn sum_chains<const R: usize>(
-    acc: &[[std::arch::x86_64::__m512i; R]; CHAINS],
-    r: usize,
-) -> std::arch::x86_64::__m512i {
-    use std::arch::x86_64::*;
-    let mut s = acc[0][r];
-    for c in acc.iter().take(chains::<R>()).skip(1) {
-        s = _mm512_add_epi32(s, c[r]);
-    }
-    s
-}
-
-/// Allocates the panels of an `[n, k]` weight and calls `put(panel, b, c, src)` for each GGUF
-/// block `src` (`src_bytes` long, `qk` inputs) of column `c` < 16 of each panel, block `b`.
-/// Columns past `n` stay zero.
-fn pack_blocks(
-    raw: &[u8],
-    n: usize,
-    k: usize,
-    qk: usize,
-    src_bytes: usize,
-    block_bytes: usize,
-    put: impl Fn(&mut [u8], usize, usize, &[u8]),
-) -> Vec<u8> {
-    let nb = k / qk;
-    let row_bytes = nb * src_bytes;
-    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * block_bytes];
-    for (p, panel) in out.chunks_exact_mut(nb * block_bytes).enumerate() {
-        for b in 0..nb {
-            for c in 0..PANEL.min(n - p * PANEL) {
-                put(panel, b, c, &raw[(p * PANEL + c) * row_bytes + b * src_bytes..][..src_bytes]);
-            }
-        }
-    }
-    out
-}
+pub use self::panel::PANEL;
 
 /// A tile's activation rows as slices, on the stack (tiles are called per panel: a heap
 /// allocation each was measurable in decode).
@@ -189,57 +56,11 @@ fn row_slices<A>(rows: &[Vec<A>]) -> [&[A]; MAX_ROWS] {
     a
 }
 
-/// Output columns per panel.
-pub const PANEL: usize = 16;
 /// Activation rows per tile (the register budget of the AVX-512 kernels; the AVX2 ones take
 /// them four at a time).
 const MAX_ROWS: usize = 8;
 /// Activation rows kept hot in L2 while the task's panels pass over them.
 const ROW_BLOCK: usize = 64;
-
-/// The widest kernels this CPU runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Isa {
-    Scalar,
-    Avx2,
-    Avx512Vnni,
-}
-
-/// Detected once; `WICK_ISA=scalar|avx2` caps it (to test and measure the fallbacks).
-pub fn isa() -> Isa {
-    static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
-    *ISA.get_or_init(|| {
-        let cap = match std::env::var("WICK_ISA").as_deref() {
-            Ok("scalar") => Isa::Scalar,
-            Ok("avx2") => Isa::Avx2,
-            _ => Isa::Avx512Vnni,
-        };
-        detected().min(cap)
-    })
-}
-
-fn detected() -> Isa {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // Every AVX-512 kernel is compiled for all five (an intrinsic whose feature is missing
-        // from its function's list is not inlined: a call per use).
-        if is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512dq")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512vnni")
-        {
-            return Isa::Avx512Vnni;
-        }
-        if is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-        {
-            return Isa::Avx2;
-        }
-    }
-    Isa::Scalar
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -285,20 +106,25 @@ impl PackedWeight {
             return Err(WickError::Internal("weight size does not match its shape".into()));
         }
         let (data, panel_bytes) = match kind {
-            Kind::Q4_0 => (q4_0::pack(&raw, n, k), k / 32 * q4_0::BLOCK_BYTES),
-            Kind::Q4K => (q4k::pack(&raw, n, k), k / 256 * q4k::BLOCK_BYTES),
+            Kind::Q4_0 => (q4_0::pack(&raw, n, k), k / QK * q4_0::BLOCK_BYTES),
+            Kind::Q4K => (q4k::pack(&raw, n, k), k / QK_K * q4k::BLOCK_BYTES),
             Kind::Q8_0 if dtype == GgmlDType::Q5_0 => {
-                (q8_0::pack(&q8_0::q5_0_as_q8_0(&raw), n, k), k / 32 * q8_0::BLOCK_BYTES)
+                (q8_0::pack(&q8_0::q5_0_as_q8_0(&raw), n, k), k / QK * q8_0::BLOCK_BYTES)
             }
-            Kind::Q8_0 => (q8_0::pack(&raw, n, k), k / 32 * q8_0::BLOCK_BYTES),
-            Kind::Q4_1 => (q4_1::pack(&raw, n, k), k / 32 * q4_1::BLOCK_BYTES),
-            Kind::Q6K => (q6k::pack(&raw, n, k), k / 256 * q6k::BLOCK_BYTES),
+            Kind::Q8_0 => (q8_0::pack(&raw, n, k), k / QK * q8_0::BLOCK_BYTES),
+            Kind::Q4_1 => (q4_1::pack(&raw, n, k), k / QK * q4_1::BLOCK_BYTES),
+            Kind::Q6K => (q6k::pack(&raw, n, k), k / QK_K * q6k::BLOCK_BYTES),
         };
         Ok(Some(Self { kind, n, k, data, panel_bytes, parts: vec![n] }))
     }
 
     pub fn dims(&self) -> (usize, usize) {
         (self.n, self.k)
+    }
+
+    /// Bytes of the panels (what one matmul streams; the benches' GB/s).
+    pub fn packed_bytes(&self) -> usize {
+        self.data.len()
     }
 
     /// Weights that read the same input (Q, K and V; gate and up) as one: their panels end
@@ -468,7 +294,8 @@ impl PackedWeight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::ggml_matmul;
+    use crate::kernels::cpu::feats::detected;
+    use crate::kernels::cpu::matmul;
     use candle_core::{Device, Tensor};
 
     fn random(seed: u32, len: usize) -> Vec<f32> {
@@ -494,7 +321,7 @@ mod tests {
             let x = Tensor::from_vec(xs.clone(), (m, k), &dev).unwrap();
             let rows: Vec<RowPos> = (0..m).map(|i| RowPos { seq_len: m as u32, idx: i as u32 }).collect();
             let want: Vec<f32> =
-                ggml_matmul::matmul(&x, &q, &rows).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                matmul::matmul(&x, &q, &rows).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             // And close to the f64 product with the dequantized weights: the only error left
             // is the activations' q8 rounding (≤ 1 % of Σ|w·x| per type).
             let deq: Vec<f32> = q.dequantize(&dev).unwrap().flatten_all().unwrap().to_vec1().unwrap();
@@ -623,54 +450,5 @@ mod tests {
     #[test]
     fn ragged_last_panel() {
         matches_row_kernel(GgmlDType::Q4_0, 40, 64);
-    }
-}
-
-#[cfg(test)]
-mod timing {
-    use super::*;
-    use candle_core::{Device, Tensor};
-
-    /// `cargo test --release -p wick-core --lib packed::timing -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn gemv_and_gemm_speed() {
-        let (n, k) = (4608, 1024);
-        let w = Tensor::randn(0f32, 0.02, (n, k), &Device::Cpu).unwrap();
-        for dt in [GgmlDType::Q4_0, GgmlDType::Q4K, GgmlDType::Q8_0, GgmlDType::Q4_1, GgmlDType::Q6K] {
-            let q = QTensor::quantize(&w, dt).unwrap();
-            let p = PackedWeight::pack(&q).unwrap().unwrap();
-            // Streaming from DRAM: 24 copies (~65 MB of Q4) cycled, as a decode step does.
-            let many: Vec<PackedWeight> = (0..24).map(|_| PackedWeight::pack(&q).unwrap().unwrap()).collect();
-            for m in [1usize, 8] {
-                let xs: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
-                let rows: Vec<RowPos> = (0..m).map(|i| RowPos { seq_len: m as u32, idx: i as u32 }).collect();
-                let t = std::time::Instant::now();
-                for _ in 0..40 {
-                    for w in &many {
-                        std::hint::black_box(w.matmul(&xs, &rows).unwrap());
-                    }
-                }
-                let s = t.elapsed().as_secs_f64() / 960.0;
-                println!(
-                    "{dt:?} m={m} streamed: {:.3} ms, {:.1} GB/s, {:.1} GMAC/s",
-                    s * 1e3,
-                    p.data.len() as f64 / s / 1e9,
-                    (m * n * k) as f64 / s / 1e9
-                );
-            }
-            for m in [1usize, 8, 64] {
-                let xs: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
-                let rows: Vec<RowPos> = (0..m).map(|i| RowPos { seq_len: m as u32, idx: i as u32 }).collect();
-                let _ = p.matmul(&xs, &rows).unwrap();
-                let t = std::time::Instant::now();
-                let iters = if m == 1 { 200 } else { 10 };
-                for _ in 0..iters {
-                    std::hint::black_box(p.matmul(&xs, &rows).unwrap());
-                }
-                let s = t.elapsed().as_secs_f64() / iters as f64;
-                println!("{dt:?} m={m}: {:.3} ms, {:.1} GMAC/s", s * 1e3, (m * n * k) as f64 / s / 1e9);
-            }
-        }
     }
 }

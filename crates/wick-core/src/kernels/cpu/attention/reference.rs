@@ -1,76 +1,14 @@
-//! Causal GQA attention over a host-side f16 KV cache, summed in the order llama.cpp's CPU
-//! backend (AVX-512 build, flash attention off) sums it.
-//!
-//! Why this exists: every quantized matmul after attention re-quantizes its input to q8
-//! blocks, so a one-ulp difference in an attention output can flip a rounding and move the
-//! logits by ~1e-2 (measured on SmolLM2: layer sums agreed to 1e-7 for 27 layers, then one
-//! such flip). Matching llama.cpp token for token needs the same dot-product order:
-//! - one new token: `ggml_vec_dot_f16` — 4 accumulators of 16 lanes over steps of 64, folded
-//!   (a0+a2)+(a1+a3), a 16-lane tree sum, and the tail (n % 64) added in f64;
-//! - several new tokens: llamafile's tinyBLAS — 16 lanes accumulated over chunks of 16, then
-//!   the 16-lane tree sum;
-//! - softmax: ggml's vector `expf`, per-16 tree sums accumulated in f64, scaled by
-//!   `(float)(1/sum)`; probabilities rounded to f16 before meeting V (as ggml converts them
-//!   to the f16 cache's dot type).
+//! The scalar statement of the attention kernels' arithmetic (`attend`), kept as their
+//! specification and test oracle (compiled for tests only).
 
 use half::f16;
 
 use crate::cache::PagedView;
-use crate::ops::attn::reduce16;
-use crate::ops::expf::{exp_variant, ggml_expf};
+use crate::kernels::cpu::blocks::reduce16;
+use crate::kernels::cpu::expf::{exp_variant, ggml_expf};
+use crate::kernels::cpu::float_dots::{dot_single, dot_tiled};
 
-/// `ggml_vec_dot_f16` (AVX-512): `x(i)·y(i)` for i < n; values are f16-exact f32s.
-#[inline(always)]
-pub(crate) fn dot_single(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
-    let np = n & !63;
-    let mut acc = [[0f32; 16]; 4];
-    for base in (0..np).step_by(64) {
-        for (j, a) in acc.iter_mut().enumerate() {
-            for (l, s) in a.iter_mut().enumerate() {
-                let i = base + 16 * j + l;
-                *s = x(i).mul_add(y(i), *s);
-            }
-        }
-    }
-    let mut folded = [0f32; 16];
-    for l in 0..16 {
-        folded[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-    }
-    let mut sum = reduce16(&folded) as f64;
-    for i in np..n {
-        sum += (x(i) * y(i)) as f64;
-    }
-    sum as f32
-}
-
-/// tinyBLAS `gemm_bloc` for one output: 16 lanes over chunks of 16 (n % 16 == 0).
-#[inline(always)]
-pub(crate) fn dot_tiled(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
-    let mut acc = [0f32; 16];
-    for base in (0..n).step_by(16) {
-        for (l, s) in acc.iter_mut().enumerate() {
-            *s = x(base + l).mul_add(y(base + l), *s);
-        }
-    }
-    reduce16(&acc)
-}
-
-/// Every sequence's attention for one layer (`q`: `[len, n_head, hd]` row-major for positions
-/// `pos0..pos0+len`, the cache holding `pos0 + len` positions; `window`: a sliding-window
-/// layer's span, Gemma 3's local layers), in one pass over the thread pool. The vectorised
-/// kernels in `ops::attn` do exactly the arithmetic of `attend_reference` below
-/// (bit-identical; checked by `ops_match_reference`).
-pub fn attend_many(
-    seqs: &[crate::ops::attn::SeqAttn<'_>],
-    n_head: usize,
-    scale: f32,
-    window: Option<usize>,
-) -> Vec<f32> {
-    crate::ops::attn::attend_many(seqs, n_head, scale, window)
-}
-
-/// The scalar statement of `attend`'s arithmetic, kept as its specification and test oracle.
-#[allow(dead_code)]
+/// One sequence's attention as `attend` computes it, element by element.
 pub(crate) fn attend_reference(
     q: &[f32],
     kv: &PagedView<'_>,
@@ -144,7 +82,7 @@ mod tests {
 
     use super::*;
     use crate::cache::{KvPool, LayerKind, SeqCache};
-    use crate::ops::attn::{attend, SeqAttn};
+    use crate::kernels::cpu::attention::{attend, attend_many, SeqAttn};
 
     fn rng(seed: u32) -> impl FnMut() -> f32 {
         let mut s = seed;
@@ -191,48 +129,6 @@ mod tests {
                     "hd {hd} len {len} pos0 {pos0}"
                 );
             }
-        }
-    }
-
-    /// `cargo test --release -p wick-core --lib eight_decoding_sequences_speed -- --ignored --nocapture`
-    /// (SmolLM2's attention shape: 9 query heads on 3 KV heads, 160 cached positions each).
-    #[test]
-    #[ignore]
-    fn eight_decoding_sequences_speed() {
-        let (n_kv, n_head, hd) = (3, 9, 64);
-        let mut r = rng(11);
-        let made: Vec<_> = (0..8).map(|_| filled(n_kv, hd, 160, &mut r)).collect();
-        let views: Vec<_> = made.iter().map(|(pool, seq)| pool.view(0, seq).unwrap()).collect();
-        let qs: Vec<Vec<f32>> = (0..8).map(|_| (0..n_head * hd).map(|_| r() * 3.0).collect()).collect();
-        let seqs: Vec<SeqAttn<'_>> =
-            views.iter().zip(&qs).map(|(kv, q)| SeqAttn { q, kv, len: 1, pos0: 159 }).collect();
-        for _ in 0..3 {
-            let t = std::time::Instant::now();
-            for _ in 0..300 {
-                std::hint::black_box(attend_many(&seqs, n_head, 0.125, None));
-            }
-            println!("attend_many 8×160: {:.1} us", t.elapsed().as_secs_f64() / 300.0 * 1e6);
-        }
-        // The same over 64 layers' worth of KV (~24 MB, from DRAM as in a real step).
-        let layers: Vec<Vec<_>> =
-            (0..64).map(|_| (0..8).map(|_| filled(n_kv, hd, 160, &mut r)).collect()).collect();
-        let views: Vec<Vec<_>> =
-            layers.iter().map(|l| l.iter().map(|(pool, seq)| pool.view(0, seq).unwrap()).collect()).collect();
-        let steps: Vec<Vec<SeqAttn<'_>>> = views
-            .iter()
-            .map(|vs| vs.iter().zip(&qs).map(|(kv, q)| SeqAttn { q, kv, len: 1, pos0: 159 }).collect())
-            .collect();
-        for _ in 0..3 {
-            let t = std::time::Instant::now();
-            for _ in 0..10 {
-                for step in &steps {
-                    std::hint::black_box(attend_many(step, n_head, 0.125, None));
-                }
-            }
-            println!(
-                "attend_many 8×160 from DRAM: {:.1} us per layer",
-                t.elapsed().as_secs_f64() / 640.0 * 1e6
-            );
         }
     }
 

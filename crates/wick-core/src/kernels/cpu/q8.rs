@@ -4,7 +4,8 @@
 
 use half::f16;
 
-use super::pool::{self, SyncPtr};
+use super::feats::{isa, Isa};
+use crate::runtime::pool::{self, SyncPtr};
 
 /// One q8_0 / q8_1 activation block: the f16 scale (as f32), the q8_1 sum term, the quants
 /// and their integer sum.
@@ -38,7 +39,7 @@ impl Act256 {
 
 /// Whether the AVX-512 quantizers run here.
 fn wide() -> bool {
-    super::packed::isa() == super::packed::Isa::Avx512Vnni
+    isa() == Isa::Avx512Vnni
 }
 
 /// q8_0 / q8_1 over blocks of 32, as ggml's AVX2 `quantize_row_q8_0` / `_q8_1`.

@@ -1,24 +1,23 @@
-//! Q6_K panels (AVX-512 only: elsewhere Q6_K weights stay on `ggml_matmul`'s row kernel).
+//! Q6_K panels (AVX-512 only: elsewhere Q6_K weights stay on `k_quants`' row kernel).
 //!
 //! `ggml_vec_dot_q6_K_q8_K` keeps 8 float lanes per output, so here a 512-bit register holds
 //! a pair of columns × 8 lanes. A panel is its 8 column pairs one after the other (each
 //! streamed through whole before the next); per block of 256 inputs a pair holds: the quant bytes as 6 groups of 64 (`[n][ql lo | ql hi | qh][column][32]`,
 //! n = half of the block), both columns' 16 scales (32 bytes) and their `d` as f32 (8 bytes).
 //!
-//! Per output and block, as `ggml_matmul::dot_q6k`: lane l gets the exact integer
+//! Per output and block, as `quants::dot_q6k`: lane l gets the exact integer
 //! `Σ_c s·Σ q·y − 32·(Σ bsum·s)` (chunks c of 32 values, 4 values per lane), then
 //! `acc_l = fma(dy·dx, float(lane), acc_l)`; at the end ggml's 8-lane tree sum.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use half::f16;
-
-use super::PANEL;
+use super::panel::PANEL;
 #[cfg(target_arch = "x86_64")]
-use super::{next_panel, prefetch_ahead, prefetch_next_panel, STREAM_ROWS};
+use super::panel::{next_panel, prefetch_ahead, prefetch_next_panel, STREAM_ROWS};
+use crate::kernels::cpu::blocks::{f16_at, Q6K, QK_K};
 #[cfg(target_arch = "x86_64")]
-use crate::ops::q8::Act256;
+use crate::kernels::cpu::q8::Act256;
 
 const PAIR_QUANTS: usize = 6 * 64;
 const PAIR_BYTES: usize = PAIR_QUANTS + 32 + 8;
@@ -28,22 +27,22 @@ pub const BLOCK_BYTES: usize = PANEL / 2 * PAIR_BYTES;
 /// GGUF Q6_K rows (`n` rows of `k / 256` blocks of 210 bytes: ql[128], qh[64], scales[16], d)
 /// → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    let nb = k / 256;
-    super::pack_blocks(raw, n, k, 256, 210, BLOCK_BYTES, |panel, b, c, blk| {
+    let nb = k / QK_K;
+    super::panel::pack_blocks(raw, n, k, QK_K, Q6K::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let pair = &mut panel[((c / 2) * nb + b) * PAIR_BYTES..][..PAIR_BYTES];
         let side = c % 2;
         for h in 0..2 {
             let srcs = [
-                &blk[64 * h..64 * h + 32],
-                &blk[64 * h + 32..64 * h + 64],
-                &blk[128 + 32 * h..128 + 32 * h + 32],
+                &blk[Q6K::QL + 64 * h..][..32],
+                &blk[Q6K::QL + 64 * h + 32..][..32],
+                &blk[Q6K::QH + 32 * h..][..32],
             ];
             for (g, src) in srcs.into_iter().enumerate() {
                 pair[(3 * h + g) * 64 + 32 * side..][..32].copy_from_slice(src);
             }
         }
-        pair[PAIR_QUANTS + 16 * side..][..16].copy_from_slice(&blk[192..208]);
-        let d = f16::from_le_bytes([blk[208], blk[209]]).to_f32();
+        pair[PAIR_QUANTS + 16 * side..][..16].copy_from_slice(&blk[Q6K::SCALES..Q6K::D]);
+        let d = f16_at(blk, Q6K::D);
         pair[PAIR_QUANTS + 32 + 4 * side..][..4].copy_from_slice(&d.to_le_bytes());
     })
 }
@@ -51,7 +50,7 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
 /// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
 ///
 /// # Safety
-/// Needs AVX-512 F/BW (`packed::isa()` ≥ `Avx512Vnni`); every activation row has
+/// Needs AVX-512 F/BW (`feats::isa()` ≥ `Avx512Vnni`); every activation row has
 /// `panel.len() / BLOCK_BYTES` blocks; the caller owns out[r·ldo..+16] for each row.
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn tile(panel: &[u8], acts: &[&[Act256]], out: *mut f32, ldo: usize) {

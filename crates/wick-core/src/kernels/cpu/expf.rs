@@ -2,8 +2,8 @@
 //! (`silu`·u, softmax). Vector lanes follow `ggml_v_expf` op for op, so they round as
 //! llama.cpp does; elements past a row's last whole vector use libm, as ggml's tails do.
 
-use super::pool::{self, SyncPtr};
-use super::simd::fast;
+use super::feats::{fast, has_avx2_fma, has_avx512_expf};
+use crate::runtime::pool::{self, SyncPtr};
 
 /// Which of ggml's vectorised `expf` approximations the local llama.cpp CPU build uses:
 /// its AVX-512 and AVX2 variants round differently, and both differ from libm by ~1 ulp.
@@ -17,16 +17,13 @@ pub enum ExpVariant {
 pub fn exp_variant() -> ExpVariant {
     static V: std::sync::OnceLock<ExpVariant> = std::sync::OnceLock::new();
     *V.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512dq") {
-                return ExpVariant::Avx512;
-            }
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                return ExpVariant::Avx2;
-            }
+        if has_avx512_expf() {
+            ExpVariant::Avx512
+        } else if has_avx2_fma() {
+            ExpVariant::Avx2
+        } else {
+            ExpVariant::Libm
         }
-        ExpVariant::Libm
     })
 }
 

@@ -7,7 +7,7 @@
 //! has, for column c, bytes 4c..4c+4 = the block's quant bytes 32p+4t..+4 (low nibbles:
 //! sub-block 2p elements 4t..4t+4; high: sub-block 2p+1).
 //!
-//! Per output and block, as `ggml_matmul::dot_q4k` (ggml's repacked Q4_K GEMM / GEMV):
+//! Per output and block, as `quants::dot_q4k` (ggml's repacked Q4_K GEMM / GEMV):
 //! `isum_j = s_j·Σ q·y`, `imin_j = m_j·Σ y` over sub-block j (exact); the GEMM rows fold each
 //! pair of sub-blocks with `acc = fma(float(isum), d·dy, acc)` (and the same for the mins with
 //! dmin), the GEMV rows the whole block at once; the output is `acc − acc_min`.
@@ -15,8 +15,10 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{f16_at, Isa, PANEL};
-use crate::ops::q8::Act256;
+use super::panel::PANEL;
+use crate::kernels::cpu::blocks::{f16_at, scale_min, Q4K, QK_K};
+use crate::kernels::cpu::feats::Isa;
+use crate::kernels::cpu::q8::Act256;
 
 /// Bytes of one sub-block pair's part of a block: scales, mins, then quants.
 const PAIR: usize = 4 * PANEL + 8 * 64;
@@ -42,22 +44,13 @@ const fn quants_at(g: usize) -> usize {
     pair_at(g / 8) + 4 * PANEL + 64 * (g % 8)
 }
 
-/// Scale and min of sub-block `j` from the 12 packed bytes (ggml's `get_scale_min_k4`).
-fn scale_min(sc: &[u8], j: usize) -> (u8, u8) {
-    if j < 4 {
-        (sc[j] & 63, sc[j + 4] & 63)
-    } else {
-        ((sc[j + 4] & 0x0F) | ((sc[j - 4] >> 6) << 4), (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4))
-    }
-}
-
 /// GGUF Q4_K rows (`n` rows of `k / 256` blocks of 144 bytes) → panels.
 pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
-    super::pack_blocks(raw, n, k, 256, 144, BLOCK_BYTES, |panel, b, c, blk| {
+    super::panel::pack_blocks(raw, n, k, QK_K, Q4K::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
-        dst[2 * c..2 * c + 2].copy_from_slice(&blk[0..2]);
-        dst[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2].copy_from_slice(&blk[2..4]);
-        let sm: [(u8, u8); 8] = std::array::from_fn(|j| scale_min(&blk[4..16], j));
+        dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4K::D..Q4K::D + 2]);
+        dst[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2].copy_from_slice(&blk[Q4K::DMIN..Q4K::DMIN + 2]);
+        let sm: [(u8, u8); 8] = std::array::from_fn(|j| scale_min(&blk[Q4K::SCALES..Q4K::QS], j));
         for (j, &(s, _)) in sm.iter().enumerate() {
             dst[scale_at(j) + c] = s;
         }
@@ -66,7 +59,7 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
             dst[mins_at(q) + 2 * c + 1] = sm[2 * q + 1].1;
         }
         for g in 0..32 {
-            dst[quants_at(g) + 4 * c..][..4].copy_from_slice(&blk[16 + 4 * g..16 + 4 * g + 4]);
+            dst[quants_at(g) + 4 * c..][..4].copy_from_slice(&blk[Q4K::QS + 4 * g..][..4]);
         }
     })
 }
@@ -76,14 +69,14 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
 pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {
     let nb = panel.len() / BLOCK_BYTES;
     debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8 && pairs.len() == acts.len());
-    // Safety (both SIMD arms): `isa` comes from `packed::isa()`, so the features are present;
+    // Safety (both SIMD arms): `isa` comes from `feats::isa()`, so the features are present;
     // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
     #[cfg(target_arch = "x86_64")]
     match isa {
         // Four rows at a time: each row needs six registers per step.
         Isa::Avx512Vnni => {
             for (i, four) in acts.chunks(4).enumerate() {
-                let next = super::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+                let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
                 unsafe {
                     by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next)
                 }
@@ -165,10 +158,10 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out:
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::bcast4;
+use super::panel::bcast4;
 
 #[cfg(target_arch = "x86_64")]
-use super::{
+use super::panel::{
     chains, load_f16x16, load_f16x8, prefetch_ahead, prefetch_next_panel, sum_chains, CHAINS, STREAM_ROWS,
 };
 

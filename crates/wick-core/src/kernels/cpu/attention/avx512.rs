@@ -1,0 +1,283 @@
+//! Sixteen attention dots at once (AVX-512): one 16-lane accumulator per dot in a zmm, the
+//! `reduce16` tree of all sixteen done with shuffles across registers. Each result has the bits
+//! of the `dots` kernel of its order for its row. Public for the benches (`benches/kernels.rs`).
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use crate::cache::{PagedView, BLOCK_SIZE};
+use crate::kernels::cpu::feats::{isa, Isa};
+
+/// Whether these kernels run here (`feats::isa` at AVX-512 VNNI).
+pub fn available() -> bool {
+    isa() == Isa::Avx512Vnni
+}
+
+/// `reduce16` of each accumulator: halves, then quarters, then pairs (all additions
+/// between the same operands as the scalar tree).
+#[inline(always)]
+unsafe fn reduce16x16(acc: &[__m512; 16]) -> [f32; 16] {
+    // Loops, not closures: a closure would lose this function's target features.
+    let mut t = [_mm256_setzero_ps(); 16];
+    for d in 0..16 {
+        t[d] = halve(acc[d]);
+    }
+    reduce_halves(&t)
+}
+
+/// The tree's first level for one accumulator: high half + low half.
+#[inline(always)]
+unsafe fn halve(a: __m512) -> __m256 {
+    _mm256_add_ps(_mm512_extractf32x8_ps::<1>(a), _mm512_castps512_ps256(a))
+}
+
+/// `reduce16x16` from each accumulator's `halve`.
+#[inline(always)]
+unsafe fn reduce_halves(t: &[__m256; 16]) -> [f32; 16] {
+    let mut u = [_mm256_setzero_ps(); 8];
+    for k in 0..8 {
+        let lo = _mm256_permute2f128_ps::<0x20>(t[2 * k], t[2 * k + 1]);
+        let hi = _mm256_permute2f128_ps::<0x31>(t[2 * k], t[2 * k + 1]);
+        u[k] = _mm256_add_ps(hi, lo);
+    }
+    let mut v = [_mm256_setzero_ps(); 4];
+    for k in 0..4 {
+        let p = _mm256_shuffle_ps::<0x44>(u[2 * k], u[2 * k + 1]);
+        let q = _mm256_shuffle_ps::<0xEE>(u[2 * k], u[2 * k + 1]);
+        v[k] = _mm256_add_ps(p, q);
+    }
+    let mut out = [0f32; 16];
+    for k in 0..2 {
+        let w1 = _mm256_shuffle_ps::<0x88>(v[2 * k], v[2 * k + 1]);
+        let w2 = _mm256_shuffle_ps::<0xDD>(v[2 * k], v[2 * k + 1]);
+        let mut r = [0f32; 8];
+        _mm256_storeu_ps(r.as_mut_ptr(), _mm256_add_ps(w1, w2));
+        for (lane, &dot) in [0, 2, 4, 6, 1, 3, 5, 7].iter().enumerate() {
+            out[8 * k + dot] = r[lane];
+        }
+    }
+    out
+}
+
+/// Scores of positions `t0..t0 + 16` against `q` (f16-rounded, `q.len()` a multiple of 16).
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+pub(super) unsafe fn kq16(kv: &PagedView<'_>, g: usize, t0: usize, q: &[f32]) -> [f32; 16] {
+    let mut acc = [_mm512_setzero_ps(); 16];
+    let rows: [*const f16; 16] = {
+        let mut r = [std::ptr::null(); 16];
+        for (i, p) in r.iter_mut().enumerate() {
+            *p = kv.key(g, t0 + i).as_ptr();
+        }
+        r
+    };
+    for c in (0..q.len()).step_by(16) {
+        let y = _mm512_loadu_ps(q.as_ptr().add(c));
+        for i in 0..16 {
+            let x = _mm512_cvtph_ps(_mm256_loadu_si256(rows[i].add(c) as *const __m256i));
+            acc[i] = _mm512_fmadd_ps(x, y, acc[i]);
+        }
+    }
+    reduce16x16(&acc)
+}
+
+/// Outputs `d0..d0 + 16` of Σ_t p[t]·V[t] over positions `0..p.len()` (block by block).
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+pub(super) unsafe fn pv16(kv: &PagedView<'_>, g: usize, d0: usize, p: &[f32]) -> [f32; 16] {
+    let n = p.len();
+    let mut acc = [_mm512_setzero_ps(); 16];
+    let mut c = 0;
+    while c < n {
+        let (j, off) = (c / BLOCK_SIZE, c % BLOCK_SIZE);
+        let lanes = (n - c).min(16);
+        // Lanes past the last position keep their sums, as in `dot_f16_tiled_paged`.
+        let m: __mmask16 = if lanes == 16 { 0xFFFF } else { (1u32 << lanes) as u16 - 1 };
+        let y = _mm512_maskz_loadu_ps(m, p.as_ptr().add(c));
+        for i in 0..16 {
+            let run = kv.value_run(g, d0 + i, j).as_ptr().add(off);
+            if lanes == 16 {
+                let x = _mm512_cvtph_ps(_mm256_loadu_si256(run as *const __m256i));
+                acc[i] = _mm512_fmadd_ps(x, y, acc[i]);
+            } else {
+                let x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, run as *const i16));
+                acc[i] = _mm512_mask3_fmadd_ps(x, y, acc[i], m);
+            }
+        }
+        c += 16;
+    }
+    reduce16x16(&acc)
+}
+
+/// (a0+a2)+(a1+a3); the caller's `reduce16x16` finishes the tree.
+#[inline(always)]
+unsafe fn fold(a: &[__m512; 4]) -> __m512 {
+    _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))
+}
+
+/// Each head's sixteen folded and halved dots (`Halves::set`), summed up.
+struct Halves<const H: usize>([[std::mem::MaybeUninit<__m256>; 16]; H]);
+
+impl<const H: usize> Halves<H> {
+    /// Uninitialised: zeroing 16·H vectors per call was a 3 KB memset, ~10 % of attention.
+    #[inline(always)]
+    fn new() -> Self {
+        Self([[std::mem::MaybeUninit::uninit(); 16]; H])
+    }
+    #[inline(always)]
+    unsafe fn set(&mut self, h: usize, i: usize, a: &[__m512; 4]) {
+        self.0[h][i].write(halve(fold(a)));
+    }
+    /// Safety: `set` was called for every (head, dot).
+    #[inline(always)]
+    unsafe fn reduce(&self) -> [[f32; 16]; H] {
+        let mut out = [std::mem::MaybeUninit::<[f32; 16]>::uninit(); H];
+        for (o, t) in out.iter_mut().zip(&self.0) {
+            o.write(reduce_halves(&*(t.as_ptr() as *const [__m256; 16])));
+        }
+        // Safety: every head's row was written just above.
+        std::mem::transmute_copy(&out)
+    }
+}
+
+/// One new token's scores at positions `t0..t0 + 16` for `H` query heads that share KV
+/// head `g` (`dot_f16_single` order; `t0` a multiple of 16, each `q.len()` of 64): each
+/// key is converted from f16 once for all of them.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+///
+/// # Safety
+/// AVX-512 (`available()`); `t0 + 16` positions lie in the view, in one block.
+pub unsafe fn kq16_single<const H: usize>(
+    kv: &PagedView<'_>,
+    g: usize,
+    t0: usize,
+    qs: [&[f32]; H],
+) -> [[f32; 16]; H] {
+    let hd = qs[0].len();
+    let keys = kv.keys(g, t0, 16).as_ptr();
+    let mut folded = Halves::<H>::new();
+    // Two keys per round: each key's dots end in a chain of adds, and two independent
+    // chains side by side overlap better (3 % on one thread).
+    for i in (0..16).step_by(2) {
+        let mut a = [[[_mm512_setzero_ps(); 4]; H]; 2];
+        for s in (0..hd).step_by(64) {
+            for (u, a) in a.iter_mut().enumerate() {
+                let k = keys.add((i + u) * hd + s);
+                let kx: [__m512; 4] = std::array::from_fn(|j| {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(k.add(16 * j) as *const __m256i))
+                });
+                for h in 0..H {
+                    for j in 0..4 {
+                        a[h][j] =
+                            _mm512_fmadd_ps(kx[j], _mm512_loadu_ps(qs[h].as_ptr().add(s + 16 * j)), a[h][j]);
+                    }
+                }
+            }
+        }
+        for (u, a) in a.iter().enumerate() {
+            for h in 0..H {
+                folded.set(h, i + u, &a[h]);
+            }
+        }
+    }
+    folded.reduce()
+}
+
+/// One new token's outputs `d0..d0 + 16` of Σ_t p[t]·V[t] for `H` query heads sharing KV
+/// head `g` (`dot_f16_single_paged` order: a 64-step is one KV block; positions past
+/// `p.len()` count as zero; all `ps` one length).
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+///
+/// # Safety
+/// AVX-512 (`available()`); the view holds the positions of `ps` and dimensions `d0..d0 + 16`.
+pub unsafe fn pv16_single<const H: usize>(
+    kv: &PagedView<'_>,
+    g: usize,
+    d0: usize,
+    ps: [&[f32]; H],
+) -> [[f32; 16]; H] {
+    const { assert!(BLOCK_SIZE == 64) };
+    let n = ps[0].len();
+    let (full, rem) = (n / 64, n % 64);
+    let masks: [__mmask16; 4] = std::array::from_fn(|j| {
+        let lanes = rem.saturating_sub(16 * j).min(16);
+        ((1u32 << lanes) - 1) as u16
+    });
+    let mut folded = Halves::<H>::new();
+    for i in 0..16 {
+        let mut a = [[_mm512_setzero_ps(); 4]; H];
+        for j in 0..full + usize::from(rem > 0) {
+            let v = kv.value_run(g, d0 + i, j).as_ptr();
+            let m = if j < full { None } else { Some(masks) };
+            let vx: [__m512; 4] = std::array::from_fn(|jj| match m {
+                None => _mm512_cvtph_ps(_mm256_loadu_si256(v.add(16 * jj) as *const __m256i)),
+                Some(m) => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[jj], v.add(16 * jj) as *const i16)),
+            });
+            for h in 0..H {
+                let p = ps[h].as_ptr().add(64 * j);
+                for jj in 0..4 {
+                    let pv = match m {
+                        None => _mm512_loadu_ps(p.add(16 * jj)),
+                        // Sixteen positions past the end add exact zeros to a sum that
+                        // is never −0 (it starts at +0): skipping them changes nothing.
+                        Some(m) if m[jj] == 0 => continue,
+                        Some(m) => _mm512_maskz_loadu_ps(m[jj], p.add(16 * jj)),
+                    };
+                    a[h][jj] = _mm512_fmadd_ps(vx[jj], pv, a[h][jj]);
+                }
+            }
+        }
+        for h in 0..H {
+            folded.set(h, i, &a[h]);
+        }
+    }
+    folded.reduce()
+}
+
+/// `blocks::reduce16` in registers (the same additions).
+#[inline(always)]
+pub(super) unsafe fn reduce16(x: __m512) -> f32 {
+    let t = _mm256_add_ps(_mm512_extractf32x8_ps::<1>(x), _mm512_castps512_ps256(x));
+    let u = _mm_add_ps(_mm256_extractf128_ps::<1>(t), _mm256_castps256_ps128(t));
+    // Lanes 0, 1: u0 + u2, u1 + u3; then their sum.
+    let v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)))
+}
+
+/// `super::round_to_f16`, sixteen at a time.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+pub(super) unsafe fn round_to_f16(x: &[f32], out: &mut [f32]) {
+    let n = x.len().min(out.len());
+    let mut i = 0;
+    while i + 16 <= n {
+        let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_loadu_ps(
+            x.as_ptr().add(i),
+        ));
+        _mm512_storeu_ps(out.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
+        i += 16;
+    }
+    for j in i..n {
+        out[j] = f16::from_f32(x[j]).to_f32();
+    }
+}
+
+/// `super::softmax_f16` for the AVX-512 `expf` (lengths are whole 16-chunks).
+#[target_feature(enable = "avx512f,avx512dq,f16c")]
+pub(super) unsafe fn softmax_f16(w: &[f32], p: &mut [f32]) {
+    let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+    for c in (0..p.len()).step_by(16) {
+        m = _mm512_max_ps(m, _mm512_loadu_ps(w.as_ptr().add(c)));
+    }
+    let m = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+    let mut sum = 0f64;
+    for c in (0..p.len()).step_by(16) {
+        let e = crate::kernels::cpu::expf::expf16(_mm512_sub_ps(_mm512_loadu_ps(w.as_ptr().add(c)), m));
+        _mm512_storeu_ps(p.as_mut_ptr().add(c), e);
+        sum += reduce16(e) as f64;
+    }
+    let inv = _mm512_set1_ps((1.0 / sum) as f32);
+    for c in (0..p.len()).step_by(16) {
+        let x = _mm512_mul_ps(_mm512_loadu_ps(p.as_ptr().add(c)), inv);
+        let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
+        _mm512_storeu_ps(p.as_mut_ptr().add(c), _mm512_cvtph_ps(h));
+    }
+}

@@ -1,0 +1,161 @@
+//! GGUF quant block layouts (ggml's `block_q4_0`, `block_q4_K`, …) as named sizes and byte
+//! offsets, the few field decoders every kernel shares, and ggml's horizontal sums.
+//! Nothing here depends on another kernel module.
+
+use half::f16;
+
+/// Values per block of the 32-value types (`QK4_0`, `QK8_0`, …).
+pub const QK: usize = 32;
+/// Values per super-block of the K-quants (`QK_K`).
+pub const QK_K: usize = 256;
+
+/// `block_q4_0`: f16 d, 16 nibble bytes (low nibbles: values 0..16, high: 16..32).
+pub struct Q4_0;
+impl Q4_0 {
+    pub const BYTES: usize = 18;
+    pub const D: usize = 0;
+    pub const QS: usize = 2;
+}
+
+/// `block_q4_1`: f16 d, f16 m, 16 nibble bytes.
+pub struct Q4_1;
+impl Q4_1 {
+    pub const BYTES: usize = 20;
+    pub const D: usize = 0;
+    pub const M: usize = 2;
+    pub const QS: usize = 4;
+}
+
+/// `block_q5_0`: f16 d, u32 qh (bit 4 of each value), 16 nibble bytes.
+pub struct Q5_0;
+impl Q5_0 {
+    pub const BYTES: usize = 22;
+    pub const D: usize = 0;
+    pub const QH: usize = 2;
+    pub const QS: usize = 6;
+}
+
+/// `block_q5_1`: f16 d, f16 m, u32 qh, 16 nibble bytes.
+pub struct Q5_1;
+impl Q5_1 {
+    pub const BYTES: usize = 24;
+    pub const D: usize = 0;
+    pub const M: usize = 2;
+    pub const QH: usize = 4;
+    pub const QS: usize = 8;
+}
+
+/// `block_q8_0`: f16 d, 32 signed bytes.
+pub struct Q8_0;
+impl Q8_0 {
+    pub const BYTES: usize = 34;
+    pub const D: usize = 0;
+    pub const QS: usize = 2;
+}
+
+/// `block_q2_K`: 16 scale/min nibble bytes, 64 bytes of 2-bit planes, f16 d, f16 dmin.
+pub struct Q2K;
+impl Q2K {
+    pub const BYTES: usize = 84;
+    pub const SCALES: usize = 0;
+    pub const QS: usize = 16;
+    pub const D: usize = 80;
+    pub const DMIN: usize = 82;
+}
+
+/// `block_q3_K`: 32 hmask bytes, 64 bytes of 2-bit planes, 12 packed 6-bit scales, f16 d.
+pub struct Q3K;
+impl Q3K {
+    pub const BYTES: usize = 110;
+    pub const HMASK: usize = 0;
+    pub const QS: usize = 32;
+    pub const SCALES: usize = 96;
+    pub const D: usize = 108;
+}
+
+/// `block_q4_K`: f16 d, f16 dmin, 12 packed 6-bit scales and mins, 128 nibble bytes.
+pub struct Q4K;
+impl Q4K {
+    pub const BYTES: usize = 144;
+    pub const D: usize = 0;
+    pub const DMIN: usize = 2;
+    pub const SCALES: usize = 4;
+    pub const QS: usize = 16;
+}
+
+/// `block_q5_K`: Q4_K's fields with 32 qh bytes (bit 4 of each value) before the nibbles.
+pub struct Q5K;
+impl Q5K {
+    pub const BYTES: usize = 176;
+    pub const D: usize = 0;
+    pub const DMIN: usize = 2;
+    pub const SCALES: usize = 4;
+    pub const QH: usize = 16;
+    pub const QS: usize = 48;
+}
+
+/// `block_q6_K`: 128 ql bytes (low nibbles), 64 qh bytes (2 high bits each), 16 i8 scales, f16 d.
+pub struct Q6K;
+impl Q6K {
+    pub const BYTES: usize = 210;
+    pub const QL: usize = 0;
+    pub const QH: usize = 128;
+    pub const SCALES: usize = 192;
+    pub const D: usize = 208;
+}
+
+/// The f16 at byte `i` of a block, as f32.
+#[inline(always)]
+pub fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// The little-endian u32 at byte `i` of a block (Q5_0/Q5_1's `qh`).
+#[inline(always)]
+pub fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// The 6-bit scale and min of sub-block j from a Q4_K/Q5_K block's 12 packed bytes
+/// (`get_scale_min_k4`).
+#[inline(always)]
+pub fn scale_min(sc: &[u8], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (sc[j] & 63, sc[j + 4] & 63)
+    } else {
+        ((sc[j + 4] & 0x0F) | ((sc[j - 4] >> 6) << 4), (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4))
+    }
+}
+
+/// The 16 signed 6-bit scales (-32..32) of a Q3_K block: low nibbles from bytes 0..8, two
+/// high bits each from bytes 8..12.
+pub fn q3k_scales(blk: &[u8]) -> [i32; 16] {
+    let sc = &blk[Q3K::SCALES..Q3K::D];
+    std::array::from_fn(|g| {
+        let (i, quarter) = (g % 4, g / 4);
+        let lo = match quarter {
+            0 => sc[i] & 0x0F,
+            1 => sc[4 + i] & 0x0F,
+            2 => sc[i] >> 4,
+            _ => sc[4 + i] >> 4,
+        };
+        (lo | ((sc[8 + i] >> (2 * quarter)) & 3) << 4) as i32 - 32
+    })
+}
+
+/// ggml's `hsum_float_8` on an 8-lane accumulator: high half + low half, then pairs.
+#[inline(always)]
+pub fn hsum8(acc: [f32; 8]) -> f32 {
+    let h = [acc[4] + acc[0], acc[5] + acc[1], acc[6] + acc[2], acc[7] + acc[3]];
+    (h[0] + h[2]) + (h[1] + h[3])
+}
+
+/// `_mm512_reduce_add_ps`: halves, then quarters, then pairs.
+#[inline(always)]
+pub fn reduce16(a: &[f32; 16]) -> f32 {
+    let mut t = [0f32; 8];
+    for i in 0..8 {
+        t[i] = a[i + 8] + a[i];
+    }
+    hsum8(t)
+}

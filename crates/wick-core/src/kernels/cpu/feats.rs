@@ -1,0 +1,141 @@
+//! CPU-feature detection for every kernel, done once, and the `WICK_ISA=scalar|avx2` cap
+//! (to test and measure the fallbacks). Each kernel family asks for exactly the features its
+//! fast path needs (they differ: llama.cpp picks its variants by different features), so the
+//! uncapped results stay those of the CPU's best path; the cap turns off everything above it.
+//!
+//! Shipped builds target baseline x86-64 (they must run on any x86-64); the exact elementwise
+//! ops lean on `mul_add` and on auto-vectorisation, which without AVX2/FMA become libm `fmaf`
+//! calls and scalar loops (measured 2× slower end to end). `fast` compiles its closure a second
+//! time with AVX2/FMA/F16C enabled and picks that copy when the CPU has them. Results are
+//! identical: `mul_add` is fused either way and no float operation is reordered.
+
+use std::sync::OnceLock;
+
+/// The widest kernels this CPU runs (after the `WICK_ISA` cap).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    Scalar,
+    Avx2,
+    Avx512Vnni,
+}
+
+/// Detected once; `WICK_ISA=scalar|avx2` caps it.
+pub fn isa() -> Isa {
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(|| detected().min(cap()))
+}
+
+/// The `WICK_ISA` cap (no cap: `Avx512Vnni`).
+fn cap() -> Isa {
+    match std::env::var("WICK_ISA").as_deref() {
+        Ok("scalar") => Isa::Scalar,
+        Ok("avx2") => Isa::Avx2,
+        _ => Isa::Avx512Vnni,
+    }
+}
+
+/// What the CPU runs, uncapped (tests compare every instruction set up to it).
+pub fn detected() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Every AVX-512 kernel is compiled for all five (an intrinsic whose feature is missing
+        // from its function's list is not inlined: a call per use).
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+        {
+            return Isa::Avx512Vnni;
+        }
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
+            return Isa::Avx2;
+        }
+    }
+    Isa::Scalar
+}
+
+/// `test()` once, false when the cap is below `level`.
+#[inline]
+fn cached(flag: &OnceLock<bool>, level: Isa, test: impl FnOnce() -> bool) -> bool {
+    *flag.get_or_init(|| cap() >= level && test())
+}
+
+/// AVX2 and FMA: the row dots of `quants` / `k_quants` (ggml's AVX2 `vec_dot`s).
+#[inline]
+pub fn has_avx2_fma() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    return cached(&OK, Isa::Avx2, || is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"));
+    #[cfg(not(target_arch = "x86_64"))]
+    cached(&OK, Isa::Avx2, || false)
+}
+
+/// AVX2, FMA and F16C: `fast` and the f16 attention dots.
+#[inline]
+pub fn has_avx2() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    return cached(&OK, Isa::Avx2, || {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    cached(&OK, Isa::Avx2, || false)
+}
+
+/// AVX-512 F, BW, DQ and VL, i.e. whether llama.cpp loads an AVX-512 build, which repacks
+/// Q2_K weights.
+pub fn has_avx512() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    return cached(&OK, Isa::Avx512Vnni, || {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512vl")
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    cached(&OK, Isa::Avx512Vnni, || false)
+}
+
+/// AVX-512 F and DQ: ggml's AVX-512 `expf` (`_mm512_scalef_ps`).
+pub fn has_avx512_expf() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    return cached(&OK, Isa::Avx512Vnni, || {
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512dq")
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    cached(&OK, Isa::Avx512Vnni, || false)
+}
+
+/// AVX512-BF16, i.e. whether llama.cpp's CPU backend loads a build whose BF16 dot products use
+/// `vdpbf16ps` (the order the BF16 kernels follow).
+pub fn has_avx512bf16() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    return cached(&OK, Isa::Avx512Vnni, || is_x86_feature_detected!("avx512bf16"));
+    #[cfg(not(target_arch = "x86_64"))]
+    cached(&OK, Isa::Avx512Vnni, || false)
+}
+
+/// `f()`, compiled with AVX2/FMA/F16C where the CPU has them. Keep `f`'s hot helpers
+/// `#[inline]` so they are compiled into that copy.
+#[inline(always)]
+pub fn fast<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        // Safety: the features were detected above.
+        return unsafe { with_avx2(f) };
+    }
+    f()
+}

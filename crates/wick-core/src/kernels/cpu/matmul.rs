@@ -1,0 +1,291 @@
+//! The row-dot matmul for weights without packed panels (`repack`): F16, BF16, Q8_0, Q4_0,
+//! Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, rounding exactly as llama.cpp's x86 CPU
+//! backend does (the kernels it picks for these types on AVX2/AVX-512; BF16 and Q2_K only
+//! where llama.cpp loads an AVX512-BF16 / AVX-512 build, see `supported`).
+//!
+//! Why: ggml re-quantizes every activation row to q8 blocks, so a one-ulp difference in one
+//! layer's output can flip a rounding in the next and change a greedy token (see
+//! `attention`). candle's kernels accumulate in other orders and, for Q4_1, round the q8_1
+//! block sum differently (`f16(sum)·f16(d)` in f16 instead of ggml's `f16(d·sum)`). Here:
+//! activations are quantized as ggml's x86 `quantize_row_q8_0/q8_1` and
+//! `quantize_row_q8_K_ref` (`q8`), f16 weights see f16-rounded activations, and each type's
+//! row dot (`quants`, `k_quants`, `float_dots`) follows its ggml kernel.
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::Tensor;
+use half::f16;
+
+use super::blocks::f16_at;
+use super::feats::{fast, has_avx2_fma, has_avx512, has_avx512bf16};
+use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single, dot_tiled, to_bf16};
+use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
+use super::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};
+use super::quants::{dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0};
+#[cfg(target_arch = "x86_64")]
+use super::x86::{k_quants as simd_k, quants as simd};
+use crate::error::{Result, WickError};
+use crate::runtime::pool::{self, SyncPtr};
+
+/// A row's place in its sequence's share of a step: llama.cpp picks kernels by how many
+/// rows it multiplies at once, so Wick picks them per sequence, as if each sequence ran alone.
+/// That keeps every sequence's numbers independent of what it is batched with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowPos {
+    /// Tokens this sequence brings to the step.
+    pub seq_len: u32,
+    /// This row's index among them.
+    pub idx: u32,
+}
+
+impl RowPos {
+    pub const SINGLE: RowPos = RowPos { seq_len: 1, idx: 0 };
+
+    /// Whether ggml's repacked K-quant kernels (Q2_K, Q4_K) send this row through their GEMM:
+    /// rows go in groups of four, the remaining `len % 4` (all rows when len < 4) through the GEMV.
+    pub fn in_gemm_group(self) -> bool {
+        self.seq_len > 3 && self.idx < self.seq_len - self.seq_len % 4
+    }
+}
+
+/// Whether `matmul` handles this weight type (with this output count).
+pub fn supported(dtype: GgmlDType, n_out: usize) -> bool {
+    match dtype {
+        GgmlDType::F16 | GgmlDType::Q8_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 => true,
+        GgmlDType::Q3K | GgmlDType::Q5K | GgmlDType::Q6K => true,
+        // Only llama.cpp's AVX512-BF16 builds are matched (others sum BF16 in other orders).
+        GgmlDType::BF16 => has_avx512bf16(),
+        GgmlDType::Q4_0 | GgmlDType::Q4K => n_out.is_multiple_of(8),
+        // ggml repacks Q2_K (8x8 GEMV/GEMM) only in its AVX-512 builds; the others use
+        // `ggml_vec_dot_q2_K_q8_K`, which is not implemented here.
+        GgmlDType::Q2K => n_out.is_multiple_of(8) && has_avx512(),
+        _ => false,
+    }
+}
+
+/// Output columns per task: enough tasks to balance `threads` (and a helper that wakes late),
+/// whole groups of 8 columns, at least 8.
+fn cols_per_task(n: usize, m: usize) -> usize {
+    let threads = pool::global().threads();
+    if threads == 1 {
+        return n;
+    }
+    let tasks = if m == 1 { threads * 8 } else { threads * 16 };
+    (n.div_ceil(tasks).div_ceil(8) * 8).max(8)
+}
+
+/// Rows of activations per cache block in the multi-row kernels.
+const ROW_BLOCK: usize = 64;
+
+/// Runs `f(j0, j1)` over column ranges covering `0..n`, spread over the pool.
+fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+    let c = cols_per_task(n, m);
+    pool::run(n.div_ceil(c), &|t| f(t * c, ((t + 1) * c).min(n)));
+}
+
+/// The type of an absent `dot4` of `tiled_rows` (no SIMD kernels on this architecture).
+#[cfg(not(target_arch = "x86_64"))]
+type NoDot4 = fn(&[u8], usize) -> [f32; 4];
+
+/// Every output `(r, j)`: columns spread over the pool, activation rows in blocks of
+/// `ROW_BLOCK` so a weight row stays in cache, four rows at a time through `dot4` when given
+/// (SIMD), the rest through `dot1`. Each output keeps the single-row kernel's order either way.
+/// Generic rather than `dyn` so the dot kernels inline into the loop (measured: ~5% of prefill).
+fn tiled_rows<'w, W, P, D4, D1>(n: usize, m: usize, wrow: &W, put: &P, dot4: Option<&D4>, dot1: &D1)
+where
+    W: Fn(usize) -> &'w [u8] + Sync,
+    P: Fn(usize, usize, f32) + Sync,
+    D4: Fn(&[u8], usize) -> [f32; 4] + Sync,
+    D1: Fn(&[u8], usize) -> f32 + Sync,
+{
+    for_cols(n, m, &|j0, j1| {
+        for rb in (0..m).step_by(ROW_BLOCK) {
+            let re = (rb + ROW_BLOCK).min(m);
+            for j in j0..j1 {
+                let wr = wrow(j);
+                let mut r = rb;
+                if let Some(dot4) = dot4 {
+                    while r + 4 <= re {
+                        for (t, v) in dot4(wr, r).into_iter().enumerate() {
+                            put(r + t, j, v);
+                        }
+                        r += 4;
+                    }
+                }
+                while r < re {
+                    put(r, j, dot1(wr, r));
+                    r += 1;
+                }
+            }
+        }
+    });
+}
+
+/// `x`: `[m, k]` f32 on the CPU, `w`: `[n, k]` of a `supported` type → `[m, n]` f32.
+/// `rows[i]` decides which of llama.cpp's kernels row i follows (see `RowPos`).
+///
+/// Columns (weight rows) are spread over `pool`; several activation rows go through
+/// one weight row at a time (unpacked once), each output with its own accumulators in the
+/// order of the single-row kernel, so the result does not depend on tiling or threads.
+pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
+    let (n, k) = w.shape().dims2()?;
+    let (m, kx) = x.dims2()?;
+    let dtype = w.dtype();
+    if kx != k || !k.is_multiple_of(dtype.block_size()) || !supported(dtype, n) || rows.len() != m {
+        return Err(WickError::Internal(format!(
+            "ggml matmul: input [{m}, {kx}], {dtype:?} weight [{n}, {k}]"
+        )));
+    }
+    let data = w.data()?;
+    let data: &[u8] = &data;
+    let row_bytes = k / dtype.block_size() * dtype.type_size();
+    if data.len() != n * row_bytes {
+        return Err(WickError::Internal("weight size does not match its shape".into()));
+    }
+    let xs = x.flatten_all()?.to_vec1::<f32>()?;
+    let mut y = vec![0f32; m * n];
+    let yp = SyncPtr(y.as_mut_ptr());
+    // Safety (all `put`s): each (row, column) is written by the one task owning the column.
+    let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
+    let simd = has_avx2_fma();
+    let wrow = |j: usize| &data[j * row_bytes..(j + 1) * row_bytes];
+    if dtype == GgmlDType::F16 {
+        let x16: Vec<f32> = xs.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+        // tinyBLAS takes over from ggml's own dot product for several rows when k splits
+        // into 16-lane chunks and the output count into tiles of 4.
+        let shapes_ok = k.is_multiple_of(16) && n.is_multiple_of(4);
+        for_cols(n, m, &|j0, j1| {
+            fast(
+                #[inline(always)]
+                || {
+                    for j in j0..j1 {
+                        let wr = wrow(j);
+                        let wv = |i: usize| f16_at(wr, 2 * i);
+                        for r in 0..m {
+                            let xr = &x16[r * k..(r + 1) * k];
+                            let tiled = shapes_ok && rows[r].seq_len > 1;
+                            put(
+                                r,
+                                j,
+                                if tiled {
+                                    dot_tiled(k, wv, |i| xr[i])
+                                } else {
+                                    dot_single(k, wv, |i| xr[i])
+                                },
+                            );
+                        }
+                    }
+                },
+            )
+        });
+    } else if dtype == GgmlDType::Q2K {
+        let acts: Vec<Vec<Act256>> = quantize_rows(&xs, k, quantize_q8k);
+        // As for Q4_K: the repacked GEMM for rows in groups of four, the GEMV for the rest.
+        let gemm = RowPos::in_gemm_group;
+        #[cfg(target_arch = "x86_64")]
+        let dot4 = |wr: &[u8], r: usize| {
+            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
+            let ph = [gemm(rows[r]), gemm(rows[r + 1]), gemm(rows[r + 2]), gemm(rows[r + 3])];
+            // Safety: only passed on when AVX2/FMA are available; every row has k/256 blocks.
+            unsafe { simd_k::dotn_q2k::<4>(wr, a, ph) }
+        };
+        #[cfg(target_arch = "x86_64")]
+        let dot4 = simd.then_some(&dot4);
+        #[cfg(not(target_arch = "x86_64"))]
+        let dot4: Option<&NoDot4> = None;
+        tiled_rows(n, m, &wrow, &put, dot4, &|wr, r| dot_q2k(wr, &acts[r], gemm(rows[r])));
+    } else if dtype == GgmlDType::Q4K {
+        let acts: Vec<Vec<Act256>> = quantize_rows(&xs, k, quantize_q8k);
+        // ggml's repacked kernels run rows in groups of four through the GEMM and the
+        // remaining `len % 4` rows (all rows when len < 4) through the GEMV.
+        let gemm = RowPos::in_gemm_group;
+        #[cfg(target_arch = "x86_64")]
+        let dot4 = |wr: &[u8], r: usize| {
+            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
+            let pp = [gemm(rows[r]), gemm(rows[r + 1]), gemm(rows[r + 2]), gemm(rows[r + 3])];
+            // Safety: only passed on when AVX2/FMA are available; every row has k/256 blocks.
+            unsafe { simd_k::dotn_q4k::<4>(wr, a, pp) }
+        };
+        #[cfg(target_arch = "x86_64")]
+        let dot4 = simd.then_some(&dot4);
+        #[cfg(not(target_arch = "x86_64"))]
+        let dot4: Option<&NoDot4> = None;
+        let dot1 = |wr: &[u8], r: usize| {
+            #[cfg(target_arch = "x86_64")]
+            if simd {
+                // Safety: AVX2/FMA checked; every row has k/256 blocks.
+                return unsafe { simd_k::dotn_q4k::<1>(wr, [&acts[r][..]], [gemm(rows[r])]) }[0];
+            }
+            dot_q4k(wr, &acts[r], gemm(rows[r]))
+        };
+        tiled_rows(n, m, &wrow, &put, dot4, &dot1);
+    } else if dtype == GgmlDType::BF16 {
+        let xb: Vec<u16> = xs.iter().map(|&v| to_bf16(v)).collect();
+        // As for F16: tinyBLAS for several rows when k splits into 32-value chunks and the
+        // output count into tiles of 4, `ggml_vec_dot_bf16` otherwise.
+        let shapes_ok = k.is_multiple_of(32) && n.is_multiple_of(4);
+        for_cols(n, m, &|j0, j1| {
+            for j in j0..j1 {
+                let wr = wrow(j);
+                for r in 0..m {
+                    let xr = &xb[r * k..(r + 1) * k];
+                    let tiled = shapes_ok && rows[r].seq_len > 1;
+                    put(r, j, if tiled { dot_bf16_tiled(wr, xr) } else { dot_bf16_single(wr, xr) });
+                }
+            }
+        });
+    } else if matches!(dtype, GgmlDType::Q3K | GgmlDType::Q5K | GgmlDType::Q6K) {
+        // One kernel for every row count (see `dot_q6k`, `dot_q5k`, `dot_q3k`).
+        let acts: Vec<Vec<Act256>> = quantize_rows(&xs, k, quantize_q8k);
+        let dot = match dtype {
+            GgmlDType::Q6K => dot_q6k,
+            GgmlDType::Q5K => dot_q5k,
+            _ => dot_q3k,
+        };
+        #[cfg(target_arch = "x86_64")]
+        let simd4: unsafe fn(&[u8], [&[Act256]; 4]) -> [f32; 4] = match dtype {
+            GgmlDType::Q6K => simd_k::dotn_q6k::<4>,
+            GgmlDType::Q5K => simd_k::dotn_q5k::<4>,
+            _ => simd_k::dotn_q3k::<4>,
+        };
+        #[cfg(target_arch = "x86_64")]
+        let dot4 = |wr: &[u8], r: usize| {
+            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
+            // Safety: only passed on when AVX2/FMA are available; every row has k/256 blocks.
+            unsafe { simd4(wr, a) }
+        };
+        #[cfg(target_arch = "x86_64")]
+        let dot4 = simd.then_some(&dot4);
+        #[cfg(not(target_arch = "x86_64"))]
+        let dot4: Option<&NoDot4> = None;
+        tiled_rows(n, m, &wrow, &put, dot4, &|wr, r| dot(wr, &acts[r]));
+    } else {
+        let acts: Vec<Vec<Act32>> = quantize_rows(&xs, k, quantize_q8);
+        let dot = match dtype {
+            GgmlDType::Q8_0 => dot_q8_0,
+            GgmlDType::Q4_0 => dot_q4_0,
+            GgmlDType::Q5_0 => dot_q5_0,
+            GgmlDType::Q5_1 => dot_q5_1,
+            _ => dot_q4_1,
+        };
+        #[cfg(target_arch = "x86_64")]
+        let simd4: unsafe fn(&[u8], [&[Act32]; 4]) -> [f32; 4] = match dtype {
+            GgmlDType::Q8_0 => simd::dot4_q8_0,
+            GgmlDType::Q4_0 => simd::dot4_q4_0,
+            GgmlDType::Q5_0 => simd::dot4_q5_0,
+            GgmlDType::Q5_1 => simd::dot4_q5_1,
+            _ => simd::dot4_q4_1,
+        };
+        #[cfg(target_arch = "x86_64")]
+        let dot4 = |wr: &[u8], r: usize| {
+            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
+            // Safety: only passed on when AVX2/FMA are available; every row has k/32 blocks.
+            unsafe { simd4(wr, a) }
+        };
+        #[cfg(target_arch = "x86_64")]
+        let dot4 = simd.then_some(&dot4);
+        #[cfg(not(target_arch = "x86_64"))]
+        let dot4: Option<&NoDot4> = None;
+        tiled_rows(n, m, &wrow, &put, dot4, &|wr, r| dot(wr, &acts[r]));
+    }
+    Ok(Tensor::from_vec(y, (m, n), x.device())?)
+}

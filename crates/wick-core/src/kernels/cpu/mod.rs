@@ -1,0 +1,18 @@
+//! CPU kernels (x86: AVX-512 VNNI, AVX2 or portable code, picked at run time by `feats`).
+
+pub mod attention;
+pub(crate) mod blocks;
+pub(crate) mod elementwise;
+pub mod expf;
+pub mod feats;
+pub(crate) mod float_dots;
+pub(crate) mod k_quants;
+pub mod matmul;
+pub(crate) mod q8;
+pub(crate) mod quants;
+pub mod repack;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;
+
+#[cfg(test)]
+mod dot_checks;

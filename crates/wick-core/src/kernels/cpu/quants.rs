@@ -1,0 +1,237 @@
+//! Portable row dots of the 32-value quant types against q8 activation rows, in the order of
+//! ggml's x86 `ggml_vec_dot_*` kernels (so they round as llama.cpp does), each dispatching to
+//! its AVX2 twin in `x86::quants` where the CPU has it (`feats::has_avx2_fma`):
+//! - Q4_0 (q8_0): per block an exact integer dot, `acc = fma(float(isum), dx·dy, acc)`;
+//! - Q8_0, Q5_0 (q8_0): 8 lanes of 4-byte dots, fma per lane and block, an 8-lane tree sum
+//!   (tinyBLAS rounds identically for several rows);
+//! - Q4_1, Q5_1 (q8_1): Q8_0's lanes plus the m·s terms accumulated with fma.
+
+use super::blocks::{f16_at, hsum8, u32_at, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+use super::feats::has_avx2_fma;
+use super::q8::Act32;
+#[cfg(target_arch = "x86_64")]
+use super::x86::quants as simd;
+
+/// The 32 4-bit values of a Q4_0/Q4_1 block in element order: low nibbles, then high.
+#[inline(always)]
+fn nibbles(qs: &[u8]) -> [u8; 32] {
+    let mut w = [0u8; 32];
+    for i in 0..16 {
+        w[i] = qs[i] & 0x0F;
+        w[i + 16] = qs[i] >> 4;
+    }
+    w
+}
+
+pub fn dot_q4_0(w: &[u8], a: &[Act32]) -> f32 {
+    let simd = has_avx2_fma();
+    let mut acc = 0f32;
+    for (blk, y) in w.chunks_exact(Q4_0::BYTES).zip(a) {
+        let s = if simd {
+            // Safety: AVX2/FMA checked by `has_avx2_fma`; the block has 16 nibble bytes.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                simd::isum_q4_0(&blk[Q4_0::QS..], &y.qs, y.qsum)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            0
+        } else {
+            let q = nibbles(&blk[Q4_0::QS..]);
+            (0..32).map(|i| (q[i] as i32 - 8) * y.qs[i] as i32).sum()
+        };
+        acc = (s as f32).mul_add(f16_at(blk, Q4_0::D) * y.d, acc);
+    }
+    acc
+}
+
+pub fn dot_q8_0(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // Safety: AVX2/FMA checked; `w` holds one 34-byte block per activation block.
+        return unsafe { simd::dot_q8_0(w, a) };
+    }
+    let mut acc = [0f32; 8];
+    for (blk, y) in w.chunks_exact(Q8_0::BYTES).zip(a) {
+        let d = f16_at(blk, Q8_0::D) * y.d;
+        let qs = &blk[Q8_0::QS..];
+        for (l, a) in acc.iter_mut().enumerate() {
+            let s: i32 = (0..4).map(|t| qs[4 * l + t] as i8 as i32 * y.qs[4 * l + t] as i32).sum();
+            *a = d.mul_add(s as f32, *a);
+        }
+    }
+    hsum8(acc)
+}
+
+/// The 32 values (q - 16) of a Q5_0 block (d, qh, 16 nibble bytes) in element order.
+fn q5_0_values(blk: &[u8]) -> [i32; 32] {
+    let qh = u32_at(blk, Q5_0::QH);
+    let q = nibbles(&blk[Q5_0::QS..]);
+    std::array::from_fn(|i| (q[i] as i32 | (((qh >> i) & 1) as i32) << 4) - 16)
+}
+
+/// `ggml_vec_dot_q5_0_q8_0`: as Q8_0 (8 lanes of 4-value dots, one fma per lane and block).
+pub fn dot_q5_0(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // Safety: AVX2/FMA checked; `w` holds one 22-byte block per activation block.
+        return unsafe { simd::dot_q5_0(w, a) };
+    }
+    let mut acc = [0f32; 8];
+    for (blk, y) in w.chunks_exact(Q5_0::BYTES).zip(a) {
+        let d = f16_at(blk, Q5_0::D) * y.d;
+        let x = q5_0_values(blk);
+        for (l, a) in acc.iter_mut().enumerate() {
+            let s: i32 = (0..4).map(|t| x[4 * l + t] * y.qs[4 * l + t] as i32).sum();
+            *a = d.mul_add(s as f32, *a);
+        }
+    }
+    hsum8(acc)
+}
+
+/// The 32 unsigned values (0..32) of a Q5_1 block (d, m, qh, 16 nibble bytes) in element order.
+fn q5_1_values(blk: &[u8]) -> [i32; 32] {
+    let qh = u32_at(blk, Q5_1::QH);
+    let q = nibbles(&blk[Q5_1::QS..]);
+    std::array::from_fn(|i| q[i] as i32 | (((qh >> i) & 1) as i32) << 4)
+}
+
+/// `ggml_vec_dot_q5_1_q8_1` (no repack, no tinyBLAS for this type, so for any row count):
+/// Q4_1's order — 8 lanes of 4-value dots, fma per lane and block with `dx·dy`, the m·s terms
+/// folded by fma into a separate sum that is added after the 8-lane tree sum.
+pub fn dot_q5_1(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // Safety: AVX2/FMA checked; `w` holds one 24-byte block per activation block.
+        return unsafe { simd::dot_q5_1(w, a) };
+    }
+    dot_q5_1_ref(w, a)
+}
+
+fn dot_q5_1_ref(w: &[u8], a: &[Act32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for (blk, y) in w.chunks_exact(Q5_1::BYTES).zip(a) {
+        summs = f16_at(blk, Q5_1::M).mul_add(y.s, summs);
+        let d = f16_at(blk, Q5_1::D) * y.d;
+        let x = q5_1_values(blk);
+        for (l, a) in acc.iter_mut().enumerate() {
+            let s: i32 = (0..4).map(|t| x[4 * l + t] * y.qs[4 * l + t] as i32).sum();
+            *a = d.mul_add(s as f32, *a);
+        }
+    }
+    hsum8(acc) + summs
+}
+
+pub fn dot_q4_1(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // Safety: AVX2/FMA checked; `w` holds one 20-byte block per activation block.
+        return unsafe { simd::dot_q4_1(w, a) };
+    }
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for (blk, y) in w.chunks_exact(Q4_1::BYTES).zip(a) {
+        summs = f16_at(blk, Q4_1::M).mul_add(y.s, summs);
+        let d = y.d * f16_at(blk, Q4_1::D);
+        let q = nibbles(&blk[Q4_1::QS..]);
+        // Lane l: elements 4l..4l+4 (ggml's 8-lane integer dot).
+        let mut lanes = [0i32; 8];
+        for (l, s) in lanes.iter_mut().enumerate() {
+            for t in 0..4 {
+                *s += q[4 * l + t] as i32 * y.qs[4 * l + t] as i32;
+            }
+        }
+        for l in 0..8 {
+            acc[l] = d.mul_add(lanes[l] as f32, acc[l]);
+        }
+    }
+    hsum8(acc) + summs
+}
+
+#[cfg(test)]
+mod tests {
+    use half::f16;
+
+    use super::*;
+    use crate::kernels::cpu::blocks::QK;
+    use crate::kernels::cpu::dot_checks::check_block_type;
+    use crate::kernels::cpu::q8::quantize_q8;
+
+    /// SIMD and scalar paths agree bit for bit, and both stay within a relative error bound
+    /// of the dequantized f32 reference (the bound covers the q8 activation rounding).
+    #[test]
+    fn q5_0_matches_scalar_and_dequantized_reference() {
+        let mut s = 11u32;
+        let mut r = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        let k = 256;
+        for _ in 0..20 {
+            let mut w = vec![];
+            let mut deq = vec![];
+            for _ in 0..k / 32 {
+                let d = f16::from_f32(r().abs() * 0.1 + 0.01);
+                w.extend_from_slice(&d.to_le_bytes());
+                let vals: Vec<i32> = (0..32).map(|_| ((r() + 0.5) * 32.0) as i32 % 32).collect();
+                let mut qh = 0u32;
+                let mut qs = [0u8; 16];
+                for (i, &v) in vals.iter().enumerate() {
+                    qh |= ((v as u32 >> 4) & 1) << i;
+                    if i < 16 {
+                        qs[i] |= (v & 15) as u8
+                    } else {
+                        qs[i - 16] |= ((v & 15) as u8) << 4
+                    }
+                    deq.push((v - 16) as f32 * d.to_f32());
+                }
+                w.extend_from_slice(&qh.to_le_bytes());
+                w.extend_from_slice(&qs);
+            }
+            let x: Vec<f32> = (0..k).map(|_| r()).collect();
+            let a = quantize_q8(&x);
+            let fast = dot_q5_0(&w, &a);
+            let exact: f64 = deq.iter().zip(&x).map(|(&p, &q)| p as f64 * q as f64).sum();
+            let norm: f64 = deq.iter().zip(&x).map(|(&p, &q)| (p as f64 * q as f64).abs()).sum();
+            assert!(((fast as f64) - exact).abs() <= 1e-2 * norm, "{fast} vs {exact}");
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2_fma() {
+                let four = unsafe { simd::dot4_q5_0(&w, [&a, &a, &a, &a]) };
+                assert!(four.iter().all(|v| v.to_bits() == fast.to_bits()));
+                let mut acc = [0f32; 8];
+                for (blk, y) in w.chunks_exact(Q5_0::BYTES).zip(&a) {
+                    let d = f16_at(blk, Q5_0::D) * y.d;
+                    let xv = q5_0_values(blk);
+                    for (l, s) in acc.iter_mut().enumerate() {
+                        let v: i32 = (0..4).map(|t| xv[4 * l + t] * y.qs[4 * l + t] as i32).sum();
+                        *s = d.mul_add(v as f32, *s);
+                    }
+                }
+                assert_eq!(hsum8(acc).to_bits(), fast.to_bits());
+            }
+        }
+    }
+
+    fn deq_q5_1(blk: &[u8]) -> Vec<f32> {
+        let (d, m) = (f16_at(blk, Q5_1::D), f16_at(blk, Q5_1::M));
+        q5_1_values(blk).iter().map(|&q| d * q as f32 + m).collect()
+    }
+
+    #[test]
+    fn q5_1_matches_scalar_and_dequantized_reference() {
+        #[cfg(target_arch = "x86_64")]
+        let d4 = Some(simd::dot4_q5_1 as unsafe fn(&[u8], [&[Act32]; 4]) -> [f32; 4]);
+        #[cfg(not(target_arch = "x86_64"))]
+        let d4 = None;
+        check_block_type(
+            Q5_1::BYTES,
+            &[Q5_1::D, Q5_1::M],
+            QK,
+            quantize_q8,
+            deq_q5_1,
+            dot_q5_1,
+            dot_q5_1_ref,
+            d4,
+        );
+    }
+}

@@ -1,0 +1,29 @@
+//! The one home of Wick's numeric kernels, laid out as ggml-cpu and candle's quantized
+//! backend are:
+//!
+//! - `cpu/feats.rs`: CPU-feature detection, once, and the `WICK_ISA=scalar|avx2` cap that
+//!   every kernel family below obeys;
+//! - `cpu/blocks.rs`: GGUF quant block layouts (sizes, field offsets) and the shared field
+//!   decoders and horizontal sums;
+//! - `cpu/q8.rs`: activation rows quantized as ggml does (q8_0 / q8_1 / q8_K);
+//! - `cpu/quants.rs`, `cpu/k_quants.rs`, `cpu/float_dots.rs`: portable row dots per weight type
+//!   in llama.cpp's summation orders; `cpu/x86/`: their AVX2 twins;
+//! - `cpu/repack/`: weights repacked at load into 16-column panels, per type (AVX-512 VNNI,
+//!   AVX2, portable);
+//! - `cpu/matmul.rs`: the row-dot matmul for types without panels, and `RowPos`;
+//! - `cpu/attention/`: causal attention over the paged f16 KV cache;
+//! - `cpu/expf.rs`, `cpu/elementwise.rs`: ggml's `expf`, SwiGLU, RMSNorm, RoPE, short conv.
+//!
+//! The CPU kernels run on `runtime::pool`. GPU kernels get their own directory beside `cpu/`
+//! (`cuda/`: `.cu` sources and their launchers) when they come; devices without Wick kernels
+//! use candle's ops.
+//!
+//! Dependencies point one way: `feats` and `blocks` at the bottom, the row dots and panels on
+//! them, `matmul` and `attention` on those; kernels never import `models`.
+
+pub mod cpu;
+
+pub use cpu::attention::{attend, attend_many, SeqAttn};
+pub(crate) use cpu::elementwise::with_host_f32;
+pub use cpu::matmul::RowPos;
+pub use cpu::repack::PackedWeight;

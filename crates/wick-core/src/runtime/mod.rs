@@ -1,0 +1,7 @@
+//! What the CPU kernels run on: the persistent thread pool and the allocator setting of the
+//! forward pass. Kept apart from `kernels` because the KV cache spreads its writes over the
+//! same pool while the attention kernels read the cache's views: both depend on this module,
+//! neither on the other's users.
+
+pub mod alloc;
+pub mod pool;
