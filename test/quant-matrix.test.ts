@@ -69,7 +69,7 @@ function ensureSources(): void {
   const target = triple ? ["--target", triple] : [];
   execFileSync(
     "cargo",
-    ["run", "--release", ...target, "-q", "-p", "wick-core", "--bin", "wick-fixtures", "--", fixturesDir, "--quant-sources"],
+    ["run", "--release", ...target, "-q", "-p", "wick-fixtures", "--", fixturesDir, "--quant-sources"],
     { cwd: repoRoot, stdio: ["ignore", "ignore", "inherit"] },
   );
 }
