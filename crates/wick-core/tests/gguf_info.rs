@@ -126,11 +126,7 @@ fn odd_metadata_is_an_error_not_a_panic() {
         ("ctx-string", "llama.context_length", Some(V::String("lots".into()))),
         ("ftype-negative", "general.file_type", Some(V::I32(-3))),
         ("ftype-huge", "general.file_type", Some(V::U64(1 << 40))),
-        (
-            "kv-heads-strings",
-            "llama.attention.head_count_kv",
-            Some(V::Array(vec![V::String("2".into())])),
-        ),
+        ("kv-heads-strings", "llama.attention.head_count_kv", Some(V::Array(vec![V::String("2".into())]))),
         ("tokens-not-array", "tokenizer.ggml.tokens", Some(V::U32(3))),
     ];
     for (tag, key, value) in cases {

@@ -13,7 +13,11 @@ fn vocabs(test: &str) -> Option<impl Fn(&str) -> Tokenizer> {
     let models = common::llama_src(test)?.join("models");
     Some(move |name: &str| {
         let path = models.join(format!("ggml-vocab-{name}.gguf"));
-        assert!(path.exists(), "{} not found (set WICK_LLAMA_SRC or run ./scripts/llama-src.sh)", path.display());
+        assert!(
+            path.exists(),
+            "{} not found (set WICK_LLAMA_SRC or run ./scripts/llama-src.sh)",
+            path.display()
+        );
         Tokenizer::from_gguf(&GgufFile::open(&path).unwrap().metadata).unwrap()
     })
 }

@@ -39,7 +39,9 @@ pub fn skip(test: &str, reason: &str) {
 /// scripts/llama-src.sh) whose `models/` holds the vocab-only GGUFs and tokenizer corpora;
 /// `None` after reporting `test` as skipped when it is not there.
 pub fn llama_src(test: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("WICK_LLAMA_SRC").map(PathBuf::from).unwrap_or_else(wick_fixtures::default_llama_src);
+    let dir = std::env::var_os("WICK_LLAMA_SRC")
+        .map(PathBuf::from)
+        .unwrap_or_else(wick_fixtures::default_llama_src);
     if dir.join("models").is_dir() {
         return Some(dir);
     }
