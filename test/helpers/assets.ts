@@ -87,7 +87,7 @@ export interface Needed {
 }
 
 /** Whether this run is CI's, where a missing asset fails the run. */
-export const inCi = process.env.CI === "true";
+const inCi = process.env.CI === "true";
 const reported = new Set<string>();
 
 /**
