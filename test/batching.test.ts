@@ -2,9 +2,8 @@
  * Continuous batching must not change results: each of 16 concurrent greedy requests (different
  * prompts and lengths, some longer than one prefill chunk) gets exactly the tokens it gets alone.
  */
-import test from "ava";
 import { Engine, type EngineEvent } from "../ts/engine/index.ts";
-import { fixture, smollm2 } from "./helpers/assets.ts";
+import { fixture, needs, smollm2 } from "./helpers/assets.ts";
 
 async function ids(gen: AsyncGenerator<EngineEvent>): Promise<number[]> {
   const out: number[] = [];
@@ -22,15 +21,15 @@ function prompts(engine: Engine): number[][] {
   });
 }
 
-for (const [name, path] of [
-  ["SmolLM2-135M Q4_1", () => { const m = smollm2(); return "path" in m ? m.path : null; }],
-  ["tiny lfm2 Q8_0", () => fixture("tiny-lfm2-q8_0.gguf")],
+for (const [name, asset] of [
+  ["SmolLM2-135M Q4_1", smollm2()],
+  ["tiny lfm2 Q8_0", fixture("tiny-lfm2-q8_0.gguf")],
   // MoE: tokens of different requests routed to experts together in one step.
-  ["tiny lfm2moe Q8_0 (8 experts top-2, 2 dense layers first)", () => fixture("tiny-lfm2moe-e8-lead2-q8_0.gguf")],
+  ["tiny lfm2moe Q8_0 (8 experts top-2, 2 dense layers first)", fixture("tiny-lfm2moe-e8-lead2-q8_0.gguf")],
 ] as const) {
-  test.serial(`${name}: 16 concurrent greedy requests equal their solo runs`, async (t) => {
-    const modelPath = path();
-    if (!modelPath) return t.log("SKIPPED: SmolLM2 could not be fetched") as unknown as void;
+  const model = needs(asset);
+  model.serial(`${name}: 16 concurrent greedy requests equal their solo runs`, async (t) => {
+    const modelPath = model.path!;
     const engine = await Engine.load({ modelPath, contextSize: 1024, maxSequences: 16, prefillChunk: 64, stepTokens: 128 });
     try {
       const ps = prompts(engine);

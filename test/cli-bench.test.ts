@@ -3,13 +3,15 @@ import test from "ava";
 import { execFile } from "node:child_process";
 import path from "node:path";
 import { promisify } from "node:util";
-import { fixture, repoRoot } from "./helpers/assets.ts";
+import { fixture, needs, repoRoot } from "./helpers/assets.ts";
 
 const run = promisify(execFile);
 const wick = path.join(repoRoot, "bin/wick.js");
 
-test("wick bench reports prefill and decode tokens/s as JSON", async (t) => {
-  const model = fixture("tiny-llama-q8_0.gguf");
+const tinyLlama = needs(fixture("tiny-llama-q8_0.gguf"));
+
+tinyLlama.test("wick bench reports prefill and decode tokens/s as JSON", async (t) => {
+  const model = tinyLlama.path!;
   const { stdout } = await run("node", [wick, "bench", "-m", model, "-t", "1", "-p", "32", "-n", "8", "-r", "2", "-o", "json"], { cwd: repoRoot });
   const r = JSON.parse(stdout);
   t.is(r.architecture, "llama");

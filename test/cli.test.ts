@@ -8,11 +8,11 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import { FOREIGN_FLAGS, normalizeArgv, SERVE_FLAGS } from "../ts/cli/flags.ts";
 import { hostPort } from "../ts/cli/values.ts";
-import { openaiClient, smolLM2Tests } from "./helpers/server.ts";
-import { repoRoot } from "./helpers/assets.ts";
+import { openaiClient } from "./helpers/server.ts";
+import { needs, repoRoot, smollm2 } from "./helpers/assets.ts";
 
 const BIN = path.join(repoRoot, "bin/wick.js");
-const { path: smol, serial } = smolLM2Tests();
+const { path: smol, serial } = needs(smollm2());
 
 function wick(args: string[], env: Record<string, string> = {}) {
   const r = spawnSync(process.execPath, [BIN, ...args], { cwd: repoRoot, encoding: "utf8", env: { ...process.env, ...env }, timeout: 60_000 });

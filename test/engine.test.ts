@@ -7,7 +7,7 @@ import { execFileSync } from "node:child_process";
 import { readdirSync, statSync } from "node:fs";
 import path from "node:path";
 import { Engine, inspectModel, WickError, type EngineEvent } from "../ts/engine/index.ts";
-import { fixture, fixturesDir, repoRoot, smollm2 } from "./helpers/assets.ts";
+import { fixture, fixturesDir, needs, repoRoot, smollm2 } from "./helpers/assets.ts";
 
 async function collect(gen: AsyncGenerator<EngineEvent>) {
   let text = "";
@@ -22,7 +22,9 @@ async function collect(gen: AsyncGenerator<EngineEvent>) {
   return { text, ids, done: done! };
 }
 
-test("every malformed model file fails to load with a clear error, and the process keeps working", async (t) => {
+const tinyLlama = needs(fixture("tiny-llama-q8_0.gguf"));
+
+tinyLlama.test("every malformed model file fails to load with a clear error, and the process keeps working", async (t) => {
   const bad = readdirSync(fixturesDir).filter((f) => f.startsWith("bad-") && f.endsWith(".gguf"));
   t.true(bad.length >= 5, `expected the broken fixtures in ${fixturesDir}`);
   for (const f of bad) {
@@ -32,12 +34,12 @@ test("every malformed model file fails to load with a clear error, and the proce
   }
   const missing = await t.throwsAsync(Engine.load({ modelPath: path.join(fixturesDir, "nope.gguf") }), { instanceOf: WickError });
   t.regex(missing!.message, /cannot open/);
-  const ok = await Engine.load({ modelPath: fixture("tiny-llama-q8_0.gguf") });
+  const ok = await Engine.load({ modelPath: tinyLlama.path! });
   t.is(ok.info().architecture, "llama");
   await ok.unload();
 });
 
-test("async failures reject with the engine's code on the error, not in its message", async (t) => {
+tinyLlama.test("async failures reject with the engine's code on the error, not in its message", async (t) => {
   const missing = path.join(fixturesDir, "nope.gguf");
   const load = await t.throwsAsync(Engine.load({ modelPath: missing }), { instanceOf: WickError });
   t.is(load!.code, "MODEL_LOAD_FAILED");
@@ -46,8 +48,8 @@ test("async failures reject with the engine's code on the error, not in its mess
   t.is(inspect!.code, "MODEL_LOAD_FAILED");
 });
 
-test("the threads option: validated, and fixed process-wide by the first load", async (t) => {
-  const tiny = fixture("tiny-llama-q8_0.gguf");
+tinyLlama.test("the threads option: validated, and fixed process-wide by the first load", async (t) => {
+  const tiny = tinyLlama.path!;
   const zero = await t.throwsAsync(Engine.load({ modelPath: tiny, threads: 0 }), { instanceOf: WickError });
   t.is(zero!.code, "INVALID_REQUEST");
   const first = await Engine.load({ modelPath: tiny, vocabOnly: true });
@@ -75,15 +77,7 @@ test("the threads option: validated, and fixed process-wide by the first load", 
   t.deepEqual(JSON.parse(out.trim().split("\n").at(-1)!), { threads: 3, tokens: 4 });
 });
 
-const real = smollm2();
-const smol = "path" in real ? real.path : null;
-const withSmol = smol ? test.serial : test.serial.skip;
-if (!smol) {
-  test("SmolLM2 tests", (t) => {
-    t.log(`SKIPPED: ${(real as { skip: string }).skip}`);
-    t.pass();
-  });
-}
+const { path: smol, serial: withSmol } = needs(smollm2());
 
 let engine: Engine | undefined;
 test.before(async () => {
@@ -171,8 +165,8 @@ withSmol("bad requests are rejected before generation with typed errors", (t) =>
   t.is(t.throws(() => engine!.generate({ promptTokens: [1], topP: 0 }), { instanceOf: WickError })!.code, "INVALID_REQUEST");
 });
 
-test("pause holds the scheduler: submissions queue, a cancel still ends its request, resume runs the rest unchanged", async (t) => {
-  const e = await Engine.load({ modelPath: fixture("tiny-llama-q8_0.gguf"), maxSequences: 4 });
+tinyLlama.test("pause holds the scheduler: submissions queue, a cancel still ends its request, resume runs the rest unchanged", async (t) => {
+  const e = await Engine.load({ modelPath: tinyLlama.path!, maxSequences: 4 });
   try {
     const req = { promptTokens: [5, 6, 7, 8, 9], maxTokens: 16, temperature: 0, ignoreEos: true };
     const solo = await collect(e.generate(req));

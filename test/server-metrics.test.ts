@@ -1,21 +1,9 @@
 /** GET /metrics: Prometheus text with vLLM-style names, fed by real requests. */
-import test from "ava";
-import { loadModel, openaiClient, smolLM2Tests, startServer, waitFor, type RunningServer } from "./helpers/server.ts";
-import type { LoadedModel } from "./helpers/server.ts";
+import { needs, smollm2 } from "./helpers/assets.ts";
+import { openaiClient, serveModel, waitFor } from "./helpers/server.ts";
 
-const { path, serial } = smolLM2Tests();
-let model: LoadedModel;
-let server: RunningServer;
-
-test.before(async () => {
-  if (!path) return;
-  model = await loadModel(path);
-  server = await startServer({ registry: model.registry });
-});
-test.after.always(async () => {
-  await server?.close();
-  await model?.engine.unload();
-});
+const { path, serial } = needs(smollm2());
+const served = serveModel(path);
 
 function sample(text: string, name: string, labels = ""): number {
   const line = text.split("\n").find((l) => l.startsWith(`${name}{`) && l.includes(labels));
@@ -23,11 +11,11 @@ function sample(text: string, name: string, labels = ""): number {
 }
 
 serial("metrics count tokens, observe latencies and show an idle engine afterwards", async (t) => {
-  const client = openaiClient(server.url);
+  const client = openaiClient(served.server.url);
   const res = await client.completions.create({ model: "m", prompt: "One, two, three,", max_tokens: 5, temperature: 0 });
   t.is(res.usage!.completion_tokens, 5);
-  t.true((await waitFor(() => model.engine.metrics().running === 0, 1000)) >= 0);
-  const r = await fetch(`${server.url}/metrics`);
+  t.true((await waitFor(() => served.engine.metrics().running === 0, 1000)) >= 0);
+  const r = await fetch(`${served.server.url}/metrics`);
   t.is(r.status, 200);
   t.regex(r.headers.get("content-type") ?? "", /text\/plain/);
   const text = await r.text();

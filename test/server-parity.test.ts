@@ -5,33 +5,26 @@
  * prebuilt CPU build inside node-llama-cpp.
  */
 import test from "ava";
-import { getLlama, LlamaLogLevel, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
-import type { Engine } from "../ts/engine/index.ts";
-import { fixture } from "./helpers/assets.ts";
-import { loadModel, openaiClient, startServer, type RunningServer } from "./helpers/server.ts";
+import type { Llama, LlamaModel, Token } from "node-llama-cpp";
 import type OpenAI from "openai";
+import { fixture, needs } from "./helpers/assets.ts";
+import { inContext, referenceLlama, withBos } from "./helpers/llama.ts";
+import { serveModel } from "./helpers/server.ts";
 
-const FIXTURE = fixture("tiny-llama-q8_0.gguf");
+const tinyLlama = needs(fixture("tiny-llama-q8_0.gguf"));
 const N = 32;
 const PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog.", "In 1492, Columbus sailed", "def fib(n):\n    return"];
 
+const served = serveModel(tinyLlama.path, { contextSize: 256 });
 let llama: Llama;
 let reference: LlamaModel;
-let engine: Engine;
-let server: RunningServer;
-let client: OpenAI;
 
 test.before(async () => {
-  let registry;
-  ({ registry, engine } = await loadModel(FIXTURE, { contextSize: 256 }));
-  server = await startServer({ registry });
-  client = openaiClient(server.url);
-  llama = await getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true, logLevel: LlamaLogLevel.error });
-  reference = await llama.loadModel({ modelPath: FIXTURE });
+  if (!tinyLlama.path) return;
+  llama = await referenceLlama();
+  reference = await llama.loadModel({ modelPath: tinyLlama.path });
 });
 test.after.always(async () => {
-  await server?.close();
-  await engine?.unload();
   await reference?.dispose();
   await llama?.dispose();
 });
@@ -46,23 +39,17 @@ interface Greedy {
 
 /** llama.cpp: the prompt with BOS as the vocabulary asks, then N greedy tokens (end tokens included, as ignore_eos). */
 async function llamaCppGreedy(prompt: string): Promise<Greedy> {
-  const promptTokens = reference.tokenize(prompt, true);
-  const bos = reference.tokens.bos;
-  if (reference.tokens.shouldPrependBosToken && bos != null && promptTokens[0] !== bos) promptTokens.unshift(bos);
-  // One thread: ggml's workers spin-wait, which starves a second busy process on a small machine.
-  const ctx = await reference.createContext({ contextSize: 256, sequences: 1, threads: 1, flashAttention: false });
+  const promptTokens = withBos(reference, reference.tokenize(prompt, true));
   const out: Token[] = [];
   const margins: number[] = [];
-  try {
-    for await (const step of ctx.getSequence().evaluateWithMetadata(promptTokens, { probabilities: true }, { temperature: 0 })) {
+  await inContext(reference, 256, async (seq) => {
+    for await (const step of seq.evaluateWithMetadata(promptTokens, { probabilities: true }, { temperature: 0 })) {
       out.push(step.token);
       const [p1 = 0, p2 = 0] = [...step.probabilities.values()].sort((a, b) => b - a);
       margins.push(p1 - p2);
       if (out.length >= N) break;
     }
-  } finally {
-    await ctx.dispose();
-  }
+  });
   return { promptTokens, ids: out as number[], margins, text: reference.detokenize(out, false, promptTokens) };
 }
 
@@ -70,7 +57,7 @@ async function llamaCppGreedy(prompt: string): Promise<Greedy> {
 async function engineGreedy(promptTokens: number[]): Promise<{ ids: number[]; text: string }> {
   const ids: number[] = [];
   let text = "";
-  for await (const ev of engine.generate({ promptTokens, maxTokens: N, temperature: 0, ignoreEos: true })) {
+  for await (const ev of served.engine.generate({ promptTokens, maxTokens: N, temperature: 0, ignoreEos: true })) {
     if (ev.type === "token") {
       ids.push(...ev.ids);
       text += ev.text;
@@ -80,9 +67,9 @@ async function engineGreedy(promptTokens: number[]): Promise<{ ids: number[]; te
 }
 
 for (const prompt of PROMPTS) {
-  test.serial(`completions at temperature 0 equal llama.cpp's greedy text: ${JSON.stringify(prompt)}`, async (t) => {
+  tinyLlama.serial(`completions at temperature 0 equal llama.cpp's greedy text: ${JSON.stringify(prompt)}`, async (t) => {
     const want = await llamaCppGreedy(prompt);
-    const got = await client.completions.create({ model: "tiny", prompt, temperature: 0, max_tokens: N, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
+    const got = await served.client.completions.create({ model: "tiny", prompt, temperature: 0, max_tokens: N, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
     t.is(got.usage!.prompt_tokens, want.promptTokens.length, "same prompt tokens");
     t.is(got.usage!.completion_tokens, N);
     const direct = await engineGreedy(want.promptTokens as number[]);

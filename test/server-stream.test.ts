@@ -4,31 +4,16 @@
  * when one step is slower than that on a loaded machine); an engine failure after
  * the stream began arrives as `data: {"error": …}`.
  */
-import test, { type ExecutionContext } from "ava";
+import type { ExecutionContext } from "ava";
 import OpenAI from "openai";
-import type { Engine } from "../ts/engine/index.ts";
-import { loadModel, openaiClient, postJson, smolLM2Tests, startServer, waitFor, type RunningServer } from "./helpers/server.ts";
+import { needs, smollm2 } from "./helpers/assets.ts";
+import { postJson, serveModel, waitFor } from "./helpers/server.ts";
 
-const { path: smol, serial } = smolLM2Tests();
-
-let engine: Engine;
-let server: RunningServer;
-let client: OpenAI;
-
-test.before(async () => {
-  if (!smol) return;
-  let registry;
-  ({ registry, engine } = await loadModel(smol));
-  server = await startServer({ registry });
-  client = openaiClient(server.url);
-});
-test.after.always(async () => {
-  await server?.close();
-  await engine?.unload();
-});
+const { path: smol, serial } = needs(smollm2());
+const served = serveModel(smol);
 
 const idle = () => {
-  const m = engine.metrics();
+  const m = served.engine.metrics();
   return m.running === 0 && m.waiting === 0;
 };
 
@@ -55,11 +40,11 @@ async function* sseData(res: Response): AsyncGenerator<string> {
  * stepping for its 1500 tokens.
  */
 async function assertCancelled(t: ExecutionContext, what: string) {
-  const s0 = engine.metrics().stepsTotal;
+  const s0 = served.engine.metrics().stepsTotal;
   const ms = await waitFor(idle, 5_000, 1);
-  const steps = engine.metrics().stepsTotal - s0;
+  const steps = served.engine.metrics().stepsTotal - s0;
   t.log(`${what}: engine idle ${ms.toFixed(1)} ms after the client left, ${steps} engine step(s) later`);
-  t.true(ms >= 0, `${what}: still active after 5 s: ${JSON.stringify(engine.metrics())}`);
+  t.true(ms >= 0, `${what}: still active after 5 s: ${JSON.stringify(served.engine.metrics())}`);
   t.true(ms <= 100 || steps <= 2, `${what}: took ${ms.toFixed(0)} ms and ${steps} steps to stop`);
 }
 
@@ -69,7 +54,7 @@ serial("SSE frames: event-stream headers sent at once, one id, role first, [DONE
   const started = performance.now();
   // A long prompt: headers must not wait for its prefill.
   const prompt = "Summarise this: " + "the cat sat on the mat. ".repeat(50);
-  const res = await fetch(`${server.url}/v1/chat/completions`, {
+  const res = await fetch(`${served.server.url}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ messages: [{ role: "user", content: prompt }], max_tokens: 8, temperature: 0, stream: true }),
@@ -95,18 +80,18 @@ serial("SSE frames: event-stream headers sent at once, one id, role first, [DONE
 });
 
 serial("a streaming client (openai SDK) that leaves after 3 chunks has its sequence cancelled within 100 ms", async (t) => {
-  const stream = await client.chat.completions.create(longChat as unknown as OpenAI.ChatCompletionCreateParamsStreaming);
+  const stream = await served.client.chat.completions.create(longChat as unknown as OpenAI.ChatCompletionCreateParamsStreaming);
   let n = 0;
   for await (const _ of stream) if (++n === 3) break; // the SDK aborts the HTTP request on break
   await assertCancelled(t, "openai SDK");
-  const after = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 3 });
+  const after = await served.client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 3 });
   t.is(after.choices.length, 1, "the server keeps serving");
 });
 
 serial("a raw fetch client aborted after 3 frames: cancelled within 100 ms, for n = 2 as well", async (t) => {
   for (const n of [1, 2]) {
     const ac = new AbortController();
-    const res = await fetch(`${server.url}/v1/chat/completions`, {
+    const res = await fetch(`${served.server.url}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ ...longChat, n }),
@@ -131,19 +116,19 @@ serial("a raw fetch client aborted after 3 frames: cancelled within 100 ms, for 
 
 serial("a non-streaming client that leaves also cancels its sequence", async (t) => {
   const ac = new AbortController();
-  const pending = fetch(`${server.url}/v1/completions`, {
+  const pending = fetch(`${served.server.url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ prompt: "Once upon a time", max_tokens: 1500, ignore_eos: true }),
     signal: ac.signal,
   }).catch((err: Error) => err);
-  t.true((await waitFor(() => engine.metrics().running > 0, 5000)) >= 0, "generation started");
+  t.true((await waitFor(() => served.engine.metrics().running > 0, 5000)) >= 0, "generation started");
   ac.abort();
   await Promise.all([assertCancelled(t, "non-streaming"), pending]);
 });
 
 serial("completions stream: text_completion chunks, finish chunk, usage chunk, [DONE]", async (t) => {
-  const res = await fetch(`${server.url}/v1/completions`, {
+  const res = await fetch(`${served.server.url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ prompt: "Hello", max_tokens: 5, ignore_eos: true, stream: true, stream_options: { include_usage: true } }),
@@ -161,7 +146,7 @@ serial("completions stream: text_completion chunks, finish chunk, usage chunk, [
 });
 
 serial("errors before the stream starts are plain JSON errors, not SSE", async (t) => {
-  const res = await postJson(`${server.url}/v1/chat/completions`, { messages: [{ role: "user", content: "x ".repeat(5000) }], stream: true });
+  const res = await postJson(`${served.server.url}/v1/chat/completions`, { messages: [{ role: "user", content: "x ".repeat(5000) }], stream: true });
   t.is(res.status, 400);
   t.regex(res.headers.get("content-type")!, /application\/json/);
   t.is(res.json.error.code, "context_length_exceeded");
@@ -169,7 +154,7 @@ serial("errors before the stream starts are plain JSON errors, not SSE", async (
 
 // Last: it stops this file's engine.
 serial("an engine failure after the stream began arrives as data: {error} and the stream closes", async (t) => {
-  const res = await fetch(`${server.url}/v1/chat/completions`, {
+  const res = await fetch(`${served.server.url}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify(longChat),
@@ -178,7 +163,7 @@ serial("an engine failure after the stream began arrives as data: {error} and th
   let unloading: Promise<void> | undefined;
   for await (const data of sseData(res)) {
     frames.push(data);
-    if (frames.length === 3) unloading = engine.unload();
+    if (frames.length === 3) unloading = served.engine.unload();
   }
   await unloading;
   const last = JSON.parse(frames.at(-1)!);

@@ -5,15 +5,15 @@
  * ChatML fallback) or neither (SmolLM2) — checked against llama.cpp's own tokenizer.
  */
 import test from "ava";
-import path from "node:path";
-import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
+import type { Llama } from "node-llama-cpp";
 import { Engine } from "../ts/engine/index.ts";
 import { ChatTemplate, CHATML_TEMPLATE } from "../ts/service/chat-template.ts";
 import { RequestError } from "../ts/service/errors.ts";
 import { chatPromptTokens, completionPromptTokens } from "../ts/service/prompt.ts";
 import { ModelRegistry, type ServedModel } from "../ts/service/registry.ts";
 import type { ChatMessage } from "../ts/schemas/chat.ts";
-import { llamaSrc, smollm2 } from "./helpers/assets.ts";
+import { llamaVocab, needs, smollm2 } from "./helpers/assets.ts";
+import { referenceLlama, withBos } from "./helpers/llama.ts";
 
 const specials = { bos_token: "<s>", eos_token: "</s>" };
 const hi: ChatMessage[] = [{ role: "user", content: "Hi there" }];
@@ -54,7 +54,7 @@ test("the ChatML fallback renders as llama.cpp's", (t) => {
 
 let llama: Llama;
 test.before(async () => {
-  llama = await getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true, logLevel: LlamaLogLevel.error });
+  llama = await referenceLlama();
 });
 test.after.always(async () => llama?.dispose());
 
@@ -67,9 +67,7 @@ async function served(modelPath: string): Promise<ServedModel> {
 async function llamaCppPrompt(modelPath: string, text: string): Promise<number[]> {
   const model = await llama.loadModel({ modelPath, vocabOnly: true });
   try {
-    const ids = model.tokenize(text, true) as number[];
-    const bos = model.tokens.bos as number | null;
-    return model.tokens.shouldPrependBosToken && bos != null && ids[0] !== bos ? [bos, ...ids] : ids;
+    return withBos(model, model.tokenize(text, true)) as number[];
   } finally {
     await model.dispose();
   }
@@ -77,8 +75,9 @@ async function llamaCppPrompt(modelPath: string, text: string): Promise<number[]
 
 const count = (ids: number[], id: number | undefined | null) => ids.filter((x) => x === id).length;
 
-test.serial("phi-3: the template writes BOS, so it is not added again (exactly one BOS)", async (t) => {
-  const file = path.join(llamaSrc, "models/ggml-vocab-phi-3.gguf");
+const phi3 = needs(llamaVocab("phi-3"));
+phi3.serial("phi-3: the template writes BOS, so it is not added again (exactly one BOS)", async (t) => {
+  const file = phi3.path!;
   const m = await served(file);
   try {
     t.true(m.info.addBos);
@@ -94,8 +93,9 @@ test.serial("phi-3: the template writes BOS, so it is not added again (exactly o
   }
 });
 
-test.serial("llama SPM without a template: ChatML fallback, BOS prepended once", async (t) => {
-  const file = path.join(llamaSrc, "models/ggml-vocab-llama-spm.gguf");
+const llamaSpm = needs(llamaVocab("llama-spm"));
+llamaSpm.serial("llama SPM without a template: ChatML fallback, BOS prepended once", async (t) => {
+  const file = llamaSpm.path!;
   const m = await served(file);
   try {
     t.true(m.templateIsFallback);
@@ -113,13 +113,9 @@ test.serial("llama SPM without a template: ChatML fallback, BOS prepended once",
   }
 });
 
-const smol = smollm2();
-test.serial("SmolLM2: the GGUF's template, <|im_start|> parsed as one special token, no BOS", async (t) => {
-  if (!("path" in smol)) {
-    t.log(`SKIPPED: ${smol.skip}`);
-    return t.pass();
-  }
-  const m = await served(smol.path);
+const smol = needs(smollm2());
+smol.serial("SmolLM2: the GGUF's template, <|im_start|> parsed as one special token, no BOS", async (t) => {
+  const m = await served(smol.path!);
   try {
     t.false(m.info.addBos);
     t.false(m.templateIsFallback);
@@ -130,7 +126,7 @@ test.serial("SmolLM2: the GGUF's template, <|im_start|> parsed as one special to
     );
     const ids = chatPromptTokens(m, hi);
     t.is(ids[0], m.engine.tokenId("<|im_start|>")!);
-    t.deepEqual(ids, await llamaCppPrompt(smol.path, text));
+    t.deepEqual(ids, await llamaCppPrompt(smol.path!, text));
     // Content parts are joined; "developer" is a system message to the template.
     const parts = chatPromptTokens(m, [
       { role: "developer", content: "Be brief." },

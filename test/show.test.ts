@@ -4,7 +4,7 @@
  * number is checked against llama.cpp's own reading of the same file (node-llama-cpp's
  * `readGgufFileInfo`), never against constants.
  */
-import test from "ava";
+import test, { type ExecutionContext } from "ava";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -16,12 +16,19 @@ import { ENGINE_CODES } from "../ts/engine/errors.ts";
 import { toApiError, toOllamaError } from "../ts/server/errors.ts";
 import type { ModelRegistry } from "../ts/service/registry.ts";
 import { humanCount } from "../ts/service/show.ts";
-import { fixture, realModel, repoRoot } from "./helpers/assets.ts";
-import { loadModel, postJson, smolLM2Tests, startServer, type RunningServer } from "./helpers/server.ts";
+import { fixture, needs, realModel, repoRoot, smollm2 } from "./helpers/assets.ts";
+import { loadModel, postJson, startServer, type RunningServer } from "./helpers/server.ts";
 
 const BIN = path.join(repoRoot, "bin/wick.js");
-const MOE = fixture("tiny-lfm2moe-e8-lead2-q8_0.gguf");
-const { path: smol, serial } = smolLM2Tests();
+const moeFixture = fixture("tiny-lfm2moe-e8-lead2-q8_0.gguf");
+const withMoe = needs(moeFixture);
+const MOE = withMoe.path!;
+const withSmol = needs(smollm2());
+const smol = withSmol.path;
+const withGemma = needs(realModel("gemma3-270m"));
+const truncated = needs(fixture("bad-truncated.gguf"));
+// POST /api/show serves SmolLM2 and the lfm2moe fixture together.
+const { serial } = needs(smollm2(), moeFixture);
 
 function wick(args: string[]) {
   const r = spawnSync(process.execPath, [BIN, ...args], { cwd: repoRoot, encoding: "utf8", timeout: 60_000 });
@@ -102,7 +109,7 @@ test("native API errors keep the OpenAI table's status with Ollama's {error} bod
   }
 });
 
-test("wick show on an lfm2moe fixture: experts, per-layer KV heads, quantization from the tensors", async (t) => {
+withMoe.test("wick show on an lfm2moe fixture: experts, per-layer KV heads, quantization from the tensors", async (t) => {
   const ref = await reference(MOE);
   t.is(ref.expertCount, 8);
   t.is(ref.expertUsedCount, 2);
@@ -127,34 +134,34 @@ test("wick show on an lfm2moe fixture: experts, per-layer KV heads, quantization
   t.deepEqual(info.metadata["tokenizer.ggml.tokens"], [], "vocabulary arrays are left out");
 });
 
-test("wick show on the real SmolLM2 and Gemma 3 matches llama.cpp's reading", async (t) => {
-  const gemma = realModel("gemma3-270m");
-  const models = [smol, "path" in gemma ? gemma.path : null].filter((p): p is string => !!p);
-  if (models.length === 0) return t.pass("no real model could be fetched");
-  for (const file of models) {
-    const ref = await reference(file);
-    const r = wick(["show", file]);
-    t.is(r.status, 0, r.stderr);
-    const rows = modelRows(r.stdout);
-    t.is(rows.get("architecture"), ref.arch);
-    t.is(rows.get("parameters"), humanCount(ref.params));
-    t.is(rows.get("context length"), String(ref.contextLength));
-    t.is(rows.get("quantization"), ref.fileType);
-    t.false(rows.has("experts"));
-    const info = JSON.parse(wick(["show", file, "--json"]).stdout) as GgufInfo;
-    checkJson(t, info, ref);
-    t.log(`${path.basename(file)}: ${ref.arch}, ${ref.params} params, ${ref.fileType}, ctx ${ref.contextLength}`);
-  }
-  if (smol) {
-    const ref = await reference(smol);
-    // SmolLM2-135M-Instruct.Q4_1 as llama.cpp reads it.
-    t.like(ref, { arch: "llama", fileType: "Q4_1", contextLength: 8192 });
-    t.is(wick(["show", smol, "--template"]).stdout, `${ref.chatTemplate}\n`);
-    t.regex(wick(["show", smol, "--modelfile"]).stdout, new RegExp(`\nFROM ${smol.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}\n`));
-  }
+/** `wick show` (text and --json) on a real model matches llama.cpp's reading of it. */
+async function showsAsLlamaCppReads(t: ExecutionContext, file: string) {
+  const ref = await reference(file);
+  const r = wick(["show", file]);
+  t.is(r.status, 0, r.stderr);
+  const rows = modelRows(r.stdout);
+  t.is(rows.get("architecture"), ref.arch);
+  t.is(rows.get("parameters"), humanCount(ref.params));
+  t.is(rows.get("context length"), String(ref.contextLength));
+  t.is(rows.get("quantization"), ref.fileType);
+  t.false(rows.has("experts"));
+  const info = JSON.parse(wick(["show", file, "--json"]).stdout) as GgufInfo;
+  checkJson(t, info, ref);
+  t.log(`${path.basename(file)}: ${ref.arch}, ${ref.params} params, ${ref.fileType}, ctx ${ref.contextLength}`);
+}
+
+withSmol.test("wick show on the real SmolLM2 matches llama.cpp's reading", async (t) => {
+  await showsAsLlamaCppReads(t, smol!);
+  const ref = await reference(smol!);
+  // SmolLM2-135M-Instruct.Q4_1 as llama.cpp reads it.
+  t.like(ref, { arch: "llama", fileType: "Q4_1", contextLength: 8192 });
+  t.is(wick(["show", smol!, "--template"]).stdout, `${ref.chatTemplate}\n`);
+  t.regex(wick(["show", smol!, "--modelfile"]).stdout, new RegExp(`\nFROM ${smol!.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}\n`));
 });
 
-test("wick show: a missing file, a directory, a non-GGUF and a truncated GGUF exit 1 with one line", (t) => {
+withGemma.test("wick show on the real Gemma 3 matches llama.cpp's reading", (t) => showsAsLlamaCppReads(t, withGemma.path!));
+
+truncated.test("wick show: a missing file, a directory, a non-GGUF and a truncated GGUF exit 1 with one line", (t) => {
   const dir = mkdtempSync(path.join(tmpdir(), "wick-show-"));
   try {
     const text = path.join(dir, "notes.gguf");
@@ -163,7 +170,7 @@ test("wick show: a missing file, a directory, a non-GGUF and a truncated GGUF ex
       [path.join(dir, "absent.gguf"), /No such file/],
       [dir, /is not a file/],
       [text, /not a GGUF file/],
-      [fixture("bad-truncated.gguf"), /truncated or corrupt/],
+      [truncated.path!, /truncated or corrupt/],
       ["lfm2:350m", /store names and hub references are not supported yet/],
     ];
     for (const [arg, pattern] of cases) {
@@ -188,7 +195,7 @@ let server: RunningServer;
 let ollama: Ollama;
 
 test.before(async () => {
-  if (!smol) return;
+  if (!smol || !MOE) return;
   ({ registry } = await loadModel(smol));
   registry.add(await Engine.load({ modelPath: MOE, contextSize: 256, maxSequences: 1 }), { path: MOE });
   server = await startServer({ registry });

@@ -7,9 +7,10 @@
 import test from "ava";
 import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
-import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
+import type { Llama } from "node-llama-cpp";
 import { Engine } from "../ts/engine/index.ts";
-import { llamaSrc, repoRoot, smollm2 } from "./helpers/assets.ts";
+import { llamaVocab, localFile, needs, repoRoot, smollm2, type Asset } from "./helpers/assets.ts";
+import { referenceLlama, withBos } from "./helpers/llama.ts";
 
 const VOCABS = [
   "llama-spm", "phi-3", "llama-bpe", "qwen2", "qwen35", "gpt-2", "starcoder",
@@ -18,7 +19,7 @@ const VOCABS = [
 
 let llama: Llama;
 test.before(async () => {
-  llama = await getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true, logLevel: LlamaLogLevel.error });
+  llama = await referenceLlama();
 });
 test.after.always(async () => {
   await llama?.dispose();
@@ -129,9 +130,7 @@ async function parity(t: import("ava").ExecutionContext, file: string) {
     t.deepEqual(mismatches.slice(0, 10), [], `${mismatches.length} mismatches`);
     t.is(lossy, 0);
 
-    const hello = Array.from(model.tokenize("Hello world", false));
-    const bos = model.tokens.bos;
-    const withSpecial = model.tokens.shouldPrependBosToken && bos != null ? [bos, ...hello] : hello;
+    const withSpecial = withBos(model, Array.from(model.tokenize("Hello world", false)));
     t.deepEqual(wick.tokenize("Hello world", { addSpecial: true, parseSpecial: false }), withSpecial);
   } finally {
     await wick.unload();
@@ -139,30 +138,15 @@ async function parity(t: import("ava").ExecutionContext, file: string) {
   }
 }
 
-for (const name of VOCABS) {
-  test(`tokenizer parity with llama.cpp: ${name}`, async (t) => {
-    const file = path.join(llamaSrc, "models", `ggml-vocab-${name}.gguf`);
-    if (!existsSync(file)) throw new Error(`missing ${file}: run ./scripts/llama-src.sh`);
-    await parity(t, file);
-  });
+/** The parity test on `asset`'s file, registered under `title`. */
+function parityTest(title: string, asset: Asset) {
+  const gate = needs(asset);
+  gate.test(title, (t) => parity(t, gate.path!));
 }
 
-test("tokenizer parity with llama.cpp: SmolLM2-135M-Instruct", async (t) => {
-  const real = smollm2();
-  if ("skip" in real) {
-    t.log(`SKIPPED: ${real.skip}`);
-    t.pass();
-    return;
-  }
-  await parity(t, real.path);
-});
-
-test("tokenizer parity with llama.cpp: gemma-3-270m (if cached)", async (t) => {
-  const file = path.join(repoRoot, ".cache/models/gemma-3-270m-q4_k_m.gguf");
-  if (!existsSync(file)) {
-    t.log(`SKIPPED: ${file} is absent (python3 scripts/fetch_models.py gemma3-270m)`);
-    t.pass();
-    return;
-  }
-  await parity(t, file);
-});
+for (const name of VOCABS) parityTest(`tokenizer parity with llama.cpp: ${name}`, llamaVocab(name));
+parityTest("tokenizer parity with llama.cpp: SmolLM2-135M-Instruct", smollm2());
+parityTest(
+  "tokenizer parity with llama.cpp: gemma-3-270m (if cached)",
+  localFile(path.join(repoRoot, ".cache/models/gemma-3-270m-q4_k_m.gguf"), "python3 scripts/fetch_models.py gemma3-270m"),
+);

@@ -2,14 +2,13 @@
  * A real `wick serve` app on 127.0.0.1 (port 0) around a real engine, plus the clients the
  * tests talk to it with: the `openai` npm client and plain fetch for raw HTTP details.
  */
-import type { AddressInfo } from "node:net";
+import { createServer, type AddressInfo } from "node:net";
 import type { Server } from "node:http";
 import test from "ava";
 import OpenAI from "openai";
 import { Engine, type LoadOptions } from "../../ts/engine/index.ts";
 import { createApp, type AppOptions } from "../../ts/server/app.ts";
 import { ModelRegistry } from "../../ts/service/registry.ts";
-import { smollm2 } from "./assets.ts";
 
 export interface RunningServer {
   /** http://127.0.0.1:<port> */
@@ -41,31 +40,51 @@ export function openaiClient(url: string, apiKey = "unused"): OpenAI {
   return new OpenAI({ baseURL: `${url}/v1`, apiKey, maxRetries: 0, timeout: 120_000 });
 }
 
-/**
- * SmolLM2-135M-Instruct through the fetch script. Only when the fetch itself fails are the
- * file's tests skipped, with a test that logs why; a load failure later is a real failure.
- */
-export function smolLM2Tests(): { path: string | null; serial: typeof test.serial } {
-  const found = smollm2();
-  if ("path" in found) return { path: found.path, serial: test.serial };
-  test("SmolLM2 tests", (t) => {
-    t.log(`SKIPPED: ${found.skip}`);
-    t.pass();
-  });
-  return { path: null, serial: test.serial.skip as unknown as typeof test.serial };
-}
-
 export interface LoadedModel {
   registry: ModelRegistry;
   engine: Engine;
 }
 
-/** Loads a model once for a test file and serves it under its file name. */
+/** Loads a model and serves it under its file name. */
 export async function loadModel(modelPath: string, options: Partial<LoadOptions> = {}): Promise<LoadedModel> {
   const engine = await Engine.load({ modelPath, contextSize: 2048, maxSequences: 4, ...options });
   const registry = new ModelRegistry();
   registry.add(engine, { path: modelPath });
   return { registry, engine };
+}
+
+export interface ServedModel extends LoadedModel {
+  server: RunningServer;
+  client: OpenAI;
+}
+
+/**
+ * One model served for a whole test file: loaded and served in a `before` hook, closed and
+ * unloaded in `after.always`. The fields are set once the hook has run; with no `modelPath`
+ * (its asset is missing and the file's tests are skipped) nothing is loaded.
+ */
+export function serveModel(modelPath: string | null, options: Partial<LoadOptions> = {}): ServedModel {
+  const served = {} as ServedModel;
+  test.before(async () => {
+    if (!modelPath) return;
+    Object.assign(served, await loadModel(modelPath, options));
+    served.server = await startServer({ registry: served.registry });
+    served.client = openaiClient(served.server.url);
+  });
+  test.after.always(async () => {
+    await served.server?.close();
+    await served.engine?.unload();
+  });
+  return served;
+}
+
+/** A loopback port free right now, for a server started in a child process. */
+export async function freePort(): Promise<number> {
+  const s = createServer().listen(0, "127.0.0.1");
+  await new Promise((r) => s.once("listening", r));
+  const { port } = s.address() as AddressInfo;
+  await new Promise((r) => s.close(r));
+  return port;
 }
 
 /** Waits until `check` holds, polling every few ms; returns the elapsed ms, or -1 at timeout. */

@@ -60,7 +60,7 @@ export async function measureEngine(engine: Engine, prompts: number[][], nGen: n
 }
 
 /** Deterministic pseudo-random prompt ids (as llama-bench, content does not matter for speed). */
-export function randomPrompt(nVocab: number, n: number, seed: number): number[] {
+function randomPrompt(nVocab: number, n: number, seed: number): number[] {
   let x = (seed * 2654435761) >>> 0 || 1;
   return Array.from({ length: n }, () => {
     x ^= x << 13;

@@ -22,7 +22,7 @@ function withTypedFlag(message: string, typed: Map<string, string>): string {
   });
 }
 
-export function buildProgram(commands: Commands, typed = new Map<string, string>()): Command {
+function buildProgram(commands: Commands, typed = new Map<string, string>()): Command {
   const program = new Command("wick")
     .description("Serve GGUF language models over OpenAI-compatible HTTP.")
     .version(pkg.version)

@@ -9,8 +9,8 @@ import { ModelRegistry } from "../service/registry.ts";
 import type { ServeFlags } from "./flags.ts";
 import { hostPort } from "./values.ts";
 
-export const DEFAULT_HOST = "127.0.0.1";
-export const DEFAULT_PORT = 11434;
+const DEFAULT_HOST = "127.0.0.1";
+const DEFAULT_PORT = 11434;
 
 /** A failure the user can fix: print one line and exit non-zero. */
 export class CliError extends Error {}

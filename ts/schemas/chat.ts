@@ -11,7 +11,7 @@ const imagePart = z.looseObject({
   type: z.literal("image_url"),
   image_url: z.union([z.string(), z.looseObject({ url: z.string(), detail: z.string().nullish() })]),
 });
-export const contentPart = z.discriminatedUnion("type", [textPart, imagePart]);
+const contentPart = z.discriminatedUnion("type", [textPart, imagePart]);
 export type ContentPart = z.infer<typeof contentPart>;
 
 const content = z.union([z.string(), z.array(contentPart)]);
@@ -22,9 +22,7 @@ const toolCall = z.looseObject({
   function: z.looseObject({ name: z.string(), arguments: z.string() }),
 });
 
-export const MESSAGE_ROLES = ["system", "developer", "user", "assistant", "tool"] as const;
-
-export const chatMessage = z.discriminatedUnion("role", [
+const chatMessage = z.discriminatedUnion("role", [
   z.looseObject({ role: z.literal("system"), content, name: z.string().nullish() }),
   // OpenAI's newer name for system; templates only know "system".
   z.looseObject({ role: z.literal("developer"), content, name: z.string().nullish() }),
@@ -58,4 +56,3 @@ export const chatCompletionRequest = z.object({
   /** Passed to the chat template so tool-aware templates render them; parsing calls is separate. */
   tools: z.array(tool).nullish(),
 });
-export type ChatCompletionRequest = z.infer<typeof chatCompletionRequest>;

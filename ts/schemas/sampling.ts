@@ -8,7 +8,7 @@ import { z } from "zod";
 const positiveInt = z.number().int().min(1);
 
 /** One stop string or up to 16; empty strings are dropped by the request mapper. */
-export const stopSchema = z.union([z.string(), z.array(z.string()).max(16)]);
+const stopSchema = z.union([z.string(), z.array(z.string()).max(16)]);
 
 export const samplingFields = {
   /** Any name is accepted when one model is served (llama-server's rule). */

@@ -27,7 +27,7 @@ export interface AppOptions {
   logger?: Logger;
 }
 
-export const DEFAULT_BODY_LIMIT = 32 * 1024 * 1024;
+const DEFAULT_BODY_LIMIT = 32 * 1024 * 1024;
 
 /** Errors Koa reports when a client leaves mid-response; expected, not worth a log line. */
 const CLIENT_GONE = new Set(["ERR_STREAM_PREMATURE_CLOSE", "ECONNRESET", "EPIPE", "ERR_STREAM_DESTROYED"]);

@@ -16,7 +16,7 @@ type Issue = z.core.$ZodIssue;
 type Path = PropertyKey[];
 
 /** `["messages", 0, "role"]` → `messages[0].role`. */
-export function paramName(path: Path): string {
+function paramName(path: Path): string {
   return path.reduce<string>((s, k) => (typeof k === "number" ? `${s}[${k}]` : s ? `${s}.${String(k)}` : String(k)), "");
 }
 

@@ -27,7 +27,7 @@ export function completionPromptTokens(model: ServedModel, prompt: string | stri
   });
 }
 
-export function withSingleBos(model: ServedModel, ids: number[]): number[] {
+function withSingleBos(model: ServedModel, ids: number[]): number[] {
   const bos = model.info.bosToken;
   if (!model.info.addBos || bos === undefined || ids[0] === bos) return ids;
   return [bos, ...ids];

@@ -56,7 +56,7 @@ export async function showModel(registry: ModelRegistry, req: ShowRequest): Prom
   return showResponse(model, info);
 }
 
-export function showResponse(model: ServedModel, info: GgufInfo): OllamaShowResponse {
+function showResponse(model: ServedModel, info: GgufInfo): OllamaShowResponse {
   const family = info.architecture;
   return {
     modelfile: modelfile(model.id, model.path),

@@ -4,7 +4,6 @@
 pub mod cache;
 pub mod engine;
 pub mod error;
-pub mod fixtures;
 pub mod gguf;
 pub mod kernels;
 pub mod metrics;

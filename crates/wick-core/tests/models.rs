@@ -7,10 +7,12 @@ use std::sync::OnceLock;
 
 use candle_core::{Device, Tensor};
 use wick_core::cache::{KvPool, SeqCache};
-use wick_core::fixtures::{self, FixtureSpec};
 use wick_core::gguf::GgufFile;
 use wick_core::models::{self, Model, StepSeq};
 use wick_core::WickError;
+use wick_fixtures::FixtureSpec;
+
+mod common;
 
 /// The standard fixture shapes written once per test run with the built-in byte vocab
 /// (259 tokens), so these tests need no external files.
@@ -20,9 +22,9 @@ fn fixture_dir() -> &'static Path {
         // Rewritten each run (atomically, so parallel test binaries never see half a file).
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wick-models");
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let vocab = fixtures::byte_vocab();
-        for spec in fixtures::standard_specs() {
-            fixtures::write_fixture(&spec, &vocab, &dir.join(&spec.file_name)).expect("write fixture");
+        let vocab = wick_fixtures::byte_vocab();
+        for spec in wick_fixtures::standard_specs() {
+            wick_fixtures::write_fixture(&spec, &vocab, &dir.join(&spec.file_name)).expect("write fixture");
         }
         dir
     })
@@ -76,7 +78,7 @@ const PROMPT_B: [u32; 5] = [1, 200, 17, 99, 3];
 
 #[test]
 fn every_standard_fixture_loads_and_runs() {
-    for spec in fixtures::standard_specs() {
+    for spec in wick_fixtures::standard_specs() {
         let mut model = load(&spec.file_name);
         let info = model.info().clone();
         assert_eq!(info.n_vocab, 259, "{}", spec.file_name);
@@ -315,7 +317,7 @@ fn invalid_batches_are_rejected() {
 #[test]
 fn broken_files_fail_with_clear_errors() {
     let dir = fixture_dir().join("bad");
-    let bad = fixtures::write_bad_files(&dir).expect("write bad files");
+    let bad = wick_fixtures::write_bad_files(&dir).expect("write bad files");
     assert!(bad.len() >= 6);
     for b in bad {
         let name = b.path.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
@@ -344,17 +346,10 @@ fn broken_files_fail_with_clear_errors() {
 /// the real tokenizers and load with their full vocabularies.
 #[test]
 fn standard_fixtures_with_real_vocabs() {
-    let src = fixtures::default_llama_src();
-    if !src.join("models/ggml-vocab-llama-spm.gguf").exists() {
-        eprintln!(
-            "SKIP standard_fixtures_with_real_vocabs: run scripts/llama-src.sh first ({} missing)",
-            src.display()
-        );
-        return;
-    }
+    let Some(src) = common::llama_src("standard_fixtures_with_real_vocabs") else { return };
     let dir = fixture_dir().join("real-vocab");
-    let written = fixtures::write_standard(&dir, &src).expect("write standard fixtures");
-    let specs: Vec<FixtureSpec> = fixtures::standard_specs();
+    let written = wick_fixtures::write_standard(&dir, &src).expect("write standard fixtures");
+    let specs: Vec<FixtureSpec> = wick_fixtures::standard_specs();
     assert_eq!(written.len(), specs.len());
     for (path, spec) in written.iter().zip(&specs) {
         let g = GgufFile::open(path).expect("open");

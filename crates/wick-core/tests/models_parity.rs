@@ -1,6 +1,6 @@
 //! Parity with llama.cpp on reference files written by `scripts/greedy-ref.mjs`:
 //!
-//!   cargo run --release -p wick-core --bin wick-fixtures -- .cache/fixtures
+//!   cargo run --release -p wick-fixtures -- .cache/fixtures
 //!   for f in .cache/fixtures/tiny-{llama,lfm2}-{q8_0,q4_0,f16,q4_k}.gguf .cache/models/*.gguf; do
 //!     node scripts/greedy-ref.mjs $f .cache/parity/$(basename $f .gguf).json --fa off; done
 //!   cargo test --release -p wick-core --test models_parity -- --ignored --nocapture

@@ -126,11 +126,6 @@ impl KvPool {
     pub fn capacity_tokens(&self) -> usize {
         self.n_blocks() * BLOCK_SIZE
     }
-    /// Bytes reserved for KV and conv snapshots (touched lazily).
-    pub fn reserved_bytes(&self) -> usize {
-        let kv: usize = self.kv.iter().flatten().map(|l| (l.k.len() + l.v.len()) * 2).sum();
-        kv + self.conv.iter().flatten().map(|c| c.len() * 4).sum::<usize>()
-    }
 
     /// New blocks `seq` needs to take `n_new` more tokens.
     pub fn blocks_needed(&self, seq: &SeqCache, n_new: usize) -> usize {

@@ -12,12 +12,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use wick_core::fixtures;
-
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let (mut out, mut src, mut bad) = (None, fixtures::default_llama_src(), false);
-    let mut specs = fixtures::standard_specs();
+    let (mut out, mut src, mut bad) = (None, wick_fixtures::default_llama_src(), false);
+    let mut specs = wick_fixtures::standard_specs();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--llama-src" => match args.next() {
@@ -25,8 +23,8 @@ fn main() -> ExitCode {
                 None => return usage("--llama-src needs a directory"),
             },
             "--bad" => bad = true,
-            "--quant-sources" => specs = fixtures::quant_source_specs(),
-            "--bench" => specs = fixtures::bench_specs(),
+            "--quant-sources" => specs = wick_fixtures::quant_source_specs(),
+            "--bench" => specs = wick_fixtures::bench_specs(),
             "-h" | "--help" => return usage(""),
             _ if out.is_none() && !a.starts_with('-') => out = Some(PathBuf::from(a)),
             _ => return usage(&format!("unexpected argument `{a}`")),
@@ -34,11 +32,11 @@ fn main() -> ExitCode {
     }
     let Some(out) = out else { return usage("missing <out_dir>") };
     let run = || -> wick_core::Result<()> {
-        for p in fixtures::write_specs(&specs, &out, &src)? {
+        for p in wick_fixtures::write_specs(&specs, &out, &src)? {
             println!("{}", p.display());
         }
         if bad {
-            for b in fixtures::write_bad_files(&out)? {
+            for b in wick_fixtures::write_bad_files(&out)? {
                 println!("{}", b.path.display());
             }
         }
