@@ -15,8 +15,8 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::{self, ModelInfo};
-use crate::runtime::pool;
 use crate::request::{Event, GenerateRequest};
+use crate::runtime::pool;
 use crate::scheduler::{Command, Scheduler, SchedulerConfig, Sequence};
 use crate::tokenizer::Tokenizer;
 

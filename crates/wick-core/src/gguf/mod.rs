@@ -103,7 +103,7 @@ impl GgufFile {
                         raw.name, raw.offset
                     ))
                 })? as usize;
-            if start % 4 != 0 {
+            if !start.is_multiple_of(4) {
                 return Err(WickError::load(format!("tensor `{}` data is misaligned", raw.name)));
             }
             if index.insert(raw.name.clone(), tensors.len()).is_some() {

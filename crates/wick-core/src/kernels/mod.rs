@@ -21,6 +21,10 @@
 //! Dependencies point one way: `feats` and `blocks` at the bottom, the row dots and panels on
 //! them, `matmul` and `attention` on those; kernels never import `models`.
 
+// Kernels walk several arrays in lockstep by lane, row or head; index loops say that more
+// plainly than zipped iterators.
+#![allow(clippy::needless_range_loop)]
+
 pub mod cpu;
 
 pub use cpu::attention::{attend, attend_many, SeqAttn};

@@ -62,7 +62,7 @@ fn helper(s: &'static Shared) {
             // Cheap poll first (the pointer value only, never dereferenced here).
             if s.job.load(SeqCst).is_null() {
                 polls += 1;
-                if polls % 64 == 0 && start.elapsed() > spin {
+                if polls.is_multiple_of(64) && start.elapsed() > spin {
                     park(s, last);
                     break;
                 }
@@ -90,7 +90,7 @@ fn helper(s: &'static Shared) {
             }
             s.active.fetch_sub(1, SeqCst);
             polls += 1;
-            if polls % 64 == 0 && start.elapsed() > spin {
+            if polls.is_multiple_of(64) && start.elapsed() > spin {
                 park(s, last);
                 break;
             }

@@ -52,7 +52,9 @@ pub(crate) struct Scheduler {
     metrics: Arc<Metrics>,
     kv: KvPool,
     waiting: VecDeque<Box<Sequence>>,
-    /// In admission order (oldest first).
+    /// In admission order (oldest first). Boxed, as in `waiting`: admission and preemption
+    /// move a pointer between the queues, not the whole sequence.
+    #[allow(clippy::vec_box)]
     running: Vec<Box<Sequence>>,
     admissions: u64,
     paused: bool,

@@ -14,18 +14,24 @@ pub fn lcg(seed: u32) -> impl FnMut() -> u32 {
     }
 }
 
+/// A row dot: weight blocks against activation blocks.
+pub type Dot<A> = fn(&[u8], &[A]) -> f32;
+/// A four-row SIMD dot (one weight row against four activation rows).
+pub type Dot4<A> = unsafe fn(&[u8], [&[A]; 4]) -> [f32; 4];
+
 /// Random blocks of `size` bytes with f16 scales written at `scales` (offsets), and the
 /// activations; checks SIMD (1 and 4 rows) against `reference` bit for bit and both
 /// against the f64 dot of `deq(block)` within 1% of Σ|w·x|.
+#[allow(clippy::too_many_arguments)] // a test table row: each argument names one property
 pub fn check_block_type<A>(
     size: usize,
     scales: &[usize],
     per_block: usize,
     quantize: fn(&[f32]) -> Vec<A>,
     deq: fn(&[u8]) -> Vec<f32>,
-    dot: fn(&[u8], &[A]) -> f32,
-    reference: fn(&[u8], &[A]) -> f32,
-    #[allow(unused_variables)] dot4: Option<unsafe fn(&[u8], [&[A]; 4]) -> [f32; 4]>,
+    dot: Dot<A>,
+    reference: Dot<A>,
+    #[allow(unused_variables)] dot4: Option<Dot4<A>>,
 ) {
     let mut r = lcg(7);
     let k = 512;

@@ -248,7 +248,7 @@ pub fn dot_q4k(w: &[u8], a: &[Act256], per_pair: bool) -> f32 {
 mod tests {
     use super::*;
     use crate::kernels::cpu::blocks::QK_K;
-    use crate::kernels::cpu::dot_checks::check_block_type;
+    use crate::kernels::cpu::dot_checks::{check_block_type, Dot4};
     use crate::kernels::cpu::q8::quantize_q8k;
 
     fn deq_q6k(blk: &[u8]) -> Vec<f32> {
@@ -340,7 +340,7 @@ mod tests {
             let reference: fn(&[u8], &[Act256]) -> f32 =
                 if per_half { |w, a| dot_q2k_ref(w, a, true) } else { |w, a| dot_q2k_ref(w, a, false) };
             #[cfg(target_arch = "x86_64")]
-            let d4: Option<unsafe fn(&[u8], [&[Act256]; 4]) -> [f32; 4]> = if per_half {
+            let d4: Option<Dot4<Act256>> = if per_half {
                 Some(|w, a| unsafe { simd::dotn_q2k::<4>(w, a, [true; 4]) })
             } else {
                 Some(|w, a| unsafe { simd::dotn_q2k::<4>(w, a, [false; 4]) })

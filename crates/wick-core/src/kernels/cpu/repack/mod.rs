@@ -71,6 +71,9 @@ enum Kind {
     Q6K,
 }
 
+/// A tile kernel: `(panel, first row, rows, out, ldo)`.
+type TileFn<'a> = dyn Fn(&[u8], usize, usize, *mut f32, usize) + Sync + 'a;
+
 /// A weight `[n, k]` as panels of `PANEL` columns, each panel `k / block` blocks long; the
 /// last panel is padded with zero columns when `n` is not a multiple of `PANEL`.
 pub struct PackedWeight {
@@ -236,12 +239,7 @@ impl PackedWeight {
     /// Spreads panels over the pool; each task walks its panels over blocks of rows and calls
     /// `tile(panel, first row, rows ≤ MAX_ROWS, out, ldo)` for every tile. `ys[j]`: part j's
     /// `[m, parts[j]]` outputs.
-    fn run(
-        &self,
-        m: usize,
-        ys: &[SyncPtr<f32>],
-        tile: &(dyn Fn(&[u8], usize, usize, *mut f32, usize) + Sync),
-    ) {
+    fn run(&self, m: usize, ys: &[SyncPtr<f32>], tile: &TileFn<'_>) {
         // Each panel's part and its first column there.
         let mut at = Vec::with_capacity(self.n.div_ceil(PANEL));
         for (j, &n) in self.parts.iter().enumerate() {

@@ -94,8 +94,10 @@ pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act256]], pairs: &[bool], out: *mu
     tile_scalar(panel, nb, acts, pairs, out, ldo)
 }
 
-/// The float steps shared by every instruction set, on one column's integer sums.
+/// The float steps shared by every instruction set, on one column's integer sums (each
+/// argument is one of the sums or scales ggml folds there; a struct would only rename them).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn fold(
     pair: bool,
     isum: [i32; 4],
