@@ -16,19 +16,13 @@ export type {
   GgufInfo,
   QuantShare,
   TokenLogprobs,
+  FinishReason,
 } from "../native/native.d.ts";
 
 const native = createRequire(import.meta.url)("../native/native.cjs") as typeof Native;
 
-/** "stop" | "length" | "cancelled": the values of the addon's string enum. */
-export type FinishReason = `${Native.FinishReason}`;
-
-type NativeDone = Extract<Native.SequenceEvent, { type: "done" }>;
-
 /** What a generation yields: the addon's token and done events (errors are thrown instead). */
-export type EngineEvent =
-  | Extract<Native.SequenceEvent, { type: "token" }>
-  | (Omit<NativeDone, "finishReason"> & { finishReason: FinishReason });
+export type EngineEvent = Exclude<Native.SequenceEvent, { type: "error" }>;
 
 export interface TokenizeOptions {
   /** Add BOS/EOS as llama.cpp does for this vocabulary (default true). */

@@ -37,11 +37,7 @@ export declare class Sequence {
 }
 
 /** Why a sequence ended. */
-export declare const enum FinishReason {
-  Stop = 'stop',
-  Length = 'length',
-  Cancelled = 'cancelled',
-}
+export type FinishReason = 'stop' | 'length' | 'cancelled'
 
 export interface GenerateOptions {
   promptTokens: Array<number>

@@ -177,39 +177,34 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
                 },
             )
         });
-    } else if dtype == GgmlDType::Q2K {
-        let acts: Vec<Vec<Act256>> = quantize_rows(&xs, k, quantize_q8k);
-        // As for Q4_K: the repacked GEMM for rows in groups of four, the GEMV for the rest.
-        let gemm = RowPos::in_gemm_group;
-        #[cfg(target_arch = "x86_64")]
-        let dot4 = |wr: &[u8], r: usize| {
-            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
-            let ph = [gemm(rows[r]), gemm(rows[r + 1]), gemm(rows[r + 2]), gemm(rows[r + 3])];
-            // Safety: only passed on when AVX2/FMA are available; every row has k/256 blocks.
-            unsafe { simd_k::dotn_q2k::<4>(wr, a, ph) }
-        };
-        #[cfg(target_arch = "x86_64")]
-        let dot4 = simd.then_some(&dot4);
-        #[cfg(not(target_arch = "x86_64"))]
-        let dot4: Option<&NoDot4> = None;
-        tiled_rows(n, m, &wrow, &put, dot4, &|wr, r| dot_q2k(wr, &acts[r], gemm(rows[r])));
-    } else if dtype == GgmlDType::Q4K {
+    } else if matches!(dtype, GgmlDType::Q2K | GgmlDType::Q4K) {
         let acts: Vec<Vec<Act256>> = quantize_rows(&xs, k, quantize_q8k);
         // ggml's repacked kernels run rows in groups of four through the GEMM and the
-        // remaining `len % 4` rows (all rows when len < 4) through the GEMV.
+        // remaining `len % 4` rows (all rows when len < 4) through the GEMV; a row's flag
+        // picks the summation order of the one it went through.
         let gemm = RowPos::in_gemm_group;
+        let q2k = dtype == GgmlDType::Q2K;
         #[cfg(target_arch = "x86_64")]
         let dot4 = |wr: &[u8], r: usize| {
             let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
-            let pp = [gemm(rows[r]), gemm(rows[r + 1]), gemm(rows[r + 2]), gemm(rows[r + 3])];
+            let g = [gemm(rows[r]), gemm(rows[r + 1]), gemm(rows[r + 2]), gemm(rows[r + 3])];
             // Safety: only passed on when AVX2/FMA are available; every row has k/256 blocks.
-            unsafe { simd_k::dotn_q4k::<4>(wr, a, pp) }
+            unsafe {
+                if q2k {
+                    simd_k::dotn_q2k::<4>(wr, a, g)
+                } else {
+                    simd_k::dotn_q4k::<4>(wr, a, g)
+                }
+            }
         };
         #[cfg(target_arch = "x86_64")]
         let dot4 = simd.then_some(&dot4);
         #[cfg(not(target_arch = "x86_64"))]
         let dot4: Option<&NoDot4> = None;
         let dot1 = |wr: &[u8], r: usize| {
+            if q2k {
+                return dot_q2k(wr, &acts[r], gemm(rows[r]));
+            }
             #[cfg(target_arch = "x86_64")]
             if simd {
                 // Safety: AVX2/FMA checked; every row has k/256 blocks.

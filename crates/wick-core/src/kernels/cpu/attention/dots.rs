@@ -8,6 +8,7 @@ use crate::cache::BLOCK_SIZE;
 use crate::kernels::cpu::blocks::reduce16;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::cpu::feats::has_avx2;
+use crate::kernels::cpu::float_dots::dot_single;
 
 /// tinyBLAS order over `x.len()` values (16 lanes, chunks of 16); a last partial chunk counts
 /// as zero-padded (lanes past the end keep their sum).
@@ -31,7 +32,6 @@ pub fn dot_f16_tiled(x: &[f16], y: &[f32]) -> f32 {
 /// over steps of 64, folded (a0+a2)+(a1+a3), tree sum, the `n % 64` tail added in f64.
 pub fn dot_f16_single(x: &[f16], y: &[f32], n: usize) -> f32 {
     debug_assert_eq!(x.len(), y.len());
-    let np = n & !63;
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // Safety: AVX2/FMA/F16C checked.
@@ -39,24 +39,7 @@ pub fn dot_f16_single(x: &[f16], y: &[f32], n: usize) -> f32 {
     }
     let xv = |i: usize| if i < x.len() { x[i].to_f32() } else { 0.0 };
     let yv = |i: usize| if i < y.len() { y[i] } else { 0.0 };
-    let mut acc = [[0f32; 16]; 4];
-    for base in (0..np).step_by(64) {
-        for (j, a) in acc.iter_mut().enumerate() {
-            for (l, s) in a.iter_mut().enumerate() {
-                let i = base + 16 * j + l;
-                *s = xv(i).mul_add(yv(i), *s);
-            }
-        }
-    }
-    let mut folded = [0f32; 16];
-    for l in 0..16 {
-        folded[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-    }
-    let mut sum = reduce16(&folded) as f64;
-    for i in np..n {
-        sum += (xv(i) * yv(i)) as f64;
-    }
-    sum as f32
+    dot_single(n, xv, yv)
 }
 
 /// `dot_f16_tiled` over positions `0..y.len()` of one value row stored block by block
