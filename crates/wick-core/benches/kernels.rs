@@ -3,17 +3,45 @@
 //!   weights, per type, for one row (decode) and 64 rows (a prefill chunk);
 //! - attention of a decode step (8 sequences × 160 cached positions, SmolLM2's 9 query heads
 //!   on 3 KV heads): `kernels::attend_many` over the paged f16 cache against candle's
-//!   matmul/softmax attention on contiguous f16 K/V (`models::attend_with_tensor_ops`);
+//!   matmul/softmax attention on contiguous f16 K/V (`tensor_attention` below);
 //! - SwiGLU of 8 rows of 1536: `kernels::cpu::expf::swiglu` against candle's `silu(g) * u`.
 //!
 //! `cargo bench -p wick-core --bench kernels [-- FILTER]`; threads: `WICK_THREADS` for Wick,
 //! `RAYON_NUM_THREADS` for candle (set both to compare like with like).
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{Device, Module, Tensor};
+use candle_core::{DType, Device, Module, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use wick_core::cache::{KvPool, KvWrite, LayerKind, SeqCache};
+use wick_core::cache::{KvPool, KvWrite, LayerKind, PagedView, SeqCache};
 use wick_core::kernels::{attend_many, PackedWeight, RowPos, SeqAttn};
+
+/// Keys and values of positions `0..t` as contiguous `[n_kv_head, t, head_dim]` f16 tensors.
+fn gather(view: &PagedView<'_>, t: usize, dev: &Device) -> (Tensor, Tensor) {
+    let (n_kv, hd) = (view.n_kv_head, view.head_dim);
+    let (mut k, mut v) = (Vec::with_capacity(n_kv * t * hd), Vec::with_capacity(n_kv * t * hd));
+    for g in 0..n_kv {
+        for p in 0..t {
+            k.extend_from_slice(view.key(g, p));
+            v.extend((0..hd).map(|d| view.value(g, d, p)));
+        }
+    }
+    let shape = (n_kv, t, hd);
+    (Tensor::from_vec(k, shape, dev).unwrap(), Tensor::from_vec(v, shape, dev).unwrap())
+}
+
+/// One decode token's attention with candle's tensor ops: softmax(q kᵀ · scale) v, grouped
+/// query heads (`q`: `[1, n_head, hd]`; `k`, `v`: `[n_kv, t, hd]` f16), rounding q and the
+/// probabilities to f16 where ggml does.
+fn tensor_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> Tensor {
+    let (_, n_head, hd) = q.dims3().unwrap();
+    let n_kv = k.dims3().unwrap().0;
+    let f32_of = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+    let q = f32_of(&q.transpose(0, 1).unwrap().contiguous().unwrap().to_dtype(DType::F16).unwrap());
+    let q = q.reshape((n_kv, n_head / n_kv, hd)).unwrap();
+    let scores = (q.matmul(&f32_of(k).t().unwrap()).unwrap() * scale).unwrap();
+    let probs = f32_of(&candle_nn::ops::softmax_last_dim(&scores).unwrap().to_dtype(DType::F16).unwrap());
+    probs.matmul(&f32_of(v)).unwrap().reshape((1, n_head * hd)).unwrap()
+}
 
 /// LFM2-350M's FFN up/gate shape.
 const N: usize = 4608;
@@ -73,7 +101,7 @@ fn attention(c: &mut Criterion) {
         .iter()
         .zip(&qs)
         .map(|(v, q)| {
-            let (k, val) = v.gather(t, &dev).unwrap();
+            let (k, val) = gather(v, t, &dev);
             (Tensor::from_vec(q.clone(), (1, n_head, hd), &dev).unwrap(), k, val)
         })
         .collect();
@@ -82,7 +110,7 @@ fn attention(c: &mut Criterion) {
     group.bench_function("candle", |b| {
         b.iter(|| {
             for (q, k, v) in &dense {
-                wick_core::models::attend_with_tensor_ops(q, k, v, t - 1, 0.125, None).unwrap();
+                tensor_attention(q, k, v, 0.125);
             }
         })
     });

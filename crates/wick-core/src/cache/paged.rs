@@ -18,7 +18,7 @@
 //! reads only its own sequence's blocks. Storage is therefore reached through raw pointers
 //! and borrowed block by block, never as one slice over a whole layer.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
@@ -430,24 +430,6 @@ impl PagedView<'_> {
     #[inline]
     pub fn value(&self, g: usize, d: usize, t: usize) -> f16 {
         self.value_run(g, d, t / BLOCK_SIZE)[t % BLOCK_SIZE]
-    }
-    /// Keys and values of positions `0..t_len` gathered into `[n_kv_head, t_len, head_dim]`
-    /// f16 tensors (for devices without a paged kernel).
-    pub fn gather(&self, t_len: usize, device: &Device) -> Result<(Tensor, Tensor)> {
-        let (n_kv, hd) = (self.n_kv_head, self.head_dim);
-        let mut k = Vec::with_capacity(n_kv * t_len * hd);
-        let mut v = Vec::with_capacity(n_kv * t_len * hd);
-        for g in 0..n_kv {
-            for t in 0..t_len {
-                k.extend_from_slice(self.key(g, t));
-                v.extend((0..hd).map(|d| self.value(g, d, t)));
-            }
-        }
-        let shape = (n_kv, t_len, hd);
-        Ok((
-            Tensor::from_vec(k, shape, device)?.to_dtype(DType::F16)?,
-            Tensor::from_vec(v, shape, device)?.to_dtype(DType::F16)?,
-        ))
     }
 }
 

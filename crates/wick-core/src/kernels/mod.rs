@@ -15,8 +15,8 @@
 //! - `cpu/expf.rs`, `cpu/elementwise.rs`: ggml's `expf`, SwiGLU, RMSNorm, RoPE, short conv.
 //!
 //! The CPU kernels run on `runtime::pool`. GPU kernels get their own directory beside `cpu/`
-//! (`cuda/`: `.cu` sources and their launchers) when they come; devices without Wick kernels
-//! use candle's ops.
+//! (`cuda/`: `.cu` sources and their launchers) when they come; until then the models run on
+//! the CPU only (no build reaches another device, so no layer keeps a path for one).
 //!
 //! Dependencies point one way: `feats` and `blocks` at the bottom, the row dots and panels on
 //! them, `matmul` and `attention` on those; kernels never import `models`.

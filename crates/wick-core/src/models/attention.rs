@@ -2,7 +2,7 @@
 //! Projections, norms and RoPE run once on all tokens of the step; only the cache append and
 //! the attention product itself are per sequence.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 
 use super::layers::{Linear, Linears, RmsNorm, Rope, RowPos};
 use super::StepSeq;
@@ -176,76 +176,24 @@ impl Attention {
                 kv.write_many(layer, &writes)
             })
         })???;
-        let o = if x.device().is_cpu() {
-            // Every sequence in one pass over the thread pool.
-            let q_row = self.n_head * hd;
-            let views = caches.iter().map(|c| kv.view(layer, c)).collect::<Result<Vec<_>>>()?;
-            let o = with_host_f32(&q, |qh| {
-                let seqs: Vec<SeqAttn<'_>> = plan
-                    .spans
-                    .iter()
-                    .zip(&views)
-                    .map(|(span, view)| SeqAttn {
-                        q: &qh[span.start * q_row..(span.start + span.len) * q_row],
-                        kv: view,
-                        len: span.len,
-                        pos0: span.pos0,
-                    })
-                    .collect();
-                attend_many(&seqs, self.n_head, scale as f32, window)
-            })?;
-            Tensor::from_vec(o, (n, q_row), x.device())?
-        } else {
-            let mut outs: Vec<Tensor> = Vec::with_capacity(plan.spans.len());
-            for (span, cache) in plan.spans.iter().zip(caches) {
-                // No paged kernel on this device yet: gather the sequence's KV first.
-                let view = kv.view(layer, cache)?;
-                let (k_all, v_all) = view.gather(span.pos0 + span.len, x.device())?;
-                let q_s = q.narrow(0, span.start, span.len)?;
-                outs.push(attend(&q_s, &k_all, &v_all, span.pos0, scale, window)?);
-            }
-            Tensor::cat(&outs, 0)?
-        };
+        // Every sequence in one pass over the thread pool.
+        let q_row = self.n_head * hd;
+        let views = caches.iter().map(|c| kv.view(layer, c)).collect::<Result<Vec<_>>>()?;
+        let o = with_host_f32(&q, |qh| {
+            let seqs: Vec<SeqAttn<'_>> = plan
+                .spans
+                .iter()
+                .zip(&views)
+                .map(|(span, view)| SeqAttn {
+                    q: &qh[span.start * q_row..(span.start + span.len) * q_row],
+                    kv: view,
+                    len: span.len,
+                    pos0: span.pos0,
+                })
+                .collect();
+            attend_many(&seqs, self.n_head, scale as f32, window)
+        })?;
+        let o = Tensor::from_vec(o, (n, q_row), x.device())?;
         self.o.forward(&o, rows)
     }
-}
-
-/// softmax(q kᵀ · scale + causal mask) v for one sequence on a GPU (the CPU uses
-/// `kernels::cpu::attention`, which sums exactly as llama.cpp does).
-/// `q`: `[len, n_head, hd]` f32 for positions `pos0..pos0+len`; `k`, `v`: `[n_kv, T, hd]` f16
-/// with `T = pos0 + len`. Query head h reads KV head h / (n_head / n_kv), as in ggml.
-/// q is rounded to f16 first because ggml converts it to the f16 cache's dot type.
-pub fn attend(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    pos0: usize,
-    scale: f64,
-    window: Option<usize>,
-) -> Result<Tensor> {
-    let (len, n_head, hd) = q.dims3()?;
-    let (n_kv, t, _) = k.dims3()?;
-    let group = n_head / n_kv;
-    let q = q.transpose(0, 1)?.contiguous()?.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
-    let q = q.reshape((n_kv, group * len, hd))?;
-    let k = k.to_dtype(DType::F32)?;
-    let v = v.to_dtype(DType::F32)?;
-    let mut scores = (q.matmul(&k.t()?)? * scale)?;
-    if len > 1 || window.is_some() {
-        let mut mask = vec![0f32; len * t];
-        for i in 0..len {
-            let p = pos0 + i;
-            let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
-            for j in (0..first).chain(p + 1..t) {
-                mask[i * t + j] = f32::NEG_INFINITY;
-            }
-        }
-        let mask = Tensor::from_vec(mask, (len, t), q.device())?;
-        scores =
-            scores.reshape((n_kv, group, len, t))?.broadcast_add(&mask)?.reshape((n_kv, group * len, t))?;
-    }
-    // Probabilities meet the f16 V cache in f16, as in ggml's (non flash-attention) kv matmul.
-    let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
-    let o = probs.matmul(&v)?; // [kv, group*len, hd] = [n_head, len, hd]
-    Ok(o.reshape((n_head, len, hd))?.transpose(0, 1)?.contiguous()?.reshape((len, n_head * hd))?)
 }

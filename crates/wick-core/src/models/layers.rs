@@ -78,15 +78,13 @@ enum Weight {
 }
 
 fn weight(w: Arc<QTensor>) -> Result<Weight> {
-    let cpu = w.device().is_cpu();
     let n_out = w.shape().dims().first().copied().unwrap_or(0);
     if let Some(p) = PackedWeight::pack(&w)? {
         return Ok(Weight::Packed(p));
     }
     Ok(match w.dtype() {
-        dt if cpu && matmul::supported(dt, n_out) => Weight::Ggml(w),
+        dt if matmul::supported(dt, n_out) => Weight::Ggml(w),
         GgmlDType::F32 => Weight::Candle(QMatMul::from_arc(w)?),
-        GgmlDType::F16 | GgmlDType::BF16 if !cpu => Weight::Candle(QMatMul::from_arc(w)?),
         _ => Weight::Candle(QMatMul::QTensor(w)),
     })
 }
@@ -284,16 +282,7 @@ impl Rope {
 
     /// `x`: `[n, heads, head_dim]`, token i rotated by row i of the tables.
     pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-        let (n, h, d) = x.dims3()?;
-        if x.device().is_cpu() {
-            return rope(x, cos, sin, self.style == RopeStyle::Interleaved);
-        }
-        let x4 = x.contiguous()?.reshape((n, h, 1, d))?;
-        let y = match self.style {
-            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x4, cos, sin)?,
-            RopeStyle::Neox => candle_nn::rotary_emb::rope(&x4, cos, sin)?,
-        };
-        Ok(y.reshape((n, h, d))?)
+        rope(x, cos, sin, self.style == RopeStyle::Interleaved)
     }
 }
 

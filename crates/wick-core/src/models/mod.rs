@@ -18,10 +18,6 @@ mod moe;
 mod qwen;
 mod shortconv;
 
-/// The tensor-op attention devices without a paged kernel run (also the CPU baseline of
-/// `benches/kernels.rs`).
-pub use attention::attend as attend_with_tensor_ops;
-
 /// What the engine and the APIs report about a loaded model.
 #[derive(Debug, Clone, Default)]
 pub struct ModelInfo {

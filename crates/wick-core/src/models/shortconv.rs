@@ -14,9 +14,7 @@ use crate::kernels::cpu::elementwise::{short_conv, with_host_f32};
 pub struct ShortConv {
     in_proj: Linear,
     out_proj: Linear,
-    /// Kernel column k as a `[d]` vector; tap L-1 multiplies the current token.
-    taps: Vec<Tensor>,
-    /// The kernel `[d, L]` row-major on the host, for the ggml-exact CPU path.
+    /// The kernel `[d, L]` row-major on the host; tap L-1 multiplies the current token.
     kernel: Vec<f32>,
     pub l_cache: usize,
     pub d: usize,
@@ -31,14 +29,10 @@ impl ShortConv {
         g.expect_dims(&name, &[l_cache, d])?;
         // ggml {L, d} is candle [d, L]: row c holds channel c's L taps.
         let w = g.f32_tensor(&name, dev)?.to_dtype(DType::F32)?;
-        let taps = (0..l_cache)
-            .map(|k| Ok(w.narrow(1, k, 1)?.squeeze(1)?.contiguous()?))
-            .collect::<Result<Vec<_>>>()?;
         let kernel = w.flatten_all()?.to_vec1::<f32>()?;
         Ok(Self {
             in_proj: Linear::load(g, &format!("{prefix}.shortconv.in_proj"), d, 3 * d, dev)?,
             out_proj: Linear::load(g, &format!("{prefix}.shortconv.out_proj"), d, d, dev)?,
-            taps,
             kernel,
             l_cache,
             d,
@@ -58,43 +52,13 @@ impl ShortConv {
     ) -> Result<Tensor> {
         let d = self.d;
         let bcx = self.in_proj.forward(u, &plan.rows)?;
-        if u.device().is_cpu() {
-            let y =
-                with_host_f32(&bcx, |bcx| self.gated_conv_host(bcx, plan, layer, kv, states, u.device()))??;
-            return self
-                .out_proj
-                .forward(&Tensor::from_vec(y, (plan.n_tokens(), d), u.device())?, &plan.rows);
-        }
-        let b = bcx.narrow(1, 0, d)?;
-        let c = bcx.narrow(1, d, d)?;
-        let x = bcx.narrow(1, 2 * d, d)?;
-        let bx = (b * x)?;
-        let mut ys = Vec::with_capacity(plan.spans.len());
-        for (span, (state, blocks)) in plan.spans.iter().zip(states.iter_mut()) {
-            let v = bx.narrow(0, span.start, span.len)?;
-            // Previous L-1 inputs then the new ones: output t reads rows t..t+L.
-            let full = Tensor::cat(&[&state.get(u.device())?, &v], 0)?;
-            // Summed tap by tap in f32, the order of ggml's ssm_conv kernel.
-            let mut y = full.narrow(0, 0, span.len)?.broadcast_mul(&self.taps[0])?;
-            for (k, tap) in self.taps.iter().enumerate().skip(1) {
-                y = (y + full.narrow(0, k, span.len)?.broadcast_mul(tap)?)?;
-            }
-            // After position p the state is rows p-pos0 .. p-pos0+L-1 of `full`.
-            let first = (span.pos0 / BLOCK_SIZE + 1) * BLOCK_SIZE;
-            for p in (first..=span.pos0 + span.len).step_by(BLOCK_SIZE) {
-                let s = full.narrow(0, p - span.pos0, self.l_cache - 1)?.flatten_all()?.to_vec1::<f32>()?;
-                kv.save_conv(layer, blocks[p / BLOCK_SIZE - 1], &s)?;
-            }
-            state.set(full.narrow(0, span.len, self.l_cache - 1)?.contiguous()?)?;
-            ys.push(y);
-        }
-        let y = Tensor::cat(&ys, 0)?;
-        self.out_proj.forward(&(c * y)?, &plan.rows)
+        let y = with_host_f32(&bcx, |bcx| self.gated_conv_host(bcx, plan, layer, kv, states, u.device()))??;
+        self.out_proj.forward(&Tensor::from_vec(y, (plan.n_tokens(), d), u.device())?, &plan.rows)
     }
 
-    /// The CPU step between the projections in one pass over host memory (no tensor op per
-    /// sequence): `C ⊙ conv(B ⊙ X)` for every row of `bcx` (`[n, 3d]`), the same operations
-    /// in the same order as the tensor path, so the same bits as ggml. Updates the states and
+    /// The step between the projections in one pass over host memory (no tensor op per
+    /// sequence): `C ⊙ conv(B ⊙ X)` for every row of `bcx` (`[n, 3d]`), summed tap by tap in
+    /// f32 in the order of ggml's `ssm_conv`, so the same bits as ggml. Updates the states and
     /// saves the block-boundary snapshots as `forward` does.
     fn gated_conv_host(
         &self,

@@ -4,7 +4,7 @@
 //! difference upstream can move a value across a rounding boundary of that quantization and
 //! change a logit by ~1e-2, which is enough to flip a greedy choice at a near-tie. Matching
 //! llama.cpp's greedy output token for token therefore needs the cheap elementwise ops to be
-//! bit-identical, not merely close. GPU devices use the generic candle ops instead.
+//! bit-identical, not merely close.
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
@@ -79,14 +79,9 @@ impl CustomOp2 for GgmlRmsNorm {
     }
 }
 
-/// RMSNorm over the last dim; ggml-exact on CPU, candle's kernel elsewhere.
+/// RMSNorm over the last dim of an f32 tensor, ggml-exact.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
-    let x = x.contiguous()?;
-    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
-        Ok(x.apply_op2_no_bwd(w, &GgmlRmsNorm { eps })?)
-    } else {
-        Ok(candle_nn::ops::rms_norm(&x, w, eps)?)
-    }
+    Ok(x.contiguous()?.apply_op2_no_bwd(w, &GgmlRmsNorm { eps })?)
 }
 
 /// Causal depthwise conv as ggml's `ssm_conv` computes it for short kernels: for each output
@@ -116,9 +111,6 @@ pub fn short_conv(full: &[f32], w: &[f32], len: usize, d: usize, l: usize) -> Ve
 /// llama.cpp build computes it (`expf`).
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     let (gate, up) = (gate.contiguous()?, up.contiguous()?);
-    if !gate.device().is_cpu() || gate.dtype() != candle_core::DType::F32 {
-        return Ok((gate.silu()? * up)?);
-    }
     let dims = gate.dims().to_vec();
     let n = *dims.last().unwrap_or(&1);
     let y = with_host_f32(&gate, |g| with_host_f32(&up, |u| expf::swiglu(g, u, n)))??;
