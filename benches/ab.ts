@@ -5,7 +5,7 @@
  * build's per-round median, the spread of those medians, and B / A.
  *
  *   npx tsx benches/ab.ts --a <checkout> --b <checkout> [--rounds 3] [--threads 2]
- *       [--repetitions 3] [--results benches/RESULTS.md] model.gguf ...
+ *       [--repetitions 3] [--n-prompt 512] [--n-gen 128] [--results benches/RESULTS.md] model.gguf ...
  *
  * A checkout is a git worktree of Wick with `npm run build:native` done (e.g.
  * `git worktree add /tmp/wick-a <rev>` plus a build there); models are given as paths.
@@ -22,12 +22,14 @@ interface Args {
   rounds: number;
   threads: number;
   repetitions: number;
+  nPrompt: number;
+  nGen: number;
   results?: string;
   models: string[];
 }
 
 function parse(argv: string[]): Args {
-  const out: Partial<Args> & { models: string[] } = { rounds: 3, threads: 2, repetitions: 3, models: [] };
+  const out: Partial<Args> & { models: string[] } = { rounds: 3, threads: 2, repetitions: 3, nPrompt: 512, nGen: 128, models: [] };
   for (let i = 0; i < argv.length; i++) {
     const v = () => {
       const next = argv[++i];
@@ -40,6 +42,8 @@ function parse(argv: string[]): Args {
       case "--rounds": out.rounds = Number(v()); break;
       case "--threads": out.threads = Number(v()); break;
       case "--repetitions": out.repetitions = Number(v()); break;
+      case "--n-prompt": out.nPrompt = Number(v()); break;
+      case "--n-gen": out.nGen = Number(v()); break;
       case "--results": out.results = v(); break;
       default: out.models.push(resolve(argv[i]!));
     }
@@ -84,20 +88,22 @@ const cell = (xs: number[]) => {
   return `${f(s.median)} (${f(s.min)}–${f(s.max)})`;
 };
 const lines = [
-  `| model | A prefill t/s | B prefill t/s | B/A | A decode t/s | B decode t/s | B/A |`,
-  `| --- | --- | --- | --- | --- | --- | --- |`,
+  `| model | A prefill t/s | B prefill t/s | B/A | paired B/A | A decode t/s | B decode t/s | B/A | paired B/A |`,
+  `| --- | --- | --- | --- | --- | --- | --- | --- | --- |`,
 ];
 for (const [m, { a, b }] of runs) {
   const med = (xs: number[]) => summarize(xs).median;
   const pa = a.map((r) => r.prefill), pb = b.map((r) => r.prefill);
   const da = a.map((r) => r.decode), db = b.map((r) => r.decode);
+  // The same round's B over A: drifts of the machine between rounds cancel.
+  const paired = (xb: number[], xa: number[]) => med(xb.map((x, i) => x / xa[i]!)).toFixed(3);
   lines.push(
-    `| ${basename(m)} | ${cell(pa)} | ${cell(pb)} | ${(med(pb) / med(pa)).toFixed(3)} | ${cell(da)} | ${cell(db)} | ${(med(db) / med(da)).toFixed(3)} |`,
+    `| ${basename(m)} | ${cell(pa)} | ${cell(pb)} | ${(med(pb) / med(pa)).toFixed(3)} | ${paired(pb, pa)} | ${cell(da)} | ${cell(db)} | ${(med(db) / med(da)).toFixed(3)} | ${paired(db, da)} |`,
   );
 }
 const header = [
   `A = ${rev(args.a)} (${args.a}), B = ${rev(args.b)} (${args.b}); ${args.threads} threads, ${args.rounds} alternating rounds,`,
-  `each the median of ${args.repetitions} repetitions (pp512, tg128) after one warm-up; cells: median of rounds (min–max).`,
+  `each the median of ${args.repetitions} repetitions (pp${args.nPrompt}, tg${args.nGen}) after one warm-up; cells: median of rounds (min–max).`,
 ];
 const table = [...header, "", ...lines, ""].join("\n");
 process.stdout.write(`${table}\n`);
