@@ -1,0 +1,166 @@
+/**
+ * Tool-call extraction from generated text, whole or streamed.
+ *
+ * Every supported format is "blocks between a start and an end marker": text outside blocks is
+ * content, and each block holds one or more calls in the format's own syntax. So one block
+ * scanner serves all formats, and a format only says what its markers are and how to read a
+ * block's inside. A block that cannot be read (or that never ends) is given back as content with
+ * its markers, so nothing the model wrote is lost and a bad call never becomes an error.
+ *
+ * `parse` (whole text) and `ToolStream` (deltas) are written separately on purpose; the tests
+ * check that they agree for every split of the text.
+ */
+import { HERMES_END, HERMES_START, parseHermesBlock } from "./hermes.ts";
+import { LFM2_END, LFM2_START, parseLfm2Block } from "./lfm2.ts";
+
+export interface ToolCall {
+  name: string;
+  arguments: Record<string, unknown>;
+}
+
+export interface ParseResult {
+  content: string;
+  calls: ToolCall[];
+}
+
+export type ToolParserName = "lfm2" | "hermes";
+
+export interface ToolParser {
+  name: ToolParserName;
+  /** Opening and closing markers of a tool-call block. */
+  readonly start: string;
+  readonly end: string;
+  /** Calls in one block's inner text, or undefined when the block is malformed. */
+  parseBlock(inner: string): ToolCall[] | undefined;
+  /** The whole output at once. */
+  parse(text: string): ParseResult;
+  /** True if `tail` (the end of the text so far) may be the start of a marker. */
+  couldBeToolCall(tail: string): boolean;
+}
+
+/**
+ * Index from which `text` must be held back because it may begin `marker`: the earliest suffix
+ * that is a proper prefix of the marker, or `text.length` when none is. Callers have already
+ * checked that the whole marker does not occur.
+ */
+function holdFrom(text: string, marker: string): number {
+  for (let i = Math.max(0, text.length - marker.length + 1); i < text.length; i++) {
+    if (marker.startsWith(text.slice(i))) return i;
+  }
+  return text.length;
+}
+
+function isHighSurrogate(code: number): boolean {
+  return code >= 0xd800 && code <= 0xdbff;
+}
+
+function makeParser(
+  name: ToolParserName,
+  start: string,
+  end: string,
+  parseBlock: (inner: string) => ToolCall[] | undefined,
+): ToolParser {
+  return {
+    name,
+    start,
+    end,
+    parseBlock,
+    parse(text) {
+      let content = "";
+      const calls: ToolCall[] = [];
+      let pos = 0;
+      for (;;) {
+        const open = text.indexOf(start, pos);
+        if (open < 0) break;
+        content += text.slice(pos, open);
+        const close = text.indexOf(end, open + start.length);
+        // An unterminated block is content, markers and all.
+        if (close < 0) {
+          pos = open;
+          break;
+        }
+        pos = close + end.length;
+        const found = parseBlock(text.slice(open + start.length, close));
+        if (found) calls.push(...found);
+        else content += text.slice(open, pos);
+      }
+      content += text.slice(pos);
+      return { content, calls };
+    },
+    couldBeToolCall(tail) {
+      return tail.endsWith(start) || holdFrom(tail, start) < tail.length;
+    },
+  };
+}
+
+export const lfm2Parser: ToolParser = makeParser("lfm2", LFM2_START, LFM2_END, parseLfm2Block);
+export const hermesParser: ToolParser = makeParser("hermes", HERMES_START, HERMES_END, parseHermesBlock);
+
+const PARSERS: Record<ToolParserName, ToolParser> = { lfm2: lfm2Parser, hermes: hermesParser };
+
+export function parserFor(name: string): ToolParser | undefined {
+  return Object.hasOwn(PARSERS, name) ? PARSERS[name as ToolParserName] : undefined;
+}
+
+/**
+ * Streaming extraction over text deltas. Outside a block, content goes out as soon as it cannot
+ * be the start of a marker; a possible partial marker at the end is held until the next delta
+ * settles it. Inside a block nothing goes out until the end marker arrives, and the block's calls
+ * then come out complete (arguments are not streamed), as SGLang's detectors do.
+ */
+export class ToolStream {
+  /** Unsettled text: outside a block, a possible partial start marker; inside, the block so far (after the start marker). */
+  private buf = "";
+  private inBlock = false;
+  /** Inside a block, where to resume looking for the end marker, so long blocks are not rescanned. */
+  private scanFrom = 0;
+
+  constructor(private readonly parser: ToolParser) {}
+
+  push(delta: string): ParseResult {
+    this.buf += delta;
+    const { start, end } = this.parser;
+    let content = "";
+    const calls: ToolCall[] = [];
+    for (;;) {
+      if (!this.inBlock) {
+        const open = this.buf.indexOf(start);
+        if (open < 0) {
+          let hold = holdFrom(this.buf, start);
+          // Keep a trailing high surrogate with its pair, so no delta carries half a character.
+          if (hold > 0 && isHighSurrogate(this.buf.charCodeAt(hold - 1))) hold--;
+          content += this.buf.slice(0, hold);
+          this.buf = this.buf.slice(hold);
+          break;
+        }
+        content += this.buf.slice(0, open);
+        this.buf = this.buf.slice(open + start.length);
+        this.inBlock = true;
+        this.scanFrom = 0;
+      } else {
+        const close = this.buf.indexOf(end, this.scanFrom);
+        if (close < 0) {
+          // The end marker may already have begun in the text we have.
+          this.scanFrom = Math.max(0, this.buf.length - end.length + 1);
+          break;
+        }
+        const inner = this.buf.slice(0, close);
+        const found = this.parser.parseBlock(inner);
+        if (found) calls.push(...found);
+        else content += start + inner + end;
+        this.buf = this.buf.slice(close + end.length);
+        this.inBlock = false;
+      }
+    }
+    return { content, calls };
+  }
+
+  /** End of generation: whatever is held is content, including an unterminated block. */
+  finish(): ParseResult {
+    const content = (this.inBlock ? this.parser.start : "") + this.buf;
+    this.buf = "";
+    this.inBlock = false;
+    this.scanFrom = 0;
+    return { content, calls: [] };
+  }
+}
