@@ -5,6 +5,7 @@
  */
 import test from "ava";
 import { parserFor, ToolStream, type ParseResult, type ToolParser } from "../ts/service/tools/index.ts";
+import { rng } from "../benches/serving.ts"; // seeded (mulberry32): random splits are reproducible
 
 const S = "<|tool_call_start|>";
 const E = "<|tool_call_end|>";
@@ -317,17 +318,6 @@ function stream(p: ToolParser, chunks: string[]): ParseResult {
   return { content, calls };
 }
 
-/** mulberry32: a small seeded RNG so random splits are reproducible. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function randomChunks(text: string, next: () => number, maxLen: number): string[] {
   const out: string[] = [];
