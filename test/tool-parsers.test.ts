@@ -1,7 +1,7 @@
 /**
  * Tool-call parsers: a golden table of model outputs and what each must yield, then the same
  * table streamed one character at a time and in random chunks, which must give exactly what
- * `parse` gives on the whole text (the streaming code is written separately from `parse`).
+ * `parse` gives on the whole text (one delta): no split may change the result.
  */
 import test from "ava";
 import { parserFor, ToolStream, type ParseResult, type ToolParser } from "../ts/service/tools/index.ts";

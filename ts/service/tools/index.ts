@@ -7,8 +7,8 @@
  * block's inside. A block that cannot be read (or that never ends) is given back as content with
  * its markers, so nothing the model wrote is lost and a bad call never becomes an error.
  *
- * `parse` (whole text) and `ToolStream` (deltas) are written separately on purpose; the tests
- * check that they agree for every split of the text.
+ * `parse` is `ToolStream` fed the whole text at once; the tests check that every other split of
+ * the text gives the same result.
  */
 import { HERMES_END, HERMES_START, parseHermesBlock } from "./hermes.ts";
 import { LFM2_END, LFM2_START, parseLfm2Block } from "./lfm2.ts";
@@ -66,26 +66,11 @@ function makeParser(
     end,
     parseBlock,
     parse(text) {
-      let content = "";
-      const calls: ToolCall[] = [];
-      let pos = 0;
-      for (;;) {
-        const open = text.indexOf(start, pos);
-        if (open < 0) break;
-        content += text.slice(pos, open);
-        const close = text.indexOf(end, open + start.length);
-        // An unterminated block is content, markers and all.
-        if (close < 0) {
-          pos = open;
-          break;
-        }
-        pos = close + end.length;
-        const found = parseBlock(text.slice(open + start.length, close));
-        if (found) calls.push(...found);
-        else content += text.slice(open, pos);
-      }
-      content += text.slice(pos);
-      return { content, calls };
+      // The whole text is one delta of a stream: one block scanner for both ways.
+      const stream = new ToolStream(this);
+      const head = stream.push(text);
+      const tail = stream.finish();
+      return { content: head.content + tail.content, calls: [...head.calls, ...tail.calls] };
     },
     couldBeToolCall(tail) {
       return tail.endsWith(start) || holdFrom(tail, start) < tail.length;
