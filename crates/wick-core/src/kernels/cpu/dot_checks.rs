@@ -16,8 +16,7 @@ pub fn lcg(seed: u32) -> impl FnMut() -> u32 {
 
 /// A row dot: weight blocks against activation blocks.
 pub type Dot<A> = fn(&[u8], &[A]) -> f32;
-/// A four-row SIMD dot (one weight row against four activation rows).
-pub type Dot4<A> = unsafe fn(&[u8], [&[A]; 4]) -> [f32; 4];
+pub(crate) use super::matmul::Dot4;
 
 /// Random blocks of `size` bytes with f16 scales written at `scales` (offsets), and the
 /// activations; checks SIMD (1 and 4 rows) against `reference` bit for bit and both

@@ -120,6 +120,33 @@ where
     });
 }
 
+/// A four-row SIMD twin of a row dot: one weight row against four activation rows.
+pub(crate) type Dot4<A> = unsafe fn(&[u8], [&[A]; 4]) -> [f32; 4];
+
+/// `tiled_rows` for a type whose every row follows one row dot `dot`, four rows at a time
+/// through `dot4` when given (called only when the CPU has AVX2/FMA).
+fn rows_by_dot<'w, A: Sync, W, P>(
+    n: usize,
+    m: usize,
+    wrow: &W,
+    put: &P,
+    acts: &[Vec<A>],
+    dot: fn(&[u8], &[A]) -> f32,
+    dot4: Option<Dot4<A>>,
+) where
+    W: Fn(usize) -> &'w [u8] + Sync,
+    P: Fn(usize, usize, f32) + Sync,
+{
+    let four = dot4.map(|d4| {
+        move |wr: &[u8], r: usize| {
+            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
+            // Safety: `dot4` is only given when AVX2/FMA are available; rows hold whole blocks.
+            unsafe { d4(wr, a) }
+        }
+    });
+    tiled_rows(n, m, wrow, put, four.as_ref(), &|wr, r| dot(wr, &acts[r]));
+}
+
 /// `x`: `[m, k]` f32 on the CPU, `w`: `[n, k]` of a `supported` type → `[m, n]` f32.
 /// `rows[i]` decides which of llama.cpp's kernels row i follows (see `RowPos`).
 ///
@@ -237,22 +264,14 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
             _ => dot_q3k,
         };
         #[cfg(target_arch = "x86_64")]
-        let simd4: unsafe fn(&[u8], [&[Act256]; 4]) -> [f32; 4] = match dtype {
+        let dot4: Option<Dot4<Act256>> = simd.then_some(match dtype {
             GgmlDType::Q6K => simd_k::dotn_q6k::<4>,
             GgmlDType::Q5K => simd_k::dotn_q5k::<4>,
             _ => simd_k::dotn_q3k::<4>,
-        };
-        #[cfg(target_arch = "x86_64")]
-        let dot4 = |wr: &[u8], r: usize| {
-            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
-            // Safety: only passed on when AVX2/FMA are available; every row has k/256 blocks.
-            unsafe { simd4(wr, a) }
-        };
-        #[cfg(target_arch = "x86_64")]
-        let dot4 = simd.then_some(&dot4);
+        });
         #[cfg(not(target_arch = "x86_64"))]
-        let dot4: Option<&NoDot4> = None;
-        tiled_rows(n, m, &wrow, &put, dot4, &|wr, r| dot(wr, &acts[r]));
+        let dot4 = None;
+        rows_by_dot(n, m, &wrow, &put, &acts, dot, dot4);
     } else {
         let acts: Vec<Vec<Act32>> = quantize_rows(&xs, k, quantize_q8);
         let dot = match dtype {
@@ -263,24 +282,16 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
             _ => dot_q4_1,
         };
         #[cfg(target_arch = "x86_64")]
-        let simd4: unsafe fn(&[u8], [&[Act32]; 4]) -> [f32; 4] = match dtype {
+        let dot4: Option<Dot4<Act32>> = simd.then_some(match dtype {
             GgmlDType::Q8_0 => simd::dot4_q8_0,
             GgmlDType::Q4_0 => simd::dot4_q4_0,
             GgmlDType::Q5_0 => simd::dot4_q5_0,
             GgmlDType::Q5_1 => simd::dot4_q5_1,
             _ => simd::dot4_q4_1,
-        };
-        #[cfg(target_arch = "x86_64")]
-        let dot4 = |wr: &[u8], r: usize| {
-            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
-            // Safety: only passed on when AVX2/FMA are available; every row has k/32 blocks.
-            unsafe { simd4(wr, a) }
-        };
-        #[cfg(target_arch = "x86_64")]
-        let dot4 = simd.then_some(&dot4);
+        });
         #[cfg(not(target_arch = "x86_64"))]
-        let dot4: Option<&NoDot4> = None;
-        tiled_rows(n, m, &wrow, &put, dot4, &|wr, r| dot(wr, &acts[r]));
+        let dot4 = None;
+        rows_by_dot(n, m, &wrow, &put, &acts, dot, dot4);
     }
     Ok(Tensor::from_vec(y, (m, n), x.device())?)
 }
