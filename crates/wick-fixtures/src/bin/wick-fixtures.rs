@@ -1,9 +1,11 @@
 //! Writes Wick's test fixtures: tiny random-weight GGUF models (llama, lfm2 in Q8_0, Q4_0,
-//! F16, Q4_K) with tokenizers copied from llama.cpp's vocab-only GGUFs, plus broken files
-//! for load-failure tests.
+//! F16, Q4_K) with tokenizers copied from llama.cpp's vocab-only GGUFs, LFM2 tool-calling
+//! models (random and scripted, with a built LFM2 vocabulary and chat template), plus broken
+//! files for load-failure tests.
 //!
 //! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench]
-//!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf
+//!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf and
+//!                    models/templates/LFM2-8B-A1B.jinja
 //!                    (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
 //!   --bad            also write the broken files (bad-*.gguf)
 //!   --quant-sources  instead of the standard set: F32 llama/lfm2 sources for llama-quantize
@@ -16,6 +18,8 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let (mut out, mut src, mut bad) = (None, wick_fixtures::default_llama_src(), false);
     let mut specs = wick_fixtures::standard_specs();
+    // The LFM2 tool-calling fixtures belong to the standard set.
+    let mut tools = true;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--llama-src" => match args.next() {
@@ -23,8 +27,8 @@ fn main() -> ExitCode {
                 None => return usage("--llama-src needs a directory"),
             },
             "--bad" => bad = true,
-            "--quant-sources" => specs = wick_fixtures::quant_source_specs(),
-            "--bench" => specs = wick_fixtures::bench_specs(),
+            "--quant-sources" => (specs, tools) = (wick_fixtures::quant_source_specs(), false),
+            "--bench" => (specs, tools) = (wick_fixtures::bench_specs(), false),
             "-h" | "--help" => return usage(""),
             _ if out.is_none() && !a.starts_with('-') => out = Some(PathBuf::from(a)),
             _ => return usage(&format!("unexpected argument `{a}`")),
@@ -34,6 +38,11 @@ fn main() -> ExitCode {
     let run = || -> wick_core::Result<()> {
         for p in wick_fixtures::write_specs(&specs, &out, &src)? {
             println!("{}", p.display());
+        }
+        if tools {
+            for p in wick_fixtures::write_tool_fixtures(&out, &src)? {
+                println!("{}", p.display());
+            }
         }
         if bad {
             for b in wick_fixtures::write_bad_files(&out)? {
