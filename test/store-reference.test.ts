@@ -4,7 +4,7 @@ import test from "ava";
 import { StoreError } from "../ts/store/errors.ts";
 import { formatName, parseModelName, parseReference } from "../ts/store/reference.ts";
 
-const valid: [string, { kind: string; name?: string; hub?: { repo: string; quant?: string }; path?: string }][] = [
+const valid: [string, { kind: "name" | "hub" | "path"; name?: string; hub?: { repo: string; quant?: string }; path?: string }][] = [
   ["llama3", { kind: "name", name: "llama3:latest" }],
   ["llama3:8b", { kind: "name", name: "llama3:8b" }],
   ["Llama3.2:1B-instruct_q4", { kind: "name", name: "Llama3.2:1B-instruct_q4" }],
@@ -28,8 +28,8 @@ for (const [raw, want] of valid) {
   test(`reference ${JSON.stringify(raw)} parses as ${want.kind}`, (t) => {
     const ref = parseReference(raw);
     t.is(ref.kind, want.kind);
-    if (ref.kind === "path") return t.is(ref.path, want.path);
-    t.is(formatName(ref.name), want.name);
+    if (ref.kind === "path") return t.is(ref.path, want.path!);
+    t.is(formatName(ref.name), want.name!);
     t.deepEqual(ref.hub, want.hub);
   });
 }

@@ -62,7 +62,7 @@ export function pickFiles(repo: string, files: HubFile[], quant?: string): HubCh
 }
 
 function available(models: HubFile[]): string {
-  const quants = [...new Set(models.map((f) => quantOf(f.path)).filter((q): q is string => !!q))];
+  const quants = [...new Set(models.map((f) => quantOf(f.path)).filter((q): q is string => !!q))].sort();
   const names = models.map((f) => f.path).join(", ");
   return quants.length ? `quants available: ${quants.join(", ")} (files: ${names})` : `files: ${names}`;
 }

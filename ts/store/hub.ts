@@ -77,16 +77,14 @@ const pulls = new Map<string, Shared<PullResult>>();
 const downloads = new Map<string, Shared<string>>();
 
 function share<T>(map: Map<string, Shared<T>>, key: string, onProgress: ProgressFn | undefined, run: (emit: ProgressFn) => Promise<T>): Promise<T> {
-  let entry = map.get(key);
-  if (!entry) {
-    const listeners = new Set<ProgressFn>();
-    const emit: ProgressFn = (p) => listeners.forEach((l) => l(p));
-    const created: Shared<T> = { listeners, promise: Promise.resolve() as Promise<T> };
-    created.promise = run(emit).finally(() => map.delete(key));
-    map.set(key, created);
-    entry = created;
+  const running = map.get(key);
+  if (running) {
+    if (onProgress) running.listeners.add(onProgress);
+    return running.promise;
   }
-  if (onProgress) entry.listeners.add(onProgress);
+  const listeners = new Set<ProgressFn>(onProgress ? [onProgress] : []);
+  const entry: Shared<T> = { listeners, promise: run((p) => listeners.forEach((l) => l(p))).finally(() => map.delete(key)) };
+  map.set(key, entry);
   return entry.promise;
 }
 
