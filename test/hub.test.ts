@@ -9,7 +9,9 @@ import os from "node:os";
 import path from "node:path";
 import { needs } from "./helpers/assets.ts";
 import { realGgufs, startHub, tinyGguf } from "./helpers/hub.ts";
+import { createModel } from "../ts/store/create.ts";
 import { StoreError } from "../ts/store/errors.ts";
+import { openFileSink } from "../ts/store/fs-atomic.ts";
 import { readGgufHeader } from "../ts/store/gguf-header.ts";
 import { HubClient, type PullProgress } from "../ts/store/hub.ts";
 import { ModelStore } from "../ts/store/store.ts";
@@ -212,4 +214,54 @@ test("a paginated file listing is followed to the end", (t) =>
     const files = await client.listFiles(REPO);
     t.deepEqual(files.map((f) => f.path).sort(), ["README.md", "Tiny-Q4_K_M.gguf", "Tiny-Q8_0.gguf", "mmproj-Tiny-F16.gguf"]);
     t.is(files.find((f) => f.path === "README.md")?.sha256, undefined, "non-LFS files have no sha256");
+  }));
+
+test("a full disk mid-download is DISK_FULL, lists nothing, and the partial resumes once there is space", (t) =>
+  withHub(async ({ hub, store, client, bytes }) => {
+    const limit = Math.floor(bytes.length / 2);
+    let used = 0;
+    const full = new ModelStore({
+      home: store.root,
+      openSink: async (file, mode) => {
+        const real = await openFileSink(file, mode);
+        return {
+          async write(chunk) {
+            if (used + chunk.byteLength > limit) {
+              await real.write(chunk.subarray(0, limit - used)); // the disk takes what fits, then fails
+              used = limit;
+              throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC" });
+            }
+            used += chunk.byteLength;
+            await real.write(chunk);
+          },
+          sync: () => real.sync(),
+          close: () => real.close(),
+        };
+      },
+    });
+    const fullClient = new HubClient(full, { endpoint: hub.url, backoffMs: 1 });
+    const err = await t.throwsAsync(fullClient.pull(`hf.co/${REPO}:Q4_K_M`), { instanceOf: StoreError });
+    t.is(err?.code, "DISK_FULL");
+    t.regex(err?.message ?? "", /no space left on device/);
+    t.deepEqual(await store.list(), []);
+    const partial = path.join(store.tmpDir, `sha256-${sha(bytes)}.partial`);
+    const kept = (await fsp.stat(partial)).size;
+    t.true(kept > 0 && kept <= limit, "the partial holds only bytes that were hashed");
+    const served = hub.bytesServedFor(sha(bytes));
+    const ok = await client.pull(`hf.co/${REPO}:Q4_K_M`);
+    t.is(sha(readFileSync(ok.modelPath)), sha(bytes));
+    t.is(hub.bytesServedFor(sha(bytes)) - served, bytes.length - kept, "resumed from the partial");
+  }));
+
+test("create FROM a hub reference pulls it first, then builds on it", (t) =>
+  withHub(async ({ store, client }) => {
+    const statuses: string[] = [];
+    await createModel(store, "mine", `FROM hf.co/${REPO}:Q4_K_M\nSYSTEM be brief`, { hub: client, onProgress: (p) => statuses.push(p.status) });
+    t.true(statuses.includes("pulling manifest"));
+    t.is(statuses.at(-1), "success");
+    const mine = await store.resolve("mine");
+    const pulled = await store.resolve(`hf.co/${REPO}:Q4_K_M`);
+    t.is(mine.modelPath, pulled.modelPath);
+    t.is(mine.projectorPath, pulled.projectorPath);
+    t.is(mine.system, "be brief");
   }));

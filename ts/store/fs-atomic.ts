@@ -4,8 +4,8 @@
  * renamed over the target and the directory fsync'd. A reader sees the old file or the whole
  * new one, never a part; two writers of the same file each rename a complete copy.
  */
-import { randomBytes } from "node:crypto";
-import { constants, promises as fsp } from "node:fs";
+import { createHash, randomBytes } from "node:crypto";
+import { constants, createReadStream, promises as fsp } from "node:fs";
 import path from "node:path";
 
 /** Where written bytes go. `write` resolves once every byte of `chunk` is written. */
@@ -86,4 +86,18 @@ export async function removeEmptyDirs(dir: string, stop: string): Promise<void> 
     }
     d = path.dirname(d);
   }
+}
+
+export async function exists(p: string): Promise<boolean> {
+  return fsp.access(p).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** sha256:<hex> of a file's content. */
+export async function sha256File(file: string): Promise<string> {
+  const hash = createHash("sha256");
+  for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20 })) hash.update(chunk as Buffer);
+  return `sha256:${hash.digest("hex")}`;
 }

@@ -14,68 +14,18 @@ import { createReadStream, promises as fsp } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { StoreError, errnoCode, writeError } from "./errors.ts";
-import { isTempName, openFileSink, removeEmptyDirs, syncDir, tempNameFor, writeFileAtomic, type FileSink, type SinkOpener } from "./fs-atomic.ts";
+import { exists, isTempName, openFileSink, removeEmptyDirs, sha256File, syncDir, tempNameFor, writeFileAtomic, type FileSink, type SinkOpener } from "./fs-atomic.ts";
 import { CONFIG_MEDIA_TYPE, DIGEST_RE, MEDIA, blobFileName, manifestSchema, type Layer, type Manifest, type ModelConfig } from "./manifest.ts";
-import { DEFAULT_TAG, HUB_HOST, formatName, nameKey, nameParts, parseModelName, parseReference, type HubRef, type ModelName } from "./reference.ts";
+import { DEFAULT_TAG, HUB_HOST, formatName, nameKey, nameParts, parseModelName, parseReference, type ModelName } from "./reference.ts";
+import type { BlobRef, BlobSource, ListedModel, Located, ResolvedModel, StoredManifest } from "./store-types.ts";
+
+export type * from "./store-types.ts";
 
 export interface StoreOptions {
   /** The store's root; default $WICK_HOME, else ~/.wick. */
   home?: string;
   /** How files are opened for writing (tests inject a disk that fills up). */
   openSink?: SinkOpener;
-}
-
-export interface StoredManifest {
-  name: ModelName;
-  manifest: Manifest;
-  /** sha256:<hex> of the manifest bytes: Ollama's model digest (`ollama list` ID = its first 12 hex). */
-  digest: string;
-  file: string;
-  modifiedAt: Date;
-}
-
-export interface ListedModel {
-  /** Display name, e.g. `llama3:latest`, `hf.co/org/repo:Q4_K_M`. */
-  name: string;
-  modelName: ModelName;
-  /** Manifest digest, 64 hex (what /api/tags calls `digest`). */
-  digest: string;
-  /** Sum of the layers' sizes. */
-  size: number;
-  modifiedAt: Date;
-  config?: ModelConfig;
-  /** Set when a layer's blob is missing or has the wrong size: the model cannot load. */
-  problem?: string;
-}
-
-/** A store model resolved to what the engine and the service need. */
-export interface ResolvedModel {
-  name: string;
-  modelName: ModelName;
-  digest: string;
-  modelPath: string;
-  projectorPath?: string;
-  template?: string;
-  system?: string;
-  license?: string[];
-  /** Modelfile PARAMETERs (Ollama option names; `stop` an array). */
-  params: Record<string, unknown>;
-  messages: { role: string; content: string }[];
-  config?: ModelConfig;
-  manifest: Manifest;
-  size: number;
-  modifiedAt: Date;
-}
-
-/** Where a reference points once the store has been asked (see reference.ts on `org/repo`). */
-export type Located = { kind: "path"; path: string } | { kind: "store"; name: ModelName } | { kind: "hub"; name: ModelName; hub: HubRef };
-
-export type BlobSource = string | AsyncIterable<Uint8Array>;
-
-/** A blob in the store: its digest (sha256:<hex>) and size. */
-export interface BlobRef {
-  digest: string;
-  size: number;
 }
 
 export function defaultHome(): string {
@@ -421,17 +371,4 @@ export class ModelStore {
   key(name: ModelName): string {
     return `${this.root}|${nameKey(name)}`;
   }
-}
-
-async function exists(p: string): Promise<boolean> {
-  return fsp.access(p).then(
-    () => true,
-    () => false,
-  );
-}
-
-export async function sha256File(file: string): Promise<string> {
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20 })) hash.update(chunk as Buffer);
-  return `sha256:${hash.digest("hex")}`;
 }
