@@ -38,7 +38,8 @@ async function setup(opts: { token?: string } = {}) {
     { path: "model.safetensors", source: Buffer.from("x".repeat(100)) },
   ]);
   const store = new ModelStore({ home: mkdtempSync(path.join(os.tmpdir(), "wick-hub-")) });
-  const client = new HubClient(store, { endpoint: hub.url, token: opts.token, backoffMs: 5, progressIntervalMs: 0 });
+  // token "" (not undefined) so an HF_TOKEN in the environment does not leak into the tests.
+  const client = new HubClient(store, { endpoint: hub.url, token: opts.token ?? "", backoffMs: 5, progressIntervalMs: 0 });
   return { hub, store, client, bytes, projector };
 }
 
@@ -144,7 +145,7 @@ test("a 500 from the hub is retried with backoff", (t) =>
 
 test("a hub that keeps failing gives up after the retries with a clear error", (t) =>
   withHub(async ({ hub, store }) => {
-    const client = new HubClient(store, { endpoint: hub.url, retries: 2, backoffMs: 1 });
+    const client = new HubClient(store, { endpoint: hub.url, token: "", retries: 2, backoffMs: 1 });
     await hub.close();
     const err = await t.throwsAsync(client.pull(`hf.co/${REPO}`), { instanceOf: StoreError });
     t.is(err?.code, "HUB_ERROR");
@@ -239,7 +240,7 @@ test("a full disk mid-download is DISK_FULL, lists nothing, and the partial resu
         };
       },
     });
-    const fullClient = new HubClient(full, { endpoint: hub.url, backoffMs: 1 });
+    const fullClient = new HubClient(full, { endpoint: hub.url, token: "", backoffMs: 1 });
     const err = await t.throwsAsync(fullClient.pull(`hf.co/${REPO}:Q4_K_M`), { instanceOf: StoreError });
     t.is(err?.code, "DISK_FULL");
     t.regex(err?.message ?? "", /no space left on device/);
@@ -259,6 +260,7 @@ test("create FROM a hub reference pulls it first, then builds on it", (t) =>
     await createModel(store, "mine", `FROM hf.co/${REPO}:Q4_K_M\nSYSTEM be brief`, { hub: client, onProgress: (p) => statuses.push(p.status) });
     t.true(statuses.includes("pulling manifest"));
     t.is(statuses.at(-1), "success");
+    t.deepEqual(await store.locate(`${REPO}:Q4_K_M`), { kind: "store", name: { host: "hf.co", namespace: "wick-test", model: "Tiny-GGUF", tag: "Q4_K_M" } }, "a pulled hub model is a store model");
     const mine = await store.resolve("mine");
     const pulled = await store.resolve(`hf.co/${REPO}:Q4_K_M`);
     t.is(mine.modelPath, pulled.modelPath);

@@ -211,8 +211,9 @@ export class HubClient {
         ({ hash, offset } = await restart(partial)); // the server ignored the Range: take the whole body
       } else if (res.status !== 200 && !(res.status === 206 && rangeStart(res) === offset)) {
         await res.body?.cancel().catch(() => {});
+        const from = offset;
         ({ hash, offset } = await restart(partial));
-        throw new RetryableError(`the hub cannot continue hf.co/${repo}/${file.path} from byte ${offset} (${res.status}); starting over`);
+        throw new RetryableError(`the hub cannot continue hf.co/${repo}/${file.path} from byte ${from} (${res.status}); starting over`);
       }
       await this.appendBody(res, partial, hash, (n) => ((offset += n), report(false)), file);
     }, () => offset);

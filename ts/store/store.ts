@@ -308,17 +308,18 @@ export class ModelStore {
 
   /**
    * Where a user's reference points: a path, a store model, or a hub model to pull. The
-   * two-part `org/repo[:tag]` is the store model when the store has it, else the hub repo.
+   * two-part `org/repo[:tag]` is the store model when the store has it, else the hub repo; a
+   * hub model already pulled is a store model.
    */
   async locate(raw: string, opts: { baseDir?: string } = {}): Promise<Located> {
     const ref = parseReference(raw, opts);
     if (ref.kind === "path") return ref;
-    if (ref.kind === "hub") return ref;
-    if (ref.hub && !(await this.readManifest(ref.name))) {
-      const [namespace, model] = ref.hub.repo.split("/");
-      return { kind: "hub", hub: ref.hub, name: { host: HUB_HOST, namespace, model, tag: ref.hub.quant ?? DEFAULT_TAG } };
-    }
-    return { kind: "store", name: ref.name };
+    if (ref.kind === "name" && (!ref.hub || (await this.readManifest(ref.name)))) return { kind: "store", name: ref.name };
+    const hub = ref.hub!;
+    const [namespace, model] = hub.repo.split("/");
+    const name: ModelName = { host: HUB_HOST, namespace, model, tag: hub.quant ?? DEFAULT_TAG };
+    // A hub model pulled before is served from the store, without asking the hub.
+    return (await this.readManifest(name)) ? { kind: "store", name } : { kind: "hub", hub, name };
   }
 
   /** Copies `source` to `destination` (the same blobs under a second name). */
