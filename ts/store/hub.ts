@@ -216,6 +216,7 @@ export class HubClient {
         throw new RetryableError(`the hub cannot continue hf.co/${repo}/${file.path} from byte ${from} (${res.status}); starting over`);
       }
       await this.appendBody(res, partial, hash, (n) => ((offset += n), report(false)), file);
+      if (offset < file.size) throw new RetryableError(`the hub closed hf.co/${repo}/${file.path} at byte ${offset} of ${file.size}`);
     }, () => offset);
     report(true);
 
