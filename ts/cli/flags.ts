@@ -6,6 +6,7 @@
  * so `normalizeArgv` rewrites every alias to the canonical long flag first, and drops flags
  * that only make sense elsewhere (`--enable-torch-compile`, `--ipc=host`) with a notice.
  */
+import { TOOL_PARSER_NAMES } from "../service/tools/index.ts";
 import { choice, fraction, integer, modelRef, nonEmpty, port, positiveInt } from "./values.ts";
 
 export interface FlagSpec<F = ServeFlags> {
@@ -60,7 +61,7 @@ export const SERVE_FLAGS: FlagSpec[] = [
   { key: "nGpuLayers", flags: ["--n-gpu-layers", "-ngl", "--gpu-layers"], value: "<n>", description: "layers on the GPU (99 = all)", parse: integer(-1), notice: CPU_ONLY },
   { key: "gpuMemoryUtilization", flags: ["--gpu-memory-utilization", "--mem-fraction-static"], value: "<0..1>", description: "fraction of GPU memory to use", parse: fraction, notice: CPU_ONLY },
   { key: "dtype", flags: ["--dtype"], value: "<type>", description: "GPU compute type: auto, float16, bfloat16, float32", parse: choice(["auto", "float16", "bfloat16", "float32", "half", "float"]), notice: CPU_ONLY },
-  { key: "toolCallParser", flags: ["--tool-call-parser"], value: "<name>", description: "force a tool-call parser (lfm2)", parse: choice(["lfm2"]), notice: "tool calls are not parsed yet, so it has no effect" },
+  { key: "toolCallParser", flags: ["--tool-call-parser"], value: "<name>", description: `tool-call format: ${TOOL_PARSER_NAMES.join(", ")} (default: from the chat template)`, parse: choice(TOOL_PARSER_NAMES) },
   { key: "logLevel", flags: ["--log-level"], value: "<level>", description: "log level: fatal, error, warn, info, debug, trace, silent (default info)", parse: choice(["fatal", "error", "warn", "info", "debug", "trace", "silent"]) },
 ];
 

@@ -37,6 +37,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
       stepTokens: flags.maxBatchedTokens,
       kvTokens: flags.maxTotalTokens,
       prefixCache: !flags.disablePrefixCache,
+      toolCallParser: flags.toolCallParser,
     });
   } catch (err) {
     throw new CliError(`cannot load ${flags.model}: ${(err as Error).message}`);

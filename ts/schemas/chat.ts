@@ -46,6 +46,29 @@ const tool = z.looseObject({
   }),
 });
 
+/** "none" | "auto" | "required", or one named function. */
+const toolChoice = z.union([
+  z.enum(["none", "auto", "required"]),
+  z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string().min(1) }) }),
+]);
+export type ToolChoice = z.infer<typeof toolChoice>;
+
+/** OpenAI's structured output: free text, any JSON object, or JSON valid against a schema. */
+const responseFormat = z.discriminatedUnion("type", [
+  z.looseObject({ type: z.literal("text") }),
+  z.looseObject({ type: z.literal("json_object") }),
+  z.looseObject({
+    type: z.literal("json_schema"),
+    json_schema: z.looseObject({
+      name: z.string().nullish(),
+      description: z.string().nullish(),
+      schema: z.record(z.string(), z.unknown()).nullish(),
+      strict: z.boolean().nullish(),
+    }),
+  }),
+]);
+export type ResponseFormat = z.infer<typeof responseFormat>;
+
 export const chatCompletionRequest = z.object({
   ...samplingFields,
   messages: z.array(chatMessage).min(1),
@@ -53,6 +76,9 @@ export const chatCompletionRequest = z.object({
   max_completion_tokens: z.number().int().min(1).nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().min(0).max(20).nullish(),
-  /** Passed to the chat template so tool-aware templates render them; parsing calls is separate. */
+  /** Rendered by the chat template; calls in the output are parsed back (ts/service/tools). */
   tools: z.array(tool).nullish(),
+  tool_choice: toolChoice.nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
+  response_format: responseFormat.nullish(),
 });

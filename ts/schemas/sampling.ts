@@ -31,6 +31,8 @@ export const samplingFields = {
   stop: stopSchema.nullish(),
   n: z.number().int().min(1).max(64).nullish(),
   ignore_eos: z.boolean().nullish(),
+  /** Token id (as a string key, OpenAI's shape) → bias added to its logit, -100 bans, 100 forces. */
+  logit_bias: z.record(z.string().regex(/^\d+$/, "keys must be token ids"), z.number().min(-100).max(100)).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.looseObject({ include_usage: z.boolean().nullish() }).nullish(),
 };

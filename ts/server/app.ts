@@ -16,6 +16,8 @@ import { metricsRoutes } from "./metrics.ts";
 import { chatRoutes } from "./routes/openai/chat.ts";
 import { completionsRoutes } from "./routes/openai/completions.ts";
 import { modelsRoutes } from "./routes/openai/models.ts";
+import { nativeChatRoutes } from "./routes/native/chat.ts";
+import { nativeGenerateRoutes } from "./routes/native/generate.ts";
 import { showRoutes } from "./routes/native/show.ts";
 
 export interface AppOptions {
@@ -78,6 +80,8 @@ export function createApp(opts: AppOptions): Koa {
   chatRoutes(router, deps);
   completionsRoutes(router, deps);
   showRoutes(router, deps);
+  nativeChatRoutes(router, deps);
+  nativeGenerateRoutes(router, deps);
   app.use(router.routes());
   app.use(
     router.allowedMethods({

@@ -8,7 +8,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import type { Middleware } from "koa";
 import { HttpError } from "./errors.ts";
 
-const OPEN_PATHS = new Set(["/health"]);
+const OPEN_PATHS = new Set(["/health", "/", "/api/version"]);
 
 export function apiKeyAuth(apiKey: string): Middleware {
   const expected = digest(apiKey);

@@ -43,6 +43,7 @@ export const ERROR_TABLE: Record<ErrorCode, ErrorRow> = {
   CANCELLED: { status: 499, type: invalid, code: "cancelled" },
   ENGINE_STOPPED: { status: 503, type: "server_error", code: "model_unloaded", retryAfter: 1 },
   INTERNAL: { status: 500, type: "server_error", code: "internal_error" },
+  INVALID_GRAMMAR: { status: 400, type: invalid, code: "invalid_grammar" },
   // service codes (ts/service/errors.ts)
   MODEL_NOT_FOUND: { status: 404, type: invalid, code: "model_not_found" },
   // HTTP-only codes

@@ -25,6 +25,8 @@ export interface Job {
 export interface ContextParams {
   prompt: string;
   maxTokens: string;
+  /** The field whose grammar (tools, response_format) the engine could not compile. */
+  grammar?: string;
 }
 
 export function startChoices(model: ServedModel, jobs: Job[], signal: AbortSignal, params: ContextParams): AsyncGenerator<ChoiceEvent> {
@@ -39,7 +41,7 @@ export function startChoices(model: ServedModel, jobs: Job[], signal: AbortSigna
     stop.abort();
     // A generator's body (which wires the abort to the sequence) only runs once it is pulled.
     for (const g of gens) void g.next().catch(() => {});
-    throw blameContext(err, model, jobs[gens.length]!, params);
+    throw blameField(err, model, jobs[gens.length]!, params);
   }
   if (signal.aborted) stop.abort();
   return merge(gens, stop, () => signal.removeEventListener("abort", onAbort));
@@ -47,9 +49,14 @@ export function startChoices(model: ServedModel, jobs: Job[], signal: AbortSigna
 
 type Pulled = { index: number; result: IteratorResult<EngineEvent> };
 
-/** CONTEXT_LENGTH_EXCEEDED names the prompt when it alone is too long, else the length limit. */
-function blameContext(err: unknown, model: ServedModel, job: Job, params: ContextParams): unknown {
-  if (!(err instanceof WickError) || err.code !== "CONTEXT_LENGTH_EXCEEDED") return err;
+/**
+ * Names the request field behind a submit error: CONTEXT_LENGTH_EXCEEDED the prompt when it
+ * alone is too long, else the length limit; INVALID_GRAMMAR the field the grammar came from.
+ */
+function blameField(err: unknown, model: ServedModel, job: Job, params: ContextParams): unknown {
+  if (!(err instanceof WickError)) return err;
+  if (err.code === "INVALID_GRAMMAR") return new RequestError("INVALID_REQUEST", err.message, params.grammar ?? null, "invalid_grammar");
+  if (err.code !== "CONTEXT_LENGTH_EXCEEDED") return err;
   const promptTooLong = job.options.promptTokens.length >= model.info.contextSize;
   return new RequestError("CONTEXT_LENGTH_EXCEEDED", err.message, promptTooLong ? params.prompt : params.maxTokens);
 }

@@ -8,9 +8,16 @@ import type { ChatMessage, ContentPart } from "../schemas/chat.ts";
 import type { TemplateMessage } from "./chat-template.ts";
 import { RequestError } from "./errors.ts";
 import type { ServedModel } from "./registry.ts";
+import type { ToolParser } from "./tools/index.ts";
 
 export function chatPromptTokens(model: ServedModel, messages: ChatMessage[], tools?: unknown[] | null): number[] {
-  const text = model.template.render(messages.map(toTemplateMessage), { addGenerationPrompt: true, tools: tools ?? undefined });
+  // A template that never reads `tool_calls` (LFM2's) would drop past calls; write them into the
+  // content the way the model itself writes them, as LFM2.5's template does.
+  const inlineCalls = model.template.source.includes("tool_calls") ? null : model.toolParser;
+  const text = model.template.render(
+    messages.map((m, i) => toTemplateMessage(m, i, inlineCalls)),
+    { addGenerationPrompt: true, tools: tools ?? undefined },
+  );
   return withSingleBos(model, model.engine.tokenize(text, { addSpecial: false, parseSpecial: true }));
 }
 
@@ -33,7 +40,7 @@ function withSingleBos(model: ServedModel, ids: number[]): number[] {
   return [bos, ...ids];
 }
 
-function toTemplateMessage(m: ChatMessage, i: number): TemplateMessage {
+function toTemplateMessage(m: ChatMessage, i: number, inlineCalls: ToolParser | null): TemplateMessage {
   // Templates only know system/user/assistant/tool; OpenAI's "developer" is a system message.
   const role = m.role === "developer" ? "system" : m.role;
   const out: TemplateMessage = { role, content: contentText(m.content, i) };
@@ -46,8 +53,14 @@ function toTemplateMessage(m: ChatMessage, i: number): TemplateMessage {
       type: "function" as const,
       function: { name: c.function.name, arguments: parseArguments(c.function.arguments) },
     }));
+    if (inlineCalls) out.content += inlineCalls.format(out.tool_calls.map((c, j) => ({ name: c.function.name, arguments: argumentObject(c.function.arguments, `messages[${i}].tool_calls[${j}].function.arguments`) })));
   }
   return out;
+}
+
+function argumentObject(args: unknown, param: string): Record<string, unknown> {
+  if (typeof args === "object" && args !== null && !Array.isArray(args)) return args as Record<string, unknown>;
+  throw new RequestError("INVALID_REQUEST", `${param} must be a JSON object in a string.`, param);
 }
 
 /** Text parts are joined with newlines (vLLM's rule for string-content templates). */

@@ -7,6 +7,7 @@ import { Engine, type EngineEvent, type GenerateOptions, type LoadOptions, type 
 import { CHATML_TEMPLATE, ChatTemplate } from "./chat-template.ts";
 import { RequestError } from "./errors.ts";
 import { ServingMetrics } from "./metrics.ts";
+import { detectParser, parserFor, type ToolParser } from "./tools/index.ts";
 
 export interface ServedModel {
   id: string;
@@ -18,14 +19,20 @@ export interface ServedModel {
   template: ChatTemplate;
   /** True when the GGUF had no template and ChatML stands in. */
   templateIsFallback: boolean;
+  /** How tool calls are written in this model's output (the template's family, or forced). */
+  toolParser: ToolParser;
   /** The engine's event stream for one sequence, observed by the serving metrics. */
   generate(opts: GenerateOptions, signal?: AbortSignal): AsyncGenerator<EngineEvent>;
 }
 
-export interface LoadModelOptions extends Omit<LoadOptions, "vocabOnly"> {
+export interface ServeOptions {
   /** Served name; default: the file name without `.gguf`. */
   id?: string;
+  /** A tool-call parser by name (`--tool-call-parser`); default: detected from the template. */
+  toolCallParser?: string;
 }
+
+export interface LoadModelOptions extends Omit<LoadOptions, "vocabOnly">, ServeOptions {}
 
 /** `/x/SmolLM2-135M-Instruct.Q4_1.gguf` → `SmolLM2-135M-Instruct.Q4_1`. */
 export function modelIdFromPath(p: string): string {
@@ -37,10 +44,10 @@ export class ModelRegistry {
   readonly metrics = new ServingMetrics(this);
 
   async load(opts: LoadModelOptions): Promise<ServedModel> {
-    const { id, ...engineOpts } = opts;
+    const { id, toolCallParser, ...engineOpts } = opts;
     const engine = await Engine.load(engineOpts);
     try {
-      return this.add(engine, { path: opts.modelPath, id });
+      return this.add(engine, { path: opts.modelPath, id, toolCallParser });
     } catch (err) {
       await engine.unload();
       throw err;
@@ -48,12 +55,14 @@ export class ModelRegistry {
   }
 
   /** Serves an already loaded engine (tests and the library API load their own). */
-  add(engine: Engine, opts: { path: string; id?: string }): ServedModel {
+  add(engine: Engine, opts: ServeOptions & { path: string }): ServedModel {
     const id = opts.id ?? modelIdFromPath(opts.path);
     if (this.models.has(id)) throw new Error(`a model named '${id}' is already served`);
     const info = engine.info();
     const special = (tok: number | undefined) => (tok === undefined ? "" : engine.detokenize([tok]));
     const source = info.chatTemplate?.trim() ? info.chatTemplate : undefined;
+    const forced = opts.toolCallParser === undefined ? undefined : parserFor(opts.toolCallParser);
+    if (opts.toolCallParser !== undefined && !forced) throw new Error(`unknown tool-call parser '${opts.toolCallParser}'`);
     const model: ServedModel = {
       id,
       path: opts.path,
@@ -62,6 +71,7 @@ export class ModelRegistry {
       created: Math.floor(Date.now() / 1000),
       template: new ChatTemplate(source ?? CHATML_TEMPLATE, { bos_token: special(info.bosToken), eos_token: special(info.eosToken) }),
       templateIsFallback: source === undefined,
+      toolParser: forced ?? detectParser(source ?? CHATML_TEMPLATE),
       generate: (o, signal) => this.metrics.track(id, engine.generate(o, signal)),
     };
     this.models.set(id, model);

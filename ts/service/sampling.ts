@@ -5,10 +5,11 @@
  */
 import type { GenerateOptions } from "../engine/index.ts";
 import type { SamplingRequest } from "../schemas/sampling.ts";
+import { RequestError } from "./errors.ts";
 
 export type SamplingOptions = Omit<GenerateOptions, "promptTokens">;
 
-export function samplingOptions(req: SamplingRequest & { max_completion_tokens?: number | null }, topLogprobs?: number): SamplingOptions {
+export function samplingOptions(req: SamplingRequest & { max_completion_tokens?: number | null }, nVocab: number, topLogprobs?: number): SamplingOptions {
   const out: SamplingOptions = { temperature: req.temperature ?? 1.0 };
   const maxTokens = req.max_completion_tokens ?? req.max_tokens;
   if (maxTokens != null) out.maxTokens = maxTokens;
@@ -27,7 +28,18 @@ export function samplingOptions(req: SamplingRequest & { max_completion_tokens?:
   if (stop.length) out.stop = stop;
   if (req.ignore_eos) out.ignoreEos = true;
   if (topLogprobs !== undefined) out.topLogprobs = topLogprobs;
+  const bias = logitBias(req.logit_bias, nVocab);
+  if (bias.length) out.logitBias = bias;
   return out;
+}
+
+/** OpenAI's `{"<token id>": bias}`; an id outside the vocabulary is the request's mistake. */
+function logitBias(bias: Record<string, number> | null | undefined, nVocab: number): { id: number; bias: number }[] {
+  return Object.entries(bias ?? {}).map(([key, value]) => {
+    const id = Number(key);
+    if (!(id < nVocab)) throw new RequestError("INVALID_REQUEST", `logit_bias names token ${key}, but the vocabulary has ${nVocab} tokens.`, "logit_bias");
+    return { id, bias: value };
+  });
 }
 
 function stopStrings(stop: string | string[] | null | undefined): string[] {

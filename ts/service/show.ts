@@ -72,7 +72,8 @@ function showResponse(model: ServedModel, info: GgufInfo): OllamaShowResponse {
       quantization_level: info.quantization,
     },
     model_info: modelInfo(info),
-    capabilities: ["completion"],
+    // Ollama lists "tools" when the template renders them.
+    capabilities: /\btools\b/.test(model.template.source) ? ["completion", "tools"] : ["completion"],
     modified_at: statSync(model.path).mtime.toISOString(),
   };
 }

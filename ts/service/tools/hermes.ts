@@ -20,6 +20,11 @@ export function parseHermesBlock(inner: string): ToolCall[] | undefined {
   return call ? [call] : undefined;
 }
 
+/** One call per block, the object on its own line between the markers, as Qwen's templates write it. */
+export function formatHermesBlock(calls: ToolCall[]): string {
+  return calls.map((c) => `\n${JSON.stringify({ name: c.name, arguments: c.arguments })}\n`).join(HERMES_END + HERMES_START);
+}
+
 /**
  * One `{"name": string, "arguments"?: object}`. A missing `arguments` means a call without
  * parameters; anything but an object there (a JSON-encoded string, an array) is rejected rather

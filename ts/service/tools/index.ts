@@ -10,8 +10,8 @@
  * `parse` is `ToolStream` fed the whole text at once; the tests check that every other split of
  * the text gives the same result.
  */
-import { HERMES_END, HERMES_START, parseHermesBlock } from "./hermes.ts";
-import { LFM2_END, LFM2_START, parseLfm2Block } from "./lfm2.ts";
+import { formatHermesBlock, HERMES_END, HERMES_START, parseHermesBlock } from "./hermes.ts";
+import { formatLfm2Block, LFM2_END, LFM2_START, parseLfm2Block } from "./lfm2.ts";
 
 export interface ToolCall {
   name: string;
@@ -32,6 +32,8 @@ export interface ToolParser {
   readonly end: string;
   /** Calls in one block's inner text, or undefined when the block is malformed. */
   parseBlock(inner: string): ToolCall[] | undefined;
+  /** Calls written back as the model writes them, markers included (for past turns). */
+  format(calls: ToolCall[]): string;
   /** The whole output at once. */
   parse(text: string): ParseResult;
   /** True if `tail` (the end of the text so far) may be the start of a marker. */
@@ -59,12 +61,14 @@ function makeParser(
   start: string,
   end: string,
   parseBlock: (inner: string) => ToolCall[] | undefined,
+  formatBlock: (calls: ToolCall[]) => string,
 ): ToolParser {
   return {
     name,
     start,
     end,
     parseBlock,
+    format: (calls) => start + formatBlock(calls) + end,
     parse(text) {
       // The whole text is one delta of a stream: one block scanner for both ways.
       const stream = new ToolStream(this);
@@ -78,13 +82,27 @@ function makeParser(
   };
 }
 
-export const lfm2Parser: ToolParser = makeParser("lfm2", LFM2_START, LFM2_END, parseLfm2Block);
-export const hermesParser: ToolParser = makeParser("hermes", HERMES_START, HERMES_END, parseHermesBlock);
+export const lfm2Parser: ToolParser = makeParser("lfm2", LFM2_START, LFM2_END, parseLfm2Block, formatLfm2Block);
+export const hermesParser: ToolParser = makeParser("hermes", HERMES_START, HERMES_END, parseHermesBlock, formatHermesBlock);
 
 const PARSERS: Record<ToolParserName, ToolParser> = { lfm2: lfm2Parser, hermes: hermesParser };
 
+export const TOOL_PARSER_NAMES = Object.keys(PARSERS) as ToolParserName[];
+
 export function parserFor(name: string): ToolParser | undefined {
   return Object.hasOwn(PARSERS, name) ? PARSERS[name as ToolParserName] : undefined;
+}
+
+/**
+ * The parser a chat template's own tool format calls for, as llama.cpp picks its chat format
+ * from the template: LFM2 / LFM2.5 templates name their tool-list or tool-call tokens or write
+ * "List of tools: ["; any other template gets the `<tool_call>{json}</tool_call>` family, which
+ * is what Qwen, Hermes and most tool-tuned templates use (and what a forced call can always be
+ * written in).
+ */
+export function detectParser(templateSource: string): ToolParser {
+  const lfm2 = ["<|tool_list_start|>", LFM2_START, "List of tools: ["].some((s) => templateSource.includes(s));
+  return lfm2 ? lfm2Parser : hermesParser;
 }
 
 /**
@@ -100,7 +118,11 @@ export class ToolStream {
   /** Inside a block, where to resume looking for the end marker, so long blocks are not rescanned. */
   private scanFrom = 0;
 
-  constructor(private readonly parser: ToolParser) {}
+  /** `accept` vets a block's calls (e.g. only offered tools); a refused block stays content. */
+  constructor(
+    private readonly parser: ToolParser,
+    private readonly accept: (calls: ToolCall[]) => boolean = () => true,
+  ) {}
 
   push(delta: string): ParseResult {
     this.buf += delta;
@@ -131,7 +153,7 @@ export class ToolStream {
         }
         const inner = this.buf.slice(0, close);
         const found = this.parser.parseBlock(inner);
-        if (found) calls.push(...found);
+        if (found && this.accept(found)) calls.push(...found);
         else content += start + inner + end;
         this.buf = this.buf.slice(close + end.length);
         this.inBlock = false;

@@ -30,6 +30,15 @@ export function parseLfm2Block(inner: string): ToolCall[] | undefined {
   }
 }
 
+/**
+ * `[f(a="x", n=1), g()]`: keyword arguments with JSON values, which are Python literals too
+ * (true/false/null included, which LFM2 reads as well as True/False/None).
+ */
+export function formatLfm2Block(calls: ToolCall[]): string {
+  const call = (c: ToolCall) => `${c.name}(${Object.entries(c.arguments).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ")})`;
+  return `[${calls.map(call).join(", ")}]`;
+}
+
 /** `[{"name", "arguments"}, ...]` or a single such object. */
 function parseJsonCalls(inner: string): ToolCall[] | undefined {
   let value: unknown;

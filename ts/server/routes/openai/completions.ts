@@ -19,7 +19,7 @@ export function completionsRoutes(router: Router, { registry, log }: RouteDeps):
     const req = parseBody(completionRequest, ctx.request.body);
     const model = registry.resolve(req.model);
     const prompts = completionPromptTokens(model, req.prompt);
-    const sampling = samplingOptions(req, req.logprobs ?? undefined);
+    const sampling = samplingOptions(req, model.info.nVocab, req.logprobs ?? undefined);
     const choices = perChoice(sampling, req.n ?? 1);
     const jobs: Job[] = prompts.flatMap((promptTokens, promptIndex) =>
       choices.map((o) => ({ options: { ...o, promptTokens }, promptIndex })),
