@@ -187,8 +187,9 @@ pub struct GenerateOptions {
     pub repetition_penalty: Option<f64>,
     /// Tokens the repetition penalty looks back at; 0 = all (default 64).
     pub repeat_last_n: Option<u32>,
-    /// Additive, OpenAI style, over generated tokens.
+    /// Additive, OpenAI style: subtracted once from every token generated so far.
     pub presence_penalty: Option<f64>,
+    /// Additive, OpenAI style: subtracted per occurrence in the generated tokens.
     pub frequency_penalty: Option<f64>,
     /// Integer seed (JS numbers up to 2^53).
     pub seed: Option<f64>,
@@ -214,7 +215,9 @@ pub struct GenerateOptions {
 /// One `logit_bias` entry.
 #[napi(object)]
 pub struct LogitBias {
+    /// Token id (below the vocabulary size).
     pub id: u32,
+    /// Added to the token's logit; finite.
     pub bias: f64,
 }
 
@@ -231,7 +234,9 @@ pub enum GrammarKind {
 /// A grammar the output must follow.
 #[napi(object)]
 pub struct Grammar {
+    /// How `source` is written.
     pub kind: GrammarKind,
+    /// The grammar (Lark) or the JSON schema as text; at most 128 KiB.
     pub source: String,
     /// Lazy grammar (for `tool_choice: auto`): generation is free until this token is sampled;
     /// then the grammar, whose first terminal is this token, constrains until it completes,

@@ -119,12 +119,12 @@ impl Sequence {
         let mask = match self.grammar.as_mut().filter(|g| g.is_active()) {
             Some(g) => {
                 let t = Instant::now();
-                let mask = g.mask()?;
+                let computed = g.ready()?;
+                let us = |d: std::time::Duration| d.as_micros() as usize;
                 metrics.grammar_masks_total.fetch_add(1, Ordering::Relaxed);
-                metrics
-                    .grammar_mask_wait_us_total
-                    .fetch_add(t.elapsed().as_micros() as usize, Ordering::Relaxed);
-                mask
+                metrics.grammar_mask_wait_us_total.fetch_add(us(t.elapsed()), Ordering::Relaxed);
+                metrics.grammar_mask_compute_us_total.fetch_add(us(computed), Ordering::Relaxed);
+                g.mask()
             }
             None => None,
         };

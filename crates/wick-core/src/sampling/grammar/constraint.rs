@@ -1,6 +1,8 @@
 //! One sequence's grammar state. The matcher only ever sees sampled tokens (never the prompt,
 //! never a replay after preemption), so recomputing a sequence's KV leaves it as it was.
 
+use std::time::Duration;
+
 use llguidance::Matcher;
 use toktrie::SimpleVob;
 
@@ -10,8 +12,9 @@ use crate::error::{Result, WickError};
 enum State {
     /// A lazy grammar waiting for its trigger: generation is free.
     Free,
-    /// Constraining, with the mask for the next token.
-    Ready(Matcher, SimpleVob),
+    /// Constraining, with the mask for the next token. (Boxed: a matcher is ~1.5 kB and
+    /// moves to a helper thread and back every token.)
+    Ready(Box<Matcher>, SimpleVob),
     /// Constraining; the mask for the next token is being computed on a helper thread.
     Pending(PendingMask),
 }
@@ -39,7 +42,7 @@ impl Constraint {
     /// `matcher` and `mask` are the grammar's start (after the trigger token for a lazy one).
     pub(super) fn new(matcher: Matcher, mask: SimpleVob, trigger: Option<u32>, worker: MaskWorker) -> Self {
         match trigger {
-            None => Self { trigger, armed: None, state: State::Ready(matcher, mask), worker },
+            None => Self { trigger, armed: None, state: State::Ready(Box::new(matcher), mask), worker },
             Some(_) => Self { trigger, armed: Some((matcher, mask)), state: State::Free, worker },
         }
     }
@@ -49,22 +52,31 @@ impl Constraint {
         !matches!(self.state, State::Free)
     }
 
-    /// The tokens allowed next; None while a lazy grammar waits for its trigger. Waits for
-    /// the helper thread if it is still computing.
-    pub fn mask(&mut self) -> Result<Option<&SimpleVob>> {
-        self.state = match std::mem::replace(&mut self.state, State::Free) {
+    /// Makes the mask for the next token ready, waiting for the helper thread if it is still
+    /// computing; returns how long the helper took (zero when nothing was pending).
+    pub fn ready(&mut self) -> Result<Duration> {
+        match std::mem::replace(&mut self.state, State::Free) {
             State::Pending(pending) => {
-                let (matcher, mask) = pending
+                let (matcher, mask, took) = pending
                     .wait()
                     .ok_or_else(|| WickError::Internal("the grammar mask thread stopped".into()))?;
-                State::Ready(matcher, mask.map_err(WickError::InvalidGrammar)?)
+                self.state = State::Ready(matcher, mask.map_err(WickError::InvalidGrammar)?);
+                Ok(took)
             }
-            other => other,
-        };
-        Ok(match &self.state {
+            other => {
+                self.state = other;
+                Ok(Duration::ZERO)
+            }
+        }
+    }
+
+    /// The tokens allowed next (after `ready`); None while a lazy grammar waits for its
+    /// trigger.
+    pub fn mask(&self) -> Option<&SimpleVob> {
+        match &self.state {
             State::Ready(_, mask) => Some(mask),
             _ => None,
-        })
+        }
     }
 
     /// Feeds the sampled token to the grammar and starts computing the next mask on a helper
@@ -76,7 +88,7 @@ impl Constraint {
                     if let Some((m, mask)) = &self.armed {
                         // A grammar that is just the trigger is complete at once: stay free.
                         if !m.is_stopped() {
-                            self.state = State::Ready(m.clone(), mask.clone());
+                            self.state = State::Ready(Box::new(m.clone()), mask.clone());
                         }
                     }
                 }

@@ -4,15 +4,16 @@
 
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use llguidance::{CancellationHandle, Matcher};
 use toktrie::SimpleVob;
 
-/// The matcher back, with its mask or llguidance's error message.
-type Reply = (Matcher, Result<SimpleVob, String>);
+/// The matcher back, with its mask (or llguidance's error message) and the time it took.
+type Reply = (Box<Matcher>, Result<SimpleVob, String>, Duration);
 
 struct Job {
-    matcher: Matcher,
+    matcher: Box<Matcher>,
     reply: SyncSender<Reply>,
 }
 
@@ -43,27 +44,30 @@ impl MaskWorker {
                     Ok(rx) => rx.recv(),
                     Err(_) => return,
                 };
-                let Ok(Job { mut matcher, reply }) = job else { return };
-                let mask = matcher.compute_mask().map_err(|e| e.to_string());
+                let Ok(job) = job else { return };
                 // The sequence may be gone (cancelled, finished): nobody to tell.
-                let _ = reply.send((matcher, mask));
+                let _ = job.reply.send(compute(job.matcher));
             })?;
         }
         Ok(Self { tx })
     }
 
     /// Queues the mask computation for `matcher`'s current state.
-    pub fn compute(&self, matcher: Matcher) -> PendingMask {
+    pub fn compute(&self, matcher: Box<Matcher>) -> PendingMask {
         let cancel = matcher.cancellation_handle();
         let (reply, rx) = sync_channel(1);
         if let Err(e) = self.tx.send(Job { matcher, reply }) {
             // No thread left (cannot happen while `self` lives): compute here instead.
-            let Job { mut matcher, reply } = e.0;
-            let mask = matcher.compute_mask().map_err(|e| e.to_string());
-            let _ = reply.send((matcher, mask));
+            let _ = e.0.reply.send(compute(e.0.matcher));
         }
         PendingMask { rx, cancel }
     }
+}
+
+fn compute(mut matcher: Box<Matcher>) -> Reply {
+    let t = Instant::now();
+    let mask = matcher.compute_mask().map_err(|e| e.to_string());
+    (matcher, mask, t.elapsed())
 }
 
 impl PendingMask {
