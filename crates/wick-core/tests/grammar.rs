@@ -543,3 +543,68 @@ fn logit_bias_bans_and_forces_tokens() {
     bad.sampling.logit_bias = vec![(n, 1.0)];
     assert_eq!(engine.submit(bad).err().map(|e| e.code()), Some("INVALID_REQUEST"));
 }
+
+/// A synthetic fixture of `.cache/fixtures` (`WICK_FIXTURES`), or None after reporting `test`
+/// as skipped.
+fn cached_fixture(test: &str, name: &str, opts: impl FnOnce(&mut EngineOptions)) -> Option<Engine> {
+    let dir = std::env::var_os("WICK_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".cache/fixtures"));
+    let path = dir.join(name);
+    if !path.exists() {
+        common::skip(test, &format!("{} is missing (npm run fixtures)", path.display()));
+        return None;
+    }
+    let mut o = EngineOptions::new(path);
+    o.context_size = Some(1024);
+    opts(&mut o);
+    Some(Engine::load(o).expect("load fixture"))
+}
+
+/// Only bounded values, and compact JSON (`x-guidance`, llguidance's compile options): a
+/// random model would otherwise fill an object with whitespace.
+const BOUNDED_SCHEMA: &str = r#"{
+  "x-guidance": {"whitespace_flexible": false},
+  "type": "object",
+  "properties": {
+    "id": {"type": "integer", "minimum": 0, "maximum": 999},
+    "ok": {"type": "boolean"},
+    "kind": {"enum": ["a", "b", "c"]},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3}
+  },
+  "required": ["id", "ok", "kind", "tags"],
+  "additionalProperties": false
+}"#;
+
+/// A hybrid model (LFM2: conv state restored on preemption) with llama.cpp's llama-bpe vocab
+/// (128k byte-level BPE tokens): two constrained sequences in one batch, preempted and
+/// recomputed, each as valid as alone and equal to its solo run.
+#[test]
+fn bpe_fixture_json_in_a_preempted_batch() {
+    let test = "bpe_fixture_json_in_a_preempted_batch";
+    let Some(engine) = cached_fixture(test, "tiny-lfm2-q8_0.gguf", |o| {
+        o.kv_tokens = Some(256);
+        o.context_size = Some(256);
+    }) else {
+        return;
+    };
+    // 60-token prompts: every sequence crosses into a second block while it generates, and
+    // three of them need six blocks of the pool's four.
+    let prompt: Vec<u32> = (400..460).collect();
+    let reqs: Vec<_> = (0..3)
+        .map(|s| GenerateRequest { grammar: json(BOUNDED_SCHEMA), ..req(prompt.clone(), 120, sampled(s)) })
+        .collect();
+    let outs = run_together(&engine, reqs.clone());
+    assert!(engine.metrics().preemptions_total > 0, "no preemption happened");
+    for (r, out) in reqs.into_iter().zip(&outs) {
+        assert_eq!(out.finish, FinishReason::Stop, "{:?}", out.text);
+        let v: serde_json::Value =
+            serde_json::from_str(&out.text).unwrap_or_else(|e| panic!("{e}: {:?}", out.text));
+        let id = v["id"].as_u64().expect("id");
+        assert!(
+            id <= 999 && v["ok"].is_boolean() && ["a", "b", "c"].contains(&v["kind"].as_str().expect("kind"))
+        );
+        assert!(v["tags"].as_array().is_some_and(|t| t.len() <= 3));
+        assert_eq!(run(&engine, r).ids, out.ids);
+    }
+}

@@ -247,16 +247,18 @@ impl Engine {
             )));
         }
         let limit = req.max_tokens.map_or(ctx, |m| n_prompt + m);
+        if self.info.vocab_only {
+            return Err(WickError::InvalidRequest(
+                "this engine was loaded vocab-only and cannot generate".into(),
+            ));
+        }
+        // Before taking the runner lock: compiling a large grammar takes a while.
+        let grammar = req.grammar.as_ref().map(|g| self.grammars.compile(g)).transpose()?;
         let guard = self.runner.lock().map_err(|_| WickError::EngineStopped)?;
-        let runner = guard.as_ref().ok_or(if self.info.vocab_only {
-            WickError::InvalidRequest("this engine was loaded vocab-only and cannot generate".into())
-        } else {
-            WickError::EngineStopped
-        })?;
+        let runner = guard.as_ref().ok_or(WickError::EngineStopped)?;
         if self.metrics.waiting.load(Ordering::Relaxed) >= self.max_queue {
             return Err(WickError::QueueFull);
         }
-        let grammar = req.grammar.as_ref().map(|g| self.grammars.compile(g)).transpose()?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, events) = unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));

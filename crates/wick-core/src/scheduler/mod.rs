@@ -167,6 +167,13 @@ impl Scheduler {
         seq.finish(reason);
     }
 
+    /// As `retire`, for a sequence that failed on its own (its grammar, mid-generation).
+    fn retire_failed(&mut self, mut seq: Box<Sequence>, err: WickError) {
+        self.kv.release(&mut seq.cache);
+        self.publish();
+        seq.fail(err);
+    }
+
     fn retire_cancelled(&mut self) {
         let (cancelled, waiting): (Vec<_>, Vec<_>) = self.waiting.drain(..).partition(|s| s.is_cancelled());
         self.waiting = waiting.into();
@@ -324,14 +331,10 @@ impl Scheduler {
         }
         // Highest index first so removing one never moves another still to be removed.
         for (i, end) in finished.into_iter().rev() {
-            let mut seq = self.running.remove(i);
+            let seq = self.running.remove(i);
             match end {
                 Ok(reason) => self.retire(seq, reason),
-                Err(e) => {
-                    self.kv.release(&mut seq.cache);
-                    self.publish();
-                    seq.fail(e);
-                }
+                Err(e) => self.retire_failed(seq, e),
             }
         }
         Ok(())
