@@ -199,6 +199,8 @@ export interface Metrics {
   preemptionsTotal: number
   /** Tokens sampled under a grammar mask. */
   grammarMasksTotal: number
+  /** Microseconds helper threads spent computing grammar masks (overlapping forward passes). */
+  grammarMaskComputeUsTotal: number
   /** Microseconds sampling waited for a grammar mask still being computed. */
   grammarMaskWaitUsTotal: number
 }
