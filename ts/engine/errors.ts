@@ -2,6 +2,7 @@
 export const ENGINE_CODES = [
   "INVALID_REQUEST",
   "CONTEXT_LENGTH_EXCEEDED",
+  "INVALID_GRAMMAR",
   "MODEL_LOAD_FAILED",
   "UNSUPPORTED_ARCHITECTURE",
   "UNSUPPORTED_TOKENIZER",
@@ -25,10 +26,15 @@ export class WickError extends Error {
 
 export const isEngineCode = (c: unknown): c is EngineCode => typeof c === "string" && (ENGINE_CODES as readonly string[]).includes(c);
 
-/** Normalises what the addon throws or rejects with: an Error whose `code` is the engine's. */
+/**
+ * Normalises what the addon throws or rejects with: an Error whose `code` is the engine's.
+ * napi's own argument conversion fails with `InvalidArg` (e.g. a grammar `kind` outside the
+ * union): the caller's fault, so INVALID_REQUEST.
+ */
 export function fromNative(err: unknown): WickError {
   if (err instanceof WickError) return err;
   const e = err as { code?: unknown; message?: unknown };
   const message = typeof e?.message === "string" ? e.message : String(err);
-  return new WickError(isEngineCode(e?.code) ? e.code : "INTERNAL", message);
+  const code = isEngineCode(e?.code) ? e.code : e?.code === "InvalidArg" ? "INVALID_REQUEST" : "INTERNAL";
+  return new WickError(code, message);
 }

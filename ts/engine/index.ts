@@ -17,6 +17,9 @@ export type {
   QuantShare,
   TokenLogprobs,
   FinishReason,
+  Grammar,
+  GrammarKind,
+  LogitBias,
 } from "../native/native.d.ts";
 
 const native = createRequire(import.meta.url)("../native/native.cjs") as typeof Native;

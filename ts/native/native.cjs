@@ -838,4 +838,5 @@ module.exports = nativeBinding
 module.exports.Engine = nativeBinding.Engine
 module.exports.Sequence = nativeBinding.Sequence
 module.exports.FinishReason = nativeBinding.FinishReason
+module.exports.GrammarKind = nativeBinding.GrammarKind
 module.exports.inspectModel = nativeBinding.inspectModel

@@ -40,21 +40,51 @@ export declare class Sequence {
 export type FinishReason = 'stop' | 'length' | 'cancelled'
 
 export interface GenerateOptions {
+  /** Prompt token ids, BOS included when wanted. */
   promptTokens: Array<number>
+  /** Tokens to generate at most; default until the context is full. */
   maxTokens?: number
+  /** 0 is greedy; default 1. */
   temperature?: number
+  /** 0 (default) is off. */
   topK?: number
+  /** 1 (default) is off. */
   topP?: number
+  /** 0 (default) is off. */
   minP?: number
+  /** Multiplicative (llama.cpp style); 1 (default) is off. */
   repetitionPenalty?: number
+  /** Tokens the repetition penalty looks back at; 0 = all (default 64). */
   repeatLastN?: number
+  /** Additive, OpenAI style: subtracted once from every token generated so far. */
   presencePenalty?: number
+  /** Additive, OpenAI style: subtracted per occurrence in the generated tokens. */
   frequencyPenalty?: number
   /** Integer seed (JS numbers up to 2^53). */
   seed?: number
+  /** Generation ends before any of these strings (matched on the visible text). */
   stop?: Array<string>
+  /** Keep generating past end-of-generation tokens. */
   ignoreEos?: boolean
+  /** Report the chosen token's logprob and this many alternatives. */
   topLogprobs?: number
+  /**
+   * Control tokens whose text appears in the generated text (a tool parser's markers such
+   * as `<|tool_call_start|>`); every other control token renders as nothing. Token ids
+   * are reported either way.
+   */
+  markerTokens?: Array<number>
+  /**
+   * Added to the raw logits before penalties and temperature (OpenAI `logit_bias`: -100
+   * effectively bans a token, +100 effectively forces it). An id outside the vocabulary
+   * is INVALID_REQUEST.
+   */
+  logitBias?: Array<LogitBias>
+  /**
+   * Constrains the output to a grammar; a grammar that does not compile (or exceeds the
+   * parser limits) makes `submit` throw INVALID_GRAMMAR.
+   */
+  grammar?: Grammar
 }
 
 /** A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::ModelInfo). */
@@ -82,6 +112,24 @@ export interface GgufInfo {
   /** Every metadata key → its value (numbers, strings, booleans, arrays). */
   metadata: Record<string, any>
 }
+
+/** A grammar the output must follow. */
+export interface Grammar {
+  /** How `source` is written. */
+  kind: GrammarKind
+  /** The grammar (Lark) or the JSON schema as text; at most 128 KiB. */
+  source: string
+  /**
+   * Lazy grammar (for `tool_choice: auto`): generation is free until this token is sampled;
+   * then the grammar, whose first terminal is this token, constrains until it completes,
+   * and generation is free again. Without it, every token is constrained and the sequence
+   * ends (`stop`) when the grammar is complete.
+   */
+  triggerToken?: number
+}
+
+/** What a grammar's `source` is. */
+export type GrammarKind = 'lark' | 'json_schema'
 
 /**
  * Reads a GGUF file's header (no weights) on a blocking worker thread: architecture,
@@ -114,6 +162,14 @@ export interface LoadOptions {
   threads?: number
 }
 
+/** One `logit_bias` entry. */
+export interface LogitBias {
+  /** Token id (below the vocabulary size). */
+  id: number
+  /** Added to the token's logit; finite. */
+  bias: number
+}
+
 export interface Logprob {
   id: number
   logprob: number
@@ -141,6 +197,12 @@ export interface Metrics {
   prefixHitTokensTotal: number
   /** Sequences preempted (to recompute later) when KV blocks ran out. */
   preemptionsTotal: number
+  /** Tokens sampled under a grammar mask. */
+  grammarMasksTotal: number
+  /** Microseconds helper threads spent computing grammar masks (overlapping forward passes). */
+  grammarMaskComputeUsTotal: number
+  /** Microseconds sampling waited for a grammar mask still being computed. */
+  grammarMaskWaitUsTotal: number
 }
 
 export interface ModelInfo {

@@ -7,6 +7,10 @@ pub enum WickError {
     InvalidRequest(String),
     #[error("{0}")]
     ContextLengthExceeded(String),
+    /// A grammar or JSON schema that does not compile, exceeds the parser limits, or fails
+    /// mid-generation; the message is llguidance's.
+    #[error("invalid grammar: {0}")]
+    InvalidGrammar(String),
     #[error("failed to load model: {0}")]
     ModelLoad(String),
     #[error("unsupported model architecture `{0}`")]
@@ -29,6 +33,7 @@ impl WickError {
         match self {
             Self::InvalidRequest(_) => "INVALID_REQUEST",
             Self::ContextLengthExceeded(_) => "CONTEXT_LENGTH_EXCEEDED",
+            Self::InvalidGrammar(_) => "INVALID_GRAMMAR",
             Self::ModelLoad(_) => "MODEL_LOAD_FAILED",
             Self::UnsupportedArchitecture(_) => "UNSUPPORTED_ARCHITECTURE",
             Self::UnsupportedTokenizer(_) => "UNSUPPORTED_TOKENIZER",

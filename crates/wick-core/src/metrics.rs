@@ -32,6 +32,12 @@ macro_rules! with_metrics {
             prefix_hit_tokens_total,
             #[doc = "Sequences preempted (to recompute later) when KV blocks ran out."]
             preemptions_total,
+            #[doc = "Tokens sampled under a grammar mask."]
+            grammar_masks_total,
+            #[doc = "Microseconds helper threads spent computing grammar masks (overlapping forward passes)."]
+            grammar_mask_compute_us_total,
+            #[doc = "Microseconds sampling waited for a grammar mask still being computed."]
+            grammar_mask_wait_us_total,
         }
     };
 }

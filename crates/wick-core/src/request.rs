@@ -1,6 +1,7 @@
 //! What goes into the engine (requests) and what comes out of it (events). Shared by the
 //! engine and the scheduler, and depending on neither.
 
+use crate::sampling::grammar::GrammarSpec;
 use crate::sampling::{SamplingParams, TokenLogprob};
 
 #[derive(Debug, Clone)]
@@ -15,6 +16,12 @@ pub struct GenerateRequest {
     pub ignore_eos: bool,
     /// Some(n): report the chosen token's logprob and the n most likely alternatives.
     pub top_logprobs: Option<usize>,
+    /// Control tokens whose text is rendered in the generated text (a tool parser's markers,
+    /// such as `<|tool_call_start|>`); other control tokens render as nothing, as llama-server
+    /// does without `--special`. Ids are reported in events either way.
+    pub marker_tokens: Vec<u32>,
+    /// Constrains generation to a grammar or JSON schema (compiled at submit).
+    pub grammar: Option<GrammarSpec>,
 }
 
 impl GenerateRequest {
@@ -26,13 +33,15 @@ impl GenerateRequest {
             stop: Vec::new(),
             ignore_eos: false,
             top_logprobs: None,
+            marker_tokens: Vec::new(),
+            grammar: None,
         }
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {
-    /// An end-of-generation token or a stop string.
+    /// An end-of-generation token, a stop string, or a grammar (without trigger) complete.
     Stop,
     /// max_tokens or the context length.
     Length,

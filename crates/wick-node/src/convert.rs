@@ -4,6 +4,7 @@ use wick_core::engine::EngineInfo;
 use wick_core::gguf::{info, MetaValue};
 use wick_core::metrics::MetricsSnapshot;
 use wick_core::request::{self, DoneEvent, Event, GenerateRequest, TokenEvent};
+use wick_core::sampling::grammar::{GrammarKind as CoreGrammarKind, GrammarSpec};
 use wick_core::sampling::{SamplingParams, TokenLogprob};
 
 #[napi(object)]
@@ -170,21 +171,88 @@ fn json(v: &MetaValue) -> serde_json::Value {
 
 #[napi(object)]
 pub struct GenerateOptions {
+    /// Prompt token ids, BOS included when wanted.
     pub prompt_tokens: Vec<u32>,
+    /// Tokens to generate at most; default until the context is full.
     pub max_tokens: Option<u32>,
+    /// 0 is greedy; default 1.
     pub temperature: Option<f64>,
+    /// 0 (default) is off.
     pub top_k: Option<u32>,
+    /// 1 (default) is off.
     pub top_p: Option<f64>,
+    /// 0 (default) is off.
     pub min_p: Option<f64>,
+    /// Multiplicative (llama.cpp style); 1 (default) is off.
     pub repetition_penalty: Option<f64>,
+    /// Tokens the repetition penalty looks back at; 0 = all (default 64).
     pub repeat_last_n: Option<u32>,
+    /// Additive, OpenAI style: subtracted once from every token generated so far.
     pub presence_penalty: Option<f64>,
+    /// Additive, OpenAI style: subtracted per occurrence in the generated tokens.
     pub frequency_penalty: Option<f64>,
     /// Integer seed (JS numbers up to 2^53).
     pub seed: Option<f64>,
+    /// Generation ends before any of these strings (matched on the visible text).
     pub stop: Option<Vec<String>>,
+    /// Keep generating past end-of-generation tokens.
     pub ignore_eos: Option<bool>,
+    /// Report the chosen token's logprob and this many alternatives.
     pub top_logprobs: Option<u32>,
+    /// Control tokens whose text appears in the generated text (a tool parser's markers such
+    /// as `<|tool_call_start|>`); every other control token renders as nothing. Token ids
+    /// are reported either way.
+    pub marker_tokens: Option<Vec<u32>>,
+    /// Added to the raw logits before penalties and temperature (OpenAI `logit_bias`: -100
+    /// effectively bans a token, +100 effectively forces it). An id outside the vocabulary
+    /// is INVALID_REQUEST.
+    pub logit_bias: Option<Vec<LogitBias>>,
+    /// Constrains the output to a grammar; a grammar that does not compile (or exceeds the
+    /// parser limits) makes `submit` throw INVALID_GRAMMAR.
+    pub grammar: Option<Grammar>,
+}
+
+/// One `logit_bias` entry.
+#[napi(object)]
+pub struct LogitBias {
+    /// Token id (below the vocabulary size).
+    pub id: u32,
+    /// Added to the token's logit; finite.
+    pub bias: f64,
+}
+
+/// What a grammar's `source` is.
+#[napi(string_enum = "snake_case")]
+pub enum GrammarKind {
+    /// llguidance's Lark dialect: `%json { … }` embeds a JSON schema, `<|name|>` names a
+    /// special token.
+    Lark,
+    /// A JSON schema (`{"type":"object"}` for OpenAI's `json_object`).
+    JsonSchema,
+}
+
+/// A grammar the output must follow.
+#[napi(object)]
+pub struct Grammar {
+    /// How `source` is written.
+    pub kind: GrammarKind,
+    /// The grammar (Lark) or the JSON schema as text; at most 128 KiB.
+    pub source: String,
+    /// Lazy grammar (for `tool_choice: auto`): generation is free until this token is sampled;
+    /// then the grammar, whose first terminal is this token, constrains until it completes,
+    /// and generation is free again. Without it, every token is constrained and the sequence
+    /// ends (`stop`) when the grammar is complete.
+    pub trigger_token: Option<u32>,
+}
+
+impl From<Grammar> for GrammarSpec {
+    fn from(g: Grammar) -> Self {
+        let kind = match g.kind {
+            GrammarKind::Lark => CoreGrammarKind::Lark,
+            GrammarKind::JsonSchema => CoreGrammarKind::JsonSchema,
+        };
+        Self { kind, source: g.source, trigger_token: g.trigger_token }
+    }
 }
 
 impl From<GenerateOptions> for GenerateRequest {
@@ -204,10 +272,13 @@ impl From<GenerateOptions> for GenerateRequest {
                 presence_penalty: f(o.presence_penalty, d.presence_penalty),
                 frequency_penalty: f(o.frequency_penalty, d.frequency_penalty),
                 seed: o.seed.map(|s| s as i64 as u64),
+                logit_bias: o.logit_bias.unwrap_or_default().iter().map(|b| (b.id, b.bias as f32)).collect(),
             },
             stop: o.stop.unwrap_or_default(),
             ignore_eos: o.ignore_eos.unwrap_or(false),
             top_logprobs: o.top_logprobs.map(|n| n as usize),
+            marker_tokens: o.marker_tokens.unwrap_or_default(),
+            grammar: o.grammar.map(GrammarSpec::from),
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::{self, ModelInfo};
 use crate::request::{Event, GenerateRequest};
 use crate::runtime::pool;
+use crate::sampling::grammar::GrammarCompiler;
 use crate::scheduler::{Command, Scheduler, SchedulerConfig, Sequence};
 use crate::tokenizer::Tokenizer;
 
@@ -121,6 +122,7 @@ struct Runner {
 pub struct Engine {
     info: EngineInfo,
     tokenizer: Arc<Tokenizer>,
+    grammars: GrammarCompiler,
     metrics: Arc<Metrics>,
     max_queue: usize,
     next_id: AtomicU64,
@@ -204,6 +206,7 @@ impl Engine {
         };
         Ok(Self {
             info,
+            grammars: GrammarCompiler::new(tokenizer.clone()),
             tokenizer,
             metrics,
             max_queue: opts.max_queue,
@@ -227,12 +230,11 @@ impl Engine {
         if n_prompt == 0 {
             return Err(WickError::InvalidRequest("the prompt is empty".into()));
         }
-        if let Some(&bad) = req.prompt.iter().find(|&&t| t as usize >= self.info.model.n_vocab) {
-            return Err(WickError::InvalidRequest(format!(
-                "token id {bad} is out of range (vocabulary size {})",
-                self.info.model.n_vocab
-            )));
-        }
+        let n_vocab = self.info.model.n_vocab;
+        check_ids("", req.prompt.iter().copied(), n_vocab)?;
+        check_ids("logit_bias ", req.sampling.logit_bias.iter().map(|&(id, _)| id), n_vocab)?;
+        check_ids("marker ", req.marker_tokens.iter().copied(), n_vocab)?;
+        check_ids("grammar trigger ", req.grammar.iter().filter_map(|g| g.trigger_token), n_vocab)?;
         req.sampling.validate().map_err(WickError::InvalidRequest)?;
         if req.max_tokens == Some(0) {
             return Err(WickError::InvalidRequest("max_tokens must be at least 1".into()));
@@ -245,19 +247,22 @@ impl Engine {
             )));
         }
         let limit = req.max_tokens.map_or(ctx, |m| n_prompt + m);
+        if self.info.vocab_only {
+            return Err(WickError::InvalidRequest(
+                "this engine was loaded vocab-only and cannot generate".into(),
+            ));
+        }
+        // Before taking the runner lock: compiling a large grammar takes a while.
+        let grammar = req.grammar.as_ref().map(|g| self.grammars.compile(g)).transpose()?;
         let guard = self.runner.lock().map_err(|_| WickError::EngineStopped)?;
-        let runner = guard.as_ref().ok_or(if self.info.vocab_only {
-            WickError::InvalidRequest("this engine was loaded vocab-only and cannot generate".into())
-        } else {
-            WickError::EngineStopped
-        })?;
+        let runner = guard.as_ref().ok_or(WickError::EngineStopped)?;
         if self.metrics.waiting.load(Ordering::Relaxed) >= self.max_queue {
             return Err(WickError::QueueFull);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, events) = unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));
-        let seq = Sequence::new(req, limit, tx, cancel.clone());
+        let seq = Sequence::new(req, grammar, limit, tx, cancel.clone());
         self.metrics.waiting.fetch_add(1, Ordering::Relaxed);
         if runner.tx.send(Command::Submit(Box::new(seq))).is_err() {
             self.metrics.waiting.fetch_sub(1, Ordering::Relaxed);
@@ -296,6 +301,16 @@ impl Engine {
                 let _ = t.join();
             }
         }
+    }
+}
+
+/// INVALID_REQUEST for the first id in `ids` outside the vocabulary.
+fn check_ids(what: &str, mut ids: impl Iterator<Item = u32>, n_vocab: usize) -> Result<()> {
+    match ids.find(|&t| t as usize >= n_vocab) {
+        Some(bad) => Err(WickError::InvalidRequest(format!(
+            "{what}token id {bad} is out of range (vocabulary size {n_vocab})"
+        ))),
+        None => Ok(()),
     }
 }
 

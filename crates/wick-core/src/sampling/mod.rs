@@ -1,9 +1,12 @@
-//! Token sampling: penalties, temperature, top-k, top-p, min-p, seeded RNG, and logprobs.
-//! Order follows the OpenAI/vLLM convention users of `/v1` expect: penalties on raw logits,
-//! then temperature, then the truncation filters on the tempered distribution.
+//! Token sampling: logit bias, penalties, grammar mask, temperature, top-k, top-p, min-p,
+//! seeded RNG, and logprobs. Order follows the OpenAI/vLLM convention users of `/v1` expect:
+//! bias and penalties on raw logits, then the grammar mask, then temperature, then the
+//! truncation filters on the tempered distribution.
 
+pub mod grammar;
 mod logprobs;
 
+pub use grammar::SimpleVob;
 pub use logprobs::{top_logprobs, TokenLogprob};
 
 use rand::rngs::StdRng;
@@ -29,6 +32,10 @@ pub struct SamplingParams {
     pub frequency_penalty: f32,
     /// Same seed + same request → same tokens.
     pub seed: Option<u64>,
+    /// (token id, bias) added to the raw logits before everything else (OpenAI's
+    /// `logit_bias`: -100 effectively bans a token, +100 effectively forces it). Ids must be
+    /// below the vocabulary size (checked at submit); a repeated id adds up.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -43,6 +50,7 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             seed: None,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -68,6 +76,9 @@ impl SamplingParams {
         }
         if !(self.presence_penalty.is_finite() && self.frequency_penalty.is_finite()) {
             return bad("presence_penalty and frequency_penalty must be finite");
+        }
+        if self.logit_bias.iter().any(|(_, b)| !b.is_finite()) {
+            return bad("logit_bias values must be finite");
         }
         Ok(())
     }
@@ -96,31 +107,54 @@ impl Sampler {
     }
 
     /// Picks the next token; `history` is prompt + generated. The logits are read in place
-    /// (the scheduler's output buffer) and copied only when penalties must edit them.
-    /// `generated` is the number of tokens at the end of `history` produced by the model
-    /// (presence/frequency penalties apply to those only, as in OpenAI's definition).
-    pub fn sample(&mut self, logits: &[f32], history: &[u32], generated: usize) -> u32 {
-        if self.params.has_penalties() {
+    /// (the scheduler's output buffer) and copied only when a bias or penalties must edit
+    /// them. `generated` is the number of tokens at the end of `history` produced by the model
+    /// (presence/frequency penalties apply to those only, as in OpenAI's definition). `mask`
+    /// (a grammar's): only its tokens may be picked, as if every other logit were -inf.
+    pub fn sample(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        generated: usize,
+        mask: Option<&SimpleVob>,
+    ) -> u32 {
+        if self.params.has_penalties() || !self.params.logit_bias.is_empty() {
             let mut edited = logits.to_vec();
+            for &(id, bias) in &self.params.logit_bias {
+                if let Some(l) = edited.get_mut(id as usize) {
+                    *l += bias;
+                }
+            }
             self.apply_penalties(&mut edited, history, generated);
-            return self.pick(&edited);
+            return self.pick(&edited, mask);
         }
-        self.pick(logits)
+        self.pick(logits, mask)
     }
 
-    fn pick(&mut self, logits: &[f32]) -> u32 {
+    fn pick(&mut self, logits: &[f32], mask: Option<&SimpleVob>) -> u32 {
         if self.params.temperature == 0.0 {
-            return argmax(logits);
+            return mask.map_or_else(|| argmax(logits), |m| masked_argmax(logits, m));
         }
         let inv_t = 1.0 / self.params.temperature;
-        let mut cands: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.is_finite())
-            .map(|(i, &l)| (i as u32, l * inv_t))
-            .collect();
+        let mut cands: Vec<(u32, f32)> = match mask {
+            None => logits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.is_finite())
+                .map(|(i, &l)| (i as u32, l * inv_t))
+                .collect(),
+            Some(m) => {
+                let mut c = Vec::with_capacity(m.len().min(4096));
+                for_each_allowed(m, logits.len(), |i| {
+                    if logits[i].is_finite() {
+                        c.push((i as u32, logits[i] * inv_t));
+                    }
+                });
+                c
+            }
+        };
         if cands.is_empty() {
-            return argmax(logits);
+            return mask.map_or_else(|| argmax(logits), |m| masked_argmax(logits, m));
         }
         let p = &self.params;
         if p.top_k > 0 && p.top_k < cands.len() {
@@ -216,6 +250,38 @@ pub fn argmax(logits: &[f32]) -> u32 {
     logits.iter().position(|&x| x == max).unwrap_or(0) as u32
 }
 
+/// Calls `f` with every token `mask` allows below `n` (the logits row's length: a model may
+/// have more or fewer output rows than its tokenizer has tokens).
+fn for_each_allowed(mask: &SimpleVob, n: usize, mut f: impl FnMut(usize)) {
+    for (w, &bits) in mask.as_slice().iter().enumerate() {
+        let mut bits = bits;
+        while bits != 0 {
+            let i = w * 32 + bits.trailing_zeros() as usize;
+            if i >= n {
+                return;
+            }
+            f(i);
+            bits &= bits - 1;
+        }
+    }
+}
+
+/// `argmax` over the tokens `mask` allows: the first largest logit (a NaN never wins); the
+/// first allowed token if none has a number; 0 if the mask is empty (the grammar then fails
+/// on the token, as it must).
+fn masked_argmax(logits: &[f32], mask: &SimpleVob) -> u32 {
+    let mut best: Option<(usize, f32)> = None;
+    let mut first = None;
+    for_each_allowed(mask, logits.len(), |i| {
+        first.get_or_insert(i);
+        let l = logits[i];
+        if best.is_none_or(|(_, b)| l > b) && !l.is_nan() {
+            best = Some((i, l));
+        }
+    });
+    best.map(|(i, _)| i).or(first).unwrap_or(0) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,7 +330,7 @@ mod tests {
     #[test]
     fn greedy_picks_max() {
         let mut s = Sampler::new(SamplingParams::greedy());
-        assert_eq!(s.sample(&logits(), &[], 0), 1);
+        assert_eq!(s.sample(&logits(), &[], 0, None), 1);
     }
 
     #[test]
@@ -272,7 +338,7 @@ mod tests {
         let p = SamplingParams { seed: Some(7), ..Default::default() };
         let run = |p: &SamplingParams| {
             let mut s = Sampler::new(p.clone());
-            (0..32).map(|_| s.sample(&logits(), &[], 0)).collect::<Vec<_>>()
+            (0..32).map(|_| s.sample(&logits(), &[], 0, None)).collect::<Vec<_>>()
         };
         assert_eq!(run(&p), run(&p));
         let other = run(&SamplingParams { seed: Some(8), ..Default::default() });
@@ -283,7 +349,7 @@ mod tests {
     fn top_k_one_is_greedy() {
         let mut s = Sampler::new(SamplingParams { top_k: 1, seed: Some(1), ..Default::default() });
         for _ in 0..20 {
-            assert_eq!(s.sample(&logits(), &[], 0), 1);
+            assert_eq!(s.sample(&logits(), &[], 0, None), 1);
         }
     }
 
@@ -292,12 +358,12 @@ mod tests {
         // With a tiny top_p only the most likely token survives.
         let mut s = Sampler::new(SamplingParams { top_p: 0.01, seed: Some(3), ..Default::default() });
         for _ in 0..20 {
-            assert_eq!(s.sample(&logits(), &[], 0), 1);
+            assert_eq!(s.sample(&logits(), &[], 0, None), 1);
         }
         // min_p 0.95 keeps tokens within 5% of the best: 1 (3.0) and 4 (2.9 → p ratio 0.905) → only 1.
         let mut s = Sampler::new(SamplingParams { min_p: 0.95, seed: Some(3), ..Default::default() });
         for _ in 0..20 {
-            assert_eq!(s.sample(&logits(), &[], 0), 1);
+            assert_eq!(s.sample(&logits(), &[], 0, None), 1);
         }
     }
 
@@ -306,7 +372,7 @@ mod tests {
         let p = SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() };
         let mut s = Sampler::new(p);
         // Token 1 (3.0) is penalised to 1.5, so 4 (2.9) wins.
-        assert_eq!(s.sample(&logits(), &[1], 0), 4);
+        assert_eq!(s.sample(&logits(), &[1], 0, None), 4);
     }
 
     #[test]
@@ -314,8 +380,50 @@ mod tests {
         let p = SamplingParams { frequency_penalty: 1.0, ..SamplingParams::greedy() };
         let mut s = Sampler::new(p.clone());
         // Token 1 appears in the prompt only: no penalty.
-        assert_eq!(s.sample(&logits(), &[1, 1], 0), 1);
+        assert_eq!(s.sample(&logits(), &[1, 1], 0, None), 1);
         let mut s = Sampler::new(p);
-        assert_eq!(s.sample(&logits(), &[1, 1], 2), 4);
+        assert_eq!(s.sample(&logits(), &[1, 1], 2, None), 4);
+    }
+
+    #[test]
+    fn logit_bias_bans_and_forces() {
+        // -100 on the greedy token: the runner-up wins.
+        let p = SamplingParams { logit_bias: vec![(1, -100.0)], ..SamplingParams::greedy() };
+        assert_eq!(Sampler::new(p).sample(&logits(), &[], 0, None), 4);
+        // +100 on the least likely token: it wins, at any temperature.
+        let p = SamplingParams { logit_bias: vec![(3, 100.0)], seed: Some(5), ..Default::default() };
+        let mut s = Sampler::new(p);
+        for _ in 0..20 {
+            assert_eq!(s.sample(&logits(), &[], 0, None), 3);
+        }
+        // Bias comes before the penalties: repetition penalty divides the biased logit.
+        let p = SamplingParams {
+            logit_bias: vec![(0, 3.0)],
+            repetition_penalty: 2.0,
+            ..SamplingParams::greedy()
+        };
+        // Token 0: (1 + 3) / 2 = 2.0 < token 1's 3.0.
+        assert_eq!(Sampler::new(p).sample(&logits(), &[0], 0, None), 1);
+    }
+
+    #[test]
+    fn mask_restricts_greedy_and_random_picks() {
+        let mut mask = SimpleVob::alloc(5);
+        mask.allow_token(0);
+        mask.allow_token(2);
+        let mut g = Sampler::new(SamplingParams::greedy());
+        assert_eq!(g.sample(&logits(), &[], 0, Some(&mask)), 2);
+        let mut s = Sampler::new(SamplingParams { seed: Some(11), ..Default::default() });
+        let picks: Vec<u32> = (0..200).map(|_| s.sample(&logits(), &[], 0, Some(&mask))).collect();
+        assert!(picks.iter().all(|&t| t == 0 || t == 2));
+        assert!(picks.contains(&0) && picks.contains(&2));
+        // A mask wider than the logits row (a tokenizer with more tokens than output rows).
+        let mut wide = SimpleVob::alloc(70);
+        wide.allow_token(4);
+        wide.allow_token(66);
+        assert_eq!(g.sample(&logits(), &[], 0, Some(&wide)), 4);
+        // No allowed token has a finite logit: still an allowed one.
+        let inf = [f32::NEG_INFINITY, 5.0, f32::NEG_INFINITY, 1.0, 0.0];
+        assert_eq!(Sampler::new(SamplingParams::default()).sample(&inf, &[], 0, Some(&mask)), 0);
     }
 }

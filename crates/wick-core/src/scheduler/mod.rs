@@ -167,6 +167,13 @@ impl Scheduler {
         seq.finish(reason);
     }
 
+    /// As `retire`, for a sequence that failed on its own (its grammar, mid-generation).
+    fn retire_failed(&mut self, mut seq: Box<Sequence>, err: WickError) {
+        self.kv.release(&mut seq.cache);
+        self.publish();
+        seq.fail(err);
+    }
+
     fn retire_cancelled(&mut self) {
         let (cancelled, waiting): (Vec<_>, Vec<_>) = self.waiting.drain(..).partition(|s| s.is_cancelled());
         self.waiting = waiting.into();
@@ -305,7 +312,7 @@ impl Scheduler {
     /// and retires those that finished.
     fn sample_rows(&mut self, take: &[usize], logits: &[f32], n_vocab: usize) -> crate::Result<()> {
         self.metrics.steps_total.fetch_add(1, Ordering::Relaxed);
-        let mut finished: Vec<(usize, FinishReason)> = Vec::new();
+        let mut finished: Vec<(usize, Result<FinishReason, WickError>)> = Vec::new();
         let planned = take.iter().enumerate().filter(|(_, &n)| n > 0);
         for (row, (i, &n)) in planned.enumerate() {
             let seq = &mut self.running[i];
@@ -317,15 +324,18 @@ impl Scheduler {
                 continue; // more prompt chunks, or generated tokens to replay, to go
             }
             self.metrics.generation_tokens_total.fetch_add(1, Ordering::Relaxed);
-            if let Some(reason) = seq.on_logits(&logits[row * n_vocab..(row + 1) * n_vocab], &self.tokenizer)
-            {
-                finished.push((i, reason));
+            let row = &logits[row * n_vocab..(row + 1) * n_vocab];
+            if let Some(end) = seq.on_logits(row, &self.tokenizer, &self.metrics).transpose() {
+                finished.push((i, end));
             }
         }
         // Highest index first so removing one never moves another still to be removed.
-        for (i, reason) in finished.into_iter().rev() {
+        for (i, end) in finished.into_iter().rev() {
             let seq = self.running.remove(i);
-            self.retire(seq, reason);
+            match end {
+                Ok(reason) => self.retire(seq, reason),
+                Err(e) => self.retire_failed(seq, e),
+            }
         }
         Ok(())
     }

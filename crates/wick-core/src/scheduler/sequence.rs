@@ -1,4 +1,5 @@
-//! One request's life inside the scheduler: its cache, sampler, detokenizer and stop matcher.
+//! One request's life inside the scheduler: its cache, sampler, grammar, detokenizer and stop
+//! matcher.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,7 +9,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::stop::{StopMatcher, StopScan};
 use crate::cache::SeqCache;
+use crate::metrics::Metrics;
 use crate::request::{DoneEvent, Event, FinishReason, GenerateRequest, Timings, TokenEvent, Usage};
+use crate::sampling::grammar::{Commit, Constraint};
 use crate::sampling::{top_logprobs, Sampler, TokenLogprob};
 use crate::tokenizer::{Detokenizer, Tokenizer};
 
@@ -27,6 +30,10 @@ pub(crate) struct Sequence {
     /// Order of first admission: preemption takes the newest.
     pub admitted: u64,
     sampler: Sampler,
+    /// The request's grammar, compiled at submit.
+    grammar: Option<Constraint>,
+    /// Control tokens rendered as text (sorted).
+    markers: Vec<u32>,
     detok: Detokenizer,
     stop: StopMatcher,
     ignore_eos: bool,
@@ -39,11 +46,14 @@ pub(crate) struct Sequence {
 impl Sequence {
     pub fn new(
         req: GenerateRequest,
+        grammar: Option<Constraint>,
         limit: usize,
         tx: UnboundedSender<Event>,
         cancel: Arc<AtomicBool>,
     ) -> Self {
         let n_prompt = req.prompt.len();
+        let mut markers = req.marker_tokens;
+        markers.sort_unstable();
         Self {
             cancel,
             tx,
@@ -54,6 +64,8 @@ impl Sequence {
             cached_tokens: 0,
             admitted: 0,
             sampler: Sampler::new(req.sampling),
+            grammar,
+            markers,
             detok: Detokenizer::new(),
             stop: StopMatcher::new(req.stop),
             ignore_eos: req.ignore_eos,
@@ -93,12 +105,30 @@ impl Sequence {
     }
 
     /// Samples from the logits of the last fed token and emits the event. Returns the finish
-    /// reason when the sequence is done.
-    pub fn on_logits(&mut self, logits: &[f32], tok: &Tokenizer) -> Option<FinishReason> {
+    /// reason when the sequence is done; an error (a grammar failing mid-way) ends it too.
+    pub fn on_logits(
+        &mut self,
+        logits: &[f32],
+        tok: &Tokenizer,
+        metrics: &Metrics,
+    ) -> crate::Result<Option<FinishReason>> {
         if self.t_first.is_none() {
             self.t_first = Some(Instant::now());
         }
-        let id = self.sampler.sample(logits, &self.tokens, self.generated());
+        let generated = self.generated();
+        let mask = match self.grammar.as_mut().filter(|g| g.is_active()) {
+            Some(g) => {
+                let t = Instant::now();
+                let computed = g.ready()?;
+                let us = |d: std::time::Duration| d.as_micros() as usize;
+                metrics.grammar_masks_total.fetch_add(1, Ordering::Relaxed);
+                metrics.grammar_mask_wait_us_total.fetch_add(us(t.elapsed()), Ordering::Relaxed);
+                metrics.grammar_mask_compute_us_total.fetch_add(us(computed), Ordering::Relaxed);
+                g.mask()
+            }
+            None => None,
+        };
+        let id = self.sampler.sample(logits, &self.tokens, generated, mask);
         self.tokens.push(id);
         // The model's own distribution: sampling never edits `logits`.
         let logprobs = self.top_logprobs.map(|n| vec![top_logprobs(logits, id, n)]).unwrap_or_default();
@@ -106,20 +136,23 @@ impl Sequence {
             // The end token itself is not text; release what was held back for stop strings.
             let rest = self.stop.flush() + &self.detok.flush();
             self.send_token(vec![id], rest, logprobs);
-            return Some(FinishReason::Stop);
+            return Ok(Some(FinishReason::Stop));
         }
-        let delta = self.detok.push(tok, id, false);
-        let finished = match self.stop.push(&delta) {
-            StopScan::Emit(text) => {
-                self.send_token(vec![id], text, logprobs);
-                None
-            }
-            StopScan::Stopped(text) => {
-                self.send_token(vec![id], text, logprobs);
-                Some(FinishReason::Stop)
-            }
+        let rendered = self.markers.binary_search(&id).is_ok();
+        let delta = self.detok.push(tok, id, !rendered);
+        let (mut text, mut finished) = match self.stop.push(&delta) {
+            StopScan::Emit(text) => (text, None),
+            StopScan::Stopped(text) => (text, Some(FinishReason::Stop)),
         };
-        finished.or_else(|| (self.tokens.len() >= self.limit).then_some(FinishReason::Length))
+        if let (None, Some(g)) = (finished, self.grammar.as_mut()) {
+            // Also starts the next mask on a helper thread, overlapping the next forward pass.
+            if g.commit(id)? == Commit::Complete {
+                finished = Some(FinishReason::Stop);
+                text += &self.flush_held();
+            }
+        }
+        self.send_token(vec![id], text, logprobs);
+        Ok(finished.or_else(|| (self.tokens.len() >= self.limit).then_some(FinishReason::Length)))
     }
 
     fn send_token(&self, ids: Vec<u32>, text: String, logprobs: Vec<(TokenLogprob, Vec<TokenLogprob>)>) {
@@ -127,12 +160,17 @@ impl Sequence {
         let _ = self.tx.send(Event::Token(TokenEvent { ids, text, logprobs }));
     }
 
+    /// The text still held back (a partial character, what could start a stop string), once
+    /// generation ended without a stop string.
+    fn flush_held(&mut self) -> String {
+        let rest = self.detok.flush();
+        let (StopScan::Emit(text) | StopScan::Stopped(text)) = self.stop.push(&rest);
+        text + &self.stop.flush()
+    }
+
     pub fn finish(mut self, reason: FinishReason) {
         if reason == FinishReason::Length {
-            let rest = self.detok.flush();
-            let rest = match self.stop.push(&rest) {
-                StopScan::Emit(t) | StopScan::Stopped(t) => t,
-            } + &self.stop.flush();
+            let rest = self.flush_held();
             if !rest.is_empty() {
                 self.send_token(Vec::new(), rest, Vec::new());
             }

@@ -75,7 +75,9 @@ impl Detokenizer {
         Self::default()
     }
 
-    /// Appends one token; returns the text that is now complete (possibly empty).
+    /// Appends one token; returns the text that is now complete (possibly empty). With
+    /// `skip_special`, control and unknown tokens add nothing, as llama.cpp's
+    /// `token_to_piece(special = false)` renders them.
     pub fn push(&mut self, tok: &Tokenizer, id: u32, skip_special: bool) -> String {
         if !(skip_special && tok.is_hidden(id)) {
             self.pending.extend_from_slice(tok.piece(id));

@@ -167,6 +167,13 @@ impl Tokenizer {
         self.vocab.eog.contains(&id)
     }
 
+    /// Every end-of-generation id, ascending.
+    pub fn eog_tokens(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.vocab.eog.iter().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
     pub fn is_control(&self, id: u32) -> bool {
         self.vocab.attr(id) & attr::CONTROL != 0
     }
@@ -183,8 +190,9 @@ impl Tokenizer {
         self.pieces.get(id)
     }
 
-    /// Tokens llama.cpp renders as nothing when special tokens are not wanted.
-    fn is_hidden(&self, id: u32) -> bool {
+    /// Tokens llama.cpp's `token_to_piece(special = false)` renders as nothing: control and
+    /// unknown tokens. User-defined tokens are text and always render.
+    pub fn is_hidden(&self, id: u32) -> bool {
         self.vocab.attr(id) & (attr::CONTROL | attr::UNKNOWN) != 0
     }
 }

@@ -1,0 +1,610 @@
+//! Constrained decoding, logit bias and control-token rendering through the public engine API,
+//! on SmolLM2-135M (`.cache/models`, scripts/fetch_models.py) and on a tiny fixture written
+//! here whose vocabulary has LFM2's tool-call markers as control tokens.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use wick_core::request::{Event, FinishReason, GenerateRequest};
+use wick_core::sampling::grammar::{
+    default_limits, Commit, GrammarCompiler, GrammarKind, GrammarSpec, ParserLimits,
+};
+use wick_core::sampling::SamplingParams;
+use wick_core::tokenizer::Tokenizer;
+use wick_core::{Engine, EngineOptions, WickError};
+
+mod common;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// SmolLM2-135M-Instruct, or None after reporting `test` as skipped.
+fn smollm2(test: &str, opts: impl FnOnce(&mut EngineOptions)) -> Option<Engine> {
+    let dir = std::env::var_os("WICK_MODEL_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".cache/models"));
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !path.exists() {
+        common::skip(test, &format!("{} is missing (python3 scripts/fetch_models.py)", path.display()));
+        return None;
+    }
+    let mut o = EngineOptions::new(path);
+    o.context_size = Some(1024);
+    opts(&mut o);
+    Some(Engine::load(o).expect("load SmolLM2"))
+}
+
+const TOOL_START: u32 = 259;
+const TOOL_END: u32 = 260;
+
+/// A tiny random llama whose vocabulary is the fixture byte vocab plus `<|tool_call_start|>`
+/// and `<|tool_call_end|>` as control tokens (written once per run, no external files).
+fn tools_fixture_path() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        use candle_core::quantized::gguf_file::Value as V;
+        let mut vocab = wick_fixtures::byte_vocab();
+        for (key, value) in vocab.iter_mut() {
+            let V::Array(a) = value else { continue };
+            match key.as_str() {
+                "tokenizer.ggml.tokens" => {
+                    a.extend(["<|tool_call_start|>", "<|tool_call_end|>"].map(|t| V::String(t.into())))
+                }
+                "tokenizer.ggml.scores" => a.extend([V::F32(0.0), V::F32(0.0)]),
+                "tokenizer.ggml.token_type" => a.extend([V::I32(3), V::I32(3)]),
+                _ => {}
+            }
+        }
+        let mut spec = wick_fixtures::standard_specs()
+            .into_iter()
+            .find(|s| s.file_name == "tiny-llama-q8_0.gguf")
+            .expect("tiny-llama spec");
+        spec.file_name = "tiny-llama-tools-q8_0.gguf".into();
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wick-grammar");
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let tmp = dir.join(format!("{}.{}", spec.file_name, std::process::id()));
+        wick_fixtures::write_fixture(&spec, &vocab, &tmp).expect("write fixture");
+        let path = dir.join(&spec.file_name);
+        std::fs::rename(&tmp, &path).expect("rename fixture");
+        path
+    })
+}
+
+fn tools_fixture() -> Engine {
+    let mut o = EngineOptions::new(tools_fixture_path());
+    o.context_size = Some(1024);
+    Engine::load(o).expect("load the tools fixture")
+}
+
+struct Output {
+    ids: Vec<u32>,
+    text: String,
+    finish: FinishReason,
+    cached_tokens: usize,
+}
+
+fn collect(mut h: wick_core::engine::SequenceHandle) -> Result<Output, WickError> {
+    let mut out =
+        Output { ids: vec![], text: String::new(), finish: FinishReason::Cancelled, cached_tokens: 0 };
+    while let Some(ev) = h.events.blocking_recv() {
+        match ev {
+            Event::Token(t) => {
+                out.ids.extend(t.ids);
+                out.text += &t.text;
+            }
+            Event::Done(d) => {
+                out.finish = d.finish_reason;
+                out.cached_tokens = d.usage.cached_tokens;
+                return Ok(out);
+            }
+            Event::Error(e) => return Err(e),
+        }
+    }
+    panic!("the event stream ended without a done event")
+}
+
+fn run(engine: &Engine, req: GenerateRequest) -> Output {
+    collect(engine.submit(req).expect("submit")).expect("generation")
+}
+
+/// Runs all requests in one schedule (submitted while the scheduler is paused).
+fn run_together(engine: &Engine, reqs: Vec<GenerateRequest>) -> Vec<Output> {
+    engine.pause().expect("pause");
+    let handles: Vec<_> = reqs.into_iter().map(|r| engine.submit(r).expect("submit")).collect();
+    engine.resume().expect("resume");
+    handles.into_iter().map(|h| collect(h).expect("generation")).collect()
+}
+
+fn chat(engine: &Engine, user: &str) -> Vec<u32> {
+    let text = format!("<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n");
+    engine.tokenizer().encode(&text, false, true).expect("encode")
+}
+
+fn req(prompt: Vec<u32>, max_tokens: usize, sampling: SamplingParams) -> GenerateRequest {
+    GenerateRequest { sampling, ..GenerateRequest::greedy(prompt, max_tokens) }
+}
+
+fn sampled(seed: u64) -> SamplingParams {
+    SamplingParams { temperature: 1.0, seed: Some(seed), ..SamplingParams::default() }
+}
+
+fn json(source: &str) -> Option<GrammarSpec> {
+    Some(GrammarSpec { kind: GrammarKind::JsonSchema, source: source.into(), trigger_token: None })
+}
+
+fn lark(source: &str, trigger_token: Option<u32>) -> Option<GrammarSpec> {
+    Some(GrammarSpec { kind: GrammarKind::Lark, source: source.into(), trigger_token })
+}
+
+/// Nested objects, an array, an enum, number bounds, required fields; bounded strings so
+/// that a sampled output ends.
+const CITY_SCHEMA: &str = r#"{
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 24},
+    "population": {"type": "integer", "minimum": 0, "maximum": 40000000},
+    "climate": {"enum": ["arid", "temperate", "tropical", "polar"]},
+    "location": {
+      "type": "object",
+      "properties": {
+        "country": {"type": "string", "maxLength": 24},
+        "lat": {"type": "number", "minimum": -90, "maximum": 90},
+        "lon": {"type": "number", "minimum": -180, "maximum": 180}
+      },
+      "required": ["country", "lat", "lon"],
+      "additionalProperties": false
+    },
+    "districts": {"type": "array", "items": {"type": "string", "maxLength": 16}, "minItems": 1, "maxItems": 3}
+  },
+  "required": ["name", "population", "climate", "location", "districts"],
+  "additionalProperties": false
+}"#;
+
+/// CITY_SCHEMA checked by hand.
+fn check_city(text: &str) -> Result<(), String> {
+    use serde_json::Value;
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let o = v.as_object().ok_or("not an object")?;
+    let short =
+        |v: Option<&Value>, max: usize| v.and_then(Value::as_str).is_some_and(|s| s.chars().count() <= max);
+    let within = |v: Option<&Value>, lo: f64, hi: f64| {
+        v.and_then(Value::as_f64).is_some_and(|x| (lo..=hi).contains(&x))
+    };
+    let keys = |o: &serde_json::Map<String, Value>, allowed: &[&str]| {
+        o.keys().all(|k| allowed.contains(&k.as_str()))
+    };
+    if !keys(o, &["name", "population", "climate", "location", "districts"]) {
+        return Err("an extra property".into());
+    }
+    if !short(o.get("name"), 24) {
+        return Err("name".into());
+    }
+    if o.get("population").and_then(Value::as_u64).is_none_or(|p| p > 40_000_000) {
+        return Err("population".into());
+    }
+    if !o
+        .get("climate")
+        .and_then(Value::as_str)
+        .is_some_and(|c| ["arid", "temperate", "tropical", "polar"].contains(&c))
+    {
+        return Err("climate".into());
+    }
+    let loc = o.get("location").and_then(Value::as_object).ok_or("location")?;
+    if !(keys(loc, &["country", "lat", "lon"])
+        && short(loc.get("country"), 24)
+        && within(loc.get("lat"), -90.0, 90.0)
+        && within(loc.get("lon"), -180.0, 180.0))
+    {
+        return Err("location fields".into());
+    }
+    let d = o.get("districts").and_then(Value::as_array).ok_or("districts")?;
+    if !((1..=3).contains(&d.len()) && d.iter().all(|x| short(Some(x), 16))) {
+        return Err("districts items".into());
+    }
+    Ok(())
+}
+
+#[test]
+fn json_schema_output_validates_for_every_seed() {
+    let Some(engine) = smollm2("json_schema_output_validates_for_every_seed", |_| {}) else { return };
+    let prompt = chat(&engine, "Describe a city as JSON.");
+    for seed in 1..=6 {
+        let r = GenerateRequest { grammar: json(CITY_SCHEMA), ..req(prompt.clone(), 400, sampled(seed)) };
+        let out = run(&engine, r);
+        assert_eq!(out.finish, FinishReason::Stop, "seed {seed}: {}", out.text);
+        if let Err(e) = check_city(&out.text) {
+            panic!("seed {seed}: {e}: {}", out.text);
+        }
+    }
+    let m = engine.metrics();
+    assert!(m.grammar_masks_total > 0);
+}
+
+#[test]
+fn json_object_mode_gives_an_object() {
+    let Some(engine) = smollm2("json_object_mode_gives_an_object", |_| {}) else { return };
+    let prompt = chat(&engine, "Reply with a JSON object.");
+    let out = run(
+        &engine,
+        GenerateRequest { grammar: json(r#"{"type":"object"}"#), ..req(prompt, 300, sampled(3)) },
+    );
+    if out.finish == FinishReason::Stop {
+        let v: serde_json::Value = serde_json::from_str(&out.text).expect("JSON");
+        assert!(v.is_object(), "{}", out.text);
+    } else {
+        // An unbounded object may run out of tokens; what there is must still be a prefix.
+        assert_eq!(out.finish, FinishReason::Length);
+        assert!(out.text.trim_start().starts_with('{'), "{}", out.text);
+    }
+}
+
+/// The tool-call grammar the TS layer generates for LFM2 (pythonic calls between the
+/// markers), with argument values as `%json`.
+const WEATHER_TOOL: &str = r#"
+start: <|tool_call_start|> "[" call ("," " "? call)* "]" <|tool_call_end|>
+call: "get_weather(" "city=" city ", " "days=" days ")"
+city: %json { "type": "string", "maxLength": 12 }
+days: %json { "type": "integer", "minimum": 1, "maximum": 14 }
+"#;
+
+/// `[get_weather(city="…", days=N), …]` → the (city, days) pairs.
+fn parse_weather_calls(body: &str) -> Result<Vec<(String, i64)>, String> {
+    let inner = body.strip_prefix('[').and_then(|b| b.strip_suffix(']')).ok_or("brackets")?;
+    let mut calls = vec![];
+    for call in inner.split("get_weather(").skip(1) {
+        let call = call.trim_end_matches([',', ' ']).strip_suffix(')').ok_or("closing paren")?;
+        let (city, days) = call.rsplit_once(", days=").ok_or("days")?;
+        let city = city.strip_prefix("city=").ok_or("city")?;
+        let city: String = serde_json::from_str(city).map_err(|e| format!("city {city}: {e}"))?;
+        let days: i64 = days.parse().map_err(|e| format!("days {days}: {e}"))?;
+        if city.chars().count() > 12 || !(1..=14).contains(&days) {
+            return Err(format!("out of bounds: {city:?} {days}"));
+        }
+        calls.push((city, days));
+    }
+    if calls.is_empty() {
+        return Err("no call".into());
+    }
+    Ok(calls)
+}
+
+#[test]
+fn lark_tool_call_with_special_tokens_and_json() {
+    let engine = tools_fixture();
+    let tok = engine.tokenizer();
+    assert_eq!(tok.token_id("<|tool_call_start|>"), Some(TOOL_START));
+    assert!(tok.is_control(TOOL_START) && tok.is_control(TOOL_END));
+    for seed in 1..=5 {
+        let r = GenerateRequest {
+            grammar: lark(WEATHER_TOOL, None),
+            marker_tokens: vec![TOOL_START, TOOL_END],
+            ..req(vec![1, 72, 105], 200, sampled(seed))
+        };
+        let out = run(&engine, r);
+        assert_eq!(out.finish, FinishReason::Stop, "seed {seed}: {:?}", out.text);
+        assert_eq!((out.ids.first(), out.ids.last()), (Some(&TOOL_START), Some(&TOOL_END)));
+        let body = out
+            .text
+            .strip_prefix("<|tool_call_start|>")
+            .and_then(|t| t.strip_suffix("<|tool_call_end|>"))
+            .unwrap_or_else(|| panic!("seed {seed}: markers missing: {:?}", out.text));
+        parse_weather_calls(body).unwrap_or_else(|e| panic!("seed {seed}: {e}: {body:?}"));
+    }
+    // Without markers the control tokens are in the ids but not in the text.
+    let out = run(
+        &engine,
+        GenerateRequest { grammar: lark(WEATHER_TOOL, None), ..req(vec![1, 72], 200, sampled(1)) },
+    );
+    assert_eq!(out.ids.first(), Some(&TOOL_START));
+    assert!(out.text.starts_with("[get_weather(") && out.text.ends_with(")]"), "{:?}", out.text);
+}
+
+/// The reference call, fed token by token (the fixture's byte tokens): the grammar allows
+/// each token in turn and is complete after the end marker.
+#[test]
+fn weather_grammar_accepts_the_reference_call() {
+    let gguf = wick_core::gguf::GgufFile::open(tools_fixture_path()).expect("open");
+    let tok = Arc::new(Tokenizer::from_gguf(&gguf.metadata).expect("tokenizer"));
+    let compiler = GrammarCompiler::new(tok);
+    let text = r#"[get_weather(city="Paris", days=3), get_weather(city="Oslo", days=14)]"#;
+    let mut ids = vec![TOOL_START];
+    ids.extend(text.bytes().map(|b| 3 + b as u32)); // <0xNN> is token 3 + NN
+    ids.push(TOOL_END);
+    let mut c = compiler.compile(&lark(WEATHER_TOOL, None).expect("spec")).expect("compile");
+    for (i, &id) in ids.iter().enumerate() {
+        c.ready().expect("mask");
+        let mask = c.mask().expect("eager grammars always constrain");
+        assert!(mask.is_allowed(id), "token {i} ({id}) refused");
+        let done = c.commit(id).expect("commit");
+        assert_eq!(done == Commit::Complete, i == ids.len() - 1, "token {i}");
+    }
+    // A string where an integer belongs, and days out of bounds, are refused.
+    for bad in [r#"[get_weather(city="Paris", days="3")]"#, r#"[get_weather(city="Paris", days=15)]"#] {
+        let mut c = compiler.compile(&lark(WEATHER_TOOL, None).expect("spec")).expect("compile");
+        let ids = std::iter::once(TOOL_START).chain(bad.bytes().map(|b| 3 + b as u32));
+        let mut accepted = true;
+        for id in ids {
+            c.ready().expect("mask");
+            accepted = c.mask().is_some_and(|m| m.is_allowed(id)) && c.commit(id).is_ok();
+            if !accepted {
+                break;
+            }
+        }
+        assert!(!accepted, "accepted {bad}");
+    }
+}
+
+#[test]
+fn lazy_trigger_is_free_until_the_trigger_then_constrains_and_rearms() {
+    let engine = tools_fixture();
+    let prompt = vec![1, 87, 101];
+    // The trigger banned: a lazy grammar never engages, so greedy output is exactly that of
+    // the same request without a grammar.
+    let mut free = GenerateRequest::greedy(prompt.clone(), 40);
+    free.sampling.logit_bias = vec![(TOOL_START, -100.0)];
+    let plain = run(&engine, free.clone());
+    let lazy = run(&engine, GenerateRequest { grammar: lark(WEATHER_TOOL, Some(TOOL_START)), ..free });
+    assert_eq!(lazy.ids, plain.ids);
+
+    // The trigger forced wherever generation is free: block after block, each valid, the
+    // grammar re-armed after each end marker.
+    let mut r = GenerateRequest {
+        grammar: lark(WEATHER_TOOL, Some(TOOL_START)),
+        marker_tokens: vec![TOOL_START, TOOL_END],
+        ..req(prompt, 400, sampled(9))
+    };
+    r.sampling.logit_bias = vec![(TOOL_START, 100.0)];
+    let out = run(&engine, r);
+    assert_eq!(out.finish, FinishReason::Length);
+    let blocks: Vec<&str> = out.text.split("<|tool_call_start|>").skip(1).collect();
+    assert!(blocks.len() >= 2, "expected several blocks: {:?} {:?}", out.text, out.ids);
+    for b in &blocks[..blocks.len() - 1] {
+        let body = b.strip_suffix("<|tool_call_end|>").unwrap_or_else(|| panic!("unterminated block {b:?}"));
+        parse_weather_calls(body).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+    }
+}
+
+#[test]
+fn bad_grammars_fail_at_submit_with_invalid_grammar() {
+    let engine = tools_fixture();
+    let submit = |g: Option<GrammarSpec>| {
+        engine.submit(GenerateRequest { grammar: g, ..GenerateRequest::greedy(vec![1], 8) })
+    };
+    let code = |g: Option<GrammarSpec>| submit(g).err().map(|e| (e.code(), e.to_string()));
+    let cases = [
+        ("not JSON", json("{\"type\": ")),
+        ("unknown type", json(r#"{"type": "strng"}"#)),
+        ("Lark syntax", lark("start: (", None)),
+        ("undefined rule", lark("start: foo", None)),
+        ("unknown special token", lark("start: <|nope|> \"x\"", None)),
+        ("trigger not first", lark(WEATHER_TOOL, Some(65))),
+        ("source too long", lark(&format!("start: \"{}\"", "a".repeat(200_000)), None)),
+    ];
+    for (what, g) in cases {
+        match code(g) {
+            Some(("INVALID_GRAMMAR", msg)) => eprintln!("{what}: {msg}"),
+            other => panic!("{what}: expected INVALID_GRAMMAR, got {other:?}"),
+        }
+    }
+    // Over llguidance's parser limits (tightened here: within the source limit, realistic
+    // grammars stay far below the defaults; the plumbing is what is tested).
+    let gguf = wick_core::gguf::GgufFile::open(tools_fixture_path()).expect("open");
+    let tok = Arc::new(Tokenizer::from_gguf(&gguf.metadata).expect("tokenizer"));
+    let tight = |f: fn(&mut ParserLimits)| {
+        let mut l = default_limits();
+        f(&mut l);
+        GrammarCompiler::with_limits(tok.clone(), l)
+    };
+    for (what, compiler) in [
+        ("grammar size", tight(|l| l.max_grammar_size = 20)),
+        ("lexer fuel", tight(|l| l.initial_lexer_fuel = 50)),
+    ] {
+        match compiler.compile(&json(CITY_SCHEMA).expect("spec")) {
+            Err(e) => {
+                assert_eq!(e.code(), "INVALID_GRAMMAR", "{what}");
+                eprintln!("{what}: {e}");
+            }
+            Ok(_) => panic!("{what}: compiled within a tightened limit"),
+        }
+    }
+    // Ids outside the vocabulary are the request's fault.
+    let bad_trigger = submit(lark(WEATHER_TOOL, Some(99_999))).err().map(|e| e.code());
+    assert_eq!(bad_trigger, Some("INVALID_REQUEST"));
+}
+
+#[test]
+fn two_sequences_each_with_its_own_grammar_state() {
+    let engine = tools_fixture();
+    let reqs = (1..=2)
+        .map(|seed| GenerateRequest {
+            grammar: lark(WEATHER_TOOL, None),
+            marker_tokens: vec![TOOL_START, TOOL_END],
+            ..req(vec![1, 80], 200, sampled(seed))
+        })
+        .collect();
+    let outs = run_together(&engine, reqs);
+    for out in &outs {
+        assert_eq!(out.finish, FinishReason::Stop, "{:?}", out.text);
+        let body =
+            out.text.strip_prefix("<|tool_call_start|>").and_then(|t| t.strip_suffix("<|tool_call_end|>"));
+        parse_weather_calls(body.expect("markers")).expect("valid calls");
+    }
+    assert_ne!(outs[0].ids, outs[1].ids, "different seeds, same output: the states are not separate");
+}
+
+#[test]
+fn unconstrained_neighbour_of_a_constrained_sequence_is_unchanged() {
+    let Some(engine) = smollm2("unconstrained_neighbour_of_a_constrained_sequence_is_unchanged", |o| {
+        o.max_sequences = 4;
+    }) else {
+        return;
+    };
+    let free = GenerateRequest::greedy(chat(&engine, "Write a short poem about rivers."), 48);
+    let alone = run(&engine, free.clone());
+    let constrained = GenerateRequest {
+        grammar: json(CITY_SCHEMA),
+        ..req(chat(&engine, "Describe a city as JSON."), 300, sampled(4))
+    };
+    let outs = run_together(&engine, vec![constrained, free]);
+    assert_eq!(outs[1].ids, alone.ids);
+    check_city(&outs[0].text).unwrap_or_else(|e| panic!("{e}: {}", outs[0].text));
+}
+
+#[test]
+fn grammar_survives_preemption_and_prefix_reuse() {
+    // A pool of 8 blocks (512 tokens) for four sequences of up to ~240 tokens forces
+    // preemption and recompute.
+    let Some(engine) = smollm2("grammar_survives_preemption_and_prefix_reuse", |o| {
+        o.max_sequences = 4;
+        o.kv_tokens = Some(512);
+        o.context_size = Some(512);
+    }) else {
+        return;
+    };
+    let ask = "Describe a city as JSON. Use realistic values and short names, keep the answer \
+               compact, and do not add any commentary before or after the object. The city can be \
+               anywhere in the world, large or small, old or new. Give its name, its population, \
+               its climate, where it lies (country, latitude and longitude) and up to three of its \
+               districts.";
+    let prompt = chat(&engine, ask);
+    assert!(prompt.len() > 64, "the prompt ({} tokens) must fill a KV block to be cached", prompt.len());
+    let reqs: Vec<_> = (0..4)
+        .map(|s| GenerateRequest { grammar: json(CITY_SCHEMA), ..req(prompt.clone(), 160, sampled(20 + s)) })
+        .collect();
+    let outs = run_together(&engine, reqs.clone());
+    assert!(engine.metrics().preemptions_total > 0, "no preemption happened");
+    // Each output equals that of the same request run alone: replayed tokens never reach
+    // the grammar twice.
+    for (r, out) in reqs.into_iter().zip(&outs) {
+        let alone = run(&engine, r);
+        assert_eq!(out.ids, alone.ids);
+        assert!(alone.cached_tokens > 0, "the prompt prefix was not reused");
+        if out.finish == FinishReason::Stop {
+            check_city(&out.text).unwrap_or_else(|e| panic!("{e}: {}", out.text));
+        }
+    }
+}
+
+#[test]
+fn max_tokens_mid_grammar_is_length_and_cancel_works() {
+    let engine = tools_fixture();
+    let out =
+        run(&engine, GenerateRequest { grammar: lark(WEATHER_TOOL, None), ..req(vec![1], 5, sampled(1)) });
+    assert_eq!(out.finish, FinishReason::Length);
+    assert_eq!(out.ids.len(), 5);
+    let h = engine
+        .submit(GenerateRequest { grammar: lark(WEATHER_TOOL, None), ..req(vec![1], 500, sampled(2)) })
+        .expect("submit");
+    h.cancel();
+    let out = collect(h).expect("cancelled sequence");
+    assert_eq!(out.finish, FinishReason::Cancelled);
+}
+
+#[test]
+fn control_tokens_render_only_as_markers_and_stop_strings_see_visible_text() {
+    let engine = tools_fixture();
+    let force_start = |markers: Vec<u32>, stop: Vec<String>| {
+        let mut r =
+            GenerateRequest { marker_tokens: markers, stop, ..GenerateRequest::greedy(vec![1, 65], 3) };
+        r.sampling.logit_bias = vec![(TOOL_START, 100.0)];
+        run(&engine, r)
+    };
+    let hidden = force_start(vec![], vec![]);
+    assert_eq!(hidden.ids, vec![TOOL_START; 3]);
+    assert_eq!(hidden.text, "");
+    let shown = force_start(vec![TOOL_START], vec![]);
+    assert_eq!(shown.text, "<|tool_call_start|>".repeat(3));
+    // A stop string matches the visible text only.
+    let stopped = force_start(vec![TOOL_START], vec!["_start|><|tool".into()]);
+    assert_eq!(
+        (stopped.finish, stopped.text.as_str(), stopped.ids.len()),
+        (FinishReason::Stop, "<|tool_call", 2)
+    );
+    let not_stopped = force_start(vec![], vec!["<|tool".into()]);
+    assert_eq!((not_stopped.finish, not_stopped.ids.len()), (FinishReason::Length, 3));
+}
+
+#[test]
+fn logit_bias_bans_and_forces_tokens() {
+    let Some(engine) = smollm2("logit_bias_bans_and_forces_tokens", |_| {}) else { return };
+    let prompt = chat(&engine, "What is the capital of France?");
+    let base = run(&engine, GenerateRequest::greedy(prompt.clone(), 4));
+    let mut banned = GenerateRequest::greedy(prompt.clone(), 4);
+    banned.sampling.logit_bias = vec![(base.ids[0], -100.0)];
+    let out = run(&engine, banned);
+    assert_ne!(out.ids[0], base.ids[0]);
+    let forced_id = engine.tokenizer().encode(" banana", false, false).expect("encode")[0];
+    let mut forced = GenerateRequest { sampling: sampled(5), ..GenerateRequest::greedy(prompt.clone(), 4) };
+    forced.sampling.logit_bias = vec![(forced_id, 100.0)];
+    assert_eq!(run(&engine, forced).ids, vec![forced_id; 4]);
+    let n = engine.info().model.n_vocab as u32;
+    let mut bad = GenerateRequest::greedy(prompt, 4);
+    bad.sampling.logit_bias = vec![(n, 1.0)];
+    assert_eq!(engine.submit(bad).err().map(|e| e.code()), Some("INVALID_REQUEST"));
+}
+
+/// A synthetic fixture of `.cache/fixtures` (`WICK_FIXTURES`), or None after reporting `test`
+/// as skipped.
+fn cached_fixture(test: &str, name: &str, opts: impl FnOnce(&mut EngineOptions)) -> Option<Engine> {
+    let dir = std::env::var_os("WICK_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".cache/fixtures"));
+    let path = dir.join(name);
+    if !path.exists() {
+        common::skip(test, &format!("{} is missing (npm run fixtures)", path.display()));
+        return None;
+    }
+    let mut o = EngineOptions::new(path);
+    o.context_size = Some(1024);
+    opts(&mut o);
+    Some(Engine::load(o).expect("load fixture"))
+}
+
+/// Only bounded values, and compact JSON (`x-guidance`, llguidance's compile options): a
+/// random model would otherwise fill an object with whitespace.
+const BOUNDED_SCHEMA: &str = r#"{
+  "x-guidance": {"whitespace_flexible": false},
+  "type": "object",
+  "properties": {
+    "id": {"type": "integer", "minimum": 0, "maximum": 999},
+    "ok": {"type": "boolean"},
+    "kind": {"enum": ["a", "b", "c"]},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3}
+  },
+  "required": ["id", "ok", "kind", "tags"],
+  "additionalProperties": false
+}"#;
+
+/// A hybrid model (LFM2: conv state restored on preemption) with llama.cpp's llama-bpe vocab
+/// (128k byte-level BPE tokens): two constrained sequences in one batch, preempted and
+/// recomputed, each as valid as alone and equal to its solo run.
+#[test]
+fn bpe_fixture_json_in_a_preempted_batch() {
+    let test = "bpe_fixture_json_in_a_preempted_batch";
+    let Some(engine) = cached_fixture(test, "tiny-lfm2-q8_0.gguf", |o| {
+        o.kv_tokens = Some(256);
+        o.context_size = Some(256);
+    }) else {
+        return;
+    };
+    // 60-token prompts: every sequence crosses into a second block while it generates, and
+    // three of them need six blocks of the pool's four.
+    let prompt: Vec<u32> = (400..460).collect();
+    let reqs: Vec<_> = (0..3)
+        .map(|s| GenerateRequest { grammar: json(BOUNDED_SCHEMA), ..req(prompt.clone(), 120, sampled(s)) })
+        .collect();
+    let outs = run_together(&engine, reqs.clone());
+    assert!(engine.metrics().preemptions_total > 0, "no preemption happened");
+    for (r, out) in reqs.into_iter().zip(&outs) {
+        assert_eq!(out.finish, FinishReason::Stop, "{:?}", out.text);
+        let v: serde_json::Value =
+            serde_json::from_str(&out.text).unwrap_or_else(|e| panic!("{e}: {:?}", out.text));
+        let id = v["id"].as_u64().expect("id");
+        assert!(
+            id <= 999 && v["ok"].is_boolean() && ["a", "b", "c"].contains(&v["kind"].as_str().expect("kind"))
+        );
+        assert!(v["tags"].as_array().is_some_and(|t| t.len() <= 3));
+        assert_eq!(run(&engine, r).ids, out.ids);
+    }
+}
