@@ -56,7 +56,8 @@ serial("an empty prompt or no messages only loads the model", async (t) => {
 });
 
 serial("format: \"json\" and a schema constrain the answer", async (t) => {
-  const j = await client().generate({ model: "smol", prompt: "A JSON object about a cat.", format: "json", options: { temperature: 0, num_predict: 80 } });
+  const j = await client().generate({ model: "smol", prompt: "Reply with a JSON object with the keys name and age for a cat called Tom who is 3.", format: "json", options: { temperature: 0, num_predict: 200 } });
+  t.is(j.done_reason, "stop", j.response);
   t.is(typeof JSON.parse(j.response ?? ""), "object");
   const schema = { type: "object", properties: { colour: { type: "string", enum: ["red", "green", "blue"] } }, required: ["colour"] };
   const s = await client().chat({ model: "smol", messages: [{ role: "user", content: "Pick a colour." }], format: schema, options: { temperature: 1, seed: 3, num_predict: 40 } });

@@ -103,7 +103,7 @@ lfm.serial("tool_choice auto: free text until the model starts a call, then the 
   // logit_bias makes the random model open a call at once (token 10 is <|tool_call_start|>);
   // from there only the grammar decides, so the call must come out valid.
   for (const seed of SEEDS.slice(0, 10)) {
-    const r = (await lfmServed.client.chat.completions.create({ model: "m", messages: ask, tools, temperature: 1, seed, max_tokens: 120, logit_bias: { "10": 100 } } as never)) as OpenAI.ChatCompletion;
+    const r = (await lfmServed.client.chat.completions.create({ model: "m", messages: ask, tools, temperature: 1, seed, max_tokens: 120, logit_bias: { "10": 100 }, parallel_tool_calls: false } as never)) as OpenAI.ChatCompletion;
     const calls = callsOf(r);
     t.true(calls.length >= 1, `seed ${seed}: ${JSON.stringify(r.choices[0]!.message)}`);
     checkCall(t, calls[0]!, seed);
@@ -132,9 +132,17 @@ for (const [name, need, served] of [
 }
 
 smol.serial("response_format json_object: the answer is one JSON object", async (t) => {
-  const r = await smolServed.client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "Give me a JSON object about cats." }], response_format: { type: "json_object" }, temperature: 0, max_tokens: 200 });
-  const value = JSON.parse(r.choices[0]!.message.content!);
-  t.true(typeof value === "object" && value !== null && !Array.isArray(value));
+  const r = await smolServed.client.chat.completions.create({
+    model: "m",
+    messages: [{ role: "user", content: "Reply with a JSON object with the keys name and age for a cat called Tom who is 3." }],
+    response_format: { type: "json_object" },
+    temperature: 0,
+    max_tokens: 300,
+  });
+  const text = r.choices[0]!.message.content!;
+  t.is(r.choices[0]!.finish_reason, "stop", text);
+  const value = JSON.parse(text);
+  t.true(typeof value === "object" && value !== null && !Array.isArray(value), text);
 });
 
 smol.serial("logit_bias: -100 bans the greedy token, +100 forces a token", async (t) => {
@@ -149,16 +157,28 @@ smol.serial("logit_bias: -100 bans the greedy token, +100 forces a token", async
   t.is(forced.choices[0]!.message.content, smolServed.engine.detokenize([forcedId]));
 });
 
-smol.serial("a grammar too large to compile is a 400 on response_format; the server keeps serving", async (t) => {
-  // Tens of thousands of distinct enum strings: far over the compiler's limits, in a 1.5 MB body.
-  const schema = { type: "object", properties: { pick: { type: "string", enum: Array.from({ length: 60_000 }, (_, i) => `v${i.toString(36)}-${(i * 7919).toString(36)}`) } } };
-  const r = await postJson(`${smolServed.server.url}/v1/chat/completions`, {
-    messages: [{ role: "user", content: "hi" }],
-    response_format: { type: "json_schema", json_schema: { name: "big", schema } },
-    max_tokens: 4,
-  });
-  t.is(r.status, 400, r.text.slice(0, 300));
-  t.is(r.json?.error?.param, "response_format");
+smol.serial("grammars too large: a huge schema and a grammar over the engine's limits are 400s naming the field; the server keeps serving", async (t) => {
+  const url = `${smolServed.server.url}/v1/chat/completions`;
+  const base = { messages: [{ role: "user", content: "hi" }], max_tokens: 4 };
+  // Tens of thousands of enum strings (1.5 MB): refused before any schema check runs.
+  const huge = { type: "object", properties: { pick: { type: "string", enum: Array.from({ length: 60_000 }, (_, i) => `v${i.toString(36)}-${(i * 7919).toString(36)}`) } } };
+  const started = performance.now();
+  const a = await postJson(url, { ...base, response_format: { type: "json_schema", json_schema: { name: "big", schema: huge } } });
+  t.is(a.status, 400, a.text.slice(0, 300));
+  t.is(a.json?.error?.param, "response_format.json_schema.schema");
+  t.is(a.json?.error?.code, "schema_too_large");
+  t.true(performance.now() - started < 2000, "answered at once");
+  // A schema ajv accepts but no JSON value satisfies: the grammar compiler says so.
+  const never = { allOf: [{ type: "string" }, { type: "integer" }] };
+  const b = await postJson(url, { ...base, response_format: { type: "json_schema", json_schema: { name: "never", schema: never } } });
+  t.is(b.status, 400, b.text.slice(0, 300));
+  t.like(b.json?.error, { param: "response_format", code: "invalid_grammar" });
+  // Tools each under the schema cap, together a call grammar over the engine's source limit.
+  const props = Object.fromEntries(Array.from({ length: 700 }, (_, i) => [`key_${i}_${"q".repeat(20)}`, { type: "string", pattern: "^[a-z]{3,40}$" }]));
+  const wideTools = [0, 1, 2].map((i) => ({ type: "function", function: { name: `tool_${i}`, parameters: { type: "object", properties: props } } }));
+  const c = await postJson(url, { ...base, tools: wideTools, tool_choice: "required" });
+  t.is(c.status, 400, c.text.slice(0, 300));
+  t.like(c.json?.error, { param: "tools", code: "invalid_grammar" });
   const ok = await smolServed.client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
   t.is(ok.choices.length, 1);
 });

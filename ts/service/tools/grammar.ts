@@ -7,7 +7,8 @@
  * - lfm2: `<|tool_call_start|>[get_weather(city="Paris", days=3)]<|tool_call_end|>`, keyword
  *   arguments in the schema's order (required ones, then each optional one or not), as llama.cpp's
  *   `python_style_tool_calls` grammar does. JSON values are Python literals too (strings in double
- *   quotes; true/false/null, which the LFM2 parser and llama.cpp both accept).
+ *   quotes; true/false/null, which the LFM2 parser and llama.cpp both accept). The JSON form
+ *   `[{"name": …, "arguments": {…}}]` is allowed in the same block.
  * - hermes: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, the call object one schema.
  */
 import { grammarSchema } from "../json-schema.ts";
@@ -45,7 +46,9 @@ function pythonicGrammar(parser: ToolParser, tools: ToolSpec[], { parallel }: Ca
   });
   const call = `call: ${calls.join(" | ")}`;
   const list = parallel ? `"[" call ("," " "? call)* "]"` : `"[" call "]"`;
-  return [`start: ${marker(parser.start)} ${list} ${marker(parser.end)}`, call, ...rules].join("\n");
+  // LFM2 writes the JSON form when its system prompt asks for JSON: allowed too, as the parser reads both.
+  const jsonList = { type: "array", items: callObjects(tools), minItems: 1, ...(parallel ? {} : { maxItems: 1 }) };
+  return [`start: ${marker(parser.start)} (${list} | json_calls) ${marker(parser.end)}`, call, `json_calls: %json ${json(jsonList)}`, ...rules].join("\n");
 }
 
 /**
@@ -67,7 +70,13 @@ function argList(required: string[], optional: string[]): string {
 }
 
 function jsonBlockGrammar(parser: ToolParser, tools: ToolSpec[], { parallel }: CallGrammarOptions): string {
-  const anyCall = {
+  const block = `${marker(parser.start)} "\\n"? call "\\n"? ${marker(parser.end)}`;
+  return [`start: ${parallel ? `block ("\\n" block)*` : "block"}`, `block: ${block}`, `call: %json ${json(callObjects(tools))}`].join("\n");
+}
+
+/** `{"name": <one of the tools>, "arguments": <its parameters>}` as one schema. */
+function callObjects(tools: ToolSpec[]): Record<string, unknown> {
+  return {
     anyOf: tools.map((tool) => ({
       type: "object",
       properties: { name: { const: tool.name }, arguments: tool.parameters ?? { type: "object" } },
@@ -75,8 +84,6 @@ function jsonBlockGrammar(parser: ToolParser, tools: ToolSpec[], { parallel }: C
       additionalProperties: false,
     })),
   };
-  const block = `${marker(parser.start)} "\\n"? call "\\n"? ${marker(parser.end)}`;
-  return [`start: ${parallel ? `block ("\\n" block)*` : "block"}`, `block: ${block}`, `call: %json ${json(anyCall)}`].join("\n");
 }
 
 /** The properties of an object schema, each carrying the root's `$defs` so its `$ref`s resolve. */
