@@ -319,6 +319,13 @@ fn weather_grammar_accepts_the_reference_call() {
         let done = c.commit(id).expect("commit");
         assert_eq!(done == Commit::Complete, i == ids.len() - 1, "token {i}");
     }
+    // A control token never matches text, even its own: a quoted "<|tool_call_start|>" is
+    // text, the bare name is the token.
+    let mut as_text =
+        compiler.compile(&lark(r#"start: "<|tool_call_start|>""#, None).expect("spec")).expect("compile");
+    as_text.ready().expect("mask");
+    let m = as_text.mask().expect("mask");
+    assert!(!m.is_allowed(TOOL_START) && m.is_allowed(3 + b'<' as u32));
     // A string where an integer belongs, and days out of bounds, are refused.
     for bad in [r#"[get_weather(city="Paris", days="3")]"#, r#"[get_weather(city="Paris", days=15)]"#] {
         let mut c = compiler.compile(&lark(WEATHER_TOOL, None).expect("spec")).expect("compile");
