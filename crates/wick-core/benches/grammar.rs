@@ -1,6 +1,6 @@
 //! What a JSON-schema grammar costs decoding, through the whole engine (scheduler, helper
 //! threads, sampler): `cargo bench -p wick-core --bench grammar -- [MODEL.gguf] [--gen 128]
-//! [--repeats 3]` (default model: SmolLM2-135M-Instruct in `.cache/models`). Threads:
+//! [--rounds 5]` (default model: SmolLM2-135M-Instruct in `.cache/models`). Threads:
 //! `WICK_THREADS` (default: all cores).
 //!
 //! The constrained requests ask for an array of at least 50 city objects (nested objects,
@@ -113,7 +113,7 @@ fn main() {
         eprintln!("{} is missing (python3 scripts/fetch_models.py)", path.display());
         return;
     }
-    let (gen, reps) = (arg(&args, "--gen", 128), arg(&args, "--repeats", 3));
+    let (gen, reps) = (arg(&args, "--gen", 128), arg(&args, "--rounds", 5));
 
     // Compile times, on a compiler of its own (the first one builds the token trie).
     let gguf = wick_core::gguf::GgufFile::open(&path).expect("open");
@@ -146,51 +146,50 @@ fn main() {
 
     for temperature in [0.0f32, 0.7] {
         let t = if temperature == 0.0 { "greedy".to_string() } else { format!("t={temperature}") };
-        let mut single = [0.0f64; 2];
-        for (i, constrained) in [false, true].into_iter().enumerate() {
-            let mut rates: Vec<f64> = (0..reps)
-                .map(|r| {
-                    let req = request(&prompt, gen, temperature, r as u64 + 1, constrained);
-                    1e3 / run(&engine, vec![req]).2[0]
-                })
-                .collect();
-            single[i] = median(&mut rates);
-            let case = if constrained { "JSON schema" } else { "unconstrained" };
-            row(&format!("decode, 1 sequence, tg{gen}, {t}"), case, format!("{:.1} tok/s", single[i]));
-        }
-        row("  constrained / unconstrained", "", format!("{:.1} %", 100.0 * single[1] / single[0]));
-
-        let mut batch = [0.0f64; 2];
-        for (i, half) in [false, true].into_iter().enumerate() {
-            let m0 = engine.metrics();
-            let mut rates: Vec<f64> = (0..reps)
-                .map(|r| {
-                    let seed = |k: usize| (r * 8 + k) as u64 + 1;
-                    let reqs = (0..8)
-                        .map(|k| request(&prompt, gen, temperature, seed(k), half && k % 2 == 0))
-                        .collect();
-                    let (wall, tokens, _) = run(&engine, reqs);
-                    tokens as f64 / wall
-                })
-                .collect();
-            batch[i] = median(&mut rates);
-            let case = if half { "4 of 8 with the JSON schema" } else { "none constrained" };
-            row(&format!("batch of 8, tg{gen}, {t}"), case, format!("{:.1} tok/s", batch[i]));
-            let m = engine.metrics();
-            let masks = (m.grammar_masks_total - m0.grammar_masks_total).max(1) as f64;
-            if half {
-                let compute =
-                    (m.grammar_mask_compute_us_total - m0.grammar_mask_compute_us_total) as f64 / masks;
-                let wait = (m.grammar_mask_wait_us_total - m0.grammar_mask_wait_us_total) as f64 / masks;
-                row(
-                    "  mask per constrained token",
-                    "computed on a helper thread",
-                    format!("{compute:.0} µs"),
-                );
-                row("  mask per constrained token", "sampling waited for it", format!("{wait:.0} µs"));
+        // Rounds alternate the cases (a shared machine's load drifts); each case's median,
+        // and the median of the per-round ratios.
+        let (mut single, mut batch) = ([vec![], vec![]], [vec![], vec![]]);
+        let (mut compute, mut wait, mut masks) = (0usize, 0usize, 0usize);
+        for r in 0..reps {
+            for (i, constrained) in [false, true].into_iter().enumerate() {
+                let req = request(&prompt, gen, temperature, r as u64 + 1, constrained);
+                single[i].push(1e3 / run(&engine, vec![req]).2[0]);
+            }
+            for (i, half) in [false, true].into_iter().enumerate() {
+                let m0 = engine.metrics();
+                let seed = |k: usize| (r * 8 + k) as u64 + 1;
+                let reqs =
+                    (0..8).map(|k| request(&prompt, gen, temperature, seed(k), half && k % 2 == 0)).collect();
+                let (wall, tokens, _) = run(&engine, reqs);
+                batch[i].push(tokens as f64 / wall);
+                let m = engine.metrics();
+                masks += m.grammar_masks_total - m0.grammar_masks_total;
+                compute += m.grammar_mask_compute_us_total - m0.grammar_mask_compute_us_total;
+                wait += m.grammar_mask_wait_us_total - m0.grammar_mask_wait_us_total;
             }
         }
-        row("  half constrained / none", "", format!("{:.1} %", 100.0 * batch[1] / batch[0]));
+        let ratio = |v: &[Vec<f64>; 2]| {
+            let mut r: Vec<f64> = v[1].iter().zip(&v[0]).map(|(c, u)| c / u).collect();
+            100.0 * median(&mut r)
+        };
+        let (single_ratio, batch_ratio) = (ratio(&single), ratio(&batch));
+        for (i, case) in ["unconstrained", "JSON schema"].into_iter().enumerate() {
+            let rate = median(&mut single[i]);
+            row(&format!("decode, 1 sequence, tg{gen}, {t}"), case, format!("{rate:.1} tok/s"));
+        }
+        row("  constrained / unconstrained", "median of paired rounds", format!("{single_ratio:.1} %"));
+        for (i, case) in ["none constrained", "4 of 8 with the JSON schema"].into_iter().enumerate() {
+            let rate = median(&mut batch[i]);
+            row(&format!("batch of 8, tg{gen}, {t}"), case, format!("{rate:.1} tok/s"));
+        }
+        row("  half constrained / none", "median of paired rounds", format!("{batch_ratio:.1} %"));
+        let per_mask = |us: usize| us as f64 / masks.max(1) as f64;
+        row(
+            "  mask per constrained token",
+            "computed on a helper thread",
+            format!("{:.0} µs", per_mask(compute)),
+        );
+        row("  mask per constrained token", "sampling waited for it", format!("{:.0} µs", per_mask(wait)));
     }
     println!("threads={}, {}", wick_core::runtime::pool::global().threads(), path.display());
 }

@@ -1,133 +1,21 @@
-//! Constrained decoding, logit bias and control-token rendering through the public engine API,
-//! on SmolLM2-135M (`.cache/models`, scripts/fetch_models.py) and on a tiny fixture written
-//! here whose vocabulary has LFM2's tool-call markers as control tokens.
+//! Constrained decoding through the public engine API, on SmolLM2-135M (`.cache/models`,
+//! scripts/fetch_models.py), on `.cache/fixtures`, and on a tiny fixture written by the tests
+//! whose vocabulary has LFM2's tool-call markers as control tokens.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use wick_core::request::{Event, FinishReason, GenerateRequest};
+use wick_core::request::{FinishReason, GenerateRequest};
 use wick_core::sampling::grammar::{
     default_limits, Commit, GrammarCompiler, GrammarKind, GrammarSpec, ParserLimits,
 };
-use wick_core::sampling::SamplingParams;
 use wick_core::tokenizer::Tokenizer;
-use wick_core::{Engine, EngineOptions, WickError};
 
 mod common;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// SmolLM2-135M-Instruct, or None after reporting `test` as skipped.
-fn smollm2(test: &str, opts: impl FnOnce(&mut EngineOptions)) -> Option<Engine> {
-    let dir = std::env::var_os("WICK_MODEL_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".cache/models"));
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.exists() {
-        common::skip(test, &format!("{} is missing (python3 scripts/fetch_models.py)", path.display()));
-        return None;
-    }
-    let mut o = EngineOptions::new(path);
-    o.context_size = Some(1024);
-    opts(&mut o);
-    Some(Engine::load(o).expect("load SmolLM2"))
-}
-
-const TOOL_START: u32 = 259;
-const TOOL_END: u32 = 260;
-
-/// A tiny random llama whose vocabulary is the fixture byte vocab plus `<|tool_call_start|>`
-/// and `<|tool_call_end|>` as control tokens (written once per run, no external files).
-fn tools_fixture_path() -> &'static Path {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        use candle_core::quantized::gguf_file::Value as V;
-        let mut vocab = wick_fixtures::byte_vocab();
-        for (key, value) in vocab.iter_mut() {
-            let V::Array(a) = value else { continue };
-            match key.as_str() {
-                "tokenizer.ggml.tokens" => {
-                    a.extend(["<|tool_call_start|>", "<|tool_call_end|>"].map(|t| V::String(t.into())))
-                }
-                "tokenizer.ggml.scores" => a.extend([V::F32(0.0), V::F32(0.0)]),
-                "tokenizer.ggml.token_type" => a.extend([V::I32(3), V::I32(3)]),
-                _ => {}
-            }
-        }
-        let mut spec = wick_fixtures::standard_specs()
-            .into_iter()
-            .find(|s| s.file_name == "tiny-llama-q8_0.gguf")
-            .expect("tiny-llama spec");
-        spec.file_name = "tiny-llama-tools-q8_0.gguf".into();
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wick-grammar");
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let tmp = dir.join(format!("{}.{}", spec.file_name, std::process::id()));
-        wick_fixtures::write_fixture(&spec, &vocab, &tmp).expect("write fixture");
-        let path = dir.join(&spec.file_name);
-        std::fs::rename(&tmp, &path).expect("rename fixture");
-        path
-    })
-}
-
-fn tools_fixture() -> Engine {
-    let mut o = EngineOptions::new(tools_fixture_path());
-    o.context_size = Some(1024);
-    Engine::load(o).expect("load the tools fixture")
-}
-
-struct Output {
-    ids: Vec<u32>,
-    text: String,
-    finish: FinishReason,
-    cached_tokens: usize,
-}
-
-fn collect(mut h: wick_core::engine::SequenceHandle) -> Result<Output, WickError> {
-    let mut out =
-        Output { ids: vec![], text: String::new(), finish: FinishReason::Cancelled, cached_tokens: 0 };
-    while let Some(ev) = h.events.blocking_recv() {
-        match ev {
-            Event::Token(t) => {
-                out.ids.extend(t.ids);
-                out.text += &t.text;
-            }
-            Event::Done(d) => {
-                out.finish = d.finish_reason;
-                out.cached_tokens = d.usage.cached_tokens;
-                return Ok(out);
-            }
-            Event::Error(e) => return Err(e),
-        }
-    }
-    panic!("the event stream ended without a done event")
-}
-
-fn run(engine: &Engine, req: GenerateRequest) -> Output {
-    collect(engine.submit(req).expect("submit")).expect("generation")
-}
-
-/// Runs all requests in one schedule (submitted while the scheduler is paused).
-fn run_together(engine: &Engine, reqs: Vec<GenerateRequest>) -> Vec<Output> {
-    engine.pause().expect("pause");
-    let handles: Vec<_> = reqs.into_iter().map(|r| engine.submit(r).expect("submit")).collect();
-    engine.resume().expect("resume");
-    handles.into_iter().map(|h| collect(h).expect("generation")).collect()
-}
-
-fn chat(engine: &Engine, user: &str) -> Vec<u32> {
-    let text = format!("<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n");
-    engine.tokenizer().encode(&text, false, true).expect("encode")
-}
-
-fn req(prompt: Vec<u32>, max_tokens: usize, sampling: SamplingParams) -> GenerateRequest {
-    GenerateRequest { sampling, ..GenerateRequest::greedy(prompt, max_tokens) }
-}
-
-fn sampled(seed: u64) -> SamplingParams {
-    SamplingParams { temperature: 1.0, seed: Some(seed), ..SamplingParams::default() }
-}
+use common::engine::{
+    cached_fixture, chat, collect, req, run, run_together, sampled, smollm2, tools_fixture,
+    tools_fixture_path, TOOL_END, TOOL_START,
+};
 
 fn json(source: &str) -> Option<GrammarSpec> {
     Some(GrammarSpec { kind: GrammarKind::JsonSchema, source: source.into(), trigger_token: None })
@@ -319,6 +207,13 @@ fn weather_grammar_accepts_the_reference_call() {
         let done = c.commit(id).expect("commit");
         assert_eq!(done == Commit::Complete, i == ids.len() - 1, "token {i}");
     }
+    // A control token never matches text, even its own: a quoted "<|tool_call_start|>" is
+    // text, the bare name is the token.
+    let mut as_text =
+        compiler.compile(&lark(r#"start: "<|tool_call_start|>""#, None).expect("spec")).expect("compile");
+    as_text.ready().expect("mask");
+    let m = as_text.mask().expect("mask");
+    assert!(!m.is_allowed(TOOL_START) && m.is_allowed(3 + b'<' as u32));
     // A string where an integer belongs, and days out of bounds, are refused.
     for bad in [r#"[get_weather(city="Paris", days="3")]"#, r#"[get_weather(city="Paris", days=15)]"#] {
         let mut c = compiler.compile(&lark(WEATHER_TOOL, None).expect("spec")).expect("compile");
@@ -499,66 +394,6 @@ fn max_tokens_mid_grammar_is_length_and_cancel_works() {
     h.cancel();
     let out = collect(h).expect("cancelled sequence");
     assert_eq!(out.finish, FinishReason::Cancelled);
-}
-
-#[test]
-fn control_tokens_render_only_as_markers_and_stop_strings_see_visible_text() {
-    let engine = tools_fixture();
-    let force_start = |markers: Vec<u32>, stop: Vec<String>| {
-        let mut r =
-            GenerateRequest { marker_tokens: markers, stop, ..GenerateRequest::greedy(vec![1, 65], 3) };
-        r.sampling.logit_bias = vec![(TOOL_START, 100.0)];
-        run(&engine, r)
-    };
-    let hidden = force_start(vec![], vec![]);
-    assert_eq!(hidden.ids, vec![TOOL_START; 3]);
-    assert_eq!(hidden.text, "");
-    let shown = force_start(vec![TOOL_START], vec![]);
-    assert_eq!(shown.text, "<|tool_call_start|>".repeat(3));
-    // A stop string matches the visible text only.
-    let stopped = force_start(vec![TOOL_START], vec!["_start|><|tool".into()]);
-    assert_eq!(
-        (stopped.finish, stopped.text.as_str(), stopped.ids.len()),
-        (FinishReason::Stop, "<|tool_call", 2)
-    );
-    let not_stopped = force_start(vec![], vec!["<|tool".into()]);
-    assert_eq!((not_stopped.finish, not_stopped.ids.len()), (FinishReason::Length, 3));
-}
-
-#[test]
-fn logit_bias_bans_and_forces_tokens() {
-    let Some(engine) = smollm2("logit_bias_bans_and_forces_tokens", |_| {}) else { return };
-    let prompt = chat(&engine, "What is the capital of France?");
-    let base = run(&engine, GenerateRequest::greedy(prompt.clone(), 4));
-    let mut banned = GenerateRequest::greedy(prompt.clone(), 4);
-    banned.sampling.logit_bias = vec![(base.ids[0], -100.0)];
-    let out = run(&engine, banned);
-    assert_ne!(out.ids[0], base.ids[0]);
-    let forced_id = engine.tokenizer().encode(" banana", false, false).expect("encode")[0];
-    let mut forced = GenerateRequest { sampling: sampled(5), ..GenerateRequest::greedy(prompt.clone(), 4) };
-    forced.sampling.logit_bias = vec![(forced_id, 100.0)];
-    assert_eq!(run(&engine, forced).ids, vec![forced_id; 4]);
-    let n = engine.info().model.n_vocab as u32;
-    let mut bad = GenerateRequest::greedy(prompt, 4);
-    bad.sampling.logit_bias = vec![(n, 1.0)];
-    assert_eq!(engine.submit(bad).err().map(|e| e.code()), Some("INVALID_REQUEST"));
-}
-
-/// A synthetic fixture of `.cache/fixtures` (`WICK_FIXTURES`), or None after reporting `test`
-/// as skipped.
-fn cached_fixture(test: &str, name: &str, opts: impl FnOnce(&mut EngineOptions)) -> Option<Engine> {
-    let dir = std::env::var_os("WICK_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".cache/fixtures"));
-    let path = dir.join(name);
-    if !path.exists() {
-        common::skip(test, &format!("{} is missing (npm run fixtures)", path.display()));
-        return None;
-    }
-    let mut o = EngineOptions::new(path);
-    o.context_size = Some(1024);
-    opts(&mut o);
-    Some(Engine::load(o).expect("load fixture"))
 }
 
 /// Only bounded values, and compact JSON (`x-guidance`, llguidance's compile options): a

@@ -3,6 +3,8 @@
 // Each test file is its own crate and uses only some of these helpers.
 #![allow(dead_code)]
 
+pub mod engine;
+
 use std::io::Write;
 use std::path::PathBuf;
 
