@@ -59,9 +59,6 @@ export async function serve(flags: ServeFlags): Promise<void> {
   });
   const addr = server.address() as AddressInfo;
   const url = `http://${addr.family === "IPv6" ? `[${addr.address}]` : addr.address}:${addr.port}`;
-  log.info({ url, auth: apiKey ? "api-key" : "none", store: store.root }, "listening");
-  process.stderr.write(model ? `wick: serving ${model.id} at ${url}/v1\n` : `wick: serving the models of ${store.root} (loaded on first use) at ${url}/v1\n`);
-
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;
@@ -74,6 +71,9 @@ export async function serve(flags: ServeFlags): Promise<void> {
   };
   process.once("SIGINT", () => void stop("SIGINT"));
   process.once("SIGTERM", () => void stop("SIGTERM"));
+  // Announced only once the signal handlers are in place: whoever reads this line may stop us at once.
+  log.info({ url, auth: apiKey ? "api-key" : "none", store: store.root }, "listening");
+  process.stderr.write(model ? `wick: serving ${model.id} at ${url}/v1\n` : `wick: serving the models of ${store.root} (loaded on first use) at ${url}/v1\n`);
 }
 
 /** The -m model: a path as is, a store name from the store, a hub reference pulled first. Loaded before listening. */
