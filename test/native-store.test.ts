@@ -83,13 +83,13 @@ serial("generate on a store model: PARAMETER num_predict 3 gives 3 eval tokens, 
   t.is(a.eval_count, 3);
   t.is(a.done_reason, "length");
   t.is(a.response, b.response, "temperature 0 from the Modelfile: greedy");
-  t.true(a.response.length > 0);
+  t.true((a.response ?? "").length > 0);
   let streamed = "";
-  for await (const part of await ollama.generate({ model: "smol", prompt: "Name a colour.", stream: true })) streamed += part.response;
-  t.is(streamed, a.response);
+  for await (const part of await ollama.generate({ model: "smol", prompt: "Name a colour.", stream: true })) streamed += part.response ?? "";
+  t.is(streamed, a.response ?? "");
   const longer = await ollama.generate({ model: "smol", prompt: "Name a colour.", options: { num_predict: 5 } });
   t.is(longer.eval_count, 5, "request options win over PARAMETERs");
-  t.true(longer.response.startsWith(a.response), "still greedy: the first 3 tokens agree");
+  t.true((longer.response ?? "").startsWith(a.response ?? "\0"), "still greedy: the first 3 tokens agree");
   t.is(s.loads(), 2, "loaded once, on first use (after the pulled model)");
 });
 
@@ -159,7 +159,7 @@ serial("/api/show by store name: the Modelfile, parameters text, Go template, sy
   t.deepEqual(r.capabilities, ["completion"]);
   const plain = await ollama.show({ model: "smol:latest" });
   t.regex(plain.template, /<\|im_start\|>/, "no TEMPLATE: the GGUF's chat template");
-  t.is(plain.system, undefined);
+  t.is((plain as { system?: string }).system, undefined);
 });
 
 serial("copy and delete: 200 with the ollama client, 404 for a missing source or model", async (t) => {
