@@ -144,3 +144,44 @@ serial("a model that fails to load fails its own requests (500, both APIs), is r
     await s.close();
   }
 });
+
+serial("with a -m model, store names reach their own models and any other name reaches the -m model", async (t) => {
+  const s = await startStoreServer();
+  try {
+    await send(`${s.url}/api/create`, { model: "qwen", from: pathOf(tinyB), stream: false });
+    s.models.setDefault({ path: pathOf(tinyA) });
+    await s.models.loadDefault();
+    const hi = [{ role: "user", content: "hi" }];
+    const chat = async (model: string) => (await send(`${s.url}/v1/chat/completions`, { model, messages: hi, max_tokens: 2 })).json();
+    t.is((await chat("gpt-4o")).model, "tiny-llama-q8_0", "an unknown name: the -m model");
+    t.is((await chat("meta-llama/Llama-3.2-1B")).model, "tiny-llama-q8_0", "a hub-looking name the store lacks: the -m model");
+    t.is((await chat("qwen")).model, "qwen:latest", "a store name: its own model, loaded on demand");
+    t.is((await s.ollama.generate({ model: "anything", prompt: "hi", options: { num_predict: 1 } })).model, "anything", "Ollama echoes the name asked for");
+    t.deepEqual((await s.ollama.ps()).models.map((m) => m.name).sort(), ["qwen:latest", "tiny-llama-q8_0"]);
+    // keep_alive 0 unloads the -m model too; the next request loads it again.
+    await s.ollama.generate({ model: "tiny-llama-q8_0", prompt: "", keep_alive: 0 });
+    t.deepEqual((await s.ollama.ps()).models.map((m) => m.name), ["qwen:latest"]);
+    t.is((await chat("gpt-4o")).model, "tiny-llama-q8_0");
+    t.is((await s.ollama.show({ model: "tiny-llama-q8_0" })).details.family, "llama");
+  } finally {
+    await s.close();
+  }
+});
+
+serial("the memory budget: a model that does not fit in free RAM first evicts idle models, least recently used first", async (t) => {
+  // Free RAM as a machine with room for two of these models would report it.
+  let limited = false;
+  const s = await startStoreServer({ freeMemory: () => (limited && s.registry.list().length >= 2 ? 0 : Number.MAX_SAFE_INTEGER) });
+  try {
+    for (const [name, file] of [["a", tinyA], ["b", tinyB], ["c", tinyA]] as const) await send(`${s.url}/api/create`, { model: name, from: pathOf(file), stream: false });
+    const gen = (model: string) => s.ollama.generate({ model, prompt: "hi", options: { num_predict: 1 } });
+    await gen("a");
+    await gen("b");
+    await gen("a"); // b is now the least recently used
+    limited = true;
+    await gen("c");
+    t.deepEqual((await s.ollama.ps()).models.map((m) => m.name).sort(), ["a:latest", "c:latest"], "b made way, a stayed");
+  } finally {
+    await s.close();
+  }
+});
