@@ -10,6 +10,19 @@
 import type { ChatMessage } from "../schemas/chat.ts";
 import type { SamplingRequest } from "../schemas/sampling.ts";
 import { GoTemplate, type ModelConfig, type ResolvedModel } from "../store/index.ts";
+import { RequestError } from "./errors.ts";
+
+export type RequestTemplate = GoTemplate;
+
+/** /api/generate's `template`: a Go template for one request; one that does not parse is a 400 naming the field. */
+export function requestTemplate(source: string | null | undefined): RequestTemplate | undefined {
+  if (!source) return undefined;
+  try {
+    return GoTemplate.parse(source);
+  } catch (err) {
+    throw new RequestError("INVALID_REQUEST", `Invalid template: ${(err as Error).message}`, "template", "invalid_template");
+  }
+}
 
 export interface ModelProfile {
   /** Modelfile PARAMETERs under Ollama's option names (`stop` an array). */

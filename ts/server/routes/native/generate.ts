@@ -12,12 +12,12 @@ import { ollamaGenerateRequest, type OllamaGenerateRequest } from "../../../sche
 import { RequestError } from "../../../service/errors.ts";
 import { startChoices, type ChoiceEvent, type Job } from "../../../service/generation.ts";
 import { formatGrammar, ollamaSampling } from "../../../service/native.ts";
+import { requestTemplate, type RequestTemplate } from "../../../service/profile.ts";
 import { chatPromptTokens, completionPromptTokens } from "../../../service/prompt.ts";
 import type { ServedModel } from "../../../service/registry.ts";
 import { sendNdjson } from "../../ndjson.ts";
 import { clientGoneSignal } from "../../sse.ts";
 import { parseBody } from "../../validate.ts";
-import { GoTemplate } from "../../../store/index.ts";
 import { useModel, type RouteDeps } from "../openai/common.ts";
 import { createdAt, doneMetrics, doneReason, loadOrUnload } from "./common.ts";
 
@@ -32,7 +32,7 @@ export function nativeGenerateRoutes(router: Router, { models, log }: RouteDeps)
       return;
     }
     unsupported(req);
-    const template = requestTemplate(req);
+    const template = req.raw ? undefined : requestTemplate(req.template);
     const model = await useModel(ctx, models, req.model, req.keep_alive);
     const promptTokens = generatePrompt(model, req, template);
     const options = { ...ollamaSampling(req.options, model.info.nVocab, model.profile?.params), promptTokens };
@@ -64,17 +64,7 @@ function unsupported(req: OllamaGenerateRequest): void {
   if (req.suffix) throw new RequestError("INVALID_REQUEST", "This model does not support insert (fill-in-the-middle) with suffix.", "suffix");
 }
 
-/** `template`: a Go template (Ollama's TEMPLATE syntax) for this request only; a bad one is a 400 naming the field. */
-function requestTemplate(req: OllamaGenerateRequest): GoTemplate | undefined {
-  if (!req.template || req.raw) return undefined;
-  try {
-    return GoTemplate.parse(req.template);
-  } catch (err) {
-    throw new RequestError("INVALID_REQUEST", `Invalid template: ${(err as Error).message}`, "template", "invalid_template");
-  }
-}
-
-function generatePrompt(model: ServedModel, req: OllamaGenerateRequest, goTemplate: GoTemplate | undefined): number[] {
+function generatePrompt(model: ServedModel, req: OllamaGenerateRequest, goTemplate: RequestTemplate | undefined): number[] {
   const prompt = req.prompt ?? "";
   let ids: number[];
   if (req.raw) {

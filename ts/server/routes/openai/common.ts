@@ -1,4 +1,4 @@
-/** Pieces the OpenAI routes share: ids, finish reasons, and what a route needs from the app. */
+/** Pieces the routes share: ids, finish reasons, what a route needs from the app, and holding the model a request uses. */
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import type { DoneEvent } from "../../../service/generation.ts";
