@@ -5,10 +5,15 @@
  */
 import test from "ava";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { FOREIGN_FLAGS, normalizeArgv, SERVE_FLAGS } from "../ts/cli/flags.ts";
 import { hostPort } from "../ts/cli/values.ts";
-import { openaiClient } from "./helpers/server.ts";
+import { Ollama } from "ollama";
+import { createModel, ModelStore } from "../ts/store/index.ts";
+import { startHub } from "./helpers/hub.ts";
+import { openaiClient, postJson } from "./helpers/server.ts";
 import { needs, repoRoot, smollm2 } from "./helpers/assets.ts";
 
 const BIN = path.join(repoRoot, "bin/wick.js");
@@ -51,10 +56,15 @@ test("WICK_HOST forms", (t) => {
 });
 
 const MODEL = smol ?? "/nonexistent.gguf";
+const emptyHome = mkdtempSync(path.join(os.tmpdir(), "wick-cli-home-"));
+test.after.always(() => rmSync(emptyHome, { recursive: true, force: true }));
 const BAD: [string, string[], RegExp][] = [
-  ["no model", ["serve"], /required option '-m, --model <path>'/],
-  ["missing model file", ["serve", "-m", "/no/such/model.gguf"], /'-m, --model <path>' argument '\/no\/such\/model.gguf' is invalid\. No such file/],
-  ["store name", ["serve", "-m", "lfm2:350m"], /store names and hub references are not supported yet/],
+  ["missing model file", ["serve", "-m", "/no/such/model.gguf"], /'-m, --model <ref>' argument '\/no\/such\/model.gguf' is invalid\. No such file/],
+  ["a model name that is not a name", ["serve", "-m", "my model"], /'-m, --model <ref>' argument 'my model' is invalid\. invalid model name "my model": whitespace is not allowed/],
+  ["a store name the store lacks", ["serve", "-m", "lfm2:350m", `WICK_HOME=${emptyHome}`], /^wick: cannot load lfm2:350m: model 'lfm2:350m' not found/],
+  ["keep-alive not a duration", ["serve", "--keep-alive", "soon"], /option '--keep-alive <duration>' argument 'soon' is invalid\. Expected a duration/],
+  ["max-loaded-models zero", ["serve", "--max-loaded-models", "0"], /--max-loaded-models <n>.*'0'.*positive integer/],
+  ["bad WICK_KEEP_ALIVE", ["serve", "-m", MODEL, "WICK_KEEP_ALIVE=later"], /WICK_KEEP_ALIVE "later"/],
   ["port not a number", ["serve", "-m", MODEL, "--port", "abc"], /option '--port <port>' argument 'abc' is invalid/],
   ["port out of range", ["serve", "-m", MODEL, "--port", "70000"], /--port.*'70000'.*0 to 65535/],
   ["ctx-size zero", ["serve", "-m", MODEL, "-c", "0"], /-c, --ctx-size <n>.*'0'.*positive integer/],
@@ -71,8 +81,8 @@ const BAD: [string, string[], RegExp][] = [
 
 for (const [name, args, pattern] of BAD) {
   test(`bad start-up: ${name} → exit 1 with one line naming it`, (t) => {
-    const env = args.filter((a) => a.startsWith("WICK_HOST="));
-    const r = wick(args.filter((a) => !env.includes(a)), Object.fromEntries(env.map((e) => e.split("=") as [string, string])));
+    const env = args.filter((a) => /^[A-Z_]+=/.test(a));
+    const r = wick(args.filter((a) => !env.includes(a)), Object.fromEntries(env.map((e) => [e.slice(0, e.indexOf("=")), e.slice(e.indexOf("=") + 1)])));
     t.is(r.status, 1, r.stderr);
     t.is(r.lines.length, 1, r.stderr);
     t.regex(r.lines[0]!, /^wick( serve)?: /);
@@ -97,7 +107,7 @@ function startCli(args: string[], env: Record<string, string> = {}): Promise<{ c
   return new Promise((resolve, reject) => {
     child.stderr!.on("data", (d) => {
       err += d;
-      const m = /serving \S+ at (http:\/\/\S+)\/v1/.exec(err);
+      const m = /wick: serving .* at (http:\/\/\S+)\/v1\n/.exec(err);
       if (m) resolve({ child, url: m[1]!, stderr: () => err });
     });
     child.once("exit", (code) => reject(new Error(`wick serve exited ${code}: ${err}\n${out}`)));
@@ -138,5 +148,75 @@ serial("wick serve reads WICK_HOST and WICK_API_KEY", async (t) => {
     const exited = new Promise((resolve) => child.once("exit", resolve));
     child.kill("SIGTERM");
     await exited;
+  }
+});
+
+/** Stops a `wick serve` child with SIGTERM and returns its exit code. */
+async function stopCli(child: ChildProcess): Promise<number | null> {
+  const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+  child.kill("SIGTERM");
+  return exited;
+}
+
+serial("wick serve without -m starts empty on WICK_HOME, loads store models on first use, honours --keep-alive", async (t) => {
+  const home = mkdtempSync(path.join(os.tmpdir(), "wick-cli-store-"));
+  try {
+    await createModel(new ModelStore({ home }), "smol", `FROM ${smol}\nPARAMETER num_predict 3\nPARAMETER temperature 0`);
+    const { child, url, stderr } = await startCli(["--port", "0", "--keep-alive", "1s", "--max-loaded-models", "1", "--log-level", "silent"], { WICK_HOME: home });
+    try {
+      t.regex(stderr(), new RegExp(`serving the models of ${home.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} \\(loaded on first use\\)`));
+      const ollama = new Ollama({ host: url });
+      t.deepEqual((await ollama.ps()).models, [], "nothing loaded at start");
+      t.deepEqual((await ollama.list()).models.map((m) => m.name), ["smol:latest"]);
+      const r = await ollama.generate({ model: "smol", prompt: "Hi" });
+      t.is(r.eval_count, 3, "the Modelfile's PARAMETER");
+      t.deepEqual((await ollama.ps()).models.map((m) => m.name), ["smol:latest"]);
+      const unknown = await postJson(`${url}/api/generate`, { model: "gpt-4o", prompt: "x" });
+      t.is(unknown.status, 404, "no -m model: unknown names are not found");
+      await new Promise((r) => setTimeout(r, 1500));
+      t.deepEqual((await ollama.ps()).models, [], "unloaded after --keep-alive 1s");
+    } finally {
+      t.is(await stopCli(child), 0);
+    }
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+});
+
+serial("wick serve -m <hub ref> pulls first with progress on stderr, serves it for any name, and finds it in the store next time", async (t) => {
+  const home = mkdtempSync(path.join(os.tmpdir(), "wick-cli-hub-"));
+  const hub = await startHub();
+  try {
+    await hub.addRepo("wick-test/SmolLM2-GGUF", [{ path: "SmolLM2-135M-Instruct-Q4_1.gguf", source: smol! }]);
+    const env = { WICK_HOME: home, HF_ENDPOINT: hub.url, HF_TOKEN: "" };
+    const ref = "hf.co/wick-test/SmolLM2-GGUF:Q4_1";
+    const first = await startCli(["-m", ref, "--port", "0", "--log-level", "silent"], env);
+    try {
+      const err = first.stderr();
+      t.regex(err, /wick: pulling manifest\n/);
+      t.regex(err, /wick: pulling [0-9a-f]{12} 0% \(0\.0\/93\.8 MiB\)\n/);
+      t.regex(err, /wick: pulling [0-9a-f]{12} 100% \(93\.8\/93\.8 MiB\)\n/);
+      t.regex(err, /wick: success\n/);
+      t.regex(err, /wick: serving hf\.co\/wick-test\/SmolLM2-GGUF:Q4_1 at /);
+      const client = openaiClient(first.url);
+      const res = await client.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "Hi!" }], max_tokens: 3 });
+      t.is(res.model, ref, "any name reaches the -m model");
+      const ps = await new Ollama({ host: first.url }).ps();
+      t.true(Date.parse(String(ps.models[0]!.expires_at)) > Date.now() + 100 * 365 * 86400e3, "the -m model stays loaded");
+    } finally {
+      t.is(await stopCli(first.child), 0);
+    }
+    const served = hub.bytesServed();
+    const second = await startCli(["-m", "wick-test/SmolLM2-GGUF:Q4_1", "--port", "0", "--log-level", "silent"], env);
+    try {
+      t.notRegex(second.stderr(), /pulling/);
+      t.is(hub.bytesServed(), served, "already in the store: nothing downloaded");
+      t.regex(second.stderr(), /wick: serving hf\.co\/wick-test\/SmolLM2-GGUF:Q4_1 at /);
+    } finally {
+      t.is(await stopCli(second.child), 0, second.stderr());
+    }
+  } finally {
+    await hub.close();
+    rmSync(home, { recursive: true, force: true });
   }
 });

@@ -7,7 +7,7 @@
  * that only make sense elsewhere (`--enable-torch-compile`, `--ipc=host`) with a notice.
  */
 import { TOOL_PARSER_NAMES } from "../service/tools/index.ts";
-import { choice, fraction, integer, modelRef, nonEmpty, port, positiveInt } from "./values.ts";
+import { choice, fraction, integer, keepAlive, modelRef, nonEmpty, port, positiveInt } from "./values.ts";
 
 export interface FlagSpec<F = ServeFlags> {
   /** Property name in the parsed options. */
@@ -24,7 +24,10 @@ export interface FlagSpec<F = ServeFlags> {
 }
 
 export interface ServeFlags {
-  model: string;
+  model?: string;
+  maxLoadedModels?: number;
+  /** Milliseconds; Infinity = forever. */
+  keepAlive?: number;
   alias?: string;
   host?: string;
   port?: number;
@@ -46,8 +49,22 @@ export interface ServeFlags {
 const CPU_ONLY = "this build runs on the CPU only, so it has no effect";
 
 export const SERVE_FLAGS: FlagSpec[] = [
-  { key: "model", flags: ["--model", "-m", "--model-path"], value: "<path>", description: "GGUF model file to serve", parse: modelRef, required: true },
-  { key: "alias", flags: ["--alias", "-a", "--served-model-name"], value: "<name>", description: "model id clients see (default: the file name without .gguf)", parse: nonEmpty },
+  {
+    key: "model",
+    flags: ["--model", "-m", "--model-path"],
+    value: "<ref>",
+    description: "model loaded at start, which also answers requests naming no known model: a .gguf path, a store name (lfm2:350m) or a hub reference (hf.co/org/repo[:QUANT], pulled first); without it, models load from the store on first use",
+    parse: modelRef,
+  },
+  { key: "alias", flags: ["--alias", "-a", "--served-model-name"], value: "<name>", description: "id clients see for the -m model (default: the file name without .gguf, or the store name)", parse: nonEmpty },
+  { key: "maxLoadedModels", flags: ["--max-loaded-models"], value: "<n>", description: "models loaded at once; the least recently used idle one is unloaded to make room (default 3)", parse: positiveInt },
+  {
+    key: "keepAlive",
+    flags: ["--keep-alive"],
+    value: "<duration>",
+    description: 'how long an idle model stays loaded: "5m", "1h30m", seconds, -1 = forever, 0 = unload when idle (default WICK_KEEP_ALIVE, OLLAMA_KEEP_ALIVE, else 5m; the -m model stays unless this is given)',
+    parse: keepAlive,
+  },
   { key: "host", flags: ["--host"], value: "<host>", description: "address to listen on (default 127.0.0.1; or WICK_HOST=host:port)", parse: nonEmpty },
   { key: "port", flags: ["--port"], value: "<port>", description: "port to listen on (default 11434; 0 picks a free one)", parse: port },
   { key: "ctxSize", flags: ["--ctx-size", "-c", "--max-model-len", "--context-length"], value: "<n>", description: "context length per sequence (default 4096, capped by the model's own)", parse: positiveInt },

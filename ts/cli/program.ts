@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { Command, Option } from "commander";
 import type { BenchOptions } from "./bench.ts";
 import { flagNotices, normalizeArgv, SERVE_FLAGS, SHOW_FLAGS, type FlagSpec, type ServeFlags, type ShowFlags } from "./flags.ts";
-import { integer, modelRef } from "./values.ts";
+import { integer, modelPath } from "./values.ts";
 
 const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
 
@@ -32,7 +32,7 @@ function buildProgram(commands: Commands, typed = new Map<string, string>()): Co
 
   const serve = program
     .command("serve")
-    .description("Load a model and serve the OpenAI-compatible API (/v1), /health.")
+    .description("Serve the OpenAI-compatible API (/v1) and Ollama's (/api): the -m model, and store models loaded on first use.")
     .configureOutput({ outputError: (str, write) => write(`wick serve: ${withTypedFlag(str.replace(/^error: /, ""), typed)}`) });
   for (const spec of SERVE_FLAGS) serve.addOption(toOption(spec));
   serve.action(async (flags: ServeFlags) => {
@@ -54,7 +54,7 @@ function buildProgram(commands: Commands, typed = new Map<string, string>()): Co
   const show = program
     .command("show")
     .description("Show a model's architecture, parameters, context length, experts and quantization mix.")
-    .argument("<model>", "GGUF model file", modelRef)
+    .argument("<model>", "GGUF model file", modelPath)
     .configureOutput({ outputError: (str, write) => write(`wick show: ${str.replace(/^error: /, "")}`) });
   for (const spec of SHOW_FLAGS) show.addOption(toOption(spec));
   show.action(async (model: string, flags: ShowFlags) => {

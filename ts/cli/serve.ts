@@ -1,11 +1,18 @@
 /**
- * `wick serve`: load the model, start the HTTP server, shut down cleanly on SIGINT/SIGTERM.
- * Logs are pino JSON on stdout; the human lines (listening address, fatal errors) go to stderr.
+ * `wick serve`: open the model store ($WICK_HOME, default ~/.wick), load the `-m` model if one
+ * is given (a path, a store name, or a hub reference pulled first with progress on stderr),
+ * start the HTTP server, shut down cleanly on SIGINT/SIGTERM. Without `-m` the server starts
+ * empty, as `ollama serve` does, and loads store models on first use.
+ * Logs are pino JSON on stdout; the human lines (listening address, pull progress, fatal
+ * errors) go to stderr.
  */
 import type { AddressInfo } from "node:net";
-import { pino } from "pino";
+import { pino, type Logger } from "pino";
 import { createApp } from "../server/app.ts";
-import { ModelRegistry } from "../service/registry.ts";
+import { defaultKeepAliveMs } from "../service/keep-alive.ts";
+import { ModelManager } from "../service/models.ts";
+import type { ServedModel } from "../service/registry.ts";
+import { HubClient, ModelStore, looksLikePath, type ModelName, type PullProgress } from "../store/index.ts";
 import type { ServeFlags } from "./flags.ts";
 import { hostPort } from "./values.ts";
 
@@ -22,13 +29,15 @@ export async function serve(flags: ServeFlags): Promise<void> {
   const apiKey = flags.apiKey ?? (process.env.WICK_API_KEY || undefined);
   const log = pino({ level: flags.logLevel ?? "info" });
 
-  const registry = new ModelRegistry();
-  const started = performance.now();
-  let model;
-  try {
-    model = await registry.load({
-      modelPath: flags.model,
-      id: flags.alias,
+  const store = new ModelStore();
+  const hub = new HubClient(store);
+  const models = new ModelManager({
+    store,
+    hub,
+    log,
+    keepAliveMs: flags.keepAlive ?? envKeepAlive(),
+    maxLoaded: flags.maxLoadedModels,
+    load: {
       contextSize: flags.ctxSize,
       maxSequences: flags.parallel,
       threads: flags.threads,
@@ -38,16 +47,11 @@ export async function serve(flags: ServeFlags): Promise<void> {
       kvTokens: flags.maxTotalTokens,
       prefixCache: !flags.disablePrefixCache,
       toolCallParser: flags.toolCallParser,
-    });
-  } catch (err) {
-    throw new CliError(`cannot load ${flags.model}: ${(err as Error).message}`);
-  }
-  log.info(
-    { model: model.id, architecture: model.info.architecture, contextSize: model.info.contextSize, templateFallback: model.templateIsFallback, ms: Math.round(performance.now() - started) },
-    "model loaded",
-  );
+    },
+  });
+  const model = flags.model ? await loadStartModel(models, flags, log) : undefined;
 
-  const app = createApp({ registry, apiKey, logger: log });
+  const app = createApp({ models, apiKey, logger: log });
   const server = app.listen({ host, port });
   await new Promise<void>((resolve, reject) => {
     server.once("listening", resolve);
@@ -55,9 +59,6 @@ export async function serve(flags: ServeFlags): Promise<void> {
   });
   const addr = server.address() as AddressInfo;
   const url = `http://${addr.family === "IPv6" ? `[${addr.address}]` : addr.address}:${addr.port}`;
-  log.info({ url, auth: apiKey ? "api-key" : "none" }, "listening");
-  process.stderr.write(`wick: serving ${model.id} at ${url}/v1\n`);
-
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;
@@ -65,11 +66,67 @@ export async function serve(flags: ServeFlags): Promise<void> {
     log.info({ signal }, "shutting down");
     server.close();
     server.closeAllConnections();
-    await registry.unloadAll();
+    await models.close();
     process.exit(0);
   };
   process.once("SIGINT", () => void stop("SIGINT"));
   process.once("SIGTERM", () => void stop("SIGTERM"));
+  // Announced only once the signal handlers are in place: whoever reads this line may stop us at once.
+  log.info({ url, auth: apiKey ? "api-key" : "none", store: store.root }, "listening");
+  process.stderr.write(model ? `wick: serving ${model.id} at ${url}/v1\n` : `wick: serving the models of ${store.root} (loaded on first use) at ${url}/v1\n`);
+}
+
+/** The -m model: a path as is, a store name from the store, a hub reference pulled first. Loaded before listening. */
+async function loadStartModel(models: ModelManager, flags: ServeFlags, log: Logger): Promise<ServedModel> {
+  const ref = flags.model!;
+  const opts = { id: flags.alias, keepAliveMs: flags.keepAlive };
+  try {
+    if (looksLikePath(ref) || ref.startsWith("/")) {
+      models.setDefault({ path: ref }, opts);
+    } else {
+      const located = await models.store!.locate(ref);
+      if (located.kind === "path") models.setDefault({ path: located.path }, opts);
+      else {
+        const name: ModelName = located.kind === "store" ? located.name : (await models.hub!.pull(located.hub, progressPrinter())).modelName;
+        models.setDefault({ name }, opts);
+      }
+    }
+    const started = performance.now();
+    const model = await models.loadDefault();
+    log.info({ model: model.id, templateFallback: model.templateIsFallback, ms: Math.round(performance.now() - started) }, "start-up model ready");
+    return model;
+  } catch (err) {
+    throw new CliError(`cannot load ${ref}: ${(err as Error).message}`);
+  }
+}
+
+/** Pull progress on stderr: each status once, downloads every 10%. */
+function progressPrinter(): (p: PullProgress) => void {
+  let last = "";
+  let shown = -1;
+  const mib = (n: number) => (n / 2 ** 20).toFixed(1);
+  return (p) => {
+    if (p.total && p.completed !== undefined) {
+      const pct = Math.floor((p.completed * 100) / Math.max(1, p.total));
+      if (p.status === last && pct < shown + 10 && pct < 100) return;
+      if (p.status === last && pct === shown) return;
+      last = p.status;
+      shown = pct;
+      process.stderr.write(`wick: ${p.status} ${pct}% (${mib(p.completed)}/${mib(p.total)} MiB)\n`);
+    } else if (p.status !== last) {
+      last = p.status;
+      shown = -1;
+      process.stderr.write(`wick: ${p.status}\n`);
+    }
+  };
+}
+
+function envKeepAlive(): number {
+  try {
+    return defaultKeepAliveMs();
+  } catch (err) {
+    throw new CliError((err as Error).message);
+  }
 }
 
 function envHost(): { host?: string; port?: number } {

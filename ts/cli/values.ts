@@ -5,6 +5,8 @@
 import { existsSync, statSync } from "node:fs";
 import path from "node:path";
 import { InvalidArgumentError } from "commander";
+import { keepAliveMs } from "../service/keep-alive.ts";
+import { parseReference } from "../store/index.ts";
 
 export function integer(min: number, max = Number.MAX_SAFE_INTEGER, what = `an integer >= ${min}`) {
   return (raw: string): number => {
@@ -36,11 +38,29 @@ export function fraction(raw: string): number {
   return n;
 }
 
+/** A value that is a file path rather than a model name: it ends in .gguf, or starts like a path. */
+const pathLike = (raw: string) => /\.gguf$/i.test(raw) || /^(\/|\.{1,2}\/|~)/.test(raw);
+
 /**
- * -m: a local GGUF file. Store names and hub references are part of the contract, but the
- * store does not exist yet, so they are refused with a reason rather than a "no such file".
+ * `serve -m`: a local GGUF file (resolved to an absolute path), or a store name (`lfm2:350m`) or
+ * hub reference (`hf.co/org/repo:Q4_K_M`, `org/repo`), checked for syntax here and looked up
+ * in the store (or pulled) when the server starts.
  */
 export function modelRef(raw: string): string {
+  if (pathLike(raw)) return modelPath(raw);
+  try {
+    parseReference(raw);
+  } catch (err) {
+    throw new InvalidArgumentError(`${(err as Error).message}.`);
+  }
+  return raw;
+}
+
+/**
+ * `show <model>`: a local GGUF file. Store names and hub references are refused with a reason
+ * (the client commands that talk to the store come later) rather than a "no such file".
+ */
+export function modelPath(raw: string): string {
   const p = path.resolve(raw);
   if (existsSync(p)) {
     if (!statSync(p).isFile()) throw new InvalidArgumentError(`${raw} is not a file.`);
@@ -51,6 +71,15 @@ export function modelRef(raw: string): string {
     throw new InvalidArgumentError("No such file (store names and hub references are not supported yet: pass a path to a .gguf file).");
   }
   throw new InvalidArgumentError("No such file.");
+}
+
+/** --keep-alive: a duration ("5m", "1h30m"), seconds, a negative value (forever) or 0; → ms. */
+export function keepAlive(raw: string): number {
+  try {
+    return keepAliveMs(raw, "value");
+  } catch {
+    throw new InvalidArgumentError('Expected a duration such as "5m", "1h30m" or "300ms", a number of seconds, a negative value (forever) or 0.');
+  }
 }
 
 /** WICK_HOST: `host:port`, `host`, `:port` or `[v6]:port` (Ollama's OLLAMA_HOST forms, minus the scheme). */

@@ -8,6 +8,7 @@ import Router from "@koa/router";
 import { bodyParser } from "@koa/bodyparser";
 import Koa from "koa";
 import { pino, type Logger } from "pino";
+import { ModelManager } from "../service/models.ts";
 import type { ModelRegistry } from "../service/registry.ts";
 import { apiKeyAuth } from "./auth.ts";
 import { HttpError, isNativeApiPath, toApiError, toOllamaError } from "./errors.ts";
@@ -18,10 +19,14 @@ import { completionsRoutes } from "./routes/openai/completions.ts";
 import { modelsRoutes } from "./routes/openai/models.ts";
 import { nativeChatRoutes } from "./routes/native/chat.ts";
 import { nativeGenerateRoutes } from "./routes/native/generate.ts";
+import { nativeModelRoutes } from "./routes/native/models.ts";
 import { showRoutes } from "./routes/native/show.ts";
 
 export interface AppOptions {
-  registry: ModelRegistry;
+  /** Models already loaded, served as they are (library use, tests); ignored when `models` is given. */
+  registry?: ModelRegistry;
+  /** The models this server loads and unloads (store, `-m`, keep-alive); default: `registry` alone, no store. */
+  models?: ModelManager;
   /** Require this key on every route but /health. */
   apiKey?: string;
   /** Largest JSON body in bytes (CONTRACT §6: 32 MiB, room for base64 images). */
@@ -69,19 +74,25 @@ export function createApp(opts: AppOptions): Koa {
 
   if (opts.apiKey) app.use(apiKeyAuth(opts.apiKey));
 
-  // Any POST body is read as JSON whatever its Content-Type: curl users often omit it.
-  app.use(bodyParser({ enableTypes: ["json"], detectJSON: () => true, jsonLimit: opts.bodyLimit ?? DEFAULT_BODY_LIMIT }));
+  // Any POST body is read as JSON whatever its Content-Type: curl users often omit it. DELETE
+  // has a body too: Ollama's /api/delete names the model in it.
+  app.use(
+    bodyParser({ enableTypes: ["json"], detectJSON: () => true, jsonLimit: opts.bodyLimit ?? DEFAULT_BODY_LIMIT, parsedMethods: ["POST", "PUT", "PATCH", "DELETE"] }),
+  );
 
   const router = new Router();
-  const deps = { registry: opts.registry, log };
-  healthRoutes(router, opts.registry);
-  metricsRoutes(router, opts.registry);
+  const models = opts.models ?? new ModelManager({ registry: opts.registry });
+  const registry = models.registry;
+  const deps = { registry, models, log };
+  healthRoutes(router, registry);
+  metricsRoutes(router, registry);
   modelsRoutes(router, deps);
   chatRoutes(router, deps);
   completionsRoutes(router, deps);
   showRoutes(router, deps);
   nativeChatRoutes(router, deps);
   nativeGenerateRoutes(router, deps);
+  nativeModelRoutes(router, deps);
   app.use(router.routes());
   app.use(
     router.allowedMethods({

@@ -5,7 +5,7 @@
  * app.ts and the SSE writer both format through `toApiError` / `toOllamaError`.
  */
 import { WickError, type EngineCode } from "../engine/index.ts";
-import { RequestError, type RequestErrorCode } from "../service/errors.ts";
+import { RequestError, StoreError, type RequestErrorCode, type StoreErrorCode } from "../service/errors.ts";
 
 /** Failures only the HTTP layer can see. */
 export type HttpErrorCode =
@@ -16,7 +16,7 @@ export type HttpErrorCode =
   | "BODY_TOO_LARGE"
   | "UNSUPPORTED_MEDIA_TYPE";
 
-export type ErrorCode = EngineCode | RequestErrorCode | HttpErrorCode;
+export type ErrorCode = EngineCode | RequestErrorCode | StoreErrorCode | HttpErrorCode;
 
 interface ErrorRow {
   status: number;
@@ -46,6 +46,23 @@ export const ERROR_TABLE: Record<ErrorCode, ErrorRow> = {
   INVALID_GRAMMAR: { status: 400, type: invalid, code: "invalid_grammar" },
   // service codes (ts/service/errors.ts)
   MODEL_NOT_FOUND: { status: 404, type: invalid, code: "model_not_found" },
+  NOT_IMPLEMENTED: { status: 501, type: "server_error", code: "not_implemented" },
+  // store codes (ts/store/errors.ts; MODEL_NOT_FOUND shared with the service)
+  INVALID_NAME: { status: 400, type: invalid, code: "invalid_model_name" },
+  INVALID_MODELFILE: { status: 400, type: invalid, code: "invalid_modelfile" },
+  INVALID_TEMPLATE: { status: 400, type: invalid, code: "invalid_template" },
+  UNSUPPORTED: { status: 400, type: invalid, code: "unsupported" },
+  HUB_NO_GGUF: { status: 400, type: invalid, code: "hub_no_gguf" },
+  HUB_QUANT_NOT_FOUND: { status: 400, type: invalid, code: "hub_quant_not_found" },
+  FILE_NOT_FOUND: { status: 404, type: invalid, code: "file_not_found" },
+  HUB_NOT_FOUND: { status: 404, type: invalid, code: "hub_not_found" },
+  // The hub refused or failed: a bad gateway from this server's point of view.
+  HUB_UNAUTHORIZED: { status: 502, type: "server_error", code: "hub_unauthorized" },
+  HUB_ERROR: { status: 502, type: "server_error", code: "hub_error" },
+  DISK_FULL: { status: 507, type: "server_error", code: "disk_full" },
+  CORRUPT_MODEL: { status: 500, type: "server_error", code: "corrupt_model" },
+  DIGEST_MISMATCH: { status: 500, type: "server_error", code: "digest_mismatch" },
+  IO_ERROR: { status: 500, type: "server_error", code: "io_error" },
   // HTTP-only codes
   INVALID_JSON: { status: 400, type: invalid, code: "invalid_json" },
   UNAUTHORIZED: { status: 401, type: invalid, code: "invalid_api_key" },
@@ -54,6 +71,9 @@ export const ERROR_TABLE: Record<ErrorCode, ErrorRow> = {
   BODY_TOO_LARGE: { status: 413, type: invalid, code: "request_too_large" },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, type: invalid, code: "unsupported_media_type" },
 };
+
+/** Server-side statuses that are not our bugs: no stack in the log. */
+const EXPECTED_5XX = new Set<ErrorCode>(["QUEUE_FULL", "ENGINE_STOPPED", "NOT_IMPLEMENTED", "HUB_UNAUTHORIZED", "HUB_ERROR", "DISK_FULL"]);
 
 export class HttpError extends Error {
   constructor(
@@ -87,7 +107,7 @@ export function toApiError(err: unknown): ApiError {
     status: row.status,
     headers,
     body: { error: { message: known.message, type: row.type, param: known.param, code: known.detail ?? row.code } },
-    internal: row.status >= 500 && known.code !== "QUEUE_FULL" && known.code !== "ENGINE_STOPPED",
+    internal: row.status >= 500 && !EXPECTED_5XX.has(known.code),
   };
 }
 
@@ -118,6 +138,7 @@ function classify(err: unknown): Classified {
     return { code: err.code, message: err.message, param: err.param, detail: err instanceof RequestError ? err.detail : null };
   }
   if (err instanceof WickError) return { code: err.code, message: err.message, param: null, detail: null };
+  if (err instanceof StoreError) return { code: err.code, message: err.message, param: null, detail: null };
   const bodyError = fromBodyParser(err);
   if (bodyError) return bodyError;
   // Anything else is a bug on our side: say what failed, never the stack.

@@ -33,7 +33,7 @@ export interface ChatPlan {
 export function planChat(model: ServedModel, input: ChatInput, names: ChatParams): ChatPlan {
   checkToolMessages(input.messages);
   const tools = planTools(model, input);
-  const promptTokens = chatPromptTokens(model, input.messages, input.tools);
+  const promptTokens = chatPromptTokens(model, input.messages, { tools: input.tools });
   // A forced call outranks the output format; a lazy call grammar yields to it.
   const forced = tools.grammar && tools.grammar.triggerToken === undefined;
   const grammar = forced ? tools.grammar : (input.format ?? tools.grammar);

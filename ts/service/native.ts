@@ -1,6 +1,7 @@
 /**
  * Ollama-native requests → the shared service inputs: `options` → sampling with Ollama's own
- * defaults (temperature 0.8, top_k 40, top_p 0.9 — not OpenAI's), `format` → a grammar, and
+ * defaults (temperature 0.8, top_k 40, top_p 0.9 — not OpenAI's) under the model's Modelfile
+ * PARAMETERs, `format` → a grammar, and
  * native messages → the chat messages the template and tool checks read (call arguments as
  * JSON text, tool results paired with the call they answer).
  */
@@ -14,8 +15,9 @@ import type { Grammar } from "./tools/request.ts";
 /** Ollama's DefaultOptions for sampling (api/types.go). */
 const OLLAMA_DEFAULTS = { temperature: 0.8, top_k: 40, top_p: 0.9, repeat_last_n: 64, repeat_penalty: 1.0 };
 
-export function ollamaSampling(options: OllamaOptions | null | undefined, nVocab: number): SamplingOptions {
-  const o = { ...OLLAMA_DEFAULTS, ...definedOnly(options ?? {}) };
+/** Ollama's precedence: its defaults < the Modelfile's PARAMETERs (`modelParams`) < the request's `options`. */
+export function ollamaSampling(options: OllamaOptions | null | undefined, nVocab: number, modelParams: Record<string, unknown> = {}): SamplingOptions {
+  const o = { ...OLLAMA_DEFAULTS, ...(definedOnly(modelParams) as OllamaOptions), ...definedOnly(options ?? {}) };
   const sampling = samplingOptions(
     {
       temperature: o.temperature,

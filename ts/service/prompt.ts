@@ -5,21 +5,59 @@
  * as llama.cpp does. Completions: the raw prompt, same BOS rule, no template.
  */
 import type { ChatMessage, ContentPart } from "../schemas/chat.ts";
+import { renderOllamaPrompt, type GoTemplate, type PromptMessage } from "../store/index.ts";
 import type { TemplateMessage } from "./chat-template.ts";
+import { withProfileMessages } from "./profile.ts";
 import { RequestError } from "./errors.ts";
 import type { ServedModel } from "./registry.ts";
 import type { ToolParser } from "./tools/index.ts";
 
-export function chatPromptTokens(model: ServedModel, messages: ChatMessage[], tools?: unknown[] | null): number[] {
-  // A template that never reads `tool_calls` (LFM2's) would drop past calls; write them into the
-  // content the way the model itself writes them, as LFM2.5's template does.
-  const inlineCalls = model.template.source.includes("tool_calls") ? null : model.toolParser;
-  const text = model.template.render(
-    messages.map((m, i) => toTemplateMessage(m, i, inlineCalls)),
-    { addGenerationPrompt: true, tools: tools ?? undefined },
-  );
+export interface ChatPromptOptions {
+  tools?: unknown[] | null;
+  /** A Go template for this request only (/api/generate's `template`). */
+  goTemplate?: GoTemplate;
+  /** Prepend the Modelfile's MESSAGEs (not when /api/generate continues a `context`); default true. */
+  profileMessages?: boolean;
+}
+
+/**
+ * The prompt of a chat: the Modelfile's SYSTEM and MESSAGEs around the request's messages, then
+ * the model's Modelfile TEMPLATE (Go, rendered as Ollama does) when it has one or the request
+ * gives one, else the GGUF's Jinja template.
+ */
+export function chatPromptTokens(model: ServedModel, messages: ChatMessage[], opts: ChatPromptOptions = {}): number[] {
+  const text = chatPromptText(model, messages, opts);
   return withSingleBos(model, model.engine.tokenize(text, { addSpecial: false, parseSpecial: true }));
 }
+
+export function chatPromptText(model: ServedModel, messages: ChatMessage[], opts: ChatPromptOptions = {}): string {
+  const all = withProfileMessages(model.profile, messages, { withMessages: opts.profileMessages });
+  const offset = all.length - messages.length; // errors name the request's own message index
+  const go = opts.goTemplate ?? model.profile?.goTemplate;
+  const tools = opts.tools?.length ? opts.tools : undefined;
+  // A template that never reads `tool_calls` (LFM2's) would drop past calls; write them into the
+  // content the way the model itself writes them, as LFM2.5's template does.
+  const readsCalls = go ? go.identifiers().includes("toolcalls") : model.template.source.includes("tool_calls");
+  const inlineCalls = readsCalls ? null : model.toolParser;
+  const templated = all.map((m, i) => toTemplateMessage(m, i - offset, inlineCalls));
+  if (go) return renderOllamaPrompt(go, { messages: templated.map(toPromptMessage), tools });
+  return model.template.render(templated, { addGenerationPrompt: true, tools });
+}
+
+/** A message as Ollama's templates see it: tool-call arguments as objects. */
+function toPromptMessage(m: TemplateMessage): PromptMessage {
+  const out: PromptMessage = { role: m.role, content: m.content };
+  if (m.tool_call_id) out.tool_call_id = m.tool_call_id;
+  if (m.tool_calls) {
+    out.tool_calls = m.tool_calls.map((c, index) => ({
+      ...(c.id ? { id: c.id } : {}),
+      function: { index, name: c.function.name, arguments: isObject(c.function.arguments) ? c.function.arguments : {} },
+    }));
+  }
+  return out;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
 /** One token array per prompt: a string, strings, token ids, or arrays of token ids. */
 export function completionPromptTokens(model: ServedModel, prompt: string | string[] | number[] | number[][]): number[][] {

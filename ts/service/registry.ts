@@ -7,6 +7,7 @@ import { Engine, type EngineEvent, type GenerateOptions, type LoadOptions, type 
 import { CHATML_TEMPLATE, ChatTemplate } from "./chat-template.ts";
 import { RequestError } from "./errors.ts";
 import { ServingMetrics } from "./metrics.ts";
+import type { ModelProfile } from "./profile.ts";
 import { detectParser, parserFor, type ToolParser } from "./tools/index.ts";
 
 export interface ServedModel {
@@ -21,6 +22,8 @@ export interface ServedModel {
   templateIsFallback: boolean;
   /** How tool calls are written in this model's output (the template's family, or forced). */
   toolParser: ToolParser;
+  /** A store model's Modelfile parts (sampling defaults, SYSTEM, MESSAGEs, Go TEMPLATE). */
+  profile?: ModelProfile;
   /** The engine's event stream for one sequence, observed by the serving metrics. */
   generate(opts: GenerateOptions, signal?: AbortSignal): AsyncGenerator<EngineEvent>;
 }
@@ -30,6 +33,7 @@ export interface ServeOptions {
   id?: string;
   /** A tool-call parser by name (`--tool-call-parser`); default: detected from the template. */
   toolCallParser?: string;
+  profile?: ModelProfile;
 }
 
 export interface LoadModelOptions extends Omit<LoadOptions, "vocabOnly">, ServeOptions {}
@@ -44,10 +48,10 @@ export class ModelRegistry {
   readonly metrics = new ServingMetrics(this);
 
   async load(opts: LoadModelOptions): Promise<ServedModel> {
-    const { id, toolCallParser, ...engineOpts } = opts;
+    const { id, toolCallParser, profile, ...engineOpts } = opts;
     const engine = await Engine.load(engineOpts);
     try {
-      return this.add(engine, { path: opts.modelPath, id, toolCallParser });
+      return this.add(engine, { path: opts.modelPath, id, toolCallParser, profile });
     } catch (err) {
       await engine.unload();
       throw err;
@@ -63,6 +67,8 @@ export class ModelRegistry {
     const source = info.chatTemplate?.trim() ? info.chatTemplate : undefined;
     const forced = opts.toolCallParser === undefined ? undefined : parserFor(opts.toolCallParser);
     if (opts.toolCallParser !== undefined && !forced) throw new Error(`unknown tool-call parser '${opts.toolCallParser}'`);
+    // A Modelfile TEMPLATE is what prompts are written with, so it also says how calls look.
+    const toolSource = opts.profile?.goTemplate?.source ?? source ?? CHATML_TEMPLATE;
     const model: ServedModel = {
       id,
       path: opts.path,
@@ -71,7 +77,8 @@ export class ModelRegistry {
       created: Math.floor(Date.now() / 1000),
       template: new ChatTemplate(source ?? CHATML_TEMPLATE, { bos_token: special(info.bosToken), eos_token: special(info.eosToken) }),
       templateIsFallback: source === undefined,
-      toolParser: forced ?? detectParser(source ?? CHATML_TEMPLATE),
+      toolParser: forced ?? detectParser(toolSource),
+      ...(opts.profile ? { profile: opts.profile } : {}),
       generate: (o, signal) => this.metrics.track(id, engine.generate(o, signal)),
     };
     this.models.set(id, model);
@@ -111,6 +118,13 @@ export class ModelRegistry {
     if (this.models.size === 0) throw new RequestError("MODEL_NOT_FOUND", "No model is loaded on this server.", "model");
     if (!requested) throw new RequestError("INVALID_REQUEST", "Missing required parameter: 'model' (this server serves several models).", "model", "missing_required_parameter");
     throw new RequestError("MODEL_NOT_FOUND", `The model '${requested}' does not exist. Served: ${[...this.models.keys()].join(", ")}.`, "model");
+  }
+
+  /** Stops serving `id` (the caller unloads its engine). */
+  remove(id: string): ServedModel | undefined {
+    const model = this.models.get(id);
+    this.models.delete(id);
+    return model;
   }
 
   async unloadAll(): Promise<void> {

@@ -79,7 +79,8 @@ async function build(store: ModelStore, target: ModelName, mf: Modelfile, opts: 
 
 /** The layers FROM brings, the params it had, and the GGUF file the config is read from. */
 async function fromLayers(store: ModelStore, mf: Modelfile, opts: CreateOptions, emit: ProgressFn): Promise<{ base: Layer[]; baseParams: Record<string, unknown>; modelFile: string }> {
-  const at = `Modelfile (line ${mf.fromLine}): FROM ${mf.from}`;
+  // fromLine 0: FROM came as the `from` field of an API request, not from a Modelfile line.
+  const at = mf.fromLine > 0 ? `Modelfile (line ${mf.fromLine}): FROM ${mf.from}` : `from ${JSON.stringify(mf.from)}`;
   let located;
   try {
     located = await store.locate(mf.from, { baseDir: opts.baseDir });

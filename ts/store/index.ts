@@ -9,7 +9,7 @@ export type { BlobRef, ListedModel, Located, ResolvedModel, StoredManifest } fro
 export { MEDIA, type Layer, type Manifest, type ModelConfig } from "./manifest.ts";
 export { HubClient, type HubOptions, type ProgressFn, type PullProgress, type PullResult } from "./hub.ts";
 export { DEFAULT_QUANT, pickFiles, quantOf, type HubChoice, type HubFile } from "./hub-files.ts";
-export { formatParameters, parseModelfile, renderModelfile, type Modelfile, type ModelfileMessage } from "./modelfile.ts";
+export { formatParameters, parseModelfile, parseParameters, renderModelfile, type Modelfile, type ModelfileMessage } from "./modelfile.ts";
 export { createModel, type CreateOptions, type CreateResult } from "./create.ts";
 export { GoTemplate, renderGoTemplate } from "./go-template.ts";
 export { collate, renderOllamaPrompt, type PromptMessage, type PromptValues } from "./ollama-template.ts";

@@ -173,6 +173,35 @@ export function parseModelfile(text: string): Modelfile {
   return out as Modelfile;
 }
 
+/**
+ * PARAMETERs given as JSON (the `parameters` object of /api/create), checked against the same
+ * table as Modelfile lines: a number where a float is wanted, an integer, a boolean, `stop` a
+ * string or an array of strings. Errors are INVALID_MODELFILE naming `parameters.<name>`.
+ */
+export function parseParameters(json: Record<string, unknown>): { parameters: Record<string, ParamValue>; warnings: string[] } {
+  const parameters: Record<string, ParamValue> = {};
+  const warnings: string[] = [];
+  for (const [key, value] of Object.entries(json)) {
+    const bad = (want: string) => new StoreError("INVALID_MODELFILE", `parameters.${key}: expected ${want}, got ${JSON.stringify(value)}`);
+    if (DEPRECATED.has(key)) {
+      warnings.push(`parameter ${key} is deprecated and ignored`);
+      continue;
+    }
+    const type = USED[key] ?? IGNORED[key];
+    if (!type) throw new StoreError("INVALID_MODELFILE", `parameters: unknown parameter '${key}'; known: ${Object.keys(USED).join(", ")}`);
+    if (!USED[key]) warnings.push(`parameter ${key} is accepted but not used by Wick`);
+    if (type === "float" && !(typeof value === "number" && Number.isFinite(value))) throw bad("a number");
+    if (type === "int" && !Number.isSafeInteger(value)) throw bad("an integer");
+    if (type === "bool" && typeof value !== "boolean") throw bad("true or false");
+    if (type === "stop") {
+      const stops = typeof value === "string" ? [value] : value;
+      if (!Array.isArray(stops) || !stops.every((x) => typeof x === "string")) throw bad("a string or an array of strings");
+      parameters.stop = stops as string[];
+    } else parameters[key] = value as number | boolean;
+  }
+  return { parameters, warnings };
+}
+
 /** Ollama's quoting when it prints a value: `"""` for text with newlines or quotes, `"` for edge spaces. */
 function quote(s: string): string {
   if (s.includes("\n") || s.startsWith(" ") || s.endsWith(" ")) return s.includes('"') ? `"""${s}"""` : `"${s}"`;

@@ -2,7 +2,8 @@
  * POST /api/chat (Ollama): NDJSON chunks `{model, created_at, message, done}` by default, one
  * object with `"stream": false`; the last has `done: true`, `done_reason` and the metrics.
  * Tool calls come out whole, `arguments` as an object, in a chunk of their own. No messages
- * at all only loads the model (`done_reason: "load"`).
+ * at all only loads the model (`done_reason: "load"`), or with `keep_alive: 0` unloads it
+ * (`done_reason: "unload"`).
  */
 import type Router from "@koa/router";
 import { ollamaChatRequest } from "../../../schemas/ollama.ts";
@@ -13,20 +14,21 @@ import { ToolOutput, type OutputCall } from "../../../service/tools/output.ts";
 import { sendNdjson } from "../../ndjson.ts";
 import { clientGoneSignal } from "../../sse.ts";
 import { parseBody } from "../../validate.ts";
-import type { RouteDeps } from "../openai/common.ts";
-import { createdAt, doneMetrics, doneReason } from "./common.ts";
+import { useModel, type RouteDeps } from "../openai/common.ts";
+import { createdAt, doneMetrics, doneReason, loadOrUnload } from "./common.ts";
 
-export function nativeChatRoutes(router: Router, { registry, log }: RouteDeps): void {
+export function nativeChatRoutes(router: Router, { models, log }: RouteDeps): void {
   router.post("/api/chat", async (ctx) => {
     const started = performance.now();
     const req = parseBody(ollamaChatRequest, ctx.request.body);
-    const model = registry.resolve(req.model);
     const head = () => ({ model: req.model, created_at: createdAt() });
     if (!req.messages?.length) {
-      ctx.body = { ...head(), message: { role: "assistant", content: "" }, done_reason: "load", done: true };
+      const doneReason = await loadOrUnload(ctx, models, req.model, req.keep_alive);
+      ctx.body = { ...head(), message: { role: "assistant", content: "" }, done_reason: doneReason, done: true };
       return;
     }
-    const sampling = ollamaSampling(req.options, model.info.nVocab);
+    const model = await useModel(ctx, models, req.model, req.keep_alive);
+    const sampling = ollamaSampling(req.options, model.info.nVocab, model.profile?.params);
     const input = { messages: toChatMessages(req.messages), tools: req.tools, sampling, n: 1, format: formatGrammar(req.format) };
     const { jobs, tools, params } = planChat(model, input, { maxTokens: "options.num_predict", format: "format" });
     const events = startChoices(model, jobs, clientGoneSignal(ctx), params);

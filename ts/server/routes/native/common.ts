@@ -1,5 +1,22 @@
-/** Pieces the native (Ollama) routes share: timestamps and the final chunk's metrics. */
+/** Pieces the native (Ollama) routes share: timestamps, the final chunk's metrics, load/unload requests. */
+import type { Context } from "koa";
 import type { DoneEvent } from "../../../service/generation.ts";
+import { keepAliveMs } from "../../../service/keep-alive.ts";
+import type { ModelManager } from "../../../service/models.ts";
+import { useModel } from "../openai/common.ts";
+
+/**
+ * A request with nothing to generate: with `keep_alive: 0` it unloads the model (once idle) and
+ * answers "unload"; otherwise it loads the model (keeping it for `keep_alive`) and answers "load".
+ */
+export async function loadOrUnload(ctx: Context, models: ModelManager, name: string, keepAlive: string | number | null | undefined): Promise<"load" | "unload"> {
+  if (keepAlive != null && keepAliveMs(keepAlive) === 0) {
+    await models.unload(name);
+    return "unload";
+  }
+  await useModel(ctx, models, name, keepAlive);
+  return "load";
+}
 
 /** Ollama's `created_at` (RFC 3339). */
 export function createdAt(): string {

@@ -3,7 +3,8 @@
  * system message), or as-is with `raw`; `context` (token ids of an earlier exchange) goes
  * before it, and the final chunk gives back prompt + answer ids as the next `context`. NDJSON
  * `{model, created_at, response, done}` chunks by default, one object with `"stream": false`.
- * An empty prompt only loads the model (`done_reason: "load"`).
+ * `template` renders this request with a Go template instead of the model's. An empty prompt
+ * only loads the model (`done_reason: "load"`), or with `keep_alive: 0` unloads it.
  */
 import type Router from "@koa/router";
 import type { ChatMessage } from "../../../schemas/chat.ts";
@@ -11,27 +12,30 @@ import { ollamaGenerateRequest, type OllamaGenerateRequest } from "../../../sche
 import { RequestError } from "../../../service/errors.ts";
 import { startChoices, type ChoiceEvent, type Job } from "../../../service/generation.ts";
 import { formatGrammar, ollamaSampling } from "../../../service/native.ts";
+import { requestTemplate, type RequestTemplate } from "../../../service/profile.ts";
 import { chatPromptTokens, completionPromptTokens } from "../../../service/prompt.ts";
 import type { ServedModel } from "../../../service/registry.ts";
 import { sendNdjson } from "../../ndjson.ts";
 import { clientGoneSignal } from "../../sse.ts";
 import { parseBody } from "../../validate.ts";
-import type { RouteDeps } from "../openai/common.ts";
-import { createdAt, doneMetrics, doneReason } from "./common.ts";
+import { useModel, type RouteDeps } from "../openai/common.ts";
+import { createdAt, doneMetrics, doneReason, loadOrUnload } from "./common.ts";
 
-export function nativeGenerateRoutes(router: Router, { registry, log }: RouteDeps): void {
+export function nativeGenerateRoutes(router: Router, { models, log }: RouteDeps): void {
   router.post("/api/generate", async (ctx) => {
     const started = performance.now();
     const req = parseBody(ollamaGenerateRequest, ctx.request.body);
-    const model = registry.resolve(req.model);
     const head = () => ({ model: req.model, created_at: createdAt() });
     if (!req.prompt && !req.context?.length) {
-      ctx.body = { ...head(), response: "", done_reason: "load", done: true };
+      const doneReason = await loadOrUnload(ctx, models, req.model, req.keep_alive);
+      ctx.body = { ...head(), response: "", done_reason: doneReason, done: true };
       return;
     }
     unsupported(req);
-    const promptTokens = generatePrompt(model, req);
-    const options = { ...ollamaSampling(req.options, model.info.nVocab), promptTokens };
+    const template = req.raw ? undefined : requestTemplate(req.template);
+    const model = await useModel(ctx, models, req.model, req.keep_alive);
+    const promptTokens = generatePrompt(model, req, template);
+    const options = { ...ollamaSampling(req.options, model.info.nVocab, model.profile?.params), promptTokens };
     const grammar = formatGrammar(req.format);
     if (grammar) options.grammar = grammar;
     const jobs: Job[] = [{ options, promptIndex: 0 }];
@@ -58,17 +62,17 @@ export function nativeGenerateRoutes(router: Router, { registry, log }: RouteDep
 function unsupported(req: OllamaGenerateRequest): void {
   if (req.images?.length) throw new RequestError("INVALID_REQUEST", "This model does not accept image input (it has no vision projector).", "images", "image_input_not_supported");
   if (req.suffix) throw new RequestError("INVALID_REQUEST", "This model does not support insert (fill-in-the-middle) with suffix.", "suffix");
-  if (req.template) throw new RequestError("INVALID_REQUEST", "A per-request template is not supported yet; use the model's chat template or raw.", "template");
 }
 
-function generatePrompt(model: ServedModel, req: OllamaGenerateRequest): number[] {
+function generatePrompt(model: ServedModel, req: OllamaGenerateRequest, goTemplate: RequestTemplate | undefined): number[] {
   const prompt = req.prompt ?? "";
   let ids: number[];
   if (req.raw) {
     ids = prompt ? completionPromptTokens(model, prompt)[0]! : [];
   } else {
     const messages: ChatMessage[] = [...(req.system ? [{ role: "system" as const, content: req.system }] : []), { role: "user", content: prompt }];
-    ids = chatPromptTokens(model, messages);
+    // A continued exchange (`context`) already had the Modelfile's MESSAGEs.
+    ids = chatPromptTokens(model, messages, { goTemplate, profileMessages: !req.context?.length });
   }
   const context = req.context ?? [];
   if (context.length === 0) return ids;

@@ -1,12 +1,12 @@
-/** POST /api/show (Ollama): a served model's details, GGUF metadata, template and capabilities. */
+/** POST /api/show (Ollama): a served or stored model's details, GGUF metadata, Modelfile parts and capabilities. */
 import type Router from "@koa/router";
 import { showRequest } from "../../../schemas/show.ts";
-import type { ModelRegistry } from "../../../service/registry.ts";
 import { showModel } from "../../../service/show.ts";
 import { parseBody } from "../../validate.ts";
+import type { RouteDeps } from "../openai/common.ts";
 
-export function showRoutes(router: Router, { registry }: { registry: ModelRegistry }): void {
+export function showRoutes(router: Router, { models }: RouteDeps): void {
   router.post("/api/show", async (ctx) => {
-    ctx.body = await showModel(registry, parseBody(showRequest, ctx.request.body));
+    ctx.body = await showModel(models, parseBody(showRequest, ctx.request.body));
   });
 }

@@ -10,19 +10,20 @@ import { chatCompletionRequest } from "../../../schemas/chat.ts";
 import { collectChoices, startChoices, UsageTotals, type ChoiceEvent, type DoneEvent, type Job } from "../../../service/generation.ts";
 import { planChat } from "../../../service/chat.ts";
 import { responseFormatGrammar } from "../../../service/response-format.ts";
+import { withOpenAIDefaults } from "../../../service/profile.ts";
 import { samplingOptions } from "../../../service/sampling.ts";
 import { ToolOutput, type OutputCall } from "../../../service/tools/output.ts";
 import type { ToolPlan } from "../../../service/tools/request.ts";
 import { clientGoneSignal, sendSse } from "../../sse.ts";
 import { parseBody } from "../../validate.ts";
-import { finishReason, responseId, unixNow, type ResponseMeta, type RouteDeps } from "./common.ts";
+import { finishReason, responseId, unixNow, useModel, type ResponseMeta, type RouteDeps } from "./common.ts";
 import { LogprobFormatter } from "./logprobs.ts";
 
-export function chatRoutes(router: Router, { registry, log }: RouteDeps): void {
+export function chatRoutes(router: Router, { models, log }: RouteDeps): void {
   router.post("/v1/chat/completions", async (ctx) => {
     const req = parseBody(chatCompletionRequest, ctx.request.body);
-    const model = registry.resolve(req.model);
-    const sampling = samplingOptions(req, model.info.nVocab, req.logprobs ? (req.top_logprobs ?? 0) : undefined);
+    const model = await useModel(ctx, models, req.model);
+    const sampling = samplingOptions(withOpenAIDefaults(model.profile, req), model.info.nVocab, req.logprobs ? (req.top_logprobs ?? 0) : undefined);
     const format = responseFormatGrammar(req.response_format);
     const maxTokens = req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
     const { jobs, tools, params } = planChat(model, { ...req, sampling, n: req.n ?? 1, format }, { maxTokens, format: "response_format" });

@@ -8,18 +8,19 @@ import type { TokenLogprobs } from "../../../engine/index.ts";
 import { completionRequest } from "../../../schemas/completions.ts";
 import { collectChoices, startChoices, UsageTotals, type ChoiceEvent, type Job } from "../../../service/generation.ts";
 import { completionPromptTokens } from "../../../service/prompt.ts";
+import { withOpenAIDefaults } from "../../../service/profile.ts";
 import { perChoice, samplingOptions } from "../../../service/sampling.ts";
 import { clientGoneSignal, sendSse } from "../../sse.ts";
 import { parseBody } from "../../validate.ts";
-import { finishReason, responseId, unixNow, type ResponseMeta, type RouteDeps } from "./common.ts";
+import { finishReason, responseId, unixNow, useModel, type ResponseMeta, type RouteDeps } from "./common.ts";
 import { LogprobFormatter } from "./logprobs.ts";
 
-export function completionsRoutes(router: Router, { registry, log }: RouteDeps): void {
+export function completionsRoutes(router: Router, { models, log }: RouteDeps): void {
   router.post("/v1/completions", async (ctx) => {
     const req = parseBody(completionRequest, ctx.request.body);
-    const model = registry.resolve(req.model);
+    const model = await useModel(ctx, models, req.model);
     const prompts = completionPromptTokens(model, req.prompt);
-    const sampling = samplingOptions(req, model.info.nVocab, req.logprobs ?? undefined);
+    const sampling = samplingOptions(withOpenAIDefaults(model.profile, req), model.info.nVocab, req.logprobs ?? undefined);
     const choices = perChoice(sampling, req.n ?? 1);
     const jobs: Job[] = prompts.flatMap((promptTokens, promptIndex) =>
       choices.map((o) => ({ options: { ...o, promptTokens }, promptIndex })),

@@ -1,21 +1,32 @@
 /**
- * GET /v1/models and GET /v1/models/{id}. Ids may contain "/" (hub names), hence the
- * wildcard. Unknown ids are 404 even though completions accept any name with one model served.
+ * GET /v1/models and GET /v1/models/{id}: the loaded models (with `max_model_len` and their
+ * engine facts), then the store's models that are not loaded (they load on first use). Ids may
+ * contain "/" (hub names), hence the wildcard. Unknown ids are 404 even though completions
+ * accept any name with a `-m` model served.
  */
 import type Router from "@koa/router";
-import type { ServedModel } from "../../../service/registry.ts";
 import { RequestError } from "../../../service/errors.ts";
+import type { ServedModel } from "../../../service/registry.ts";
+import { listTags, type TagsModel } from "../../../service/store.ts";
 import type { RouteDeps } from "./common.ts";
 
-export function modelsRoutes(router: Router, { registry }: RouteDeps): void {
-  router.get("/v1/models", (ctx) => {
-    ctx.body = { object: "list", data: registry.list().map(modelObject) };
+export function modelsRoutes(router: Router, { registry, models }: RouteDeps): void {
+  router.get("/v1/models", async (ctx) => {
+    const loaded = registry.list();
+    const ids = new Set(loaded.map((m) => m.id));
+    const stored = (await listTags(models)).filter((m) => !ids.has(m.name));
+    ctx.body = { object: "list", data: [...loaded.map(modelObject), ...stored.map(storeObject)] };
   });
-  router.get("/v1/models/{*id}", (ctx) => {
+  router.get("/v1/models/{*id}", async (ctx) => {
     const id = String(ctx.params.id);
     const model = registry.get(id);
-    if (!model) throw new RequestError("MODEL_NOT_FOUND", `The model '${id}' does not exist.`, "model");
-    ctx.body = modelObject(model);
+    if (model) {
+      ctx.body = modelObject(model);
+      return;
+    }
+    const stored = (await listTags(models)).find((m) => m.name === id);
+    if (!stored) throw new RequestError("MODEL_NOT_FOUND", `The model '${id}' does not exist.`, "model");
+    ctx.body = storeObject(stored);
   });
 }
 
@@ -35,4 +46,9 @@ function modelObject(m: ServedModel) {
       size: m.info.fileSize,
     },
   };
+}
+
+/** A store model not loaded yet: `created` is when it was written to the store. */
+function storeObject(m: TagsModel) {
+  return { id: m.name, object: "model", created: Math.floor(Date.parse(m.modified_at) / 1000), owned_by: "wick" };
 }

@@ -1,0 +1,81 @@
+/**
+ * Ollama's model-management routes: GET|HEAD /api/tags (the store), GET /api/ps (loaded
+ * models), POST /api/create and /api/pull (progress streams), DELETE /api/delete, POST
+ * /api/copy; POST /api/push and the embedding routes answer 501 with a reason.
+ */
+import type Router from "@koa/router";
+import { copyRequest, createRequest, deleteRequest, pullRequest } from "../../../schemas/ollama-models.ts";
+import { RequestError } from "../../../service/errors.ts";
+import type { LoadedModel } from "../../../service/models.ts";
+import { bodyName, copyModel, deleteModel, listTags, planCreate, planPull } from "../../../service/store.ts";
+import { sendProgress } from "../../progress.ts";
+import { parseBody } from "../../validate.ts";
+import type { RouteDeps } from "../openai/common.ts";
+
+export function nativeModelRoutes(router: Router, { models, log }: RouteDeps): void {
+  // koa-router answers HEAD from the GET route.
+  router.get("/api/tags", async (ctx) => {
+    ctx.body = { models: await listTags(models) };
+  });
+
+  router.get("/api/ps", (ctx) => {
+    ctx.body = { models: models.loaded().map(psModel) };
+  });
+
+  router.post("/api/create", async (ctx) => {
+    const req = parseBody(createRequest, ctx.request.body);
+    const run = await planCreate(models, req);
+    await sendProgress(ctx, run, req.stream !== false, ctx.state.log ?? log);
+  });
+
+  router.post("/api/pull", async (ctx) => {
+    const req = parseBody(pullRequest, ctx.request.body);
+    const run = planPull(models, bodyName(req));
+    await sendProgress(ctx, run, req.stream !== false, ctx.state.log ?? log);
+  });
+
+  router.delete("/api/delete", async (ctx) => {
+    await deleteModel(models, bodyName(parseBody(deleteRequest, ctx.request.body)));
+    ctx.status = 200;
+    ctx.body = ""; // Ollama answers 200 with an empty body
+  });
+
+  router.post("/api/copy", async (ctx) => {
+    const req = parseBody(copyRequest, ctx.request.body);
+    await copyModel(models, req.source, req.destination);
+    ctx.status = 200;
+    ctx.body = ""; // Ollama answers 200 with an empty body
+  });
+
+  router.post("/api/push", () => {
+    throw new RequestError("NOT_IMPLEMENTED", "push is not supported: Wick has no registry to push to (models come from Hugging Face with /api/pull, or from a GGUF with /api/create)");
+  });
+  for (const route of ["/api/embed", "/api/embeddings"]) {
+    router.post(route, () => {
+      throw new RequestError("NOT_IMPLEMENTED", `${route} is not built yet: Wick does not serve embedding models yet`);
+    });
+  }
+}
+
+/** One /api/ps entry (Ollama's ProcessModelResponse); everything runs on the CPU, so size_vram is 0. */
+function psModel({ model, size, expiresAt }: LoadedModel) {
+  const stored = model.profile?.store;
+  const family = model.info.architecture;
+  return {
+    name: model.id,
+    model: model.id,
+    size,
+    digest: stored ? stored.digest.replace(/^sha256:/, "") : "",
+    details: {
+      parent_model: "",
+      format: "gguf",
+      family: stored?.config?.model_family ?? family,
+      families: stored?.config?.model_families ?? [family],
+      parameter_size: stored?.config?.model_type ?? "",
+      quantization_level: stored?.config?.file_type ?? "",
+    },
+    expires_at: expiresAt.toISOString(),
+    size_vram: 0,
+    context_length: model.info.contextSize,
+  };
+}

@@ -1,0 +1,411 @@
+/**
+ * Which models are loaded, and when they load and unload — Ollama's scheduler rules:
+ *
+ * - a request names a model; it is loaded on first use (a store name through the store, or the
+ *   `-m` model), and every request for a model that is loading waits for that one load;
+ * - each request holds a lease until its response is finished; when the last lease of a model is
+ *   released, its keep-alive starts (the request's `keep_alive`, else the server default;
+ *   Infinity = stay, 0 = unload now);
+ * - at most `maxLoaded` models are loaded, and a load that would not fit in free RAM first
+ *   evicts idle models, least recently used first; a model with requests in flight is never
+ *   unloaded (a load that needs its slot waits for it to go idle);
+ * - a model that fails to load fails its own requests only.
+ *
+ * With `-m`, names that are neither loaded nor in the store reach the `-m` model (llama-server's
+ * rule: clients send names such as "gpt-4o"); store names still reach their own models.
+ * Models handed over already loaded (library use, tests) are served as they are and never unloaded.
+ */
+import { promises as fsp } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { pino, type Logger } from "pino";
+import type { LoadOptions } from "../engine/index.ts";
+import { formatName, nameKey, StoreError, type HubClient, type ModelName, type ModelStore } from "../store/index.ts";
+import { RequestError } from "./errors.ts";
+import { DEFAULT_KEEP_ALIVE_MS } from "./keep-alive.ts";
+import { profileOf, type ModelProfile } from "./profile.ts";
+import { modelIdFromPath, ModelRegistry, type ServedModel } from "./registry.ts";
+
+/** Engine options every model this manager loads gets (the serve flags). */
+export interface LoadDefaults extends Omit<LoadOptions, "modelPath" | "vocabOnly"> {
+  toolCallParser?: string;
+}
+
+export interface ModelManagerOptions {
+  registry?: ModelRegistry;
+  store?: ModelStore;
+  hub?: HubClient;
+  load?: LoadDefaults;
+  /** Keep-alive when a request does not say (ms; Infinity = forever). Default 5 minutes. */
+  keepAliveMs?: number;
+  /** Most models loaded at once. Default 3. */
+  maxLoaded?: number;
+  /** Bytes a new model may take without evicting others (default: os.freemem). */
+  freeMemory?: () => number;
+  log?: Logger;
+}
+
+type Source = { kind: "path"; path: string } | { kind: "store"; name: ModelName } | { kind: "given" };
+
+interface Entry {
+  id: string;
+  source: Source;
+  model?: ServedModel;
+  loading?: Promise<ServedModel>;
+  unloading?: Promise<void>;
+  /** Requests holding the model. */
+  refs: number;
+  defaultKeepAliveMs: number;
+  keepAliveMs: number;
+  timer?: NodeJS.Timeout;
+  /** When an idle model unloads (epoch ms; Infinity = never). */
+  expiresAt: number;
+  lastUsed: number;
+  /** Estimated bytes in memory (weights + KV cache). */
+  size: number;
+  /** The store changed under it: unload once idle, whatever the keep-alive says. */
+  stale?: boolean;
+}
+
+export interface Lease {
+  model: ServedModel;
+  /** Ends the request's hold; idempotent. */
+  release(): void;
+}
+
+/** A model /api/show can describe: its file, and its Modelfile parts when it comes from the store. */
+export interface ModelDescription {
+  id: string;
+  path: string;
+  model?: ServedModel;
+  profile?: ModelProfile;
+}
+
+/** A loaded model as /api/ps lists it. */
+export interface LoadedModel {
+  model: ServedModel;
+  size: number;
+  expiresAt: Date;
+}
+
+/** Ollama's "forever": now + the largest Go duration (about 292 years). */
+const FOREVER_MS = 9_223_372_036_854;
+
+export class ModelManager {
+  readonly registry: ModelRegistry;
+  readonly store?: ModelStore;
+  readonly hub?: HubClient;
+  readonly keepAliveMs: number;
+  readonly maxLoaded: number;
+  private readonly loadDefaults: LoadDefaults;
+  private readonly freeMemory: () => number;
+  private readonly log: Logger;
+  private readonly entries = new Map<string, Entry>();
+  private defaultKey?: string;
+  private loadQueue: Promise<unknown> = Promise.resolve();
+  private waiters: (() => void)[] = [];
+
+  constructor(opts: ModelManagerOptions = {}) {
+    this.registry = opts.registry ?? new ModelRegistry();
+    this.store = opts.store;
+    this.hub = opts.hub;
+    this.loadDefaults = opts.load ?? {};
+    this.keepAliveMs = opts.keepAliveMs ?? DEFAULT_KEEP_ALIVE_MS;
+    this.maxLoaded = opts.maxLoaded ?? 3;
+    this.freeMemory = opts.freeMemory ?? os.freemem;
+    this.log = opts.log ?? pino({ level: "silent" });
+  }
+
+  /**
+   * The `-m` model: a GGUF path or a store name. It keeps `keepAliveMs` (default: forever) and
+   * takes every request whose name matches nothing else.
+   */
+  setDefault(ref: { path: string } | { name: ModelName }, opts: { id?: string; keepAliveMs?: number } = {}): void {
+    const source: Source = "path" in ref ? { kind: "path", path: path.resolve(ref.path) } : { kind: "store", name: ref.name };
+    const id = opts.id ?? (source.kind === "path" ? modelIdFromPath(source.path) : formatName(source.name));
+    const key = this.keyOf(source, id);
+    const entry = this.entry(key, id, source);
+    entry.defaultKeepAliveMs = entry.keepAliveMs = opts.keepAliveMs ?? Infinity;
+    this.defaultKey = key;
+  }
+
+  /** Loads the `-m` model now (start-up); throws what the load threw. */
+  async loadDefault(): Promise<ServedModel> {
+    const lease = await this.acquire(undefined);
+    lease.release();
+    return lease.model;
+  }
+
+  /** Waits until `name`'s model is loaded (loading it if needed) and holds it until `release`. */
+  async acquire(name: string | null | undefined, opts: { keepAliveMs?: number } = {}): Promise<Lease> {
+    const entry = await this.find(name);
+    for (;;) {
+      if (entry.unloading) {
+        await entry.unloading;
+        continue;
+      }
+      entry.refs++;
+      clearTimeout(entry.timer);
+      entry.keepAliveMs = opts.keepAliveMs ?? entry.defaultKeepAliveMs;
+      let model: ServedModel;
+      try {
+        model = entry.model ?? (await this.ensureLoaded(entry));
+      } catch (err) {
+        this.release(entry);
+        throw err;
+      }
+      let held = true;
+      return {
+        model,
+        release: () => {
+          if (held) this.release(entry);
+          held = false;
+        },
+      };
+    }
+  }
+
+  /**
+   * Unloads `name`'s model as `keep_alive: 0` asks: now when idle, else when its last request
+   * ends. Unknown names throw as `acquire` does; a model that is not loaded is left alone.
+   */
+  async unload(name: string | null | undefined): Promise<void> {
+    const entry = await this.find(name);
+    entry.keepAliveMs = 0;
+    if (entry.model && entry.refs === 0 && entry.source.kind !== "given") await this.unloadEntry(entry, "keep_alive 0");
+  }
+
+  /** A store model was re-created or deleted: its loaded copy is stale, unload it once idle. */
+  async forget(name: ModelName): Promise<void> {
+    const entry = this.entries.get(`store:${nameKey(name)}`);
+    if (!entry?.model) return;
+    entry.stale = true;
+    if (entry.refs === 0) await this.unloadEntry(entry, "changed in the store");
+  }
+
+  /**
+   * What `name` names exactly, loaded or not (no `-m` fallback): for /api/show. A store
+   * model's Modelfile parts come with it; undefined when nothing has that name.
+   */
+  async describe(name: string): Promise<ModelDescription | undefined> {
+    const loaded = this.registry.find(name);
+    if (loaded) return { id: loaded.id, path: loaded.path, model: loaded, profile: loaded.profile };
+    const fallback = this.defaultKey ? this.entries.get(this.defaultKey) : undefined;
+    let stored: ModelName | undefined;
+    if (fallback && (name === fallback.id || name === `${fallback.id}:latest`)) {
+      if (fallback.source.kind === "path") return { id: fallback.id, path: fallback.source.path };
+      if (fallback.source.kind === "store") stored = fallback.source.name;
+    }
+    if (!stored && this.store) {
+      const located = await this.store.locate(name);
+      if (located.kind === "store" && (await this.store.readManifest(located.name))) stored = located.name;
+    }
+    if (!stored) return undefined;
+    const resolved = await this.store!.resolve(stored);
+    return { id: resolved.name, path: resolved.modelPath, profile: profileOf(resolved) };
+  }
+
+  /** Loaded models, most recently used first. */
+  loaded(): LoadedModel[] {
+    const now = Date.now();
+    return this.registry
+      .list()
+      .map((model) => ({ model, entry: this.entryOfLoaded(model) }))
+      .sort((a, b) => b.entry.lastUsed - a.entry.lastUsed)
+      .map(({ model, entry }) => {
+        const until = entry.refs > 0 ? now + entry.keepAliveMs : entry.expiresAt;
+        return { model, size: entry.size, expiresAt: new Date(Number.isFinite(until) ? until : now + FOREVER_MS) };
+      });
+  }
+
+  /** Unloads everything (shutdown). */
+  async close(): Promise<void> {
+    for (const e of this.entries.values()) clearTimeout(e.timer);
+    await this.registry.unloadAll();
+  }
+
+  // --- names → entries ---
+
+  /** The entry a request's model name picks: loaded, in the store, else the `-m` model; else 404. */
+  private async find(name: string | null | undefined): Promise<Entry> {
+    const fallback = this.defaultKey ? this.entries.get(this.defaultKey) : undefined;
+    if (!name) {
+      if (fallback) return fallback;
+      if (!this.store || this.registry.list().length) return this.entryOfLoaded(this.registry.resolve(name));
+      throw new RequestError("INVALID_REQUEST", "model is required", "model", "missing_required_parameter");
+    }
+    const loaded = this.registry.find(name);
+    if (loaded) return this.entryOfLoaded(loaded);
+    if (fallback && (name === fallback.id || name === `${fallback.id}:latest` || (fallback.source.kind === "path" && path.resolve(name) === fallback.source.path))) return fallback;
+    if (!this.store) return this.entryOfLoaded(this.registry.resolve(name));
+    const stored = await this.storeEntry(name, !!fallback);
+    if (stored) return stored;
+    if (fallback) return fallback;
+    throw new RequestError("MODEL_NOT_FOUND", `model '${name}' not found, try pulling it first`, "model");
+  }
+
+  /** The store model `name` names, if the store has it. Paths are never loaded by name over the API. */
+  private async storeEntry(name: string, lenient: boolean): Promise<Entry | undefined> {
+    let located;
+    try {
+      located = await this.store!.locate(name);
+    } catch (err) {
+      if (lenient && err instanceof StoreError && err.code === "INVALID_NAME") return undefined;
+      throw err;
+    }
+    if (located.kind !== "store") return undefined;
+    const key = `store:${nameKey(located.name)}`;
+    const known = this.entries.get(key);
+    if (known?.model || known?.loading) return known;
+    if (!(await this.store!.readManifest(located.name))) return undefined;
+    return this.entry(key, formatName(located.name), { kind: "store", name: located.name });
+  }
+
+  private entry(key: string, id: string, source: Source): Entry {
+    let e = this.entries.get(key);
+    if (!e) {
+      e = { id, source, refs: 0, defaultKeepAliveMs: this.keepAliveMs, keepAliveMs: this.keepAliveMs, expiresAt: Infinity, lastUsed: 0, size: 0 };
+      this.entries.set(key, e);
+    }
+    return e;
+  }
+
+  private keyOf(source: Source, id: string): string {
+    if (source.kind === "store") return `store:${nameKey(source.name)}`;
+    return source.kind === "path" ? `path:${source.path}` : `given:${id}`;
+  }
+
+  /** The entry of a model in the registry; models this manager did not load are adopted as given. */
+  private entryOfLoaded(model: ServedModel): Entry {
+    for (const e of this.entries.values()) if (e.model === model) return e;
+    const e = this.entry(`given:${model.id}`, model.id, { kind: "given" });
+    e.model = model;
+    e.size = estimateSize(model, this.loadDefaults);
+    e.defaultKeepAliveMs = e.keepAliveMs = Infinity;
+    return e;
+  }
+
+  // --- load, release, unload ---
+
+  private ensureLoaded(entry: Entry): Promise<ServedModel> {
+    if (!entry.loading) {
+      // One load at a time: each makes room for itself before the next one looks.
+      const run = this.loadQueue.then(() => this.load(entry));
+      this.loadQueue = run.catch(() => {});
+      entry.loading = run.finally(() => (entry.loading = undefined));
+    }
+    return entry.loading;
+  }
+
+  private async load(entry: Entry): Promise<ServedModel> {
+    if (entry.model) return entry.model;
+    const started = performance.now();
+    const src = entry.source;
+    if (src.kind === "given") throw new RequestError("MODEL_NOT_FOUND", `model '${entry.id}' is no longer loaded`, "model");
+    const resolved = src.kind === "store" ? await this.store!.resolve(src.name) : undefined;
+    const modelPath = resolved?.modelPath ?? (src as { path: string }).path;
+    const fileBytes = resolved?.size ?? (await fsp.stat(modelPath)).size;
+    await this.makeRoom(entry, fileBytes);
+    const profile = resolved ? profileOf(resolved) : undefined;
+    const numCtx = resolved?.params.num_ctx;
+    const model = await this.registry.load({
+      ...this.loadDefaults,
+      ...(typeof numCtx === "number" && numCtx > 0 ? { contextSize: numCtx } : {}),
+      modelPath,
+      id: entry.id,
+      profile,
+    });
+    entry.model = model;
+    entry.size = estimateSize(model, this.loadDefaults);
+    entry.lastUsed = Date.now();
+    this.log.info({ model: entry.id, architecture: model.info.architecture, contextSize: model.info.contextSize, bytes: entry.size, ms: Math.round(performance.now() - started) }, "model loaded");
+    return model;
+  }
+
+  /** Evicts idle models (least recently used first) until `entry` fits the count and memory limits. */
+  private async makeRoom(entry: Entry, bytes: number): Promise<void> {
+    for (;;) {
+      const others = [...this.entries.values()].filter((e) => e !== entry && e.model && e.source.kind !== "given");
+      const overCount = others.length >= this.maxLoaded;
+      const overMemory = bytes > this.freeMemory();
+      if (!overCount && !overMemory) return;
+      const idle = others.filter((e) => e.refs === 0 && !e.unloading).sort((a, b) => a.lastUsed - b.lastUsed);
+      if (idle[0]) {
+        await this.unloadEntry(idle[0], overCount ? "max loaded models reached" : "not enough free memory");
+      } else if (!overCount) {
+        this.log.warn({ model: entry.id, bytes, free: this.freeMemory() }, "loading although free memory looks short: every loaded model is busy");
+        return;
+      } else {
+        await new Promise<void>((resolve) => this.waiters.push(resolve));
+      }
+    }
+  }
+
+  private release(entry: Entry): void {
+    entry.refs = Math.max(0, entry.refs - 1);
+    entry.lastUsed = Date.now();
+    if (entry.refs === 0 && entry.model) this.startKeepAlive(entry);
+    this.wake();
+  }
+
+  private startKeepAlive(entry: Entry): void {
+    clearTimeout(entry.timer);
+    const ms = entry.source.kind === "given" ? Infinity : entry.stale ? 0 : entry.keepAliveMs;
+    entry.expiresAt = Date.now() + ms;
+    if (ms === 0) {
+      void this.unloadEntry(entry, "keep_alive 0");
+    } else if (Number.isFinite(ms)) {
+      // setTimeout holds at most ~24.8 days; a longer keep-alive re-arms when it fires.
+      entry.timer = setTimeout(() => (Date.now() >= entry.expiresAt ? void this.unloadEntry(entry, "keep_alive expired") : this.startKeepAlive(entry)), Math.min(ms, 2 ** 31 - 1));
+      entry.timer.unref();
+    }
+  }
+
+  /** Unloads an idle entry once its engine has no sequence left (cancelled ones finish their step). */
+  private unloadEntry(entry: Entry, why: string): Promise<void> {
+    if (entry.unloading) return entry.unloading;
+    const model = entry.model;
+    if (!model || entry.refs > 0 || entry.source.kind === "given") return Promise.resolve();
+    clearTimeout(entry.timer);
+    entry.unloading = (async () => {
+      await engineIdle(model);
+      this.registry.remove(model.id);
+      entry.model = undefined;
+      entry.stale = false;
+      try {
+        await model.engine.unload();
+      } catch (err) {
+        this.log.error({ err, model: entry.id }, "unloading the model failed");
+      }
+      this.log.info({ model: entry.id, why }, "model unloaded");
+    })().finally(() => {
+      entry.unloading = undefined;
+      this.wake();
+    });
+    return entry.unloading;
+  }
+
+  /** Loads waiting for a free slot look again. */
+  private wake(): void {
+    const waiting = this.waiters;
+    this.waiters = [];
+    waiting.forEach((w) => w());
+  }
+}
+
+/** Resolves once the engine runs and queues nothing (a departed client's sequences end at the next step). */
+async function engineIdle(model: ServedModel): Promise<void> {
+  for (;;) {
+    const m = model.engine.metrics();
+    if (m.running === 0 && m.waiting === 0) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** Weights (the file) plus an f16 KV cache for every sequence slot: what /api/ps reports and the budget counts. */
+function estimateSize(model: ServedModel, load: LoadDefaults): number {
+  const i = model.info;
+  const headDim = i.nHead > 0 ? i.nEmbd / i.nHead : 0;
+  const kvTokens = load.kvTokens ?? i.contextSize * (load.maxSequences ?? 4);
+  return i.fileSize + Math.round(2 * i.nLayer * kvTokens * i.nHeadKv * headDim * 2);
+}

@@ -1,0 +1,100 @@
+/**
+ * What a store model's Modelfile adds to the GGUF, applied the way Ollama applies it:
+ *
+ * - PARAMETERs are the model's sampling defaults: the API's own defaults < the Modelfile's <
+ *   the request's (`options` on /api, the OpenAI fields on /v1);
+ * - SYSTEM is the system message when the request brings none; MESSAGEs go before the
+ *   request's messages (not when /api/generate continues a `context`);
+ * - TEMPLATE (a Go template) replaces the GGUF's Jinja template for this model.
+ */
+import type { ChatMessage } from "../schemas/chat.ts";
+import type { SamplingRequest } from "../schemas/sampling.ts";
+import { GoTemplate, type ModelConfig, type ResolvedModel } from "../store/index.ts";
+import { RequestError } from "./errors.ts";
+
+export type RequestTemplate = GoTemplate;
+
+/** /api/generate's `template`: a Go template for one request; one that does not parse is a 400 naming the field. */
+export function requestTemplate(source: string | null | undefined): RequestTemplate | undefined {
+  if (!source) return undefined;
+  try {
+    return GoTemplate.parse(source);
+  } catch (err) {
+    throw new RequestError("INVALID_REQUEST", `Invalid template: ${(err as Error).message}`, "template", "invalid_template");
+  }
+}
+
+export interface ModelProfile {
+  /** Modelfile PARAMETERs under Ollama's option names (`stop` an array). */
+  params: Record<string, unknown>;
+  system?: string;
+  messages: { role: string; content: string }[];
+  /** The Modelfile TEMPLATE, parsed. */
+  goTemplate?: GoTemplate;
+  /** Set for models that come from the store. */
+  store?: StoreFacts;
+}
+
+export interface StoreFacts {
+  /** Display name, e.g. `smol:latest`. */
+  name: string;
+  /** Manifest digest, sha256:<hex>. */
+  digest: string;
+  /** Bytes of all layers. */
+  size: number;
+  modifiedAt: Date;
+  config?: ModelConfig;
+  license?: string[];
+  template?: string;
+}
+
+export const EMPTY_PROFILE: ModelProfile = { params: {}, messages: [] };
+
+/** A resolved store model's profile; a TEMPLATE that does not parse throws INVALID_TEMPLATE. */
+export function profileOf(r: ResolvedModel): ModelProfile {
+  return {
+    params: r.params,
+    system: r.system,
+    messages: r.messages,
+    goTemplate: r.template === undefined ? undefined : GoTemplate.parse(r.template),
+    store: { name: r.name, digest: r.digest, size: r.size, modifiedAt: r.modifiedAt, config: r.config, license: r.license, template: r.template },
+  };
+}
+
+/** The Modelfile's MESSAGEs, then the request's; its SYSTEM first when the request has no system message. */
+export function withProfileMessages(profile: ModelProfile | undefined, messages: ChatMessage[], opts: { withMessages?: boolean } = {}): ChatMessage[] {
+  if (!profile) return messages;
+  const preset = opts.withMessages === false ? [] : (profile.messages as ChatMessage[]);
+  const out = [...preset, ...messages];
+  const hasSystem = out.some((m) => m.role === "system" || m.role === "developer");
+  return profile.system && !hasSystem ? [{ role: "system", content: profile.system }, ...out] : out;
+}
+
+/** Ollama option name → the OpenAI request field it fills when the request leaves it unset. */
+const OPENAI_NAMES: Record<string, keyof SamplingRequest> = {
+  temperature: "temperature",
+  top_k: "top_k",
+  top_p: "top_p",
+  min_p: "min_p",
+  repeat_penalty: "repeat_penalty",
+  repeat_last_n: "repeat_last_n",
+  presence_penalty: "presence_penalty",
+  frequency_penalty: "frequency_penalty",
+  seed: "seed",
+  stop: "stop",
+};
+
+/** An OpenAI-shaped request with the Modelfile's PARAMETERs filling the fields it did not set. */
+export function withOpenAIDefaults<R extends SamplingRequest>(profile: ModelProfile | undefined, req: R): R {
+  if (!profile) return req;
+  const out: Record<string, unknown> = { ...req };
+  for (const [key, value] of Object.entries(profile.params)) {
+    const field = OPENAI_NAMES[key];
+    if (field && out[field] == null) out[field] = value;
+  }
+  // A PARAMETER repetition penalty must not outrank the request's own spelling of it.
+  if (req.repetition_penalty != null) delete out.repeat_penalty;
+  const numPredict = profile.params.num_predict;
+  if (typeof numPredict === "number" && numPredict > 0 && out.max_tokens == null && (out as { max_completion_tokens?: unknown }).max_completion_tokens == null) out.max_tokens = numPredict;
+  return out as R;
+}
