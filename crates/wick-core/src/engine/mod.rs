@@ -300,6 +300,8 @@ impl Engine {
             if let Some(t) = r.thread.take() {
                 let _ = t.join();
             }
+            drop(r);
+            crate::runtime::alloc::release_freed_memory();
         }
     }
 }
