@@ -4,6 +4,7 @@
 //! one is small enough for a tiny fixture yet tokenizes tool calls into realistic pieces.
 
 use super::*;
+use wick_core::tokenizer::byte_chars;
 
 /// Control tokens, id = index: LFM2's first 14, then the image tokens and a reserved token
 /// that models emit mid-text (issue #13) and clients must never see.
@@ -62,23 +63,6 @@ const PIECES: &[&str] = &[
     "Hello", " world", "You", " helpful", " assistant", "List", " tools", "user", "assistant",
     "system", "tool", "\n\n", "  ", "   ",
 ];
-
-/// GPT-2's `bytes_to_unicode`: printable Latin-1 bytes stand for themselves, the others
-/// are shifted to U+0100 onwards, so every byte-level token is printable text.
-fn byte_chars() -> [char; 256] {
-    let mut table = ['\0'; 256];
-    let mut shifted = 0u32;
-    for b in 0..=255u8 {
-        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-        table[b as usize] = if printable {
-            b as char
-        } else {
-            shifted += 1;
-            char::from_u32(255 + shifted).unwrap_or('\0')
-        };
-    }
-    table
-}
 
 /// The vocabulary: token texts (control tokens raw, the rest byte-level) in id order.
 pub struct ToolVocab {
