@@ -7,10 +7,11 @@
  * start one server: the other waits for it.
  */
 import { spawn } from "node:child_process";
+import http from "node:http";
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { defaultHome } from "../store/store.ts";
-import { causeOf, target, WickClient, type Target } from "./client.ts";
+import { target, WickClient, type Target } from "./client.ts";
 import { CliError } from "./errors.ts";
 
 const BIN = path.resolve(import.meta.dirname, "../../bin/wick.js");
@@ -21,19 +22,35 @@ const START_TIMEOUT_MS = 60_000;
 const STALE_LOCK_MS = 90_000;
 const LOCAL_HOSTS = new Set(["127.0.0.1", "localhost", "::1", "0.0.0.0", "::"]);
 
-type Probe = { state: "up" } | { state: "down" } | { state: "other"; why: string };
+type Probe = { state: "up" } | { state: "down" | "unreachable" | "other"; why: string };
 
-/** What answers at `url`: a Wick server, nothing (refused), or something else. */
-export async function probe(url: string): Promise<Probe> {
-  try {
-    const res = await fetch(`${url}/`, { signal: AbortSignal.timeout(5_000) });
-    const text = await res.text();
-    if (res.ok && text.startsWith("Wick is running")) return { state: "up" };
-    return { state: "other", why: `GET / answered ${res.status}${text.trim() ? ` ${JSON.stringify(text.trim().slice(0, 40))}` : ""}` };
-  } catch (err) {
-    const why = causeOf(err);
-    return why === "ECONNREFUSED" ? { state: "down" } : { state: "other", why };
-  }
+/** Network errors that say nothing answered (as opposed to something that answered wrongly). */
+const UNREACHABLE = new Set(["EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN", "ETIMEDOUT", "TimeoutError"]);
+
+/**
+ * What answers at `url`: a Wick server, nothing (refused, unreachable), or something else.
+ * node:http rather than fetch: a peer that hangs up at once can leave fetch pending with
+ * nothing to keep the process alive.
+ */
+export function probe(url: string): Promise<Probe> {
+  return new Promise((resolve) => {
+    const req = http.get(`${url}/`, { timeout: 5_000, agent: false }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (d: string) => (text += d.length < 200 ? d : d.slice(0, 200)));
+      res.on("end", () => {
+        if (res.statusCode === 200 && text.startsWith("Wick is running")) resolve({ state: "up" });
+        else resolve({ state: "other", why: `GET / answered ${res.statusCode}${text.trim() ? ` ${JSON.stringify(text.trim().slice(0, 40))}` : ""}` });
+      });
+      res.on("error", (err) => resolve({ state: "other", why: (err as NodeJS.ErrnoException).code ?? err.message }));
+    });
+    req.on("timeout", () => req.destroy(Object.assign(new Error("no answer within 5 s"), { code: "TimeoutError" })));
+    req.on("error", (err: NodeJS.ErrnoException) => {
+      const why = err.code ?? err.message;
+      if (why === "ECONNREFUSED") resolve({ state: "down", why });
+      else resolve({ state: UNREACHABLE.has(why) ? "unreachable" : "other", why: why === "TimeoutError" ? err.message : why });
+    });
+  });
 }
 
 /** A client for the server at WICK_HOST, started first when none answers there. */
@@ -46,8 +63,9 @@ export async function connect(env: NodeJS.ProcessEnv = process.env): Promise<Wic
 async function ensureServer(t: Target, env: NodeJS.ProcessEnv): Promise<void> {
   const first = await probe(t.url);
   if (first.state === "up") return;
-  if (first.state === "other") throw new CliError(`something that is not a Wick server answers at ${t.host}:${t.port} (${first.why}); set WICK_HOST to another address`);
-  if (!LOCAL_HOSTS.has(t.host)) throw new CliError(`could not connect to the Wick server at ${t.url}; start it there with 'wick serve'`);
+  const local = LOCAL_HOSTS.has(t.host);
+  if (!local && first.state !== "other") throw new CliError(`could not connect to the Wick server at ${t.url} (${first.why}); start it there with 'wick serve'`);
+  if (first.state !== "down") throw new CliError(`something that is not a Wick server answers at ${t.host}:${t.port} (${first.why}); set WICK_HOST to another address`);
 
   const home = path.resolve(env.WICK_HOME || defaultHome());
   mkdirSync(path.join(home, "logs"), { recursive: true });
@@ -67,7 +85,7 @@ async function ensureServer(t: Target, env: NodeJS.ProcessEnv): Promise<void> {
     await sleep(100);
     const p = await probe(t.url);
     if (p.state === "up") return;
-    if (p.state === "other") throw new CliError(`something that is not a Wick server answers at ${t.host}:${t.port} (${p.why})`);
+    if (p.state !== "down") throw new CliError(`something that is not a Wick server answers at ${t.host}:${t.port} (${p.why})`);
   }
   throw new CliError(`no Wick server answered at ${t.url} within ${START_TIMEOUT_MS / 1000} s (another command holds ${lock})`);
 }

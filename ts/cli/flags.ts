@@ -86,7 +86,7 @@ export const SERVE_FLAGS: FlagSpec[] = [
   { key: "gpuMemoryUtilization", flags: ["--gpu-memory-utilization", "--mem-fraction-static"], value: "<0..1>", description: "fraction of GPU memory to use", parse: fraction, notice: CPU_ONLY },
   { key: "dtype", flags: ["--dtype"], value: "<type>", description: "GPU compute type: auto, float16, bfloat16, float32", parse: choice(["auto", "float16", "bfloat16", "float32", "half", "float"]), notice: CPU_ONLY },
   { key: "toolCallParser", flags: ["--tool-call-parser"], value: "<name>", description: `tool-call format: ${TOOL_PARSER_NAMES.join(", ")} (default: from the chat template)`, parse: choice(TOOL_PARSER_NAMES) },
-  { key: "logLevel", flags: ["--log-level"], value: "<level>", description: "log level: fatal, error, warn, info, debug, trace, silent (default info)", parse: choice(["fatal", "error", "warn", "info", "debug", "trace", "silent"]) },
+  { key: "logLevel", flags: ["--log-level"], value: "<level>", description: "log level: fatal, error, warn, info, debug, trace, silent, any case (default info)", parse: (raw: string) => choice(["fatal", "error", "warn", "info", "debug", "trace", "silent"])(raw.toLowerCase()) },
 ];
 
 export interface ShowFlags {
