@@ -47,6 +47,8 @@ export interface Pty {
   waitFor(pattern: string | RegExp, opts?: { from?: number; timeoutMs?: number }): Promise<number>;
   /** The exit code (128 + n for signal n). */
   exited: Promise<number | null>;
+  /** Ends the command and its terminal (a test that failed half-way). */
+  kill(): void;
 }
 
 /** Removes terminal control sequences (colours, cursor moves, line erases) and carriage returns. */
@@ -74,6 +76,10 @@ export function spawnPty(command: string, args: string[], opts: { cwd?: string; 
     screen: () => plain(raw),
     raw: () => raw,
     exited,
+    kill: () => {
+      if (child.exitCode === null) child.stdin!.end();
+      if (child.exitCode === null) child.kill("SIGKILL");
+    },
     async waitFor(pattern, { from = 0, timeoutMs = 60_000 } = {}) {
       const deadline = Date.now() + timeoutMs;
       for (;;) {

@@ -160,6 +160,8 @@ function toOption<F>(spec: FlagSpec<F>): Option {
   const flags = `${short ? `${short}, ` : ""}${spec.flags[0]}${spec.value ? ` ${spec.value}` : ""}`;
   const description = spec.description + (aliases.length ? ` (also ${aliases.join(", ")})` : "");
   const opt = new Option(flags, description);
+  // The table's key, not commander's camel-case of the canonical flag (`--temp` → temperature).
+  opt.attributeName = () => spec.key;
   const parse = spec.parse;
   if (spec.repeatable) opt.argParser((raw: string, prev: unknown) => [...((prev as unknown[] | undefined) ?? []), parse ? parse(raw) : raw]);
   else if (parse) opt.argParser(parse);
