@@ -5,8 +5,9 @@
  * -n` is not `wick run -n`); and the helpers the client commands print with.
  */
 import test from "ava";
+import { readFileSync } from "node:fs";
 import path from "node:path";
-import { RUN_FLAGS, SERVE_FLAGS, normalizeArgv, type FlagSpec } from "../ts/cli/flags.ts";
+import { FOREIGN_FLAGS, RUN_FLAGS, SERVE_FLAGS, normalizeArgv, type FlagSpec } from "../ts/cli/flags.ts";
 import { humanBytes, humanTime, shortDuration, table } from "../ts/cli/format.ts";
 import { runCli, type Commands } from "../ts/cli/program.ts";
 import { closest } from "../ts/cli/suggest.ts";
@@ -145,4 +146,11 @@ test("tables, sizes and times as Ollama prints them", (t) => {
   t.is(humanTime(new Date(now + 292 * 365 * 86_400_000), now), "Forever");
   t.is(shortDuration(850), "850ms");
   t.is(shortDuration(125_000), "2m05s");
+});
+
+test("docs/cli.md names every flag of serve and run, and every flag serve drops", (t) => {
+  const doc = readFileSync(path.join(repoRoot, "docs/cli.md"), "utf8").replace(/```[\s\S]*?```/g, "");
+  const named = new Set([...doc.matchAll(/`([^`]+)`/g)].flatMap((m) => m[1]!.split(/[\s,/()|[\]]+/)).filter((w) => w.startsWith("-")).map((w) => w.replace(/[=:].*$/, "")));
+  const flags = [...SERVE_FLAGS, ...RUN_FLAGS].flatMap((f) => f.flags).concat(FOREIGN_FLAGS.flatMap((f) => f.flags));
+  t.deepEqual(flags.filter((f) => !named.has(f)), []);
 });
