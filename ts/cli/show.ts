@@ -58,6 +58,13 @@ async function showStored(model: string, flags: ShowFlags): Promise<string> {
   return describeStored(res);
 }
 
+/** Rows `label  value`, the values aligned 4 spaces after the longest label; rows without a value are left out. */
+function aligned(rows: [string, string | undefined][]): string[] {
+  const kept = rows.filter((r): r is [string, string] => r[1] !== undefined && r[1] !== "");
+  const w = Math.max(0, ...kept.map(([k]) => k.length)) + 4;
+  return kept.map(([k, v]) => `${k.padEnd(w)}${v}`);
+}
+
 /** The block `ollama show <model>` prints: Model, Capabilities, Parameters, System, License. */
 export function describeStored(res: ShowAnswer): string {
   const info = res.model_info ?? {};
@@ -66,27 +73,25 @@ export function describeStored(res: ShowAnswer): string {
   const experts = num("expert_count");
   const used = num("expert_used_count");
   const sections: string[] = [];
-  const section = (title: string, rows: [string, string | undefined][]) => {
-    const kept = rows.filter((r): r is [string, string] => r[1] !== undefined && r[1] !== "");
-    if (!kept.length) return;
-    const w = Math.max(...kept.map(([k]) => k.length)) + 4;
-    sections.push([`  ${title}`, ...kept.map(([k, v]) => `    ${v === "\0" ? k : `${k.padEnd(w)}${v}`}`.trimEnd())].join("\n"));
+  const section = (title: string, lines: string[]) => {
+    if (lines.length) sections.push([`  ${title}`, ...lines.map((l) => `    ${l}`.trimEnd())].join("\n"));
   };
-  section("Model", [
-    ["architecture", arch],
-    ["parameters", res.details?.parameter_size],
-    ["context length", num("context_length")],
-    ["embedding length", num("embedding_length")],
-    ["experts", experts && `${experts}${used ? ` (${used} used)` : ""}`],
-    ["quantization", res.details?.quantization_level],
-  ]);
-  section("Capabilities", (res.capabilities ?? []).map((c) => [c, "\0"]));
-  const params = (res.parameters ?? "").split("\n").filter(Boolean).map((l) => /^(\S+)\s+(.*)$/.exec(l)!.slice(1, 3) as [string, string]);
-  section("Parameters", params);
-  if (res.system) section("System", res.system.split("\n").map((l) => [l, "\0"]));
-  if (res.license) {
-    const lines = res.license.split("\n").filter((l) => l.trim());
-    section("License", [...lines.slice(0, 2), ...(lines.length > 2 ? ["..."] : [])].map((l) => [l.trim(), "\0"]));
-  }
+  section(
+    "Model",
+    aligned([
+      ["architecture", arch],
+      ["parameters", res.details?.parameter_size],
+      ["context length", num("context_length")],
+      ["embedding length", num("embedding_length")],
+      ["experts", experts && `${experts}${used ? ` (${used} used)` : ""}`],
+      ["quantization", res.details?.quantization_level],
+    ]),
+  );
+  section("Capabilities", res.capabilities ?? []);
+  // /api/show's parameters: `name<padding> value` per line.
+  section("Parameters", aligned((res.parameters ?? "").split("\n").filter(Boolean).map((l) => /^(\S+)\s+(.*)$/.exec(l)!.slice(1, 3) as [string, string])));
+  section("System", res.system ? res.system.split("\n") : []);
+  const license = (res.license ?? "").split("\n").map((l) => l.trim()).filter(Boolean);
+  section("License", license.length > 2 ? [...license.slice(0, 2), "..."] : license);
   return `${sections.join("\n\n")}\n`;
 }
