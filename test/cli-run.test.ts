@@ -131,6 +131,7 @@ serial("the interactive chat in a terminal: answers, temperature 0 is determinis
     at = await p.waitFor('"""Say the word\n... ', { from: at });
     p.type('yes."""\r');
     await prompt(p, at + 6);
+    t.is(await say(p, "/save pirate"), "Created new model 'pirate'\n");
     t.is(await say(p, "/load smol"), "Loading model 'smol'\n");
     t.regex(await say(p, "/show parameters"), /Model defined parameters:\nnum_predict +8\ntemperature +0\n/);
 
@@ -139,6 +140,10 @@ serial("the interactive chat in a terminal: answers, temperature 0 is determinis
     t.is(await p.exited, 0);
     const history = readFileSync(path.join(h.home, "history"), "utf8");
     t.regex(history, /\/show system\n/);
+    // /save kept the session's system message, parameters and conversation.
+    t.is((await h.wick(["show", "pirate", "--system"])).stdout, "You are\na pirate.\n");
+    t.regex((await h.wick(["show", "pirate", "--parameters"])).stdout, /^num_predict +16\ntemperature +0\n$/);
+    t.regex((await h.wick(["show", "pirate", "--modelfile"])).stdout, /\nMESSAGE user "?Say the word\s+yes\./);
   } finally {
     await h.close();
   }

@@ -81,9 +81,12 @@ export async function repl(s: Session): Promise<void> {
     rl.prompt();
   });
 
-  // The model loads before the first prompt; one that cannot load ends the command.
-  await preload(s.client, s.model, s.keepAlive);
+  // A second Ctrl-C just as an answer ends must not kill the session (turn() handles the first).
+  const ignore = () => {};
+  process.on("SIGINT", ignore);
   try {
+    // The model loads before the first prompt; one that cannot load ends the command.
+    await preload(s.client, s.model, s.keepAlive);
     for (;;) {
       const line = await reader.next(multiline ? "... " : ">>> ");
       if (line === null) {
@@ -114,6 +117,7 @@ export async function repl(s: Session): Promise<void> {
       await turn(s, rl, text);
     }
   } finally {
+    process.off("SIGINT", ignore);
     rl.close();
   }
 }
