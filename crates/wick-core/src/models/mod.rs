@@ -17,6 +17,7 @@ mod llama;
 mod moe;
 mod qwen;
 mod shortconv;
+pub mod vision;
 
 /// What the engine and the APIs report about a loaded model.
 #[derive(Debug, Clone, Default)]

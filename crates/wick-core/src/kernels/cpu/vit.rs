@@ -1,0 +1,326 @@
+//! The vision encoder's CPU ops, rounding as llama.cpp's CPU backend rounds the ops of
+//! `clip.cpp`'s graph (AVX-512 build, flash attention off):
+//! - `layer_norm`: `ggml_norm` (sum in f64, centred squares in 16-lane reductions summed in
+//!   f64, `1/sqrtf(var+ε)`), then `ggml_mul` and `ggml_add`;
+//! - `gelu`: `ggml_gelu`'s table of f16 values indexed by the f16-rounded input;
+//! - `matmul_f32`: f32 weights: llamafile's tinyBLAS for several rows when the inner size
+//!   splits into 16-lane chunks, else `ggml_vec_dot_f32`;
+//! - `attention`: bidirectional, per head `K·Q` (`ggml_vec_dot_f32`: the views are not
+//!   contiguous, so tinyBLAS is skipped), `soft_max_ext` in f32 (ggml's vector `expf`, sums in
+//!   f64), then `V·P` through tinyBLAS (or `ggml_vec_dot_f32` when positions % 16 ≠ 0);
+//! - `resize_antialias`: `ggml_interpolate(BILINEAR | ANTIALIAS)` (the position embedding);
+//! - `patch_embed`: `ggml_conv_2d` as an F16 im2col and a tinyBLAS f16 matmul (an F32 kernel
+//!   is converted to f16, ggml's dot type for the F16 im2col).
+//!
+//! Scalar statements that GCC contracts into FMAs in llama.cpp's build are `mul_add` here
+//! (the interpolation's `val += pixel * weight`; not `ggml_vec_dot_f32`'s tail, which stays
+//! a multiply and an add). With these orders the embeddings equal llama.cpp's bit for bit
+//! (`tests/vision.rs`).
+
+use half::f16;
+
+use super::blocks::reduce16;
+use super::expf::{exp_variant, ggml_expf, simd_width};
+use super::feats::fast;
+use super::float_dots::dot_tiled;
+use crate::runtime::pool::{self, SyncPtr};
+
+/// `ggml_vec_dot_f32` (AVX-512): 4 accumulators of 16 lanes over steps of 64, folded
+/// (a0+a2)+(a1+a3), the 16-lane tree sum, then the tail (n % 64) added in f32 (not fused).
+#[inline(always)]
+pub fn dot_single_f32(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
+    let np = n & !63;
+    let mut acc = [[0f32; 16]; 4];
+    for base in (0..np).step_by(64) {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for (l, s) in a.iter_mut().enumerate() {
+                let i = base + 16 * j + l;
+                *s = x(i).mul_add(y(i), *s);
+            }
+        }
+    }
+    let mut folded = [0f32; 16];
+    for l in 0..16 {
+        folded[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    }
+    let mut sum = reduce16(&folded);
+    for i in np..n {
+        sum += x(i) * y(i);
+    }
+    sum
+}
+
+/// `[m, k]` rows of `x` times `[n, k]` rows of `w` → `[m, n]`, as ggml's `mul_mat` for two
+/// f32 operands: tinyBLAS when `m ≥ 2` and `k % 16 == 0`, else `ggml_vec_dot_f32`.
+pub fn matmul_f32(x: &[f32], m: usize, w: &[f32], n: usize, k: usize) -> Vec<f32> {
+    let mut y = vec![0f32; m * n];
+    let yp = SyncPtr(y.as_mut_ptr());
+    let tiled = m >= 2 && k.is_multiple_of(16);
+    pool::run(m, &|r| {
+        fast(
+            #[inline(always)]
+            || {
+                let xr = &x[r * k..(r + 1) * k];
+                for j in 0..n {
+                    let wr = &w[j * k..(j + 1) * k];
+                    let v = if tiled {
+                        dot_tiled(k, |i| wr[i], |i| xr[i])
+                    } else {
+                        dot_single_f32(k, |i| wr[i], |i| xr[i])
+                    };
+                    // Safety: task r alone writes row r.
+                    unsafe { *yp.get().add(r * n + j) = v };
+                }
+            },
+        )
+    });
+    y
+}
+
+/// `ggml_norm` over rows of `w.len()` values, then `· w + b`.
+pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32) -> Vec<f32> {
+    let n = w.len();
+    let mut y = vec![0f32; x.len()];
+    let yp = SyncPtr(y.as_mut_ptr());
+    let lanes = if simd_width(exp_variant()) == 16 { 16 } else { 8 };
+    pool::run(x.len() / n, &|r| {
+        let xr = &x[r * n..(r + 1) * n];
+        // Safety: task r alone writes row r.
+        let yr = unsafe { std::slice::from_raw_parts_mut(yp.get().add(r * n), n) };
+        let sum: f64 = xr.iter().map(|&v| v as f64).sum();
+        let mean = sum as f32 / n as f32;
+        let mut var = 0f64;
+        let mut i = 0;
+        while i + lanes <= n {
+            let mut sq = [0f32; 16];
+            for l in 0..lanes {
+                let v = xr[i + l] - mean;
+                yr[i + l] = v;
+                sq[l] = v * v;
+            }
+            var += if lanes == 16 { reduce16(&sq) } else { super::blocks::hsum8(sq[..8].try_into().unwrap()) }
+                as f64;
+            i += lanes;
+        }
+        for j in i..n {
+            let v = xr[j] - mean;
+            yr[j] = v;
+            var += (v * v) as f64;
+        }
+        let var = (var / n as f64) as f32;
+        let scale = 1.0f32 / (var + eps).sqrt();
+        for j in 0..n {
+            yr[j] = yr[j] * scale * w[j] + b[j];
+        }
+    });
+    y
+}
+
+fn gelu_table() -> &'static [u16] {
+    static T: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        const A: f32 = 0.044715;
+        const S: f32 = 0.797_884_6;
+        (0..=u16::MAX)
+            .map(|bits| {
+                let x = f16::from_bits(bits).to_f32();
+                let inner = S * x * (A * x).mul_add(x, 1.0);
+                f16::from_f32(0.5 * x * (1.0 + inner.tanh())).to_bits()
+            })
+            .collect()
+    })
+}
+
+/// `ggml_gelu` (tanh form) in place: 0 below −10, x above 10, else the f16 table.
+pub fn gelu(x: &mut [f32]) {
+    let t = gelu_table();
+    for v in x.iter_mut() {
+        *v = if *v <= -10.0 {
+            0.0
+        } else if *v >= 10.0 {
+            *v
+        } else {
+            f16::from_bits(t[f16::from_f32(*v).to_bits() as usize]).to_f32()
+        };
+    }
+}
+
+/// `ggml_soft_max_ext(·, no mask, scale)` on one row, in place.
+fn softmax_row(w: &mut [f32], scale: f32) {
+    let var = exp_variant();
+    let lanes = simd_width(var);
+    for v in w.iter_mut() {
+        *v *= scale;
+    }
+    let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    let whole = if lanes > 1 { w.len() / lanes * lanes } else { 0 };
+    for c in w[..whole].chunks_mut(lanes) {
+        let mut l = [0f32; 16];
+        for (e, s) in c.iter_mut().zip(l.iter_mut()) {
+            *e = ggml_expf(*e - max, var);
+            *s = *e;
+        }
+        sum +=
+            if lanes == 16 { reduce16(&l) } else { super::blocks::hsum8(l[..8].try_into().unwrap()) } as f64;
+    }
+    for e in w[whole..].iter_mut() {
+        *e = (*e - max).exp();
+        sum += *e as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for e in w.iter_mut() {
+        *e *= inv;
+    }
+}
+
+/// Bidirectional multi-head attention: `q`, `k`, `v` are `[n, heads·hd]`; returns the same.
+pub fn attention(q: &[f32], k: &[f32], v: &[f32], n: usize, heads: usize, scale: f32) -> Vec<f32> {
+    let d = q.len() / n;
+    let hd = d / heads;
+    let mut out = vec![0f32; n * d];
+    let op = SyncPtr(out.as_mut_ptr());
+    // V transposed per head: row (h, c) holds V[·, h·hd + c] over positions.
+    let mut vt = vec![0f32; d * n];
+    for j in 0..n {
+        for c in 0..d {
+            vt[c * n + j] = v[j * d + c];
+        }
+    }
+    let tiled = n.is_multiple_of(16);
+    pool::run(heads * n, &|t| {
+        let (h, i) = (t / n, t % n);
+        let qi = &q[i * d + h * hd..i * d + (h + 1) * hd];
+        let mut p: Vec<f32> = (0..n)
+            .map(|j| {
+                let kj = &k[j * d + h * hd..j * d + (h + 1) * hd];
+                dot_single_f32(hd, |x| kj[x], |x| qi[x])
+            })
+            .collect();
+        softmax_row(&mut p, scale);
+        for c in 0..hd {
+            let vr = &vt[(h * hd + c) * n..(h * hd + c + 1) * n];
+            let o = if tiled {
+                dot_tiled(n, |x| vr[x], |x| p[x])
+            } else {
+                dot_single_f32(n, |x| vr[x], |x| p[x])
+            };
+            // Safety: task (h, i) alone writes row i's head-h columns.
+            unsafe { *op.get().add(i * d + h * hd + c) = o };
+        }
+    });
+    out
+}
+
+/// `ggml_interpolate(BILINEAR | ANTIALIAS)` of a `side`×`side` grid of `d`-wide rows (row
+/// y·side + x) to `width`×`height` rows (row y·width + x).
+pub fn resize_antialias(src: &[f32], side: usize, d: usize, width: usize, height: usize) -> Vec<f32> {
+    let sf0 = width as f32 / side as f32;
+    let sf1 = height as f32 / side as f32;
+    let tri = |x: f32| (1.0 - x.abs()).max(0.0);
+    let support0 = 1.0f32.max(1.0 / sf0);
+    let support1 = 1.0f32.max(1.0 / sf1);
+    let (inv0, inv1) = (1.0 / support0, 1.0 / support1);
+    let mut out = vec![0f32; width * height * d];
+    for i1 in 0..height {
+        let y = (i1 as f32 + 0.5) / sf1;
+        let y_min = ((y - support1 + 0.5) as i64).max(0) as usize;
+        let y_max = ((y + support1 + 0.5) as i64).min(side as i64) as usize;
+        for i0 in 0..width {
+            let x = (i0 as f32 + 0.5) / sf0;
+            let x_min = ((x - support0 + 0.5) as i64).max(0) as usize;
+            let x_max = ((x + support0 + 0.5) as i64).min(side as i64) as usize;
+            let row = &mut out[(i1 * width + i0) * d..(i1 * width + i0 + 1) * d];
+            for (c, o) in row.iter_mut().enumerate() {
+                let (mut val, mut total) = (0f32, 0f32);
+                for sy in y_min..y_max {
+                    let wy = tri((sy as f32 - y + 0.5) * inv1);
+                    for sx in x_min..x_max {
+                        let wx = tri((sx as f32 - x + 0.5) * inv0);
+                        let wgt = wx * wy;
+                        if wgt <= 0.0 {
+                            continue;
+                        }
+                        val = src[(sy * side + sx) * d + c].mul_add(wgt, val);
+                        total += wgt;
+                    }
+                }
+                *o = if total > 0.0 { val / total } else { val };
+            }
+        }
+    }
+    out
+}
+
+/// `ggml_conv_2d(kernel, image, stride = p)`: `pixels` planar `[3, h, w]`, `kernel` rows of
+/// `3·p·p` (channel, row, column) per output channel. Both sides are rounded to f16 (the
+/// im2col is always F16, and f16 is its dot type). Returns `[(h/p)·(w/p), out]` in
+/// row-major patch order.
+pub fn patch_embed(pixels: &[f32], w: usize, h: usize, p: usize, kernel: &[f32]) -> Vec<f32> {
+    let r16 = |v: f32| f16::from_f32(v).to_f32();
+    let kernel: Vec<f32> = kernel.iter().map(|&v| r16(v)).collect();
+    let (nx, ny) = (w / p, h / p);
+    let kk = 3 * p * p;
+    let n_out = kernel.len() / kk;
+    let mut cols = vec![0f32; nx * ny * kk];
+    for py in 0..ny {
+        for px in 0..nx {
+            let dst = &mut cols[(py * nx + px) * kk..(py * nx + px + 1) * kk];
+            for c in 0..3 {
+                for ky in 0..p {
+                    for kx in 0..p {
+                        let v = pixels[c * w * h + (py * p + ky) * w + px * p + kx];
+                        dst[(c * p + ky) * p + kx] = r16(v);
+                    }
+                }
+            }
+        }
+    }
+    // mul_mat(im2col, kernel): tinyBLAS over the kk-long rows (kk = 768 splits into 16s).
+    let n = nx * ny;
+    let mut y = vec![0f32; n * n_out];
+    let yp = SyncPtr(y.as_mut_ptr());
+    let tiled = kk.is_multiple_of(16) && n_out >= 2;
+    pool::run(n, &|r| {
+        let xr = &cols[r * kk..(r + 1) * kk];
+        for j in 0..n_out {
+            let wr = &kernel[j * kk..(j + 1) * kk];
+            let v = if tiled {
+                dot_tiled(kk, |i| xr[i], |i| wr[i])
+            } else {
+                dot_single_f32(kk, |i| xr[i], |i| wr[i])
+            };
+            // Safety: task r alone writes row r.
+            unsafe { *yp.get().add(r * n_out + j) = v };
+        }
+    });
+    y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_rows_sum_to_one_and_gelu_is_tanh_gelu() {
+        let mut w: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin() * 4.0).collect();
+        softmax_row(&mut w, 0.25);
+        assert!((w.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        let mut g = vec![-11.0, -1.0, 0.0, 0.5, 2.0, 12.0];
+        gelu(&mut g);
+        assert_eq!(g[0], 0.0);
+        assert_eq!(g[5], 12.0);
+        assert!((g[4] - 1.9546).abs() < 2e-3 && (g[1] + 0.1588).abs() < 1e-3);
+    }
+
+    #[test]
+    fn identity_resize_and_layer_norm_moments() {
+        let src: Vec<f32> = (0..16 * 16 * 3).map(|i| i as f32).collect();
+        assert_eq!(resize_antialias(&src, 16, 3, 16, 16), src);
+        let x: Vec<f32> = (0..40).map(|i| (i as f32 * 1.3).cos()).collect();
+        let y = layer_norm(&x, &[1.0; 40], &[0.0; 40], 1e-6);
+        let mean = y.iter().sum::<f32>() / 40.0;
+        let var = y.iter().map(|v| v * v).sum::<f32>() / 40.0;
+        assert!(mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-3);
+    }
+}
