@@ -7,7 +7,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+use common::engine::{chat, run, run_together};
+use wick_core::request::{Event, GenerateRequest, PromptImage};
+use wick_core::{Engine, EngineOptions};
 
 use wick_core::gguf::GgufFile;
 use wick_core::models::vision::{layout, LayoutPart, Rgb8, VisionModel, VisionOptions};
@@ -103,7 +107,7 @@ fn embeddings_and_layout_match_llama_cpp() {
         let opts = VisionOptions { image_max_tokens: max_tokens, ..Default::default() };
         let v = VisionModel::load(&dir.join(proj), opts).unwrap();
         let plan = v.plan(img.width, img.height).unwrap();
-        let embeds = v.encode_image(&plan, &img).unwrap();
+        let embeds = v.encode_image(&plan, img.view()).unwrap();
         let want = reference(&bin, dir, proj, &img, max_tokens);
         let mut got = vec![Chunk::Text(tok.encode("<|im_start|>user\n", true, true).unwrap())];
         for part in layout(&plan, &v.cfg, &tok).unwrap() {
@@ -147,41 +151,96 @@ fn embeddings_and_layout_match_llama_cpp() {
     }
 }
 
+fn image_req(engine: &Engine, before: &str, img: &Rgb8, after: &str, n: usize) -> GenerateRequest {
+    let tok = engine.tokenizer();
+    let mut prompt = tok.encode(before, true, true).unwrap();
+    let at = prompt.len();
+    prompt.extend(tok.encode(after, false, true).unwrap());
+    let image = PromptImage { at, width: img.width, height: img.height, rgb: Arc::from(&img.data[..]) };
+    GenerateRequest { images: vec![image], ignore_eos: true, ..GenerateRequest::greedy(prompt, n) }
+}
+
+fn vl_engine(dir: &Path, mmproj: Option<&str>) -> Engine {
+    let mut o = EngineOptions::new(dir.join("tiny-lfm2-vl-q8_0.gguf"));
+    o.context_size = Some(4096);
+    o.mmproj = mmproj.map(|m| dir.join(m));
+    Engine::load(o).expect("load the VL fixture")
+}
+
+const USER: &str = "<|im_start|>user\n";
+const ASK: &str = "What is in the image?<|im_end|>\n<|im_start|>assistant\n";
+
 #[test]
-fn scratch_variants() {
-    use candle_core::quantized::{GgmlDType, QTensor};
+fn images_run_through_the_engine() {
     let Some(dir) = fixtures() else { return };
-    let Ok(bin) = std::env::var("WICK_MTMD_EMBD") else { return };
-    let spec = wick_fixtures::vision_specs().into_iter().find(|s| s.file_name.contains("-f32")).unwrap();
-    let (meta, tensors) = wick_fixtures::build_vision(&spec).unwrap();
-    for keep in
-        ["attn_|ffn_", "attn_|mm.", "ffn_|mm.", "attn_q|attn_k", "attn_v|attn_out", "blk.0.attn_out|blk.1"]
-    {
-        let t: Vec<(String, QTensor)> = tensors
-            .iter()
-            .map(|(n, t)| {
-                let deq = t.dequantize(&candle_core::Device::Cpu).unwrap();
-                let hit = keep.split('|').any(|k| n.contains(k));
-                let q = if hit || t.shape().dims().len() != 2 || n.contains("norm") || n.contains("position")
-                {
-                    QTensor::quantize(&deq, t.dtype()).unwrap()
-                } else {
-                    QTensor::quantize(&deq, GgmlDType::Q8_0).unwrap()
-                };
-                (n.clone(), q)
-            })
-            .collect();
-        let name = "mmproj-scratch.gguf".to_string();
-        let refs: Vec<(&str, &QTensor)> = t.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        wick_fixtures::write_gguf(&dir.join(&name), &meta, &refs).unwrap();
-        let img = pattern(200, 150, 1);
-        let v = VisionModel::load(&dir.join(&name), VisionOptions::default()).unwrap();
-        let plan = v.plan(img.width, img.height).unwrap();
-        let e = v.encode_image(&plan, &img).unwrap();
-        let want = reference(&bin, dir, &name, &img, None);
-        let w =
-            want.iter().find_map(|c| if let Chunk::Embeds(e) = c { Some(e.clone()) } else { None }).unwrap();
-        let worst = e[0].iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        eprintln!("F32 {keep}: {worst:e}");
+    let engine = vl_engine(dir, Some("mmproj-tiny-lfm2-vl-q8_0.gguf"));
+    assert!(engine.info().vision);
+    let a = pattern(200, 150, 1);
+    let b = Rgb8 { width: 200, height: 150, data: vec![0; 200 * 150 * 3] };
+    let h = engine.submit(image_req(&engine, USER, &a, ASK, 8)).unwrap();
+    let (first, usage) = collect_usage(h);
+    // BOS, <|im_start|>, "user", "\n", <|image_start|>, 70 embeddings, <|image_end|>, then ASK.
+    let ask = engine.tokenizer().encode(ASK, false, true).unwrap().len();
+    assert_eq!(usage.prompt_tokens, 4 + 1 + 70 + 1 + ask);
+    let m = engine.metrics();
+    assert_eq!((m.images_encoded_total, m.image_tiles_encoded_total), (1, 1));
+    // The same image again: its prefix comes from the cache, nothing is encoded again.
+    let (again, usage) = collect_usage(engine.submit(image_req(&engine, USER, &a, ASK, 8)).unwrap());
+    assert_eq!(again, first);
+    assert!(usage.cached_tokens >= 64, "cached {}", usage.cached_tokens);
+    assert_eq!(engine.metrics().images_encoded_total, 1);
+    // Another image changes the model's distribution (the tiny random model's greedy answer
+    // is the same, its probabilities are not).
+    let first_logprob = |img: &Rgb8| {
+        let mut r = image_req(&engine, USER, img, ASK, 1);
+        r.top_logprobs = Some(1);
+        let mut h = engine.submit(r).unwrap();
+        while let Some(ev) = h.events.blocking_recv() {
+            if let Event::Token(t) = ev {
+                return t.logprobs[0].0.logprob;
+            }
+        }
+        panic!("no token")
+    };
+    assert_ne!(first_logprob(&a), first_logprob(&b), "the image makes no difference to the model");
+    // A tiled image batched with a text-only request: each answers as it does alone.
+    let big = pattern(1200, 900, 2);
+    let text = GenerateRequest { ignore_eos: true, ..GenerateRequest::greedy(chat(&engine, "Hello"), 8) };
+    let alone_text = run(&engine, text.clone()).ids;
+    let alone_img = run(&engine, image_req(&engine, USER, &big, ASK, 8)).ids;
+    let both = run_together(&engine, vec![image_req(&engine, USER, &big, ASK, 8), text]);
+    assert_eq!((both[0].ids.clone(), both[1].ids.clone()), (alone_img, alone_text));
+}
+
+#[test]
+fn images_need_a_projector_and_a_valid_placement() {
+    let Some(dir) = fixtures() else { return };
+    let text_only = vl_engine(dir, None);
+    let img = pattern(64, 64, 1);
+    let err = text_only.submit(image_req(&text_only, USER, &img, ASK, 4)).err().unwrap();
+    assert_eq!(err.code(), "INVALID_REQUEST");
+    assert!(err.to_string().contains("image input is not supported"), "{err}");
+    let engine = vl_engine(dir, Some("mmproj-tiny-lfm2-vl-q8_0.gguf"));
+    let mut bad = image_req(&engine, USER, &img, ASK, 4);
+    bad.images[0].at = 10_000;
+    assert_eq!(engine.submit(bad).err().unwrap().code(), "INVALID_REQUEST");
+    let mut short = image_req(&engine, USER, &img, ASK, 4);
+    short.images[0].rgb = Arc::from(&img.data[..10]);
+    assert_eq!(engine.submit(short).err().unwrap().code(), "INVALID_REQUEST");
+    // A projector for another width does not load.
+    let mut o = EngineOptions::new(dir.join("tiny-lfm2-vl-q8_0.gguf"));
+    o.mmproj = Some(dir.join("tiny-lfm2-vl-q8_0.gguf"));
+    assert!(Engine::load(o).is_err());
+}
+
+fn collect_usage(mut h: wick_core::engine::SequenceHandle) -> (Vec<u32>, wick_core::request::Usage) {
+    let mut ids = vec![];
+    while let Some(ev) = h.events.blocking_recv() {
+        match ev {
+            Event::Token(t) => ids.extend(t.ids),
+            Event::Done(d) => return (ids, d.usage),
+            Event::Error(e) => panic!("{e}"),
+        }
     }
+    panic!("no done event")
 }

@@ -12,6 +12,20 @@ pub struct Rgb8 {
     pub data: Vec<u8>,
 }
 
+/// A borrowed interleaved RGB8 image (`data.len() == width·height·3`).
+#[derive(Clone, Copy, Debug)]
+pub struct RgbView<'a> {
+    pub width: usize,
+    pub height: usize,
+    pub data: &'a [u8],
+}
+
+impl Rgb8 {
+    pub fn view(&self) -> RgbView<'_> {
+        RgbView { width: self.width, height: self.height, data: &self.data }
+    }
+}
+
 const PRECISION_BITS: u32 = 32 - 8 - 2;
 
 /// Per output pixel: first input index, input count, and `ksize` fixed-point weights.
@@ -98,7 +112,7 @@ fn resample_vertical(src: &[u8], w: usize, in_h: usize, out_h: usize) -> Vec<u8>
 }
 
 /// Pillow-compatible bilinear resize (`img_tool::resize_pillow`).
-pub fn resize_bilinear(img: &Rgb8, width: usize, height: usize) -> Rgb8 {
+pub fn resize_bilinear(img: RgbView<'_>, width: usize, height: usize) -> Rgb8 {
     let (w0, h0) = (img.width, img.height);
     let data = match (width != w0, height != h0) {
         (true, true) => {
@@ -107,16 +121,16 @@ pub fn resize_bilinear(img: &Rgb8, width: usize, height: usize) -> Rgb8 {
         }
         (true, false) => resample_horizontal(&img.data, w0, h0, width),
         (false, true) => resample_vertical(&img.data, w0, h0, height),
-        (false, false) => img.data.clone(),
+        (false, false) => img.data.to_vec(),
     };
     Rgb8 { width, height, data }
 }
 
 /// `img_tool::resize` with `PAD_NONE` (`pad = false`) or `PAD_CEIL` (`pad = true`: scale by
 /// the smaller ratio, round the scaled sides up, centre on black).
-pub fn resize(img: &Rgb8, width: usize, height: usize, pad: bool) -> Rgb8 {
+pub fn resize(img: RgbView<'_>, width: usize, height: usize, pad: bool) -> Rgb8 {
     if (img.width, img.height) == (width, height) {
-        return img.clone();
+        return Rgb8 { width, height, data: img.data.to_vec() };
     }
     if !pad {
         return resize_bilinear(img, width, height);
@@ -138,7 +152,7 @@ pub fn resize(img: &Rgb8, width: usize, height: usize, pad: bool) -> Rgb8 {
 }
 
 /// The `w`×`h` rectangle at (`x`, `y`).
-pub fn crop(img: &Rgb8, x: usize, y: usize, w: usize, h: usize) -> Rgb8 {
+pub fn crop(img: RgbView<'_>, x: usize, y: usize, w: usize, h: usize) -> Rgb8 {
     let mut data = Vec::with_capacity(w * h * 3);
     for r in y..y + h {
         let at = (r * img.width + x) * 3;
@@ -149,7 +163,7 @@ pub fn crop(img: &Rgb8, x: usize, y: usize, w: usize, h: usize) -> Rgb8 {
 
 /// Planar (C, H, W) f32 pixels `(v/255 − mean)/std`, as `clip_image_f32::from_u8` and
 /// `normalize` compute them and the encoder's input tensor lays them out.
-pub fn normalize_planar(img: &Rgb8, mean: [f32; 3], std: [f32; 3]) -> Vec<f32> {
+pub fn normalize_planar(img: RgbView<'_>, mean: [f32; 3], std: [f32; 3]) -> Vec<f32> {
     let n = img.width * img.height;
     let mut out = vec![0f32; 3 * n];
     for (i, px) in img.data.chunks_exact(3).enumerate() {
@@ -172,7 +186,7 @@ mod tests {
     #[test]
     fn same_size_is_a_copy_and_weights_sum_to_one() {
         let img = ramp(7, 5);
-        assert_eq!(resize(&img, 7, 5, true), img);
+        assert_eq!(resize(img.view(), 7, 5, true), img);
         for (i, o) in [(10, 3), (3, 10), (512, 77), (77, 512)] {
             let (k, bounds, w) = precompute_weights(i, o);
             for (xx, &(_, n)) in bounds.iter().enumerate() {
@@ -185,10 +199,10 @@ mod tests {
     #[test]
     fn constant_images_stay_constant_and_pad_is_black() {
         let img = Rgb8 { width: 9, height: 4, data: vec![200; 9 * 4 * 3] };
-        let r = resize(&img, 20, 20, true);
+        let r = resize(img.view(), 20, 20, true);
         // Scaled by 20/9 to 20×9 (ceil of 8.9), centred: rows 5..14 are the image.
         assert_eq!(r.data[0], 0);
         assert_eq!(r.data[(10 * 20 + 3) * 3], 200);
-        assert!(resize(&img, 4, 11, false).data.iter().all(|&v| v == 200));
+        assert!(resize(img.view(), 4, 11, false).data.iter().all(|&v| v == 200));
     }
 }

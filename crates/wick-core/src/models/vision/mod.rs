@@ -13,7 +13,7 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::tokenizer::Tokenizer;
 
-pub use crate::kernels::cpu::image::Rgb8;
+pub use crate::kernels::cpu::image::{Rgb8, RgbView};
 pub use preprocess::{ImagePlan, PreprocessConfig};
 
 /// Settings of a loaded projector (llama.cpp's `--image-min-tokens` / `--image-max-tokens`).
@@ -100,7 +100,18 @@ impl VisionModel {
     }
 
     /// Every input of an image's plan, encoded, in prompt order.
-    pub fn encode_image(&self, plan: &ImagePlan, img: &Rgb8) -> Result<Vec<Vec<f32>>> {
+    pub fn encode_image(&self, plan: &ImagePlan, img: RgbView<'_>) -> Result<Vec<Vec<f32>>> {
+        if img.data.len() != img.width * img.height * 3
+            || (img.width, img.height) != (plan.width, plan.height)
+        {
+            return Err(WickError::InvalidRequest(format!(
+                "image of {}×{} pixels has {} bytes of RGB (expected {})",
+                img.width,
+                img.height,
+                img.data.len(),
+                img.width * img.height * 3
+            )));
+        }
         let inputs = plan.inputs();
         plan.pixels(&self.cfg, img).iter().zip(&inputs).map(|(px, &(w, h))| self.encode(px, w, h)).collect()
     }

@@ -14,7 +14,7 @@
 //! llama.cpp's plan for a table of sizes, which the tests below hold Wick to.
 
 use crate::error::{Result, WickError};
-use crate::kernels::cpu::image::{crop, normalize_planar, resize, Rgb8};
+use crate::kernels::cpu::image::{crop, normalize_planar, resize, RgbView};
 
 pub const TILE: usize = 512;
 const TOLERANCE: f64 = 2.0;
@@ -125,19 +125,19 @@ impl ImagePlan {
     }
 
     /// The normalised planar pixels of every input of `inputs()`, from the RGB8 image.
-    pub fn pixels(&self, cfg: &PreprocessConfig, img: &Rgb8) -> Vec<Vec<f32>> {
+    pub fn pixels(&self, cfg: &PreprocessConfig, img: RgbView<'_>) -> Vec<Vec<f32>> {
         let mut out = vec![];
         if let Some((cols, rows)) = self.grid {
             let refined = resize(img, TILE * cols, TILE * rows, true);
             for r in 0..rows {
                 for c in 0..cols {
-                    let tile = crop(&refined, c * TILE, r * TILE, TILE, TILE);
-                    out.push(normalize_planar(&tile, cfg.mean, cfg.std));
+                    let tile = crop(refined.view(), c * TILE, r * TILE, TILE, TILE);
+                    out.push(normalize_planar(tile.view(), cfg.mean, cfg.std));
                 }
             }
         }
         let (w, h) = self.overview;
-        out.push(normalize_planar(&resize(img, w, h, false), cfg.mean, cfg.std));
+        out.push(normalize_planar(resize(img, w, h, false).view(), cfg.mean, cfg.std));
         out
     }
 }

@@ -3,6 +3,7 @@
 //! (width, height, overview width, overview height, grid cols, grid rows; 0 = not tiled).
 
 use super::*;
+use crate::kernels::cpu::image::Rgb8;
 
 /// `--image-max-tokens` 256 (llama.cpp's default for LFM2), 64 and 1024.
 const TABLES: [(usize, &[(usize, usize, usize, usize, usize, usize)]); 3] = [
@@ -143,7 +144,7 @@ fn pixels_come_out_normalised_in_prompt_order() {
     let cfg = PreprocessConfig::lfm2(16, 2, None, None);
     let img = Rgb8 { width: 1200, height: 900, data: vec![255; 1200 * 900 * 3] };
     let plan = ImagePlan::new(&cfg, 1200, 900).unwrap();
-    let px = plan.pixels(&cfg, &img);
+    let px = plan.pixels(&cfg, img.view());
     assert_eq!(px.len(), 7);
     assert_eq!(px[0].len(), 3 * TILE * TILE);
     // 1200×900 letterboxed into 1536×1024 (scale 1.1378 → 1366×1024): the first tile's left
