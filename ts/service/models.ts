@@ -65,6 +65,8 @@ interface Entry {
   size: number;
   /** The store changed under it: unload once idle, whatever the keep-alive says. */
   stale?: boolean;
+  /** A vision projector loaded with it (`--mmproj` for the `-m` model). */
+  mmproj?: string;
 }
 
 export interface Lease {
@@ -120,12 +122,13 @@ export class ModelManager {
    * The `-m` model: a GGUF path or a store name. It keeps `keepAliveMs` (default: forever) and
    * takes every request whose name matches nothing else.
    */
-  setDefault(ref: { path: string } | { name: ModelName }, opts: { id?: string; keepAliveMs?: number } = {}): void {
+  setDefault(ref: { path: string } | { name: ModelName }, opts: { id?: string; keepAliveMs?: number; mmproj?: string } = {}): void {
     const source: Source = "path" in ref ? { kind: "path", path: path.resolve(ref.path) } : { kind: "store", name: ref.name };
     const id = opts.id ?? (source.kind === "path" ? modelIdFromPath(source.path) : formatName(source.name));
     const key = this.keyOf(source, id);
     const entry = this.entry(key, id, source);
     entry.defaultKeepAliveMs = entry.keepAliveMs = opts.keepAliveMs ?? Infinity;
+    if (opts.mmproj) entry.mmproj = path.resolve(opts.mmproj);
     this.defaultKey = key;
   }
 
@@ -312,6 +315,7 @@ export class ModelManager {
       ...this.loadDefaults,
       ...(typeof numCtx === "number" && numCtx > 0 ? { contextSize: numCtx } : {}),
       modelPath,
+      ...(entry.mmproj ? { mmproj: entry.mmproj } : {}),
       id: entry.id,
       profile,
     });
