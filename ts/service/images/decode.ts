@@ -18,19 +18,24 @@ export interface DecodedImage {
 export type ImageDecoder = (bytes: Buffer, maxPixels: number, param: string) => Promise<DecodedImage>;
 
 /** The parts of sharp's API used here (sharp is loaded when the first image arrives). */
-interface SharpImage {
+export interface SharpImage {
   metadata(): Promise<{ width?: number; height?: number; orientation?: number }>;
+  jpeg(opts?: Record<string, unknown>): SharpImage;
+  png(opts?: Record<string, unknown>): SharpImage;
+  withMetadata(opts?: Record<string, unknown>): SharpImage;
+  toBuffer(): Promise<Buffer>;
   rotate(): SharpImage;
   removeAlpha(): SharpImage;
   toColourspace(space: string): SharpImage;
   raw(): SharpImage;
   toBuffer(opts: { resolveWithObject: true }): Promise<{ data: Buffer; info: { width: number; height: number; channels: number } }>;
 }
-type Sharp = (input: Buffer, opts: Record<string, unknown>) => SharpImage;
+export type Sharp = (input: Buffer, opts: Record<string, unknown>) => SharpImage;
 
 let sharpModule: Promise<Sharp> | undefined;
 
-function loadSharp(): Promise<Sharp> {
+/** sharp itself, or a NOT_IMPLEMENTED error saying it is not installed. */
+export function loadSharp(): Promise<Sharp> {
   // A computed specifier: the type check does not need sharp installed.
   const name = "sharp";
   sharpModule ??= import(name).then((m: { default: Sharp }) => m.default);
@@ -44,10 +49,11 @@ const invalid = (param: string, why: string) => new RequestError("INVALID_REQUES
 
 export const sharpDecoder: ImageDecoder = async (bytes, maxPixels, param) => {
   const sharp = await loadSharp();
-  const open = () => sharp(bytes, { limitInputPixels: maxPixels, failOn: "warning", pages: 1, page: 0 });
+  const open = (limit: number | false) => sharp(bytes, { limitInputPixels: limit, failOn: "warning", pages: 1, page: 0 });
   let meta;
   try {
-    meta = await open().metadata();
+    // The header only: the size is checked here, with a clear error, before libvips' own cap.
+    meta = await open(false).metadata();
   } catch (err) {
     throw invalid(param, (err as Error).message);
   }
@@ -57,7 +63,7 @@ export const sharpDecoder: ImageDecoder = async (bytes, maxPixels, param) => {
     throw new RequestError("INVALID_REQUEST", `The image has ${width}×${height} pixels, more than the ${maxPixels} allowed.`, param, "image_too_large");
   }
   try {
-    const { data, info } = await open().rotate().removeAlpha().toColourspace("srgb").raw().toBuffer({ resolveWithObject: true });
+    const { data, info } = await open(maxPixels).rotate().removeAlpha().toColourspace("srgb").raw().toBuffer({ resolveWithObject: true });
     if (info.channels !== 3) throw new Error(`${info.channels} channels after conversion`);
     return { width: info.width, height: info.height, rgb: data };
   } catch (err) {

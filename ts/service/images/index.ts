@@ -9,7 +9,7 @@ import { DEFAULT_FETCH, imageBytes, type ImageFetchOptions } from "./fetch.ts";
 import { sharpDecoder, type DecodedImage, type ImageDecoder } from "./decode.ts";
 
 export { isPrivateAddress, type ImageFetchOptions } from "./fetch.ts";
-export type { DecodedImage, ImageDecoder } from "./decode.ts";
+export { loadSharp, type DecodedImage, type ImageDecoder } from "./decode.ts";
 
 export interface ImageOptions extends ImageFetchOptions {
   /** Largest decoded image (width × height); larger ones are refused before decoding. */
