@@ -29,7 +29,7 @@ int main(int argc, char ** argv) {
     auto mp = llama_model_default_params();
     llama_model * model = llama_model_load_from_file(argv[1], mp);
     auto cp = mtmd_context_params_default();
-    cp.use_gpu = false; cp.n_threads = 2; cp.print_timings = false; cp.warmup = false;
+    cp.use_gpu = false; cp.n_threads = getenv("THREADS") ? atoi(getenv("THREADS")) : 2; cp.print_timings = false; cp.warmup = false;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED; cp.cb_eval = dump_cb; cp.cb_eval_user_data = nullptr;
     if (argc > 7) cp.image_max_tokens = atoi(argv[7]);
     mtmd_context * ctx = mtmd_init_from_file(argv[2], model, cp);
@@ -47,7 +47,9 @@ int main(int argc, char ** argv) {
             size_t n; auto t = mtmd_input_chunk_get_tokens_text(c, &n);
             fprintf(o, "T %zu", n); for (size_t j = 0; j < n; j++) fprintf(o, " %d", t[j]); fprintf(o, "\n");
         } else {
+            const int64_t t0 = ggml_time_us();
             if (mtmd_encode_chunk(ctx, c) != 0) return 6;
+            fprintf(stderr, "ENCODE %zu tokens %.1f ms\n", mtmd_input_chunk_get_n_tokens(c), (ggml_time_us() - t0) / 1000.0);
             size_t n = mtmd_input_chunk_get_n_tokens(c);
             float * e = mtmd_get_output_embd(ctx);
             fprintf(o, "E %zu %d", n, n_embd);

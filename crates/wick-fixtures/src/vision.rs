@@ -60,6 +60,40 @@ pub fn vision_specs() -> Vec<VisionSpec> {
     ]
 }
 
+/// Benchmark-sized projectors with LFM2-VL-450M's shapes (SigLIP2 base: width 768, 12
+/// layers, 12 heads, MLP 3072; projector hidden 2560) for the LFM2-350M-shaped bench text
+/// models (width 1024), in F16 and Q8_0 (the types LiquidAI's mmproj files ship).
+pub fn bench_vision_specs() -> Vec<VisionSpec> {
+    [(GgmlDType::F16, "f16"), (GgmlDType::Q8_0, "q8_0")]
+        .into_iter()
+        .map(|(dtype, tag)| VisionSpec {
+            file_name: format!("bench-mmproj-lfm2-vl-450m-{tag}.gguf"),
+            dtype,
+            d: 768,
+            n_layer: 12,
+            n_head: 12,
+            ff: 3072,
+            proj_hidden: 2560,
+            n_embd_text: 1024,
+            input_norm: true,
+            seed: 81,
+        })
+        .collect()
+}
+
+/// Writes `specs` (projectors) into `out_dir`.
+pub fn write_vision_specs(specs: &[VisionSpec], out_dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(out_dir).map_err(io_err)?;
+    let mut written = vec![];
+    for spec in specs {
+        let (meta, tensors) = build_vision(spec)?;
+        let path = out_dir.join(&spec.file_name);
+        write_gguf(&path, &meta, &refs(&tensors))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
 /// The text model the projectors pair with: `tiny-lfm2-tools-q8_0`'s shape (d = 64) with the
 /// LFM2-VL vocabulary.
 pub fn vl_text_spec() -> FixtureSpec {
@@ -76,12 +110,7 @@ pub fn write_vision_fixtures(out_dir: &Path, llama_src: &Path) -> Result<Vec<Pat
     let text = vl_text_spec();
     let mut written = vec![out_dir.join(&text.file_name)];
     write_fixture(&text, &vocab.metadata(), &written[0])?;
-    for spec in vision_specs() {
-        let (meta, tensors) = build_vision(&spec)?;
-        let path = out_dir.join(&spec.file_name);
-        write_gguf(&path, &meta, &refs(&tensors))?;
-        written.push(path);
-    }
+    written.extend(write_vision_specs(&vision_specs(), out_dir)?);
     Ok(written)
 }
 

@@ -116,11 +116,11 @@ pub fn resize_bilinear(img: RgbView<'_>, width: usize, height: usize) -> Rgb8 {
     let (w0, h0) = (img.width, img.height);
     let data = match (width != w0, height != h0) {
         (true, true) => {
-            let t = resample_horizontal(&img.data, w0, h0, width);
+            let t = resample_horizontal(img.data, w0, h0, width);
             resample_vertical(&t, width, h0, height)
         }
-        (true, false) => resample_horizontal(&img.data, w0, h0, width),
-        (false, true) => resample_vertical(&img.data, w0, h0, height),
+        (true, false) => resample_horizontal(img.data, w0, h0, width),
+        (false, true) => resample_vertical(img.data, w0, h0, height),
         (false, false) => img.data.to_vec(),
     };
     Rgb8 { width, height, data }

@@ -77,6 +77,42 @@ pub fn matmul_f32(x: &[f32], m: usize, w: &[f32], n: usize, k: usize) -> Vec<f32
     y
 }
 
+/// `[m, k]` rows of `x` times an F16 weight (`[n, k]`, little-endian f16 bytes) → `[m, n]`, as
+/// ggml's `mul_mat` for several rows: the activations rounded to f16, then tinyBLAS (16 lanes
+/// over chunks of 16 of the f16 values as f32). Callers use it when `m ≥ 2`, `k % 16 == 0`
+/// and `n % 4 == 0` (else ggml takes other kernels: `matmul::matmul` has them). Each weight
+/// row is widened once per task and meets every activation row.
+pub fn matmul_f16w(x: &[f32], m: usize, w: &[u8], n: usize, k: usize) -> Vec<f32> {
+    let x16: Vec<f32> = x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+    let mut y = vec![0f32; m * n];
+    let yp = SyncPtr(y.as_mut_ptr());
+    const COLS: usize = 16;
+    pool::run(n.div_ceil(COLS), &|t| {
+        fast(
+            #[inline(always)]
+            || {
+                let (j0, j1) = (t * COLS, ((t + 1) * COLS).min(n));
+                let wf: Vec<f32> = w[j0 * k * 2..j1 * k * 2]
+                    .chunks_exact(2)
+                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect();
+                // Blocks of 64 activation rows stay in cache while every column meets them.
+                for r0 in (0..m).step_by(64) {
+                    let rows = 64.min(m - r0);
+                    let xs = &x16[r0 * k..(r0 + rows) * k];
+                    for (jj, wr) in wf.chunks_exact(k).enumerate() {
+                        // Safety: task t alone writes columns j0..j1.
+                        tiled_rows(wr, xs, k, rows, |r, v| unsafe {
+                            *yp.get().add((r0 + r) * n + j0 + jj) = v
+                        });
+                    }
+                }
+            },
+        )
+    });
+    y
+}
+
 /// `ggml_norm` over rows of `w.len()` values, then `· w + b`.
 pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32) -> Vec<f32> {
     let n = w.len();
@@ -146,6 +182,7 @@ pub fn gelu(x: &mut [f32]) {
 }
 
 /// `ggml_soft_max_ext(·, no mask, scale)` on one row, in place.
+#[inline(always)]
 fn softmax_row(w: &mut [f32], scale: f32) {
     let var = exp_variant();
     let lanes = simd_width(var);
@@ -155,7 +192,16 @@ fn softmax_row(w: &mut [f32], scale: f32) {
     let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f64;
     let whole = if lanes > 1 { w.len() / lanes * lanes } else { 0 };
-    for c in w[..whole].chunks_mut(lanes) {
+    #[cfg(target_arch = "x86_64")]
+    if var == super::expf::ExpVariant::Avx512 {
+        // Safety: the Avx512 variant is only detected with AVX-512 F and DQ.
+        sum = unsafe { exp_chunks16(&mut w[..whole], max) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    let whole_done = var == super::expf::ExpVariant::Avx512;
+    #[cfg(not(target_arch = "x86_64"))]
+    let whole_done = false;
+    for c in w[..if whole_done { 0 } else { whole }].chunks_mut(lanes) {
         let mut l = [0f32; 16];
         for (e, s) in c.iter_mut().zip(l.iter_mut()) {
             *e = ggml_expf(*e - max, var);
@@ -174,7 +220,99 @@ fn softmax_row(w: &mut [f32], scale: f32) {
     }
 }
 
+/// `dot_single_f32` on two slices of one length (bounds known: the lanes vectorize).
+#[inline(always)]
+fn dot_single_sl(x: &[f32], y: &[f32]) -> f32 {
+    let np = x.len() & !63;
+    let mut acc = [[0f32; 16]; 4];
+    for (xc, yc) in x[..np].chunks_exact(64).zip(y[..np].chunks_exact(64)) {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for l in 0..16 {
+                a[l] = xc[16 * j + l].mul_add(yc[16 * j + l], a[l]);
+            }
+        }
+    }
+    let mut folded = [0f32; 16];
+    for l in 0..16 {
+        folded[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    }
+    let mut sum = reduce16(&folded);
+    for (a, b) in x[np..].iter().zip(&y[np..]) {
+        sum += a * b;
+    }
+    sum
+}
+
+/// `dot_tiled` on two slices of one length, a multiple of 16.
+#[inline(always)]
+fn dot_tiled_sl(x: &[f32], y: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    for (xc, yc) in x.chunks_exact(16).zip(y.chunks_exact(16)) {
+        for l in 0..16 {
+            acc[l] = xc[l].mul_add(yc[l], acc[l]);
+        }
+    }
+    reduce16(&acc)
+}
+
+/// `dot_tiled_sl(w, x[t])` for four `x` rows at once (independent accumulators, so the
+/// FMAs overlap); each result is computed exactly as alone.
+#[inline(always)]
+fn dot_tiled_sl4(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
+    let mut acc = [[0f32; 16]; 4];
+    let k = w.len() / 16 * 16;
+    for c in (0..k).step_by(16) {
+        let wc: &[f32; 16] = w[c..c + 16].try_into().unwrap_or(&[0.0; 16]);
+        for (a, xr) in acc.iter_mut().zip(&x) {
+            let xc: &[f32; 16] = xr[c..c + 16].try_into().unwrap_or(&[0.0; 16]);
+            for l in 0..16 {
+                a[l] = wc[l].mul_add(xc[l], a[l]);
+            }
+        }
+    }
+    acc.map(|a| reduce16(&a))
+}
+
+/// `dot_tiled_sl` of `w` against each of `rows` (`k`-long rows of `xs`), into `put(r, value)`,
+/// four rows at a time.
+#[inline(always)]
+fn tiled_rows(w: &[f32], xs: &[f32], k: usize, rows: usize, mut put: impl FnMut(usize, f32)) {
+    let mut r = 0;
+    while r + 4 <= rows {
+        let x = |i: usize| &xs[(r + i) * k..(r + i + 1) * k];
+        let v = dot_tiled_sl4(w, [x(0), x(1), x(2), x(3)]);
+        for (i, v) in v.into_iter().enumerate() {
+            put(r + i, v);
+        }
+        r += 4;
+    }
+    for r in r..rows {
+        put(r, dot_tiled_sl(w, &xs[r * k..(r + 1) * k]));
+    }
+}
+
+/// Queries per attention task: a head's K and V rows are read once for this many queries.
+const QUERY_BLOCK: usize = 16;
+
+/// `e = expf(w − max)` in place over whole 16-lane chunks with ggml's AVX-512 `expf`, each
+/// chunk's tree sum added in f64; returns the sum.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn exp_chunks16(w: &mut [f32], max: f32) -> f64 {
+    use std::arch::x86_64::*;
+    let m = _mm512_set1_ps(max);
+    let mut sum = 0f64;
+    for c in w.chunks_exact_mut(16) {
+        let e = super::expf::expf16(_mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), m));
+        _mm512_storeu_ps(c.as_mut_ptr(), e);
+        let l: &[f32; 16] = (&*c).try_into().unwrap_or(&[0.0; 16]);
+        sum += reduce16(l) as f64;
+    }
+    sum
+}
+
 /// Bidirectional multi-head attention: `q`, `k`, `v` are `[n, heads·hd]`; returns the same.
+/// Each output is computed in ggml's order whatever the blocking (see the module doc).
 pub fn attention(q: &[f32], k: &[f32], v: &[f32], n: usize, heads: usize, scale: f32) -> Vec<f32> {
     let d = q.len() / n;
     let hd = d / heads;
@@ -188,26 +326,39 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], n: usize, heads: usize, scale:
         }
     }
     let tiled = n.is_multiple_of(16);
-    pool::run(heads * n, &|t| {
-        let (h, i) = (t / n, t % n);
-        let qi = &q[i * d + h * hd..i * d + (h + 1) * hd];
-        let mut p: Vec<f32> = (0..n)
-            .map(|j| {
-                let kj = &k[j * d + h * hd..j * d + (h + 1) * hd];
-                dot_single_f32(hd, |x| kj[x], |x| qi[x])
-            })
-            .collect();
-        softmax_row(&mut p, scale);
-        for c in 0..hd {
-            let vr = &vt[(h * hd + c) * n..(h * hd + c + 1) * n];
-            let o = if tiled {
-                dot_tiled(n, |x| vr[x], |x| p[x])
-            } else {
-                dot_single_f32(n, |x| vr[x], |x| p[x])
-            };
-            // Safety: task (h, i) alone writes row i's head-h columns.
-            unsafe { *op.get().add(i * d + h * hd + c) = o };
-        }
+    let blocks = n.div_ceil(QUERY_BLOCK);
+    pool::run(heads * blocks, &|t| {
+        fast(
+            #[inline(always)]
+            || {
+                let (h, i0) = (t / blocks, (t % blocks) * QUERY_BLOCK);
+                let rows = QUERY_BLOCK.min(n - i0);
+                let (lo, hi) = (h * hd, (h + 1) * hd);
+                let mut p = vec![0f32; rows * n];
+                for j in 0..n {
+                    let kj = &k[j * d + lo..j * d + hi];
+                    for r in 0..rows {
+                        let i = i0 + r;
+                        p[r * n + j] = dot_single_sl(kj, &q[i * d + lo..i * d + hi]);
+                    }
+                }
+                for pr in p.chunks_exact_mut(n) {
+                    softmax_row(pr, scale);
+                }
+                for c in 0..hd {
+                    let vr = &vt[(h * hd + c) * n..(h * hd + c + 1) * n];
+                    // Safety: task (h, block) alone writes its rows' head-h columns.
+                    let put = |r: usize, o: f32| unsafe { *op.get().add((i0 + r) * d + h * hd + c) = o };
+                    if tiled {
+                        tiled_rows(vr, &p, n, rows, put);
+                    } else {
+                        for (r, pr) in p.chunks_exact(n).enumerate() {
+                            put(r, dot_single_sl(vr, pr));
+                        }
+                    }
+                }
+            },
+        )
     });
     out
 }
@@ -282,17 +433,22 @@ pub fn patch_embed(pixels: &[f32], w: usize, h: usize, p: usize, kernel: &[f32])
     let yp = SyncPtr(y.as_mut_ptr());
     let tiled = kk.is_multiple_of(16) && n_out >= 2;
     pool::run(n, &|r| {
-        let xr = &cols[r * kk..(r + 1) * kk];
-        for j in 0..n_out {
-            let wr = &kernel[j * kk..(j + 1) * kk];
-            let v = if tiled {
-                dot_tiled(kk, |i| xr[i], |i| wr[i])
-            } else {
-                dot_single_f32(kk, |i| xr[i], |i| wr[i])
-            };
-            // Safety: task r alone writes row r.
-            unsafe { *yp.get().add(r * n_out + j) = v };
-        }
+        fast(
+            #[inline(always)]
+            || {
+                let xr = &cols[r * kk..(r + 1) * kk];
+                for j in 0..n_out {
+                    let wr = &kernel[j * kk..(j + 1) * kk];
+                    let v = if tiled {
+                        dot_tiled(kk, |i| xr[i], |i| wr[i])
+                    } else {
+                        dot_single_f32(kk, |i| xr[i], |i| wr[i])
+                    };
+                    // Safety: task r alone writes row r.
+                    unsafe { *yp.get().add(r * n_out + j) = v };
+                }
+            },
+        )
     });
     y
 }

@@ -68,7 +68,7 @@ impl VisionModel {
             [("clip.vision.image_mean", &mut cfg.mean), ("clip.vision.image_std", &mut cfg.std)]
         {
             if let Some(v) = g.metadata.f32_array(key)? {
-                if v.len() < 3 || (key.ends_with("std") && v.iter().any(|&s| s == 0.0)) {
+                if v.len() < 3 || (key.ends_with("std") && v.contains(&0.0)) {
                     return Err(WickError::load(format!("`{key}` must hold 3 values (std non-zero)")));
                 }
                 slot.copy_from_slice(&v[..3]);

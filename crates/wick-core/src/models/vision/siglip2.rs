@@ -12,7 +12,9 @@ use candle_core::{Device, Tensor};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::matmul;
-use crate::kernels::cpu::vit::{attention, gelu, layer_norm, matmul_f32, patch_embed, resize_antialias};
+use crate::kernels::cpu::vit::{
+    attention, gelu, layer_norm, matmul_f16w, matmul_f32, patch_embed, resize_antialias,
+};
 use crate::kernels::RowPos;
 
 /// `y = x Wᵀ + b` for an encoder weight, as ggml's `mul_mat` computes it for several rows:
@@ -52,8 +54,13 @@ impl VLinear {
 
     /// `x`: `[m, n_in]` → `[m, n_out]`.
     pub fn forward(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        let f16_tiled = self.w.dtype() == GgmlDType::F16
+            && m >= 2
+            && self.n_in.is_multiple_of(16)
+            && self.n_out.is_multiple_of(4);
         let mut y = match &self.w32 {
             Some(w) => matmul_f32(x, m, w, self.n_out, self.n_in),
+            None if f16_tiled => matmul_f16w(x, m, &self.w.data()?, self.n_out, self.n_in),
             None => {
                 let rows = vec![RowPos { seq_len: m as u32, idx: 0 }; m];
                 let rows: Vec<RowPos> =
@@ -212,7 +219,7 @@ impl Siglip2 {
             let (q, k, v) = (b.q.forward(&hcur, n)?, b.k.forward(&hcur, n)?, b.v.forward(&hcur, n)?);
             let a = b.out.forward(&attention(&q, &k, &v, n, self.n_head, scale), n)?;
             for (xv, av) in x.iter_mut().zip(&a) {
-                *xv = *av + *xv;
+                *xv += *av;
             }
             let hcur = b.ln2.forward(&x);
             let mut u = b.up.forward(&hcur, n)?;

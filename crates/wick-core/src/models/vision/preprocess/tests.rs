@@ -5,8 +5,11 @@
 use super::*;
 use crate::kernels::cpu::image::Rgb8;
 
+/// (width, height, overview width, overview height, grid cols, grid rows).
+type Row = (usize, usize, usize, usize, usize, usize);
+
 /// `--image-max-tokens` 256 (llama.cpp's default for LFM2), 64 and 1024.
-const TABLES: [(usize, &[(usize, usize, usize, usize, usize, usize)]); 3] = [
+const TABLES: [(usize, &[Row]); 3] = [
     (
         256,
         &[
