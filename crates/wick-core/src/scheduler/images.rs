@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crate::error::{Result, WickError};
 use crate::metrics::Metrics;
-use crate::models::vision::{layout, ImagePlan, LayoutPart, RgbView, VisionModel};
+use crate::models::vision::{layout, ImagePlan, LayoutPart, Rgb8, RgbView, VisionModel};
 use crate::models::RowEmbeds;
 use crate::request::PromptImage;
 use crate::tokenizer::Tokenizer;
@@ -29,8 +29,11 @@ pub(crate) struct SeqImage {
     pub rgb: Arc<[u8]>,
     /// (first position, positions, encoder input) of each embedding run.
     pub runs: Vec<(usize, usize, usize)>,
-    /// One `[tokens, n_embd]` block per encoder input, once encoded.
-    pub embeds: Option<Arc<Vec<Vec<f32>>>>,
+    /// One `[tokens, n_embd]` block per encoder input, each once encoded: inputs are encoded
+    /// when a step first feeds them, so a tiled image spreads its encoding over several steps.
+    pub embeds: Vec<Option<Arc<Vec<f32>>>>,
+    /// The image letterboxed to its tile grid, kept while tiles are still to be encoded.
+    refined: Option<Rgb8>,
 }
 
 /// A prompt with its images laid out.
@@ -95,15 +98,19 @@ pub(crate) fn expand(
                 }
             }
         }
-        out.images.push(SeqImage { hash, plan, rgb: img.rgb.clone(), runs, embeds: None });
+        let embeds = vec![None; plan.inputs().len()];
+        out.images.push(SeqImage { hash, plan, rgb: img.rgb.clone(), runs, embeds, refined: None });
     }
     out.tokens.extend_from_slice(&prompt[next..]);
     Ok(out)
 }
 
+/// Every input's embeddings of one image.
+type Embeds = Arc<Vec<Arc<Vec<f32>>>>;
+
 /// Recently encoded images by content hash (a few, least recently used out first).
 pub(crate) struct ImageCache {
-    entries: VecDeque<(u64, Arc<Vec<Vec<f32>>>)>,
+    entries: VecDeque<(u64, Embeds)>,
     cap: usize,
 }
 
@@ -112,7 +119,7 @@ impl ImageCache {
         Self { entries: VecDeque::new(), cap }
     }
 
-    fn get(&mut self, hash: u64) -> Option<Arc<Vec<Vec<f32>>>> {
+    fn get(&mut self, hash: u64) -> Option<Embeds> {
         let i = self.entries.iter().position(|(h, _)| *h == hash)?;
         let e = self.entries.remove(i)?;
         let v = e.1.clone();
@@ -120,13 +127,14 @@ impl ImageCache {
         Some(v)
     }
 
-    fn put(&mut self, hash: u64, v: Arc<Vec<Vec<f32>>>) {
+    fn put(&mut self, hash: u64, v: Embeds) {
+        self.entries.retain(|(h, _)| *h != hash);
         self.entries.push_front((hash, v));
         self.entries.truncate(self.cap);
     }
 }
 
-/// Encodes (or takes from `cache`) every image whose embeddings positions `from..to` need.
+/// Encodes (or takes from `cache`) the image inputs whose positions fall in `from..to`.
 pub(crate) fn ensure_encoded(
     images: &mut [SeqImage],
     from: usize,
@@ -137,23 +145,37 @@ pub(crate) fn ensure_encoded(
 ) -> Result<()> {
     use std::sync::atomic::Ordering::Relaxed;
     for img in images.iter_mut() {
-        let needed = img.runs.iter().any(|&(at, n, _)| at < to && at + n > from);
-        if !needed || img.embeds.is_some() {
+        let needed: Vec<usize> = img
+            .runs
+            .iter()
+            .filter(|&&(at, n, input)| at < to && at + n > from && img.embeds[input].is_none())
+            .map(|&(_, _, input)| input)
+            .collect();
+        if needed.is_empty() {
             continue;
         }
-        if let Some(e) = cache.get(img.hash) {
-            metrics.image_cache_hits_total.fetch_add(1, Relaxed);
-            img.embeds = Some(e);
-            continue;
+        if img.embeds.iter().all(Option::is_none) {
+            if let Some(all) = cache.get(img.hash) {
+                metrics.image_cache_hits_total.fetch_add(1, Relaxed);
+                img.embeds = all.iter().cloned().map(Some).collect();
+                continue;
+            }
         }
-        let t = Instant::now();
         let view = RgbView { width: img.plan.width, height: img.plan.height, data: &img.rgb };
-        let e = Arc::new(vision.encode_image(&img.plan, view)?);
-        metrics.images_encoded_total.fetch_add(1, Relaxed);
-        metrics.image_tiles_encoded_total.fetch_add(e.len(), Relaxed);
-        metrics.image_encode_us_total.fetch_add(t.elapsed().as_micros() as usize, Relaxed);
-        cache.put(img.hash, e.clone());
-        img.embeds = Some(e);
+        let inputs = img.plan.inputs();
+        for input in needed {
+            let t = Instant::now();
+            let px = img.plan.input_pixels(&vision.cfg, view, input, &mut img.refined);
+            let (w, h) = inputs[input];
+            img.embeds[input] = Some(Arc::new(vision.encode(&px, w, h)?));
+            metrics.image_tiles_encoded_total.fetch_add(1, Relaxed);
+            metrics.image_encode_us_total.fetch_add(t.elapsed().as_micros() as usize, Relaxed);
+        }
+        if img.embeds.iter().all(Option::is_some) {
+            img.refined = None;
+            metrics.images_encoded_total.fetch_add(1, Relaxed);
+            cache.put(img.hash, Arc::new(img.embeds.iter().flatten().cloned().collect()));
+        }
     }
     Ok(())
 }
@@ -162,11 +184,10 @@ pub(crate) fn ensure_encoded(
 pub(crate) fn row_embeds(images: &[SeqImage], from: usize, to: usize, n_embd: usize) -> Vec<RowEmbeds<'_>> {
     let mut out = vec![];
     for img in images {
-        let Some(e) = &img.embeds else { continue };
         for &(at, n, input) in &img.runs {
             let (a, b) = (at.max(from), (at + n).min(to));
-            if a < b {
-                let data = &e[input][(a - at) * n_embd..(b - at) * n_embd];
+            if let (true, Some(e)) = (a < b, &img.embeds[input]) {
+                let data = &e[(a - at) * n_embd..(b - at) * n_embd];
                 out.push(RowEmbeds { at: a - from, rows: b - a, data });
             }
         }

@@ -14,7 +14,7 @@
 //! llama.cpp's plan for a table of sizes, which the tests below hold Wick to.
 
 use crate::error::{Result, WickError};
-use crate::kernels::cpu::image::{crop, normalize_planar, resize, RgbView};
+use crate::kernels::cpu::image::{crop, normalize_planar, resize, Rgb8, RgbView};
 
 pub const TILE: usize = 512;
 const TOLERANCE: f64 = 2.0;
@@ -126,19 +126,30 @@ impl ImagePlan {
 
     /// The normalised planar pixels of every input of `inputs()`, from the RGB8 image.
     pub fn pixels(&self, cfg: &PreprocessConfig, img: RgbView<'_>) -> Vec<Vec<f32>> {
-        let mut out = vec![];
-        if let Some((cols, rows)) = self.grid {
-            let refined = resize(img, TILE * cols, TILE * rows, true);
-            for r in 0..rows {
-                for c in 0..cols {
-                    let tile = crop(refined.view(), c * TILE, r * TILE, TILE, TILE);
-                    out.push(normalize_planar(tile.view(), cfg.mean, cfg.std));
-                }
+        let mut refined = None;
+        (0..self.inputs().len()).map(|i| self.input_pixels(cfg, img, i, &mut refined)).collect()
+    }
+
+    /// The normalised planar pixels of input `i` of `inputs()`. Tiles are cut from the image
+    /// letterboxed to the grid's size, which is made once and kept in `refined`.
+    pub fn input_pixels(
+        &self,
+        cfg: &PreprocessConfig,
+        img: RgbView<'_>,
+        i: usize,
+        refined: &mut Option<Rgb8>,
+    ) -> Vec<f32> {
+        match self.grid {
+            Some((cols, rows)) if i < cols * rows => {
+                let full = refined.get_or_insert_with(|| resize(img, TILE * cols, TILE * rows, true));
+                let tile = crop(full.view(), (i % cols) * TILE, (i / cols) * TILE, TILE, TILE);
+                normalize_planar(tile.view(), cfg.mean, cfg.std)
+            }
+            _ => {
+                let (w, h) = self.overview;
+                normalize_planar(resize(img, w, h, false).view(), cfg.mean, cfg.std)
             }
         }
-        let (w, h) = self.overview;
-        out.push(normalize_planar(resize(img, w, h, false).view(), cfg.mean, cfg.std));
-        out
     }
 }
 
