@@ -291,8 +291,74 @@ fn tiled_rows(w: &[f32], xs: &[f32], k: usize, rows: usize, mut put: impl FnMut(
     }
 }
 
-/// Queries per attention task: a head's K and V rows are read once for this many queries.
-const QUERY_BLOCK: usize = 16;
+/// `reduce16` of 16 accumulators for 16 outputs at once (`f[lane][output]`): the same
+/// additions per output, done lane-parallel over the outputs.
+#[inline(always)]
+fn reduce16_x16(f: &[[f32; 16]; 16]) -> [f32; 16] {
+    let mut t = [[0f32; 16]; 8];
+    for i in 0..8 {
+        for o in 0..16 {
+            t[i][o] = f[i + 8][o] + f[i][o];
+        }
+    }
+    let mut out = [0f32; 16];
+    for o in 0..16 {
+        let h = [t[4][o] + t[0][o], t[5][o] + t[1][o], t[6][o] + t[2][o], t[7][o] + t[3][o]];
+        out[o] = (h[0] + h[2]) + (h[1] + h[3]);
+    }
+    out
+}
+
+/// 16 dots `Σ x_o[e]·y[e]` at once, output o's values at `x(e)[o]`, in `ggml_vec_dot_f32`'s
+/// order (`tiled = false`) or tinyBLAS's (`tiled`, len % 16 == 0): the same operations per
+/// output as `dot_single_sl` / `dot_tiled_sl`, lane-parallel over the outputs.
+#[inline(always)]
+fn dots16<'a>(
+    len: usize,
+    tiled: bool,
+    x: impl Fn(usize) -> &'a [f32; 16],
+    y: impl Fn(usize) -> f32,
+) -> [f32; 16] {
+    if tiled {
+        let mut acc = [[0f32; 16]; 16];
+        for base in (0..len).step_by(16) {
+            for (l, a) in acc.iter_mut().enumerate() {
+                let (xe, ye) = (x(base + l), y(base + l));
+                for o in 0..16 {
+                    a[o] = xe[o].mul_add(ye, a[o]);
+                }
+            }
+        }
+        return reduce16_x16(&acc);
+    }
+    let np = len & !63;
+    let mut acc = [[[0f32; 16]; 16]; 4];
+    for base in (0..np).step_by(64) {
+        for (j, aj) in acc.iter_mut().enumerate() {
+            for (l, a) in aj.iter_mut().enumerate() {
+                let e = base + 16 * j + l;
+                let (xe, ye) = (x(e), y(e));
+                for o in 0..16 {
+                    a[o] = xe[o].mul_add(ye, a[o]);
+                }
+            }
+        }
+    }
+    let mut folded = [[0f32; 16]; 16];
+    for l in 0..16 {
+        for o in 0..16 {
+            folded[l][o] = (acc[0][l][o] + acc[2][l][o]) + (acc[1][l][o] + acc[3][l][o]);
+        }
+    }
+    let mut sum = reduce16_x16(&folded);
+    for e in np..len {
+        let (xe, ye) = (x(e), y(e));
+        for o in 0..16 {
+            sum[o] += xe[o] * ye;
+        }
+    }
+    sum
+}
 
 /// `e = expf(w − max)` in place over whole 16-lane chunks with ggml's AVX-512 `expf`, each
 /// chunk's tree sum added in f64; returns the sum.
@@ -311,21 +377,106 @@ unsafe fn exp_chunks16(w: &mut [f32], max: f32) -> f64 {
     sum
 }
 
+/// `dots16` with AVX-512 registers for its two hot shapes: a K·Q block (`len` in 64..128,
+/// one 64-step then the tail) and a tiled V·P block. `None` for other shapes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn dots16_avx512(len: usize, tiled: bool, x: &[f32], y: &[f32]) -> Option<[f32; 16]> {
+    use std::arch::x86_64::*;
+    let xv = |e: usize| _mm512_loadu_ps(x.as_ptr().add(e * 16));
+    let yv = |e: usize| _mm512_set1_ps(y[e]);
+    let mut f = [_mm512_setzero_ps(); 16];
+    if tiled {
+        for base in (0..len).step_by(16) {
+            for (l, a) in f.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(xv(base + l), yv(base + l), *a);
+            }
+        }
+    } else if (64..128).contains(&len) {
+        // One 64-step from zero: each accumulator is one rounded product, folded (a0+a2)+(a1+a3).
+        for (l, a) in f.iter_mut().enumerate() {
+            let p = |e: usize| _mm512_mul_ps(xv(e), yv(e));
+            *a = _mm512_add_ps(_mm512_add_ps(p(l), p(32 + l)), _mm512_add_ps(p(16 + l), p(48 + l)));
+        }
+    } else {
+        return None;
+    }
+    let mut t = [_mm512_setzero_ps(); 8];
+    for i in 0..8 {
+        t[i] = _mm512_add_ps(f[i + 8], f[i]);
+    }
+    let h = [0, 1, 2, 3].map(|k| _mm512_add_ps(t[k + 4], t[k]));
+    let mut sum = _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3]));
+    if !tiled {
+        for e in 64..len {
+            sum = _mm512_add_ps(sum, _mm512_mul_ps(xv(e), yv(e)));
+        }
+    }
+    let mut out = [0f32; 16];
+    _mm512_storeu_ps(out.as_mut_ptr(), sum);
+    Some(out)
+}
+
+/// `dots16` over contiguous blocks: `x` holds `len` rows of 16 (output-interleaved) values.
+#[inline(always)]
+fn dots16_blocks(len: usize, tiled: bool, x: &[f32], y: &[f32]) -> [f32; 16] {
+    #[cfg(target_arch = "x86_64")]
+    if super::feats::has_avx512() {
+        // Safety: AVX-512 F checked; `x` has len·16 values and `y` len.
+        if let Some(o) = unsafe { dots16_avx512(len, tiled, x, y) } {
+            return o;
+        }
+    }
+    dots16(len, tiled, |e| x[e * 16..e * 16 + 16].try_into().unwrap_or(&[0.0; 16]), |e| y[e])
+}
+
+/// Queries per attention task: a head's K and V rows are read once for this many queries.
+const QUERY_BLOCK: usize = 16;
+
 /// Bidirectional multi-head attention: `q`, `k`, `v` are `[n, heads·hd]`; returns the same.
-/// Each output is computed in ggml's order whatever the blocking (see the module doc).
+/// Each output is computed in ggml's order whatever the blocking (see the module doc): K·Q
+/// sixteen keys at a time, V·P sixteen channels at a time, lane-parallel over those outputs.
 pub fn attention(q: &[f32], k: &[f32], v: &[f32], n: usize, heads: usize, scale: f32) -> Vec<f32> {
     let d = q.len() / n;
     let hd = d / heads;
     let mut out = vec![0f32; n * d];
     let op = SyncPtr(out.as_mut_ptr());
-    // V transposed per head: row (h, c) holds V[·, h·hd + c] over positions.
-    let mut vt = vec![0f32; d * n];
-    for j in 0..n {
-        for c in 0..d {
-            vt[c * n + j] = v[j * d + c];
+    // V transposed (row (h, c) holds V[·, h·hd + c] over positions) for channels past the
+    // last block of 16.
+    let transpose = |m: &[f32]| {
+        let mut t = vec![0f32; d * n];
+        for j in 0..n {
+            for c in 0..d {
+                t[c * n + j] = m[j * d + c];
+            }
+        }
+        t
+    };
+    let vt = transpose(v);
+    let tiled = n.is_multiple_of(16);
+    let n16 = n / 16 * 16;
+    // Blocks of 16 outputs' operands, contiguous: K as [head][key block][e][16 keys], V as
+    // [head][channel block][position][16 channels] (strided rows would alias in the L1).
+    let (nb, ncb) = (n16 / 16, hd / 16);
+    let mut kb = vec![0f32; heads * nb * hd * 16];
+    for h in 0..heads {
+        for jb in 0..nb {
+            for e in 0..hd {
+                for o in 0..16 {
+                    kb[((h * nb + jb) * hd + e) * 16 + o] = k[(jb * 16 + o) * d + h * hd + e];
+                }
+            }
         }
     }
-    let tiled = n.is_multiple_of(16);
+    let mut vb = vec![0f32; heads * ncb * n * 16];
+    for h in 0..heads {
+        for cb in 0..ncb {
+            for j in 0..n {
+                let at = ((h * ncb + cb) * n + j) * 16;
+                vb[at..at + 16].copy_from_slice(&v[j * d + h * hd + cb * 16..j * d + h * hd + cb * 16 + 16]);
+            }
+        }
+    }
     let blocks = n.div_ceil(QUERY_BLOCK);
     pool::run(heads * blocks, &|t| {
         fast(
@@ -335,26 +486,37 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], n: usize, heads: usize, scale:
                 let rows = QUERY_BLOCK.min(n - i0);
                 let (lo, hi) = (h * hd, (h + 1) * hd);
                 let mut p = vec![0f32; rows * n];
-                for j in 0..n {
-                    let kj = &k[j * d + lo..j * d + hi];
-                    for r in 0..rows {
-                        let i = i0 + r;
-                        p[r * n + j] = dot_single_sl(kj, &q[i * d + lo..i * d + hi]);
+                for r in 0..rows {
+                    let i = i0 + r;
+                    let qi = &q[i * d + lo..i * d + hi];
+                    let pr = &mut p[r * n..(r + 1) * n];
+                    for j0 in (0..n16).step_by(16) {
+                        let blk = &kb[(h * nb + j0 / 16) * hd * 16..(h * nb + j0 / 16 + 1) * hd * 16];
+                        pr[j0..j0 + 16].copy_from_slice(&dots16_blocks(hd, false, blk, qi));
+                    }
+                    for j in n16..n {
+                        pr[j] = dot_single_sl(&k[j * d + lo..j * d + hi], qi);
                     }
                 }
                 for pr in p.chunks_exact_mut(n) {
                     softmax_row(pr, scale);
                 }
-                for c in 0..hd {
-                    let vr = &vt[(h * hd + c) * n..(h * hd + c + 1) * n];
-                    // Safety: task (h, block) alone writes its rows' head-h columns.
-                    let put = |r: usize, o: f32| unsafe { *op.get().add((i0 + r) * d + h * hd + c) = o };
-                    if tiled {
-                        tiled_rows(vr, &p, n, rows, put);
-                    } else {
-                        for (r, pr) in p.chunks_exact(n).enumerate() {
-                            put(r, dot_single_sl(vr, pr));
-                        }
+                for (r, pr) in p.chunks_exact(n).enumerate() {
+                    let row = (i0 + r) * d;
+                    let mut c = 0;
+                    while c + 16 <= hd {
+                        let at = lo + c;
+                        let blk = &vb[(h * ncb + c / 16) * n * 16..(h * ncb + c / 16 + 1) * n * 16];
+                        let o = dots16_blocks(n, tiled, blk, pr);
+                        // Safety: task (h, block) alone writes its rows' head-h columns.
+                        unsafe { std::ptr::copy_nonoverlapping(o.as_ptr(), op.get().add(row + at), 16) };
+                        c += 16;
+                    }
+                    for c in c..hd {
+                        let vr = &vt[(lo + c) * n..(lo + c + 1) * n];
+                        let o = if tiled { dot_tiled_sl(vr, pr) } else { dot_single_sl(vr, pr) };
+                        // Safety: as above.
+                        unsafe { *op.get().add(row + lo + c) = o };
                     }
                 }
             },
