@@ -48,10 +48,16 @@ export interface ServeFlags {
   dtype?: string;
   toolCallParser?: string;
   logLevel?: string;
+  imageMinTokens?: number;
+  imageMaxTokens?: number;
+  noPrivateImageUrls?: boolean;
+  imageMaxPixels?: number;
+  imageMaxBytes?: number;
+  imageTimeout?: number;
 }
 
 const CPU_ONLY = "this build runs on the CPU only, so it has no effect";
-const NO_VISION = "vision models are not supported yet, so it has no effect";
+const NO_VISION = "the image token budget is the server's: set it with wick serve --image-max-tokens";
 
 export const SERVE_FLAGS: FlagSpec[] = [
   {
@@ -62,7 +68,6 @@ export const SERVE_FLAGS: FlagSpec[] = [
     parse: modelRef,
   },
   { key: "hfRepo", flags: ["--hf-repo", "-hf", "-hfr"], value: "<org/repo[:quant]>", description: "hub model, pulled into the store first (quant default Q4_K_M); the same as -m hf.co/org/repo[:quant]", parse: hubRepo },
-  { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<path>", description: "vision projector file for the -m model", parse: existingFile, notice: NO_VISION },
   { key: "alias", flags: ["--alias", "-a", "--served-model-name"], value: "<name>", description: "id clients see for the -m model (default: the file name without .gguf, or the store name)", parse: nonEmpty },
   { key: "maxLoadedModels", flags: ["--max-loaded-models"], value: "<n>", description: "models loaded at once; the least recently used idle one is unloaded to make room (default 3)", parse: positiveInt },
   {
@@ -86,6 +91,13 @@ export const SERVE_FLAGS: FlagSpec[] = [
   { key: "gpuMemoryUtilization", flags: ["--gpu-memory-utilization", "--mem-fraction-static"], value: "<0..1>", description: "fraction of GPU memory to use", parse: fraction, notice: CPU_ONLY },
   { key: "dtype", flags: ["--dtype"], value: "<type>", description: "GPU compute type: auto, float16, bfloat16, float32", parse: choice(["auto", "float16", "bfloat16", "float32", "half", "float"]), notice: CPU_ONLY },
   { key: "toolCallParser", flags: ["--tool-call-parser"], value: "<name>", description: `tool-call format: ${TOOL_PARSER_NAMES.join(", ")} (default: from the chat template)`, parse: choice(TOOL_PARSER_NAMES) },
+  { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: existingFile },
+  { key: "imageMinTokens", flags: ["--image-min-tokens"], value: "<n>", description: "image tokens per image at least (LFM2-VL default 64)", parse: positiveInt },
+  { key: "imageMaxTokens", flags: ["--image-max-tokens"], value: "<n>", description: "image tokens per image (thumbnail or single image) at most; larger images are downscaled or tiled (LFM2-VL default 256)", parse: positiveInt },
+  { key: "noPrivateImageUrls", flags: ["--no-private-image-urls"], description: "refuse image URLs that resolve to loopback, private or link-local addresses" },
+  { key: "imageMaxPixels", flags: ["--image-max-pixels"], value: "<n>", description: "largest image accepted, width × height (default 50000000); larger ones are refused before decoding", parse: positiveInt },
+  { key: "imageMaxBytes", flags: ["--image-max-bytes"], value: "<n>", description: "largest image file accepted, in bytes (default 20 MiB)", parse: positiveInt },
+  { key: "imageTimeout", flags: ["--image-timeout"], value: "<ms>", description: "time allowed to fetch an image URL, redirects included (default 10000)", parse: positiveInt },
   { key: "logLevel", flags: ["--log-level"], value: "<level>", description: "log level: fatal, error, warn, info, debug, trace, silent, any case (default info)", parse: (raw: string) => choice(["fatal", "error", "warn", "info", "debug", "trace", "silent"])(raw.toLowerCase()) },
 ];
 

@@ -48,11 +48,20 @@ export async function serve(flags: ServeFlags): Promise<void> {
       kvTokens: flags.maxTotalTokens,
       prefixCache: !flags.disablePrefixCache,
       toolCallParser: flags.toolCallParser,
+      imageMinTokens: flags.imageMinTokens,
+      imageMaxTokens: flags.imageMaxTokens,
     },
   });
+  if (flags.mmproj && !flags.model) throw new CliError("--mmproj needs -m (the projector belongs to that model)");
   const model = flags.model ? await loadStartModel(models, flags, log) : undefined;
 
-  const app = createApp({ models, apiKey, logger: log });
+  const images = {
+    ...(flags.noPrivateImageUrls ? { allowPrivate: false } : {}),
+    ...(flags.imageMaxPixels ? { maxPixels: flags.imageMaxPixels } : {}),
+    ...(flags.imageMaxBytes ? { maxBytes: flags.imageMaxBytes } : {}),
+    ...(flags.imageTimeout ? { timeoutMs: flags.imageTimeout } : {}),
+  };
+  const app = createApp({ models, apiKey, logger: log, images });
   const server = app.listen({ host, port });
   await new Promise<void>((resolve, reject) => {
     server.once("listening", resolve);
@@ -80,7 +89,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
 /** The -m model: a path as is, a store name from the store, a hub reference pulled first. Loaded before listening. */
 async function loadStartModel(models: ModelManager, flags: ServeFlags, log: Logger): Promise<ServedModel> {
   const ref = flags.model!;
-  const opts = { id: flags.alias, keepAliveMs: flags.keepAlive };
+  const opts = { id: flags.alias, keepAliveMs: flags.keepAlive, mmproj: flags.mmproj };
   try {
     if (looksLikePath(ref) || ref.startsWith("/")) {
       models.setDefault({ path: ref }, opts);

@@ -29,6 +29,20 @@ pub const LFM2_CONTROL_TOKENS: &[&str] = &[
     "<|reserved_special_token_237|>",
 ];
 
+/// LFM2-VL's image tokens beyond those in `LFM2_CONTROL_TOKENS`: `<image>` and the per-tile
+/// `<|img_row_R_col_C|>` (1-based, up to 10×10, as llama.cpp's mtmd writes them for tiled
+/// images). `ToolVocab::build_vl` appends them as control tokens after the normal tokens, so
+/// the ids of every other fixture's vocabulary stay as they were.
+pub fn lfm2_image_tokens() -> Vec<String> {
+    let mut out = vec!["<image>".to_string()];
+    for r in 1..=10 {
+        for c in 1..=10 {
+            out.push(format!("<|img_row_{r}_col_{c}|>"));
+        }
+    }
+    out
+}
+
 /// `<|startoftext|>`, `<|im_end|>` (LFM2's BOS and EOS).
 pub const LFM2_BOS: u32 = 1;
 pub const LFM2_EOS: u32 = 7;
@@ -70,6 +84,8 @@ pub struct ToolVocab {
     index: HashMap<String, u32>,
     byte_chars: [char; 256],
     chat_template: String,
+    /// Control tokens appended after the normal ones (`build_vl`), raw text → id.
+    late_controls: HashMap<String, u32>,
 }
 
 impl ToolVocab {
@@ -84,7 +100,13 @@ impl ToolVocab {
             ))
         })?;
         let byte_chars = byte_chars();
-        let mut v = Self { tokens: vec![], index: HashMap::new(), byte_chars, chat_template };
+        let mut v = Self {
+            tokens: vec![],
+            index: HashMap::new(),
+            byte_chars,
+            chat_template,
+            late_controls: HashMap::new(),
+        };
         for t in LFM2_CONTROL_TOKENS {
             v.push(t.to_string());
         }
@@ -100,6 +122,20 @@ impl ToolVocab {
             v.push(text);
         }
         Ok(v)
+    }
+
+    /// `build` plus LFM2-VL's image tokens (`lfm2_image_tokens`) as control tokens at the end.
+    pub fn build_vl(llama_src: &Path, extra: &[&str]) -> Result<Self> {
+        let mut v = Self::build(llama_src, extra)?;
+        for t in lfm2_image_tokens() {
+            v.late_controls.insert(t.clone(), v.tokens.len() as u32);
+            v.tokens.push(t);
+        }
+        Ok(v)
+    }
+
+    fn is_control(&self, id: usize) -> bool {
+        id < LFM2_CONTROL_TOKENS.len() || self.late_controls.contains_key(&self.tokens[id])
     }
 
     fn push(&mut self, text: String) {
@@ -125,7 +161,9 @@ impl ToolVocab {
     pub fn id(&self, piece: &str) -> Option<u32> {
         match LFM2_CONTROL_TOKENS.iter().position(|t| *t == piece) {
             Some(i) => Some(i as u32),
-            None => self.index.get(&self.byte_level(piece)).copied(),
+            None => {
+                self.late_controls.get(piece).or_else(|| self.index.get(&self.byte_level(piece))).copied()
+            }
         }
     }
 
@@ -135,8 +173,10 @@ impl ToolVocab {
     pub fn metadata(&self) -> Meta {
         use gguf_file::Value as V;
         let n_control = LFM2_CONTROL_TOKENS.len();
-        let mut merged: Vec<&String> =
-            self.tokens[n_control..].iter().filter(|t| t.chars().count() > 1).collect();
+        let mut merged: Vec<&String> = self.tokens[n_control..]
+            .iter()
+            .filter(|t| t.chars().count() > 1 && !self.late_controls.contains_key(*t))
+            .collect();
         merged.sort_by_key(|t| t.chars().count());
         let merges = merged
             .into_iter()
@@ -145,7 +185,7 @@ impl ToolVocab {
                 V::String(format!("{} {}", &t[..last], &t[last..]))
             })
             .collect();
-        let types = (0..self.tokens.len()).map(|i| V::I32(if i < n_control { 3 } else { 1 })).collect();
+        let types = (0..self.tokens.len()).map(|i| V::I32(if self.is_control(i) { 3 } else { 1 })).collect();
         vec![
             ("tokenizer.ggml.model".into(), V::String("gpt2".into())),
             ("tokenizer.ggml.pre".into(), V::String("lfm2".into())),
