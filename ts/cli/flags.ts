@@ -50,7 +50,8 @@ export interface ServeFlags {
   logLevel?: string;
   imageMinTokens?: number;
   imageMaxTokens?: number;
-  noPrivateImageUrls?: boolean;
+  /** false with --no-private-image-urls (commander names a `--no-` flag by what it negates). */
+  privateImageUrls?: boolean;
   imageMaxPixels?: number;
   imageMaxBytes?: number;
   imageTimeout?: number;
@@ -94,7 +95,7 @@ export const SERVE_FLAGS: FlagSpec[] = [
   { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: existingFile },
   { key: "imageMinTokens", flags: ["--image-min-tokens"], value: "<n>", description: "image tokens per image at least (LFM2-VL default 64)", parse: positiveInt },
   { key: "imageMaxTokens", flags: ["--image-max-tokens"], value: "<n>", description: "image tokens per image (thumbnail or single image) at most; larger images are downscaled or tiled (LFM2-VL default 256)", parse: positiveInt },
-  { key: "noPrivateImageUrls", flags: ["--no-private-image-urls"], description: "refuse image URLs that resolve to loopback, private or link-local addresses" },
+  { key: "privateImageUrls", flags: ["--no-private-image-urls"], description: "refuse image URLs that resolve to loopback, private or link-local addresses" },
   { key: "imageMaxPixels", flags: ["--image-max-pixels"], value: "<n>", description: "largest image accepted, width × height (default 50000000); larger ones are refused before decoding", parse: positiveInt },
   { key: "imageMaxBytes", flags: ["--image-max-bytes"], value: "<n>", description: "largest image file accepted, in bytes (default 20 MiB)", parse: positiveInt },
   { key: "imageTimeout", flags: ["--image-timeout"], value: "<ms>", description: "time allowed to fetch an image URL, redirects included (default 10000)", parse: positiveInt },
