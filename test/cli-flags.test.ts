@@ -88,7 +88,9 @@ test("every serve flag and alias lands under its table key with its parsed value
     const args = spec.value ? [flag, sample![0]] : [flag];
     const { name, args: [flags] } = await parse(["serve", ...args]);
     t.is(name, "serve");
-    t.deepEqual((flags as Record<string, unknown>)[spec.key], spec.value ? sample![1] : true, `${flag} → ${spec.key}`);
+    // A `--no-x` switch sets its key false (commander's negation; the key names what it negates).
+    const on = !spec.flags[0]!.startsWith("--no-");
+    t.deepEqual((flags as Record<string, unknown>)[spec.key], spec.value ? sample![1] : on, `${flag} → ${spec.key}`);
   }
 });
 
