@@ -92,7 +92,7 @@ export const SERVE_FLAGS: FlagSpec[] = [
   { key: "gpuMemoryUtilization", flags: ["--gpu-memory-utilization", "--mem-fraction-static"], value: "<0..1>", description: "fraction of GPU memory to use", parse: fraction, notice: CPU_ONLY },
   { key: "dtype", flags: ["--dtype"], value: "<type>", description: "GPU compute type: auto, float16, bfloat16, float32", parse: choice(["auto", "float16", "bfloat16", "float32", "half", "float"]), notice: CPU_ONLY },
   { key: "toolCallParser", flags: ["--tool-call-parser"], value: "<name>", description: `tool-call format: ${TOOL_PARSER_NAMES.join(", ")} (default: from the chat template)`, parse: choice(TOOL_PARSER_NAMES) },
-  { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: existingFile },
+  { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: nonEmpty },
   { key: "imageMinTokens", flags: ["--image-min-tokens"], value: "<n>", description: "image tokens per image at least (LFM2-VL default 64)", parse: positiveInt },
   { key: "imageMaxTokens", flags: ["--image-max-tokens"], value: "<n>", description: "image tokens per image (thumbnail or single image) at most; larger images are downscaled or tiled (LFM2-VL default 256)", parse: positiveInt },
   { key: "privateImageUrls", flags: ["--no-private-image-urls"], description: "refuse image URLs that resolve to loopback, private or link-local addresses" },
