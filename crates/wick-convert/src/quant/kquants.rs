@@ -1,0 +1,312 @@
+//! The K-quant super-block quantizers (256 values per block), ported line for line from
+//! ggml's reference implementations (`quantize_row_q{4,5,6}_K_ref`, `make_qkx2_quants`,
+//! `make_qx_quants` in ggml/src/ggml-quants.c). llama-quantize runs these when no importance
+//! matrix is given; the same f32 operations in the same order give byte-identical blocks.
+//! (candle's K-quantizers use the older `make_qkx1_quants`, so they differ.)
+
+use half::f16;
+
+const QK_K: usize = 256;
+const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// ggml's `nearest_int`: round half to even through the 1.5·2^23 trick.
+#[inline]
+fn nearest_int(fval: f32) -> i32 {
+    let val = fval + 12_582_912.0;
+    (val.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
+}
+
+fn fp16(x: f32) -> f16 {
+    f16::from_f32(x)
+}
+
+/// `make_qkx2_quants(32, nmax, x, weights, L, &min, Laux, rmin, rdelta, nstep, false)`:
+/// returns (scale, -min) and fills `l`.
+fn make_qkx2_quants(nmax: i32, x: &[f32], weights: &[f32], l: &mut [u8], rmin: f32, rdelta: f32, nstep: i32) -> (f32, f32) {
+    let n = x.len();
+    let mut laux = [0u8; 32];
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        let w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max == min {
+        l[..n].fill(0);
+        return (0.0, -min);
+    }
+    let mut iscale = nmax as f32 / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best_error = 0.0f32;
+    for i in 0..n {
+        let li = nearest_int(iscale * (x[i] - min));
+        l[i] = li.clamp(0, nmax) as u8;
+        let diff = scale * l[i] as f32 + min - x[i];
+        let diff = diff * diff;
+        best_error += weights[i] * diff;
+    }
+    for is in 0..=nstep {
+        iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        for i in 0..n {
+            let li = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+            laux[i] = li as u8;
+            let w = weights[i];
+            let lf = li as f32;
+            sum_l += w * lf;
+            sum_l2 += w * lf * lf;
+            sum_xl += w * lf * x[i];
+        }
+        let d = sum_w * sum_l2 - sum_l * sum_l;
+        if d > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut cur_error = 0.0f32;
+            for i in 0..n {
+                let diff = this_scale * laux[i] as f32 + this_min - x[i];
+                let diff = diff * diff;
+                cur_error += weights[i] * diff;
+            }
+            if cur_error < best_error {
+                l[..n].copy_from_slice(&laux[..n]);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// `make_qx_quants(16, 32, x, L, rmse_type = 1, NULL)` as Q6_K calls it.
+fn make_qx_quants_q6(x: &[f32], l: &mut [i8]) -> f32 {
+    const NMAX: i32 = 32;
+    let n = x.len();
+    let (mut max, mut amax) = (0.0f32, 0.0f32);
+    for &v in x {
+        let ax = v.abs();
+        if ax > amax {
+            amax = ax;
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l[..n].fill(0);
+        return 0.0;
+    }
+    let mut iscale = -(NMAX as f32) / max;
+    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+    for i in 0..n {
+        let li = nearest_int(iscale * x[i]).clamp(-NMAX, NMAX - 1);
+        l[i] = (li + NMAX) as i8;
+        let w = x[i] * x[i];
+        let lf = li as f32;
+        sumlx += w * x[i] * lf;
+        suml2 += w * lf * lf;
+    }
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    for is in -9i32..=9 {
+        if is == 0 {
+            continue;
+        }
+        iscale = -(NMAX as f32 + 0.1 * is as f32) / max;
+        sumlx = 0.0;
+        suml2 = 0.0;
+        for &xi in x {
+            let lf = nearest_int(iscale * xi).clamp(-NMAX, NMAX - 1) as f32;
+            let w = xi * xi;
+            sumlx += w * xi * lf;
+            suml2 += w * lf * lf;
+        }
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for i in 0..n {
+                let li = nearest_int(iscale * x[i]);
+                l[i] = (NMAX + li.clamp(-NMAX, NMAX - 1)) as i8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+fn get_scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+/// The shared first half of Q4_K and Q5_K: per 32-value group a scale and a min by
+/// `make_qkx2_quants`, packed as 6-bit values against the block's f16 `d` and `dmin`; then
+/// the levels recomputed against the packed scales. Writes d, dmin and the 12 scale bytes
+/// into `head` (16 bytes) and returns the 256 levels.
+fn scale_min_block(x: &[f32], nmax: i32, rmin: f32, nstep: i32, head: &mut [u8]) -> [u8; QK_K] {
+    let mut l = [0u8; QK_K];
+    let mut weights = [0f32; 32];
+    let mut mins = [0f32; 8];
+    let mut scales = [0f32; 8];
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for j in 0..8 {
+        let xs = &x[32 * j..32 * j + 32];
+        let mut sum_x2 = 0.0f32;
+        for &v in xs {
+            sum_x2 += v * v;
+        }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        for (w, &v) in weights.iter_mut().zip(xs) {
+            *w = av_x + v.abs();
+        }
+        let (s, m) = make_qkx2_quants(nmax, xs, &weights, &mut l[32 * j..32 * j + 32], rmin, 0.1, nstep);
+        scales[j] = s;
+        mins[j] = m;
+        if s > max_scale {
+            max_scale = s;
+        }
+        if m > max_min {
+            max_min = m;
+        }
+    }
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let sc = &mut head[4..16];
+    sc.fill(0);
+    for j in 0..8 {
+        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        if j < 4 {
+            sc[j] = ls;
+            sc[j + 4] = lm;
+        } else {
+            sc[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+            sc[j - 4] |= (ls >> 4) << 6;
+            sc[j] |= (lm >> 4) << 6;
+        }
+    }
+    let d = fp16(max_scale / 63.0);
+    let dmin = fp16(max_min / 63.0);
+    head[..2].copy_from_slice(&d.to_le_bytes());
+    head[2..4].copy_from_slice(&dmin.to_le_bytes());
+    for j in 0..8 {
+        let (s, m) = get_scale_min_k4(j, &head[4..16]);
+        let dd = d.to_f32() * s as f32;
+        if dd == 0.0 {
+            continue;
+        }
+        let dm = dmin.to_f32() * m as f32;
+        for ii in 0..32 {
+            l[32 * j + ii] = nearest_int((x[32 * j + ii] + dm) / dd).clamp(0, nmax) as u8;
+        }
+    }
+    l
+}
+
+/// Q4_K: 144 bytes per 256 values.
+pub fn q4_k(x: &[f32], out: &mut [u8]) {
+    for (xb, y) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(144)) {
+        let l = scale_min_block(xb, 15, -1.0, 20, &mut y[..16]);
+        let q = &mut y[16..];
+        for (n, j) in (0..QK_K).step_by(64).enumerate() {
+            for i in 0..32 {
+                q[32 * n + i] = l[j + i] | (l[j + i + 32] << 4);
+            }
+        }
+    }
+}
+
+/// Q5_K: 176 bytes per 256 values.
+pub fn q5_k(x: &[f32], out: &mut [u8]) {
+    for (xb, y) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(176)) {
+        let l = scale_min_block(xb, 31, -0.5, 15, &mut y[..16]);
+        let (qh, ql) = y[16..].split_at_mut(32);
+        qh.fill(0);
+        let (mut m1, mut m2) = (1u8, 2u8);
+        for (b, n) in (0..QK_K).step_by(64).enumerate() {
+            for j in 0..32 {
+                let mut l1 = l[n + j];
+                if l1 > 15 {
+                    l1 -= 16;
+                    qh[j] |= m1;
+                }
+                let mut l2 = l[n + j + 32];
+                if l2 > 15 {
+                    l2 -= 16;
+                    qh[j] |= m2;
+                }
+                ql[32 * b + j] = l1 | (l2 << 4);
+            }
+            m1 <<= 2;
+            m2 <<= 2;
+        }
+    }
+}
+
+/// Q6_K: 210 bytes per 256 values (128 ql, 64 qh, 16 int8 scales, f16 d).
+pub fn q6_k(x: &[f32], out: &mut [u8]) {
+    for (xb, y) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(210)) {
+        let mut l = [0i8; QK_K];
+        let mut scales = [0f32; 16];
+        let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
+        for ib in 0..16 {
+            let s = make_qx_quants_q6(&xb[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16]);
+            scales[ib] = s;
+            if s.abs() > max_abs_scale {
+                max_abs_scale = s.abs();
+                max_scale = s;
+            }
+        }
+        if max_abs_scale < GROUP_MAX_EPS {
+            y.fill(0);
+            continue;
+        }
+        let iscale = -128.0 / max_scale;
+        let d = fp16(1.0 / iscale);
+        let mut sc = [0i8; 16];
+        for ib in 0..16 {
+            sc[ib] = nearest_int(iscale * scales[ib]).min(127) as i8;
+        }
+        for j in 0..16 {
+            let dd = d.to_f32() * sc[j] as f32;
+            if dd == 0.0 {
+                continue;
+            }
+            for ii in 0..16 {
+                let li = nearest_int(xb[16 * j + ii] / dd).clamp(-32, 31);
+                l[16 * j + ii] = (li + 32) as i8;
+            }
+        }
+        let (ql, rest) = y.split_at_mut(128);
+        let (qh, rest) = rest.split_at_mut(64);
+        let (scb, db) = rest.split_at_mut(16);
+        for (h, j) in (0..QK_K).step_by(128).enumerate() {
+            for i in 0..32 {
+                let q = |k: usize| l[j + i + k] as u8;
+                ql[64 * h + i] = (q(0) & 0xF) | ((q(64) & 0xF) << 4);
+                ql[64 * h + i + 32] = (q(32) & 0xF) | ((q(96) & 0xF) << 4);
+                qh[32 * h + i] = (q(0) >> 4) | ((q(32) >> 4) << 2) | ((q(64) >> 4) << 4) | ((q(96) >> 4) << 6);
+            }
+        }
+        for (b, s) in scb.iter_mut().zip(sc) {
+            *b = s as u8;
+        }
+        db.copy_from_slice(&d.to_le_bytes());
+    }
+}
