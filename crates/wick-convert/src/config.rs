@@ -9,7 +9,8 @@ use crate::error::{ConvertError, Result};
 
 pub fn read_json(path: &Path) -> Result<Value> {
     let bytes = std::fs::read(path).map_err(|e| ConvertError::io(path, e))?;
-    serde_json::from_slice(&bytes).map_err(|e| ConvertError::Json { path: path.to_path_buf(), why: e.to_string() })
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ConvertError::Json { path: path.to_path_buf(), why: e.to_string() })
 }
 
 /// Reads `path` if it exists.
@@ -76,7 +77,8 @@ impl HfConfig {
 
     /// A required unsigned integer (`find_hparam(keys)`).
     pub fn need_u64(&self, keys: &[&str]) -> Result<u64> {
-        self.find_u64(keys).ok_or_else(|| ConvertError::config(format!("needs an integer `{}`", keys.join("` or `"))))
+        self.find_u64(keys)
+            .ok_or_else(|| ConvertError::config(format!("needs an integer `{}`", keys.join("` or `"))))
     }
 
     pub fn need_usize(&self, keys: &[&str]) -> Result<usize> {

@@ -9,7 +9,9 @@ pub enum ConvertError {
     #[error("{path}: missing ({what})")]
     Missing { path: PathBuf, what: &'static str },
     /// config.json names an architecture this converter does not write.
-    #[error("unsupported architecture `{0}` (wick convert writes llama, qwen2, qwen3, gemma3, lfm2, lfm2moe)")]
+    #[error(
+        "unsupported architecture `{0}` (wick convert writes llama, qwen2, qwen3, gemma3, lfm2, lfm2moe)"
+    )]
     UnknownArchitecture(String),
     /// A config value is absent or of the wrong type.
     #[error("config.json: {0}")]

@@ -35,7 +35,8 @@ pub struct ParamCount {
 impl ParamCount {
     /// From (name, ggml shape) pairs.
     pub fn of<'a>(tensors: impl Iterator<Item = (&'a str, &'a [usize])>) -> Self {
-        let (mut total, mut shared, mut expert, mut expert_sum, mut n_expert_tensors) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let (mut total, mut shared, mut expert, mut expert_sum, mut n_expert_tensors) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
         for (name, ne) in tensors {
             let size: u64 = ne.iter().map(|&n| n as u64).product();
             if name.contains("_exps.") && ne.len() >= 3 {
@@ -88,7 +89,14 @@ fn id_to_title(s: &str) -> String {
     s.trim()
         .replace('-', " ")
         .split_whitespace()
-        .map(|w| if w.chars().all(|c| !c.is_uppercase()) && w.chars().any(|c| c.is_lowercase()) && !re.is_match(w) { title(w) } else { w.to_string() })
+        .map(|w| {
+            if w.chars().all(|c| !c.is_uppercase()) && w.chars().any(|c| c.is_lowercase()) && !re.is_match(w)
+            {
+                title(w)
+            } else {
+                w.to_string()
+            }
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -129,7 +137,8 @@ fn components(model_id: &str, total: u64) -> Names {
     let mut types: Vec<Vec<&str>> = vec![vec![]; parts.len()];
     let version = Regex::new(r"(?i)^(v|iter)?\d+([.]\d+)*$").expect("regex");
     let quant = Regex::new(r"(?i)^(i?q\d(_\w)*|b?fp?(16|32))$").expect("regex");
-    let size = Regex::new(r"(?i)^(([A]|\d+[x])?\d+([._]\d+)?[KMBT][\d]?|small|mini|medium|large|x?xl)$").expect("regex");
+    let size = Regex::new(r"(?i)^(([A]|\d+[x])?\d+([._]\d+)?[KMBT][\d]?|small|mini|medium|large|x?xl)$")
+        .expect("regex");
     let tune = Regex::new(r"(?i)^(chat|instruct|vision|lora)$").expect("regex");
     for i in 0..parts.len() {
         let part = parts[i].clone();
@@ -171,8 +180,10 @@ fn components(model_id: &str, total: u64) -> Names {
             types[i].push("finetune");
         }
     }
-    let has_numeric_size =
-        parts.iter().zip(&types).any(|(n, t)| t.contains(&"size_label") && n.chars().any(|c| c.is_ascii_digit()));
+    let has_numeric_size = parts
+        .iter()
+        .zip(&types)
+        .any(|(n, t)| t.contains(&"size_label") && n.chars().any(|c| c.is_ascii_digit()));
     if has_numeric_size {
         for (n, t) in parts.iter().zip(types.iter_mut()) {
             if t.contains(&"size_label") && n.chars().all(|c| c.is_alphabetic()) {
@@ -202,7 +213,10 @@ fn components(model_id: &str, total: u64) -> Names {
     let join = |want: &str, exclude: Option<&str>| -> Option<String> {
         let mut seen: Vec<&str> = vec![];
         for (n, t) in parts.iter().zip(&types) {
-            if t.contains(&want) && exclude.is_none_or(|x| !t.contains(&x)) && (want != "size_label" || !seen.contains(&n.as_str())) {
+            if t.contains(&want)
+                && exclude.is_none_or(|x| !t.contains(&x))
+                && (want != "size_label" || !seen.contains(&n.as_str()))
+            {
                 seen.push(n);
             }
         }
@@ -231,7 +245,9 @@ fn fill(m: &mut Names, from: Names) {
 /// The `general.*` keys (after `general.architecture` and `general.type`).
 pub fn general_keys(dir: &Path, cfg: &HfConfig, params: &ParamCount) -> Result<Vec<(String, Value)>> {
     let mut m = Names::default();
-    if let Some(id) = cfg.raw.get("_name_or_path").and_then(|v| v.as_str()).filter(|p| p.matches('/').count() <= 1) {
+    if let Some(id) =
+        cfg.raw.get("_name_or_path").and_then(|v| v.as_str()).filter(|p| p.matches('/').count() <= 1)
+    {
         fill(&mut m, components(id, params.total));
     }
     let dir_name = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());

@@ -105,7 +105,10 @@ impl Checkpoint {
             let idx = ck.shards.len();
             for t in parse_header(&path, &map, idx)? {
                 if ck.tensors.contains_key(&t.name) {
-                    return Err(ConvertError::tensor(format!("tensor `{}` is in more than one shard", t.name)));
+                    return Err(ConvertError::tensor(format!(
+                        "tensor `{}` is in more than one shard",
+                        t.name
+                    )));
                 }
                 ck.tensors.insert(t.name.clone(), t);
             }
@@ -155,7 +158,8 @@ impl Checkpoint {
         if t.end > t.start {
             // SAFETY: a read-only shared file mapping; dropped pages are read again from the
             // file if touched, so no data is lost.
-            let _ = unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, t.start, t.end - t.start) };
+            let _ =
+                unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, t.start, t.end - t.start) };
         }
     }
 }
@@ -176,7 +180,10 @@ fn shard_files(dir: &Path) -> Result<Vec<PathBuf>> {
         for f in files {
             let p = dir.join(&f);
             if !p.is_file() {
-                return Err(ConvertError::Missing { path: p, what: "a shard named in model.safetensors.index.json" });
+                return Err(ConvertError::Missing {
+                    path: p,
+                    what: "a shard named in model.safetensors.index.json",
+                });
             }
             out.push(p);
         }
@@ -219,7 +226,8 @@ fn parse_header(path: &Path, buf: &[u8], shard: usize) -> Result<Vec<SrcTensor>>
             continue;
         }
         let dtype = v.get("dtype").and_then(|d| d.as_str()).unwrap_or("?");
-        let dtype = Dtype::parse(dtype).ok_or_else(|| bad(format!("tensor `{name}`: unknown dtype {dtype}")))?;
+        let dtype =
+            Dtype::parse(dtype).ok_or_else(|| bad(format!("tensor `{name}`: unknown dtype {dtype}")))?;
         let shape: Vec<usize> = v
             .get("shape")
             .and_then(|s| s.as_array())
@@ -234,10 +242,16 @@ fn parse_header(path: &Path, buf: &[u8], shard: usize) -> Result<Vec<SrcTensor>>
         let (b, e) = (offs[0], offs[1]);
         let want = shape.iter().product::<usize>() * dtype.size();
         if e < b || e - b != want {
-            return Err(bad(format!("tensor `{name}`: {} data bytes for shape {shape:?} {}", e.saturating_sub(b), dtype.name())));
+            return Err(bad(format!(
+                "tensor `{name}`: {} data bytes for shape {shape:?} {}",
+                e.saturating_sub(b),
+                dtype.name()
+            )));
         }
         if e > data_len {
-            return Err(bad(format!("tensor `{name}` ends at byte {e} of a {data_len}-byte data section (truncated)")));
+            return Err(bad(format!(
+                "tensor `{name}` ends at byte {e} of a {data_len}-byte data section (truncated)"
+            )));
         }
         out.push(SrcTensor { name: name.clone(), dtype, shape, shard, start: data + b, end: data + e });
     }

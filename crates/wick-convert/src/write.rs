@@ -91,7 +91,15 @@ pub fn inspect(dir: &Path, outtype: OutType) -> Result<Prepared> {
     }
     let mut plan = arch::plan(arch, &cfg, &ck, &hp.dims, n_tokens)?;
     if let Some(f) = hp.rope_freqs {
-        plan.insert(0, Planned { name: "rope_freqs.weight".into(), ne: vec![f.len()], n_dims: 1, src: Source::Values(f) });
+        plan.insert(
+            0,
+            Planned {
+                name: "rope_freqs.weight".into(),
+                ne: vec![f.len()],
+                n_dims: 1,
+                src: Source::Values(f),
+            },
+        );
         plan.sort_by_key(|p| p.sort_key());
     }
     for p in &plan {
@@ -119,16 +127,27 @@ pub fn inspect(dir: &Path, outtype: OutType) -> Result<Prepared> {
                 n_expert: hp.n_expert,
                 is_70b: arch == Arch::Llama && hp.dims.n_layer == 80 && hp.dims.n_kv[0] != hp.dims.n_head,
             };
-            let refs: Vec<TensorRef> =
-                plan.iter().zip(&base).map(|(p, &b)| TensorRef { name: &p.name, ne: &p.ne, base: b }).collect();
+            let refs: Vec<TensorRef> = plan
+                .iter()
+                .zip(&base)
+                .map(|(p, &b)| TensorRef { name: &p.name, ne: &p.ne, base: b })
+                .collect();
             mix::quantized_types(outtype, &shape, &refs)
         }
     };
-    let entries: Vec<TensorEntry> =
-        plan.iter().zip(&types).map(|(p, &ty)| TensorEntry { name: p.name.clone(), ne: p.ne.clone(), ty }).collect();
+    let entries: Vec<TensorEntry> = plan
+        .iter()
+        .zip(&types)
+        .map(|(p, &ty)| TensorEntry { name: p.name.clone(), ne: p.ne.clone(), ty })
+        .collect();
     for e in &entries {
         if e.ne[0] % e.ty.block_size() != 0 {
-            return Err(ConvertError::tensor(format!("`{}`: rows of {} do not fit {}", e.name, e.ne[0], e.ty.name())));
+            return Err(ConvertError::tensor(format!(
+                "`{}`: rows of {} do not fit {}",
+                e.name,
+                e.ne[0],
+                e.ty.name()
+            )));
         }
     }
     let params = ParamCount::of(plan.iter().map(|p| (p.name.as_str(), p.ne.as_slice())));
@@ -163,7 +182,8 @@ pub fn convert(opts: &ConvertOptions, mut progress: impl FnMut(&Progress)) -> Re
     if !parent.is_dir() {
         return Err(ConvertError::InvalidArgument(format!("{}: no such directory", parent.display())));
     }
-    let file_name = out.file_name().ok_or_else(|| ConvertError::InvalidArgument("--outfile needs a file name".into()))?;
+    let file_name =
+        out.file_name().ok_or_else(|| ConvertError::InvalidArgument("--outfile needs a file name".into()))?;
     let tmp = parent.join(format!(".{}.tmp{}", file_name.to_string_lossy(), std::process::id()));
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.threads.unwrap_or(0))
@@ -263,8 +283,10 @@ fn encode_slab(
     // At least 16k values per task: below that, scheduling costs more than it saves.
     let rows_per_task = n_rows.div_ceil(threads).max((16 << 10) / row).max(1);
     let row_bytes = ty.row_bytes(row);
-    x.par_chunks_mut(rows_per_task * row).zip(out.par_chunks_mut(rows_per_task * row_bytes)).enumerate().try_for_each(
-        |(k, (xs, os))| -> Result<()> {
+    x.par_chunks_mut(rows_per_task * row)
+        .zip(out.par_chunks_mut(rows_per_task * row_bytes))
+        .enumerate()
+        .try_for_each(|(k, (xs, os))| -> Result<()> {
             rows::fill(&prep.ck, p, first + k * rows_per_task * row, xs)?;
             if ty != base {
                 // Quantize what the float file would hold (llama-quantize reads that file).
@@ -272,6 +294,5 @@ fn encode_slab(
             }
             ty.encode(xs, os);
             Ok(())
-        },
-    )
+        })
 }

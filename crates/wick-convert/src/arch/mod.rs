@@ -80,7 +80,8 @@ impl Planned {
 
     /// llama.cpp's loader order: by layer (non-layer tensors first), then by name.
     pub fn sort_key(&self) -> (i64, String) {
-        let layer = self.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse().ok());
+        let layer =
+            self.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse().ok());
         (layer.unwrap_or(-1), self.name.clone())
     }
 }
@@ -98,7 +99,13 @@ pub struct Dims {
 
 /// Builds the plan for `ck` and checks it: every tensor mapped, the shapes config.json
 /// implies, every layer complete.
-pub fn plan(arch: Arch, cfg: &HfConfig, ck: &Checkpoint, dims: &Dims, n_tokens: usize) -> Result<Vec<Planned>> {
+pub fn plan(
+    arch: Arch,
+    cfg: &HfConfig,
+    ck: &Checkpoint,
+    dims: &Dims,
+    n_tokens: usize,
+) -> Result<Vec<Planned>> {
     let hf_arch = cfg.hf_arch()?.to_string();
     let mut out = vec![];
     // (layer, w) → expert index → HF name.
@@ -115,7 +122,10 @@ pub fn plan(arch: Arch, cfg: &HfConfig, ck: &Checkpoint, dims: &Dims, n_tokens: 
             }
         }
         let Some(gguf) = names::gguf_name(arch, &name) else {
-            return Err(ConvertError::tensor(format!("cannot map tensor `{orig}` to a {} tensor", arch.name())));
+            return Err(ConvertError::tensor(format!(
+                "cannot map tensor `{orig}` to a {} tensor",
+                arch.name()
+            )));
         };
         let mut shape = t.shape.clone();
         if gguf.ends_with("shortconv.conv.weight") && shape.len() == 3 && shape[1] == 1 {
@@ -129,7 +139,10 @@ pub fn plan(arch: Arch, cfg: &HfConfig, ck: &Checkpoint, dims: &Dims, n_tokens: 
                 if name.ends_with("q_proj.weight") || name.ends_with("q_proj.bias") {
                     Some(dims.n_head)
                 } else if name.ends_with("k_proj.weight") || name.ends_with("k_proj.bias") {
-                    Some(names::split_layer(&name).map_or(dims.n_head, |(b, _)| dims.n_kv[b.min(dims.n_kv.len() - 1)]))
+                    Some(
+                        names::split_layer(&name)
+                            .map_or(dims.n_head, |(b, _)| dims.n_kv[b.min(dims.n_kv.len() - 1)]),
+                    )
                 } else {
                     None
                 }
@@ -162,7 +175,11 @@ fn stack_experts(ck: &Checkpoint, bid: usize, w: &str, parts: BTreeMap<usize, St
     for name in &names {
         let got = &ck.tensors[name].shape;
         if *got != shape {
-            return Err(ConvertError::ShapeMismatch { name: name.clone(), got: got.clone(), want: shape.clone() });
+            return Err(ConvertError::ShapeMismatch {
+                name: name.clone(),
+                got: got.clone(),
+                want: shape.clone(),
+            });
         }
     }
     let mut ne: Vec<usize> = shape.iter().rev().copied().collect();
@@ -180,7 +197,10 @@ fn check(arch: Arch, plan: &[Planned], d: &Dims) -> Result<()> {
     };
     let expect = |name: &str, ne: &[Option<usize>]| -> Result<()> {
         let Some(p) = by_name.get(name) else {
-            return Err(ConvertError::tensor(format!("missing tensor `{name}` (a {} model needs it)", arch.name())));
+            return Err(ConvertError::tensor(format!(
+                "missing tensor `{name}` (a {} model needs it)",
+                arch.name()
+            )));
         };
         let ok = p.ne.len() == ne.len() && p.ne.iter().zip(ne).all(|(g, w)| w.is_none_or(|w| w == *g));
         if !ok {

@@ -7,8 +7,18 @@ use super::Arch;
 /// Names the text model never converts (`TextModel.filter_tensors`, plus the buffers
 /// `prepare_tensors` drops): vision/audio towers, projectors, rotary caches.
 pub fn skipped(name: &str) -> bool {
-    const PREFIXES: [&str; 10] =
-        ["mlp", "vit.", "vpm.", "siglip2.", "conformer.", "merger.", "resampler.", "sound_encoder.", "sound_projection.", "speech_embeddings."];
+    const PREFIXES: [&str; 10] = [
+        "mlp",
+        "vit.",
+        "vpm.",
+        "siglip2.",
+        "conformer.",
+        "merger.",
+        "resampler.",
+        "sound_encoder.",
+        "sound_projection.",
+        "speech_embeddings.",
+    ];
     const PARTS: [&str; 20] = [
         "visual.",
         "vision.",
@@ -44,7 +54,9 @@ pub fn canonical(arch: Arch, hf_arch: &str, name: &str) -> String {
     if matches!(arch, Arch::Lfm2 | Arch::Lfm2Moe) {
         n = n.replacen("lfm.", "model.", 1);
     }
-    if (hf_arch == "LlamaModel" || hf_arch == "Qwen2Model" || hf_arch == "Qwen3Model") && !n.starts_with("model.") {
+    if (hf_arch == "LlamaModel" || hf_arch == "Qwen2Model" || hf_arch == "Qwen3Model")
+        && !n.starts_with("model.")
+    {
         n = format!("model.{n}");
     }
     n
@@ -58,9 +70,10 @@ fn globals(arch: Arch) -> &'static [(&'static str, &'static str)] {
             ("model.embedding_norm.weight", "token_embd_norm.weight"),
             ("lm_head.weight", "output.weight"),
         ],
-        Arch::Lfm2Moe => {
-            &[("model.embed_tokens.weight", "token_embd.weight"), ("model.embedding_norm.weight", "token_embd_norm.weight")]
-        }
+        Arch::Lfm2Moe => &[
+            ("model.embed_tokens.weight", "token_embd.weight"),
+            ("model.embedding_norm.weight", "token_embd_norm.weight"),
+        ],
         _ => &[
             ("model.embed_tokens.weight", "token_embd.weight"),
             ("model.norm.weight", "output_norm.weight"),
@@ -86,7 +99,10 @@ fn layer_table(arch: Arch) -> Vec<(&'static str, &'static str)> {
         ("self_attn.k_proj.bias", "attn_k.bias"),
         ("self_attn.v_proj.bias", "attn_v.bias"),
     ];
-    let qk_norm = [("self_attn.q_norm.weight", "attn_q_norm.weight"), ("self_attn.k_norm.weight", "attn_k_norm.weight")];
+    let qk_norm = [
+        ("self_attn.q_norm.weight", "attn_q_norm.weight"),
+        ("self_attn.k_norm.weight", "attn_k_norm.weight"),
+    ];
     let mut t: Vec<(&str, &str)> = vec![];
     match arch {
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {

@@ -50,8 +50,20 @@ fn rope_parameters(cfg: &HfConfig) -> Map<String, J> {
             _ => Map::new(),
         },
     };
-    let theta = cfg.find(&["global_rope_theta", "rope_global_theta", "rope_theta_global", "rope_theta", "rotary_emb_base"]);
-    let local = cfg.find(&["local_rope_theta", "rope_local_theta", "rope_theta_local", "swa_rope_theta", "rope_local_base_freq"]);
+    let theta = cfg.find(&[
+        "global_rope_theta",
+        "rope_global_theta",
+        "rope_theta_global",
+        "rope_theta",
+        "rotary_emb_base",
+    ]);
+    let local = cfg.find(&[
+        "local_rope_theta",
+        "rope_local_theta",
+        "rope_theta_local",
+        "swa_rope_theta",
+        "rope_local_base_freq",
+    ]);
     let partial = cfg.find(&["partial_rotary_factor", "rope_pct", "rope_percent"]);
     let orig = cfg.find(&["original_max_position_embeddings"]);
     if !rp.contains_key("full_attention") && !rp.contains_key("sliding_attention") {
@@ -61,7 +73,9 @@ fn rope_parameters(cfg: &HfConfig) -> Map<String, J> {
         if let (false, Some(t)) = (rp.contains_key("rope_theta"), theta) {
             rp.insert("rope_theta".into(), t.clone());
         }
-        if let (false, Some(t)) = (rp.contains_key("rope_type"), rp.get("type").filter(|t| !t.is_null()).cloned()) {
+        if let (false, Some(t)) =
+            (rp.contains_key("rope_type"), rp.get("type").filter(|t| !t.is_null()).cloned())
+        {
             rp.insert("rope_type".into(), t);
         }
         if let (false, Some(p)) = (rp.contains_key("partial_rotary_factor"), partial) {
@@ -78,7 +92,9 @@ fn rope_parameters(cfg: &HfConfig) -> Map<String, J> {
 fn count(v: &J) -> Option<Value> {
     match v {
         J::Number(n) => n.as_u64().map(|n| Value::U32(n as u32)),
-        J::Array(a) => a.iter().map(|x| x.as_i64().map(|n| n as i32)).collect::<Option<Vec<_>>>().map(Value::I32s),
+        J::Array(a) => {
+            a.iter().map(|x| x.as_i64().map(|n| n as i32)).collect::<Option<Vec<_>>>().map(Value::I32s)
+        }
         _ => None,
     }
 }
@@ -134,7 +150,8 @@ pub fn hparams(arch: Arch, cfg: &HfConfig, file_type: u32) -> Result<Hparams> {
     let mut kv = Kv { arch: arch.name(), kv: vec![] };
     generic(&cfg, &mut kv, n_layer)?;
     let rp = rope_parameters(&cfg);
-    let mut n_expert = cfg.find_u64(&["num_local_experts", "num_experts", "n_routed_experts"]).unwrap_or(0) as usize;
+    let mut n_expert =
+        cfg.find_u64(&["num_local_experts", "num_experts", "n_routed_experts"]).unwrap_or(0) as usize;
     let mut rope_freqs = None;
     match arch {
         Arch::Llama => {
@@ -163,7 +180,10 @@ pub fn hparams(arch: Arch, cfg: &HfConfig, file_type: u32) -> Result<Hparams> {
         Arch::Lfm2 => {
             kv.u32("vocab_size", n_vocab as u64);
             kv.u32("shortconv.l_cache", cfg.need_u64(&["conv_L_cache"])?);
-            kv.f32("attention.layer_norm_rms_epsilon", cfg.find_f64(&["norm_eps"]).ok_or_else(|| ConvertError::config("needs `norm_eps`"))?);
+            kv.f32(
+                "attention.layer_norm_rms_epsilon",
+                cfg.find_f64(&["norm_eps"]).ok_or_else(|| ConvertError::config("needs `norm_eps`"))?,
+            );
             kv.u32("feed_forward_length", lfm2_ff(&cfg)? as u64);
         }
         Arch::Lfm2Moe => {
@@ -176,27 +196,54 @@ pub fn hparams(arch: Arch, cfg: &HfConfig, file_type: u32) -> Result<Hparams> {
         }
     }
     kv.kv.push(("general.file_type".into(), Value::U32(file_type)));
-    Ok(Hparams { kv: kv.kv, dims: Dims { n_embd, n_head, head_dim, n_layer, n_kv, n_vocab }, n_expert, rope_freqs })
+    Ok(Hparams {
+        kv: kv.kv,
+        dims: Dims { n_embd, n_head, head_dim, n_layer, n_kv, n_vocab },
+        n_expert,
+        rope_freqs,
+    })
 }
 
 /// `TextModel.set_gguf_parameters`.
 fn generic(cfg: &HfConfig, kv: &mut Kv, n_layer: usize) -> Result<()> {
     kv.u32("block_count", n_layer as u64);
     let find = |keys: &[&str]| cfg.find(keys).cloned();
-    if let Some(n) = cfg.find_u64(&["max_position_embeddings", "n_ctx", "n_positions", "max_length", "max_sequence_length", "model_max_length"]) {
+    if let Some(n) = cfg.find_u64(&[
+        "max_position_embeddings",
+        "n_ctx",
+        "n_positions",
+        "max_length",
+        "max_sequence_length",
+        "model_max_length",
+    ]) {
         kv.u32("context_length", n);
     }
     if let Some(n) = cfg.find_u64(&["hidden_size", "n_embd", "dim"]) {
         kv.u32("embedding_length", n);
     }
-    if let Some(v) = find(&["prefix_dense_intermediate_size", "dense_intermediate_size", "intermediate_size", "n_inner", "hidden_dim"]) {
-        kv.set("feed_forward_length", count(&v).ok_or_else(|| ConvertError::config("bad intermediate_size"))?);
+    if let Some(v) = find(&[
+        "prefix_dense_intermediate_size",
+        "dense_intermediate_size",
+        "intermediate_size",
+        "n_inner",
+        "hidden_dim",
+    ]) {
+        kv.set(
+            "feed_forward_length",
+            count(&v).ok_or_else(|| ConvertError::config("bad intermediate_size"))?,
+        );
     }
     if let Some(v) = find(&["num_attention_heads", "n_head", "n_heads"]) {
-        kv.set("attention.head_count", count(&v).ok_or_else(|| ConvertError::config("bad num_attention_heads"))?);
+        kv.set(
+            "attention.head_count",
+            count(&v).ok_or_else(|| ConvertError::config("bad num_attention_heads"))?,
+        );
     }
     if let Some(v) = find(&["num_key_value_heads", "n_kv_heads"]) {
-        kv.set("attention.head_count_kv", count(&v).ok_or_else(|| ConvertError::config("bad num_key_value_heads"))?);
+        kv.set(
+            "attention.head_count_kv",
+            count(&v).ok_or_else(|| ConvertError::config("bad num_key_value_heads"))?,
+        );
     }
     if cfg.bool("is_causal") == Some(false) {
         kv.set("attention.causal", Value::Bool(false));
@@ -217,7 +264,10 @@ fn generic(cfg: &HfConfig, kv: &mut Kv, n_layer: usize) -> Result<()> {
                 kv.set("rope.scaling.type", Value::Str("yarn".into()));
                 kv.f32("rope.scaling.factor", f);
                 let orig = params.get("original_max_position_embeddings").and_then(|o| o.as_u64());
-                kv.u32("rope.scaling.original_context_length", orig.ok_or_else(|| ConvertError::config("yarn needs original_max_position_embeddings"))?);
+                kv.u32(
+                    "rope.scaling.original_context_length",
+                    orig.ok_or_else(|| ConvertError::config("yarn needs original_max_position_embeddings"))?,
+                );
                 for (k, names) in [
                     ("yarn_ext_factor", &["extrapolation_factor"][..]),
                     ("yarn_attn_factor", &["attention_factor", "attn_factor"][..]),
@@ -257,13 +307,22 @@ fn generic(cfg: &HfConfig, kv: &mut Kv, n_layer: usize) -> Result<()> {
     if let Some(n) = cfg.find_u64(&["topk_group"]) {
         kv.u32("expert_group_used_count", n);
     }
-    let score = cfg.find(&["score_function", "scoring_func", "score_func", "moe_router_activation", "moe_router_activation_func", "expert_selection_fn"]);
+    let score = cfg.find(&[
+        "score_function",
+        "scoring_func",
+        "score_func",
+        "moe_router_activation",
+        "moe_router_activation_func",
+        "expert_selection_fn",
+    ]);
     if let Some(s) = score.and_then(|s| s.as_str()) {
         let v = match s {
             "sigmoid" => 2,
             "softmax" => 1,
             "sqrtsoftplus" => 4,
-            other => return Err(ConvertError::config(format!("unsupported expert score function `{other}`"))),
+            other => {
+                return Err(ConvertError::config(format!("unsupported expert score function `{other}`")))
+            }
         };
         kv.u32("expert_gating_func", v);
     }
@@ -277,7 +336,10 @@ fn generic(cfg: &HfConfig, kv: &mut Kv, n_layer: usize) -> Result<()> {
 /// `LFM2Model._add_feed_forward_length`: the FFN width after the 2/3 rule.
 fn lfm2_ff(cfg: &HfConfig) -> Result<usize> {
     let mut ff = cfg.need_u64(&["block_ff_dim", "intermediate_size"])? as f64;
-    if cfg.bool("block_auto_adjust_ff_dim").ok_or_else(|| ConvertError::config("needs `block_auto_adjust_ff_dim`"))? {
+    if cfg
+        .bool("block_auto_adjust_ff_dim")
+        .ok_or_else(|| ConvertError::config("needs `block_auto_adjust_ff_dim`"))?
+    {
         ff = (2.0 * ff / 3.0).trunc();
         if let Some(m) = cfg.find_f64(&["block_ffn_dim_multiplier"]) {
             ff = (m * ff).trunc();

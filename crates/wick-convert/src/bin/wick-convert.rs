@@ -16,7 +16,10 @@ fn usage(err: &str) -> ExitCode {
         eprintln!("wick-convert: {err}");
     }
     let types: Vec<&str> = OutType::ALL.iter().map(|t| t.name()).collect();
-    eprintln!("usage: wick-convert <model_dir> --outfile <f.gguf> [--outtype {}] [--threads N] [--json]", types.join("|"));
+    eprintln!(
+        "usage: wick-convert <model_dir> --outfile <f.gguf> [--outtype {}] [--threads N] [--json]",
+        types.join("|")
+    );
     if err.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -33,7 +36,8 @@ fn peak_rss() -> Option<u64> {
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let (mut input, mut outfile, mut outtype, mut threads, mut json) = (None, None, OutType::F16, None, false);
+    let (mut input, mut outfile, mut outtype, mut threads, mut json) =
+        (None, None, OutType::F16, None, false);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--outfile" => outfile = args.next().map(PathBuf::from),
@@ -51,7 +55,9 @@ fn main() -> ExitCode {
             _ => return usage(&format!("unexpected argument `{a}`")),
         }
     }
-    let (Some(input), Some(outfile)) = (input, outfile) else { return usage("needs <model_dir> and --outfile") };
+    let (Some(input), Some(outfile)) = (input, outfile) else {
+        return usage("needs <model_dir> and --outfile");
+    };
     let opts = ConvertOptions { input, outfile, outtype, threads, cancel: None };
     let start = Instant::now();
     let mut last = 0u64;

@@ -22,7 +22,15 @@ fn fp16(x: f32) -> f16 {
 
 /// `make_qkx2_quants(32, nmax, x, weights, L, &min, Laux, rmin, rdelta, nstep, false)`:
 /// returns (scale, -min) and fills `l`.
-fn make_qkx2_quants(nmax: i32, x: &[f32], weights: &[f32], l: &mut [u8], rmin: f32, rdelta: f32, nstep: i32) -> (f32, f32) {
+fn make_qkx2_quants(
+    nmax: i32,
+    x: &[f32],
+    weights: &[f32],
+    l: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+) -> (f32, f32) {
     let n = x.len();
     let mut laux = [0u8; 32];
     let mut min = x[0];
@@ -301,7 +309,8 @@ pub fn q6_k(x: &[f32], out: &mut [u8]) {
                 let q = |k: usize| l[j + i + k] as u8;
                 ql[64 * h + i] = (q(0) & 0xF) | ((q(64) & 0xF) << 4);
                 ql[64 * h + i + 32] = (q(32) & 0xF) | ((q(96) & 0xF) << 4);
-                qh[32 * h + i] = (q(0) >> 4) | ((q(32) >> 4) << 2) | ((q(64) >> 4) << 4) | ((q(96) >> 4) << 6);
+                qh[32 * h + i] =
+                    (q(0) >> 4) | ((q(32) >> 4) << 2) | ((q(64) >> 4) << 4) | ((q(96) >> 4) << 6);
             }
         }
         for (b, s) in scb.iter_mut().zip(sc) {

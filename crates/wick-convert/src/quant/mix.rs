@@ -90,8 +90,12 @@ impl OutType {
 /// Stage 1: whether the converter keeps this tensor in F32 whatever the file type. `n_dims`
 /// is the tensor's rank as written (after squeezes / stacking).
 pub fn stays_f32(name: &str, n_dims: usize) -> bool {
-    const F32_SUFFIXES: [&str; 4] =
-        [".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight", ".shortconv.conv.weight", ".ssm_conv1d.weight"];
+    const F32_SUFFIXES: [&str; 4] = [
+        ".ffn_gate_inp.weight",
+        ".ffn_gate_inp_shexp.weight",
+        ".shortconv.conv.weight",
+        ".ssm_conv1d.weight",
+    ];
     n_dims <= 1
         || name.ends_with("_norm.weight")
         || !name.ends_with(".weight")
@@ -186,8 +190,10 @@ fn allows_quantization(name: &str, ne: &[usize]) -> bool {
 pub fn quantized_types(out: OutType, model: &ModelShape, tensors: &[TensorRef<'_>]) -> Vec<GgmlType> {
     let default = out.default_type();
     let has_tied_embeddings = !tensors.iter().any(|t| category(t.name) == Category::Output);
-    let n_attention_wv =
-        tensors.iter().filter(|t| matches!(category(t.name), Category::AttnV | Category::AttnQkv | Category::AttnKvB)).count();
+    let n_attention_wv = tensors
+        .iter()
+        .filter(|t| matches!(category(t.name), Category::AttnV | Category::AttnQkv | Category::AttnKvB))
+        .count();
     let mut state = Counters { n_attention_wv, n_ffn_down: model.n_layer, ..Default::default() };
     tensors
         .iter()

@@ -64,7 +64,8 @@ pub fn vocab_base(tok: &Tokenizer, n_vocab: usize) -> Result<VocabOut> {
         reverse[id as usize] = Some(t.as_str());
     }
     let added = tok.get_added_tokens_decoder();
-    let added_contents: std::collections::HashSet<&str> = added.values().map(|a| a.content.as_str()).collect();
+    let added_contents: std::collections::HashSet<&str> =
+        added.values().map(|a| a.content.as_str()).collect();
     let mut tokens = Vec::with_capacity(n_vocab);
     let mut types = Vec::with_capacity(n_vocab);
     for (i, entry) in reverse.iter().enumerate() {
@@ -79,8 +80,10 @@ pub fn vocab_base(tok: &Tokenizer, n_vocab: usize) -> Result<VocabOut> {
             let normalized = info.is_none_or(|a| a.normalized);
             if !normalized {
                 // As the converter: llama.cpp expects added tokens pre-normalized.
-                let enc = tok.encode(token.as_str(), false).map_err(|e| ConvertError::tokenizer(e.to_string()))?;
-                token = tok.decode(enc.get_ids(), false).map_err(|e| ConvertError::tokenizer(e.to_string()))?;
+                let enc =
+                    tok.encode(token.as_str(), false).map_err(|e| ConvertError::tokenizer(e.to_string()))?;
+                token =
+                    tok.decode(enc.get_ids(), false).map_err(|e| ConvertError::tokenizer(e.to_string()))?;
             }
             if info.is_some_and(|a| a.special) || looks_special(&token) {
                 types.push(TokenType::Control);

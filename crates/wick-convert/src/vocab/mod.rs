@@ -46,7 +46,10 @@ impl VocabOut {
         if let Some(s) = &self.scores {
             kv.push(("tokenizer.ggml.scores".into(), Value::F32s(s.clone())));
         }
-        kv.push(("tokenizer.ggml.token_type".into(), Value::I32s(self.types.iter().map(|&t| t as i32).collect())));
+        kv.push((
+            "tokenizer.ggml.token_type".into(),
+            Value::I32s(self.types.iter().map(|&t| t as i32).collect()),
+        ));
     }
 }
 
@@ -57,8 +60,8 @@ pub fn tokenizer_keys(dir: &Path, arch: Arch, cfg: &HfConfig) -> Result<(Vec<(St
     let vocab_size = cfg.find_u64(&["vocab_size"]).map(|n| n as usize);
     if arch == Arch::Llama {
         // LlamaModel.set_vocab: the tokenizer's add_prefix_space first.
-        if let Some(b) =
-            read_json_opt(&dir.join("tokenizer_config.json"))?.and_then(|c| c.get("add_prefix_space")?.as_bool())
+        if let Some(b) = read_json_opt(&dir.join("tokenizer_config.json"))?
+            .and_then(|c| c.get("add_prefix_space")?.as_bool())
         {
             kv.push(("tokenizer.ggml.add_space_prefix".into(), Value::Bool(b)));
         }

@@ -102,7 +102,8 @@ impl SpecialVocab {
 
     fn from_tokenizer_json(&mut self, dir: &Path, load_merges: bool) -> Result<()> {
         let tokenizer = read_json_opt(&dir.join("tokenizer.json"))?;
-        let mut config: Option<Map<String, Value>> = match read_json_opt(&dir.join("tokenizer_config.json"))? {
+        let mut config: Option<Map<String, Value>> = match read_json_opt(&dir.join("tokenizer_config.json"))?
+        {
             Some(Value::Object(m)) => Some(m),
             _ => None,
         };
@@ -165,7 +166,11 @@ impl SpecialVocab {
             None => vec![pp],
         };
         let special = |v: &Value| -> Option<String> {
-            v.get("SpecialToken").and_then(|s| s.get("id")).and_then(|i| i.as_str()).filter(|s| !s.is_empty()).map(String::from)
+            v.get("SpecialToken")
+                .and_then(|s| s.get("id"))
+                .and_then(|i| i.as_str())
+                .filter(|s| !s.is_empty())
+                .map(String::from)
         };
         for proc in list {
             match proc.get("type").and_then(|t| t.as_str()) {

@@ -122,7 +122,9 @@ pub fn vocab(dir: &Path, vocab_size: Option<usize>) -> Result<VocabOut> {
         if let Some(Value::Object(dec)) = cfg.get("added_tokens_decoder") {
             for (id, data) in dec {
                 let Some(id) = id.parse::<usize>().ok().filter(|&i| i < n) else { continue };
-                let Some(mut token) = data.get("content").and_then(|c| c.as_str()).map(String::from) else { continue };
+                let Some(mut token) = data.get("content").and_then(|c| c.as_str()).map(String::from) else {
+                    continue;
+                };
                 let special = data.get("special").and_then(|s| s.as_bool()).unwrap_or(false);
                 if special || looks_special(&token) {
                     types[id] = TokenType::Control;

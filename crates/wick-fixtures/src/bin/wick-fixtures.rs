@@ -3,13 +3,15 @@
 //! models (random and scripted, with a built LFM2 vocabulary and chat template), plus broken
 //! files for load-failure tests.
 //!
-//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench]
+//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--hf]
 //!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf and
 //!                    models/templates/LFM2-8B-A1B.jinja
 //!                    (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
 //!   --bad            also write the broken files (bad-*.gguf)
 //!   --quant-sources  instead of the standard set: F32 llama/lfm2 sources for llama-quantize
 //!   --bench          instead of the standard set: benchmark-sized LFM2 / lfm2moe models
+//!   --hf             instead of the standard set: synthetic Hugging Face checkpoints (one
+//!                    directory each, hf-<arch>[-k]) for `wick convert`
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,6 +22,7 @@ fn main() -> ExitCode {
     let mut specs = wick_fixtures::standard_specs();
     // The LFM2 tool-calling fixtures belong to the standard set.
     let mut tools = true;
+    let mut hf = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--llama-src" => match args.next() {
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
             "--bad" => bad = true,
             "--quant-sources" => (specs, tools) = (wick_fixtures::quant_source_specs(), false),
             "--bench" => (specs, tools) = (wick_fixtures::bench_specs(), false),
+            "--hf" => (specs, tools, hf) = (vec![], false, true),
             "-h" | "--help" => return usage(""),
             _ if out.is_none() && !a.starts_with('-') => out = Some(PathBuf::from(a)),
             _ => return usage(&format!("unexpected argument `{a}`")),
@@ -36,6 +40,11 @@ fn main() -> ExitCode {
     }
     let Some(out) = out else { return usage("missing <out_dir>") };
     let run = || -> wick_core::Result<()> {
+        if hf {
+            for spec in wick_fixtures::hf_specs() {
+                println!("{}", wick_fixtures::write_hf_checkpoint(&spec, &out, &src)?.display());
+            }
+        }
         for p in wick_fixtures::write_specs(&specs, &out, &src)? {
             println!("{}", p.display());
         }
@@ -64,7 +73,9 @@ fn usage(err: &str) -> ExitCode {
     if !err.is_empty() {
         eprintln!("wick-fixtures: {err}");
     }
-    eprintln!("usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench]");
+    eprintln!(
+        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--hf]"
+    );
     if err.is_empty() {
         ExitCode::SUCCESS
     } else {
