@@ -1,5 +1,5 @@
 /**
- * The flag tables of `wick serve` and `wick show`: the single source of truth for their
+ * The flag tables of `wick serve`, `wick show` and `wick convert`: the single source of truth for their
  * options, with (for serve) their aliases from the other runtimes (llama-server, vLLM, SGLang,
  * Ollama), their value checks and help.
  * Commander cannot spell multi-letter short flags (`-np`) or several long names per option,
@@ -7,7 +7,8 @@
  * that only make sense elsewhere (`--enable-torch-compile`, `--ipc=host`) with a notice.
  */
 import { TOOL_PARSER_NAMES } from "../service/tools/index.ts";
-import { choice, fraction, integer, keepAlive, modelRef, nonEmpty, port, positiveInt } from "./values.ts";
+import { CONVERT_OUT_TYPES } from "../engine/convert.ts";
+import { choice, fraction, integer, keepAlive, modelRef, nonEmpty, outfile, port, positiveInt } from "./values.ts";
 
 export interface FlagSpec<F = ServeFlags> {
   /** Property name in the parsed options. */
@@ -92,6 +93,24 @@ export const SHOW_FLAGS: FlagSpec<ShowFlags>[] = [
   { key: "json", flags: ["--json"], description: "print the model info (header, quantization mix, metadata) as JSON" },
   { key: "template", flags: ["--template"], description: "print only the chat template" },
   { key: "modelfile", flags: ["--modelfile"], description: "print a Modelfile for the model" },
+];
+
+export interface ConvertFlags {
+  outfile: string;
+  outtype: string;
+  threads?: number;
+}
+
+export const CONVERT_FLAGS: FlagSpec<ConvertFlags>[] = [
+  { key: "outfile", flags: ["--outfile", "-o"], value: "<file.gguf>", description: "the GGUF to write (written to a temporary file beside it, renamed at the end)", parse: outfile, required: true },
+  {
+    key: "outtype",
+    flags: ["--outtype"],
+    value: "<type>",
+    description: `${CONVERT_OUT_TYPES.join(", ")}; the _M mixes and K-quants follow llama-quantize's per-tensor rules (default f16)`,
+    parse: choice(CONVERT_OUT_TYPES),
+  },
+  { key: "threads", flags: ["--threads", "-t"], value: "<n>", description: "quantizing threads (default: one per core)", parse: positiveInt },
 ];
 
 /** Flags of other runtimes (and of `docker run`) that people paste; accepted and ignored. */

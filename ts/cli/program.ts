@@ -1,9 +1,19 @@
-/** The commander program: `wick serve` and `wick show` with options built from the flag tables, `wick bench`. */
+/** The commander program: `wick serve`, `wick show` and `wick convert` with options built from the flag tables, `wick bench`. */
 import { readFileSync } from "node:fs";
 import { Command, Option } from "commander";
 import type { BenchOptions } from "./bench.ts";
-import { flagNotices, normalizeArgv, SERVE_FLAGS, SHOW_FLAGS, type FlagSpec, type ServeFlags, type ShowFlags } from "./flags.ts";
-import { integer, modelPath } from "./values.ts";
+import {
+  CONVERT_FLAGS,
+  flagNotices,
+  normalizeArgv,
+  SERVE_FLAGS,
+  SHOW_FLAGS,
+  type ConvertFlags,
+  type FlagSpec,
+  type ServeFlags,
+  type ShowFlags,
+} from "./flags.ts";
+import { integer, modelDir, modelPath } from "./values.ts";
 
 const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
 
@@ -11,6 +21,7 @@ export interface Commands {
   serve(flags: ServeFlags): Promise<void>;
   bench(opts: BenchOptions): Promise<void>;
   show(model: string, flags: ShowFlags): Promise<void>;
+  convert(dir: string, flags: ConvertFlags): Promise<void>;
 }
 
 /** Commander names the canonical flag; say the alias the user typed too (`-np`, not only `--parallel`). */
@@ -59,6 +70,15 @@ function buildProgram(commands: Commands, typed = new Map<string, string>()): Co
   for (const spec of SHOW_FLAGS) show.addOption(toOption(spec));
   show.action(async (model: string, flags: ShowFlags) => {
     await commands.show(model, flags);
+  });
+  const convert = program
+    .command("convert")
+    .description("Convert a Hugging Face model directory (safetensors, config.json, tokenizer) to GGUF, as llama.cpp's converter and llama-quantize write it.")
+    .argument("<dir>", "model directory", modelDir)
+    .configureOutput({ outputError: (str, write) => write(`wick convert: ${str.replace(/^error: /, "")}`) });
+  for (const spec of CONVERT_FLAGS) convert.addOption(toOption(spec));
+  convert.action(async (dir: string, flags: ConvertFlags) => {
+    await commands.convert(dir, { ...flags, outtype: flags.outtype ?? "f16" });
   });
   return program;
 }

@@ -44,6 +44,9 @@ pub enum ConvertError {
     /// The caller cancelled the conversion.
     #[error("conversion cancelled")]
     Cancelled,
+    /// A bug (a panic caught at the boundary, a lost thread).
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl ConvertError {
@@ -53,6 +56,7 @@ impl ConvertError {
         match self {
             Self::InvalidArgument(_) => "INVALID_REQUEST",
             Self::Cancelled => "CANCELLED",
+            Self::Internal(_) => "INTERNAL",
             Self::UnknownArchitecture(_) => "UNSUPPORTED_ARCHITECTURE",
             _ => "CONVERT_FAILED",
         }

@@ -179,47 +179,91 @@ impl SpecialVocab {
                     self.set_add("eos", true);
                     self.set_add("sep", true);
                 }
-                // The `pair` template only decides add_sep (BERT-style models), left out here.
                 Some("TemplateProcessing") => {
                     let single = proc.get("single").and_then(|s| s.as_array()).cloned().unwrap_or_default();
-                    if single.len() <= 1 {
-                        continue;
-                    }
-                    if let Some(first) = single.first().and_then(special) {
-                        if !has_config {
-                            bos = Some(Value::String(first.clone()));
-                        } else if !is(&bos, &first) && !is(&cls, &first) {
-                            let c = config.as_mut().expect("config");
-                            if bos.is_none() {
-                                c.insert("bos_token".into(), Value::String(first.clone()));
+                    let (mut first_tok, mut last_tok) = (None, None);
+                    if single.len() > 1 {
+                        first_tok = single.first().and_then(special);
+                        if let Some(first) = &first_tok {
+                            if !has_config {
                                 bos = Some(Value::String(first.clone()));
+                            } else if !is(&bos, first) && !is(&cls, first) {
+                                let c = config.as_mut().expect("config");
+                                if bos.is_none() {
+                                    c.insert("bos_token".into(), Value::String(first.clone()));
+                                    bos = Some(Value::String(first.clone()));
+                                }
+                                if cls.is_none() {
+                                    c.insert("cls_token".into(), Value::String(first.clone()));
+                                    cls = Some(Value::String(first.clone()));
+                                }
                             }
-                            if cls.is_none() {
-                                c.insert("cls_token".into(), Value::String(first.clone()));
-                                cls = Some(Value::String(first.clone()));
-                            }
+                            self.set_add("bos", is(&bos, first) || is(&cls, first));
                         }
-                        self.set_add("bos", is(&bos, &first) || is(&cls, &first));
-                    }
-                    if let Some(last) = single.last().and_then(special) {
-                        if !has_config {
-                            eos = Some(Value::String(last.clone()));
-                        } else if !is(&eos, &last) {
-                            let c = config.as_mut().expect("config");
-                            let slot = ["eot", "eom"].into_iter().find(|s| !self.types.contains(s));
-                            if let Some(slot) = slot {
-                                self.types.push(slot);
-                                c.insert(format!("{slot}_token"), eos.clone().unwrap_or(Value::Null));
+                        last_tok = single.last().and_then(special);
+                        if let Some(last) = &last_tok {
+                            if !has_config {
+                                eos = Some(Value::String(last.clone()));
+                            } else if !is(&eos, last) {
+                                let c = config.as_mut().expect("config");
+                                let slot = ["eot", "eom"].into_iter().find(|s| !self.types.contains(s));
+                                if let Some(slot) = slot {
+                                    self.types.push(slot);
+                                    c.insert(format!("{slot}_token"), eos.clone().unwrap_or(Value::Null));
+                                }
+                                c.insert("eos_token".into(), Value::String(last.clone()));
+                                eos = Some(Value::String(last.clone()));
                             }
-                            c.insert("eos_token".into(), Value::String(last.clone()));
-                            eos = Some(Value::String(last.clone()));
+                            self.set_add("eos", is(&eos, last));
                         }
-                        self.set_add("eos", is(&eos, &last));
                     }
+                    let pair = proc.get("pair").and_then(|s| s.as_array()).cloned().unwrap_or_default();
+                    self.pair_template(&pair, first_tok.as_deref(), last_tok.as_deref(), &sep, &eos);
                 }
                 _ => {}
             }
         }
+    }
+
+    /// The `pair` template (`A [sep] [eos] B`) decides add_sep.
+    fn pair_template(
+        &mut self,
+        pair: &[Value],
+        first: Option<&str>,
+        last: Option<&str>,
+        sep: &Option<Value>,
+        eos: &Option<Value>,
+    ) {
+        if pair.is_empty() {
+            return;
+        }
+        fn special(v: &Value) -> Option<&str> {
+            v.get("SpecialToken").and_then(|s| s.get("id")).and_then(|i| i.as_str()).filter(|s| !s.is_empty())
+        }
+        fn sequence(v: &Value) -> Option<&str> {
+            v.get("Sequence").and_then(|s| s.get("id")).and_then(|i| i.as_str())
+        }
+        let start = usize::from(first.is_some() && special(&pair[0]) == first);
+        let stop =
+            if last.is_some() && pair.last().and_then(special) == last { pair.len() - 1 } else { pair.len() };
+        let Some(inner) = pair.get(start..stop.max(start)).filter(|p| !p.is_empty()) else { return };
+        if sequence(&inner[0]) != Some("A") || inner.last().and_then(sequence) != Some("B") || inner.len() < 3
+        {
+            return;
+        }
+        let middle = &inner[1..inner.len() - 1];
+        let is_sep_or_eos =
+            |t: &str| [sep, eos].iter().any(|v| v.as_ref().and_then(|v| v.as_str()) == Some(t));
+        let mut add_sep = false;
+        if let Some(entry) = special(&middle[0]) {
+            if is_sep_or_eos(entry) && last.is_none() {
+                add_sep = true;
+            }
+        }
+        if middle.len() == 2 && special(&middle[1]).is_some_and(is_sep_or_eos) {
+            add_sep = true;
+        }
+        self.set_add("sep", add_sep);
     }
 
     fn from_config_json(&mut self, dir: &Path) -> Result<()> {
