@@ -6,12 +6,13 @@ HF's rotate-half RoPE, Gemma's 1 + w norms and √d embedding scale, LFM2's shor
 and sigmoid-routed experts). Everything is computed in float64, so the reference's own
 rounding is far below the float32 engine's.
 
-    python3 scripts/hf-reference.py <hf_dir> <token ids, comma-separated> [--kv-f16]
+    python3 scripts/hf-reference.py <hf_dir> <token ids, comma-separated> [--kv-f16] [--ggml-gelu]
 
-Prints the last position's logits as a JSON list. --kv-f16 rounds to float16 where llama.cpp's
-CPU backend (and Wick, which follows it) does: keys and values as its default f16 KV cache
-stores them, the query and the attention weights as they meet the cache (ggml converts them
-to the cache's type), and GELU's input and output (ggml looks GELU up in an f16 table).
+Prints the last position's logits as a JSON list. Two options model the f16 roundings of
+llama.cpp's CPU backend (which Wick follows): --kv-f16 rounds keys and values as its default
+f16 KV cache stores them, and the query and the attention weights as they meet the cache
+(ggml converts them to the cache's type); --ggml-gelu rounds GELU's input and output to f16
+(ggml looks GELU up in an f16 table).
 """
 import json
 import struct

@@ -1,8 +1,13 @@
 //! The converted files against references outside this converter, in Python (numpy and
 //! llama.cpp's gguf-py; `scripts/py-venv.sh` makes the environment, `WICK_PYTHON` names
 //! another interpreter):
-//! - the F32 output's logits, as Wick computes them, equal an independent numpy forward pass
-//!   of the Hugging Face weights (scripts/hf-reference.py) within 1e-4;
+//! - the F32 output's logits, as Wick computes them, agree with an independent numpy forward
+//!   pass of the Hugging Face weights (scripts/hf-reference.py, float64, with the f16 roundings
+//!   of llama.cpp's KV cache and GELU table modelled) within 1e-2. Not closer: those f16
+//!   roundings turn f32 differences of 1e-7 (any other summation order) into flipped f16
+//!   values now and then, which move logits by up to ~5e-3 (perturbing the reference's inputs
+//!   to the roundings by 1e-6 does the same). The 1e-4 comparison runs in test/convert.test.ts
+//!   with llama.cpp on an f32 KV cache, where no such rounding is left;
 //! - tensor names and shapes, special tokens, merges, chat template and general.* keys equal
 //!   what llama.cpp's gguf-py derives from the same checkpoint (scripts/check-convert.py).
 
@@ -46,8 +51,8 @@ fn wick_logits(path: &std::path::Path) -> Vec<f32> {
 }
 
 #[test]
-fn f32_logits_equal_an_independent_numpy_forward() {
-    let test = "f32_logits_equal_an_independent_numpy_forward";
+fn f32_logits_agree_with_an_independent_numpy_forward() {
+    let test = "f32_logits_agree_with_an_independent_numpy_forward";
     let Some(py) = python(test) else { return };
     let Some(cks) = common::checkpoints(test) else { return };
     let out = common::scratch("reference");
@@ -62,6 +67,7 @@ fn f32_logits_equal_an_independent_numpy_forward() {
             .arg(dir)
             .arg(ids.join(","))
             .arg("--kv-f16")
+            .arg("--ggml-gelu")
             .output()
             .expect("run hf-reference.py");
         assert!(o.status.success(), "{}: {}", spec.dir_name, String::from_utf8_lossy(&o.stderr));
@@ -82,7 +88,7 @@ fn f32_logits_equal_an_independent_numpy_forward() {
         worst.push((spec.dir_name.clone(), diff));
     }
     for (name, d) in worst {
-        assert!(d < 1e-4, "{name}: logits differ by {d:e}");
+        assert!(d < 1e-2, "{name}: logits differ by {d:e}");
     }
 }
 

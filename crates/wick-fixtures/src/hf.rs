@@ -7,39 +7,8 @@
 use serde_json::{json, Value};
 
 use super::hf_tokenizer::{bpe_tokenizer_json, spm_model_proto, spm_tokenizer_json, VocabFile};
+use super::hf_weights::write_weights;
 use super::*;
-
-/// The element type weights are stored in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HfDtype {
-    F32,
-    F16,
-    Bf16,
-}
-
-impl HfDtype {
-    fn name(self) -> &'static str {
-        match self {
-            Self::F32 => "F32",
-            Self::F16 => "F16",
-            Self::Bf16 => "BF16",
-        }
-    }
-    fn torch(self) -> &'static str {
-        match self {
-            Self::F32 => "float32",
-            Self::F16 => "float16",
-            Self::Bf16 => "bfloat16",
-        }
-    }
-    fn bytes(self, v: &[f32]) -> Vec<u8> {
-        match self {
-            Self::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            Self::F16 => v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect(),
-            Self::Bf16 => v.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect(),
-        }
-    }
-}
 
 /// One synthetic checkpoint.
 #[derive(Clone, Debug)]
@@ -123,6 +92,27 @@ pub fn hf_kquant_specs() -> Vec<HfSpec> {
             Some(MoeSpec { n_expert: 8, n_used: 2, ff_exp: 256, dense_lead: Some(2) }),
         ),
     ]
+}
+
+/// The benchmark checkpoint: LFM2-350M's layout (d=1024, 16 layers, attention at 2,5,8,10,12,14,
+/// 16 heads / 8 KV) with a wider FFN (6912) and GPT-2's vocabulary, in bf16: 451M parameters,
+/// 0.9 GB of safetensors in 4 shards. Its largest tensor is the 103 MB embedding.
+pub fn hf_bench_spec() -> HfSpec {
+    let attn = [2, 5, 8, 10, 12, 14];
+    HfSpec {
+        dir_name: "hf-bench-lfm2".into(),
+        arch: FixtureArch::Lfm2,
+        dtype: HfDtype::Bf16,
+        d: 1024,
+        n_head: 16,
+        n_kv: (0..16).map(|i| if attn.contains(&i) { 8 } else { 0 }).collect(),
+        ff: 6912,
+        vocab_file: "ggml-vocab-gpt-2.gguf",
+        template: "LFM2.5-Instruct.jinja",
+        seed: 90,
+        moe: None,
+        shards: 4,
+    }
 }
 
 /// The d=64 checkpoints, one per architecture.
@@ -215,7 +205,7 @@ pub fn write_hf_checkpoint(spec: &HfSpec, out_dir: &Path, llama_src: &Path) -> R
     Ok(dir)
 }
 
-fn write_json(path: &Path, v: &Value) -> Result<()> {
+pub(super) fn write_json(path: &Path, v: &Value) -> Result<()> {
     std::fs::write(path, serde_json::to_vec_pretty(v).map_err(|e| WickError::Internal(e.to_string()))?)
         .map_err(io_err)
 }
@@ -321,147 +311,4 @@ fn config(spec: &HfSpec, v: &VocabFile, n_vocab: usize) -> Value {
         c[k] = v.clone();
     }
     c
-}
-
-/// The checkpoint's tensors (HF names and shapes, PyTorch order) with their values.
-pub fn hf_tensors(spec: &HfSpec, n_vocab: usize) -> Vec<(String, Vec<usize>, Vec<f32>)> {
-    let (d, ff) = (spec.d, spec.ff);
-    let hd = d / spec.n_head;
-    // Blocks near unit gain, so the f32 forward stays well conditioned for the logit
-    // comparison with numpy; embedding N(0, 4/√d) (logits of σ ≈ 4: clear top-1 margins, and
-    // small enough next to the blocks' output that tied heads do not just echo the input).
-    let g = 2.0 / (d as f32).sqrt();
-    let out_sigma = 4.0 / (d as f32).sqrt();
-    let gemma = spec.arch == FixtureArch::Gemma3;
-    // Gemma 3 stores norm weights as w − 1 and scales embeddings by √d.
-    let norm_mean = if gemma { 0.0 } else { 1.0 };
-    let mut rng = Gaussian::new(spec.seed);
-    let mut out = vec![];
-    let mut t = |name: String, shape: Vec<usize>, mean: f32, sigma: f32| {
-        let n: usize = shape.iter().product();
-        let v: Vec<f32> = (0..n).map(|_| mean + sigma * rng.sample()).collect();
-        out.push((name, shape, v));
-    };
-    // Gemma 3 multiplies embeddings by √d (its blocks are post-normed to RMS ≈ 1); its head
-    // is untied here, or the scaled embedding would dominate and the model echo its input.
-    let embd_sigma = if gemma { 1.0 / (d as f32).sqrt() } else { out_sigma };
-    t("model.embed_tokens.weight".into(), vec![n_vocab, d], 0.0, embd_sigma);
-    let lfm = matches!(spec.arch, FixtureArch::Lfm2 | FixtureArch::Lfm2Moe);
-    for (il, &kv) in spec.n_kv.iter().enumerate() {
-        let p = format!("model.layers.{il}");
-        if lfm {
-            t(format!("{p}.operator_norm.weight"), vec![d], 1.0, 0.1);
-            t(format!("{p}.ffn_norm.weight"), vec![d], 1.0, 0.1);
-            if kv == 0 {
-                t(format!("{p}.conv.conv.weight"), vec![d, 1, 3], 0.0, 0.5);
-                t(format!("{p}.conv.in_proj.weight"), vec![3 * d, d], 0.0, g);
-                t(format!("{p}.conv.out_proj.weight"), vec![d, d], 0.0, g);
-            } else {
-                for (w, rows) in [("q_proj", d), ("k_proj", kv * hd), ("v_proj", kv * hd), ("out_proj", d)] {
-                    t(format!("{p}.self_attn.{w}.weight"), vec![rows, d], 0.0, g);
-                }
-                t(format!("{p}.self_attn.q_layernorm.weight"), vec![hd], 1.0, 0.1);
-                t(format!("{p}.self_attn.k_layernorm.weight"), vec![hd], 1.0, 0.1);
-            }
-            match spec.moe {
-                Some(m) if il >= m.dense_lead.unwrap_or(0) => {
-                    t(format!("{p}.feed_forward.gate.weight"), vec![m.n_expert, d], 0.0, g);
-                    t(format!("{p}.feed_forward.expert_bias"), vec![m.n_expert], 0.0, 0.1);
-                    for e in 0..m.n_expert {
-                        let q = format!("{p}.feed_forward.experts.{e}");
-                        t(format!("{q}.w1.weight"), vec![m.ff_exp, d], 0.0, g);
-                        t(format!("{q}.w2.weight"), vec![d, m.ff_exp], 0.0, 1.0 / (m.ff_exp as f32).sqrt());
-                        t(format!("{q}.w3.weight"), vec![m.ff_exp, d], 0.0, g);
-                    }
-                }
-                _ => {
-                    t(format!("{p}.feed_forward.w1.weight"), vec![ff, d], 0.0, g);
-                    t(format!("{p}.feed_forward.w2.weight"), vec![d, ff], 0.0, 1.0 / (ff as f32).sqrt());
-                    t(format!("{p}.feed_forward.w3.weight"), vec![ff, d], 0.0, g);
-                }
-            }
-            continue;
-        }
-        t(format!("{p}.input_layernorm.weight"), vec![d], norm_mean, 0.1);
-        t(format!("{p}.post_attention_layernorm.weight"), vec![d], norm_mean, 0.1);
-        if gemma {
-            t(format!("{p}.pre_feedforward_layernorm.weight"), vec![d], norm_mean, 0.1);
-            t(format!("{p}.post_feedforward_layernorm.weight"), vec![d], norm_mean, 0.1);
-        }
-        for (w, rows) in [("q_proj", spec.n_head * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)] {
-            t(format!("{p}.self_attn.{w}.weight"), vec![rows, d], 0.0, g);
-            if spec.arch == FixtureArch::Qwen2 {
-                t(format!("{p}.self_attn.{w}.bias"), vec![rows], 0.0, 0.1);
-            }
-        }
-        t(format!("{p}.self_attn.o_proj.weight"), vec![d, spec.n_head * hd], 0.0, g);
-        if matches!(spec.arch, FixtureArch::Qwen3 | FixtureArch::Gemma3) {
-            t(format!("{p}.self_attn.q_norm.weight"), vec![hd], norm_mean, 0.1);
-            t(format!("{p}.self_attn.k_norm.weight"), vec![hd], norm_mean, 0.1);
-        }
-        t(format!("{p}.mlp.gate_proj.weight"), vec![ff, d], 0.0, g);
-        t(format!("{p}.mlp.up_proj.weight"), vec![ff, d], 0.0, g);
-        t(format!("{p}.mlp.down_proj.weight"), vec![d, ff], 0.0, 1.0 / (ff as f32).sqrt());
-    }
-    if lfm {
-        t("model.embedding_norm.weight".into(), vec![d], 1.0, 0.1);
-    } else {
-        t("model.norm.weight".into(), vec![d], norm_mean, 0.1);
-    }
-    if matches!(spec.arch, FixtureArch::Llama | FixtureArch::Gemma3) {
-        t("lm_head.weight".into(), vec![n_vocab, d], 0.0, out_sigma);
-    }
-    out
-}
-
-/// Writes the weights: one `model.safetensors`, or `spec.shards` files and their index.
-fn write_weights(spec: &HfSpec, n_vocab: usize, dir: &Path) -> Result<()> {
-    let tensors = hf_tensors(spec, n_vocab);
-    let n = spec.shards.max(1);
-    let per = tensors.len().div_ceil(n);
-    let mut weight_map = serde_json::Map::new();
-    for (i, part) in tensors.chunks(per).enumerate() {
-        let file = if n == 1 {
-            "model.safetensors".to_string()
-        } else {
-            format!("model-{:05}-of-{n:05}.safetensors", i + 1)
-        };
-        write_safetensors(&dir.join(&file), part, spec.dtype)?;
-        for (name, _, _) in part {
-            weight_map.insert(name.clone(), json!(file));
-        }
-    }
-    if n > 1 {
-        let total: usize = tensors.iter().map(|(_, _, v)| v.len() * 2).sum();
-        write_json(
-            &dir.join("model.safetensors.index.json"),
-            &json!({"metadata": {"total_size": total}, "weight_map": weight_map}),
-        )?;
-    }
-    Ok(())
-}
-
-/// A safetensors file: 8-byte header length, JSON header, data (tensors in the order given).
-pub fn write_safetensors(
-    path: &Path,
-    tensors: &[(String, Vec<usize>, Vec<f32>)],
-    dtype: HfDtype,
-) -> Result<()> {
-    let mut header = serde_json::Map::new();
-    header.insert("__metadata__".into(), json!({"format": "pt"}));
-    let mut data = vec![];
-    for (name, shape, v) in tensors {
-        let bytes = dtype.bytes(v);
-        header.insert(name.clone(), json!({"dtype": dtype.name(), "shape": shape, "data_offsets": [data.len(), data.len() + bytes.len()]}));
-        data.extend_from_slice(&bytes);
-    }
-    let mut h = serde_json::to_vec(&Value::Object(header)).map_err(|e| WickError::Internal(e.to_string()))?;
-    while h.len() % 8 != 0 {
-        h.push(b' ');
-    }
-    let mut f = BufWriter::new(File::create(path).map_err(io_err)?);
-    f.write_all(&(h.len() as u64).to_le_bytes()).map_err(io_err)?;
-    f.write_all(&h).map_err(io_err)?;
-    f.write_all(&data).map_err(io_err)?;
-    f.flush().map_err(io_err)
 }
