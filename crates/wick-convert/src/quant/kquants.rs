@@ -3,15 +3,20 @@
 //! `make_qx_quants` in ggml/src/ggml-quants.c). llama-quantize runs these when no importance
 //! matrix is given; the same f32 operations in the same order give byte-identical blocks.
 //! (candle's K-quantizers use the older `make_qkx1_quants`, so they differ.)
+//!
+//! The per-group searches run a super-block's groups side by side (`lanes.rs`); the scalar
+//! ports below stay as the reference they are checked against (tests at the end).
 
 use half::f16;
+
+use super::lanes::{self, QKX_LANES, QX_LANES};
 
 const QK_K: usize = 256;
 const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// ggml's `nearest_int`: round half to even through the 1.5·2^23 trick.
-#[inline]
-fn nearest_int(fval: f32) -> i32 {
+#[inline(always)]
+pub(super) fn nearest_int(fval: f32) -> i32 {
     let val = fval + 12_582_912.0;
     (val.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
 }
@@ -21,7 +26,8 @@ fn fp16(x: f32) -> f16 {
 }
 
 /// `make_qkx2_quants(32, nmax, x, weights, L, &min, Laux, rmin, rdelta, nstep, false)`:
-/// returns (scale, -min) and fills `l`.
+/// returns (scale, -min) and fills `l`. (The scalar reference of `lanes::make_qkx2_quants`.)
+#[cfg(test)]
 fn make_qkx2_quants(
     nmax: i32,
     x: &[f32],
@@ -102,7 +108,9 @@ fn make_qkx2_quants(
     (scale, -min)
 }
 
-/// `make_qx_quants(16, 32, x, L, rmse_type = 1, NULL)` as Q6_K calls it.
+/// `make_qx_quants(16, 32, x, L, rmse_type = 1, NULL)` as Q6_K calls it. (The scalar
+/// reference of `lanes::make_qx_quants`.)
+#[cfg(test)]
 fn make_qx_quants_q6(x: &[f32], l: &mut [i8]) -> f32 {
     const NMAX: i32 = 32;
     let n = x.len();
@@ -167,30 +175,46 @@ fn get_scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 /// `make_qkx2_quants`, packed as 6-bit values against the block's f16 `d` and `dmin`; then
 /// the levels recomputed against the packed scales. Writes d, dmin and the 12 scale bytes
 /// into `head` (16 bytes) and returns the 256 levels.
+#[inline(always)]
 fn scale_min_block(x: &[f32], nmax: i32, rmin: f32, nstep: i32, head: &mut [u8]) -> [u8; QK_K] {
     let mut l = [0u8; QK_K];
-    let mut weights = [0f32; 32];
-    let mut mins = [0f32; 8];
-    let mut scales = [0f32; 8];
+    // Group j's value i at [i][j].
+    let mut xt = [[0f32; QKX_LANES]; 32];
+    for (j, g) in x.chunks_exact(32).enumerate() {
+        for (i, &v) in g.iter().enumerate() {
+            xt[i][j] = v;
+        }
+    }
+    let mut sum_x2 = [0f32; QKX_LANES];
+    for row in &xt {
+        for j in 0..QKX_LANES {
+            sum_x2[j] += row[j] * row[j];
+        }
+    }
+    let mut av_x = [0f32; QKX_LANES];
+    for j in 0..QKX_LANES {
+        av_x[j] = (sum_x2[j] / 32.0).sqrt();
+    }
+    let mut wt = [[0f32; QKX_LANES]; 32];
+    for (wr, xr) in wt.iter_mut().zip(&xt) {
+        for j in 0..QKX_LANES {
+            wr[j] = av_x[j] + xr[j].abs();
+        }
+    }
+    let mut lt = [[0u8; QKX_LANES]; 32];
+    let (scales, mins) = lanes::make_qkx2_quants(nmax, &xt, &wt, &mut lt, rmin, 0.1, nstep);
+    for (i, row) in lt.iter().enumerate() {
+        for j in 0..QKX_LANES {
+            l[32 * j + i] = row[j];
+        }
+    }
     let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-    for j in 0..8 {
-        let xs = &x[32 * j..32 * j + 32];
-        let mut sum_x2 = 0.0f32;
-        for &v in xs {
-            sum_x2 += v * v;
+    for j in 0..QKX_LANES {
+        if scales[j] > max_scale {
+            max_scale = scales[j];
         }
-        let av_x = (sum_x2 / 32.0).sqrt();
-        for (w, &v) in weights.iter_mut().zip(xs) {
-            *w = av_x + v.abs();
-        }
-        let (s, m) = make_qkx2_quants(nmax, xs, &weights, &mut l[32 * j..32 * j + 32], rmin, 0.1, nstep);
-        scales[j] = s;
-        mins[j] = m;
-        if s > max_scale {
-            max_scale = s;
-        }
-        if m > max_min {
-            max_min = m;
+        if mins[j] > max_min {
+            max_min = mins[j];
         }
     }
     let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
@@ -227,8 +251,40 @@ fn scale_min_block(x: &[f32], nmax: i32, rmin: f32, nstep: i32, head: &mut [u8])
     l
 }
 
-/// Q4_K: 144 bytes per 256 values.
-pub fn q4_k(x: &[f32], out: &mut [u8]) {
+/// Runs `$impl` compiled for AVX2 when the CPU has it (wider lanes; the same operations).
+macro_rules! dispatch {
+    ($name:ident, $avx2:ident, $impl:ident, $doc:literal) => {
+        #[doc = $doc]
+        pub fn $name(x: &[f32], out: &mut [u8]) {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: AVX2 is present (checked just above).
+                return unsafe { $avx2(x, out) };
+            }
+            $impl(x, out)
+        }
+
+        /// # Safety
+        /// The CPU must support AVX2.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        unsafe fn $avx2(x: &[f32], out: &mut [u8]) {
+            $impl(x, out)
+        }
+    };
+}
+
+dispatch!(q4_k, q4_k_avx2, q4_k_impl, "Q4_K: 144 bytes per 256 values.");
+dispatch!(q5_k, q5_k_avx2, q5_k_impl, "Q5_K: 176 bytes per 256 values.");
+dispatch!(
+    q6_k,
+    q6_k_avx2,
+    q6_k_impl,
+    "Q6_K: 210 bytes per 256 values (128 ql, 64 qh, 16 int8 scales, f16 d)."
+);
+
+#[inline(always)]
+fn q4_k_impl(x: &[f32], out: &mut [u8]) {
     for (xb, y) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(144)) {
         let l = scale_min_block(xb, 15, -1.0, 20, &mut y[..16]);
         let q = &mut y[16..];
@@ -240,8 +296,8 @@ pub fn q4_k(x: &[f32], out: &mut [u8]) {
     }
 }
 
-/// Q5_K: 176 bytes per 256 values.
-pub fn q5_k(x: &[f32], out: &mut [u8]) {
+#[inline(always)]
+fn q5_k_impl(x: &[f32], out: &mut [u8]) {
     for (xb, y) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(176)) {
         let l = scale_min_block(xb, 31, -0.5, 15, &mut y[..16]);
         let (qh, ql) = y[16..].split_at_mut(32);
@@ -267,15 +323,25 @@ pub fn q5_k(x: &[f32], out: &mut [u8]) {
     }
 }
 
-/// Q6_K: 210 bytes per 256 values (128 ql, 64 qh, 16 int8 scales, f16 d).
-pub fn q6_k(x: &[f32], out: &mut [u8]) {
+#[inline(always)]
+fn q6_k_impl(x: &[f32], out: &mut [u8]) {
     for (xb, y) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(210)) {
         let mut l = [0i8; QK_K];
-        let mut scales = [0f32; 16];
+        let mut xt = [[0f32; QX_LANES]; 16];
+        for (j, g) in xb.chunks_exact(16).enumerate() {
+            for (i, &v) in g.iter().enumerate() {
+                xt[i][j] = v;
+            }
+        }
+        let mut lt = [[0i8; QX_LANES]; 16];
+        let scales = lanes::make_qx_quants(&xt, &mut lt);
+        for (i, row) in lt.iter().enumerate() {
+            for j in 0..QX_LANES {
+                l[16 * j + i] = row[j];
+            }
+        }
         let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
-        for ib in 0..16 {
-            let s = make_qx_quants_q6(&xb[16 * ib..16 * ib + 16], &mut l[16 * ib..16 * ib + 16]);
-            scales[ib] = s;
+        for &s in &scales {
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
                 max_scale = s;
@@ -317,5 +383,111 @@ pub fn q6_k(x: &[f32], out: &mut [u8]) {
             *b = s as u8;
         }
         db.copy_from_slice(&d.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seeded values with the awkward cases: zero groups, constant groups, all-negative and
+    /// all-positive groups, tiny and huge magnitudes.
+    fn samples(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed;
+        let mut next = || {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+        };
+        let mut v: Vec<f32> = (0..n).map(|_| next()).collect();
+        for (b, block) in v.chunks_mut(256).enumerate() {
+            match b % 6 {
+                1 => block[..32].fill(0.0),
+                2 => block[32..64].fill(0.25),
+                3 => block.iter_mut().for_each(|x| *x = -x.abs() * 1e-3),
+                4 => block.iter_mut().for_each(|x| *x = x.abs() * 1e4),
+                5 => block[..16].fill(0.0),
+                _ => {}
+            }
+        }
+        v
+    }
+
+    /// The scalar searches, for the reference blocks.
+    fn scalar_scales(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> Vec<(f32, f32, Vec<u8>)> {
+        x.chunks_exact(32)
+            .map(|xs| {
+                let mut sum_x2 = 0.0f32;
+                for &v in xs {
+                    sum_x2 += v * v;
+                }
+                let av_x = (sum_x2 / 32.0).sqrt();
+                let w: Vec<f32> = xs.iter().map(|v| av_x + v.abs()).collect();
+                let mut l = vec![0u8; 32];
+                let (s, m) = make_qkx2_quants(nmax, xs, &w, &mut l, rmin, 0.1, nstep);
+                (s, m, l)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lane_searches_equal_the_scalar_reference_bit_for_bit() {
+        let x = samples(7, 256 * 36);
+        for (nmax, rmin, nstep) in [(15, -1.0, 20), (31, -0.5, 15)] {
+            for block in x.chunks_exact(256) {
+                let want = scalar_scales(block, nmax, rmin, nstep);
+                let mut xt = [[0f32; QKX_LANES]; 32];
+                let mut wt = [[0f32; QKX_LANES]; 32];
+                for (j, (g, (_, _, _))) in block.chunks_exact(32).zip(&want).enumerate() {
+                    let mut sum_x2 = 0.0f32;
+                    for &v in g {
+                        sum_x2 += v * v;
+                    }
+                    let av_x = (sum_x2 / 32.0).sqrt();
+                    for (i, &v) in g.iter().enumerate() {
+                        xt[i][j] = v;
+                        wt[i][j] = av_x + v.abs();
+                    }
+                }
+                let mut lt = [[0u8; QKX_LANES]; 32];
+                let (s, m) = lanes::make_qkx2_quants(nmax, &xt, &wt, &mut lt, rmin, 0.1, nstep);
+                for (j, (ws, wm, wl)) in want.iter().enumerate() {
+                    assert_eq!((s[j].to_bits(), m[j].to_bits()), (ws.to_bits(), wm.to_bits()), "group {j}");
+                    let got: Vec<u8> = lt.iter().map(|r| r[j]).collect();
+                    assert_eq!(&got, wl, "group {j}");
+                }
+            }
+        }
+        for block in x.chunks_exact(256) {
+            let mut xt = [[0f32; QX_LANES]; 16];
+            for (j, g) in block.chunks_exact(16).enumerate() {
+                for (i, &v) in g.iter().enumerate() {
+                    xt[i][j] = v;
+                }
+            }
+            let mut lt = [[0i8; QX_LANES]; 16];
+            let s = lanes::make_qx_quants(&xt, &mut lt);
+            for (j, g) in block.chunks_exact(16).enumerate() {
+                let mut l = [0i8; 16];
+                let want = make_qx_quants_q6(g, &mut l);
+                assert_eq!(s[j].to_bits(), want.to_bits(), "group {j}");
+                let got: Vec<i8> = lt.iter().map(|r| r[j]).collect();
+                assert_eq!(got, l, "group {j}");
+            }
+        }
+    }
+
+    #[test]
+    fn avx2_and_portable_blocks_are_identical() {
+        let x = samples(11, 256 * 24);
+        for (f, g, bytes) in [
+            (q4_k as fn(&[f32], &mut [u8]), q4_k_impl as fn(&[f32], &mut [u8]), 144),
+            (q5_k, q5_k_impl, 176),
+            (q6_k, q6_k_impl, 210),
+        ] {
+            let (mut a, mut b) = (vec![0u8; 24 * bytes], vec![0u8; 24 * bytes]);
+            f(&x, &mut a);
+            g(&x, &mut b);
+            assert_eq!(a, b);
+        }
     }
 }

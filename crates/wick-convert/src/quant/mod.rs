@@ -2,6 +2,7 @@
 //! each type's bytes. The per-tensor choice of type (llama-quantize's mixes) is in `mix.rs`.
 
 mod kquants;
+mod lanes;
 mod legacy;
 pub mod mix;
 
