@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use half::{bf16, f16};
+use half::bf16;
 use memmap2::{Mmap, UncheckedAdvice};
 
 use crate::error::{ConvertError, Result};
@@ -136,11 +136,7 @@ impl Checkpoint {
                     *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 }
             }
-            Dtype::F16 => {
-                for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                    *o = f16::from_le_bytes([b[0], b[1]]).to_f32();
-                }
-            }
+            Dtype::F16 => crate::quant::f16c::decode(bytes, out),
             Dtype::Bf16 => {
                 for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
                     *o = bf16::from_le_bytes([b[0], b[1]]).to_f32();

@@ -1,12 +1,13 @@
 //! GGML tensor types the converter writes, their block sizes, and turning f32 rows into
 //! each type's bytes. The per-tensor choice of type (llama-quantize's mixes) is in `mix.rs`.
 
+pub mod f16c;
 mod kquants;
 mod lanes;
 mod legacy;
 pub mod mix;
 
-use half::{bf16, f16};
+use half::bf16;
 
 /// A GGML tensor type (the numbering of ggml.h's `ggml_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -98,11 +99,7 @@ impl GgmlType {
                     o.copy_from_slice(&v.to_le_bytes());
                 }
             }
-            Self::F16 => {
-                for (o, v) in out.chunks_exact_mut(2).zip(x) {
-                    o.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
-                }
-            }
+            Self::F16 => f16c::encode(x, out),
             Self::Bf16 => {
                 for (o, v) in out.chunks_exact_mut(2).zip(x) {
                     o.copy_from_slice(&f32_to_bf16(*v).to_le_bytes());
@@ -122,7 +119,7 @@ impl GgmlType {
     /// llama-quantize sees when it reads an F16 or BF16 file.
     pub fn round_trip(self, x: &mut [f32]) {
         match self {
-            Self::F16 => x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32()),
+            Self::F16 => f16c::round_trip(x),
             Self::Bf16 => x.iter_mut().for_each(|v| *v = bf16::from_bits(f32_to_bf16(*v)).to_f32()),
             _ => {}
         }
