@@ -28,7 +28,7 @@ pub fn fill(ck: &Checkpoint, p: &Planned, first: usize, out: &mut [f32]) -> Resu
                     // Items are the HF tensor's outer rows (single values for a bias).
                     let rows = t.shape[0];
                     let item = t.numel() / rows;
-                    debug_assert!(first % item == 0 && out.len() % item == 0);
+                    debug_assert!(first.is_multiple_of(item) && out.len().is_multiple_of(item));
                     for (k, chunk) in out.chunks_mut(item).enumerate() {
                         let r = first / item + k;
                         ck.read_f32(t, permuted_row(r, rows, *n_head) * item, chunk)?;

@@ -143,7 +143,7 @@ pub fn spm_tokenizer_json(v: &VocabFile) -> Value {
         .tokens
         .iter()
         .enumerate()
-        .filter(|(i, _)| matches!(v.types[*i], 2 | 3 | 4))
+        .filter(|(i, _)| matches!(v.types[*i], 2..=4))
         .map(|(i, t)| {
             json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
                    "normalized": false, "special": v.types[i] != 4})

@@ -4,7 +4,7 @@
 #[macro_use]
 extern crate napi_derive;
 
-mod conversion;
+pub mod conversion;
 mod convert;
 mod error;
 

@@ -186,9 +186,9 @@ pub fn make_qx_quants(x: &[[f32; QX_LANES]; 16], l: &mut [[i8; QX_LANES]; 16]) -
         for j in 0..N {
             iscale[j] = -step / max[j];
         }
-        for i in 0..16 {
+        for row in x.iter() {
             for j in 0..N {
-                let xi = x[i][j];
+                let xi = row[j];
                 let lf = nearest_int(iscale[j] * xi).clamp(-NMAX, NMAX - 1) as f32;
                 let w = xi * xi;
                 sx[j] += w * xi * lf;

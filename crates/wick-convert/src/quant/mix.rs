@@ -239,7 +239,7 @@ fn pick(
     let n_expert = model.n_expert.max(1);
     let km = matches!(out, OutType::Q4KM | OutType::Q5KM);
     if cat == Output || (tied && cat == TokenEmbd) {
-        if t.ne[0] % new.block_size() != 0 {
+        if !t.ne[0].is_multiple_of(new.block_size()) {
             new = GgmlType::Q8_0;
         } else if new != GgmlType::Q8_0 {
             new = GgmlType::Q6K;
@@ -271,17 +271,15 @@ fn pick(
             new = GgmlType::Q6K;
         }
         st.i_ffn_down += 1;
-    } else if cat == AttnOutput {
-        if model.n_expert == 8 && out == OutType::Q4KM {
-            new = GgmlType::Q5K;
-        }
+    } else if cat == AttnOutput && model.n_expert == 8 && out == OutType::Q4KM {
+        new = GgmlType::Q5K;
     }
     new
 }
 
 /// `tensor_type_fallback`: a type whose block does not divide the row length falls back.
 fn fallback(t: GgmlType, ncols: usize) -> GgmlType {
-    if ncols % t.block_size() == 0 {
+    if ncols.is_multiple_of(t.block_size()) {
         return t;
     }
     let alt = match t {
@@ -290,7 +288,7 @@ fn fallback(t: GgmlType, ncols: usize) -> GgmlType {
         GgmlType::Q6K => GgmlType::Q8_0,
         other => other,
     };
-    if ncols % alt.block_size() != 0 {
+    if !ncols.is_multiple_of(alt.block_size()) {
         GgmlType::F16
     } else {
         alt

@@ -35,8 +35,8 @@ impl SpecialVocab {
             types: vec!["bos", "eos", "unk", "sep", "pad", "cls", "mask"],
             n_vocab,
         };
-        sv.from_tokenizer_json(dir, load_merges)?;
-        sv.from_config_json(dir)?;
+        sv.read_tokenizer_json(dir, load_merges)?;
+        sv.read_config_json(dir)?;
         if load_merges && sv.merges.is_empty() {
             sv.merges_txt(dir)?;
         }
@@ -100,7 +100,7 @@ impl SpecialVocab {
         }
     }
 
-    fn from_tokenizer_json(&mut self, dir: &Path, load_merges: bool) -> Result<()> {
+    fn read_tokenizer_json(&mut self, dir: &Path, load_merges: bool) -> Result<()> {
         let tokenizer = read_json_opt(&dir.join("tokenizer.json"))?;
         let mut config: Option<Map<String, Value>> = match read_json_opt(&dir.join("tokenizer_config.json"))?
         {
@@ -138,7 +138,7 @@ impl SpecialVocab {
         Ok(())
     }
 
-    /// The post-processor part of `_try_load_from_tokenizer_json`: a RobertaProcessing adds
+    /// The post-processor part of `_try_load_read_tokenizer_json`: a RobertaProcessing adds
     /// BOS, EOS and SEP; a TemplateProcessing's first and last special tokens decide
     /// add_bos / add_eos (and may name the BOS/EOS/EOT tokens).
     fn post_processor(&mut self, tok: &Value, config: &mut Option<Map<String, Value>>) {
@@ -266,7 +266,7 @@ impl SpecialVocab {
         self.set_add("sep", add_sep);
     }
 
-    fn from_config_json(&mut self, dir: &Path) -> Result<()> {
+    fn read_config_json(&mut self, dir: &Path) -> Result<()> {
         let Some(cfg) = read_json_opt(&dir.join("config.json"))? else { return Ok(()) };
         for typ in self.types.clone() {
             let key = format!("{typ}_token_id");
