@@ -146,12 +146,6 @@ t_("text followed by two calls: the text is content, the calls are numbered 0 an
   }
 });
 
-t_("parallel_tool_calls: false keeps only the first call", async (t) => {
-  const r = await chat("text-two-calls", { parallel_tool_calls: false });
-  t.is(r.choices[0]!.message.tool_calls!.length, 1);
-  t.is(r.choices[0]!.finish_reason, "tool_calls");
-});
-
 t_("a plain answer with tools offered stays content with finish_reason stop", async (t) => {
   const r = await chat("plain-answer");
   t.is(r.choices[0]!.message.content, "It is sunny in Paris, 21°C.");

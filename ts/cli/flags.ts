@@ -1,14 +1,14 @@
 /**
- * The flag tables of `wick serve`, `wick show` and `wick convert`: the single source of truth for their
- * options, with (for serve) their aliases from the other runtimes (llama-server, vLLM, SGLang,
- * Ollama), their value checks and help.
- * Commander cannot spell multi-letter short flags (`-np`) or several long names per option,
- * so `normalizeArgv` rewrites every alias to the canonical long flag first, and drops flags
- * that only make sense elsewhere (`--enable-torch-compile`, `--ipc=host`) with a notice.
+ * The flag tables of `wick serve`, `wick run`, `wick show` and `wick convert`: the single source of truth for
+ * their options, with their aliases from the other runtimes (serve: llama-server, vLLM, SGLang,
+ * mlx-lm, Ollama; run: llama-cli and Ollama), their value checks and help.
+ * Commander cannot spell multi-letter short flags (`-np`, `-hf`) or several long names per
+ * option, so `normalizeArgv` rewrites every alias to the canonical long flag first, and drops
+ * flags that only make sense elsewhere (`--enable-torch-compile`, `--ipc=host`) with a notice.
  */
 import { TOOL_PARSER_NAMES } from "../service/tools/index.ts";
 import { CONVERT_OUT_TYPES } from "../engine/convert.ts";
-import { choice, fraction, integer, keepAlive, modelRef, nonEmpty, outfile, port, positiveInt } from "./values.ts";
+import { choice, existingFile, fraction, gpuLayers, hubRepo, integer, keepAlive, modelName, modelRef, nonEmpty, number, outfile, port, positiveInt } from "./values.ts";
 
 export interface FlagSpec<F = ServeFlags> {
   /** Property name in the parsed options. */
@@ -22,10 +22,14 @@ export interface FlagSpec<F = ServeFlags> {
   required?: boolean;
   /** Printed (once, to stderr) when the flag is given: the flag is accepted but changes nothing here. */
   notice?: string;
+  /** May be given several times; the values are collected in an array. */
+  repeatable?: boolean;
 }
 
 export interface ServeFlags {
   model?: string;
+  hfRepo?: string;
+  mmproj?: string;
   maxLoadedModels?: number;
   /** Milliseconds; Infinity = forever. */
   keepAlive?: number;
@@ -45,9 +49,16 @@ export interface ServeFlags {
   dtype?: string;
   toolCallParser?: string;
   logLevel?: string;
+  imageMinTokens?: number;
+  imageMaxTokens?: number;
+  noPrivateImageUrls?: boolean;
+  imageMaxPixels?: number;
+  imageMaxBytes?: number;
+  imageTimeout?: number;
 }
 
 const CPU_ONLY = "this build runs on the CPU only, so it has no effect";
+const NO_VISION = "the image token budget is the server's: set it with wick serve --image-max-tokens";
 
 export const SERVE_FLAGS: FlagSpec[] = [
   {
@@ -57,6 +68,7 @@ export const SERVE_FLAGS: FlagSpec[] = [
     description: "model loaded at start, which also answers requests naming no known model: a .gguf path, a store name (lfm2:350m) or a hub reference (hf.co/org/repo[:QUANT], pulled first); without it, models load from the store on first use",
     parse: modelRef,
   },
+  { key: "hfRepo", flags: ["--hf-repo", "-hf", "-hfr"], value: "<org/repo[:quant]>", description: "hub model, pulled into the store first (quant default Q4_K_M); the same as -m hf.co/org/repo[:quant]", parse: hubRepo },
   { key: "alias", flags: ["--alias", "-a", "--served-model-name"], value: "<name>", description: "id clients see for the -m model (default: the file name without .gguf, or the store name)", parse: nonEmpty },
   { key: "maxLoadedModels", flags: ["--max-loaded-models"], value: "<n>", description: "models loaded at once; the least recently used idle one is unloaded to make room (default 3)", parse: positiveInt },
   {
@@ -71,28 +83,43 @@ export const SERVE_FLAGS: FlagSpec[] = [
   { key: "ctxSize", flags: ["--ctx-size", "-c", "--max-model-len", "--context-length"], value: "<n>", description: "context length per sequence (default 4096, capped by the model's own)", parse: positiveInt },
   { key: "apiKey", flags: ["--api-key"], value: "<key>", description: "require this key as 'Authorization: Bearer' or 'X-Api-Key' (or WICK_API_KEY)", parse: nonEmpty },
   { key: "threads", flags: ["--threads", "-t"], value: "<n>", description: "CPU threads for the kernels", parse: positiveInt },
-  { key: "parallel", flags: ["--parallel", "-np", "--max-num-seqs"], value: "<n>", description: "sequences decoded together (continuous batching; default 4)", parse: positiveInt },
+  { key: "parallel", flags: ["--parallel", "-np", "--max-num-seqs", "--max-running-requests", "--decode-concurrency"], value: "<n>", description: "sequences decoded together (continuous batching; default 4)", parse: positiveInt },
   { key: "chunkedPrefillSize", flags: ["--chunked-prefill-size"], value: "<n>", description: "prompt tokens per step; -1 = whole prompt in one pass", parse: integer(-1, Number.MAX_SAFE_INTEGER, "a positive integer or -1") },
   { key: "maxBatchedTokens", flags: ["--max-num-batched-tokens"], value: "<n>", description: "tokens in one forward step, decodes and prompt chunks together (default 512)", parse: positiveInt },
   { key: "maxTotalTokens", flags: ["--max-total-tokens", "--kv-cache-tokens"], value: "<n>", description: "tokens the shared KV cache holds, all sequences together (default ctx-size × parallel)", parse: positiveInt },
   { key: "disablePrefixCache", flags: ["--disable-prefix-cache", "--disable-radix-cache", "--no-enable-prefix-caching"], description: "do not reuse the KV cache of equal prompt prefixes across requests" },
-  { key: "nGpuLayers", flags: ["--n-gpu-layers", "-ngl", "--gpu-layers"], value: "<n>", description: "layers on the GPU (99 = all)", parse: integer(-1), notice: CPU_ONLY },
+  { key: "nGpuLayers", flags: ["--n-gpu-layers", "-ngl", "--gpu-layers"], value: "<n>", description: "layers on the GPU (99 or all = all, auto)", parse: gpuLayers, notice: CPU_ONLY },
   { key: "gpuMemoryUtilization", flags: ["--gpu-memory-utilization", "--mem-fraction-static"], value: "<0..1>", description: "fraction of GPU memory to use", parse: fraction, notice: CPU_ONLY },
   { key: "dtype", flags: ["--dtype"], value: "<type>", description: "GPU compute type: auto, float16, bfloat16, float32", parse: choice(["auto", "float16", "bfloat16", "float32", "half", "float"]), notice: CPU_ONLY },
   { key: "toolCallParser", flags: ["--tool-call-parser"], value: "<name>", description: `tool-call format: ${TOOL_PARSER_NAMES.join(", ")} (default: from the chat template)`, parse: choice(TOOL_PARSER_NAMES) },
-  { key: "logLevel", flags: ["--log-level"], value: "<level>", description: "log level: fatal, error, warn, info, debug, trace, silent (default info)", parse: choice(["fatal", "error", "warn", "info", "debug", "trace", "silent"]) },
+  { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: existingFile },
+  { key: "imageMinTokens", flags: ["--image-min-tokens"], value: "<n>", description: "image tokens per image at least (LFM2-VL default 64)", parse: positiveInt },
+  { key: "imageMaxTokens", flags: ["--image-max-tokens"], value: "<n>", description: "image tokens per image (thumbnail or single image) at most; larger images are downscaled or tiled (LFM2-VL default 256)", parse: positiveInt },
+  { key: "noPrivateImageUrls", flags: ["--no-private-image-urls"], description: "refuse image URLs that resolve to loopback, private or link-local addresses" },
+  { key: "imageMaxPixels", flags: ["--image-max-pixels"], value: "<n>", description: "largest image accepted, width × height (default 50000000); larger ones are refused before decoding", parse: positiveInt },
+  { key: "imageMaxBytes", flags: ["--image-max-bytes"], value: "<n>", description: "largest image file accepted, in bytes (default 20 MiB)", parse: positiveInt },
+  { key: "imageTimeout", flags: ["--image-timeout"], value: "<ms>", description: "time allowed to fetch an image URL, redirects included (default 10000)", parse: positiveInt },
+  { key: "logLevel", flags: ["--log-level"], value: "<level>", description: "log level: fatal, error, warn, info, debug, trace, silent, any case (default info)", parse: (raw: string) => choice(["fatal", "error", "warn", "info", "debug", "trace", "silent"])(raw.toLowerCase()) },
 ];
 
 export interface ShowFlags {
   json?: boolean;
   template?: boolean;
   modelfile?: boolean;
+  parameters?: boolean;
+  system?: boolean;
+  license?: boolean;
+  verbose?: boolean;
 }
 
 export const SHOW_FLAGS: FlagSpec<ShowFlags>[] = [
-  { key: "json", flags: ["--json"], description: "print the model info (header, quantization mix, metadata) as JSON" },
+  { key: "json", flags: ["--json"], description: "print everything as JSON (a file: the header, quantization mix and metadata; a store model: the /api/show answer)" },
   { key: "template", flags: ["--template"], description: "print only the chat template" },
   { key: "modelfile", flags: ["--modelfile"], description: "print a Modelfile for the model" },
+  { key: "parameters", flags: ["--parameters"], description: "print only the Modelfile parameters (store models)" },
+  { key: "system", flags: ["--system"], description: "print only the system message (store models)" },
+  { key: "license", flags: ["--license"], description: "print only the license (store models)" },
+  { key: "verbose", flags: ["--verbose", "-v"], description: "with --json, keep the long metadata arrays (the vocabulary)" },
 ];
 
 export interface ConvertFlags {
@@ -113,12 +140,67 @@ export const CONVERT_FLAGS: FlagSpec<ConvertFlags>[] = [
   { key: "threads", flags: ["--threads", "-t"], value: "<n>", description: "quantizing threads (default: one per core)", parse: positiveInt },
 ];
 
+/** `wick run`: sampling as llama-cli spells it (and Ollama's run flags); every value goes out as a request option. */
+export interface RunFlags {
+  model?: string;
+  prompt?: string;
+  system?: string;
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+  minP?: number;
+  repeatPenalty?: number;
+  repeatLastN?: number;
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  nPredict?: number;
+  seed?: number;
+  stop?: string[];
+  image?: string[];
+  imageMaxTokens?: number;
+  keepAlive?: string;
+  format?: string;
+  verbose?: boolean;
+  nowordwrap?: boolean;
+}
+
+export const RUN_FLAGS: FlagSpec<RunFlags>[] = [
+  { key: "model", flags: ["--model", "-m"], value: "<model>", description: "the model, instead of the first argument (llama-cli's -m)" },
+  { key: "prompt", flags: ["--prompt", "-p"], value: "<text>", description: "the prompt (put before the prompt arguments); answer it and exit" },
+  { key: "system", flags: ["--system", "-sys", "--system-prompt"], value: "<text>", description: "system message (replaces the model's)" },
+  { key: "temperature", flags: ["--temp", "--temperature"], value: "<t>", description: "sampling temperature, 0 = greedy (default: the model's, else 0.8)", parse: number(0) },
+  { key: "topP", flags: ["--top-p"], value: "<p>", description: "nucleus sampling: keep the most likely tokens up to this mass (0..1)", parse: number(0, 1) },
+  { key: "topK", flags: ["--top-k"], value: "<k>", description: "keep the k most likely tokens (0 = off)", parse: integer(-1) },
+  { key: "minP", flags: ["--min-p"], value: "<p>", description: "drop tokens less likely than p × the most likely (0..1)", parse: number(0, 1) },
+  { key: "repeatPenalty", flags: ["--repeat-penalty", "--repetition-penalty"], value: "<x>", description: "penalty for repeated tokens (1 = off)", parse: number(0, Infinity, { above: true }) },
+  { key: "repeatLastN", flags: ["--repeat-last-n"], value: "<n>", description: "tokens the repeat penalty looks back over (0 = all)", parse: integer(-1) },
+  { key: "presencePenalty", flags: ["--presence-penalty"], value: "<x>", description: "presence penalty (-2..2)", parse: number(-2, 2) },
+  { key: "frequencyPenalty", flags: ["--frequency-penalty"], value: "<x>", description: "frequency penalty (-2..2)", parse: number(-2, 2) },
+  { key: "nPredict", flags: ["--n-predict", "-n", "--num-predict", "--max-tokens"], value: "<n>", description: "most tokens to generate (-1 = until the context is full)", parse: integer(-2) },
+  { key: "seed", flags: ["--seed", "-s"], value: "<n>", description: "random seed (-1 = random)", parse: integer(Number.MIN_SAFE_INTEGER) },
+  { key: "stop", flags: ["--stop"], value: "<text>", description: "stop at this text (repeatable)", parse: nonEmpty, repeatable: true },
+  { key: "image", flags: ["--image"], value: "<path>", description: "attach an image to the prompt (repeatable; needs a vision model)", parse: existingFile, repeatable: true },
+  { key: "imageMaxTokens", flags: ["--image-max-tokens"], value: "<n>", description: "most tokens per image", parse: positiveInt, notice: NO_VISION },
+  { key: "keepAlive", flags: ["--keepalive", "--keep-alive"], value: "<duration>", description: 'how long the model stays loaded after the answer ("5m", "1h", 0 = unload, -1 = forever)', parse: keepAliveText },
+  { key: "format", flags: ["--format"], value: "<format>", description: "answer format: json", parse: choice(["json"]) },
+  { key: "verbose", flags: ["--verbose"], description: "print timings and token rates after each answer (stderr)" },
+  { key: "nowordwrap", flags: ["--nowordwrap"], description: "print the answer as it comes (Wick never wraps words; accepted for Ollama's scripts)" },
+];
+
+/** --keepalive: checked as a duration, sent as typed (the server parses it again). */
+function keepAliveText(raw: string): string {
+  keepAlive(raw);
+  return raw;
+}
+
 /** Flags of other runtimes (and of `docker run`) that people paste; accepted and ignored. */
 interface ForeignFlag {
   flags: string[];
   /** Whether the flag takes a value: "optional" consumes the next argument unless it is a flag. */
   arity: "none" | "optional" | "required";
   from: string;
+  /** Why it is ignored, when "no effect in Wick" would not say enough. */
+  why?: string;
 }
 
 export const FOREIGN_FLAGS: ForeignFlag[] = [
@@ -130,10 +212,20 @@ export const FOREIGN_FLAGS: ForeignFlag[] = [
   { flags: ["--cont-batching", "-cb", "--mlock", "--no-mmap", "--metrics", "--jinja", "--no-webui", "--verbose"], arity: "none", from: "llama.cpp" },
   { flags: ["--batch-size", "-b", "--ubatch-size", "-ub", "--cache-type-k", "-ctk", "--cache-type-v", "-ctv"], arity: "required", from: "llama.cpp" },
   { flags: ["--ipc", "--gpus", "--shm-size"], arity: "optional", from: "docker run" },
+  { flags: ["--enable-force-include-usage"], arity: "none", from: "vLLM", why: "usage is sent when a request asks for it" },
+  { flags: ["--temp", "--top-p", "--top-k", "--min-p", "--max-tokens", "--repeat-penalty", "--seed"], arity: "required", from: "mlx-lm / llama-server", why: "no server-wide sampling defaults: send them per request, or set them as PARAMETERs in a Modelfile" },
+  { flags: ["--chat-template", "--chat-template-file"], arity: "required", from: "llama-server / vLLM / mlx-lm", why: "the GGUF's own template is used: set another as TEMPLATE in a Modelfile" },
+  { flags: ["--prompt-cache-size", "--threads-batch", "-tb", "--timeout", "--reasoning-format"], arity: "required", from: "mlx-lm / llama-server" },
+  { flags: ["--no-mmproj", "--props", "--slots", "--no-jinja"], arity: "none", from: "llama-server" },
 ];
 
-const aliasToCanonical = new Map(SERVE_FLAGS.flatMap((f) => f.flags.map((a) => [a, f.flags[0]!] as const)));
-const foreignByName = new Map(FOREIGN_FLAGS.flatMap((f) => f.flags.map((a) => [a, f] as const)));
+/** The flags each command rewrites: its table's aliases, and (serve) the foreign flags it drops. */
+const TABLES: Record<string, { specs: FlagSpec<any>[]; foreign: ForeignFlag[] }> = {
+  serve: { specs: SERVE_FLAGS, foreign: FOREIGN_FLAGS },
+  run: { specs: RUN_FLAGS, foreign: [] },
+  convert: { specs: CONVERT_FLAGS, foreign: [] },
+};
+const COMMAND_ALIASES: Record<string, string> = { start: "serve" };
 
 export interface Normalized {
   args: string[];
@@ -143,8 +235,17 @@ export interface Normalized {
   typed: Map<string, string>;
 }
 
-/** Rewrites aliases to canonical long flags and removes foreign flags (with their values). */
+/**
+ * Rewrites aliases to canonical long flags and removes foreign flags (with their values), with
+ * the table of the command (`args[0]`; no command reads as `serve`). Other commands pass as they are.
+ */
 export function normalizeArgv(args: string[]): Normalized {
+  const first = args[0] ?? "";
+  const command = first.startsWith("-") || first === "" ? "serve" : (COMMAND_ALIASES[first] ?? first);
+  const table = TABLES[command];
+  if (!table) return { args: [...args], notices: [], typed: new Map() };
+  const aliasToCanonical = new Map(table.specs.flatMap((f) => f.flags.map((a) => [a, f.flags[0]!] as const)));
+  const foreignByName = new Map(table.foreign.flatMap((f) => f.flags.map((a) => [a, f] as const)));
   const out: string[] = [];
   const notices: string[] = [];
   const typed = new Map<string, string>();
@@ -165,6 +266,9 @@ export function normalizeArgv(args: string[]): Normalized {
     if (canonical) {
       if (canonical !== name) typed.set(canonical, name);
       out.push(canonical + inline);
+      // A value is taken as it is, even one that looks like a flag (`--seed -1`, `-p "-x"`).
+      const spec = table.specs.find((f) => f.flags[0] === canonical)!;
+      if (spec.value && !inline && i + 1 < args.length) out.push(args[++i]!);
       continue;
     }
     const foreign = foreignByName.get(name);
@@ -175,12 +279,18 @@ export function normalizeArgv(args: string[]): Normalized {
     const next = args[i + 1];
     if (!inline && foreign.arity === "required" && next !== undefined) i++;
     else if (!inline && foreign.arity === "optional" && next !== undefined && !next.startsWith("-")) i++;
-    notices.push(`wick: ignoring ${name} (${foreign.from} flag, no effect in Wick)`);
+    notices.push(`wick: ignoring ${name} (${foreign.from} flag, ${foreign.why ?? "no effect in Wick"})`);
   }
   return { args: out, notices, typed };
 }
 
 /** Notices for table flags that are accepted but change nothing on this build. */
-export function flagNotices(given: Partial<ServeFlags>): string[] {
-  return SERVE_FLAGS.filter((f) => f.notice && given[f.key] !== undefined).map((f) => `wick: note: ${f.flags[0]}: ${f.notice}`);
+export function flagNotices<F>(specs: FlagSpec<F>[], given: Partial<F>): string[] {
+  return specs.filter((f) => f.notice && given[f.key] !== undefined).map((f) => `wick: note: ${f.flags[0]}: ${f.notice}`);
+}
+
+/** Every flag a command's table knows (canonical, aliases, foreign), for "did you mean". */
+export function knownFlags(command: string): string[] {
+  const table = TABLES[COMMAND_ALIASES[command] ?? command];
+  return table ? [...table.specs.flatMap((f) => f.flags), ...table.foreign.flatMap((f) => f.flags)] : [];
 }

@@ -1,12 +1,27 @@
-/** Entry point of the `wick` command (bin/wick.js runs this through tsx). */
-import { bench } from "./bench.ts";
-import { convert } from "./convert.ts";
-import { runCli } from "./program.ts";
-import { CliError, serve } from "./serve.ts";
-import { show } from "./show.ts";
+/**
+ * Entry point of the `wick` command (bin/wick.js runs this through tsx). Each command's module
+ * is imported when it runs, so client commands start without loading the engine.
+ */
+import { CliError } from "./errors.ts";
+import { runCli, type Commands } from "./program.ts";
+
+const commands: Commands = {
+  serve: async (flags) => (await import("./serve.ts")).serve(flags),
+  bench: async (opts) => (await import("./bench.ts")).bench(opts),
+  show: async (model, flags) => (await import("./show.ts")).show(model, flags),
+  run: async (model, prompt, flags) => (await import("./run.ts")).run(model, prompt, flags),
+  pull: async (model) => (await import("./models.ts")).pull(model),
+  create: async (model, flags) => (await import("./models.ts")).create(model, flags),
+  list: async (flags) => (await import("./models.ts")).list(flags),
+  ps: async (flags) => (await import("./models.ts")).ps(flags),
+  rm: async (models) => (await import("./models.ts")).rm(models),
+  cp: async (source, destination) => (await import("./models.ts")).cp(source, destination),
+  stop: async (model) => (await import("./models.ts")).stop(model),
+  convert: async (dir, flags) => (await import("./convert.ts")).convert(dir, flags),
+};
 
 try {
-  await runCli(process.argv.slice(2), { serve, bench, show, convert });
+  await runCli(process.argv.slice(2), commands);
 } catch (err) {
   // Expected failures are one line; anything else is a bug and keeps its stack.
   if (err instanceof CliError) process.stderr.write(`wick: ${err.message}\n`);

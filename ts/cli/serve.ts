@@ -12,15 +12,16 @@ import { createApp } from "../server/app.ts";
 import { defaultKeepAliveMs } from "../service/keep-alive.ts";
 import { ModelManager } from "../service/models.ts";
 import type { ServedModel } from "../service/registry.ts";
-import { HubClient, ModelStore, looksLikePath, type ModelName, type PullProgress } from "../store/index.ts";
+import { HubClient, ModelStore, looksLikePath, type HubRef, type ModelName } from "../store/index.ts";
+import { CliError } from "./errors.ts";
 import type { ServeFlags } from "./flags.ts";
+import { progressReporter } from "./progress.ts";
 import { hostPort } from "./values.ts";
 
 const DEFAULT_HOST = "127.0.0.1";
 const DEFAULT_PORT = 11434;
 
-/** A failure the user can fix: print one line and exit non-zero. */
-export class CliError extends Error {}
+export { CliError };
 
 export async function serve(flags: ServeFlags): Promise<void> {
   const env = envHost();
@@ -47,11 +48,20 @@ export async function serve(flags: ServeFlags): Promise<void> {
       kvTokens: flags.maxTotalTokens,
       prefixCache: !flags.disablePrefixCache,
       toolCallParser: flags.toolCallParser,
+      imageMinTokens: flags.imageMinTokens,
+      imageMaxTokens: flags.imageMaxTokens,
     },
   });
+  if (flags.mmproj && !flags.model) throw new CliError("--mmproj needs -m (the projector belongs to that model)");
   const model = flags.model ? await loadStartModel(models, flags, log) : undefined;
 
-  const app = createApp({ models, apiKey, logger: log });
+  const images = {
+    ...(flags.noPrivateImageUrls ? { allowPrivate: false } : {}),
+    ...(flags.imageMaxPixels ? { maxPixels: flags.imageMaxPixels } : {}),
+    ...(flags.imageMaxBytes ? { maxBytes: flags.imageMaxBytes } : {}),
+    ...(flags.imageTimeout ? { timeoutMs: flags.imageTimeout } : {}),
+  };
+  const app = createApp({ models, apiKey, logger: log, images });
   const server = app.listen({ host, port });
   await new Promise<void>((resolve, reject) => {
     server.once("listening", resolve);
@@ -79,7 +89,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
 /** The -m model: a path as is, a store name from the store, a hub reference pulled first. Loaded before listening. */
 async function loadStartModel(models: ModelManager, flags: ServeFlags, log: Logger): Promise<ServedModel> {
   const ref = flags.model!;
-  const opts = { id: flags.alias, keepAliveMs: flags.keepAlive };
+  const opts = { id: flags.alias, keepAliveMs: flags.keepAlive, mmproj: flags.mmproj };
   try {
     if (looksLikePath(ref) || ref.startsWith("/")) {
       models.setDefault({ path: ref }, opts);
@@ -87,7 +97,7 @@ async function loadStartModel(models: ModelManager, flags: ServeFlags, log: Logg
       const located = await models.store!.locate(ref);
       if (located.kind === "path") models.setDefault({ path: located.path }, opts);
       else {
-        const name: ModelName = located.kind === "store" ? located.name : (await models.hub!.pull(located.hub, progressPrinter())).modelName;
+        const name: ModelName = located.kind === "store" ? located.name : (await pullWithProgress(models, located.hub)).modelName;
         models.setDefault({ name }, opts);
       }
     }
@@ -100,25 +110,14 @@ async function loadStartModel(models: ModelManager, flags: ServeFlags, log: Logg
   }
 }
 
-/** Pull progress on stderr: each status once, downloads every 10%. */
-function progressPrinter(): (p: PullProgress) => void {
-  let last = "";
-  let shown = -1;
-  const mib = (n: number) => (n / 2 ** 20).toFixed(1);
-  return (p) => {
-    if (p.total && p.completed !== undefined) {
-      const pct = Math.floor((p.completed * 100) / Math.max(1, p.total));
-      if (p.status === last && pct < shown + 10 && pct < 100) return;
-      if (p.status === last && pct === shown) return;
-      last = p.status;
-      shown = pct;
-      process.stderr.write(`wick: ${p.status} ${pct}% (${mib(p.completed)}/${mib(p.total)} MiB)\n`);
-    } else if (p.status !== last) {
-      last = p.status;
-      shown = -1;
-      process.stderr.write(`wick: ${p.status}\n`);
-    }
-  };
+/** A hub pull at start-up, its progress on stderr (a bar on a terminal, `wick: …` lines elsewhere). */
+async function pullWithProgress(models: ModelManager, hub: HubRef) {
+  const progress = progressReporter({ prefix: "wick: " });
+  try {
+    return await models.hub!.pull(hub, progress);
+  } finally {
+    progress.end();
+  }
 }
 
 function envKeepAlive(): number {

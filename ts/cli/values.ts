@@ -3,10 +3,11 @@
  * commander prefixes the flag and the value, so the user sees one line naming both.
  */
 import { existsSync, statSync } from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { InvalidArgumentError } from "commander";
 import { keepAliveMs } from "../service/keep-alive.ts";
-import { parseReference } from "../store/index.ts";
+import { parseReference } from "../store/reference.ts";
 
 export function integer(min: number, max = Number.MAX_SAFE_INTEGER, what = `an integer >= ${min}`) {
   return (raw: string): number => {
@@ -38,8 +39,59 @@ export function fraction(raw: string): number {
   return n;
 }
 
+/** A number in [min, max] (a float flag such as --temp or --top-p); `above` makes min exclusive. */
+export function number(min: number, max = Infinity, opts: { above?: boolean } = {}) {
+  const what = max === Infinity ? `a number ${opts.above ? ">" : ">="} ${min}` : `a number from ${min} to ${max}`;
+  return (raw: string): number => {
+    const n = raw.trim() ? Number(raw) : NaN;
+    if (!Number.isFinite(n) || n < min || n > max || (opts.above && n === min)) throw new InvalidArgumentError(`Expected ${what}.`);
+    return n;
+  };
+}
+
+/** -ngl: a layer count, or llama-server's `auto` / `all` (all = 99, auto = -1). */
+export function gpuLayers(raw: string): number {
+  if (raw === "all") return 99;
+  if (raw === "auto") return -1;
+  return integer(-1, Number.MAX_SAFE_INTEGER, "an integer, auto or all")(raw);
+}
+
 /** A value that is a file path rather than a model name: it ends in .gguf, or starts like a path. */
 const pathLike = (raw: string) => /\.gguf$/i.test(raw) || /^(\/|\.{1,2}\/|~)/.test(raw);
+
+/** An existing file (--image, --mmproj), resolved to an absolute path. */
+export function existingFile(raw: string): string {
+  const p = path.resolve(raw.startsWith("~/") ? path.join(os.homedir(), raw.slice(2)) : raw);
+  if (!existsSync(p)) throw new InvalidArgumentError("No such file.");
+  if (!statSync(p).isFile()) throw new InvalidArgumentError(`${raw} is not a file.`);
+  return p;
+}
+
+/** -hf / --hf-repo: `org/repo[:QUANT]`, with or without `hf.co/`; always read as a hub reference. */
+export function hubRepo(raw: string): string {
+  const ref = /^(https?:\/\/)?(www\.)?(hf\.co|huggingface\.co)\//i.test(raw) ? raw : `hf.co/${raw}`;
+  let kind: string;
+  try {
+    kind = parseReference(ref).kind;
+  } catch (err) {
+    throw new InvalidArgumentError(`${(err as Error).message}.`);
+  }
+  if (kind !== "hub") throw new InvalidArgumentError("Expected a hub repository, org/repo[:QUANT].");
+  return ref;
+}
+
+/**
+ * A model named on a client command (run, pull, rm, …): a store name or hub reference, checked
+ * for syntax here; the server says whether it exists.
+ */
+export function modelName(raw: string): string {
+  try {
+    parseReference(raw);
+  } catch (err) {
+    throw new InvalidArgumentError(`${(err as Error).message}.`);
+  }
+  return raw;
+}
 
 /**
  * `serve -m`: a local GGUF file (resolved to an absolute path), or a store name (`lfm2:350m`) or
@@ -56,19 +108,12 @@ export function modelRef(raw: string): string {
   return raw;
 }
 
-/**
- * `show <model>`: a local GGUF file. Store names and hub references are refused with a reason
- * (the client commands that talk to the store come later) rather than a "no such file".
- */
+/** A local GGUF file, resolved to an absolute path. */
 export function modelPath(raw: string): string {
   const p = path.resolve(raw);
   if (existsSync(p)) {
     if (!statSync(p).isFile()) throw new InvalidArgumentError(`${raw} is not a file.`);
     return p;
-  }
-  const looksLikePath = /\.gguf$/i.test(raw) || /^(\/|\.{1,2}\/|~)/.test(raw);
-  if (!looksLikePath) {
-    throw new InvalidArgumentError("No such file (store names and hub references are not supported yet: pass a path to a .gguf file).");
   }
   throw new InvalidArgumentError("No such file.");
 }
@@ -88,6 +133,15 @@ export function modelDir(raw: string): string {
   if (!existsSync(p)) throw new InvalidArgumentError("No such directory.");
   if (!statSync(p).isDirectory()) throw new InvalidArgumentError("Not a directory (expected a Hugging Face model directory).");
   return p;
+}
+
+/**
+ * `show <model>` and `run <model>`: a file that exists or a value that looks like a path (read
+ * locally, an absolute path comes back), else a store name or hub reference (asked of the server).
+ */
+export function modelOrPath(raw: string): string {
+  if (existsSync(path.resolve(raw)) || pathLike(raw)) return modelPath(raw);
+  return modelName(raw);
 }
 
 /** --keep-alive: a duration ("5m", "1h30m"), seconds, a negative value (forever) or 0; → ms. */

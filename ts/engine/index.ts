@@ -20,6 +20,7 @@ export type {
   Grammar,
   GrammarKind,
   LogitBias,
+  ImageInput,
 } from "../native/native.d.ts";
 
 const native = createRequire(import.meta.url)("../native/native.cjs") as typeof Native;

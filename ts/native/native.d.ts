@@ -134,6 +134,8 @@ export interface GenerateOptions {
    * parser limits) makes `submit` throw INVALID_GRAMMAR.
    */
   grammar?: Grammar
+  /** Images in the prompt (needs a model loaded with `mmproj`), in prompt order. */
+  images?: Array<ImageInput>
 }
 
 /** A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::ModelInfo). */
@@ -181,6 +183,20 @@ export interface Grammar {
 export type GrammarKind = 'lark' | 'json_schema'
 
 /**
+ * A decoded image placed in the prompt: RGB8 pixels, row-major, 3 bytes a pixel. The engine
+ * lays it out as the projector wants (LFM2-VL: `<|image_start|>`, tiles, thumbnail,
+ * `<|image_end|>`) before prompt token `at`.
+ */
+export interface ImageInput {
+  /** Index in `promptTokens` the image goes before (`promptTokens.length` = at the end). */
+  at: number
+  width: number
+  height: number
+  /** `width·height·3` bytes. */
+  rgb: Uint8Array
+}
+
+/**
  * Reads a GGUF file's header (no weights) on a blocking worker thread: architecture,
  * parameter count, quantization mix, context length, experts, metadata.
  */
@@ -209,6 +225,14 @@ export interface LoadOptions {
    * later fails with INVALID_REQUEST). Default `WICK_THREADS`, else every core.
    */
   threads?: number
+  /** A vision projector GGUF (LFM2-VL `mmproj`): requests may then carry images. */
+  mmproj?: string
+  /**
+   * Image tokens per image at least / at most (llama.cpp's `--image-min-tokens` /
+   * `--image-max-tokens`; LFM2-VL's defaults are 64 and 256).
+   */
+  imageMinTokens?: number
+  imageMaxTokens?: number
 }
 
 /** One `logit_bias` entry. */
@@ -252,6 +276,14 @@ export interface Metrics {
   grammarMaskComputeUsTotal: number
   /** Microseconds sampling waited for a grammar mask still being computed. */
   grammarMaskWaitUsTotal: number
+  /** Images encoded by the vision projector (all their tiles and thumbnail). */
+  imagesEncodedTotal: number
+  /** Encoder inputs (tiles and thumbnails, or single images) encoded. */
+  imageTilesEncodedTotal: number
+  /** Microseconds spent preprocessing and encoding images. */
+  imageEncodeUsTotal: number
+  /** Images whose embeddings came from the image cache (same content seen before). */
+  imageCacheHitsTotal: number
 }
 
 export interface ModelInfo {
@@ -273,6 +305,8 @@ export interface ModelInfo {
   vocabOnly: boolean
   /** CPU kernel threads in effect (process-wide). */
   threads: number
+  /** A vision projector is loaded: requests may carry images. */
+  vision: boolean
 }
 
 /** Tensors of one ggml type and their bytes in the file. */

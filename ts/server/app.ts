@@ -10,6 +10,7 @@ import Koa from "koa";
 import { pino, type Logger } from "pino";
 import { ModelManager } from "../service/models.ts";
 import type { ModelRegistry } from "../service/registry.ts";
+import { DEFAULT_IMAGE_OPTIONS, type ImageOptions } from "../service/images/index.ts";
 import { apiKeyAuth } from "./auth.ts";
 import { HttpError, isNativeApiPath, toApiError, toOllamaError } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
@@ -31,6 +32,8 @@ export interface AppOptions {
   apiKey?: string;
   /** Largest JSON body in bytes (CONTRACT §6: 32 MiB, room for base64 images). */
   bodyLimit?: number;
+  /** Image fetching and decoding limits (`--no-private-image-urls`, sizes, timeouts). */
+  images?: Partial<ImageOptions>;
   logger?: Logger;
 }
 
@@ -83,7 +86,7 @@ export function createApp(opts: AppOptions): Koa {
   const router = new Router();
   const models = opts.models ?? new ModelManager({ registry: opts.registry });
   const registry = models.registry;
-  const deps = { registry, models, log };
+  const deps = { registry, models, log, images: { ...DEFAULT_IMAGE_OPTIONS, ...opts.images } };
   healthRoutes(router, registry);
   metricsRoutes(router, registry);
   modelsRoutes(router, deps);

@@ -19,7 +19,7 @@ import { promises as fsp } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { pino, type Logger } from "pino";
-import type { LoadOptions } from "../engine/index.ts";
+import { inspectModel, type LoadOptions } from "../engine/index.ts";
 import { formatName, nameKey, StoreError, type HubClient, type ModelName, type ModelStore } from "../store/index.ts";
 import { RequestError } from "./errors.ts";
 import { DEFAULT_KEEP_ALIVE_MS } from "./keep-alive.ts";
@@ -65,6 +65,8 @@ interface Entry {
   size: number;
   /** The store changed under it: unload once idle, whatever the keep-alive says. */
   stale?: boolean;
+  /** A vision projector loaded with it (`--mmproj` for the `-m` model). */
+  mmproj?: string;
 }
 
 export interface Lease {
@@ -120,12 +122,13 @@ export class ModelManager {
    * The `-m` model: a GGUF path or a store name. It keeps `keepAliveMs` (default: forever) and
    * takes every request whose name matches nothing else.
    */
-  setDefault(ref: { path: string } | { name: ModelName }, opts: { id?: string; keepAliveMs?: number } = {}): void {
+  setDefault(ref: { path: string } | { name: ModelName }, opts: { id?: string; keepAliveMs?: number; mmproj?: string } = {}): void {
     const source: Source = "path" in ref ? { kind: "path", path: path.resolve(ref.path) } : { kind: "store", name: ref.name };
     const id = opts.id ?? (source.kind === "path" ? modelIdFromPath(source.path) : formatName(source.name));
     const key = this.keyOf(source, id);
     const entry = this.entry(key, id, source);
     entry.defaultKeepAliveMs = entry.keepAliveMs = opts.keepAliveMs ?? Infinity;
+    if (opts.mmproj) entry.mmproj = path.resolve(opts.mmproj);
     this.defaultKey = key;
   }
 
@@ -308,10 +311,13 @@ export class ModelManager {
     await this.makeRoom(entry, fileBytes);
     const profile = resolved ? profileOf(resolved) : undefined;
     const numCtx = resolved?.params.num_ctx;
+    // A store model pulled with a vision projector loads it, when Wick reads that projector kind.
+    const mmproj = entry.mmproj ?? (resolved?.projectorPath ? await this.pairedProjector(resolved.projectorPath, entry.id) : undefined);
     const model = await this.registry.load({
       ...this.loadDefaults,
       ...(typeof numCtx === "number" && numCtx > 0 ? { contextSize: numCtx } : {}),
       modelPath,
+      ...(mmproj ? { mmproj } : {}),
       id: entry.id,
       profile,
     });
@@ -320,6 +326,18 @@ export class ModelManager {
     entry.lastUsed = Date.now();
     this.log.info({ model: entry.id, architecture: model.info.architecture, contextSize: model.info.contextSize, bytes: entry.size, ms: Math.round(performance.now() - started) }, "model loaded");
     return model;
+  }
+
+  /** The store's projector for a model, if it is one Wick loads (`clip.projector_type` lfm2); else none, logged. */
+  private async pairedProjector(projector: string, id: string): Promise<string | undefined> {
+    try {
+      const kind = (await inspectModel(projector, { maxArrayLen: 0 })).metadata["clip.projector_type"];
+      if (kind === "lfm2") return projector;
+      this.log.warn({ model: id, projector: kind }, "vision projector not supported; serving the model without image input");
+    } catch (err) {
+      this.log.warn({ model: id, err: (err as Error).message }, "vision projector unreadable; serving the model without image input");
+    }
+    return undefined;
   }
 
   /** Evicts idle models (least recently used first) until `entry` fits the count and memory limits. */

@@ -5,7 +5,8 @@
  * native messages → the chat messages the template and tool checks read (call arguments as
  * JSON text, tool results paired with the call they answer).
  */
-import type { ChatMessage } from "../schemas/chat.ts";
+import type { ChatMessage, ContentPart } from "../schemas/chat.ts";
+import { base64Ref } from "./images/index.ts";
 import type { OllamaFormat, OllamaMessage, OllamaOptions } from "../schemas/ollama.ts";
 import { RequestError } from "./errors.ts";
 import { checkSchema, grammarSchema } from "./json-schema.ts";
@@ -58,10 +59,13 @@ export function formatGrammar(format: OllamaFormat | null | undefined): Grammar 
 export function toChatMessages(messages: OllamaMessage[]): ChatMessage[] {
   let open: { id: string; name: string }[] = [];
   return messages.map((m, i) => {
-    if (m.images?.length) {
-      throw new RequestError("INVALID_REQUEST", "This model does not accept image input (it has no vision projector).", `messages[${i}].images`, "image_input_not_supported");
-    }
     const content = m.content ?? "";
+    if (m.images?.length && (m.role === "user" || m.role === "system")) {
+      // Ollama puts a message's images before its text.
+      const parts: ContentPart[] = m.images.map((b64) => ({ type: "image_url", image_url: { url: base64Ref(b64) } }));
+      return { role: m.role, content: content ? [...parts, { type: "text", text: content }] : parts };
+    }
+    if (m.images?.length) throw new RequestError("INVALID_REQUEST", "Only user and system messages may carry images.", `messages[${i}].images`);
     if (m.role === "assistant") {
       const calls = (m.tool_calls ?? []).map((c, j) => ({ id: c.id || `call_${i}_${j}`, type: "function" as const, function: { name: c.function.name, arguments: JSON.stringify(c.function.arguments ?? {}) } }));
       open = calls.map((c) => ({ id: c.id, name: c.function.name }));

@@ -3,12 +3,20 @@
  * tokenised with special-token parsing and no automatic specials, and BOS is prepended only
  * when the vocabulary wants one and the template did not already write it — exactly one BOS,
  * as llama.cpp does. Completions: the raw prompt, same BOS rule, no template.
+ *
+ * Images (`image_url` parts) become a marker in the rendered text, as llama-server's media
+ * markers: text parts are joined with newlines, except next to an image. The text between
+ * markers is tokenised piece by piece (as llama.cpp's mtmd does) and each image goes to the
+ * engine with the token index it stands before; the engine lays it out.
  */
+import { randomBytes } from "node:crypto";
+import type { ImageInput } from "../engine/index.ts";
 import type { ChatMessage, ContentPart } from "../schemas/chat.ts";
 import { renderOllamaPrompt, type GoTemplate, type PromptMessage } from "../store/index.ts";
 import type { TemplateMessage } from "./chat-template.ts";
 import { withProfileMessages } from "./profile.ts";
 import { RequestError } from "./errors.ts";
+import { loadImages, type ImageOptions, type ImageRef } from "./images/index.ts";
 import type { ServedModel } from "./registry.ts";
 import type { ToolParser } from "./tools/index.ts";
 
@@ -30,7 +38,40 @@ export function chatPromptTokens(model: ServedModel, messages: ChatMessage[], op
   return withSingleBos(model, model.engine.tokenize(text, { addSpecial: false, parseSpecial: true }));
 }
 
-export function chatPromptText(model: ServedModel, messages: ChatMessage[], opts: ChatPromptOptions = {}): string {
+/** Stands for an image in rendered prompt text; random per process so no client text can forge it. */
+export const IMAGE_MARKER = `<__wick_image_${randomBytes(8).toString("hex")}__>`;
+
+export interface ChatPrompt {
+  tokens: number[];
+  /** Decoded images, each before token `at` of `tokens`. */
+  images: ImageInput[];
+}
+
+/** `chatPromptTokens` for messages that may hold images: fetched, decoded and placed. */
+export async function chatPrompt(model: ServedModel, messages: ChatMessage[], opts: ChatPromptOptions & { images?: ImageOptions } = {}): Promise<ChatPrompt> {
+  const refs: ImageRef[] = [];
+  const text = chatPromptText(model, messages, { ...opts, imageRefs: refs });
+  if (refs.length === 0) return { tokens: withSingleBos(model, model.engine.tokenize(text, { addSpecial: false, parseSpecial: true })), images: [] };
+  if (!model.info.vision) throw noVision(refs[0]!.param.replace(/\.image_url$/, ""));
+  const pieces = text.split(IMAGE_MARKER);
+  if (pieces.length - 1 !== refs.length) {
+    throw new RequestError("INVALID_REQUEST", `The chat template kept ${pieces.length - 1} of the ${refs.length} images.`, refs[0]!.param);
+  }
+  const decoded = await loadImages(refs, opts.images);
+  const tokens: number[] = [];
+  const images: ImageInput[] = [];
+  pieces.forEach((piece, i) => {
+    const ids = piece ? model.engine.tokenize(piece, { addSpecial: false, parseSpecial: true }) : [];
+    tokens.push(...(i === 0 ? withSingleBos(model, ids) : ids));
+    const img = decoded[i];
+    if (img) images.push({ at: tokens.length, width: img.width, height: img.height, rgb: img.rgb });
+  });
+  return { tokens, images };
+}
+
+const noVision = (param: string) => new RequestError("INVALID_REQUEST", "This model does not accept image input (it has no vision projector).", param, "image_input_not_supported");
+
+export function chatPromptText(model: ServedModel, messages: ChatMessage[], opts: ChatPromptOptions & { imageRefs?: ImageRef[] } = {}): string {
   const all = withProfileMessages(model.profile, messages, { withMessages: opts.profileMessages });
   const offset = all.length - messages.length; // errors name the request's own message index
   const go = opts.goTemplate ?? model.profile?.goTemplate;
@@ -39,7 +80,7 @@ export function chatPromptText(model: ServedModel, messages: ChatMessage[], opts
   // content the way the model itself writes them, as LFM2.5's template does.
   const readsCalls = go ? go.identifiers().includes("toolcalls") : model.template.source.includes("tool_calls");
   const inlineCalls = readsCalls ? null : model.toolParser;
-  const templated = all.map((m, i) => toTemplateMessage(m, i - offset, inlineCalls));
+  const templated = all.map((m, i) => toTemplateMessage(m, i - offset, inlineCalls, opts.imageRefs));
   if (go) return renderOllamaPrompt(go, { messages: templated.map(toPromptMessage), tools });
   return model.template.render(templated, { addGenerationPrompt: true, tools });
 }
@@ -78,10 +119,10 @@ function withSingleBos(model: ServedModel, ids: number[]): number[] {
   return [bos, ...ids];
 }
 
-function toTemplateMessage(m: ChatMessage, i: number, inlineCalls: ToolParser | null): TemplateMessage {
+function toTemplateMessage(m: ChatMessage, i: number, inlineCalls: ToolParser | null, imageRefs?: ImageRef[]): TemplateMessage {
   // Templates only know system/user/assistant/tool; OpenAI's "developer" is a system message.
   const role = m.role === "developer" ? "system" : m.role;
-  const out: TemplateMessage = { role, content: contentText(m.content, i) };
+  const out: TemplateMessage = { role, content: contentText(m.content, i, imageRefs) };
   const name = (m as { name?: unknown }).name;
   if (typeof name === "string" && name) out.name = name;
   if (m.role === "tool" && m.tool_call_id) out.tool_call_id = m.tool_call_id;
@@ -101,16 +142,30 @@ function argumentObject(args: unknown, param: string): Record<string, unknown> {
   throw new RequestError("INVALID_REQUEST", `${param} must be a JSON object in a string.`, param);
 }
 
-/** Text parts are joined with newlines (vLLM's rule for string-content templates). */
-function contentText(content: string | ContentPart[] | null | undefined, i: number): string {
+/**
+ * Text parts are joined with newlines (vLLM's rule for string-content templates), except next
+ * to an image, which becomes `IMAGE_MARKER` (llama.cpp's join of text and media parts). Images
+ * are collected into `imageRefs`; without it (callers that take no images) one is an error.
+ */
+function contentText(content: string | ContentPart[] | null | undefined, i: number, imageRefs?: ImageRef[]): string {
   if (content == null) return "";
   if (typeof content === "string") return content;
-  const texts: string[] = [];
+  let text = "";
+  let afterImage = false;
   content.forEach((part, j) => {
-    if (part.type === "text") texts.push(part.text);
-    else throw new RequestError("INVALID_REQUEST", "This model does not accept image input (it has no vision projector).", `messages[${i}].content[${j}]`, "image_input_not_supported");
+    if (part.type === "text") {
+      if (!afterImage && text !== "") text += "\n";
+      text += part.text;
+      afterImage = false;
+      return;
+    }
+    const param = `messages[${i}].content[${j}]`;
+    if (!imageRefs) throw noVision(param);
+    imageRefs.push({ url: typeof part.image_url === "string" ? part.image_url : part.image_url.url, param: `${param}.image_url` });
+    text += IMAGE_MARKER;
+    afterImage = true;
   });
-  return texts.join("\n");
+  return text;
 }
 
 /** Templates index into arguments (`arguments.city`); OpenAI sends them as a JSON string. */

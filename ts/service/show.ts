@@ -6,13 +6,16 @@
 import { statSync } from "node:fs";
 import { inspectModel, type GgufInfo } from "../engine/index.ts";
 import type { ShowRequest } from "../schemas/show.ts";
-import { formatParameters, renderModelfile } from "../store/index.ts";
+import { formatParameters, humanCount, renderModelfile } from "../store/index.ts";
 import { CHATML_TEMPLATE } from "./chat-template.ts";
 import { RequestError } from "./errors.ts";
 import type { ModelDescription, ModelManager } from "./models.ts";
 
 /** Ollama's non-verbose `model_info` empties arrays longer than this (the tokenizer's vocab). */
 export const SHOW_ARRAY_LIMIT = 5;
+
+/** Ollama's parameter counts as people read them ("135M"); one copy, in the store. */
+export { humanCount };
 
 export interface OllamaModelDetails {
   parent_model: string;
@@ -34,17 +37,6 @@ export interface OllamaShowResponse {
   model_info: Record<string, unknown>;
   capabilities: string[];
   modified_at: string;
-}
-
-/** Ollama's `format.HumanNumber`: 134515008 → "135M", 1190000000 → "1.19B". */
-export function humanCount(n: number): string {
-  for (const [scale, unit] of [[1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "K"]] as const) {
-    if (n >= scale) {
-      const x = n / scale;
-      return `${x.toFixed(x >= 100 ? 0 : x >= 10 ? 1 : 2)}${unit}`;
-    }
-  }
-  return String(n);
 }
 
 /** What `ollama show --modelfile` prints, with the file as the FROM line. */
@@ -87,8 +79,8 @@ function showResponse(found: ModelDescription, info: GgufInfo): OllamaShowRespon
       quantization_level: info.quantization,
     },
     model_info: modelInfo(info),
-    // Ollama lists "tools" when the template renders them.
-    capabilities: tools ? ["completion", "tools"] : ["completion"],
+    // Ollama lists "tools" when the template renders them, "vision" with a projector loaded.
+    capabilities: ["completion", ...(tools ? ["tools"] : []), ...(model?.info.vision ? ["vision"] : [])],
     modified_at: (stored?.modifiedAt ?? statSync(found.path).mtime).toISOString(),
   };
   if (profile?.system !== undefined) out.system = profile.system;

@@ -13,4 +13,4 @@ export { formatParameters, parseModelfile, parseParameters, renderModelfile, typ
 export { createModel, type CreateOptions, type CreateResult } from "./create.ts";
 export { GoTemplate, renderGoTemplate } from "./go-template.ts";
 export { collate, renderOllamaPrompt, type PromptMessage, type PromptValues } from "./ollama-template.ts";
-export { readGgufHeader, type GgufHeader } from "./gguf-header.ts";
+export { humanCount, readGgufHeader, type GgufHeader } from "./gguf-header.ts";

@@ -44,12 +44,12 @@ fn main() {
         let prompt: Vec<u32> = (0..np).map(|_| next()).collect();
         let mut cache = kv.new_seq();
         let t = Instant::now();
-        model.forward(&mut [StepSeq { tokens: &prompt, cache: &mut cache }], &mut kv).expect("prefill");
+        model.forward(&mut [StepSeq::tokens(&prompt, &mut cache)], &mut kv).expect("prefill");
         let pp_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
         for _ in 0..ng {
             let tok = [next()];
-            model.forward(&mut [StepSeq { tokens: &tok, cache: &mut cache }], &mut kv).expect("decode");
+            model.forward(&mut [StepSeq::tokens(&tok, &mut cache)], &mut kv).expect("decode");
         }
         let tg_s = t.elapsed().as_secs_f64();
         kv.release(&mut cache);

@@ -38,6 +38,14 @@ macro_rules! with_metrics {
             grammar_mask_compute_us_total,
             #[doc = "Microseconds sampling waited for a grammar mask still being computed."]
             grammar_mask_wait_us_total,
+            #[doc = "Images encoded by the vision projector (all their tiles and thumbnail)."]
+            images_encoded_total,
+            #[doc = "Encoder inputs (tiles and thumbnails, or single images) encoded."]
+            image_tiles_encoded_total,
+            #[doc = "Microseconds spent preprocessing and encoding images."]
+            image_encode_us_total,
+            #[doc = "Images whose embeddings came from the image cache (same content seen before)."]
+            image_cache_hits_total,
         }
     };
 }

@@ -1,6 +1,8 @@
 //! What goes into the engine (requests) and what comes out of it (events). Shared by the
 //! engine and the scheduler, and depending on neither.
 
+use std::sync::Arc;
+
 use crate::sampling::grammar::GrammarSpec;
 use crate::sampling::{SamplingParams, TokenLogprob};
 
@@ -22,6 +24,20 @@ pub struct GenerateRequest {
     pub marker_tokens: Vec<u32>,
     /// Constrains generation to a grammar or JSON schema (compiled at submit).
     pub grammar: Option<GrammarSpec>,
+    /// Images placed in the prompt (needs a vision projector), in prompt order.
+    pub images: Vec<PromptImage>,
+}
+
+/// An image in a prompt: decoded RGB8 pixels (row-major, 3 bytes a pixel), placed before
+/// prompt token `at` (`prompt.len()` = after the last). The engine expands it into the
+/// projector's layout (LFM2-VL: `<|image_start|>` … `<|image_end|>`, tiles and thumbnail)
+/// and the image's embeddings take its positions.
+#[derive(Debug, Clone)]
+pub struct PromptImage {
+    pub at: usize,
+    pub width: usize,
+    pub height: usize,
+    pub rgb: Arc<[u8]>,
 }
 
 impl GenerateRequest {
@@ -35,6 +51,7 @@ impl GenerateRequest {
             top_logprobs: None,
             marker_tokens: Vec::new(),
             grammar: None,
+            images: Vec::new(),
         }
     }
 }

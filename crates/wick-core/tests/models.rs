@@ -56,7 +56,7 @@ fn load(name: &str) -> Loaded {
 }
 
 fn step(model: &mut Loaded, tokens: &[u32], cache: &mut SeqCache) -> Vec<f32> {
-    let logits = model.forward(&mut [StepSeq { tokens, cache }]).expect("forward");
+    let logits = model.forward(&mut [StepSeq::tokens(tokens, cache)]).expect("forward");
     assert_eq!(logits.dims(), [1, model.info().n_vocab]);
     logits.get(0).and_then(|r| r.to_vec1::<f32>()).expect("logits")
 }
@@ -127,18 +127,12 @@ fn ragged_batch_matches_sequences_run_alone() {
         let (mut ca, mut cb) = (m.new_cache(), m.new_cache());
         step(&mut m, &PROMPT_B, &mut cb);
         let out = m
-            .forward(&mut [
-                StepSeq { tokens: &PROMPT_A, cache: &mut ca },
-                StepSeq { tokens: &[42], cache: &mut cb },
-            ])
+            .forward(&mut [StepSeq::tokens(&PROMPT_A, &mut ca), StepSeq::tokens(&[42], &mut cb)])
             .expect("ragged step");
         assert_eq!(out.dims(), [2, m.info().n_vocab]);
         let d1 = max_abs_diff(&row(&out, 0), &a0).max(max_abs_diff(&row(&out, 1), &b1));
         let out = m
-            .forward(&mut [
-                StepSeq { tokens: &[9], cache: &mut ca },
-                StepSeq { tokens: &[7], cache: &mut cb },
-            ])
+            .forward(&mut [StepSeq::tokens(&[9], &mut ca), StepSeq::tokens(&[7], &mut cb)])
             .expect("decode step");
         let d2 = max_abs_diff(&row(&out, 0), &a1).max(max_abs_diff(&row(&out, 1), &b2));
         assert!(d1 == 0.0 && d2 == 0.0, "{name}: batched logits differ by {d1} / {d2}");
@@ -170,10 +164,8 @@ fn row_parallel_decode_matches_sequences_run_alone() {
             step(&mut m, p, c);
         }
         for (k, tok) in [9u32, 5].into_iter().enumerate() {
-            let mut batch: Vec<StepSeq> = caches
-                .iter_mut()
-                .map(|cache| StepSeq { tokens: std::slice::from_ref(&tok), cache })
-                .collect();
+            let mut batch: Vec<StepSeq> =
+                caches.iter_mut().map(|cache| StepSeq::tokens(std::slice::from_ref(&tok), cache)).collect();
             let out = m.forward(&mut batch).expect("decode step");
             drop(batch);
             for (i, want) in solo.iter().enumerate() {
@@ -268,7 +260,7 @@ fn moe_continuous_batching_matches_solo_runs() {
                 .iter_mut()
                 .enumerate()
                 .filter(|(i, _)| active.contains(i))
-                .map(|(i, cache)| StepSeq { tokens: &next[i], cache })
+                .map(|(i, cache)| StepSeq::tokens(&next[i], cache))
                 .collect();
             let out = m.forward(&mut batch).expect("batched step");
             drop(batch);
@@ -291,11 +283,10 @@ fn default_cache_is_adopted_and_foreign_cache_rejected() {
     let mut made = llama.new_cache();
     assert_eq!(x, step(&mut llama, &PROMPT_A, &mut made));
     // The llama's pool handed to the lfm2.
-    let err =
-        lfm2.model.forward(&mut [StepSeq { tokens: &[1], cache: &mut lfm2.kv.new_seq() }], &mut llama.kv);
+    let err = lfm2.model.forward(&mut [StepSeq::tokens(&[1], &mut lfm2.kv.new_seq())], &mut llama.kv);
     assert_eq!(err.unwrap_err().code(), "INVALID_REQUEST");
     // A 2-layer llama cache in a 6-layer lfm2.
-    let err = lfm2.forward(&mut [StepSeq { tokens: &[1], cache: &mut fresh }]).unwrap_err();
+    let err = lfm2.forward(&mut [StepSeq::tokens(&[1], &mut fresh)]).unwrap_err();
     assert_eq!(err.code(), "INVALID_REQUEST", "{err}");
 }
 
@@ -304,11 +295,8 @@ fn invalid_batches_are_rejected() {
     let mut m = load("tiny-lfm2-q4_0.gguf");
     assert_eq!(m.forward(&mut []).unwrap_err().code(), "INVALID_REQUEST");
     let mut c = m.new_cache();
-    assert_eq!(
-        m.forward(&mut [StepSeq { tokens: &[], cache: &mut c }]).unwrap_err().code(),
-        "INVALID_REQUEST"
-    );
-    let err = m.forward(&mut [StepSeq { tokens: &[1, 259], cache: &mut c }]).unwrap_err();
+    assert_eq!(m.forward(&mut [StepSeq::tokens(&[], &mut c)]).unwrap_err().code(), "INVALID_REQUEST");
+    let err = m.forward(&mut [StepSeq::tokens(&[1, 259], &mut c)]).unwrap_err();
     assert!(matches!(err, WickError::InvalidRequest(ref s) if s.contains("259")), "{err}");
     assert!(c.is_empty(), "a rejected step must not advance the cache");
     assert_eq!(m.kv.n_used(), 0, "nor take KV blocks");

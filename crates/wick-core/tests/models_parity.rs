@@ -63,8 +63,7 @@ fn run_single(model: &dyn Model, kv: &mut KvPool, c: &Case) -> Vec<Vec<f32>> {
     let mut out = vec![];
     let mut input = c.prompt.clone();
     for &t in &c.tokens {
-        let logits =
-            model.forward(&mut [StepSeq { tokens: &input, cache: &mut cache }], kv).expect("forward");
+        let logits = model.forward(&mut [StepSeq::tokens(&input, &mut cache)], kv).expect("forward");
         out.push(probs(&logits.get(0).expect("row")));
         input = vec![t];
     }
@@ -79,7 +78,7 @@ fn run_batched(model: &dyn Model, kv: &mut KvPool, cases: &[Case]) -> Vec<Vec<u3
     let mut argmaxes = vec![vec![]; cases.len()];
     for step in 0..cases[0].tokens.len() {
         let mut batch: Vec<StepSeq> =
-            inputs.iter().zip(caches.iter_mut()).map(|(t, cache)| StepSeq { tokens: t, cache }).collect();
+            inputs.iter().zip(caches.iter_mut()).map(|(t, cache)| StepSeq::tokens(t, cache)).collect();
         let logits = model.forward(&mut batch, kv).expect("batched forward");
         for (i, c) in cases.iter().enumerate() {
             argmaxes[i].push(argmax(&logits.get(i).expect("row").to_vec1::<f32>().expect("v")));

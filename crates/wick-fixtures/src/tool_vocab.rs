@@ -4,6 +4,7 @@
 //! one is small enough for a tiny fixture yet tokenizes tool calls into realistic pieces.
 
 use super::*;
+use wick_core::tokenizer::byte_chars;
 
 /// Control tokens, id = index: LFM2's first 14, then the image tokens and a reserved token
 /// that models emit mid-text (issue #13) and clients must never see.
@@ -27,6 +28,20 @@ pub const LFM2_CONTROL_TOKENS: &[&str] = &[
     "<|img_thumbnail|>",
     "<|reserved_special_token_237|>",
 ];
+
+/// LFM2-VL's image tokens beyond those in `LFM2_CONTROL_TOKENS`: `<image>` and the per-tile
+/// `<|img_row_R_col_C|>` (1-based, up to 10×10, as llama.cpp's mtmd writes them for tiled
+/// images). `ToolVocab::build_vl` appends them as control tokens after the normal tokens, so
+/// the ids of every other fixture's vocabulary stay as they were.
+pub fn lfm2_image_tokens() -> Vec<String> {
+    let mut out = vec!["<image>".to_string()];
+    for r in 1..=10 {
+        for c in 1..=10 {
+            out.push(format!("<|img_row_{r}_col_{c}|>"));
+        }
+    }
+    out
+}
 
 /// `<|startoftext|>`, `<|im_end|>` (LFM2's BOS and EOS).
 pub const LFM2_BOS: u32 = 1;
@@ -63,29 +78,14 @@ const PIECES: &[&str] = &[
     "system", "tool", "\n\n", "  ", "   ",
 ];
 
-/// GPT-2's `bytes_to_unicode`: printable Latin-1 bytes stand for themselves, the others
-/// are shifted to U+0100 onwards, so every byte-level token is printable text.
-fn byte_chars() -> [char; 256] {
-    let mut table = ['\0'; 256];
-    let mut shifted = 0u32;
-    for b in 0..=255u8 {
-        let printable = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-        table[b as usize] = if printable {
-            b as char
-        } else {
-            shifted += 1;
-            char::from_u32(255 + shifted).unwrap_or('\0')
-        };
-    }
-    table
-}
-
 /// The vocabulary: token texts (control tokens raw, the rest byte-level) in id order.
 pub struct ToolVocab {
     tokens: Vec<String>,
     index: HashMap<String, u32>,
     byte_chars: [char; 256],
     chat_template: String,
+    /// Control tokens appended after the normal ones (`build_vl`), raw text → id.
+    late_controls: HashMap<String, u32>,
 }
 
 impl ToolVocab {
@@ -100,7 +100,13 @@ impl ToolVocab {
             ))
         })?;
         let byte_chars = byte_chars();
-        let mut v = Self { tokens: vec![], index: HashMap::new(), byte_chars, chat_template };
+        let mut v = Self {
+            tokens: vec![],
+            index: HashMap::new(),
+            byte_chars,
+            chat_template,
+            late_controls: HashMap::new(),
+        };
         for t in LFM2_CONTROL_TOKENS {
             v.push(t.to_string());
         }
@@ -116,6 +122,20 @@ impl ToolVocab {
             v.push(text);
         }
         Ok(v)
+    }
+
+    /// `build` plus LFM2-VL's image tokens (`lfm2_image_tokens`) as control tokens at the end.
+    pub fn build_vl(llama_src: &Path, extra: &[&str]) -> Result<Self> {
+        let mut v = Self::build(llama_src, extra)?;
+        for t in lfm2_image_tokens() {
+            v.late_controls.insert(t.clone(), v.tokens.len() as u32);
+            v.tokens.push(t);
+        }
+        Ok(v)
+    }
+
+    fn is_control(&self, id: usize) -> bool {
+        id < LFM2_CONTROL_TOKENS.len() || self.late_controls.contains_key(&self.tokens[id])
     }
 
     fn push(&mut self, text: String) {
@@ -141,7 +161,9 @@ impl ToolVocab {
     pub fn id(&self, piece: &str) -> Option<u32> {
         match LFM2_CONTROL_TOKENS.iter().position(|t| *t == piece) {
             Some(i) => Some(i as u32),
-            None => self.index.get(&self.byte_level(piece)).copied(),
+            None => {
+                self.late_controls.get(piece).or_else(|| self.index.get(&self.byte_level(piece))).copied()
+            }
         }
     }
 
@@ -151,8 +173,10 @@ impl ToolVocab {
     pub fn metadata(&self) -> Meta {
         use gguf_file::Value as V;
         let n_control = LFM2_CONTROL_TOKENS.len();
-        let mut merged: Vec<&String> =
-            self.tokens[n_control..].iter().filter(|t| t.chars().count() > 1).collect();
+        let mut merged: Vec<&String> = self.tokens[n_control..]
+            .iter()
+            .filter(|t| t.chars().count() > 1 && !self.late_controls.contains_key(*t))
+            .collect();
         merged.sort_by_key(|t| t.chars().count());
         let merges = merged
             .into_iter()
@@ -161,7 +185,7 @@ impl ToolVocab {
                 V::String(format!("{} {}", &t[..last], &t[last..]))
             })
             .collect();
-        let types = (0..self.tokens.len()).map(|i| V::I32(if i < n_control { 3 } else { 1 })).collect();
+        let types = (0..self.tokens.len()).map(|i| V::I32(if self.is_control(i) { 3 } else { 1 })).collect();
         vec![
             ("tokenizer.ggml.model".into(), V::String("gpt2".into())),
             ("tokenizer.ggml.pre".into(), V::String("lfm2".into())),

@@ -1,5 +1,6 @@
 //! Plain JS objects crossing the boundary, and their mapping to engine types.
 
+use napi::bindgen_prelude::Uint8Array;
 use wick_core::engine::EngineInfo;
 use wick_core::gguf::{info, MetaValue};
 use wick_core::metrics::MetricsSnapshot;
@@ -24,6 +25,12 @@ pub struct LoadOptions {
     /// CPU threads for the kernels (process-wide, fixed by the first load; another count
     /// later fails with INVALID_REQUEST). Default `WICK_THREADS`, else every core.
     pub threads: Option<u32>,
+    /// A vision projector GGUF (LFM2-VL `mmproj`): requests may then carry images.
+    pub mmproj: Option<String>,
+    /// Image tokens per image at least / at most (llama.cpp's `--image-min-tokens` /
+    /// `--image-max-tokens`; LFM2-VL's defaults are 64 and 256).
+    pub image_min_tokens: Option<u32>,
+    pub image_max_tokens: Option<u32>,
 }
 
 #[napi(object)]
@@ -46,6 +53,8 @@ pub struct ModelInfo {
     pub vocab_only: bool,
     /// CPU kernel threads in effect (process-wide).
     pub threads: u32,
+    /// A vision projector is loaded: requests may carry images.
+    pub vision: bool,
 }
 
 impl From<&EngineInfo> for ModelInfo {
@@ -69,6 +78,7 @@ impl From<&EngineInfo> for ModelInfo {
             chat_template: i.chat_template.clone(),
             vocab_only: i.vocab_only,
             threads: i.threads as u32,
+            vision: i.vision,
         }
     }
 }
@@ -210,6 +220,21 @@ pub struct GenerateOptions {
     /// Constrains the output to a grammar; a grammar that does not compile (or exceeds the
     /// parser limits) makes `submit` throw INVALID_GRAMMAR.
     pub grammar: Option<Grammar>,
+    /// Images in the prompt (needs a model loaded with `mmproj`), in prompt order.
+    pub images: Option<Vec<ImageInput>>,
+}
+
+/// A decoded image placed in the prompt: RGB8 pixels, row-major, 3 bytes a pixel. The engine
+/// lays it out as the projector wants (LFM2-VL: `<|image_start|>`, tiles, thumbnail,
+/// `<|image_end|>`) before prompt token `at`.
+#[napi(object)]
+pub struct ImageInput {
+    /// Index in `promptTokens` the image goes before (`promptTokens.length` = at the end).
+    pub at: u32,
+    pub width: u32,
+    pub height: u32,
+    /// `width·height·3` bytes.
+    pub rgb: Uint8Array,
 }
 
 /// One `logit_bias` entry.
@@ -279,6 +304,17 @@ impl From<GenerateOptions> for GenerateRequest {
             top_logprobs: o.top_logprobs.map(|n| n as usize),
             marker_tokens: o.marker_tokens.unwrap_or_default(),
             grammar: o.grammar.map(GrammarSpec::from),
+            images: o
+                .images
+                .unwrap_or_default()
+                .iter()
+                .map(|i| request::PromptImage {
+                    at: i.at as usize,
+                    width: i.width as usize,
+                    height: i.height as usize,
+                    rgb: std::sync::Arc::from(&i.rgb[..]),
+                })
+                .collect(),
         }
     }
 }

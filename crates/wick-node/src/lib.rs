@@ -49,6 +49,9 @@ impl Engine {
         o.prefix_cache = opts.prefix_cache.unwrap_or(true);
         o.vocab_only = opts.vocab_only.unwrap_or(false);
         o.threads = opts.threads.map(|n| n as usize);
+        o.mmproj = opts.mmproj.map(Into::into);
+        o.vision.image_min_tokens = opts.image_min_tokens.map(|n| n as usize);
+        o.vision.image_max_tokens = opts.image_max_tokens.map(|n| n as usize);
         promise(env, async move {
             let engine =
                 blocking(|| wick_core::Engine::load(o), WickError::load("the loader panicked")).await?;

@@ -63,8 +63,7 @@ export function planTools(model: ServedModel, req: ToolRequest): ToolPlan {
   if (choice === "auto") {
     // Lazy: the model is free until it writes the start marker itself, then the call is held to
     // the tools' schemas. Without a one-token marker there is nothing to arm on: parse only.
-    // Every block may hold several calls here; `single` keeps the first when the output is read.
-    if (startId !== undefined) plan.grammar = { kind: "lark", source: callGrammar(parser, tools, { parallel: true }), triggerToken: startId };
+    if (startId !== undefined) plan.grammar = { kind: "lark", source: callGrammar(parser, tools, { parallel: !single }), triggerToken: startId };
     return plan;
   }
   let forced = tools;

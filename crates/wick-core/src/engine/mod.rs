@@ -14,10 +14,12 @@ use crate::cache::{KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::models::vision::{VisionModel, VisionOptions};
 use crate::models::{self, ModelInfo};
 use crate::request::{Event, GenerateRequest};
 use crate::runtime::pool;
 use crate::sampling::grammar::GrammarCompiler;
+use crate::scheduler::images::{expand, Expanded};
 use crate::scheduler::{Command, Scheduler, SchedulerConfig, Sequence};
 use crate::tokenizer::Tokenizer;
 
@@ -45,6 +47,11 @@ pub struct EngineOptions {
     /// process-wide and never resized: the first load (or first forward) fixes its size, and a
     /// later load asking for another size fails with INVALID_REQUEST.
     pub threads: Option<usize>,
+    /// A vision projector (`mmproj` GGUF, LFM2-VL's `clip.projector_type = lfm2`): requests
+    /// may then carry images.
+    pub mmproj: Option<PathBuf>,
+    /// The projector's per-image token bounds (llama.cpp's `--image-{min,max}-tokens`).
+    pub vision: VisionOptions,
 }
 
 impl EngineOptions {
@@ -60,6 +67,8 @@ impl EngineOptions {
             prefix_cache: true,
             vocab_only: false,
             threads: None,
+            mmproj: None,
+            vision: VisionOptions::default(),
         }
     }
 }
@@ -78,6 +87,8 @@ pub struct EngineInfo {
     pub vocab_only: bool,
     /// Threads of the process-wide CPU kernel pool.
     pub threads: usize,
+    /// A vision projector is loaded (requests may carry images).
+    pub vision: bool,
 }
 
 /// A submitted request: its event stream and its cancel switch. Dropping the stream also
@@ -127,6 +138,7 @@ pub struct Engine {
     max_queue: usize,
     next_id: AtomicU64,
     runner: Mutex<Option<Runner>>,
+    vision: Option<Arc<VisionModel>>,
 }
 
 impl Engine {
@@ -149,6 +161,21 @@ impl Engine {
             let model = models::load(&gguf, &device)?;
             let info = model.info().clone();
             (Some(model), info)
+        };
+        let vision = match (&opts.mmproj, opts.vocab_only) {
+            (Some(p), false) => {
+                let v = VisionModel::load(p, opts.vision)?;
+                if v.n_embd() != model_info.n_embd {
+                    return Err(WickError::load(format!(
+                        "the projector {} makes embeddings of width {}, the model's width is {}",
+                        p.display(),
+                        v.n_embd(),
+                        model_info.n_embd
+                    )));
+                }
+                Some(Arc::new(v))
+            }
+            _ => None,
         };
         let train_ctx = if model_info.n_ctx_train > 0 { model_info.n_ctx_train } else { 4096 };
         let mut context_size = opts.context_size.unwrap_or(4096.min(train_ctx));
@@ -183,6 +210,7 @@ impl Engine {
             chat_template: tokenizer.chat_template().map(str::to_string),
             vocab_only: opts.vocab_only,
             threads,
+            vision: vision.is_some(),
         };
         drop(gguf); // weights now live in the model's tensors; release the map
         let metrics = Arc::new(Metrics::default());
@@ -196,7 +224,8 @@ impl Engine {
                     step_tokens: opts.step_tokens,
                     prefill_chunk: opts.prefill_chunk.unwrap_or(usize::MAX),
                 };
-                let sched = Scheduler::new(model, tokenizer.clone(), rx, cfg, kv, metrics.clone());
+                let sched =
+                    Scheduler::new(model, tokenizer.clone(), rx, cfg, kv, metrics.clone(), vision.clone());
                 let thread = std::thread::Builder::new()
                     .name("wick-scheduler".into())
                     .spawn(move || sched.run())
@@ -212,6 +241,7 @@ impl Engine {
             max_queue: opts.max_queue,
             next_id: AtomicU64::new(1),
             runner: Mutex::new(runner),
+            vision,
         })
     }
 
@@ -224,14 +254,15 @@ impl Engine {
     }
 
     /// Validates and queues a request. Errors here are the request's fault (or a full queue).
-    pub fn submit(&self, req: GenerateRequest) -> Result<SequenceHandle> {
+    pub fn submit(&self, mut req: GenerateRequest) -> Result<SequenceHandle> {
         let ctx = self.info.context_size;
-        let n_prompt = req.prompt.len();
-        if n_prompt == 0 {
+        if req.prompt.is_empty() && req.images.is_empty() {
             return Err(WickError::InvalidRequest("the prompt is empty".into()));
         }
         let n_vocab = self.info.model.n_vocab;
         check_ids("", req.prompt.iter().copied(), n_vocab)?;
+        let prompt = self.expand_images(&mut req)?;
+        let n_prompt = prompt.tokens.len();
         check_ids("logit_bias ", req.sampling.logit_bias.iter().map(|&(id, _)| id), n_vocab)?;
         check_ids("marker ", req.marker_tokens.iter().copied(), n_vocab)?;
         check_ids("grammar trigger ", req.grammar.iter().filter_map(|g| g.trigger_token), n_vocab)?;
@@ -262,13 +293,29 @@ impl Engine {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, events) = unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));
-        let seq = Sequence::new(req, grammar, limit, tx, cancel.clone());
+        let seq = Sequence::new(req, prompt, grammar, limit, tx, cancel.clone());
         self.metrics.waiting.fetch_add(1, Ordering::Relaxed);
         if runner.tx.send(Command::Submit(Box::new(seq))).is_err() {
             self.metrics.waiting.fetch_sub(1, Ordering::Relaxed);
             return Err(WickError::EngineStopped);
         }
         Ok(SequenceHandle { id, events, canceller: Canceller { cancel, wake: runner.tx.clone() } })
+    }
+
+    /// The request's prompt with its images laid out (placeholder positions for their
+    /// embeddings), taken out of `req`.
+    fn expand_images(&self, req: &mut GenerateRequest) -> Result<Expanded> {
+        let prompt = std::mem::take(&mut req.prompt);
+        if req.images.is_empty() {
+            return Ok(Expanded { tokens: prompt, images: Vec::new(), breaks: Vec::new() });
+        }
+        let Some(vision) = &self.vision else {
+            return Err(WickError::InvalidRequest(
+                "image input is not supported: this model has no vision projector (mmproj)".into(),
+            ));
+        };
+        let images = std::mem::take(&mut req.images);
+        expand(&prompt, &images, vision, &self.tokenizer)
     }
 
     pub fn metrics(&self) -> MetricsSnapshot {
@@ -300,6 +347,8 @@ impl Engine {
             if let Some(t) = r.thread.take() {
                 let _ = t.join();
             }
+            drop(r);
+            crate::runtime::alloc::release_freed_memory();
         }
     }
 }

@@ -66,6 +66,10 @@ pub struct GgufFile {
 }
 
 impl GgufFile {
+    pub fn tensor_count(&self) -> usize {
+        self.tensors.len()
+    }
+
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let file = std::fs::File::open(&path)

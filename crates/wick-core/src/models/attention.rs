@@ -45,13 +45,23 @@ impl BatchPlan {
             if s.tokens.is_empty() {
                 return Err(WickError::InvalidRequest("a sequence in the batch has no tokens".into()));
             }
-            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            // Rows fed as embeddings keep placeholder ids (image positions): look up id 0 there.
+            let mut fed = vec![false; s.tokens.len()];
+            for e in &s.embeds {
+                if e.at + e.rows > s.tokens.len() {
+                    return Err(WickError::Internal("input embeddings past the step's tokens".into()));
+                }
+                fed[e.at..e.at + e.rows].fill(true);
+            }
+            if let Some((_, &bad)) =
+                s.tokens.iter().enumerate().find(|&(i, &t)| !fed[i] && t as usize >= n_vocab)
+            {
                 return Err(WickError::InvalidRequest(format!(
                     "token id {bad} is out of range for a vocabulary of {n_vocab}"
                 )));
             }
             let span = SeqSpan { start: ids.len(), len: s.tokens.len(), pos0: s.cache.len() };
-            ids.extend_from_slice(s.tokens);
+            ids.extend(s.tokens.iter().zip(&fed).map(|(&t, &f)| if f { 0 } else { t }));
             positions.extend(span.pos0..span.pos0 + span.len);
             rows.extend((0..span.len).map(|i| RowPos { seq_len: span.len as u32, idx: i as u32 }));
             last.push((span.start + span.len - 1) as u32);

@@ -197,6 +197,26 @@ impl Decoder {
         Ok(Tensor::cat(&parts, 0)?)
     }
 
+    /// `x` (the token embeddings of the step) with the rows the sequences feed as embeddings
+    /// (image positions) replaced by those, as llama.cpp takes `batch.embd` for them.
+    fn with_input_embeds(&self, x: Tensor, batch: &[StepSeq<'_>], plan: &BatchPlan) -> Result<Tensor> {
+        let d = self.info.n_embd;
+        let mut v = x.flatten_all()?.to_vec1::<f32>()?;
+        for (s, span) in batch.iter().zip(&plan.spans) {
+            for e in &s.embeds {
+                if e.data.len() != e.rows * d {
+                    return Err(WickError::InvalidRequest(format!(
+                        "input embeddings of width {} for a model of width {d}",
+                        e.data.len() / e.rows.max(1)
+                    )));
+                }
+                let at = (span.start + e.at) * d;
+                v[at..at + e.data.len()].copy_from_slice(e.data);
+            }
+        }
+        Ok(Tensor::from_vec(v, x.dims(), &self.device)?)
+    }
+
     /// The forward pass of a batch whose caches are prepared (`plan` made from it).
     fn forward_prepared(&self, batch: &mut [StepSeq<'_>], kv: &KvPool, plan: BatchPlan) -> Result<Tensor> {
         let (cos, sin) = self.rope.tables(&plan.positions, &self.device)?;
@@ -207,6 +227,9 @@ impl Decoder {
         let mut x = self.embed.forward(&plan.ids)?;
         if let Some(s) = self.embed_scale {
             x = (x * s as f64)?;
+        }
+        if batch.iter().any(|s| !s.embeds.is_empty()) {
+            x = self.with_input_embeds(x, batch, &plan)?;
         }
         let n_blocks = self.blocks.len();
         for (il, b) in self.blocks.iter().enumerate() {

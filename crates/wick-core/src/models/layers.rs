@@ -44,9 +44,22 @@ impl Hparams<'_> {
     pub fn opt_str(&self, k: &str) -> Result<Option<&str>> {
         self.gguf.metadata.opt_str(&self.key(k))
     }
+    /// `block_count`, checked before anything is sized by it: every layer has tensors, so a
+    /// count above the file's tensor count is corrupt (and must not allocate per-layer tables).
+    pub fn layers(&self) -> Result<usize> {
+        let n = self.usize("block_count")?;
+        if n == 0 || n > self.gguf.tensor_count() {
+            return Err(WickError::load(format!(
+                "{} is {n}, but the file has {} tensors",
+                self.key("block_count"),
+                self.gguf.tensor_count()
+            )));
+        }
+        Ok(n)
+    }
     /// The shape llama-style stacks (llama, qwen, gemma3) read from the same keys.
     pub fn dense_shape(&self) -> Result<DenseShape> {
-        let n_layer = self.usize("block_count")?;
+        let n_layer = self.layers()?;
         let n_head = self.usize("attention.head_count")?;
         Ok(DenseShape {
             d: self.usize("embedding_length")?,

@@ -27,7 +27,7 @@ pub fn load_moe(g: &GgufFile, dev: &Device) -> Result<Decoder> {
 fn load_arch(g: &GgufFile, dev: &Device, arch: &'static str) -> Result<Decoder> {
     let hp = Hparams { gguf: g, arch };
     let d = hp.usize("embedding_length")?;
-    let n_layer = hp.usize("block_count")?;
+    let n_layer = hp.layers()?;
     let n_head = hp.usize("attention.head_count")?;
     let n_kv = g.metadata.per_layer_usize(&hp.key("attention.head_count_kv"), n_layer)?;
     let eps = g.metadata.f32(&hp.key("attention.layer_norm_rms_epsilon"))?;

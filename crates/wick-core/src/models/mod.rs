@@ -17,6 +17,7 @@ mod llama;
 mod moe;
 mod qwen;
 mod shortconv;
+pub mod vision;
 
 /// What the engine and the APIs report about a loaded model.
 #[derive(Debug, Clone, Default)]
@@ -37,7 +38,24 @@ pub struct ModelInfo {
 pub struct StepSeq<'a> {
     /// Tokens to append at positions `cache.len()..cache.len() + tokens.len()`.
     pub tokens: &'a [u32],
+    /// Rows of `tokens` fed as input embeddings instead of token ids (image positions).
+    pub embeds: Vec<RowEmbeds<'a>>,
     pub cache: &'a mut SeqCache,
+}
+
+/// `rows` input embeddings (`rows × n_embd` values) for `tokens[at..at + rows]`.
+#[derive(Clone, Copy, Debug)]
+pub struct RowEmbeds<'a> {
+    pub at: usize,
+    pub rows: usize,
+    pub data: &'a [f32],
+}
+
+impl<'a> StepSeq<'a> {
+    /// A step of plain tokens.
+    pub fn tokens(tokens: &'a [u32], cache: &'a mut SeqCache) -> Self {
+        Self { tokens, embeds: Vec::new(), cache }
+    }
 }
 
 pub trait Model: Send + Sync {

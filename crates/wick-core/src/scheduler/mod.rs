@@ -4,6 +4,7 @@
 //! newest sequences if the step needs more KV blocks than are left, runs the model once,
 //! samples, and streams events back.
 
+pub(crate) mod images;
 mod sequence;
 mod stop;
 
@@ -18,6 +19,7 @@ use crate::cache::KvPool;
 use crate::error::WickError;
 use crate::kernels::with_host_f32;
 use crate::metrics::Metrics;
+use crate::models::vision::VisionModel;
 use crate::models::{Model, StepSeq};
 use crate::request::FinishReason;
 use crate::tokenizer::Tokenizer;
@@ -58,6 +60,9 @@ pub(crate) struct Scheduler {
     running: Vec<Box<Sequence>>,
     admissions: u64,
     paused: bool,
+    /// The image projector, when one is loaded, and recent images' embeddings.
+    vision: Option<Arc<VisionModel>>,
+    image_cache: images::ImageCache,
 }
 
 impl Scheduler {
@@ -68,6 +73,7 @@ impl Scheduler {
         cfg: SchedulerConfig,
         kv: KvPool,
         metrics: Arc<Metrics>,
+        vision: Option<Arc<VisionModel>>,
     ) -> Self {
         metrics.kv_blocks_total.store(kv.n_blocks(), Ordering::Relaxed);
         Self {
@@ -81,6 +87,8 @@ impl Scheduler {
             running: Vec::new(),
             admissions: 0,
             paused: false,
+            vision,
+            image_cache: images::ImageCache::new(8),
         }
     }
 
@@ -257,7 +265,7 @@ impl Scheduler {
         for (i, seq) in self.running.iter().enumerate() {
             let at = seq.n_cached();
             if at < seq.n_prompt {
-                let n = seq.n_prompt.min((at / c + 1) * c) - at;
+                let n = seq.chunk_end(at, c) - at;
                 if any && n > budget {
                     break; // FIFO: later prompts wait rather than overtake this one
                 }
@@ -291,14 +299,22 @@ impl Scheduler {
     }
 
     fn step(&mut self) -> crate::Result<()> {
-        let take = self.plan_within_kv();
+        let mut take = self.plan_within_kv();
+        if self.encode_images(&take) {
+            take = self.plan_within_kv();
+            if take.iter().all(|&n| n == 0) {
+                return Ok(());
+            }
+        }
+        let n_embd = self.model.info().n_embd;
         let logits = {
             let mut batch: Vec<StepSeq<'_>> = Vec::with_capacity(self.running.len());
             for (seq, &n) in self.running.iter_mut().zip(&take) {
                 if n > 0 {
-                    let Sequence { tokens, cache, .. } = &mut **seq;
+                    let Sequence { tokens, cache, images, .. } = &mut **seq;
                     let at = cache.len();
-                    batch.push(StepSeq { tokens: &tokens[at..at + n], cache });
+                    let embeds = images::row_embeds(images, at, at + n, n_embd);
+                    batch.push(StepSeq { tokens: &tokens[at..at + n], embeds, cache });
                 }
             }
             self.model.forward(&mut batch, &mut self.kv)?
@@ -306,6 +322,37 @@ impl Scheduler {
         let n_vocab = logits.dim(1)?;
         // Read in place: a copy of every row's logits is megabytes per step at batch 8.
         with_host_f32(&logits, |logits| self.sample_rows(&take, logits, n_vocab))?
+    }
+
+    /// Encodes the images whose positions this step feeds (the encoder runs inside the step,
+    /// so text-only sequences batch with image ones). A sequence whose image fails to encode
+    /// ends with the error; returns whether any did (the step is then planned again).
+    fn encode_images(&mut self, take: &[usize]) -> bool {
+        let Some(vision) = self.vision.clone() else { return false };
+        let mut failed = vec![];
+        for (i, (seq, &n)) in self.running.iter_mut().zip(take).enumerate() {
+            let at = seq.n_cached();
+            if n == 0 || seq.images.is_empty() || at >= seq.n_prompt {
+                continue;
+            }
+            let enc = images::ensure_encoded(
+                &mut seq.images,
+                at,
+                at + n,
+                &vision,
+                &mut self.image_cache,
+                &self.metrics,
+            );
+            if let Err(e) = enc {
+                failed.push((i, e));
+            }
+        }
+        let any = !failed.is_empty();
+        for (i, e) in failed.into_iter().rev() {
+            let seq = self.running.remove(i);
+            self.retire_failed(seq, e);
+        }
+        any
     }
 
     /// Samples every sequence whose step ended its unfed tokens, from its row of `logits`,

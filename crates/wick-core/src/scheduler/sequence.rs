@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::images::{Expanded, SeqImage};
 use super::stop::{StopMatcher, StopScan};
 use crate::cache::SeqCache;
 use crate::metrics::Metrics;
@@ -18,9 +19,12 @@ use crate::tokenizer::{Detokenizer, Tokenizer};
 pub(crate) struct Sequence {
     pub cancel: Arc<AtomicBool>,
     tx: UnboundedSender<Event>,
-    /// Prompt followed by generated tokens.
+    /// Prompt followed by generated tokens (image positions hold placeholder ids).
     pub tokens: Vec<u32>,
     pub n_prompt: usize,
+    /// The prompt's images and where prompt chunks must end around them.
+    pub images: Vec<SeqImage>,
+    pub breaks: Vec<usize>,
     /// Generation may not go past this many tokens in total.
     pub limit: usize,
     /// KV blocks and conv state; `cache.len()` tokens of `tokens` are in it.
@@ -46,19 +50,22 @@ pub(crate) struct Sequence {
 impl Sequence {
     pub fn new(
         req: GenerateRequest,
+        prompt: Expanded,
         grammar: Option<Constraint>,
         limit: usize,
         tx: UnboundedSender<Event>,
         cancel: Arc<AtomicBool>,
     ) -> Self {
-        let n_prompt = req.prompt.len();
+        let n_prompt = prompt.tokens.len();
         let mut markers = req.marker_tokens;
         markers.sort_unstable();
         Self {
             cancel,
             tx,
-            tokens: req.prompt,
+            tokens: prompt.tokens,
             n_prompt,
+            images: prompt.images,
+            breaks: prompt.breaks,
             limit,
             cache: SeqCache::default(),
             cached_tokens: 0,
@@ -89,6 +96,15 @@ impl Sequence {
 
     pub fn n_cached(&self) -> usize {
         self.cache.len()
+    }
+
+    /// Where the prompt chunk starting at `at` ends: at the next multiple of `chunk`
+    /// positions counted from the start of `at`'s segment (the prompt is cut into segments
+    /// at its images' edges), at the segment's end, or at the prompt's end.
+    pub fn chunk_end(&self, at: usize, chunk: usize) -> usize {
+        let seg = self.breaks.iter().rev().find(|&&b| b <= at).copied().unwrap_or(0);
+        let next = self.breaks.iter().find(|&&b| b > at).copied().unwrap_or(self.n_prompt);
+        (seg + ((at - seg) / chunk + 1) * chunk).min(next).min(self.n_prompt)
     }
 
     pub fn is_cancelled(&self) -> bool {

@@ -14,7 +14,7 @@ use crate::gguf::Metadata;
 
 /// GPT-2's byte ↔ char table: printable Latin-1 bytes stand for themselves, the rest are
 /// shifted to U+0100 onwards so no byte maps to whitespace or a control character.
-pub(crate) fn byte_chars() -> [char; 256] {
+pub fn byte_chars() -> [char; 256] {
     let mut table = ['\0'; 256];
     let mut shifted = 0u32;
     for b in 0..=255u8 {

@@ -13,6 +13,7 @@ mod pretokenize;
 mod spm;
 mod vocab;
 
+pub use bpe::byte_chars;
 pub use detokenize::Detokenizer;
 
 use crate::error::{Result, WickError};

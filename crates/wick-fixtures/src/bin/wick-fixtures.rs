@@ -1,7 +1,7 @@
 //! Writes Wick's test fixtures: tiny random-weight GGUF models (llama, lfm2 in Q8_0, Q4_0,
 //! F16, Q4_K) with tokenizers copied from llama.cpp's vocab-only GGUFs, LFM2 tool-calling
-//! models (random and scripted, with a built LFM2 vocabulary and chat template), plus broken
-//! files for load-failure tests.
+//! models (random and scripted, with a built LFM2 vocabulary and chat template), LFM2-VL
+//! projectors (`mmproj-*.gguf`) with their text model, plus broken files for load-failure tests.
 //!
 //! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--hf] [--hf-bench]
 //!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf and
@@ -9,7 +9,8 @@
 //!                    (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
 //!   --bad            also write the broken files (bad-*.gguf)
 //!   --quant-sources  instead of the standard set: F32 llama/lfm2 sources for llama-quantize
-//!   --bench          instead of the standard set: benchmark-sized LFM2 / lfm2moe models
+//!   --bench          instead of the standard set: benchmark-sized LFM2 / lfm2moe models and
+//!                    LFM2-VL-450M-shaped projectors
 //!   --hf             instead of the standard set: synthetic Hugging Face checkpoints (one
 //!                    directory each, hf-<arch>[-k]) for `wick convert`
 //!   --hf-bench       instead of the standard set: the 0.9 GB checkpoint of the converter
@@ -20,9 +21,9 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let (mut out, mut src, mut bad) = (None, wick_fixtures::default_llama_src(), false);
+    let (mut out, mut src, mut bad, mut bench) = (None, wick_fixtures::default_llama_src(), false, false);
     let mut specs = wick_fixtures::standard_specs();
-    // The LFM2 tool-calling fixtures belong to the standard set.
+    // The LFM2 tool-calling and LFM2-VL fixtures belong to the standard set.
     let mut tools = true;
     let mut hf = false;
     let mut hf_bench = false;
@@ -34,7 +35,7 @@ fn main() -> ExitCode {
             },
             "--bad" => bad = true,
             "--quant-sources" => (specs, tools) = (wick_fixtures::quant_source_specs(), false),
-            "--bench" => (specs, tools) = (wick_fixtures::bench_specs(), false),
+            "--bench" => (specs, tools, bench) = (wick_fixtures::bench_specs(), false, true),
             "--hf" => (specs, tools, hf) = (vec![], false, true),
             "--hf-bench" => (specs, tools, hf_bench) = (vec![], false, true),
             "-h" | "--help" => return usage(""),
@@ -60,6 +61,14 @@ fn main() -> ExitCode {
         }
         if tools {
             for p in wick_fixtures::write_tool_fixtures(&out, &src)? {
+                println!("{}", p.display());
+            }
+            for p in wick_fixtures::write_vision_fixtures(&out, &src)? {
+                println!("{}", p.display());
+            }
+        }
+        if bench {
+            for p in wick_fixtures::write_vision_specs(&wick_fixtures::bench_vision_specs(), &out)? {
                 println!("{}", p.display());
             }
         }

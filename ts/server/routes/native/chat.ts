@@ -17,7 +17,7 @@ import { parseBody } from "../../validate.ts";
 import { useModel, type RouteDeps } from "../openai/common.ts";
 import { createdAt, doneMetrics, doneReason, loadOrUnload } from "./common.ts";
 
-export function nativeChatRoutes(router: Router, { models, log }: RouteDeps): void {
+export function nativeChatRoutes(router: Router, { models, log, images }: RouteDeps): void {
   router.post("/api/chat", async (ctx) => {
     const started = performance.now();
     const req = parseBody(ollamaChatRequest, ctx.request.body);
@@ -29,8 +29,8 @@ export function nativeChatRoutes(router: Router, { models, log }: RouteDeps): vo
     }
     const model = await useModel(ctx, models, req.model, req.keep_alive);
     const sampling = ollamaSampling(req.options, model.info.nVocab, model.profile?.params);
-    const input = { messages: toChatMessages(req.messages), tools: req.tools, sampling, n: 1, format: formatGrammar(req.format) };
-    const { jobs, tools, params } = planChat(model, input, { maxTokens: "options.num_predict", format: "format" });
+    const input = { messages: toChatMessages(req.messages), tools: req.tools, sampling, n: 1, format: formatGrammar(req.format), images };
+    const { jobs, tools, params } = await planChat(model, input, { maxTokens: "options.num_predict", format: "format" });
     const events = startChoices(model, jobs, clientGoneSignal(ctx), params);
     const out = new ToolOutput(tools);
 

@@ -7,13 +7,14 @@
  * only loads the model (`done_reason: "load"`), or with `keep_alive: 0` unloads it.
  */
 import type Router from "@koa/router";
-import type { ChatMessage } from "../../../schemas/chat.ts";
+import type { ChatMessage, ContentPart } from "../../../schemas/chat.ts";
 import { ollamaGenerateRequest, type OllamaGenerateRequest } from "../../../schemas/ollama.ts";
 import { RequestError } from "../../../service/errors.ts";
 import { startChoices, type ChoiceEvent, type Job } from "../../../service/generation.ts";
 import { formatGrammar, ollamaSampling } from "../../../service/native.ts";
 import { requestTemplate, type RequestTemplate } from "../../../service/profile.ts";
-import { chatPromptTokens, completionPromptTokens } from "../../../service/prompt.ts";
+import { chatPrompt, completionPromptTokens, type ChatPrompt } from "../../../service/prompt.ts";
+import { base64Ref, type ImageOptions } from "../../../service/images/index.ts";
 import type { ServedModel } from "../../../service/registry.ts";
 import { sendNdjson } from "../../ndjson.ts";
 import { clientGoneSignal } from "../../sse.ts";
@@ -21,7 +22,7 @@ import { parseBody } from "../../validate.ts";
 import { useModel, type RouteDeps } from "../openai/common.ts";
 import { createdAt, doneMetrics, doneReason, loadOrUnload } from "./common.ts";
 
-export function nativeGenerateRoutes(router: Router, { models, log }: RouteDeps): void {
+export function nativeGenerateRoutes(router: Router, { models, log, images }: RouteDeps): void {
   router.post("/api/generate", async (ctx) => {
     const started = performance.now();
     const req = parseBody(ollamaGenerateRequest, ctx.request.body);
@@ -34,8 +35,9 @@ export function nativeGenerateRoutes(router: Router, { models, log }: RouteDeps)
     unsupported(req);
     const template = req.raw ? undefined : requestTemplate(req.template);
     const model = await useModel(ctx, models, req.model, req.keep_alive);
-    const promptTokens = generatePrompt(model, req, template);
-    const options = { ...ollamaSampling(req.options, model.info.nVocab, model.profile?.params), promptTokens };
+    const prompt = await generatePrompt(model, req, template, images);
+    const promptTokens = prompt.tokens;
+    const options = { ...ollamaSampling(req.options, model.info.nVocab, model.profile?.params), promptTokens, ...(prompt.images.length ? { images: prompt.images } : {}) };
     const grammar = formatGrammar(req.format);
     if (grammar) options.grammar = grammar;
     const jobs: Job[] = [{ options, promptIndex: 0 }];
@@ -60,26 +62,31 @@ export function nativeGenerateRoutes(router: Router, { models, log }: RouteDeps)
 
 /** Fields this server does not act on yet: refused clearly rather than silently ignored. */
 function unsupported(req: OllamaGenerateRequest): void {
-  if (req.images?.length) throw new RequestError("INVALID_REQUEST", "This model does not accept image input (it has no vision projector).", "images", "image_input_not_supported");
+  if (req.images?.length && req.raw) throw new RequestError("INVALID_REQUEST", "Images cannot be combined with raw prompts.", "images");
   if (req.suffix) throw new RequestError("INVALID_REQUEST", "This model does not support insert (fill-in-the-middle) with suffix.", "suffix");
 }
 
-function generatePrompt(model: ServedModel, req: OllamaGenerateRequest, goTemplate: RequestTemplate | undefined): number[] {
+async function generatePrompt(model: ServedModel, req: OllamaGenerateRequest, goTemplate: RequestTemplate | undefined, images: ImageOptions): Promise<ChatPrompt> {
   const prompt = req.prompt ?? "";
-  let ids: number[];
+  let out: ChatPrompt;
   if (req.raw) {
-    ids = prompt ? completionPromptTokens(model, prompt)[0]! : [];
+    out = { tokens: prompt ? completionPromptTokens(model, prompt)[0]! : [], images: [] };
   } else {
-    const messages: ChatMessage[] = [...(req.system ? [{ role: "system" as const, content: req.system }] : []), { role: "user", content: prompt }];
+    // Ollama puts the images before the prompt's text.
+    const parts: ContentPart[] = (req.images ?? []).map((b64) => ({ type: "image_url", image_url: { url: base64Ref(b64) } }));
+    const user: ChatMessage = { role: "user", content: parts.length ? [...parts, ...(prompt ? [{ type: "text" as const, text: prompt }] : [])] : prompt };
+    const messages: ChatMessage[] = [...(req.system ? [{ role: "system" as const, content: req.system }] : []), user];
     // A continued exchange (`context`) already had the Modelfile's MESSAGEs.
-    ids = chatPromptTokens(model, messages, { goTemplate, profileMessages: !req.context?.length });
+    out = await chatPrompt(model, messages, { goTemplate, profileMessages: !req.context?.length, images });
   }
   const context = req.context ?? [];
-  if (context.length === 0) return ids;
+  if (context.length === 0) return out;
   const bad = context.findIndex((id) => id >= model.info.nVocab);
   if (bad >= 0) throw new RequestError("INVALID_REQUEST", `context[${bad}] is not a token id of this model.`, `context[${bad}]`);
   // The earlier exchange already began with BOS: a second one mid-sequence would be wrong.
-  return [...context, ...(ids[0] === model.info.bosToken ? ids.slice(1) : ids)];
+  const dropBos = out.tokens[0] === model.info.bosToken ? 1 : 0;
+  const shift = context.length - dropBos;
+  return { tokens: [...context, ...out.tokens.slice(dropBos)], images: out.images.map((i) => ({ ...i, at: i.at + shift })) };
 }
 
 async function* chunks(events: AsyncIterable<ChoiceEvent>, promptTokens: number[], withContext: boolean, head: () => object, started: number): AsyncGenerator<unknown> {

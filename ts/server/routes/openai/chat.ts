@@ -19,14 +19,14 @@ import { parseBody } from "../../validate.ts";
 import { finishReason, responseId, unixNow, useModel, type ResponseMeta, type RouteDeps } from "./common.ts";
 import { LogprobFormatter } from "./logprobs.ts";
 
-export function chatRoutes(router: Router, { models, log }: RouteDeps): void {
+export function chatRoutes(router: Router, { models, log, images }: RouteDeps): void {
   router.post("/v1/chat/completions", async (ctx) => {
     const req = parseBody(chatCompletionRequest, ctx.request.body);
     const model = await useModel(ctx, models, req.model);
     const sampling = samplingOptions(withOpenAIDefaults(model.profile, req), model.info.nVocab, req.logprobs ? (req.top_logprobs ?? 0) : undefined);
     const format = responseFormatGrammar(req.response_format);
     const maxTokens = req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
-    const { jobs, tools, params } = planChat(model, { ...req, sampling, n: req.n ?? 1, format }, { maxTokens, format: "response_format" });
+    const { jobs, tools, params } = await planChat(model, { ...req, sampling, n: req.n ?? 1, format, images }, { maxTokens, format: "response_format" });
     const events = startChoices(model, jobs, clientGoneSignal(ctx), params);
     const meta: ResponseMeta = { id: responseId("chatcmpl"), created: unixNow(), model: model.id };
     const logprobs = req.logprobs ? new LogprobFormatter(model) : null;

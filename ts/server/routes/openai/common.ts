@@ -6,11 +6,14 @@ import type { Context } from "koa";
 import { keepAliveMs } from "../../../service/keep-alive.ts";
 import type { ModelManager } from "../../../service/models.ts";
 import type { ModelRegistry, ServedModel } from "../../../service/registry.ts";
+import type { ImageOptions } from "../../../service/images/index.ts";
 
 export interface RouteDeps {
   registry: ModelRegistry;
   models: ModelManager;
   log: Logger;
+  /** How request images are fetched and decoded. */
+  images: ImageOptions;
 }
 
 /**

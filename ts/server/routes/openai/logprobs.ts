@@ -2,16 +2,18 @@
  * Engine logprobs (token ids) → OpenAI's two logprobs shapes: chat's
  * `{content:[{token, logprob, bytes, top_logprobs}]}` and completions'
  * `{tokens, token_logprobs, top_logprobs, text_offset}`. The end-of-generation token is not
- * text and OpenAI does not list it, so it is left out.
+ * text and OpenAI does not list it, so it is left out. Chat entries also carry the token `id`,
+ * as llama-server's do (clients ignore the extra field; parity tests compare ids).
  */
 import type { TokenLogprobs } from "../../../engine/index.ts";
 import type { ServedModel } from "../../../service/registry.ts";
 
 export interface ChatTokenLogprob {
+  id: number;
   token: string;
   logprob: number;
   bytes: number[];
-  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
+  top_logprobs: { id: number; token: string; logprob: number; bytes: number[] }[];
 }
 
 export interface CompletionLogprobs {
@@ -29,7 +31,7 @@ export class LogprobFormatter {
   chat(lps: TokenLogprobs[]): { content: ChatTokenLogprob[]; refusal: null } {
     const entry = (id: number, logprob: number) => {
       const token = this.piece(id);
-      return { token, logprob, bytes: [...Buffer.from(token, "utf8")] };
+      return { id, token, logprob, bytes: [...Buffer.from(token, "utf8")] };
     };
     return {
       content: this.visible(lps).map((lp) => ({ ...entry(lp.id, lp.logprob), top_logprobs: lp.top.map((t) => entry(t.id, t.logprob)) })),

@@ -6,11 +6,13 @@ pub(crate) mod elementwise;
 pub mod expf;
 pub mod feats;
 pub(crate) mod float_dots;
+pub mod image;
 pub(crate) mod k_quants;
 pub mod matmul;
 pub(crate) mod q8;
 pub(crate) mod quants;
 pub mod repack;
+pub mod vit;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 

@@ -1,0 +1,110 @@
+/**
+ * `wick run <model> [prompt]`, as `ollama run` and llama-cli: with a prompt (or stdin piped
+ * in), print the streamed answer and exit; without, an interactive chat (repl.ts). The model is
+ * a store name or a hub reference — asked of the server at WICK_HOST (started when none
+ * answers) and pulled first when the store lacks it — or a .gguf path, loaded in this process
+ * behind a private loopback server, as llama-cli loads its -m file.
+ */
+import path from "node:path";
+import { connect } from "./autostart.ts";
+import { chatTurn, extractImagePaths, formatStats, noVision, preload, readImages, type ChatMessage } from "./chat.ts";
+import type { WickClient } from "./client.ts";
+import { ApiError, CliError } from "./errors.ts";
+import type { RunFlags } from "./flags.ts";
+import { isHubRef, pullModel } from "./models.ts";
+import { repl, type Session } from "./repl.ts";
+import type { ShowAnswer } from "./show.ts";
+
+export async function run(model: string, promptArgs: string[], flags: RunFlags): Promise<void> {
+  // `wick run m "x" | head -1`: a closed pipe ends the command quietly.
+  process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+    if (err.code === "EPIPE") process.exit(0);
+    throw err;
+  });
+  const piped = process.stdin.isTTY ? undefined : await readAll(process.stdin);
+  const interactive = !!process.stdin.isTTY && promptArgs.length === 0 && flags.prompt === undefined;
+
+  const backend = path.isAbsolute(model) ? await (await import("./local.ts")).startLocal(model) : { client: await connect(), model, close: async () => {} };
+  try {
+    const session: Session = {
+      client: backend.client,
+      model: backend.model,
+      info: await showOrPull(backend.client, backend.model),
+      options: requestOptions(flags),
+      system: flags.system,
+      format: flags.format,
+      keepAlive: flags.keepAlive,
+      verbose: !!flags.verbose,
+      messages: [],
+      images: flags.image ?? [],
+    };
+    if (interactive) await repl(session);
+    else await oneShot(session, [piped, flags.prompt, ...promptArgs]);
+  } finally {
+    await backend.close();
+  }
+}
+
+/** The model's /api/show answer; a hub reference the store lacks is pulled first (with progress). */
+export async function showOrPull(client: WickClient, model: string): Promise<ShowAnswer> {
+  try {
+    return await client.json<ShowAnswer>("POST", "/api/show", { model });
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 404)) throw err;
+    if (!isHubRef(model)) throw new CliError(`model '${model}' not found: 'wick list' shows the store; 'wick pull hf.co/org/repo[:quant]' or 'wick create ${model} -f Modelfile' adds one`);
+  }
+  await pullModel(client, model);
+  return client.json<ShowAnswer>("POST", "/api/show", { model });
+}
+
+/** The run flags as Ollama request options (only those given: the Modelfile's stay the defaults). */
+export function requestOptions(f: RunFlags): Record<string, unknown> {
+  const o: Record<string, unknown> = {
+    temperature: f.temperature,
+    top_p: f.topP,
+    top_k: f.topK,
+    min_p: f.minP,
+    repeat_penalty: f.repeatPenalty,
+    repeat_last_n: f.repeatLastN,
+    presence_penalty: f.presencePenalty,
+    frequency_penalty: f.frequencyPenalty,
+    num_predict: f.nPredict,
+    seed: f.seed,
+    stop: f.stop,
+  };
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
+}
+
+/** The request of one turn: the session's system message, history, options and format. */
+export function chatRequest(s: Session, messages: ChatMessage[]) {
+  return {
+    model: s.model,
+    messages: s.system !== undefined ? [{ role: "system" as const, content: s.system }, ...messages] : messages,
+    ...(Object.keys(s.options).length ? { options: s.options } : {}),
+    ...(s.format ? { format: s.format } : {}),
+    ...(s.keepAlive !== undefined ? { keep_alive: s.keepAlive } : {}),
+  };
+}
+
+/** Ollama's non-interactive run: stdin, then the prompt words, joined by spaces; an empty prompt only loads the model. */
+async function oneShot(s: Session, parts: (string | undefined)[]): Promise<void> {
+  const joined = parts.filter((p): p is string => !!p).join(" ");
+  const { text, paths } = extractImagePaths(joined);
+  for (const p of paths) process.stderr.write(`Added image '${p}'\n`);
+  const images = [...s.images, ...paths];
+  if (!text.trim() && !images.length) return preload(s.client, s.model, s.keepAlive);
+  if (images.length) {
+    const why = noVision(s.model, s.info.capabilities);
+    if (why) throw new CliError(why);
+  }
+  const user: ChatMessage = { role: "user", content: text, ...(images.length ? { images: readImages(images) } : {}) };
+  const res = await chatTurn(s.client, chatRequest(s, [user]), process.stdout);
+  if (!res.content.endsWith("\n")) process.stdout.write("\n");
+  if (s.verbose && res.stats) process.stderr.write(formatStats(res.stats));
+}
+
+async function readAll(stream: NodeJS.ReadableStream): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of stream) chunks.push(Buffer.from(c as Buffer));
+  return Buffer.concat(chunks).toString("utf8");
+}
