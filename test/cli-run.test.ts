@@ -191,7 +191,7 @@ serial("one-shot on a .gguf path loads it in process: no server is started", asy
     const r = await h.wick(["run", smol!, "Say hi", "-n", "6", "--temp", "0", "--image-max-tokens", "64"]);
     t.is(r.status, 0, r.stderr);
     t.regex(r.stdout, /\S\n$/);
-    t.deepEqual(r.lines, ["wick: note: --image-max-tokens: vision models are not supported yet, so it has no effect"]);
+    t.deepEqual(r.lines, ["wick: note: --image-max-tokens: the image token budget is the server's: set it with wick serve --image-max-tokens"]);
     t.false(existsSync(path.join(h.home, "logs")), "no server, no log");
     const again = await h.wick(["run", smol!, "Say hi", "-n", "6", "--temp", "0"]);
     t.is(again.stdout, r.stdout, "greedy: the same answer");

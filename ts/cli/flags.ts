@@ -51,7 +51,8 @@ export interface ServeFlags {
   logLevel?: string;
   imageMinTokens?: number;
   imageMaxTokens?: number;
-  noPrivateImageUrls?: boolean;
+  /** false with --no-private-image-urls (commander names a `--no-` flag by what it negates). */
+  privateImageUrls?: boolean;
   imageMaxPixels?: number;
   imageMaxBytes?: number;
   imageTimeout?: number;
@@ -92,10 +93,10 @@ export const SERVE_FLAGS: FlagSpec[] = [
   { key: "gpuMemoryUtilization", flags: ["--gpu-memory-utilization", "--mem-fraction-static"], value: "<0..1>", description: "fraction of GPU memory to use", parse: fraction, notice: CPU_ONLY },
   { key: "dtype", flags: ["--dtype"], value: "<type>", description: "GPU compute type: auto, float16, bfloat16, float32", parse: choice(["auto", "float16", "bfloat16", "float32", "half", "float"]), notice: CPU_ONLY },
   { key: "toolCallParser", flags: ["--tool-call-parser"], value: "<name>", description: `tool-call format: ${TOOL_PARSER_NAMES.join(", ")} (default: from the chat template)`, parse: choice(TOOL_PARSER_NAMES) },
-  { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: existingFile },
+  { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: nonEmpty },
   { key: "imageMinTokens", flags: ["--image-min-tokens"], value: "<n>", description: "image tokens per image at least (LFM2-VL default 64)", parse: positiveInt },
   { key: "imageMaxTokens", flags: ["--image-max-tokens"], value: "<n>", description: "image tokens per image (thumbnail or single image) at most; larger images are downscaled or tiled (LFM2-VL default 256)", parse: positiveInt },
-  { key: "noPrivateImageUrls", flags: ["--no-private-image-urls"], description: "refuse image URLs that resolve to loopback, private or link-local addresses" },
+  { key: "privateImageUrls", flags: ["--no-private-image-urls"], description: "refuse image URLs that resolve to loopback, private or link-local addresses" },
   { key: "imageMaxPixels", flags: ["--image-max-pixels"], value: "<n>", description: "largest image accepted, width × height (default 50000000); larger ones are refused before decoding", parse: positiveInt },
   { key: "imageMaxBytes", flags: ["--image-max-bytes"], value: "<n>", description: "largest image file accepted, in bytes (default 20 MiB)", parse: positiveInt },
   { key: "imageTimeout", flags: ["--image-timeout"], value: "<ms>", description: "time allowed to fetch an image URL, redirects included (default 10000)", parse: positiveInt },

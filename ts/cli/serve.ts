@@ -56,7 +56,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
   const model = flags.model ? await loadStartModel(models, flags, log) : undefined;
 
   const images = {
-    ...(flags.noPrivateImageUrls ? { allowPrivate: false } : {}),
+    ...(flags.privateImageUrls === false ? { allowPrivate: false } : {}),
     ...(flags.imageMaxPixels ? { maxPixels: flags.imageMaxPixels } : {}),
     ...(flags.imageMaxBytes ? { maxBytes: flags.imageMaxBytes } : {}),
     ...(flags.imageTimeout ? { timeoutMs: flags.imageTimeout } : {}),

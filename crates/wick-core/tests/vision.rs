@@ -1,7 +1,8 @@
 //! LFM2-VL: the projector loads, a prompt's image layout is llama.cpp's (token for token),
 //! and the embeddings agree with llama.cpp's `mtmd_encode_chunk` on the same pixels.
-//! The reference comes from `scripts/mtmd-embd.cpp` (built against the llama-server build,
-//! `WICK_MTMD_EMBD` names the binary); without it that comparison is skipped.
+//! The reference comes from `scripts/mtmd-embd.cpp`, built by scripts/build-mtmd-embd.sh
+//! against the llama-server build (`<WICK_LLAMA_BUILD>/bin/wick-mtmd-embd`, or the binary
+//! `WICK_MTMD_EMBD` names); without it that comparison is skipped.
 
 mod common;
 
@@ -87,13 +88,20 @@ fn projector_loads_and_rejects_text_models() {
 #[test]
 fn embeddings_and_layout_match_llama_cpp() {
     let Some(dir) = fixtures() else { return };
-    let Some(bin) = std::env::var("WICK_MTMD_EMBD").ok().filter(|b| Path::new(b).exists()) else {
-        common::skip(
-            "embeddings_and_layout_match_llama_cpp",
-            "WICK_MTMD_EMBD (scripts/mtmd-embd.cpp) is not built",
+    let build = std::env::var_os("WICK_LLAMA_BUILD")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| common::engine::repo().join(".cache/llama-build"));
+    let bin =
+        std::env::var_os("WICK_MTMD_EMBD").map(PathBuf::from).unwrap_or(build.join("bin/wick-mtmd-embd"));
+    if !bin.exists() {
+        let why = format!(
+            "{} is missing (bash scripts/build-mtmd-embd.sh, after scripts/build-llama-server.sh)",
+            bin.display()
         );
+        common::skip("embeddings_and_layout_match_llama_cpp", &why);
         return;
-    };
+    }
+    let bin = bin.to_string_lossy().into_owned();
     let text = GgufFile::open(dir.join("tiny-lfm2-vl-q8_0.gguf")).unwrap();
     let tok = Tokenizer::from_gguf(&text.metadata).unwrap();
     let cases = [
