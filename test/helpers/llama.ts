@@ -3,7 +3,7 @@
  * (never built or downloaded here), with flash attention off. With it on, llama.cpp
  * accumulates V in f16 and greedy choices at near-ties can differ from Wick's kernels.
  */
-import { getLlama, LlamaLogLevel, type Llama, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
+import { getLlama, LlamaLogLevel, type Llama, type LlamaContextOptions, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 
 export function referenceLlama(): Promise<Llama> {
   return getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true, logLevel: LlamaLogLevel.error });
@@ -17,15 +17,17 @@ export function withBos(model: LlamaModel, ids: Token[]): Token[] {
 
 /**
  * Runs `body` on the one sequence of a fresh context. One thread unless asked: ggml's workers
- * spin-wait, which starves everything else on a small machine.
+ * spin-wait, which starves everything else on a small machine. `extra`: more context options
+ * (an f32 KV cache, …).
  */
 export async function inContext<T>(
   model: LlamaModel,
   contextSize: number,
   body: (seq: LlamaContextSequence) => Promise<T>,
   threads = 1,
+  extra: Partial<LlamaContextOptions> = {},
 ): Promise<T> {
-  const ctx = await model.createContext({ contextSize, sequences: 1, threads, flashAttention: false });
+  const ctx = await model.createContext({ contextSize, sequences: 1, threads, flashAttention: false, ...extra });
   try {
     return await body(ctx.getSequence());
   } finally {

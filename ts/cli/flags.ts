@@ -1,5 +1,5 @@
 /**
- * The flag tables of `wick serve`, `wick run` and `wick show`: the single source of truth for
+ * The flag tables of `wick serve`, `wick run`, `wick show` and `wick convert`: the single source of truth for
  * their options, with their aliases from the other runtimes (serve: llama-server, vLLM, SGLang,
  * mlx-lm, Ollama; run: llama-cli and Ollama), their value checks and help.
  * Commander cannot spell multi-letter short flags (`-np`, `-hf`) or several long names per
@@ -7,7 +7,8 @@
  * flags that only make sense elsewhere (`--enable-torch-compile`, `--ipc=host`) with a notice.
  */
 import { TOOL_PARSER_NAMES } from "../service/tools/index.ts";
-import { choice, existingFile, fraction, gpuLayers, hubRepo, integer, keepAlive, modelName, modelRef, nonEmpty, number, port, positiveInt } from "./values.ts";
+import { CONVERT_OUT_TYPES } from "../engine/convert.ts";
+import { choice, existingFile, fraction, gpuLayers, hubRepo, integer, keepAlive, modelName, modelRef, nonEmpty, number, outfile, port, positiveInt } from "./values.ts";
 
 export interface FlagSpec<F = ServeFlags> {
   /** Property name in the parsed options. */
@@ -122,6 +123,24 @@ export const SHOW_FLAGS: FlagSpec<ShowFlags>[] = [
   { key: "verbose", flags: ["--verbose", "-v"], description: "with --json, keep the long metadata arrays (the vocabulary)" },
 ];
 
+export interface ConvertFlags {
+  outfile: string;
+  outtype: string;
+  threads?: number;
+}
+
+export const CONVERT_FLAGS: FlagSpec<ConvertFlags>[] = [
+  { key: "outfile", flags: ["--outfile", "-o"], value: "<file.gguf>", description: "the GGUF to write (written to a temporary file beside it, renamed at the end)", parse: outfile, required: true },
+  {
+    key: "outtype",
+    flags: ["--outtype"],
+    value: "<type>",
+    description: `${CONVERT_OUT_TYPES.join(", ")}; the _M mixes and K-quants follow llama-quantize's per-tensor rules (default f16)`,
+    parse: choice(CONVERT_OUT_TYPES),
+  },
+  { key: "threads", flags: ["--threads", "-t"], value: "<n>", description: "quantizing threads (default: one per core)", parse: positiveInt },
+];
+
 /** `wick run`: sampling as llama-cli spells it (and Ollama's run flags); every value goes out as a request option. */
 export interface RunFlags {
   model?: string;
@@ -205,6 +224,7 @@ export const FOREIGN_FLAGS: ForeignFlag[] = [
 const TABLES: Record<string, { specs: FlagSpec<any>[]; foreign: ForeignFlag[] }> = {
   serve: { specs: SERVE_FLAGS, foreign: FOREIGN_FLAGS },
   run: { specs: RUN_FLAGS, foreign: [] },
+  convert: { specs: CONVERT_FLAGS, foreign: [] },
 };
 const COMMAND_ALIASES: Record<string, string> = { start: "serve" };
 

@@ -17,6 +17,7 @@ const commands: Commands = {
   rm: async (models) => (await import("./models.ts")).rm(models),
   cp: async (source, destination) => (await import("./models.ts")).cp(source, destination),
   stop: async (model) => (await import("./models.ts")).stop(model),
+  convert: async (dir, flags) => (await import("./convert.ts")).convert(dir, flags),
 };
 
 try {

@@ -6,9 +6,22 @@
 import { readFileSync } from "node:fs";
 import { Command, Option } from "commander";
 import type { BenchOptions } from "./bench.ts";
-import { flagNotices, knownFlags, normalizeArgv, RUN_FLAGS, SERVE_FLAGS, SHOW_FLAGS, type FlagSpec, type RunFlags, type ServeFlags, type ShowFlags } from "./flags.ts";
+import {
+  CONVERT_FLAGS,
+  flagNotices,
+  knownFlags,
+  normalizeArgv,
+  RUN_FLAGS,
+  SERVE_FLAGS,
+  SHOW_FLAGS,
+  type ConvertFlags,
+  type FlagSpec,
+  type RunFlags,
+  type ServeFlags,
+  type ShowFlags,
+} from "./flags.ts";
 import { closest } from "./suggest.ts";
-import { integer, modelName, modelOrPath, modelRef } from "./values.ts";
+import { integer, modelDir, modelName, modelOrPath, modelRef } from "./values.ts";
 
 const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
 
@@ -29,6 +42,7 @@ export interface Commands {
   rm(models: string[]): Promise<void>;
   cp(source: string, destination: string): Promise<void>;
   stop(model: string): Promise<void>;
+  convert(dir: string, flags: ConvertFlags): Promise<void>;
 }
 
 /** Commander's message as one `wick <command>: …` line: the alias as typed, our suggestion inline. */
@@ -134,6 +148,11 @@ function buildProgram(commands: Commands, typed = new Map<string, string>()): Co
     .action(async (o: { model: string; threads?: number; nPrompt: number; nGen: number; repetitions: number; output: "table" | "json" }) => {
       await commands.bench({ ...o });
     });
+  const convert = command("convert", "Convert a Hugging Face model directory (safetensors, config.json, tokenizer) to GGUF, as llama.cpp's converter and llama-quantize write it.")
+    .argument("<dir>", "model directory", modelDir);
+  for (const spec of CONVERT_FLAGS) convert.addOption(toOption(spec));
+  convert.action((dir: string, flags: ConvertFlags) => commands.convert(dir, { ...flags, outtype: flags.outtype ?? "f16" }));
+
   return program;
 
   /** A value checked by a parser outside commander's argument parsing, failing as commander would. */

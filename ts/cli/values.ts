@@ -118,6 +118,23 @@ export function modelPath(raw: string): string {
   throw new InvalidArgumentError("No such file.");
 }
 
+/** `convert --outfile`: a path whose directory exists (resolved to an absolute path). */
+export function outfile(raw: string): string {
+  const p = path.resolve(raw);
+  const dir = path.dirname(p);
+  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new InvalidArgumentError(`No such directory: ${dir}.`);
+  if (existsSync(p) && statSync(p).isDirectory()) throw new InvalidArgumentError("Is a directory (expected a file name).");
+  return p;
+}
+
+/** `convert <dir>`: an existing directory (resolved to an absolute path). */
+export function modelDir(raw: string): string {
+  const p = path.resolve(raw);
+  if (!existsSync(p)) throw new InvalidArgumentError("No such directory.");
+  if (!statSync(p).isDirectory()) throw new InvalidArgumentError("Not a directory (expected a Hugging Face model directory).");
+  return p;
+}
+
 /**
  * `show <model>` and `run <model>`: a file that exists or a value that looks like a path (read
  * locally, an absolute path comes back), else a store name or hub reference (asked of the server).

@@ -9,6 +9,7 @@ export const ENGINE_CODES = [
   "QUEUE_FULL",
   "CANCELLED",
   "ENGINE_STOPPED",
+  "CONVERT_FAILED",
   "INTERNAL",
 ] as const;
 

@@ -835,8 +835,11 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.Conversion = nativeBinding.Conversion
 module.exports.Engine = nativeBinding.Engine
 module.exports.Sequence = nativeBinding.Sequence
+module.exports.convertOutTypes = nativeBinding.convertOutTypes
 module.exports.FinishReason = nativeBinding.FinishReason
 module.exports.GrammarKind = nativeBinding.GrammarKind
 module.exports.inspectModel = nativeBinding.inspectModel
+module.exports.startConversion = nativeBinding.startConversion

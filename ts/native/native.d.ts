@@ -9,6 +9,19 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** A running conversion. */
+export declare class Conversion {
+  /** Where the conversion is (after the last tensor written). */
+  progress(): ConvertProgress
+  /** Stops the conversion; `done()` then rejects with CANCELLED and no file is left. */
+  cancel(): void
+  /**
+   * Resolves with the report once the file is in place; rejects with the error's code
+   * (CONVERT_FAILED, UNSUPPORTED_ARCHITECTURE, INVALID_REQUEST, CANCELLED).
+   */
+  done(): Promise<ConvertReport>
+}
+
 export declare class Engine {
   /** Loads a GGUF model on a blocking worker thread (not the libuv pool). */
   static load(opts: LoadOptions): Promise<Engine>
@@ -34,6 +47,42 @@ export declare class Sequence {
    */
   next(): Promise<Array<SequenceEvent> | null>
   cancel(): void
+}
+
+export interface ConvertOptions {
+  /** The Hugging Face model directory (config.json, *.safetensors, tokenizer files). */
+  input: string
+  outfile: string
+  /** f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m or q6_k. */
+  outtype: string
+  /** Quantizing threads (default: one per core). */
+  threads?: number
+}
+
+/** The output types `outtype` accepts. */
+export declare function convertOutTypes(): Array<string>
+
+export interface ConvertProgress {
+  /** The tensor just written. */
+  tensor: string
+  tensorsDone: number
+  tensorsTotal: number
+  bytesWritten: number
+  bytesTotal: number
+}
+
+export interface ConvertReport {
+  outfile: string
+  architecture: string
+  outtype: string
+  tensors: number
+  bytesRead: number
+  bytesWritten: number
+  seconds: number
+  /** The largest tensor of the checkpoint, in bytes. */
+  largestTensorBytes: number
+  /** Every tensor's type, in file order. */
+  types: Array<TensorType>
 }
 
 /** Why a sequence ended. */
@@ -272,6 +321,15 @@ export type SequenceEvent =
   | { type: 'token'; ids: Array<number>; text: string; logprobs?: Array<TokenLogprobs> }
   | { type: 'done'; finishReason: FinishReason; usage: Usage; timings: Timings }
   | { type: 'error'; code: string; message: string }
+
+/** Starts converting `opts.input` into `opts.outfile` on a new thread. */
+export declare function startConversion(opts: ConvertOptions): Conversion
+
+export interface TensorType {
+  name: string
+  /** ggml type name (Q4_K, F32, …). */
+  dtype: string
+}
 
 export interface Timings {
   queueMs: number

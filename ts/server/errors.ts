@@ -44,6 +44,8 @@ export const ERROR_TABLE: Record<ErrorCode, ErrorRow> = {
   ENGINE_STOPPED: { status: 503, type: "server_error", code: "model_unloaded", retryAfter: 1 },
   INTERNAL: { status: 500, type: "server_error", code: "internal_error" },
   INVALID_GRAMMAR: { status: 400, type: invalid, code: "invalid_grammar" },
+  // `wick convert` only (no route converts models): bad checkpoints, disk errors.
+  CONVERT_FAILED: { status: 400, type: invalid, code: "convert_failed" },
   // service codes (ts/service/errors.ts)
   MODEL_NOT_FOUND: { status: 404, type: invalid, code: "model_not_found" },
   NOT_IMPLEMENTED: { status: 501, type: "server_error", code: "not_implemented" },

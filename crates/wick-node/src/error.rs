@@ -35,6 +35,17 @@ where
     })
 }
 
+/// As `promise`, for work whose errors already carry their code (the converter's).
+pub fn promise_coded<T, F>(env: &Env, work: F) -> napi::Result<AsyncBlock<T>>
+where
+    T: ToNapiValue + Send + 'static,
+    F: Future<Output = Result<T>> + Send + 'static,
+{
+    AsyncBlockBuilder::build_with_map(env, async move { Ok(work.await) }, |env, result| {
+        result.map_err(|e| napi::Error::from(JsError::from(e).into_unknown(env)))
+    })
+}
+
 /// Runs blocking engine work on tokio's blocking pool (not the libuv pool, which serves file
 /// and DNS I/O). A panic becomes `on_panic`; a lost task, INTERNAL.
 pub async fn blocking<T, F>(f: F, on_panic: WickError) -> wick_core::Result<T>

@@ -4,6 +4,7 @@
 #[macro_use]
 extern crate napi_derive;
 
+pub mod conversion;
 mod convert;
 mod error;
 

@@ -3,7 +3,7 @@
 //! models (random and scripted, with a built LFM2 vocabulary and chat template), LFM2-VL
 //! projectors (`mmproj-*.gguf`) with their text model, plus broken files for load-failure tests.
 //!
-//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench]
+//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--hf] [--hf-bench]
 //!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf and
 //!                    models/templates/LFM2-8B-A1B.jinja
 //!                    (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
@@ -11,6 +11,10 @@
 //!   --quant-sources  instead of the standard set: F32 llama/lfm2 sources for llama-quantize
 //!   --bench          instead of the standard set: benchmark-sized LFM2 / lfm2moe models and
 //!                    LFM2-VL-450M-shaped projectors
+//!   --hf             instead of the standard set: synthetic Hugging Face checkpoints (one
+//!                    directory each, hf-<arch>[-k]) for `wick convert`
+//!   --hf-bench       instead of the standard set: the 0.9 GB checkpoint of the converter
+//!                    benchmark (hf-bench-lfm2, benches/convert.sh)
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +25,8 @@ fn main() -> ExitCode {
     let mut specs = wick_fixtures::standard_specs();
     // The LFM2 tool-calling and LFM2-VL fixtures belong to the standard set.
     let mut tools = true;
+    let mut hf = false;
+    let mut hf_bench = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--llama-src" => match args.next() {
@@ -30,6 +36,8 @@ fn main() -> ExitCode {
             "--bad" => bad = true,
             "--quant-sources" => (specs, tools) = (wick_fixtures::quant_source_specs(), false),
             "--bench" => (specs, tools, bench) = (wick_fixtures::bench_specs(), false, true),
+            "--hf" => (specs, tools, hf) = (vec![], false, true),
+            "--hf-bench" => (specs, tools, hf_bench) = (vec![], false, true),
             "-h" | "--help" => return usage(""),
             _ if out.is_none() && !a.starts_with('-') => out = Some(PathBuf::from(a)),
             _ => return usage(&format!("unexpected argument `{a}`")),
@@ -37,6 +45,17 @@ fn main() -> ExitCode {
     }
     let Some(out) = out else { return usage("missing <out_dir>") };
     let run = || -> wick_core::Result<()> {
+        if hf_bench {
+            println!(
+                "{}",
+                wick_fixtures::write_hf_checkpoint(&wick_fixtures::hf_bench_spec(), &out, &src)?.display()
+            );
+        }
+        if hf {
+            for spec in wick_fixtures::hf_specs() {
+                println!("{}", wick_fixtures::write_hf_checkpoint(&spec, &out, &src)?.display());
+            }
+        }
         for p in wick_fixtures::write_specs(&specs, &out, &src)? {
             println!("{}", p.display());
         }
@@ -73,7 +92,9 @@ fn usage(err: &str) -> ExitCode {
     if !err.is_empty() {
         eprintln!("wick-fixtures: {err}");
     }
-    eprintln!("usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench]");
+    eprintln!(
+        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--hf] [--hf-bench]"
+    );
     if err.is_empty() {
         ExitCode::SUCCESS
     } else {
