@@ -221,6 +221,23 @@ fn images_run_through_the_engine() {
 }
 
 #[test]
+fn whole_prompt_prefill_with_images_answers_as_chunked() {
+    let Some(dir) = fixtures() else { return };
+    let img = pattern(1200, 900, 2);
+    let answer = |chunk: Option<usize>| {
+        let mut o = EngineOptions::new(dir.join("tiny-lfm2-vl-q8_0.gguf"));
+        o.context_size = Some(4096);
+        o.mmproj = Some(dir.join("mmproj-tiny-lfm2-vl-q8_0.gguf"));
+        o.prefill_chunk = chunk;
+        o.step_tokens = 8192;
+        let engine = Engine::load(o).expect("load");
+        run(&engine, image_req(&engine, USER, &img, ASK, 6)).ids
+    };
+    // Prompt chunks end at the images' edges either way, so the numerics are the same.
+    assert_eq!(answer(None), answer(Some(256)));
+}
+
+#[test]
 fn images_need_a_projector_and_a_valid_placement() {
     let Some(dir) = fixtures() else { return };
     let text_only = vl_engine(dir, None);
