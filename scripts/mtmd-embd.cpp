@@ -1,6 +1,13 @@
-// Dumps llama.cpp's LFM2-VL prompt chunks for one raw RGB image: text chunks as token ids,
-// image chunks as their projected embeddings (mtmd_encode_chunk), for comparing with Wick.
-// usage: embd <text-model.gguf> <mmproj.gguf> <image.rgb> <w> <h> <out.txt> [max_tokens]
+// llama.cpp's LFM2-VL prompt chunks for `<|im_start|>user\n<image>Hi` and one raw RGB image
+// (w·h·3 bytes): text chunks as token ids (`T n ids…`), image chunks as their projected
+// embeddings (`E n n_embd values…`, from mtmd_encode_chunk), one line each, in prompt order;
+// each encode's time goes to stderr (`ENCODE n tokens t ms`). The reference of
+// crates/wick-core/tests/vision.rs and benches/vision.rs; built by scripts/build-mtmd-embd.sh.
+// Flash attention off, as the parity tests run llama.cpp; THREADS (default 2) encoder threads;
+// DUMP=1 also prints every intermediate tensor of the encoder graph (first values and a sum)
+// to stderr, for finding where two implementations part.
+//
+// usage: wick-mtmd-embd <text-model.gguf> <mmproj.gguf> <image.rgb> <w> <h> <out.txt> [max_tokens]
 #include "llama.h"
 #include "mtmd.h"
 #include <cstdio>
@@ -35,7 +42,12 @@ int main(int argc, char ** argv) {
     mtmd_context * ctx = mtmd_init_from_file(argv[2], model, cp);
     if (!ctx) return 4;
     mtmd_bitmap * bm = mtmd_bitmap_init(w, h, rgb.data());
-    std::string prompt = std::string("<|im_start|>user\n") + mtmd_get_marker(ctx) + "Hi"; mtmd_input_text txt; txt.text = prompt.c_str(); txt.text_len = prompt.size(); txt.add_special = true; txt.parse_special = true;
+    std::string prompt = std::string("<|im_start|>user\n") + mtmd_get_marker(ctx) + "Hi";
+    mtmd_input_text txt;
+    txt.text = prompt.c_str();
+    txt.text_len = prompt.size();
+    txt.add_special = true;
+    txt.parse_special = true;
     mtmd_input_chunks * chunks = mtmd_input_chunks_init();
     const mtmd_bitmap * bms[1] = {bm};
     if (mtmd_tokenize(ctx, chunks, &txt, bms, 1) != 0) return 5;

@@ -94,4 +94,9 @@ test("native tool results pair with the earlier call of the same name, then in o
   t.is((msgs[2] as { tool_call_id: string }).tool_call_id, idB);
   t.is((msgs[3] as { tool_call_id: string }).tool_call_id, idA);
   t.notThrows(() => checkToolMessages(msgs));
+  // Ollama's images become image parts before the message's text; only user/system messages carry them.
+  t.deepEqual(toChatMessages([{ role: "user", content: "x", images: ["aGk="] }]), [
+    { role: "user", content: [{ type: "image_url", image_url: { url: "data:;base64,aGk=" } }, { type: "text", text: "x" }] },
+  ]);
+  fails(t, () => toChatMessages([{ role: "assistant", content: "x", images: ["aGk="] }]), "messages[0].images");
 });

@@ -138,3 +138,18 @@ serial("decoding applies EXIF orientation and drops alpha", async (t) => {
   t.is(a!.rgb.length, 20 * 40 * 3);
   t.deepEqual(b!.rgb, small.rgb, "a PNG decodes to exactly its pixels");
 });
+
+serial("an image that does not fit the context is blamed on the messages", async (t) => {
+  const small = await loadModel(modelPath!, { mmproj: (proj as { path: string }).path, contextSize: 512 });
+  const s = await startServer({ registry: small.registry });
+  try {
+    const big = testImage(1200, 900, 2); // 6 tiles + thumbnail: 1790 image positions
+    const res = await postJson(`${s.url}/v1/chat/completions`, ask(big.dataUri));
+    t.is(res.status, 400, res.text);
+    t.is(res.json.error.param, "messages", res.text);
+    t.regex(res.json.error.message, /context length is 512/);
+  } finally {
+    await s.close();
+    await small.engine.unload();
+  }
+});

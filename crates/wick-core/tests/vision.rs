@@ -221,6 +221,48 @@ fn images_run_through_the_engine() {
 }
 
 #[test]
+fn whole_prompt_prefill_with_images_answers_as_chunked() {
+    let Some(dir) = fixtures() else { return };
+    let img = pattern(1200, 900, 2);
+    let answer = |chunk: Option<usize>| {
+        let mut o = EngineOptions::new(dir.join("tiny-lfm2-vl-q8_0.gguf"));
+        o.context_size = Some(4096);
+        o.mmproj = Some(dir.join("mmproj-tiny-lfm2-vl-q8_0.gguf"));
+        o.prefill_chunk = chunk;
+        o.step_tokens = 8192;
+        let engine = Engine::load(o).expect("load");
+        run(&engine, image_req(&engine, USER, &img, ASK, 6)).ids
+    };
+    // Prompt chunks end at the images' edges either way, so the numerics are the same.
+    assert_eq!(answer(None), answer(Some(256)));
+}
+
+#[test]
+fn image_sequences_survive_preemption_and_batch_with_each_other() {
+    let Some(dir) = fixtures() else { return };
+    let (a, b) = (pattern(1200, 900, 2), pattern(640, 480, 5));
+    let engine = vl_engine(dir, Some("mmproj-tiny-lfm2-vl-q8_0.gguf"));
+    let alone = [
+        run(&engine, image_req(&engine, USER, &a, ASK, 24)).ids,
+        run(&engine, image_req(&engine, USER, &b, ASK, 24)).ids,
+    ];
+    // A KV pool too small for both: the newer is preempted and recomputed (its image embeddings
+    // kept), and both still answer as they do alone.
+    let mut o = EngineOptions::new(dir.join("tiny-lfm2-vl-q8_0.gguf"));
+    o.context_size = Some(4096);
+    o.mmproj = Some(dir.join("mmproj-tiny-lfm2-vl-q8_0.gguf"));
+    o.kv_tokens = Some(2 * 1024);
+    o.prefix_cache = false;
+    let tight = Engine::load(o).expect("load");
+    let both = run_together(
+        &tight,
+        vec![image_req(&tight, USER, &a, ASK, 24), image_req(&tight, USER, &b, ASK, 24)],
+    );
+    assert_eq!([both[0].ids.clone(), both[1].ids.clone()], alone);
+    assert!(tight.metrics().preemptions_total > 0, "the pool was meant to force a preemption");
+}
+
+#[test]
 fn images_need_a_projector_and_a_valid_placement() {
     let Some(dir) = fixtures() else { return };
     let text_only = vl_engine(dir, None);

@@ -104,7 +104,8 @@ impl Sequence {
     pub fn chunk_end(&self, at: usize, chunk: usize) -> usize {
         let seg = self.breaks.iter().rev().find(|&&b| b <= at).copied().unwrap_or(0);
         let next = self.breaks.iter().find(|&&b| b > at).copied().unwrap_or(self.n_prompt);
-        (seg + ((at - seg) / chunk + 1) * chunk).min(next).min(self.n_prompt)
+        // Saturating: `chunk` is usize::MAX when prompts go in one piece.
+        seg.saturating_add(((at - seg) / chunk + 1).saturating_mul(chunk)).min(next).min(self.n_prompt)
     }
 
     pub fn is_cancelled(&self) -> bool {

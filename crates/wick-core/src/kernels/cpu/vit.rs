@@ -53,6 +53,9 @@ pub fn dot_single_f32(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f
 /// `[m, k]` rows of `x` times `[n, k]` rows of `w` → `[m, n]`, as ggml's `mul_mat` for two
 /// f32 operands: tinyBLAS when `m ≥ 2` and `k % 16 == 0`, else `ggml_vec_dot_f32`.
 pub fn matmul_f32(x: &[f32], m: usize, w: &[f32], n: usize, k: usize) -> Vec<f32> {
+    if m >= 2 && k.is_multiple_of(16) {
+        return tiled_matmul(x, m, n, k, &|j0, j1| std::borrow::Cow::Borrowed(&w[j0 * k..j1 * k]));
+    }
     let mut y = vec![0f32; m * n];
     let yp = SyncPtr(y.as_mut_ptr());
     let tiled = m >= 2 && k.is_multiple_of(16);
@@ -77,29 +80,31 @@ pub fn matmul_f32(x: &[f32], m: usize, w: &[f32], n: usize, k: usize) -> Vec<f32
     y
 }
 
-/// `[m, k]` rows of `x` times an F16 weight (`[n, k]`, little-endian f16 bytes) → `[m, n]`, as
-/// ggml's `mul_mat` for several rows: the activations rounded to f16, then tinyBLAS (16 lanes
-/// over chunks of 16 of the f16 values as f32). Callers use it when `m ≥ 2`, `k % 16 == 0`
-/// and `n % 4 == 0` (else ggml takes other kernels: `matmul::matmul` has them). Each weight
-/// row is widened once per task and meets every activation row.
-pub fn matmul_f16w(x: &[f32], m: usize, w: &[u8], n: usize, k: usize) -> Vec<f32> {
-    let x16: Vec<f32> = x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+/// Output columns per task of `tiled_matmul`.
+const COLS: usize = 16;
+
+/// `y[r][j] = dot_tiled_sl(w_j, x_r)` for every row r of `x` (`[m, k]`) and column j < n,
+/// with `w_cols(j0, j1)` giving columns j0..j1's weights as f32 rows: tasks over blocks of
+/// `COLS` columns, blocks of 64 activation rows kept in cache while every column meets them,
+/// four rows per FMA chain. Each output is tinyBLAS's sum for it, however the work is cut.
+fn tiled_matmul<'w>(
+    x: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    w_cols: &(dyn Fn(usize, usize) -> std::borrow::Cow<'w, [f32]> + Sync),
+) -> Vec<f32> {
     let mut y = vec![0f32; m * n];
     let yp = SyncPtr(y.as_mut_ptr());
-    const COLS: usize = 16;
     pool::run(n.div_ceil(COLS), &|t| {
+        let (j0, j1) = (t * COLS, ((t + 1) * COLS).min(n));
+        let wf = w_cols(j0, j1);
         fast(
             #[inline(always)]
             || {
-                let (j0, j1) = (t * COLS, ((t + 1) * COLS).min(n));
-                let wf: Vec<f32> = w[j0 * k * 2..j1 * k * 2]
-                    .chunks_exact(2)
-                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect();
-                // Blocks of 64 activation rows stay in cache while every column meets them.
                 for r0 in (0..m).step_by(64) {
                     let rows = 64.min(m - r0);
-                    let xs = &x16[r0 * k..(r0 + rows) * k];
+                    let xs = &x[r0 * k..(r0 + rows) * k];
                     for (jj, wr) in wf.chunks_exact(k).enumerate() {
                         // Safety: task t alone writes columns j0..j1.
                         tiled_rows(wr, xs, k, rows, |r, v| unsafe {
@@ -111,6 +116,23 @@ pub fn matmul_f16w(x: &[f32], m: usize, w: &[u8], n: usize, k: usize) -> Vec<f32
         )
     });
     y
+}
+
+/// `[m, k]` rows of `x` times an F16 weight (`[n, k]`, little-endian f16 bytes) → `[m, n]`, as
+/// ggml's `mul_mat` for several rows: the activations rounded to f16, then tinyBLAS (16 lanes
+/// over chunks of 16 of the f16 values as f32). Callers use it when `m ≥ 2`, `k % 16 == 0`
+/// and `n % 4 == 0` (else ggml takes other kernels: `matmul::matmul` has them). Each weight
+/// row is widened once per task.
+pub fn matmul_f16w(x: &[f32], m: usize, w: &[u8], n: usize, k: usize) -> Vec<f32> {
+    let x16: Vec<f32> = x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+    let widen = |j0: usize, j1: usize| {
+        let v: Vec<f32> = w[j0 * k * 2..j1 * k * 2]
+            .chunks_exact(2)
+            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect();
+        std::borrow::Cow::Owned(v)
+    };
+    tiled_matmul(&x16, m, n, k, &widen)
 }
 
 /// `ggml_norm` over rows of `w.len()` values, then `· w + b`.
@@ -167,18 +189,32 @@ fn gelu_table() -> &'static [u16] {
     })
 }
 
-/// `ggml_gelu` (tanh form) in place: 0 below −10, x above 10, else the f16 table.
+/// `ggml_gelu` (tanh form) in place: 0 below −10, x above 10, else the f16 table; spread over
+/// the pool.
 pub fn gelu(x: &mut [f32]) {
     let t = gelu_table();
-    for v in x.iter_mut() {
-        *v = if *v <= -10.0 {
-            0.0
-        } else if *v >= 10.0 {
-            *v
-        } else {
-            f16::from_bits(t[f16::from_f32(*v).to_bits() as usize]).to_f32()
-        };
-    }
+    const PIECE: usize = 4096;
+    let xp = SyncPtr(x.as_mut_ptr());
+    let n = x.len();
+    pool::run(n.div_ceil(PIECE), &|p| {
+        fast(
+            #[inline(always)]
+            || {
+                let (a, b) = (p * PIECE, ((p + 1) * PIECE).min(n));
+                // Safety: task p alone touches elements a..b.
+                let part = unsafe { std::slice::from_raw_parts_mut(xp.get().add(a), b - a) };
+                for v in part.iter_mut() {
+                    *v = if *v <= -10.0 {
+                        0.0
+                    } else if *v >= 10.0 {
+                        *v
+                    } else {
+                        f16::from_bits(t[f16::from_f32(*v).to_bits() as usize]).to_f32()
+                    };
+                }
+            },
+        )
+    });
 }
 
 /// `ggml_soft_max_ext(·, no mask, scale)` on one row, in place.
@@ -589,29 +625,21 @@ pub fn patch_embed(pixels: &[f32], w: usize, h: usize, p: usize, kernel: &[f32])
             }
         }
     }
-    // mul_mat(im2col, kernel): tinyBLAS over the kk-long rows (kk = 768 splits into 16s).
+    // mul_mat(im2col, kernel): tinyBLAS over the kk-long rows (3·p·p, 768 for p = 16).
     let n = nx * ny;
+    if kk.is_multiple_of(16) && n_out >= 2 {
+        return tiled_matmul(&cols, n, n_out, kk, &|j0, j1| {
+            std::borrow::Cow::Borrowed(&kernel[j0 * kk..j1 * kk])
+        });
+    }
     let mut y = vec![0f32; n * n_out];
-    let yp = SyncPtr(y.as_mut_ptr());
-    let tiled = kk.is_multiple_of(16) && n_out >= 2;
-    pool::run(n, &|r| {
-        fast(
-            #[inline(always)]
-            || {
-                let xr = &cols[r * kk..(r + 1) * kk];
-                for j in 0..n_out {
-                    let wr = &kernel[j * kk..(j + 1) * kk];
-                    let v = if tiled {
-                        dot_tiled(kk, |i| xr[i], |i| wr[i])
-                    } else {
-                        dot_single_f32(kk, |i| xr[i], |i| wr[i])
-                    };
-                    // Safety: task r alone writes row r.
-                    unsafe { *yp.get().add(r * n_out + j) = v };
-                }
-            },
-        )
-    });
+    for r in 0..n {
+        for j in 0..n_out {
+            // `ggml_vec_dot_f16`: the im2col is F16.
+            y[r * n_out + j] =
+                super::float_dots::dot_single(kk, |i| cols[r * kk + i], |i| kernel[j * kk + i]);
+        }
+    }
     y
 }
 
