@@ -14,7 +14,7 @@ import { progressReporter } from "../ts/cli/progress.ts";
 import { needs, repoRoot, smollm2 } from "./helpers/assets.ts";
 import { BIN, cliHome, type CliHome } from "./helpers/cli.ts";
 import { startHub } from "./helpers/hub.ts";
-import { spawnPty, type Pty } from "./helpers/pty.ts";
+import { prompt, say, spawnPty, type Pty } from "./helpers/pty.ts";
 
 const { path: smol, serial } = needs(smollm2());
 
@@ -32,28 +32,6 @@ const runPty = (h: CliHome, args: string[]) => {
   opened.push(p);
   return p;
 };
-
-/** Waits for the prompt (`>>> ` as the last thing on the screen) shown after offset `from`. */
-async function prompt(p: Pty, from: number, timeoutMs = 60_000): Promise<number> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const s = p.screen();
-    if (s.endsWith(">>> ") && s.length - 4 >= from) return s.length;
-    if (Date.now() > deadline) throw new Error(`no prompt after ${from}; the screen:\n${s.slice(-2000)}`);
-    if (p.child.exitCode !== null) throw new Error(`exited ${p.child.exitCode}; the screen:\n${s.slice(-2000)}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** Types a line (or keys, e.g. arrow up) at the prompt, then Enter; returns what came back before the next prompt. */
-async function say(p: Pty, keys: string): Promise<string> {
-  const from = p.screen().length;
-  p.type(`${keys}\r`);
-  const end = await prompt(p, from + 1);
-  const shown = p.screen().slice(from, end - 4);
-  // The echo of the line (readline redraws it for keys such as arrow up) ends at the first newline.
-  return shown.slice(shown.indexOf("\n") + 1);
-}
 
 /** Every terminal a test opened is closed when it ends, passed or not. */
 const opened: Pty[] = [];
@@ -123,7 +101,7 @@ serial("the interactive chat in a terminal: answers, temperature 0 is determinis
     t.regex(await say(p, "/?"), /^Available Commands:\n/);
     const png = path.join(h.home, "cat.png");
     writeFileSync(png, Buffer.from("89504e470d0a1a0a", "hex"));
-    const noVision = "wick: plain does not take images: it has no vision projector (Wick serves text models only for now); nothing was sent\n";
+    const noVision = "wick: plain does not take images: it has no vision projector (serve it with --mmproj, or pull a repo that has an mmproj file); nothing was sent\n";
     t.is(await say(p, `what is in ${png}`), `Added image '${png}'\n${noVision}`);
     t.is(await say(p, `/image ${png} What is this?`), `Added image '${png}'\n${noVision}`);
     at = p.screen().length;
@@ -199,7 +177,7 @@ serial("one-shot on a .gguf path loads it in process: no server is started", asy
     writeFileSync(png, "");
     const img = await h.wick(["run", smol!, "--image", png, "What is this?"]);
     t.is(img.status, 1);
-    t.deepEqual(img.lines, ["wick: SmolLM2-135M-Instruct.Q4_1 does not take images: it has no vision projector (Wick serves text models only for now); nothing was sent"]);
+    t.deepEqual(img.lines, ["wick: SmolLM2-135M-Instruct.Q4_1 does not take images: it has no vision projector (serve it with --mmproj, or pull a repo that has an mmproj file); nothing was sent"]);
   } finally {
     await h.close();
   }

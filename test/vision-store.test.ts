@@ -9,6 +9,7 @@ import path from "node:path";
 import { fixture, needs } from "./helpers/assets.ts";
 import { startHub } from "./helpers/hub.ts";
 import { ModelManager } from "../ts/service/models.ts";
+import { showModel } from "../ts/service/show.ts";
 import { HubClient } from "../ts/store/hub.ts";
 import { ModelStore } from "../ts/store/store.ts";
 
@@ -27,6 +28,8 @@ test("a pulled LFM2-VL model loads with the projector from its repo", async (t) 
     const client = new HubClient(models.store!, { endpoint: hub.url, token: "", backoffMs: 5, progressIntervalMs: 0 });
     const pulled = await client.pull("hf.co/wick-test/Tiny-VL-GGUF:Q8_0");
     t.truthy(pulled.projectorPath);
+    const shown = await showModel(models, { model: "hf.co/wick-test/Tiny-VL-GGUF:Q8_0" });
+    t.deepEqual(shown.capabilities, ["completion", "tools", "vision"], "vision before it is loaded, as Ollama shows it");
     const lease = await models.acquire("hf.co/wick-test/Tiny-VL-GGUF:Q8_0");
     t.true(lease.model.info.vision, "loaded with its projector");
     lease.release();

@@ -93,3 +93,25 @@ export function spawnPty(command: string, args: string[], opts: { cwd?: string; 
     },
   };
 }
+
+/** Waits for the REPL prompt (`>>> ` as the last thing on the screen) shown after offset `from`; resolves with the screen's length. */
+export async function prompt(p: Pty, from: number, timeoutMs = 60_000): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const s = p.screen();
+    if (s.endsWith(">>> ") && s.length - 4 >= from) return s.length;
+    if (Date.now() > deadline) throw new Error(`no prompt after ${from}; the screen:\n${s.slice(-2000)}`);
+    if (p.child.exitCode !== null) throw new Error(`exited ${p.child.exitCode}; the screen:\n${s.slice(-2000)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Types a line (or keys, e.g. arrow up) at the prompt, then Enter; returns what came back before the next prompt. */
+export async function say(p: Pty, keys: string): Promise<string> {
+  const from = p.screen().length;
+  p.type(`${keys}\r`);
+  const end = await prompt(p, from + 1);
+  const shown = p.screen().slice(from, end - 4);
+  // The echo of the line (readline redraws it for keys such as arrow up) ends at the first newline.
+  return shown.slice(shown.indexOf("\n") + 1);
+}

@@ -124,5 +124,5 @@ export const expand = (p: string) => path.resolve(p.startsWith("~/") ? path.join
 /** Why a model cannot take images, or undefined when it can (its /api/show capabilities list "vision"). */
 export function noVision(model: string, capabilities: string[] | undefined): string | undefined {
   if (capabilities?.includes("vision")) return undefined;
-  return `${model} does not take images: it has no vision projector (Wick serves text models only for now); nothing was sent`;
+  return `${model} does not take images: it has no vision projector (serve it with --mmproj, or pull a repo that has an mmproj file); nothing was sent`;
 }

@@ -81,6 +81,8 @@ export interface ModelDescription {
   path: string;
   model?: ServedModel;
   profile?: ModelProfile;
+  /** The vision projector it would load with (a not-yet-loaded model's `vision` capability). */
+  projector?: string;
 }
 
 /** A loaded model as /api/ps lists it. */
@@ -195,9 +197,10 @@ export class ModelManager {
     if (loaded) return { id: loaded.id, path: loaded.path, model: loaded, profile: loaded.profile };
     const fallback = this.defaultKey ? this.entries.get(this.defaultKey) : undefined;
     let stored: ModelName | undefined;
+    let mmproj: string | undefined; // --mmproj given with -m
     if (fallback && (name === fallback.id || name === `${fallback.id}:latest`)) {
-      if (fallback.source.kind === "path") return { id: fallback.id, path: fallback.source.path };
-      if (fallback.source.kind === "store") stored = fallback.source.name;
+      if (fallback.source.kind === "path") return { id: fallback.id, path: fallback.source.path, projector: fallback.mmproj };
+      if (fallback.source.kind === "store") [stored, mmproj] = [fallback.source.name, fallback.mmproj];
     }
     if (!stored && this.store) {
       const located = await this.store.locate(name);
@@ -205,7 +208,8 @@ export class ModelManager {
     }
     if (!stored) return undefined;
     const resolved = await this.store!.resolve(stored);
-    return { id: resolved.name, path: resolved.modelPath, profile: profileOf(resolved) };
+    const projector = mmproj ?? (resolved.projectorPath ? await this.pairedProjector(resolved.projectorPath, resolved.name) : undefined);
+    return { id: resolved.name, path: resolved.modelPath, profile: profileOf(resolved), projector };
   }
 
   /** Loaded models, most recently used first. */

@@ -79,8 +79,8 @@ function showResponse(found: ModelDescription, info: GgufInfo): OllamaShowRespon
       quantization_level: info.quantization,
     },
     model_info: modelInfo(info),
-    // Ollama lists "tools" when the template renders them, "vision" with a projector loaded.
-    capabilities: ["completion", ...(tools ? ["tools"] : []), ...(model?.info.vision ? ["vision"] : [])],
+    // Ollama lists "tools" when the template renders them, "vision" when the model has a projector (loaded or not).
+    capabilities: ["completion", ...(tools ? ["tools"] : []), ...((model ? model.info.vision : !!found.projector) ? ["vision"] : [])],
     modified_at: (stored?.modifiedAt ?? statSync(found.path).mtime).toISOString(),
   };
   if (profile?.system !== undefined) out.system = profile.system;
