@@ -103,8 +103,10 @@ export interface PeerTally {
   liveness: { ok: number; failed: number };
   /** statuses by route */
   byRoute: Record<string, Record<number, number>>;
-  /** the first few 5xx / crash / connection-error cases */
+  /** the first few 5xx answers */
   examples: string[];
+  /** every crash, connection error and timeout (the first 20) */
+  severe: string[];
   seconds: number;
 }
 
@@ -120,18 +122,19 @@ export function fuzzCases(runs: number): Case[] {
 
 async function runPeer(peer: Peer, cfg: PeerConfig, cases: Case[], concurrency: number, timeoutMs: number): Promise<PeerTally> {
   const t: PeerTally = { peer, sent: 0, s2xx: 0, s4xx: 0, s5xx: 0, other: 0, connErrors: 0, timeouts: 0, crashes: 0, propertyBroken: 0,
-    liveness: { ok: 0, failed: 0 }, byRoute: {}, examples: [], seconds: 0 };
+    liveness: { ok: 0, failed: 0 }, byRoute: {}, examples: [], severe: [], seconds: 0 };
   const t0 = Date.now();
   let server = await start(peer, cfg);
   process.stderr.write(`${peer}: ${server.url} (log ${server.log}), ${cases.length} cases\n`);
   let restarting: Promise<void> | null = null;
-  const example = (s: string) => t.examples.length < 8 && t.examples.push(s);
+  const example = (s: string) => t.examples.length < 5 && t.examples.push(s);
+  const severe = (s: string) => t.severe.length < 20 && t.severe.push(s);
   // A crash is counted once, however many in-flight requests it broke; the next case waits for the restart.
   const checkCrash = async (c: Case) => {
     if (restarting) return restarting;
     if (!exited(server.proc)) return;
     t.crashes++;
-    example(`crash (exit ${server.proc.exitCode ?? server.proc.signalCode}) around ${c.route.path} ${c.origin}: ${String(c.body).slice(0, 160)}`);
+    severe(`crash (exit ${server.proc.exitCode ?? server.proc.signalCode}) around ${c.route.path} ${c.origin}: ${String(c.body).slice(0, 160)}`);
     restarting = (async () => {
       server = await start(peer, cfg);
     })();
@@ -142,7 +145,8 @@ async function runPeer(peer: Peer, cfg: PeerConfig, cases: Case[], concurrency: 
   let next = 0;
   const worker = async () => {
     while (next < cases.length) {
-      const c = cases[next++]!;
+      const i = next++;
+      const c = cases[i]!;
       if (restarting) await restarting;
       t.sent++;
       const byRoute = (t.byRoute[c.route.path] ??= {});
@@ -166,16 +170,16 @@ async function runPeer(peer: Peer, cfg: PeerConfig, cases: Case[], concurrency: 
         const err = e as Error & { cause?: { code?: string } };
         if (err.name === "TimeoutError") {
           t.timeouts++;
-          example(`timeout on ${c.route.path} ${c.origin}: ${String(c.body).slice(0, 160)}`);
+          severe(`timeout after ${timeoutMs / 1000} s on ${c.route.path} ${c.origin}: ${String(c.body).slice(0, 160)}`);
         } else {
           t.connErrors++;
-          example(`connection error ${err.cause?.code ?? err.message} on ${c.route.path} ${c.origin}: ${String(c.body).slice(0, 160)}`);
+          severe(`connection error ${err.cause?.code ?? err.message} on ${c.route.path} ${c.origin}: ${String(c.body).slice(0, 160)}`);
         }
         byRoute[-1] = (byRoute[-1] ?? 0) + 1;
       }
       await checkCrash(c);
       // Liveness between batches: the GET routes both servers have.
-      if (t.sent % 100 === 0) {
+      if (i % 100 === 99) {
         for (const p of ["/health", "/v1/models"]) {
           try {
             const ok = (await fetch(server.url + p, { signal: AbortSignal.timeout(30_000) })).status === 200;
@@ -220,8 +224,12 @@ export function peerTable(ts: PeerTally[]): string {
     ["route", ...ts.map((t) => `${name(t.peer)} statuses`)],
     SHARED.map((r) => [r, ...ts.map((t) => Object.entries(t.byRoute[r] ?? {}).map(([s, n]) => `${s === "-1" ? "no answer" : s}: ${n}`).join(", "))]),
   );
-  const ex = ts.filter((t) => t.examples.length).map((t) => [`${name(t.peer)}'s first failures:`, "", ...t.examples.map((e) => `- ${e.replaceAll("\n", " ")}`)].join("\n"));
-  return [main, "", routes, ...(ex.length ? ["", ...ex] : [])].join("\n");
+  const list = (title: string, xs: string[]) => [title, "", ...xs.map((e) => `- ${e.replaceAll("\n", " ").replaceAll("|", "\\|")}`)].join("\n");
+  const ex = ts.flatMap((t) => [
+    ...(t.severe.length ? [list(`${name(t.peer)}'s crashes, connection errors and timeouts:`, t.severe)] : []),
+    ...(t.examples.length ? [list(`${name(t.peer)}'s first 5xx answers:`, t.examples)] : []),
+  ]);
+  return [main, "", routes, ...ex.flatMap((e) => ["", e])].join("\n");
 }
 
 async function main(): Promise<void> {
