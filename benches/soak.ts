@@ -492,7 +492,7 @@ async function main(): Promise<void> {
   });
   if (server.proc.exitCode !== null || server.proc.signalCode !== null) result.failures.push(`the server exited during the run (${server.proc.exitCode ?? server.proc.signalCode})`);
   const code = await server.stop();
-  const report = soakReport(result) + `\n- server exit code after SIGTERM: ${code}`;
+  const report = soakReport(result) + `\n\n- server exit code after SIGTERM: ${code}`;
   process.stdout.write("\n" + report + "\n");
   if (flags.get("results")) {
     const notes = `\`wick serve -m ${model.replace(ROOT + "/", "")} -np ${parallel} -c ${ctx} -t ${threads}\` as a child; ${concurrency} clients without pause for ${minutes} min, mix (weights) ${MIX.map(([k, w]) => `${k} ${w}`).join(", ")}; sampled every ${sampleS} s. A warm-up first runs ${parallel} near-full-context prompts at once (touches every KV block). RSS growth: first sample (end of the first interval) to the last under load.`;
