@@ -22,10 +22,10 @@
  * Models default to the two in .cache/models (`python3 scripts/fetch_models.py all`).
  * `--peers llama,llama` runs llama-server against itself (validates the harness without Wick).
  */
-import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
-import { cpus, loadavg, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import {
@@ -34,12 +34,11 @@ import {
 } from "./serving.ts";
 
 import { summarize, type Summary } from "../ts/cli/bench.ts";
+import { appendResults as appendProvenance, commit, machine } from "./lib/provenance.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const LLAMA_SERVER = join(ROOT, ".cache/llama-build/bin/llama-server");
 const LOG_DIR = join(ROOT, ".cache/tmp/bench-logs");
-/** 1-minute load average when the run started: on a shared machine it says how much to trust it. */
-const LOAD_AT_START = loadavg()[0]!;
 const DEFAULT_MODELS = [".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf", ".cache/models/gemma-3-270m-q4_k_m.gguf"];
 
 // ---------- processes ----------
@@ -161,50 +160,10 @@ async function idPrompts(tok: Tok, n: number, len: number, seed: number): Promis
   return (await exactTextPrompts(tok, n, len + 8, seed)).map((t) => tok.ids(t).slice(0, len));
 }
 
-// ---------- machine / provenance ----------
-
-function machine(): string {
-  let model = cpus()[0]?.model ?? "unknown CPU";
-  let cores = String(cpus().length);
-  try {
-    const l = execFileSync("lscpu", { encoding: "utf8" });
-    model = /^Model name:\s*(.+)$/m.exec(l)?.[1]?.trim() ?? model;
-    const perCore = /^Thread\(s\) per core:\s*(\d+)$/m.exec(l)?.[1];
-    const cpusN = /^CPU\(s\):\s*(\d+)$/m.exec(l)?.[1];
-    cores = `${cpusN ?? cores} CPUs${perCore ? `, ${perCore} thread(s)/core` : ""}`;
-  } catch {
-    /* no lscpu */
-  }
-  return `${model}, ${cores}`;
-}
-
-function commit(): string {
-  try {
-    return execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
-  } catch {
-    return "unknown";
-  }
-}
-
-function commandLine(): string {
-  return ["npx tsx benches/compare.ts", ...process.argv.slice(2).map((a) => (/[\s'"]/.test(a) ? `'${a}'` : a))].join(" ");
-}
+// ---------- machine / provenance: benches/lib/provenance.ts ----------
 
 function appendResults(file: string, title: string, body: string): void {
-  const section = [
-    "",
-    `## ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC — ${title}`,
-    "",
-    `- commit: \`${commit()}\``,
-    `- machine: ${machine()}`,
-    `- command: \`${commandLine()}\``,
-    `- load (1-min average): ${LOAD_AT_START.toFixed(2)} at start, ${loadavg()[0]!.toFixed(2)} at end`,
-    "",
-    body,
-    "",
-  ].join("\n");
-  appendFileSync(file, section);
-  process.stderr.write(`appended to ${file}\n`);
+  appendProvenance(file, "benches/compare.ts", title, body);
 }
 
 function ratio(a: number, b: number, digits = 2): string {
