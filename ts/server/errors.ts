@@ -14,7 +14,9 @@ export type HttpErrorCode =
   | "ROUTE_NOT_FOUND"
   | "METHOD_NOT_ALLOWED"
   | "BODY_TOO_LARGE"
-  | "UNSUPPORTED_MEDIA_TYPE";
+  | "UNSUPPORTED_MEDIA_TYPE"
+  | "TOO_MANY_CONNECTIONS"
+  | "SHUTTING_DOWN";
 
 export type ErrorCode = EngineCode | RequestErrorCode | StoreErrorCode | HttpErrorCode;
 
@@ -72,10 +74,22 @@ export const ERROR_TABLE: Record<ErrorCode, ErrorRow> = {
   METHOD_NOT_ALLOWED: { status: 405, type: invalid, code: "method_not_allowed" },
   BODY_TOO_LARGE: { status: 413, type: invalid, code: "request_too_large" },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, type: invalid, code: "unsupported_media_type" },
+  // Busy or going away, as QUEUE_FULL: retryable, and the openai client retries 503 by itself.
+  TOO_MANY_CONNECTIONS: { status: 503, type: "server_error", code: "too_many_connections", retryAfter: 1 },
+  SHUTTING_DOWN: { status: 503, type: "server_error", code: "shutting_down", retryAfter: 1 },
 };
 
 /** Server-side statuses that are not our bugs: no stack in the log. */
-const EXPECTED_5XX = new Set<ErrorCode>(["QUEUE_FULL", "ENGINE_STOPPED", "NOT_IMPLEMENTED", "HUB_UNAUTHORIZED", "HUB_ERROR", "DISK_FULL"]);
+const EXPECTED_5XX = new Set<ErrorCode>([
+  "QUEUE_FULL",
+  "ENGINE_STOPPED",
+  "NOT_IMPLEMENTED",
+  "HUB_UNAUTHORIZED",
+  "HUB_ERROR",
+  "DISK_FULL",
+  "TOO_MANY_CONNECTIONS",
+  "SHUTTING_DOWN",
+]);
 
 export class HttpError extends Error {
   constructor(
