@@ -119,10 +119,12 @@ export function toApiError(err: unknown): ApiError {
   const known = classify(err);
   const row = ERROR_TABLE[known.code];
   const headers: Record<string, string> = row.retryAfter ? { "Retry-After": String(row.retryAfter) } : {};
+  // A client error echoes what the client sent; a server-side failure must not map the server's disk.
+  const message = row.status >= 500 ? hidePaths(known.message) : known.message;
   return {
     status: row.status,
     headers,
-    body: { error: { message: known.message, type: row.type, param: known.param, code: known.detail ?? row.code } },
+    body: { error: { message, type: row.type, param: known.param, code: known.detail ?? row.code } },
     internal: row.status >= 500 && !EXPECTED_5XX.has(known.code),
   };
 }
@@ -135,6 +137,15 @@ export interface OllamaApiError extends Omit<ApiError, "body"> {
 export function toOllamaError(err: unknown): OllamaApiError {
   const api = toApiError(err);
   return { ...api, body: { error: api.body.error.message } };
+}
+
+/**
+ * Absolute paths (two parts or more) in a message, cut to their last part: "the manifest of
+ * m:latest (…/latest) is not valid", "ENOENT: no such file or directory, open '…/sha256-…'".
+ * The log keeps the whole error.
+ */
+export function hidePaths(message: string): string {
+  return message.replace(/(^|[\s'"`(=,:])(\/[^\s'"`()/,]+(?:\/[^\s'"`()/,]+)+)\/?/g, (_, pre: string, p: string) => `${pre}…/${p.slice(p.lastIndexOf("/") + 1)}`);
 }
 
 /** Routes under /api answer in Ollama's shapes, errors included. */
