@@ -119,13 +119,14 @@ export function toApiError(err: unknown): ApiError {
   const known = classify(err);
   const row = ERROR_TABLE[known.code];
   const headers: Record<string, string> = row.retryAfter ? { "Retry-After": String(row.retryAfter) } : {};
-  // A client error echoes what the client sent; a server-side failure must not map the server's disk.
-  const message = row.status >= 500 ? hidePaths(known.message) : known.message;
+  const internal = row.status >= 500 && !EXPECTED_5XX.has(known.code);
+  // A client error echoes what the client sent; a failure of ours must not map the server's disk.
+  const message = internal ? hidePaths(known.message) : known.message;
   return {
     status: row.status,
     headers,
     body: { error: { message, type: row.type, param: known.param, code: known.detail ?? row.code } },
-    internal: row.status >= 500 && !EXPECTED_5XX.has(known.code),
+    internal,
   };
 }
 
