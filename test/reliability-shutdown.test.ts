@@ -126,11 +126,21 @@ serial("SIGTERM: new connections are refused, a stream in flight finishes with [
   }
 });
 
-serial("SIGINT past --shutdown-timeout: the stream in flight is cancelled with a final shutting_down error frame, exit 0", async (t) => {
+serial("SIGINT past --shutdown-timeout: the stream in flight ends with a shutting_down error frame, a whole answer with 503, exit 0", async (t) => {
   const s = await serve(["--shutdown-timeout", "1", "-c", "32768"]);
   try {
     const stream = await openStream(s.url, 30_000);
+    const whole = fetch(`${s.url}/api/generate`, {
+      method: "POST",
+      body: JSON.stringify({ model: "m", prompt: "Go on.", raw: true, stream: false, options: { num_predict: 30_000 } }),
+    });
+    // Both run before the signal.
+    await new Promise((r) => setTimeout(r, 300));
     s.child.kill("SIGINT");
+    const res = await whole;
+    t.is(res.status, 503);
+    t.is(res.headers.get("retry-after"), "1");
+    t.regex(((await res.json()) as { error: string }).error, /shut down before this request finished/);
     const body = await stream.rest;
     const frames = body.split("\n\n").filter(Boolean);
     const last = JSON.parse(frames.at(-1)!.replace(/^data: /, ""));
@@ -141,7 +151,7 @@ serial("SIGINT past --shutdown-timeout: the stream in flight is cancelled with a
     const { code } = await s.exit;
     t.is(code, 0);
     const stopped = s.logs().find((l) => l.msg === "stopped");
-    t.is(stopped?.cancelled, 1);
+    t.is(stopped?.cancelled, 2);
     t.truthy(s.logs().find((l) => l.msg === "shutdown timeout passed: cancelling the requests still in flight"));
   } finally {
     await cleanup(s);

@@ -44,6 +44,13 @@ function stalledClient(url: string, path: string, body: unknown): { socket: Sock
   return { socket, closed, received: () => Buffer.concat(chunks) };
 }
 
+/** A gauge's value on a Prometheus text page. */
+function metric(text: string, name: string): number {
+  const line = text.split("\n").find((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `));
+  if (!line) throw new Error(`no ${name} in /metrics`);
+  return Number(line.slice(line.lastIndexOf(" ") + 1));
+}
+
 async function withServer(fn: (m: LoadedModel, server: RunningServer, logs: Record<string, unknown>[]) => Promise<void>) {
   const model = await loadModel(tiny!, { contextSize: 32_768, maxSequences: 2 });
   const { log, lines } = captureLog();
@@ -86,7 +93,9 @@ for (const s of STREAMS) {
 
       // The server cancels the stalled sequence (a paused socket sees its close only once it reads again).
       t.true((await waitFor(() => engine.metrics().running === 0, 60_000, 20)) >= 0, "no sequence left running");
-      t.is(engine.metrics().kvBlocksUsed, 0, "every KV block returned");
+      const page = await (await fetch(`${server.url}/metrics`)).text();
+      t.is(metric(page, "wick:num_requests_running"), 0);
+      t.is(metric(page, "wick:kv_blocks_used"), 0, "every KV block returned");
       const rssGrowthMb = (process.memoryUsage().rss - rssBefore) / 2 ** 20;
 
       const warn = logs.find((l) => l.msg === "client stopped reading the stream: request cancelled");

@@ -92,11 +92,17 @@ export async function serve(flags: ServeFlags): Promise<void> {
     }
     log.info({ signal, timeoutMs: shutdownMs }, "shutting down: no new connections; requests in flight get the shutdown timeout");
     process.stderr.write(`wick: ${signal}: finishing requests in flight (up to ${shutdownMs / 1000} s; send it again to exit now)\n`);
-    const drained = await shutdown.drain(server, shutdownMs, log);
-    await models.close();
-    log.info({ ...drained }, "stopped");
+    let code = 0;
+    try {
+      const drained = await shutdown.drain(server, shutdownMs, log);
+      await models.close();
+      log.info({ ...drained }, "stopped");
+    } catch (err) {
+      log.error({ err }, "shutdown failed");
+      code = 1;
+    }
     await new Promise<void>((resolve) => log.flush(() => resolve()));
-    process.exit(0);
+    process.exit(code);
   };
   process.on("SIGINT", () => void stop("SIGINT"));
   process.on("SIGTERM", () => void stop("SIGTERM"));
