@@ -4,6 +4,7 @@
  * The app counts requests in flight and reads `deadline` (aborted when the bound passes) in
  * each request's signal (sse.ts `clientGoneSignal`) and at the end of each stream.
  */
+import { setMaxListeners } from "node:events";
 import type { Server } from "node:http";
 import type { Context, Middleware } from "koa";
 import type { Logger } from "pino";
@@ -23,6 +24,11 @@ export class Shutdown {
   private draining = false;
   private inFlight = 0;
   private idle: (() => void) | undefined;
+
+  constructor() {
+    // Every request in flight listens to the deadline (clientGoneSignal): no leak warning at 11.
+    setMaxListeners(0, this.deadlineCtl.signal);
+  }
 
   /** Aborted when the shutdown timeout has passed: requests still running are cancelled. */
   get deadline(): AbortSignal {

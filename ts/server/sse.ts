@@ -56,9 +56,14 @@ export function shutDown(): HttpError {
  */
 export function clientGoneSignal(ctx: Context): AbortSignal {
   const ac = new AbortController();
+  // A listener removed when the response closes, not AbortSignal.any: the server-wide deadline
+  // outlives every request and must not collect one dependent signal per request.
+  const deadline = shutdownDeadline(ctx);
+  const onDeadline = () => ac.abort();
+  deadline?.addEventListener("abort", onDeadline, { once: true });
   ctx.res.once("close", () => {
+    deadline?.removeEventListener("abort", onDeadline);
     if (!ctx.res.writableFinished) ac.abort();
   });
-  const deadline = shutdownDeadline(ctx);
-  return deadline ? AbortSignal.any([ac.signal, deadline]) : ac.signal;
+  return ac.signal;
 }
