@@ -42,6 +42,10 @@ const SAMPLES: Record<string, [string, unknown] | undefined> = {
   dtype: ["auto", "auto"],
   toolCallParser: ["lfm2", "lfm2"],
   logLevel: ["INFO", "info"],
+  timeout: ["30", 30],
+  maxConnections: ["64", 64],
+  shutdownTimeout: ["5", 5],
+  cors: ["https://a.example, http://localhost:3000/", ["https://a.example", "http://localhost:3000"]],
 };
 const RUN_SAMPLES: Record<string, [string, unknown] | undefined> = {
   model: ["smol", "smol"],

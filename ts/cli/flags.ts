@@ -6,8 +6,10 @@
  * option, so `normalizeArgv` rewrites every alias to the canonical long flag first, and drops
  * flags that only make sense elsewhere (`--enable-torch-compile`, `--ipc=host`) with a notice.
  */
+import { parseCorsOrigins, type CorsOrigins } from "../server/cors.ts";
 import { TOOL_PARSER_NAMES } from "../service/tools/index.ts";
 import { CONVERT_OUT_TYPES } from "../engine/convert.ts";
+import { InvalidArgumentError } from "commander";
 import { choice, existingFile, fraction, gpuLayers, hubRepo, integer, keepAlive, modelName, modelRef, nonEmpty, number, outfile, port, positiveInt } from "./values.ts";
 
 export interface FlagSpec<F = ServeFlags> {
@@ -56,6 +58,22 @@ export interface ServeFlags {
   imageMaxPixels?: number;
   imageMaxBytes?: number;
   imageTimeout?: number;
+  /** Seconds; see the flag's help. */
+  timeout?: number;
+  maxConnections?: number;
+  /** Seconds. */
+  shutdownTimeout?: number;
+  cors?: CorsOrigins;
+  metricsPublic?: boolean;
+}
+
+/** `--cors`: the origins, or the reason they do not parse as the flag's error. */
+function corsOrigins(raw: string): CorsOrigins {
+  try {
+    return parseCorsOrigins(raw);
+  } catch (err) {
+    throw new InvalidArgumentError(`${(err as Error).message}.`);
+  }
 }
 
 const CPU_ONLY = "this build runs on the CPU only, so it has no effect";
@@ -82,7 +100,30 @@ export const SERVE_FLAGS: FlagSpec[] = [
   { key: "host", flags: ["--host"], value: "<host>", description: "address to listen on (default 127.0.0.1; or WICK_HOST=host:port)", parse: nonEmpty },
   { key: "port", flags: ["--port"], value: "<port>", description: "port to listen on (default 11434; 0 picks a free one)", parse: port },
   { key: "ctxSize", flags: ["--ctx-size", "-c", "--max-model-len", "--context-length"], value: "<n>", description: "context length per sequence (default 4096, capped by the model's own)", parse: positiveInt },
-  { key: "apiKey", flags: ["--api-key"], value: "<key>", description: "require this key as 'Authorization: Bearer' or 'X-Api-Key' (or WICK_API_KEY)", parse: nonEmpty },
+  { key: "apiKey", flags: ["--api-key"], value: "<key>", description: "require this key as 'Authorization: Bearer' or 'X-Api-Key' on every route but /health, / and /api/version (or WICK_API_KEY)", parse: nonEmpty },
+  { key: "metricsPublic", flags: ["--metrics-public"], description: "leave /metrics open when --api-key is set (for a Prometheus scraper without the key)" },
+  {
+    key: "cors",
+    flags: ["--cors", "--allowed-origins"],
+    value: "<origins>",
+    description: "origins browsers may call from: a comma list (https://app.example.com,http://localhost:3000), a JSON list, or * (default: none, CORS off)",
+    parse: corsOrigins,
+  },
+  {
+    key: "timeout",
+    flags: ["--timeout", "-to"],
+    value: "<seconds>",
+    description: "read/write timeout: a request must arrive whole (headers and body) within it, and a stream whose client stops reading for this long is cancelled (default 60)",
+    parse: number(0, Infinity, { above: true }),
+  },
+  { key: "maxConnections", flags: ["--max-connections"], value: "<n>", description: "open connections at most; a request on one beyond is answered 503 with Retry-After and its connection closed (default: no cap)", parse: positiveInt },
+  {
+    key: "shutdownTimeout",
+    flags: ["--shutdown-timeout"],
+    value: "<seconds>",
+    description: "on SIGTERM/SIGINT, how long requests in flight may finish before they are cancelled (default 10; a second signal exits at once)",
+    parse: number(0),
+  },
   { key: "threads", flags: ["--threads", "-t"], value: "<n>", description: "CPU threads for the kernels", parse: positiveInt },
   { key: "parallel", flags: ["--parallel", "-np", "--max-num-seqs", "--max-running-requests", "--decode-concurrency"], value: "<n>", description: "sequences decoded together (continuous batching; default 4)", parse: positiveInt },
   { key: "chunkedPrefillSize", flags: ["--chunked-prefill-size"], value: "<n>", description: "prompt tokens per step; -1 = whole prompt in one pass", parse: integer(-1, Number.MAX_SAFE_INTEGER, "a positive integer or -1") },
@@ -216,7 +257,7 @@ export const FOREIGN_FLAGS: ForeignFlag[] = [
   { flags: ["--enable-force-include-usage"], arity: "none", from: "vLLM", why: "usage is sent when a request asks for it" },
   { flags: ["--temp", "--top-p", "--top-k", "--min-p", "--max-tokens", "--repeat-penalty", "--seed"], arity: "required", from: "mlx-lm / llama-server", why: "no server-wide sampling defaults: send them per request, or set them as PARAMETERs in a Modelfile" },
   { flags: ["--chat-template", "--chat-template-file"], arity: "required", from: "llama-server / vLLM / mlx-lm", why: "the GGUF's own template is used: set another as TEMPLATE in a Modelfile" },
-  { flags: ["--prompt-cache-size", "--threads-batch", "-tb", "--timeout", "--reasoning-format"], arity: "required", from: "mlx-lm / llama-server" },
+  { flags: ["--prompt-cache-size", "--threads-batch", "-tb", "--reasoning-format"], arity: "required", from: "mlx-lm / llama-server" },
   { flags: ["--no-mmproj", "--props", "--slots", "--no-jinja"], arity: "none", from: "llama-server" },
 ];
 

@@ -1,14 +1,17 @@
 /**
  * `wick serve`: open the model store ($WICK_HOME, default ~/.wick), load the `-m` model if one
  * is given (a path, a store name, or a hub reference pulled first with progress on stderr),
- * start the HTTP server, shut down cleanly on SIGINT/SIGTERM. Without `-m` the server starts
- * empty, as `ollama serve` does, and loads store models on first use.
+ * start the HTTP server, shut down gracefully on SIGINT/SIGTERM (stop accepting, let requests
+ * in flight finish for --shutdown-timeout, cancel the rest, exit 0; a second signal exits at
+ * once). Without `-m` the server starts empty, as `ollama serve` does, and loads store models on first use.
  * Logs are pino JSON on stdout; the human lines (listening address, pull progress, fatal
  * errors) go to stderr.
  */
 import type { AddressInfo } from "node:net";
 import { pino, type Logger } from "pino";
 import { createApp } from "../server/app.ts";
+import { createHttpServer, DEFAULT_TIMEOUT_S } from "../server/limits.ts";
+import { Shutdown } from "../server/shutdown.ts";
 import { defaultKeepAliveMs } from "../service/keep-alive.ts";
 import { ModelManager } from "../service/models.ts";
 import type { ServedModel } from "../service/registry.ts";
@@ -20,6 +23,10 @@ import { hostPort } from "./values.ts";
 
 const DEFAULT_HOST = "127.0.0.1";
 const DEFAULT_PORT = 11434;
+const DEFAULT_SHUTDOWN_TIMEOUT_S = 10;
+
+/** Secrets a log line could carry (a header dump, an options object): pino writes "[Redacted]". */
+const REDACT = ["apiKey", "*.apiKey", "headers.authorization", 'headers["x-api-key"]', "*.headers.authorization", '*.headers["x-api-key"]'];
 
 export { CliError };
 
@@ -28,7 +35,10 @@ export async function serve(flags: ServeFlags): Promise<void> {
   const host = flags.host ?? env.host ?? DEFAULT_HOST;
   const port = flags.port ?? env.port ?? DEFAULT_PORT;
   const apiKey = flags.apiKey ?? (process.env.WICK_API_KEY || undefined);
-  const log = pino({ level: flags.logLevel ?? "info" });
+  const log = pino({ level: flags.logLevel ?? "info", redact: REDACT });
+  if (!apiKey && !isLoopback(host)) {
+    process.stderr.write(`wick: warning: listening on ${host} without --api-key: anyone who can reach this address can use the API and manage the models\n`);
+  }
 
   const store = new ModelStore();
   const hub = new HubClient(store);
@@ -61,28 +71,43 @@ export async function serve(flags: ServeFlags): Promise<void> {
     ...(flags.imageMaxBytes ? { maxBytes: flags.imageMaxBytes } : {}),
     ...(flags.imageTimeout ? { timeoutMs: flags.imageTimeout } : {}),
   };
-  const app = createApp({ models, apiKey, logger: log, images });
-  const server = app.listen({ host, port });
+  const timeoutMs = (flags.timeout ?? DEFAULT_TIMEOUT_S) * 1000;
+  const shutdown = new Shutdown();
+  const app = createApp({ models, apiKey, metricsPublic: flags.metricsPublic, cors: flags.cors, logger: log, images, shutdown, streams: { stallMs: timeoutMs } });
+  const server = createHttpServer(app, { requestTimeoutMs: timeoutMs, maxConnections: flags.maxConnections ?? 0 });
+  server.listen({ host, port });
   await new Promise<void>((resolve, reject) => {
     server.once("listening", resolve);
     server.once("error", (err) => reject(new CliError(`cannot listen on ${host}:${port}: ${err.message}`)));
   });
   const addr = server.address() as AddressInfo;
   const url = `http://${addr.family === "IPv6" ? `[${addr.address}]` : addr.address}:${addr.port}`;
-  let stopping = false;
-  const stop = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    log.info({ signal }, "shutting down");
-    server.close();
-    server.closeAllConnections();
-    await models.close();
-    process.exit(0);
+  const shutdownMs = (flags.shutdownTimeout ?? DEFAULT_SHUTDOWN_TIMEOUT_S) * 1000;
+  const stop = async (signal: NodeJS.Signals) => {
+    if (shutdown.stopping) {
+      // The second signal: the user wants out now.
+      log.warn({ signal }, "second signal: exiting at once");
+      log.flush();
+      process.exit(128 + (signal === "SIGINT" ? 2 : 15));
+    }
+    log.info({ signal, timeoutMs: shutdownMs }, "shutting down: no new connections; requests in flight get the shutdown timeout");
+    process.stderr.write(`wick: ${signal}: finishing requests in flight (up to ${shutdownMs / 1000} s; send it again to exit now)\n`);
+    let code = 0;
+    try {
+      const drained = await shutdown.drain(server, shutdownMs, log);
+      await models.close();
+      log.info({ ...drained }, "stopped");
+    } catch (err) {
+      log.error({ err }, "shutdown failed");
+      code = 1;
+    }
+    await new Promise<void>((resolve) => log.flush(() => resolve()));
+    process.exit(code);
   };
-  process.once("SIGINT", () => void stop("SIGINT"));
-  process.once("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
+  process.on("SIGTERM", () => void stop("SIGTERM"));
   // Announced only once the signal handlers are in place: whoever reads this line may stop us at once.
-  log.info({ url, auth: apiKey ? "api-key" : "none", store: store.root }, "listening");
+  log.info({ url, auth: apiKey ? "api-key" : "none", metricsPublic: Boolean(flags.metricsPublic), cors: flags.cors ?? "off", timeoutS: timeoutMs / 1000, maxConnections: flags.maxConnections ?? null, store: store.root }, "listening");
   process.stderr.write(model ? `wick: serving ${model.id} at ${url}/v1\n` : `wick: serving the models of ${store.root} (loaded on first use) at ${url}/v1\n`);
 }
 
@@ -118,6 +143,12 @@ async function pullWithProgress(models: ModelManager, hub: HubRef) {
   } finally {
     progress.end();
   }
+}
+
+/** Loopback addresses only this machine reaches: no warning for them without a key. */
+function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return h === "localhost" || h === "::1" || /^127\.\d+\.\d+\.\d+$/.test(h) || h === "::ffff:127.0.0.1";
 }
 
 function envKeepAlive(): number {

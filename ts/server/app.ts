@@ -1,7 +1,9 @@
 /**
  * The Koa app factory. Middleware order: request log (outermost, so it sees the final status
  * and timing, streams included), error handler (Ollama's shape under /api, OpenAI's
- * elsewhere), API key, JSON body parser, routes. Tests call `createApp(...).listen(0)`; the CLI listens on --host/--port.
+ * elsewhere), CORS (before the key: preflights carry none), connection cap, shutdown
+ * (counts requests in flight), API key, JSON body parser, routes. Tests call
+ * `createApp(...).listen(0)`; the CLI serves it through `createHttpServer` (limits.ts) on --host/--port.
  */
 import { randomUUID } from "node:crypto";
 import Router from "@koa/router";
@@ -12,6 +14,10 @@ import { ModelManager } from "../service/models.ts";
 import type { ModelRegistry } from "../service/registry.ts";
 import { DEFAULT_IMAGE_OPTIONS, type ImageOptions } from "../service/images/index.ts";
 import { apiKeyAuth } from "./auth.ts";
+import { cors, type CorsOrigins } from "./cors.ts";
+import { connectionCap } from "./limits.ts";
+import { Shutdown } from "./shutdown.ts";
+import { DEFAULT_STREAM_LIMITS, type StreamLimits } from "./stream-body.ts";
 import { HttpError, isNativeApiPath, toApiError, toOllamaError } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { metricsRoutes } from "./metrics.ts";
@@ -28,8 +34,16 @@ export interface AppOptions {
   registry?: ModelRegistry;
   /** The models this server loads and unloads (store, `-m`, keep-alive); default: `registry` alone, no store. */
   models?: ModelManager;
-  /** Require this key on every route but /health. */
+  /** Require this key on every route but /health (and Ollama's liveness `/`, /api/version). */
   apiKey?: string;
+  /** Leave /metrics open when an API key is set (--metrics-public). */
+  metricsPublic?: boolean;
+  /** Origins allowed to call from a browser (--cors); none by default. */
+  cors?: CorsOrigins;
+  /** Per-stream buffer and how long it may stay full before the request is cancelled (--timeout). */
+  streams?: Partial<StreamLimits>;
+  /** Graceful shutdown state (`wick serve` drains through it on SIGTERM/SIGINT). */
+  shutdown?: Shutdown;
   /** Largest JSON body in bytes (CONTRACT §6: 32 MiB, room for base64 images). */
   bodyLimit?: number;
   /** Image fetching and decoding limits (`--no-private-image-urls`, sizes, timeouts). */
@@ -46,11 +60,16 @@ export function createApp(opts: AppOptions): Koa {
   const log = opts.logger ?? pino({ level: "silent" });
   const app = new Koa();
 
+  const streamLimits = { ...DEFAULT_STREAM_LIMITS, ...opts.streams };
   app.use(async (ctx, next) => {
     const start = performance.now();
+    // A streamed response has a dozen 'close' listeners by design (this log, the shutdown count,
+    // the client-gone signal, the model lease, Koa's pipeline): not a leak.
+    ctx.res.setMaxListeners(32);
     const requestId = ctx.get("x-request-id") || randomUUID();
     ctx.set("X-Request-Id", requestId);
     ctx.state.log = log.child({ requestId });
+    ctx.state.streamLimits = streamLimits;
     ctx.res.once("close", () => {
       const ms = Math.round(performance.now() - start);
       const aborted = !ctx.res.writableFinished;
@@ -75,7 +94,10 @@ export function createApp(opts: AppOptions): Koa {
     }
   });
 
-  if (opts.apiKey) app.use(apiKeyAuth(opts.apiKey));
+  if (opts.cors) app.use(cors(opts.cors));
+  app.use(connectionCap());
+  app.use((opts.shutdown ?? new Shutdown()).middleware());
+  if (opts.apiKey) app.use(apiKeyAuth(opts.apiKey, { metricsPublic: opts.metricsPublic }));
 
   // Any POST body is read as JSON whatever its Content-Type: curl users often omit it. DELETE
   // has a body too: Ollama's /api/delete names the model in it.

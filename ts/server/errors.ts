@@ -14,7 +14,9 @@ export type HttpErrorCode =
   | "ROUTE_NOT_FOUND"
   | "METHOD_NOT_ALLOWED"
   | "BODY_TOO_LARGE"
-  | "UNSUPPORTED_MEDIA_TYPE";
+  | "UNSUPPORTED_MEDIA_TYPE"
+  | "TOO_MANY_CONNECTIONS"
+  | "SHUTTING_DOWN";
 
 export type ErrorCode = EngineCode | RequestErrorCode | StoreErrorCode | HttpErrorCode;
 
@@ -72,10 +74,22 @@ export const ERROR_TABLE: Record<ErrorCode, ErrorRow> = {
   METHOD_NOT_ALLOWED: { status: 405, type: invalid, code: "method_not_allowed" },
   BODY_TOO_LARGE: { status: 413, type: invalid, code: "request_too_large" },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, type: invalid, code: "unsupported_media_type" },
+  // Busy or going away, as QUEUE_FULL: retryable, and the openai client retries 503 by itself.
+  TOO_MANY_CONNECTIONS: { status: 503, type: "server_error", code: "too_many_connections", retryAfter: 1 },
+  SHUTTING_DOWN: { status: 503, type: "server_error", code: "shutting_down", retryAfter: 1 },
 };
 
 /** Server-side statuses that are not our bugs: no stack in the log. */
-const EXPECTED_5XX = new Set<ErrorCode>(["QUEUE_FULL", "ENGINE_STOPPED", "NOT_IMPLEMENTED", "HUB_UNAUTHORIZED", "HUB_ERROR", "DISK_FULL"]);
+const EXPECTED_5XX = new Set<ErrorCode>([
+  "QUEUE_FULL",
+  "ENGINE_STOPPED",
+  "NOT_IMPLEMENTED",
+  "HUB_UNAUTHORIZED",
+  "HUB_ERROR",
+  "DISK_FULL",
+  "TOO_MANY_CONNECTIONS",
+  "SHUTTING_DOWN",
+]);
 
 export class HttpError extends Error {
   constructor(
@@ -105,11 +119,14 @@ export function toApiError(err: unknown): ApiError {
   const known = classify(err);
   const row = ERROR_TABLE[known.code];
   const headers: Record<string, string> = row.retryAfter ? { "Retry-After": String(row.retryAfter) } : {};
+  const internal = row.status >= 500 && !EXPECTED_5XX.has(known.code);
+  // A client error echoes what the client sent; a failure of ours must not map the server's disk.
+  const message = internal ? hidePaths(known.message) : known.message;
   return {
     status: row.status,
     headers,
-    body: { error: { message: known.message, type: row.type, param: known.param, code: known.detail ?? row.code } },
-    internal: row.status >= 500 && !EXPECTED_5XX.has(known.code),
+    body: { error: { message, type: row.type, param: known.param, code: known.detail ?? row.code } },
+    internal,
   };
 }
 
@@ -121,6 +138,15 @@ export interface OllamaApiError extends Omit<ApiError, "body"> {
 export function toOllamaError(err: unknown): OllamaApiError {
   const api = toApiError(err);
   return { ...api, body: { error: api.body.error.message } };
+}
+
+/**
+ * Absolute paths (two parts or more) in a message, cut to their last part: "the manifest of
+ * m:latest (…/latest) is not valid", "ENOENT: no such file or directory, open '…/sha256-…'".
+ * The log keeps the whole error.
+ */
+export function hidePaths(message: string): string {
+  return message.replace(/(^|[\s'"`(=,:])(\/[^\s'"`()/,]+(?:\/[^\s'"`()/,]+)+)\/?/g, (_, pre: string, p: string) => `${pre}…/${p.slice(p.lastIndexOf("/") + 1)}`);
 }
 
 /** Routes under /api answer in Ollama's shapes, errors included. */

@@ -2,11 +2,13 @@
  * Server-sent events for the OpenAI streaming endpoints: `data: <json>\n\n` frames, then
  * `data: [DONE]`. Headers go out at once (before prefill), and an error after the stream began
  * is sent in-band as `data: {"error":{...}}` before the stream closes — the status is already 200.
+ * A shutdown that cancels the stream ends it the same way, with a `shutting_down` error frame.
  */
-import { Readable } from "node:stream";
 import type { Context } from "koa";
 import type { Logger } from "pino";
-import { toApiError } from "./errors.ts";
+import { HttpError, toApiError } from "./errors.ts";
+import { shutdownDeadline } from "./shutdown.ts";
+import { streamBody } from "./stream-body.ts";
 
 export function sendSse(ctx: Context, frames: AsyncIterable<unknown>, log: Logger): void {
   // Long generations must not hit the socket idle timeout; small frames must not wait for Nagle.
@@ -19,14 +21,18 @@ export function sendSse(ctx: Context, frames: AsyncIterable<unknown>, log: Logge
     Connection: "keep-alive",
     "X-Accel-Buffering": "no",
   });
-  // Readable.from pulls only as the socket drains, so backpressure reaches the generator.
-  ctx.body = Readable.from(encode(frames, log));
+  // Pulled only while the socket drains (a bounded buffer), so backpressure reaches the engine.
+  streamBody(ctx, encode(frames, log, shutdownDeadline(ctx)), log);
   ctx.flushHeaders();
 }
 
-async function* encode(frames: AsyncIterable<unknown>, log: Logger): AsyncGenerator<string> {
+async function* encode(frames: AsyncIterable<unknown>, log: Logger, deadline: AbortSignal | undefined): AsyncGenerator<string> {
   try {
-    for await (const frame of frames) yield `data: ${JSON.stringify(frame)}\n\n`;
+    for await (const frame of frames) {
+      if (deadline?.aborted) throw shutDown();
+      yield `data: ${JSON.stringify(frame)}\n\n`;
+    }
+    if (deadline?.aborted) throw shutDown();
   } catch (err) {
     const api = toApiError(err);
     if (api.internal) log.error({ err }, "stream failed");
@@ -37,15 +43,26 @@ async function* encode(frames: AsyncIterable<unknown>, log: Logger): AsyncGenera
   yield "data: [DONE]\n\n";
 }
 
+/** The in-band error of a stream the shutdown deadline cancelled. */
+export function shutDown(): HttpError {
+  return new HttpError("SHUTTING_DOWN", "The server shut down before this request finished; it was cancelled.");
+}
+
 /**
- * Aborts when the client goes away before the response finished. `ctx.req` 'close' is the
- * wrong signal: it fires as soon as the body parser has read the body, long before the client
- * leaves (see reference/napi-aesthetics.md §3); the response's 'close' without
- * `writableFinished` is the disconnect.
+ * Aborts when the client goes away before the response finished, or when a shutdown's timeout
+ * passes. `ctx.req` 'close' is the wrong signal: it fires as soon as the body parser has read
+ * the body, long before the client leaves (see reference/napi-aesthetics.md §3); the
+ * response's 'close' without `writableFinished` is the disconnect.
  */
 export function clientGoneSignal(ctx: Context): AbortSignal {
   const ac = new AbortController();
+  // A listener removed when the response closes, not AbortSignal.any: the server-wide deadline
+  // outlives every request and must not collect one dependent signal per request.
+  const deadline = shutdownDeadline(ctx);
+  const onDeadline = () => ac.abort();
+  deadline?.addEventListener("abort", onDeadline, { once: true });
   ctx.res.once("close", () => {
+    deadline?.removeEventListener("abort", onDeadline);
     if (!ctx.res.writableFinished) ac.abort();
   });
   return ac.signal;

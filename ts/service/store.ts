@@ -7,7 +7,9 @@
  * loads what the store now holds.
  */
 import { promises as fsp } from "node:fs";
+import path from "node:path";
 import {
+  readGgufHeader,
   createModel,
   formatName,
   GoTemplate,
@@ -174,8 +176,18 @@ async function checkFrom(models: ModelManager, store: ModelStore, mf: Modelfile)
     throw err;
   }
   if (located.kind === "path") {
+    // Over HTTP a relative (or ~) path would resolve against the server's own folders, which the
+    // client neither knows nor should reach through `..`: only absolute paths (wick create sends one).
+    if (!path.isAbsolute(mf.from)) {
+      throw new StoreError("INVALID_MODELFILE", `${at}: a model file path sent to the server must be absolute (the server cannot resolve it against your folder)`);
+    }
     const stat = await fsp.stat(located.path).catch(() => null);
-    if (!stat?.isFile()) throw new StoreError("FILE_NOT_FOUND", `${at}: no such file ${located.path}`);
+    if (!stat?.isFile()) throw new StoreError("FILE_NOT_FOUND", `${at}: no such file`);
+    // The client's file, not the store, is what is wrong: a 400 before any copying starts.
+    await readGgufHeader(located.path).catch((err: unknown) => {
+      if (err instanceof StoreError && err.code === "CORRUPT_MODEL") throw new StoreError("INVALID_MODELFILE", `${at}: ${err.message.replace(located.path, "the file")}`);
+      throw err;
+    });
   } else if (located.kind === "store") {
     if (!(await store.readManifest(located.name))) throw new StoreError("MODEL_NOT_FOUND", `${at}: model '${formatName(located.name)}' not found (and it is not a path to a .gguf file)`);
   } else if (!models.hub) {
