@@ -19,12 +19,15 @@ const T: &str = "crash_isolation";
 
 /// Three chat prompts and a token only the third (the poisoned one) contains.
 fn prompts(engine: &Engine) -> (Vec<Vec<u32>>, u32) {
-    let ps: Vec<Vec<u32>> = ["What is the capital of France?", "Zebras wear stripes because", "Count to five."]
+    let ps: Vec<Vec<u32>> =
+        ["What is the capital of France?", "Zebras wear stripes because", "Count to five."]
+            .iter()
+            .map(|q| chat(engine, q))
+            .collect();
+    let poison = *ps[1]
         .iter()
-        .map(|q| chat(engine, q))
-        .collect();
-    let poison =
-        *ps[1].iter().find(|t| !ps[0].contains(t) && !ps[2].contains(t)).expect("a token only the poisoned prompt has");
+        .find(|t| !ps[0].contains(t) && !ps[2].contains(t))
+        .expect("a token only the poisoned prompt has");
     (ps, poison)
 }
 

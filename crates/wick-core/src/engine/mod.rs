@@ -252,7 +252,9 @@ impl Engine {
                         // `run` records its own death; this catches a panic while it does so
                         // (the requests it held then end through `Sequence`'s drop).
                         let h = health.clone();
-                        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sched.run(h))) {
+                        if let Err(p) =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sched.run(h)))
+                        {
                             let why = crate::scheduler::panic_message(&p);
                             health.die(format!("the scheduler thread panicked while stopping: {why}"));
                         }
@@ -368,7 +370,11 @@ impl Engine {
             Err(why) => Some(why.clone()),
             Ok(None) if !self.info.vocab_only => Some("the engine was unloaded".into()),
             Ok(None) => None,
-            Ok(Some(r)) => r.thread.as_ref().is_none_or(|t| t.is_finished()).then(|| "the scheduler thread exited".into()),
+            Ok(Some(r)) => r
+                .thread
+                .as_ref()
+                .is_none_or(|t| t.is_finished())
+                .then(|| "the scheduler thread exited".into()),
         };
         match stopped {
             // The thread may have just died and be recording why: prefer its reason.

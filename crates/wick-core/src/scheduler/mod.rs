@@ -135,7 +135,9 @@ impl Scheduler {
                     Ok(Ok(())) => self.clear_suspects(),
                     Ok(Err(WickError::Internal(m))) => self.fail_step(format!("the model step failed: {m}")),
                     Ok(Err(e)) => self.fail_step(format!("the model step failed: {e}")),
-                    Err(p) => self.fail_step(format!("the model step panicked: {}", faults::panic_message(&p))),
+                    Err(p) => {
+                        self.fail_step(format!("the model step panicked: {}", faults::panic_message(&p)))
+                    }
                 }
                 self.in_step.clear();
             }
