@@ -175,10 +175,19 @@ impl Sequence {
     pub async fn next(&self) -> napi::Result<Option<Vec<SequenceEvent>>> {
         let mut rx = self.events.clone().lock_owned().await;
         let Some(first) = rx.recv().await else { return Ok(None) };
-        let mut out = vec![SequenceEvent::from(first)];
-        while let Ok(e) = rx.try_recv() {
-            out.push(e.into());
-        }
+        // `catch_unwind` on an async fn covers only making the future, not polling it: the
+        // conversion is guarded here (a panic ends the sequence in-band with INTERNAL).
+        let drain = || {
+            let mut out = vec![SequenceEvent::from(first)];
+            while let Ok(e) = rx.try_recv() {
+                out.push(e.into());
+            }
+            out
+        };
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(drain)).unwrap_or_else(|_| {
+            let e = WickError::Internal("reading the sequence's events panicked".into());
+            vec![SequenceEvent::Error { code: e.code().into(), message: e.to_string() }]
+        });
         Ok(Some(out))
     }
 
