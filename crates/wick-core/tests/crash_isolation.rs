@@ -13,7 +13,7 @@ use wick_core::{Engine, WickError};
 
 mod common;
 
-use common::engine::{chat, collect, run, run_together, smollm2, Output};
+use common::engine::{cached_fixture, chat, collect, req, run, run_together, sampled, smollm2, Output};
 
 const T: &str = "crash_isolation";
 
@@ -107,6 +107,44 @@ fn a_panicking_step_fails_only_its_culprit_and_the_engine_serves_on() {
     assert!(matches!(again, Err(WickError::Internal(_))));
     assert!(engine.health().ok);
     assert_eq!(engine.metrics().kv_blocks_used, 0);
+}
+
+/// The same on LFM2 (short-conv state beside the paged KV): prompts longer than a KV block
+/// sharing a prefix (so the requeued sequences restart on cached blocks and restored conv
+/// snapshots), seeded sampling (the sampler's state survives the failed step).
+#[test]
+fn a_panicking_step_keeps_conv_state_and_the_prefix_cache_consistent_on_lfm2() {
+    let load = |fault| cached_fixture(T, "tiny-lfm2-q8_0.gguf", |o| o.fault = fault);
+    let Some(clean) = load(None) else { return };
+    let poison = 300;
+    assert!(clean.info().model.n_vocab > poison as usize);
+    let prefix: Vec<u32> = (10..140).collect();
+    let ps = [
+        [&prefix[..], &[150, 151]].concat(),
+        (0..70).map(|i| if i == 40 { poison } else { 5 + i }).collect(),
+        [&prefix[..], &[160]].concat(),
+    ];
+    let reqs = || -> Vec<GenerateRequest> {
+        ps.iter()
+            .enumerate()
+            .map(|(i, p)| GenerateRequest { ignore_eos: true, ..req(p.clone(), 20, sampled(7 + i as u64)) })
+            .collect()
+    };
+    let want = run_together(&clean, reqs());
+    drop(clean);
+
+    let Some(engine) = load(Some(Fault::StepPanic(poison))) else { return };
+    engine.pause().expect("pause");
+    let handles: Vec<_> = reqs().into_iter().map(|r| engine.submit(r).expect("submit")).collect();
+    engine.resume().expect("resume");
+    let got: Vec<_> = handles.into_iter().map(|h| collect_within(h, Duration::from_secs(60))).collect();
+    assert!(matches!(&got[1], Err(WickError::Internal(m)) if m.contains("injected fault")));
+    for i in [0, 2] {
+        let out = got[i].as_ref().unwrap_or_else(|e| panic!("request {i} failed with the culprit: {e}"));
+        assert_eq!(out.ids, want[i].ids, "request {i} answers as without the fault");
+    }
+    let m = engine.metrics();
+    assert_eq!((m.running, m.waiting, m.kv_blocks_used, m.step_failures_total), (0, 0, 0, 2));
 }
 
 #[test]
