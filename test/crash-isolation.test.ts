@@ -56,6 +56,11 @@ serial("a panic in a model step: that request gets a 500 naming it, a concurrent
     t.is(good.status, 200, good.text);
     t.is(good.json.choices[0].message.content, alone.json.choices[0].message.content, "the concurrent request answers as alone");
 
+    // The native API: the same status, Ollama's error shape.
+    const native = await postJson(`${server.url}/api/chat`, { model: "m", messages: [poisoned], stream: false, options: { temperature: 0, num_predict: 12 } });
+    t.is(native.status, 500, native.text);
+    t.regex(native.json.error, /model step panicked: injected fault/);
+
     // Streamed: headers are out before the step runs, so the error comes in-band.
     const streamed = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(chat(poisoned, { stream: true })) });
     const body = await streamed.text();
