@@ -109,9 +109,12 @@ serial("the scheduler thread dies: /health 503 with the reason, the next chat re
     t.deepEqual([body.error.code, body.error.type], [503, "unavailable_error"]);
     t.false(first.engine.health().ok);
 
-    const next = await postJson(url, chat(clean));
+    // Two requests at once: both wait for one reload and are answered.
+    const [next, other] = await Promise.all([postJson(url, chat(clean)), postJson(url, chat(clean, { max_tokens: 4 }))]);
     t.is(next.status, 200, next.text);
+    t.is(other.status, 200, other.text);
     t.true(next.json.choices[0].message.content.length > 0);
+    t.is(models.registry.list().length, 1);
     const reloaded = models.registry.list()[0]!;
     t.not(reloaded.engine, first.engine, "a new engine serves the model");
     const up = await fetch(`${server.url}/health`);
