@@ -9,6 +9,8 @@ export const ENGINE_CODES = [
   "QUEUE_FULL",
   "CANCELLED",
   "ENGINE_STOPPED",
+  // The scheduler thread died: every request fails until the model is loaded again.
+  "ENGINE_DEAD",
   "CONVERT_FAILED",
   "INTERNAL",
 ] as const;

@@ -9,6 +9,7 @@ import { fromNative, isEngineCode, WickError } from "./errors.ts";
 export { WickError } from "./errors.ts";
 export type { EngineCode } from "./errors.ts";
 export type {
+  EngineHealth,
   LoadOptions,
   GenerateOptions,
   ModelInfo,
@@ -68,6 +69,18 @@ export class Engine {
 
   metrics(): Native.Metrics {
     return this.inner.metrics();
+  }
+
+  /**
+   * `{ ok: false, reason }` once the engine's scheduler thread died (its requests, and every
+   * later one, fail with ENGINE_DEAD: unload it and load the model again) or after `unload()`.
+   */
+  health(): Native.EngineHealth {
+    try {
+      return this.inner.health();
+    } catch (err) {
+      throw fromNative(err);
+    }
   }
 
   /**

@@ -27,11 +27,17 @@ export declare class Engine {
   static load(opts: LoadOptions): Promise<Engine>
   info(): ModelInfo
   tokenize(text: string, addSpecial?: boolean | undefined | null, parseSpecial?: boolean | undefined | null): Array<number>
+  /** Ids outside the vocabulary render as nothing (`Tokenizer::decode` checks them). */
   detokenize(ids: Array<number>, skipSpecial?: boolean | undefined | null): string
   /** Exact vocabulary lookup of a token's text (e.g. a template's special tokens). */
   tokenId(text: string): number | null
   submit(opts: GenerateOptions): Sequence
   metrics(): Metrics
+  /**
+   * `{ ok: false, reason }` once the scheduler thread died (every request then fails with
+   * ENGINE_DEAD: unload and load the model again) or after `unload`.
+   */
+  health(): EngineHealth
   /** Holds the scheduler between steps until `resume`; submissions queue meanwhile. */
   pause(): void
   resume(): void
@@ -83,6 +89,12 @@ export interface ConvertReport {
   largestTensorBytes: number
   /** Every tensor's type, in file order. */
   types: Array<TensorType>
+}
+
+/** `Engine::health`: false once the scheduler thread died (with why) or after unload. */
+export interface EngineHealth {
+  ok: boolean
+  reason?: string
 }
 
 /** Why a sequence ended. */
@@ -270,6 +282,8 @@ export interface Metrics {
   prefixHitTokensTotal: number
   /** Sequences preempted (to recompute later) when KV blocks ran out. */
   preemptionsTotal: number
+  /** Forward steps that failed (an error or a panic in the model step); their sequences were failed or run again one at a time. */
+  stepFailuresTotal: number
   /** Tokens sampled under a grammar mask. */
   grammarMasksTotal: number
   /** Microseconds helper threads spent computing grammar masks (overlapping forward passes). */

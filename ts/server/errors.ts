@@ -45,6 +45,8 @@ export const ERROR_TABLE: Record<ErrorCode, ErrorRow> = {
   CANCELLED: { status: 499, type: invalid, code: "cancelled" },
   ENGINE_STOPPED: { status: 503, type: "server_error", code: "model_unloaded", retryAfter: 1 },
   INTERNAL: { status: 500, type: "server_error", code: "internal_error" },
+  // The model's scheduler died mid-request; the next request reloads the model, so retry.
+  ENGINE_DEAD: { status: 503, type: "server_error", code: "engine_dead", retryAfter: 1 },
   INVALID_GRAMMAR: { status: 400, type: invalid, code: "invalid_grammar" },
   // `wick convert` only (no route converts models): bad checkpoints, disk errors.
   CONVERT_FAILED: { status: 400, type: invalid, code: "convert_failed" },

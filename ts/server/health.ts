@@ -11,7 +11,20 @@ const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.me
 
 export function healthRoutes(router: Router, registry: ModelRegistry): void {
   router.get("/health", (ctx) => {
-    ctx.body = { status: "ok", models: registry.list().map((m) => m.id) };
+    const models = registry.list();
+    const down = models.flatMap((m) => {
+      const h = m.engine.health();
+      return h.ok ? [] : [{ model: m.id, reason: h.reason ?? "unavailable" }];
+    });
+    if (down.length === 0) {
+      ctx.body = { status: "ok", models: models.map((m) => m.id) };
+      return;
+    }
+    // A dead engine reloads on the model's next request (ts/service/models.ts). The `error`
+    // object is llama-server's 503 shape, for clients that read that one.
+    const reason = down.map((d) => `model '${d.model}': ${d.reason}`).join("; ");
+    ctx.status = 503;
+    ctx.body = { status: "error", reason, models: models.map((m) => m.id), unhealthy: down, error: { code: 503, message: reason, type: "unavailable_error" } };
   });
   // koa-router answers HEAD from the GET route, with the same headers and no body.
   router.get("/", (ctx) => {

@@ -149,6 +149,10 @@ export class ModelManager {
         await entry.unloading;
         continue;
       }
+      if (entry.model && entry.source.kind !== "given" && !entry.model.engine.health().ok) {
+        await this.dropDead(entry);
+        continue;
+      }
       entry.refs++;
       clearTimeout(entry.timer);
       entry.keepAliveMs = opts.keepAliveMs ?? entry.defaultKeepAliveMs;
@@ -404,6 +408,27 @@ export class ModelManager {
       entry.unloading = undefined;
       this.wake();
     });
+    return entry.unloading;
+  }
+
+  /**
+   * Takes a model whose engine died out of service at once (its requests already failed with
+   * ENGINE_DEAD; requests still holding it only see that error), so the caller loads it again.
+   */
+  private dropDead(entry: Entry): Promise<void> {
+    if (entry.unloading) return entry.unloading;
+    const model = entry.model!;
+    this.log.error({ model: entry.id, reason: model.engine.health().reason }, "model engine died; reloading it");
+    clearTimeout(entry.timer);
+    this.registry.remove(model.id);
+    entry.model = undefined;
+    entry.unloading = model.engine
+      .unload()
+      .catch((err: unknown) => this.log.error({ err, model: entry.id }, "unloading the dead model failed"))
+      .finally(() => {
+        entry.unloading = undefined;
+        this.wake();
+      });
     return entry.unloading;
   }
 

@@ -25,6 +25,10 @@ pub enum WickError {
     EngineStopped,
     #[error("internal error: {0}")]
     Internal(String),
+    /// The model's scheduler thread died (a panic outside a step's guard): every request of
+    /// this engine fails with this until it is unloaded and loaded again.
+    #[error("the engine stopped after a fault: {0}")]
+    EngineDead(String),
 }
 
 impl WickError {
@@ -41,6 +45,7 @@ impl WickError {
             Self::Cancelled => "CANCELLED",
             Self::EngineStopped => "ENGINE_STOPPED",
             Self::Internal(_) => "INTERNAL",
+            Self::EngineDead(_) => "ENGINE_DEAD",
         }
     }
 

@@ -32,6 +32,8 @@ macro_rules! with_metrics {
             prefix_hit_tokens_total,
             #[doc = "Sequences preempted (to recompute later) when KV blocks ran out."]
             preemptions_total,
+            #[doc = "Forward steps that failed (an error or a panic in the model step); their sequences were failed or run again one at a time."]
+            step_failures_total,
             #[doc = "Tokens sampled under a grammar mask."]
             grammar_masks_total,
             #[doc = "Microseconds helper threads spent computing grammar masks (overlapping forward passes)."]

@@ -73,8 +73,8 @@ pub struct Conversion {
 
 /// The output types `outtype` accepts.
 #[napi(catch_unwind)]
-pub fn convert_out_types() -> Vec<String> {
-    OutType::ALL.iter().map(|t| t.name().to_string()).collect()
+pub fn convert_out_types() -> Result<Vec<String>> {
+    Ok(OutType::ALL.iter().map(|t| t.name().to_string()).collect())
 }
 
 /// Starts converting `opts.input` into `opts.outfile` on a new thread.
@@ -122,14 +122,15 @@ pub fn start_conversion(opts: ConvertOptions) -> Result<Conversion> {
 impl Conversion {
     /// Where the conversion is (after the last tensor written).
     #[napi(catch_unwind)]
-    pub fn progress(&self) -> ConvertProgress {
-        self.progress.lock().map(|p| p.clone()).unwrap_or_default()
+    pub fn progress(&self) -> Result<ConvertProgress> {
+        Ok(self.progress.lock().map(|p| p.clone()).unwrap_or_default())
     }
 
     /// Stops the conversion; `done()` then rejects with CANCELLED and no file is left.
     #[napi(catch_unwind)]
-    pub fn cancel(&self) {
+    pub fn cancel(&self) -> Result<()> {
         self.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Resolves with the report once the file is in place; rejects with the error's code

@@ -83,6 +83,13 @@ impl From<&EngineInfo> for ModelInfo {
     }
 }
 
+/// `Engine::health`: false once the scheduler thread died (with why) or after unload.
+#[napi(object)]
+pub struct EngineHealth {
+    pub ok: bool,
+    pub reason: Option<String>,
+}
+
 #[napi(object)]
 pub struct InspectOptions {
     /// Metadata arrays longer than this come back empty (Ollama's non-verbose `model_info`).

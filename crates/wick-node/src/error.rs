@@ -22,6 +22,21 @@ pub fn to_js(e: WickError) -> napi::Error<Code> {
     napi::Error::new(Code(e.code()), e.to_string())
 }
 
+/// Runs a synchronous call into the core; a panic becomes an INTERNAL error naming `what`.
+/// Every entry point also has `#[napi(catch_unwind)]`, but that one throws napi's generic
+/// error with no engine code: it stays as the last guard for the argument conversion napi
+/// runs before the body.
+pub fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(to_js(WickError::Internal(format!("{what} panicked: {msg}"))))
+    })
+}
+
 /// Runs `work` off the JS thread and settles a promise with its result. A rejection carries
 /// the engine's code: napi rejects async fns with its own status type only, so the JS error
 /// is built here, on the JS thread, and handed to napi as an already made value.

@@ -15,8 +15,10 @@ use napi::Env;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 
-use convert::{GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics, ModelInfo, SequenceEvent};
-use error::{blocking, promise, to_js, Result};
+use convert::{
+    EngineHealth, GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics, ModelInfo, SequenceEvent,
+};
+use error::{blocking, guarded, promise, to_js, Result};
 use wick_core::engine::Canceller;
 use wick_core::request::Event;
 use wick_core::WickError;
@@ -60,8 +62,8 @@ impl Engine {
     }
 
     #[napi(catch_unwind)]
-    pub fn info(&self) -> ModelInfo {
-        self.inner.info().into()
+    pub fn info(&self) -> Result<ModelInfo> {
+        guarded("info", || Ok(self.inner.info().into()))
     }
 
     #[napi(catch_unwind)]
@@ -71,44 +73,59 @@ impl Engine {
         add_special: Option<bool>,
         parse_special: Option<bool>,
     ) -> Result<Vec<u32>> {
-        self.inner
-            .tokenizer()
-            .encode(&text, add_special.unwrap_or(true), parse_special.unwrap_or(false))
-            .map_err(to_js)
+        guarded("tokenize", || {
+            self.inner
+                .tokenizer()
+                .encode(&text, add_special.unwrap_or(true), parse_special.unwrap_or(false))
+                .map_err(to_js)
+        })
     }
 
+    /// Ids outside the vocabulary render as nothing (`Tokenizer::decode` checks them).
     #[napi(catch_unwind)]
-    pub fn detokenize(&self, ids: Vec<u32>, skip_special: Option<bool>) -> String {
-        self.inner.tokenizer().decode(&ids, skip_special.unwrap_or(false))
+    pub fn detokenize(&self, ids: Vec<u32>, skip_special: Option<bool>) -> Result<String> {
+        guarded("detokenize", || Ok(self.inner.tokenizer().decode(&ids, skip_special.unwrap_or(false))))
     }
 
     /// Exact vocabulary lookup of a token's text (e.g. a template's special tokens).
     #[napi(catch_unwind)]
-    pub fn token_id(&self, text: String) -> Option<u32> {
-        self.inner.tokenizer().token_id(&text)
+    pub fn token_id(&self, text: String) -> Result<Option<u32>> {
+        guarded("tokenId", || Ok(self.inner.tokenizer().token_id(&text)))
     }
 
     #[napi(catch_unwind)]
     pub fn submit(&self, opts: GenerateOptions) -> Result<Sequence> {
-        let handle = self.inner.submit(opts.into()).map_err(to_js)?;
-        let canceller = handle.canceller();
-        Ok(Sequence { events: Arc::new(Mutex::new(handle.events)), canceller })
+        guarded("submit", || {
+            let handle = self.inner.submit(opts.into()).map_err(to_js)?;
+            let canceller = handle.canceller();
+            Ok(Sequence { events: Arc::new(Mutex::new(handle.events)), canceller })
+        })
     }
 
     #[napi(catch_unwind)]
-    pub fn metrics(&self) -> Metrics {
-        self.inner.metrics().into()
+    pub fn metrics(&self) -> Result<Metrics> {
+        guarded("metrics", || Ok(self.inner.metrics().into()))
+    }
+
+    /// `{ ok: false, reason }` once the scheduler thread died (every request then fails with
+    /// ENGINE_DEAD: unload and load the model again) or after `unload`.
+    #[napi(catch_unwind)]
+    pub fn health(&self) -> Result<EngineHealth> {
+        guarded("health", || {
+            let h = self.inner.health();
+            Ok(EngineHealth { ok: h.ok, reason: h.reason })
+        })
     }
 
     /// Holds the scheduler between steps until `resume`; submissions queue meanwhile.
     #[napi(catch_unwind)]
     pub fn pause(&self) -> Result<()> {
-        self.inner.pause().map_err(to_js)
+        guarded("pause", || self.inner.pause().map_err(to_js))
     }
 
     #[napi(catch_unwind)]
     pub fn resume(&self) -> Result<()> {
-        self.inner.resume().map_err(to_js)
+        guarded("resume", || self.inner.resume().map_err(to_js))
     }
 
     /// Stops the scheduler; pending sequences end with ENGINE_STOPPED.
@@ -158,15 +175,27 @@ impl Sequence {
     pub async fn next(&self) -> napi::Result<Option<Vec<SequenceEvent>>> {
         let mut rx = self.events.clone().lock_owned().await;
         let Some(first) = rx.recv().await else { return Ok(None) };
-        let mut out = vec![SequenceEvent::from(first)];
-        while let Ok(e) = rx.try_recv() {
-            out.push(e.into());
-        }
+        // `catch_unwind` on an async fn covers only making the future, not polling it: the
+        // conversion is guarded here (a panic ends the sequence in-band with INTERNAL).
+        let drain = || {
+            let mut out = vec![SequenceEvent::from(first)];
+            while let Ok(e) = rx.try_recv() {
+                out.push(e.into());
+            }
+            out
+        };
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(drain)).unwrap_or_else(|_| {
+            let e = WickError::Internal("reading the sequence's events panicked".into());
+            vec![SequenceEvent::Error { code: e.code().into(), message: e.to_string() }]
+        });
         Ok(Some(out))
     }
 
     #[napi(catch_unwind)]
-    pub fn cancel(&self) {
-        self.canceller.cancel();
+    pub fn cancel(&self) -> Result<()> {
+        guarded("cancel", || {
+            self.canceller.cancel();
+            Ok(())
+        })
     }
 }

@@ -20,7 +20,7 @@ use crate::request::{Event, GenerateRequest};
 use crate::runtime::pool;
 use crate::sampling::grammar::GrammarCompiler;
 use crate::scheduler::images::{expand, Expanded};
-use crate::scheduler::{Command, Scheduler, SchedulerConfig, Sequence};
+use crate::scheduler::{Command, Fault, Health, Scheduler, SchedulerConfig, Sequence};
 use crate::tokenizer::Tokenizer;
 
 #[derive(Debug, Clone)]
@@ -52,6 +52,9 @@ pub struct EngineOptions {
     pub mmproj: Option<PathBuf>,
     /// The projector's per-image token bounds (llama.cpp's `--image-{min,max}-tokens`).
     pub vision: VisionOptions,
+    /// A fault to inject (tests only); None = the `WICK_FAULT` environment variable, read
+    /// once here at load (see `scheduler::Fault`).
+    pub fault: Option<Fault>,
 }
 
 impl EngineOptions {
@@ -69,6 +72,7 @@ impl EngineOptions {
             threads: None,
             mmproj: None,
             vision: VisionOptions::default(),
+            fault: None,
         }
     }
 }
@@ -130,6 +134,14 @@ struct Runner {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Whether the engine can serve: false once its scheduler thread died (`reason` says why) or
+/// it was unloaded. A dead engine answers every request with ENGINE_DEAD until reloaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineHealth {
+    pub ok: bool,
+    pub reason: Option<String>,
+}
+
 pub struct Engine {
     info: EngineInfo,
     tokenizer: Arc<Tokenizer>,
@@ -138,6 +150,7 @@ pub struct Engine {
     max_queue: usize,
     next_id: AtomicU64,
     runner: Mutex<Option<Runner>>,
+    health: Arc<Health>,
     vision: Option<Arc<VisionModel>>,
 }
 
@@ -145,6 +158,10 @@ impl Engine {
     /// Loads the model and starts its scheduler thread. Blocking: call it off the JS thread.
     pub fn load(opts: EngineOptions) -> Result<Self> {
         crate::runtime::alloc::keep_freed_memory();
+        let fault = match opts.fault {
+            Some(f) => Some(f),
+            None => Fault::from_env()?,
+        };
         let threads = kernel_threads(opts.threads)?;
         let gguf = GgufFile::open(&opts.model_path)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf.metadata)?);
@@ -215,6 +232,7 @@ impl Engine {
         drop(gguf); // weights now live in the model's tensors; release the map
         let metrics = Arc::new(Metrics::default());
         metrics.kv_block_size.store(BLOCK_SIZE, Ordering::Relaxed);
+        let health = Arc::new(Health::default());
         let runner = match model.zip(kv) {
             None => None,
             Some((model, kv)) => {
@@ -223,12 +241,24 @@ impl Engine {
                     max_seqs,
                     step_tokens: opts.step_tokens,
                     prefill_chunk: opts.prefill_chunk.unwrap_or(usize::MAX),
+                    fault,
                 };
                 let sched =
                     Scheduler::new(model, tokenizer.clone(), rx, cfg, kv, metrics.clone(), vision.clone());
+                let health = health.clone();
                 let thread = std::thread::Builder::new()
                     .name("wick-scheduler".into())
-                    .spawn(move || sched.run())
+                    .spawn(move || {
+                        // `run` records its own death; this catches a panic while it does so
+                        // (the requests it held then end through `Sequence`'s drop).
+                        let h = health.clone();
+                        if let Err(p) =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sched.run(h)))
+                        {
+                            let why = crate::scheduler::panic_message(&p);
+                            health.die(format!("the scheduler thread panicked while stopping: {why}"));
+                        }
+                    })
                     .map_err(|e| WickError::Internal(format!("cannot start the scheduler thread: {e}")))?;
                 Some(Runner { tx, thread: Some(thread) })
             }
@@ -241,6 +271,7 @@ impl Engine {
             max_queue: opts.max_queue,
             next_id: AtomicU64::new(1),
             runner: Mutex::new(runner),
+            health,
             vision,
         })
     }
@@ -287,6 +318,11 @@ impl Engine {
         let grammar = req.grammar.as_ref().map(|g| self.grammars.compile(g)).transpose()?;
         let guard = self.runner.lock().map_err(|_| WickError::EngineStopped)?;
         let runner = guard.as_ref().ok_or(WickError::EngineStopped)?;
+        // Held until the request is in the channel: a scheduler that dies meanwhile drains it.
+        let dead = self.health.lock();
+        if let Some(reason) = dead.as_ref() {
+            return Err(WickError::EngineDead(reason.clone()));
+        }
         if self.metrics.waiting.load(Ordering::Relaxed) >= self.max_queue {
             return Err(WickError::QueueFull);
         }
@@ -299,6 +335,7 @@ impl Engine {
             self.metrics.waiting.fetch_sub(1, Ordering::Relaxed);
             return Err(WickError::EngineStopped);
         }
+        drop(dead);
         Ok(SequenceHandle { id, events, canceller: Canceller { cancel, wake: runner.tx.clone() } })
     }
 
@@ -320,6 +357,30 @@ impl Engine {
 
     pub fn metrics(&self) -> MetricsSnapshot {
         self.metrics.snapshot()
+    }
+
+    /// Whether the engine serves: not once its scheduler thread died (with the reason) or
+    /// after `shutdown`. A vocab-only engine has no scheduler and is healthy while loaded.
+    pub fn health(&self) -> EngineHealth {
+        if let Some(reason) = self.health.reason() {
+            return EngineHealth { ok: false, reason: Some(reason) };
+        }
+        let runner = self.runner.lock().map_err(|_| "the engine's lock is poisoned".to_string());
+        let stopped = match runner.as_deref() {
+            Err(why) => Some(why.clone()),
+            Ok(None) if !self.info.vocab_only => Some("the engine was unloaded".into()),
+            Ok(None) => None,
+            Ok(Some(r)) => r
+                .thread
+                .as_ref()
+                .is_none_or(|t| t.is_finished())
+                .then(|| "the scheduler thread exited".into()),
+        };
+        match stopped {
+            // The thread may have just died and be recording why: prefer its reason.
+            Some(why) => EngineHealth { ok: false, reason: Some(self.health.reason().unwrap_or(why)) },
+            None => EngineHealth { ok: true, reason: None },
+        }
     }
 
     /// Holds the scheduler between steps: requests submitted while paused queue (and may be

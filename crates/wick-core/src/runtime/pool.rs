@@ -12,7 +12,9 @@
 //! park on a condvar. Size: `set_threads` (the engine's `threads` option) before first use,
 //! else `WICK_THREADS`, else every core.
 
+use std::any::Any;
 use std::cell::Cell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -153,12 +155,18 @@ impl Pool {
             (0..n).for_each(f);
             return;
         }
+        // A panicking task must neither end a helper thread (the caller would wait for it
+        // forever) nor unwind out of the caller while helpers still read `job` from its
+        // stack: it is caught here and raised again on the caller once every helper is out.
+        let panicked: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
         let f = &|i: usize| {
             IN_TASK.with(|t| t.set(true));
-            f(i);
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(i))) {
+                panicked.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(p);
+            }
             IN_TASK.with(|t| t.set(false));
         };
-        let _one = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let one = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = self.shared;
         let job = Job { f, n, next: AtomicUsize::new(0), id: s.ids.fetch_add(1, SeqCst) };
         // Safety: the pointer is withdrawn and all helpers are out before `job` is dropped.
@@ -178,6 +186,10 @@ impl Pool {
         s.job.store(std::ptr::null_mut(), SeqCst);
         while s.active.load(SeqCst) != 0 {
             std::hint::spin_loop();
+        }
+        drop(one);
+        if let Some(p) = panicked.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            resume_unwind(p);
         }
     }
 }
@@ -262,6 +274,22 @@ mod tests {
         assert_eq!(set_threads(n + 1), Err(n));
         assert_eq!(set_threads(0), Err(n));
         assert_eq!(global().threads(), n);
+    }
+
+    #[test]
+    fn a_panicking_task_reaches_the_caller_and_the_pool_runs_on() {
+        let pool = Pool::new(3);
+        for _ in 0..20 {
+            let hit = std::panic::catch_unwind(|| pool.run(64, &|i| assert!(i % 7 != 3, "task {i} failed")));
+            let msg = hit.expect_err("the task's panic is raised on the caller");
+            let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(msg.contains("failed"), "{msg}");
+            let hits: Vec<AtomicUsize> = (0..100).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(100, &|i| {
+                hits[i].fetch_add(1, SeqCst);
+            });
+            assert!(hits.iter().all(|h| h.load(SeqCst) == 1), "every helper still serves");
+        }
     }
 
     #[test]

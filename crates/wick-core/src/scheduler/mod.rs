@@ -4,6 +4,7 @@
 //! newest sequences if the step needs more KV blocks than are left, runs the model once,
 //! samples, and streams events back.
 
+mod faults;
 pub(crate) mod images;
 mod sequence;
 mod stop;
@@ -13,6 +14,8 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
+pub(crate) use faults::panic_message;
+pub use faults::{Fault, Health};
 pub(crate) use sequence::Sequence;
 
 use crate::cache::KvPool;
@@ -44,6 +47,8 @@ pub(crate) struct SchedulerConfig {
     /// its prompt is split, so equal splits keep its output the same whether it runs alone,
     /// in a batch, or resumes on a cached prefix.
     pub prefill_chunk: usize,
+    /// The `WICK_FAULT` test hook (None in normal use).
+    pub fault: Option<Fault>,
 }
 
 pub(crate) struct Scheduler {
@@ -63,6 +68,8 @@ pub(crate) struct Scheduler {
     /// The image projector, when one is loaded, and recent images' embeddings.
     vision: Option<Arc<VisionModel>>,
     image_cache: images::ImageCache,
+    /// The sequences (by admission order) the current step feeds; who failed if it fails.
+    in_step: Vec<u64>,
 }
 
 impl Scheduler {
@@ -89,10 +96,27 @@ impl Scheduler {
             paused: false,
             vision,
             image_cache: images::ImageCache::new(8),
+            in_step: Vec::new(),
         }
     }
 
-    pub fn run(mut self) {
+    /// Serves until shutdown. A panic in the loop outside a step's guard kills the engine
+    /// (recorded in `health`, every request answered with ENGINE_DEAD) instead of leaving
+    /// requests waiting on a thread that is gone.
+    pub fn run(mut self, health: Arc<Health>) {
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()));
+        if let Err(p) = served {
+            let reason = format!("the scheduler thread panicked: {}", faults::panic_message(&p));
+            self.die(&health, reason);
+            return;
+        }
+        for mut seq in self.running.drain(..).chain(self.waiting.drain(..)) {
+            self.kv.release(&mut seq.cache);
+            seq.fail(WickError::EngineStopped);
+        }
+    }
+
+    fn serve(&mut self) {
         loop {
             if !self.receive() {
                 break;
@@ -104,31 +128,20 @@ impl Scheduler {
             }
             self.admit();
             if !self.running.is_empty() {
-                // A panic inside a kernel must not take the process down: fail the batch instead.
+                // A panic inside the model step (a kernel, sampling, a grammar mask, the image
+                // encoder) must not take the engine down: its sequences are failed instead.
                 let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step()));
-                let err = match step {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e),
+                match step {
+                    Ok(Ok(())) => self.clear_suspects(),
+                    Ok(Err(WickError::Internal(m))) => self.fail_step(format!("the model step failed: {m}")),
+                    Ok(Err(e)) => self.fail_step(format!("the model step failed: {e}")),
                     Err(p) => {
-                        Some(WickError::Internal(format!("forward step panicked: {}", panic_message(&p))))
-                    }
-                };
-                if let Some(err) = err {
-                    let mut failed = std::mem::take(&mut self.running);
-                    for seq in failed.iter_mut() {
-                        self.kv.release(&mut seq.cache);
-                    }
-                    self.publish();
-                    for seq in failed {
-                        seq.fail(WickError::Internal(err.to_string()));
+                        self.fail_step(format!("the model step panicked: {}", faults::panic_message(&p)))
                     }
                 }
+                self.in_step.clear();
             }
             self.publish();
-        }
-        for mut seq in self.running.drain(..).chain(self.waiting.drain(..)) {
-            self.kv.release(&mut seq.cache);
-            seq.fail(WickError::EngineStopped);
         }
     }
 
@@ -158,7 +171,12 @@ impl Scheduler {
 
     fn handle(&mut self, cmd: Command) -> bool {
         match cmd {
-            Command::Submit(seq) => self.waiting.push_back(seq),
+            Command::Submit(seq) => {
+                self.waiting.push_back(seq);
+                if let Some(seq) = self.waiting.back() {
+                    self.inject_exit_fault(seq);
+                }
+            }
             Command::Wake => {}
             Command::Pause => self.paused = true,
             Command::Resume => self.paused = false,
@@ -253,6 +271,18 @@ impl Scheduler {
     /// the token budget lasts.
     fn plan(&self) -> Vec<usize> {
         let mut take = vec![0usize; self.running.len()];
+        let c = self.cfg.prefill_chunk.max(1);
+        // After a failed step its sequences run alone, oldest first, until each is past the
+        // point where it failed (see `fail_step`).
+        let suspect = (0..self.running.len())
+            .filter(|&i| self.running[i].suspect.is_some())
+            .min_by_key(|&i| self.running[i].admitted);
+        if let Some(i) = suspect {
+            let seq = &self.running[i];
+            let at = seq.n_cached();
+            take[i] = if at < seq.n_prompt { seq.chunk_end(at, c) - at } else { 1 };
+            return take;
+        }
         let mut budget = self.cfg.step_tokens.max(1);
         for (i, seq) in self.running.iter().enumerate() {
             if seq.n_cached() >= seq.n_prompt {
@@ -261,7 +291,6 @@ impl Scheduler {
             }
         }
         let mut any = take.iter().any(|&n| n > 0);
-        let c = self.cfg.prefill_chunk.max(1);
         for (i, seq) in self.running.iter().enumerate() {
             let at = seq.n_cached();
             if at < seq.n_prompt {
@@ -291,21 +320,28 @@ impl Scheduler {
             let mut seq = self.running.remove(newest);
             self.kv.release(&mut seq.cache);
             self.metrics.preemptions_total.fetch_add(1, Ordering::Relaxed);
-            self.metrics.waiting.fetch_add(1, Ordering::Relaxed);
-            // Ahead of later arrivals, behind none: it was admitted before them.
-            let at = self.waiting.iter().position(|w| w.admitted == 0 || w.admitted > seq.admitted);
-            self.waiting.insert(at.unwrap_or(self.waiting.len()), seq);
+            self.requeue(seq);
         }
+    }
+
+    /// Notes which sequences `take` feeds (see `in_step`).
+    fn note_step(&mut self, take: &[usize]) {
+        self.in_step.clear();
+        let fed = self.running.iter().zip(take).filter(|(_, &n)| n > 0);
+        self.in_step.extend(fed.map(|(s, _)| s.admitted));
     }
 
     fn step(&mut self) -> crate::Result<()> {
         let mut take = self.plan_within_kv();
+        self.note_step(&take);
         if self.encode_images(&take) {
             take = self.plan_within_kv();
+            self.note_step(&take);
             if take.iter().all(|&n| n == 0) {
                 return Ok(());
             }
         }
+        self.inject_step_fault(&take);
         let n_embd = self.model.info().n_embd;
         let logits = {
             let mut batch: Vec<StepSeq<'_>> = Vec::with_capacity(self.running.len());
@@ -393,11 +429,4 @@ impl Scheduler {
         s.kv_blocks_used.store(self.kv.n_used(), Ordering::Relaxed);
         s.kv_blocks_cached.store(self.kv.n_cached(), Ordering::Relaxed);
     }
-}
-
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }

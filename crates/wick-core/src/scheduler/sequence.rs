@@ -33,6 +33,11 @@ pub(crate) struct Sequence {
     pub cached_tokens: usize,
     /// Order of first admission: preemption takes the newest.
     pub admitted: u64,
+    /// It was in a batch whose step failed: it runs alone until its cache holds this many
+    /// tokens (see `Scheduler::fail_step`).
+    pub suspect: Option<usize>,
+    /// Its last event (done or error) was sent.
+    ended: bool,
     sampler: Sampler,
     /// The request's grammar, compiled at submit.
     grammar: Option<Constraint>,
@@ -70,6 +75,8 @@ impl Sequence {
             cache: SeqCache::default(),
             cached_tokens: 0,
             admitted: 0,
+            suspect: None,
+            ended: false,
             sampler: Sampler::new(req.sampling),
             grammar,
             markers,
@@ -210,9 +217,22 @@ impl Sequence {
             },
         };
         let _ = self.tx.send(Event::Done(done));
+        self.ended = true;
     }
 
-    pub fn fail(self, err: crate::WickError) {
+    pub fn fail(mut self, err: crate::WickError) {
         let _ = self.tx.send(Event::Error(err));
+        self.ended = true;
+    }
+}
+
+/// The last guard: a sequence dropped without its last event (still in the channel when the
+/// engine stopped, or lost while the scheduler thread unwound) ends with an error, so its
+/// client never waits on a stream that will not end.
+impl Drop for Sequence {
+    fn drop(&mut self) {
+        if !self.ended {
+            let _ = self.tx.send(Event::Error(crate::WickError::EngineStopped));
+        }
     }
 }

@@ -45,8 +45,14 @@ impl MaskWorker {
                     Err(_) => return,
                 };
                 let Ok(job) = job else { return };
-                // The sequence may be gone (cancelled, finished): nobody to tell.
-                let _ = job.reply.send(compute(job.matcher));
+                // The sequence may be gone (cancelled, finished): nobody to tell. A panic in
+                // llguidance drops the reply (the sequence fails with INTERNAL) and keeps the
+                // thread serving others.
+                let reply = job.reply;
+                let matcher = job.matcher;
+                if let Ok(r) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compute(matcher))) {
+                    let _ = reply.send(r);
+                }
             })?;
         }
         Ok(Self { tx })
