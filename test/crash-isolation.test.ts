@@ -73,6 +73,8 @@ serial("a panic in a model step: that request gets a 500 naming it, a concurrent
     const m = engine.metrics();
     t.deepEqual([m.running, m.waiting, m.kvBlocksUsed], [0, 0, 0]);
     t.true(m.stepFailuresTotal >= 2);
+    const scraped = await (await fetch(`${server.url}/metrics`)).text();
+    t.regex(scraped, new RegExp(`wick:step_failures_total\\{model_name="[^"]+"\\} ${m.stepFailuresTotal}\\n`), "exported for Prometheus");
     t.true(engine.health().ok);
     const health = await fetch(`${server.url}/health`);
     t.is(health.status, 200);
