@@ -1,7 +1,11 @@
 //! What goes into the engine (requests) and what comes out of it (events). Shared by the
 //! engine and the scheduler, and depending on neither.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use tokio::sync::mpsc::error::{SendError, TryRecvError};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::sampling::grammar::GrammarSpec;
 use crate::sampling::{SamplingParams, TokenLogprob};
@@ -105,4 +109,99 @@ pub enum Event {
     Token(TokenEvent),
     Done(DoneEvent),
     Error(crate::WickError),
+}
+
+/// A sequence's event channel, counting what was sent and not yet taken: past `max_unread`
+/// the consumer counts as gone and the scheduler cancels the sequence, so a client that stops
+/// reading cannot make the engine buffer a whole generation or hold a batch slot for it.
+pub fn event_channel(max_unread: usize) -> (EventSender, EventReceiver) {
+    let (tx, rx) = unbounded_channel();
+    let unread = Arc::new(AtomicUsize::new(0));
+    (EventSender { tx, unread: unread.clone(), max_unread }, EventReceiver { rx, unread })
+}
+
+#[derive(Debug)]
+pub struct EventSender {
+    tx: UnboundedSender<Event>,
+    unread: Arc<AtomicUsize>,
+    max_unread: usize,
+}
+
+impl EventSender {
+    pub fn send(&self, event: Event) -> Result<(), SendError<Event>> {
+        // Counted before it is visible, so the reader's decrement never comes first.
+        self.unread.fetch_add(1, Ordering::Relaxed);
+        self.tx.send(event).inspect_err(|_| {
+            self.unread.fetch_sub(1, Ordering::Relaxed);
+        })
+    }
+
+    /// The consumer dropped its receiver.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// The consumer stopped taking events: more than `max_unread` wait for it.
+    pub fn is_stalled(&self) -> bool {
+        self.unread.load(Ordering::Relaxed) > self.max_unread
+    }
+}
+
+/// The consumer's end; the same calls as tokio's receiver.
+#[derive(Debug)]
+pub struct EventReceiver {
+    rx: UnboundedReceiver<Event>,
+    unread: Arc<AtomicUsize>,
+}
+
+impl EventReceiver {
+    pub async fn recv(&mut self) -> Option<Event> {
+        let e = self.rx.recv().await;
+        self.took(e.is_some());
+        e
+    }
+
+    pub fn blocking_recv(&mut self) -> Option<Event> {
+        let e = self.rx.blocking_recv();
+        self.took(e.is_some());
+        e
+    }
+
+    pub fn try_recv(&mut self) -> Result<Event, TryRecvError> {
+        let e = self.rx.try_recv();
+        self.took(e.is_ok());
+        e
+    }
+
+    fn took(&self, one: bool) {
+        if one {
+            self.unread.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done() -> Event {
+        Event::Error(crate::WickError::EngineStopped)
+    }
+
+    #[test]
+    fn a_receiver_that_stops_taking_events_stalls_its_sender() {
+        let (tx, mut rx) = event_channel(3);
+        for _ in 0..3 {
+            tx.send(done()).unwrap();
+        }
+        assert!(!tx.is_stalled(), "at the bound");
+        tx.send(done()).unwrap();
+        assert!(tx.is_stalled(), "past the bound");
+        rx.try_recv().unwrap();
+        assert!(!tx.is_stalled(), "reading again clears it");
+        while rx.try_recv().is_ok() {}
+        assert!(!tx.is_stalled());
+        drop(rx);
+        assert!(tx.is_closed());
+    }
 }

@@ -13,7 +13,7 @@ use wick_core::{Engine, WickError};
 
 mod common;
 
-use common::engine::{cached_fixture, chat, collect, req, run, run_together, sampled, smollm2, Output};
+use common::engine::{cached_fixture, chat, collect, fold, req, run, run_together, sampled, smollm2, Output};
 
 const T: &str = "crash_isolation";
 
@@ -55,11 +55,7 @@ fn collect_within(mut h: SequenceHandle, limit: Duration) -> Result<Output, Wick
             }
         }
     }
-    // Replay what came through `collect` (same Output shape as the other tests).
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    events.into_iter().for_each(|e| tx.send(e).expect("replay"));
-    h.events = rx;
-    collect(h)
+    fold(events)
 }
 
 #[test]
@@ -186,4 +182,43 @@ fn a_dead_scheduler_answers_every_request_at_once_and_reports_why() {
     assert_eq!((m.running, m.waiting, m.kv_blocks_used), (0, 0, 0));
     engine.shutdown();
     assert!(!engine.health().ok);
+}
+
+/// A client that stops reading its stream: once more events wait for it than the engine keeps
+/// (`max_unread_events`), the sequence is cancelled and its KV freed, and the request batched
+/// beside it answers as it does alone.
+#[test]
+fn a_reader_that_stops_reading_is_cancelled_after_its_bound() {
+    let load = || {
+        cached_fixture(T, "tiny-lfm2-q8_0.gguf", |o| {
+            o.max_unread_events = 16;
+            o.max_sequences = 2;
+        })
+    };
+    let Some(engine) = load() else { return };
+    let other = GenerateRequest { ignore_eos: true, ..GenerateRequest::greedy((20..40).collect(), 64) };
+    let alone = run(&engine, other.clone());
+
+    let stalled = engine
+        .submit(GenerateRequest { ignore_eos: true, ..GenerateRequest::greedy((5..30).collect(), 900) })
+        .expect("submit");
+    let served = run(&engine, other);
+    assert_eq!(served.ids, alone.ids, "the request beside it answers as alone");
+    assert_eq!(served.ids.len(), 64);
+
+    // Only now read the stalled stream: it stopped just past the bound, cancelled.
+    let start = Instant::now();
+    while engine.metrics().running > 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "the stalled sequence is still running");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = collect(stalled).expect("a cancelled sequence ends with done");
+    assert_eq!(out.finish, wick_core::request::FinishReason::Cancelled);
+    assert!(
+        (17..=20).contains(&out.ids.len()),
+        "{} tokens generated past a bound of 16 unread events",
+        out.ids.len()
+    );
+    let m = engine.metrics();
+    assert_eq!((m.running, m.waiting, m.kv_blocks_used), (0, 0, 0));
 }

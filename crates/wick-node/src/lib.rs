@@ -12,15 +12,14 @@ use std::sync::Arc;
 
 use napi::bindgen_prelude::AsyncBlock;
 use napi::Env;
-use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
+use wick_core::request::EventReceiver;
 
 use convert::{
     EngineHealth, GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics, ModelInfo, SequenceEvent,
 };
 use error::{blocking, guarded, promise, to_js, Result};
 use wick_core::engine::Canceller;
-use wick_core::request::Event;
 use wick_core::WickError;
 
 #[napi]
@@ -162,7 +161,7 @@ pub fn inspect_model(
 
 #[napi]
 pub struct Sequence {
-    events: Arc<Mutex<UnboundedReceiver<Event>>>,
+    events: Arc<Mutex<EventReceiver>>,
     canceller: Canceller,
 }
 

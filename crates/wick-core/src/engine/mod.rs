@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use candle_core::Device;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::cache::{KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
@@ -16,7 +15,7 @@ use crate::gguf::GgufFile;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::vision::{VisionModel, VisionOptions};
 use crate::models::{self, ModelInfo};
-use crate::request::{Event, GenerateRequest};
+use crate::request::{event_channel, EventReceiver, GenerateRequest};
 use crate::runtime::pool;
 use crate::sampling::grammar::GrammarCompiler;
 use crate::scheduler::images::{expand, Expanded};
@@ -55,6 +54,9 @@ pub struct EngineOptions {
     /// A fault to inject (tests only); None = the `WICK_FAULT` environment variable, read
     /// once here at load (see `scheduler::Fault`).
     pub fault: Option<Fault>,
+    /// Events a sequence may have waiting for its reader before it is cancelled as abandoned
+    /// (a client that stopped reading its stream).
+    pub max_unread_events: usize,
 }
 
 impl EngineOptions {
@@ -73,6 +75,7 @@ impl EngineOptions {
             mmproj: None,
             vision: VisionOptions::default(),
             fault: None,
+            max_unread_events: 4096,
         }
     }
 }
@@ -99,7 +102,7 @@ pub struct EngineInfo {
 /// cancels the sequence (the scheduler sees the closed channel at its next step).
 pub struct SequenceHandle {
     pub id: u64,
-    pub events: UnboundedReceiver<Event>,
+    pub events: EventReceiver,
     canceller: Canceller,
 }
 
@@ -148,6 +151,7 @@ pub struct Engine {
     grammars: GrammarCompiler,
     metrics: Arc<Metrics>,
     max_queue: usize,
+    max_unread_events: usize,
     next_id: AtomicU64,
     runner: Mutex<Option<Runner>>,
     health: Arc<Health>,
@@ -269,6 +273,7 @@ impl Engine {
             tokenizer,
             metrics,
             max_queue: opts.max_queue,
+            max_unread_events: opts.max_unread_events,
             next_id: AtomicU64::new(1),
             runner: Mutex::new(runner),
             health,
@@ -327,7 +332,7 @@ impl Engine {
             return Err(WickError::QueueFull);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, events) = unbounded_channel();
+        let (tx, events) = event_channel(self.max_unread_events);
         let cancel = Arc::new(AtomicBool::new(false));
         let seq = Sequence::new(req, prompt, grammar, limit, tx, cancel.clone());
         self.metrics.waiting.fetch_add(1, Ordering::Relaxed);

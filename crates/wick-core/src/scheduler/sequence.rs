@@ -5,20 +5,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::mpsc::UnboundedSender;
-
 use super::images::{Expanded, SeqImage};
 use super::stop::{StopMatcher, StopScan};
 use crate::cache::SeqCache;
 use crate::metrics::Metrics;
-use crate::request::{DoneEvent, Event, FinishReason, GenerateRequest, Timings, TokenEvent, Usage};
+use crate::request::{
+    DoneEvent, Event, EventSender, FinishReason, GenerateRequest, Timings, TokenEvent, Usage,
+};
 use crate::sampling::grammar::{Commit, Constraint};
 use crate::sampling::{top_logprobs, Sampler, TokenLogprob};
 use crate::tokenizer::{Detokenizer, Tokenizer};
 
 pub(crate) struct Sequence {
     pub cancel: Arc<AtomicBool>,
-    tx: UnboundedSender<Event>,
+    tx: EventSender,
     /// Prompt followed by generated tokens (image positions hold placeholder ids).
     pub tokens: Vec<u32>,
     pub n_prompt: usize,
@@ -58,7 +58,7 @@ impl Sequence {
         prompt: Expanded,
         grammar: Option<Constraint>,
         limit: usize,
-        tx: UnboundedSender<Event>,
+        tx: EventSender,
         cancel: Arc<AtomicBool>,
     ) -> Self {
         let n_prompt = prompt.tokens.len();
@@ -116,7 +116,7 @@ impl Sequence {
     }
 
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed) || self.tx.is_closed()
+        self.cancel.load(Ordering::Relaxed) || self.tx.is_closed() || self.tx.is_stalled()
     }
 
     pub fn generated(&self) -> usize {
@@ -180,7 +180,7 @@ impl Sequence {
     }
 
     fn send_token(&self, ids: Vec<u32>, text: String, logprobs: Vec<(TokenLogprob, Vec<TokenLogprob>)>) {
-        // A closed receiver means the client left; the scheduler notices via is_cancelled().
+        // A closed or stalled receiver means the client left; the scheduler notices via is_cancelled().
         let _ = self.tx.send(Event::Token(TokenEvent { ids, text, logprobs }));
     }
 

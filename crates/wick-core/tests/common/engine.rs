@@ -77,9 +77,14 @@ pub struct Output {
 }
 
 pub fn collect(mut h: wick_core::engine::SequenceHandle) -> Result<Output, WickError> {
+    fold(std::iter::from_fn(|| h.events.blocking_recv()))
+}
+
+/// A sequence's events, up to its last, as one output.
+pub fn fold(events: impl IntoIterator<Item = Event>) -> Result<Output, WickError> {
     let mut out =
         Output { ids: vec![], text: String::new(), finish: FinishReason::Cancelled, cached_tokens: 0 };
-    while let Some(ev) = h.events.blocking_recv() {
+    for ev in events {
         match ev {
             Event::Token(t) => {
                 out.ids.extend(t.ids);
