@@ -11,20 +11,25 @@
  * (its bad requests) and benches/fuzz-peer.ts (the same cases sent to llama-server).
  */
 import fc from "fast-check";
-import { caseArbitrary, FUZZ_RUNS, fuzzSeed, keptCorpus, problem, ROUTES, sampleCases, send } from "../benches/lib/http-fuzz.ts";
+import { caseArbitrary, FUZZ_RUNS, fuzzSeed, keptCorpus, problem, ROUTES, routeName, sampleCases, send } from "../benches/lib/http-fuzz.ts";
 import { fixture, needs } from "./helpers/assets.ts";
 import { serveModel } from "./helpers/server.ts";
 
+const vlProj = fixture("mmproj-tiny-lfm2-vl-q8_0.gguf");
 const { path: model, serial } = needs(fixture("tiny-llama-q8_0.gguf"));
+const { path: vlModel } = needs(fixture("tiny-lfm2-vl-q8_0.gguf"), vlProj);
 // A short context bounds every generation a valid body starts.
 const served = serveModel(model, { contextSize: 64, maxSequences: 4 });
+// The image variants go to a vision model (LFM2-VL fixture + projector): images are then valid input.
+const vision = serveModel(vlModel, { contextSize: 512, maxSequences: 4, mmproj: (vlProj as { path: string }).path });
+const urlOf = (route: (typeof ROUTES)[number]) => (route.vision ? vision : served).server.url;
 
 serial("the kept corpus of hostile bodies still gets clean answers", async (t) => {
   const corpus = keptCorpus();
   t.true(corpus.length > 0);
   for (const c of corpus) {
-    const r = await send(served.server.url, c.route, c.body, "application/json");
-    t.is(problem(c.route, r), null, `${c.route.path} ${c.body.slice(0, 200)}`);
+    const r = await send(urlOf(c.route), c.route, c.body, "application/json");
+    t.is(problem(c.route, r), null, `${routeName(c.route)} ${c.body.slice(0, 200)}`);
   }
 });
 
@@ -32,16 +37,16 @@ serial("fuzz-peer's sampled cases are the ones the property runs (one generator,
   for (const route of ROUTES) {
     const seen: [string | Buffer, string][] = [];
     await fc.assert(fc.asyncProperty(caseArbitrary(route), async (c) => void seen.push(c)), { seed: fuzzSeed(route), numRuns: 50 });
-    t.deepEqual(sampleCases(route, 50), seen, route.path);
+    t.deepEqual(sampleCases(route, 50), seen, routeName(route));
   }
 });
 
 for (const route of ROUTES) {
-  serial(`${route.path}: ${FUZZ_RUNS} generated bodies, each a success or a clean client error`, async (t) => {
+  serial(`${routeName(route)}: ${FUZZ_RUNS} generated bodies, each a success or a clean client error`, async (t) => {
     const seen = new Map<number, number>();
     await fc.assert(
       fc.asyncProperty(caseArbitrary(route), async ([body, type]) => {
-        const r = await send(served.server.url, route, body, type);
+        const r = await send(urlOf(route), route, body, type);
         seen.set(r.status, (seen.get(r.status) ?? 0) + 1);
         const why = problem(route, r);
         if (why) throw new Error(why);
@@ -49,7 +54,7 @@ for (const route of ROUTES) {
       // WICK_FUZZ_SEED / WICK_FUZZ_RUNS run other and longer searches by hand.
       { seed: fuzzSeed(route), numRuns: FUZZ_RUNS, endOnFailure: true },
     );
-    t.log(`${route.path}: statuses ${JSON.stringify(Object.fromEntries(seen))}`);
+    t.log(`${routeName(route)}: statuses ${JSON.stringify(Object.fromEntries(seen))}`);
     t.true((seen.get(200) ?? 0) > 0 && [...seen.keys()].some((s) => s >= 400), "both successes and client errors were reached");
   });
 }

@@ -10,14 +10,31 @@ import fc from "fast-check";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
-export type Route = { path: string; native: boolean; base: Record<string, unknown> };
+/** A route and the valid body its cases start from; a `variant` is a second base on the same path (tools, images). */
+export type Route = { path: string; native: boolean; base: Record<string, unknown>; variant?: string; vision?: boolean };
+/** A 1×1 PNG: a valid image for the vision variants. */
+const PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+const TOOLS = [{ type: "function", function: { name: "get_weather", description: "Weather", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
 export const ROUTES: Route[] = [
   { path: "/v1/chat/completions", native: false, base: { model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 4 } },
   { path: "/v1/completions", native: false, base: { model: "m", prompt: "hi", max_tokens: 4 } },
   { path: "/api/chat", native: true, base: { model: "m", messages: [{ role: "user", content: "hi" }], options: { num_predict: 4 } } },
   { path: "/api/generate", native: true, base: { model: "m", prompt: "hi", options: { num_predict: 4 } } },
   { path: "/api/show", native: true, base: { model: "tiny-llama-q8_0" } },
+  { path: "/v1/chat/completions", variant: "tools", native: false, base: { model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 4, tools: TOOLS, tool_choice: "auto" } },
+  { path: "/api/chat", variant: "tools", native: true, base: { model: "m", messages: [{ role: "user", content: "hi" }], options: { num_predict: 4 }, tools: TOOLS } },
+  {
+    path: "/v1/chat/completions",
+    variant: "image",
+    vision: true,
+    native: false,
+    base: { model: "m", messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: `data:image/png;base64,${PNG_1X1}` } }, { type: "text", text: "hi" }] }], max_tokens: 4 },
+  },
+  { path: "/api/generate", variant: "image", vision: true, native: true, base: { model: "m", prompt: "hi", images: [PNG_1X1], options: { num_predict: 4 } } },
 ];
+
+/** How tests and tables name a route. */
+export const routeName = (r: Route) => (r.variant ? `${r.path} (${r.variant})` : r.path);
 
 /** Values that break naive code: wrong types, extremes, odd strings, deep nesting. */
 const weird = fc.oneof(
@@ -72,7 +89,7 @@ export function caseArbitrary(route: Route): fc.Arbitrary<[string | Buffer, stri
 
 /** The fixed seed of a route (WICK_FUZZ_SEED moves every route's by hand). */
 export function fuzzSeed(route: Route, base = Number(process.env.WICK_FUZZ_SEED ?? 4242)): number {
-  return base + route.path.length;
+  return base + route.path.length + 1000 * (route.variant?.length ?? 0);
 }
 
 /** Cases per route (WICK_FUZZ_RUNS runs longer searches by hand). */
