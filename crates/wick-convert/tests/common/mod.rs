@@ -4,50 +4,17 @@
 
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use wick_convert::{convert, ConvertOptions, OutType, Report};
 use wick_fixtures::HfSpec;
 
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Reports `test` as skipped for `reason` (see crates/wick-core/tests/common/mod.rs).
-pub fn skip(test: &str, reason: &str) {
-    if in_ci() {
-        panic!("{test}: {reason} (CI=true: a missing test asset is a failure)");
-    }
-    let line = format!("SKIPPED: {test}: {reason}");
-    eprintln!("{line}");
-    if let Some(log) = std::env::var_os("WICK_SKIP_LOG") {
-        let appended = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
-        if let Err(e) = appended {
-            panic!("{test}: cannot record the skip in {}: {e}", PathBuf::from(log).display());
-        }
-    }
-}
+#[allow(unused_imports)] // each test file uses some
+pub use wick_fixtures::assets::{in_ci, llama_src, skip};
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The llama.cpp source (vocab GGUFs, chat templates), or None after reporting the skip.
-pub fn llama_src(test: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("WICK_LLAMA_SRC")
-        .map(PathBuf::from)
-        .unwrap_or_else(wick_fixtures::default_llama_src);
-    if dir.join("models").is_dir() {
-        return Some(dir);
-    }
-    skip(test, &format!("no llama.cpp vocab files in {}/models (run ./scripts/llama-src.sh)", dir.display()));
-    None
 }
 
 /// A scratch directory of this test binary.
