@@ -14,9 +14,20 @@ use super::x86::bf16 as simd;
 /// `ggml_vec_dot_f16` (AVX-512): `x(i)·y(i)` for i < n; values are f16-exact f32s.
 #[inline(always)]
 pub fn dot_single(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
-    let np = n & !63;
+    let mut sum = dot_head64(n, &x, &y) as f64;
+    for i in n & !63..n {
+        sum += (x(i) * y(i)) as f64;
+    }
+    sum as f32
+}
+
+/// The first `n & !63` terms as ggml's AVX-512 vector dots sum them: 4 accumulators of 16
+/// lanes over steps of 64, folded (a0+a2)+(a1+a3), the 16-lane tree sum. The f16 and f32 dots
+/// differ only in how they add the tail.
+#[inline(always)]
+pub fn dot_head64(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
     let mut acc = [[0f32; 16]; 4];
-    for base in (0..np).step_by(64) {
+    for base in (0..n & !63).step_by(64) {
         for (j, a) in acc.iter_mut().enumerate() {
             for (l, s) in a.iter_mut().enumerate() {
                 let i = base + 16 * j + l;
@@ -28,11 +39,7 @@ pub fn dot_single(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) 
     for l in 0..16 {
         folded[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
     }
-    let mut sum = reduce16(&folded) as f64;
-    for i in np..n {
-        sum += (x(i) * y(i)) as f64;
-    }
-    sum as f32
+    reduce16(&folded)
 }
 
 /// tinyBLAS `gemm_bloc` for one output: 16 lanes over chunks of 16 (n % 16 == 0).

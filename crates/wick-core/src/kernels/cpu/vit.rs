@@ -22,29 +22,15 @@ use half::f16;
 use super::blocks::reduce16;
 use super::expf::{exp_variant, ggml_expf, simd_width};
 use super::feats::fast;
-use super::float_dots::dot_tiled;
+use super::float_dots::{dot_head64, dot_tiled};
 use crate::runtime::pool::{self, SyncPtr};
 
 /// `ggml_vec_dot_f32` (AVX-512): 4 accumulators of 16 lanes over steps of 64, folded
 /// (a0+a2)+(a1+a3), the 16-lane tree sum, then the tail (n % 64) added in f32 (not fused).
 #[inline(always)]
 pub fn dot_single_f32(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
-    let np = n & !63;
-    let mut acc = [[0f32; 16]; 4];
-    for base in (0..np).step_by(64) {
-        for (j, a) in acc.iter_mut().enumerate() {
-            for (l, s) in a.iter_mut().enumerate() {
-                let i = base + 16 * j + l;
-                *s = x(i).mul_add(y(i), *s);
-            }
-        }
-    }
-    let mut folded = [0f32; 16];
-    for l in 0..16 {
-        folded[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-    }
-    let mut sum = reduce16(&folded);
-    for i in np..n {
+    let mut sum = dot_head64(n, &x, &y);
+    for i in n & !63..n {
         sum += x(i) * y(i);
     }
     sum
