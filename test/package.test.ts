@@ -109,8 +109,18 @@ serial("npm pack → npm install in an empty directory: wick serve, import { Eng
     cwd: app,
     env: { ...env, WICK_ISA: "scalar", WICK_HOME: path.join(dir, "home") },
     stdio: ["ignore", "pipe", "pipe"],
+    // Its own process group: npx does not pass signals on to the server it starts.
+    detached: true,
   });
-  t.teardown(() => server.kill("SIGKILL"));
+  const exited = new Promise((resolve) => server.once("exit", resolve));
+  const killGroup = (signal: NodeJS.Signals) => {
+    try {
+      process.kill(-server.pid!, signal);
+    } catch {
+      // already gone
+    }
+  };
+  t.teardown(() => killGroup("SIGKILL"));
   let out = "";
   let err = "";
   server.stdout.on("data", (b: Buffer) => (out += b));
@@ -145,7 +155,8 @@ serial("npm pack → npm install in an empty directory: wick serve, import { Eng
     .map((l) => JSON.parse(l) as { msg?: string; isa?: string })
     .find((l) => l.msg === "model loaded");
   t.is(loaded?.isa, "scalar", `the load log names the kernels: ${JSON.stringify(loaded)}`);
-  server.kill("SIGTERM");
+  killGroup("SIGTERM");
+  await exited;
 
   // 4. A plain Node script: import { Engine } from "wick" and generate, uncapped kernels.
   writeFileSync(
