@@ -85,6 +85,21 @@ function podmanImage(): Asset {
   }
 }
 
+/**
+ * Flags for podman on machines like this one (a container itself, without CAP_SYS_RESOURCE and
+ * with hybrid cgroups): limits no higher than the host's, and runc where it is installed, as
+ * crun refuses hybrid cgroups. Harmless elsewhere.
+ */
+function podmanFlags(): string[] {
+  const limits = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"];
+  try {
+    execFileSync("runc", ["--version"], { stdio: "ignore" });
+    return ["--runtime", "runc", ...limits];
+  } catch {
+    return limits;
+  }
+}
+
 const built = needs(podmanImage(), smollm2(), localFile(path.join(repoRoot, "ts/native/wick.linux-x64-gnu.node"), "run npm run build:native"));
 
 async function freePort(): Promise<number> {
@@ -99,15 +114,17 @@ built.serial("podman builds the Dockerfile from the packed tarballs; the contain
   await run("bash", ["scripts/pack.sh", "artifacts/pack"], { cwd: repoRoot, maxBuffer: 1 << 24 });
   const image = "localhost/wick-test:latest";
   const started = performance.now();
-  await run("podman", ["build", "--format", "docker", "--build-arg", `NODE_IMAGE=${BASE}`, "--build-arg", "PACKAGES=prebuilt", "-t", image, "."], {
+  const flags = podmanFlags();
+  await run("podman", ["build", ...flags, "--format", "docker", "--build-arg", `NODE_IMAGE=${BASE}`, "--build-arg", "PACKAGES=prebuilt", "-t", image, "."], {
     cwd: repoRoot,
     maxBuffer: 1 << 26,
+    timeout: 240_000,
   });
   t.log(`podman build (prebuilt packages): ${((performance.now() - started) / 1000).toFixed(1)} s`);
   const port = await freePort();
   const model = path.dirname(smollm2Path());
   const name = `wick-test-${process.pid}`;
-  await run("podman", ["run", "-d", "--name", name, "-p", `127.0.0.1:${port}:11434`, "-v", `${model}:/models:ro`, "-v", `${name}:/data`, image, "serve", "-m", `/models/${path.basename(smollm2Path())}`]);
+  await run("podman", ["run", ...flags, "-d", "--name", name, "-p", `127.0.0.1:${port}:11434`, "-v", `${model}:/models:ro`, "-v", `${name}:/data`, image, "serve", "-m", `/models/${path.basename(smollm2Path())}`]);
   t.teardown(async () => {
     await run("podman", ["rm", "-f", name]).catch(() => {});
     await run("podman", ["volume", "rm", "-f", name]).catch(() => {});
