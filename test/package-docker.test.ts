@@ -8,11 +8,11 @@
  */
 import { execFile, execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import path from "node:path";
 import { promisify } from "node:util";
 import test from "ava";
 import { localFile, needs, repoRoot, smollm2, type Asset } from "./helpers/assets.ts";
+import { freePort } from "./helpers/server.ts";
 
 const run = promisify(execFile);
 const read = (p: string) => readFileSync(path.join(repoRoot, p), "utf8");
@@ -101,14 +101,6 @@ function podmanFlags(): string[] {
 }
 
 const built = needs(podmanImage(), smollm2(), localFile(path.join(repoRoot, "ts/native/wick.linux-x64-gnu.node"), "run npm run build:native"));
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((resolve) => srv.listen(0, "127.0.0.1", resolve));
-  const port = (srv.address() as { port: number }).port;
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
-}
 
 built.serial("podman builds the Dockerfile from the packed tarballs; the container serves a chat on its published port and passes its health check", async (t) => {
   await run("bash", ["scripts/pack.sh", "artifacts/pack"], { cwd: repoRoot, maxBuffer: 1 << 24 });

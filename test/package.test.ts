@@ -11,11 +11,11 @@
  */
 import { execFile, execFileSync, spawn } from "node:child_process";
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { needs, localFile, repoRoot, smollm2, type Asset } from "./helpers/assets.ts";
+import { freePort } from "./helpers/server.ts";
 
 const run = promisify(execFile);
 const addon = path.join(repoRoot, "ts/native/wick.linux-x64-gnu.node");
@@ -49,14 +49,6 @@ function userEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
     .filter((dir) => !existsSync(path.join(dir, "cargo")) && !existsSync(path.join(dir, "rustc")))
     .join(path.delimiter);
   return { ...env, ...extra };
-}
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((resolve) => srv.listen(0, "127.0.0.1", resolve));
-  const port = (srv.address() as { port: number }).port;
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
 }
 
 /** The widest kernels this CPU has, as wick-core's feats.rs decides (for the uncapped run). */
