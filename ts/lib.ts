@@ -19,7 +19,7 @@ import { chatPromptText } from "./service/prompt.ts";
 import { ModelRegistry, type ServedModel } from "./service/registry.ts";
 import { ToolOutput, type OutputCall } from "./service/tools/output.ts";
 import type { ToolRequest } from "./service/tools/request.ts";
-import type { ParseResult } from "./service/tools/index.ts";
+import type { ParseResult, ToolParserName } from "./service/tools/index.ts";
 
 export { Engine, WickError, inspectModel, cpuIsa } from "./engine/index.ts";
 export type {
@@ -103,7 +103,7 @@ export function applyChatTemplate(engine: Engine, messages: ChatMessage[], opts:
 }
 
 /** Which tool-call format this model writes (from its template): "lfm2" or "hermes". */
-export function toolParserOf(engine: Engine): string {
+export function toolParserOf(engine: Engine): ToolParserName {
   return model(engine).toolParser.name;
 }
 
