@@ -33,7 +33,8 @@ FROM ${PACKAGES} AS packages
 
 FROM ${NODE_IMAGE}
 COPY --from=packages /pkg/ /tmp/pkg/
-RUN npm install -g --no-audit --no-fund --include=optional /tmp/pkg/*.tgz && rm -rf /tmp/pkg /root/.npm
+# The root package and this machine's binary package (the directory may hold other platforms').
+RUN npm install -g --no-audit --no-fund --include=optional /tmp/pkg/wick-[0-9]*.tgz /tmp/pkg/wick-linux-$(node -p process.arch)-gnu-*.tgz && rm -rf /tmp/pkg /root/.npm
 ENV WICK_HOST=0.0.0.0:11434 \
     WICK_HOME=/data
 VOLUME /data

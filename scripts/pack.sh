@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-artifacts/pack}")
 mkdir -p "$out"
+rm -f "$out"/wick-*.tgz # one release's tarballs: none left over from an earlier version
 shopt -s nullglob
 addons=(ts/native/wick.*.node)
 [ ${#addons[@]} -gt 0 ] || { echo "no addon in ts/native: run npm run build:native" >&2; exit 1; }
