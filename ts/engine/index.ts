@@ -157,3 +157,11 @@ export async function inspectModel(path: string, opts: { maxArrayLen?: number } 
     throw fromNative(err);
   }
 }
+
+/**
+ * The widest CPU kernels the engine runs: "avx512vnni", "avx2" or "scalar". Prebuilt binaries
+ * target baseline x86-64 and choose at run time; `WICK_ISA=scalar|avx2` caps the choice.
+ */
+export function cpuIsa(): string {
+  return native.cpuIsa();
+}

@@ -839,6 +839,7 @@ module.exports.Conversion = nativeBinding.Conversion
 module.exports.Engine = nativeBinding.Engine
 module.exports.Sequence = nativeBinding.Sequence
 module.exports.convertOutTypes = nativeBinding.convertOutTypes
+module.exports.cpuIsa = nativeBinding.cpuIsa
 module.exports.FinishReason = nativeBinding.FinishReason
 module.exports.GrammarKind = nativeBinding.GrammarKind
 module.exports.inspectModel = nativeBinding.inspectModel

@@ -97,6 +97,13 @@ export interface EngineHealth {
   reason?: string
 }
 
+/**
+ * The widest CPU kernels this process runs ("avx512vnni", "avx2" or "scalar"): detected once,
+ * after the `WICK_ISA` cap. Prebuilt binaries target baseline x86-64 and pick these at run time,
+ * so the server logs it at load.
+ */
+export declare function cpuIsa(): string
+
 /** Why a sequence ended. */
 export type FinishReason = 'stop' | 'length' | 'cancelled'
 

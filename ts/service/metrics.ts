@@ -11,6 +11,8 @@ export interface GaugeSource {
   list(): { id: string; engine: { metrics(): Metrics } }[];
 }
 
+/** vLLM's token-count buckets (1, 2, 5 per decade), up to 100k. */
+const TOKEN_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
 const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 
 export class ServingMetrics {
@@ -19,6 +21,10 @@ export class ServingMetrics {
   private readonly itl;
   private readonly e2e;
   private readonly queue;
+  private readonly prefill;
+  private readonly decode;
+  private readonly promptLength;
+  private readonly generationLength;
   private readonly promptTokens;
   private readonly generationTokens;
   private readonly finished;
@@ -56,6 +62,11 @@ export class ServingMetrics {
     this.itl = histogram("wick:inter_token_latency_seconds", "Time between consecutive streamed tokens.");
     this.e2e = histogram("wick:e2e_request_latency_seconds", "Time from submission to the end of generation.");
     this.queue = histogram("wick:request_queue_time_seconds", "Time spent waiting for admission.");
+    this.prefill = histogram("wick:request_prefill_time_seconds", "Time spent computing the prompt.");
+    this.decode = histogram("wick:request_decode_time_seconds", "Time spent generating after the prompt.");
+    const lengths = (name: string, help: string) => new client.Histogram({ name, help, labelNames, registers, buckets: TOKEN_BUCKETS });
+    this.promptLength = lengths("wick:request_prompt_tokens", "Prompt tokens per finished request.");
+    this.generationLength = lengths("wick:request_generation_tokens", "Generated tokens per finished request.");
     const counter = (name: string, help: string, extra: string[] = []) =>
       new client.Counter({ name, help, labelNames: [...labelNames, ...extra], registers });
     this.promptTokens = counter("wick:prompt_tokens_total", "Prompt tokens of finished requests.");
@@ -77,6 +88,10 @@ export class ServingMetrics {
       } else if (ev.type === "done") {
         this.e2e.observe(labels, (now - start) / 1e3);
         this.queue.observe(labels, ev.timings.queueMs / 1e3);
+        this.prefill.observe(labels, ev.timings.promptMs / 1e3);
+        this.decode.observe(labels, ev.timings.decodeMs / 1e3);
+        this.promptLength.observe(labels, ev.usage.promptTokens);
+        this.generationLength.observe(labels, ev.usage.completionTokens);
         this.promptTokens.inc(labels, ev.usage.promptTokens);
         this.generationTokens.inc(labels, ev.usage.completionTokens);
         this.finished.inc({ ...labels, finished_reason: ev.finishReason });

@@ -19,7 +19,7 @@ import { promises as fsp } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { pino, type Logger } from "pino";
-import { inspectModel, type LoadOptions } from "../engine/index.ts";
+import { cpuIsa, inspectModel, type LoadOptions } from "../engine/index.ts";
 import { formatName, nameKey, StoreError, type HubClient, type ModelName, type ModelStore } from "../store/index.ts";
 import { RequestError } from "./errors.ts";
 import { DEFAULT_KEEP_ALIVE_MS } from "./keep-alive.ts";
@@ -332,7 +332,7 @@ export class ModelManager {
     entry.model = model;
     entry.size = estimateSize(model, this.loadDefaults);
     entry.lastUsed = Date.now();
-    this.log.info({ model: entry.id, architecture: model.info.architecture, contextSize: model.info.contextSize, bytes: entry.size, ms: Math.round(performance.now() - started) }, "model loaded");
+    this.log.info({ model: entry.id, isa: cpuIsa(), architecture: model.info.architecture, contextSize: model.info.contextSize, bytes: entry.size, ms: Math.round(performance.now() - started) }, "model loaded");
     return model;
   }
 

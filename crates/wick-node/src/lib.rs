@@ -140,6 +140,20 @@ impl Engine {
     }
 }
 
+/// The widest CPU kernels this process runs ("avx512vnni", "avx2" or "scalar"): detected once,
+/// after the `WICK_ISA` cap. Prebuilt binaries target baseline x86-64 and pick these at run time,
+/// so the server logs it at load.
+#[napi]
+pub fn cpu_isa() -> String {
+    use wick_core::kernels::cpu::feats::{isa, Isa};
+    match isa() {
+        Isa::Scalar => "scalar",
+        Isa::Avx2 => "avx2",
+        Isa::Avx512Vnni => "avx512vnni",
+    }
+    .to_string()
+}
+
 /// Reads a GGUF file's header (no weights) on a blocking worker thread: architecture,
 /// parameter count, quantization mix, context length, experts, metadata.
 #[napi(catch_unwind)]

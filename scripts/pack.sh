@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Packs what a release publishes, for the platforms built here: the root package (its
+# `prepack` compiles dist/) and one binary package per addon found in ts/native/ (this
+# machine's: linux-x64-gnu), the addon copied into npm/<platform>/ as `napi artifacts` does
+# with a release's full set. Prints the tarball paths, one a line. Usage: scripts/pack.sh [out-dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(realpath -m "${1:-artifacts/pack}")
+mkdir -p "$out"
+rm -f "$out"/wick-*.tgz # one release's tarballs: none left over from an earlier version
+shopt -s nullglob
+addons=(ts/native/wick.*.node)
+[ ${#addons[@]} -gt 0 ] || { echo "no addon in ts/native: run npm run build:native" >&2; exit 1; }
+for addon in "${addons[@]}"; do
+  platform=$(basename "$addon" .node); platform=${platform#wick.}
+  [ -d "npm/$platform" ] || { echo "npm/$platform is missing: not a target in package.json's napi.targets" >&2; exit 1; }
+  cp "$addon" "npm/$platform/"
+  (cd "npm/$platform" && npm pack --silent --pack-destination "$out" | sed "s|^|$out/|")
+done
+npm pack --silent --pack-destination "$out" | tail -n 1 | sed "s|^|$out/|"
