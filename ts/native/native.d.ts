@@ -91,18 +91,18 @@ export interface ConvertReport {
   types: Array<TensorType>
 }
 
-/** `Engine::health`: false once the scheduler thread died (with why) or after unload. */
-export interface EngineHealth {
-  ok: boolean
-  reason?: string
-}
-
 /**
  * The widest CPU kernels this process runs ("avx512vnni", "avx2" or "scalar"): detected once,
  * after the `WICK_ISA` cap. Prebuilt binaries target baseline x86-64 and pick these at run time,
  * so the server logs it at load.
  */
 export declare function cpuIsa(): string
+
+/** `Engine::health`: false once the scheduler thread died (with why) or after unload. */
+export interface EngineHealth {
+  ok: boolean
+  reason?: string
+}
 
 /** Why a sequence ended. */
 export type FinishReason = 'stop' | 'length' | 'cancelled'
