@@ -19,7 +19,17 @@
  *       [--prompt-len 512] [--gen-len 128] [--engines wick,node-llama-cpp,llama-server]
  *       [--json out.json] [--results benches/RESULTS.md]
  *
- * Models default to the two in .cache/models (`python3 scripts/fetch_models.py all`).
+ * Long-context mode: micro at long prompts (default 4096 and 16384 tokens, one repeat, 32
+ * decoded tokens after each): prefill at long context and decode over a long KV.
+ *
+ *   npx tsx benches/compare.ts long [model.gguf ...] [--prompt-lens 4096,16384] [--gen-len 32]
+ *       [--repeats 1] [--prefill-chunk 0] [...micro flags]
+ *
+ * Models default to the two in .cache/models (`python3 scripts/fetch_models.py all`). A model
+ * may also be named by its LFM2 bench alias (issue #20's shapes, see BENCH_FILES), resolved in
+ * `--bench-dir` (default $WICK_BENCH_DIR or .cache/tmp/bench-lfm2); `files` writes them there:
+ *
+ *   npx tsx benches/compare.ts files [--bench-dir DIR]
  * `--peers llama,llama` runs llama-server against itself (validates the harness without Wick).
  */
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
@@ -41,6 +51,48 @@ const LOG_DIR = join(ROOT, ".cache/tmp/bench-logs");
 /** 1-minute load average when the run started: on a shared machine it says how much to trust it. */
 const LOAD_AT_START = loadavg()[0]!;
 const DEFAULT_MODELS = [".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf", ".cache/models/gemma-3-270m-q4_k_m.gguf"];
+const LLAMA_QUANTIZE = join(ROOT, ".cache/llama-build/bin/llama-quantize");
+
+/** The LFM2 bench files (issue #20) by alias: written by `wick-fixtures --bench-lfm2` (128k
+ * llama-bpe vocabulary, tied head, 32k training context), the Q4_K_M one by llama-quantize
+ * from the F16 one. */
+const BENCH_FILES: Record<string, string> = {
+  "lfm2-350m": "bench-lfm2-350m-v128k-q4_0.gguf",
+  "lfm2-350m-q4km": "bench-lfm2-350m-v128k-q4_k_m.gguf",
+  "lfm2-350m-s05": "bench-lfm2-350m-v128k-s05-q4_0.gguf",
+  "lfm2moe": "bench-lfm2moe-v128k-e32-top4-q4_0.gguf",
+};
+
+function benchDir(flags: Map<string, string>): string {
+  return resolve(flags.get("bench-dir") ?? process.env.WICK_BENCH_DIR ?? join(ROOT, ".cache/tmp/bench-lfm2"));
+}
+
+/** A model argument: a bench alias (resolved in the bench dir) or a path. */
+function modelPath(arg: string, flags: Map<string, string>): string {
+  const file = BENCH_FILES[arg];
+  if (!file) return resolve(ROOT, arg);
+  const p = join(benchDir(flags), file);
+  if (!existsSync(p)) throw new Error(`${p} missing: run npx tsx benches/compare.ts files --bench-dir ${benchDir(flags)}`);
+  return p;
+}
+
+/** Writes the missing bench files: the fixture writer (cargo, with the caller's
+ * CARGO_TARGET_DIR), then llama-quantize for Q4_K_M. */
+function writeBenchFiles(flags: Map<string, string>): void {
+  const dir = benchDir(flags);
+  mkdirSync(dir, { recursive: true });
+  const missing = (f: string) => !existsSync(join(dir, f));
+  if (["bench-lfm2-350m-v128k-f16.gguf", ...Object.values(BENCH_FILES)].filter((f) => !f.includes("q4_k_m")).some(missing)) {
+    execFileSync("cargo", ["run", "--release", "-q", "-p", "wick-fixtures", "--", dir, "--bench-lfm2"], { cwd: ROOT, stdio: "inherit" });
+  }
+  if (missing(BENCH_FILES["lfm2-350m-q4km"]!)) {
+    execFileSync(LLAMA_QUANTIZE, [join(dir, "bench-lfm2-350m-v128k-f16.gguf"), join(dir, BENCH_FILES["lfm2-350m-q4km"]!), "Q4_K_M"], {
+      stdio: ["ignore", "ignore", "inherit"],
+      env: { ...process.env, LD_LIBRARY_PATH: dirname(LLAMA_QUANTIZE) },
+    });
+  }
+  for (const [alias, f] of Object.entries(BENCH_FILES)) console.log(`${alias}\t${join(dir, f)}`);
+}
 
 // ---------- processes ----------
 
@@ -390,14 +442,14 @@ interface Sample {
 type EngineName = "wick" | "node-llama-cpp" | "llama-server";
 
 /** Runs in a child process: one engine, one model, every prompt; prints one JSON line. */
-async function microWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number): Promise<void> {
+async function microWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number, prefillChunk = 0): Promise<void> {
   const prompts = JSON.parse(readFileSync(promptsFile, "utf8")) as number[][];
   const ctxSize = Math.ceil((prompts[0]!.length + genLen + 16) / 256) * 256;
   const samples: Sample[] = [];
   if (engine === "wick") {
     const { Engine } = await import("../ts/engine/index.ts");
     const { measureEngine } = await import("../ts/cli/bench.ts");
-    const eng = await Engine.load({ modelPath: model, contextSize: ctxSize, threads, maxSequences: 1, prefillChunk: 0 });
+    const eng = await Engine.load({ modelPath: model, contextSize: ctxSize, threads, maxSequences: 1, prefillChunk });
     samples.push(...(await measureEngine(eng, prompts, genLen)));
     await eng.unload();
   } else if (engine === "node-llama-cpp") {
@@ -452,15 +504,15 @@ function cell(s: Summary | undefined): string {
   return `${fmt(s.median)} (${fmt(s.min)}–${fmt(s.max)}, ±${fmt(spread / 2, 0)}%)`;
 }
 
-async function runWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number): Promise<Sample[]> {
+async function runWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number, prefillChunk = 0): Promise<Sample[]> {
   const args = ["--import", "tsx", fileURLToPath(import.meta.url), "micro-worker", "--engine", engine, "--model", model,
-    "--prompts", promptsFile, "--gen-len", String(genLen), "--threads", String(threads)];
+    "--prompts", promptsFile, "--gen-len", String(genLen), "--threads", String(threads), "--prefill-chunk", String(prefillChunk)];
   return new Promise((res, rej) => {
     const proc = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
     children.add(proc);
     let out = "";
     proc.stdout!.on("data", (d) => (out += d));
-    const timer = setTimeout(() => proc.kill("SIGKILL"), 600_000);
+    const timer = setTimeout(() => proc.kill("SIGKILL"), num(workerFlags, "worker-timeout-s", 600) * 1000);
     proc.on("exit", (code) => {
       clearTimeout(timer);
       children.delete(proc);
@@ -471,7 +523,12 @@ async function runWorker(engine: EngineName, model: string, promptsFile: string,
   });
 }
 
-async function microMode(flags: Map<string, string>, models: string[]): Promise<void> {
+/** Flags the micro workers' parent passes down (`--worker-timeout-s`). */
+let workerFlags = new Map<string, string>();
+
+async function microMode(flags: Map<string, string>, models: string[], title = "micro"): Promise<void> {
+  workerFlags = flags;
+  const prefillChunk = num(flags, "prefill-chunk", 0);
   const threads = num(flags, "threads", 2);
   const repeats = num(flags, "repeats", 5);
   const rounds = num(flags, "rounds", 1);
@@ -497,7 +554,7 @@ async function microMode(flags: Map<string, string>, models: string[]): Promise<
       for (const e of round % 2 ? [...engines].reverse() : engines) {
         process.stderr.write(`micro ${basename(model)}: ${e} round ${round + 1}/${rounds} (${repeats} + 1 warm-up, ${promptLen} prompt, ${genLen} gen, ${threads} threads)\n`);
         try {
-          const samples = (await runWorker(e, model, file, genLen, threads)).slice(1);
+          const samples = (await runWorker(e, model, file, genLen, threads, prefillChunk)).slice(1);
           pooled.set(e, [...(pooled.get(e) ?? []), ...samples]);
         } catch (err) {
           process.stderr.write(`  ${(err as Error).message}\n`);
@@ -527,7 +584,20 @@ async function microMode(flags: Map<string, string>, models: string[]): Promise<
     "llama-server: native /completion timings (prompt_per_second, predicted_per_second; cache_prompt false). Ratios > 1: Wick is faster.";
   console.log(`\n${table}\n\n${notes}`);
   if (flags.get("json")) writeFileSync(flags.get("json")!, JSON.stringify({ machine: machine(), commit: commit(), threads, repeats, promptLen, genLen, results: json }, null, 1));
-  if (flags.get("results")) appendResults(flags.get("results")!, `micro: ${engines.join(", ")}`, `${notes}\n\n${table}`);
+  if (flags.get("results")) appendResults(flags.get("results")!, `${title}: ${engines.join(", ")}`, `${notes}\n\n${table}`);
+}
+
+/** Long context: micro at each of `--prompt-lens` (one repeat after the warm-up by default;
+ * the warm-up is a prompt of the same length, so it costs as much as a measured one). */
+async function longMode(flags: Map<string, string>, models: string[]): Promise<void> {
+  const lens = intList(flags.get("prompt-lens") ?? "4096,16384");
+  for (const [k, v] of [["repeats", "1"], ["gen-len", "32"], ["engines", "wick,llama-server"], ["worker-timeout-s", "1800"]]) {
+    if (!flags.has(k!)) flags.set(k!, v!);
+  }
+  for (const len of lens) {
+    flags.set("prompt-len", String(len));
+    await microMode(flags, models, `long context (${len}-token prompt)`);
+  }
 }
 
 // ---------- CLI ----------
@@ -539,24 +609,28 @@ const USAGE = `usage:
       [--max-level-s 300] [--json out.json] [--results benches/RESULTS.md]
   tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--rounds 1] [--prompt-len 512] [--gen-len 128]
       [--engines wick,node-llama-cpp,llama-server] [--json out.json] [--results benches/RESULTS.md]
+  tsx benches/compare.ts long [model.gguf ...] [--prompt-lens 4096,16384] [--gen-len 32] [--repeats 1] [--prefill-chunk 0] [...micro flags]
+  tsx benches/compare.ts files [--bench-dir DIR]   (writes the LFM2 bench files; name them as ${Object.keys(BENCH_FILES).join(", ")})
   tsx benches/compare.ts prefix [model.gguf ...] [--threads 2] [--prefix-len 400] [--suffix-len 32] [--repeats 5]
       [--peers wick,llama] [--results benches/RESULTS.md]`;
 
 async function main(): Promise<void> {
   const { flags, positional } = parseArgs(process.argv.slice(2));
-  const mode = positional[0] && ["serving", "micro", "prefix", "micro-worker"].includes(positional[0]) ? positional.shift()! : "serving";
+  const mode = positional[0] && ["serving", "micro", "long", "prefix", "files", "micro-worker"].includes(positional[0]) ? positional.shift()! : "serving";
   if (flags.has("help")) {
     console.error(USAGE);
     return;
   }
   if (mode === "micro-worker") {
-    return microWorker(flags.get("engine") as EngineName, flags.get("model")!, flags.get("prompts")!, num(flags, "gen-len", 128), num(flags, "threads", 2));
+    return microWorker(flags.get("engine") as EngineName, flags.get("model")!, flags.get("prompts")!, num(flags, "gen-len", 128), num(flags, "threads", 2), num(flags, "prefill-chunk", 0));
   }
-  const models = (positional.length ? positional : DEFAULT_MODELS.filter((m) => existsSync(join(ROOT, m)))).map((m) => resolve(ROOT, m));
+  if (mode === "files") return writeBenchFiles(flags);
+  const models = positional.length ? positional.map((m) => modelPath(m, flags)) : DEFAULT_MODELS.filter((m) => existsSync(join(ROOT, m))).map((m) => resolve(ROOT, m));
   if (models.length === 0) throw new Error("no models: pass a GGUF path or run python3 scripts/fetch_models.py all");
   for (const m of models) if (!existsSync(m)) throw new Error(`no such model: ${m}`);
   if (flags.get("results")) flags.set("results", resolve(process.cwd(), flags.get("results")!));
   if (mode === "micro") await microMode(flags, models);
+  else if (mode === "long") await longMode(flags, models);
   else if (mode === "prefix") await prefixMode(flags, models);
   else await servingMode(flags, models);
 }
