@@ -437,6 +437,20 @@ interface Sample {
   decodeTps: number;
   promptTokens: number;
   genTokens: number;
+  /** Tokens per second of the engine process's CPU time (user + system), per phase. On a
+   * loaded machine wall time measures the share the scheduler gave, CPU time the work: with
+   * `--threads 1` these compare the engines' work per token whatever the neighbours do
+   * (ggml's spinning workers make multi-thread CPU time meaningless). */
+  prefillCpuTps?: number;
+  decodeCpuTps?: number;
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
+function procCpuS(pid: number): number {
+  const f = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const after = f.slice(f.lastIndexOf(")") + 2).split(" ");
+  // Fields 14 and 15 (utime, stime) are 11 and 12 after the state field; clock ticks of 1/100 s.
+  return (Number(after[11]) + Number(after[12])) / 100;
 }
 
 type EngineName = "wick" | "node-llama-cpp" | "llama-server";
@@ -448,9 +462,33 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
   const samples: Sample[] = [];
   if (engine === "wick") {
     const { Engine } = await import("../ts/engine/index.ts");
-    const { measureEngine } = await import("../ts/cli/bench.ts");
     const eng = await Engine.load({ modelPath: model, contextSize: ctxSize, threads, maxSequences: 1, prefillChunk });
-    samples.push(...(await measureEngine(eng, prompts, genLen)));
+    const cpu = () => {
+      const u = process.cpuUsage();
+      return (u.user + u.system) / 1e6;
+    };
+    for (const promptTokens of prompts) {
+      let done;
+      const c0 = cpu();
+      let c1 = 0;
+      for await (const ev of eng.generate({ promptTokens, maxTokens: genLen, temperature: 0, ignoreEos: true })) {
+        if (ev.type === "done") done = ev;
+        else if (c1 === 0) c1 = cpu();
+      }
+      const c2 = cpu();
+      if (!done) throw new Error("the engine ended a sequence without a done event");
+      const { usage, timings } = done;
+      const prefilled = usage.promptTokens - usage.cachedTokens;
+      samples.push({
+        prefillTps: prefilled / (timings.promptMs / 1000),
+        // The first token comes out of the prefill step; decode is the steps after it.
+        decodeTps: (usage.completionTokens - 1) / (timings.decodeMs / 1000),
+        promptTokens: prefilled,
+        genTokens: usage.completionTokens,
+        prefillCpuTps: prefilled / (c1 - c0),
+        decodeCpuTps: (usage.completionTokens - 1) / (c2 - c1),
+      });
+    }
     await eng.unload();
   } else if (engine === "node-llama-cpp") {
     const { getLlama } = await import("node-llama-cpp");
@@ -480,16 +518,40 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
   } else {
     const s = await startServer("llama", "llama-server-micro", model, threads, 1, ctxSize);
     try {
+      const pid = s.proc.pid!;
       for (const p of prompts) {
+        // Streamed, so the server's CPU time can be read when the first token arrives.
+        const c0 = procCpuS(pid);
         const res = await fetch(`${s.url}/completion`, {
           method: "POST",
           headers: { "content-type": "application/json" },
-          body: JSON.stringify({ prompt: p, n_predict: genLen, temperature: 0, ignore_eos: true, cache_prompt: false }),
-          signal: AbortSignal.timeout(300_000),
+          body: JSON.stringify({ prompt: p, n_predict: genLen, temperature: 0, ignore_eos: true, cache_prompt: false, stream: true }),
+          signal: AbortSignal.timeout(1_800_000),
         });
-        if (!res.ok) throw new Error(`llama-server /completion: HTTP ${res.status} ${await res.text()}`);
-        const t = ((await res.json()) as { timings: { prompt_n: number; prompt_per_second: number; predicted_n: number; predicted_per_second: number } }).timings;
-        samples.push({ prefillTps: t.prompt_per_second, decodeTps: t.predicted_per_second, promptTokens: t.prompt_n, genTokens: t.predicted_n });
+        if (!res.ok || !res.body) throw new Error(`llama-server /completion: HTTP ${res.status} ${await res.text()}`);
+        type Timings = { prompt_n: number; prompt_per_second: number; predicted_n: number; predicted_per_second: number };
+        let t: Timings | undefined;
+        let c1 = 0;
+        let buf = "";
+        const dec = new TextDecoder();
+        for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+          buf += dec.decode(chunk, { stream: true });
+          let nl;
+          while ((nl = buf.indexOf("\n")) >= 0) {
+            const line = buf.slice(0, nl).trim();
+            buf = buf.slice(nl + 1);
+            if (!line.startsWith("data:")) continue;
+            if (c1 === 0) c1 = procCpuS(pid);
+            const ev = JSON.parse(line.slice(5)) as { timings?: Timings; stop?: boolean };
+            if (ev.stop && ev.timings) t = ev.timings;
+          }
+        }
+        const c2 = procCpuS(pid);
+        if (!t) throw new Error("llama-server /completion: no timings in the stream");
+        samples.push({
+          prefillTps: t.prompt_per_second, decodeTps: t.predicted_per_second, promptTokens: t.prompt_n, genTokens: t.predicted_n,
+          prefillCpuTps: t.prompt_n / (c1 - c0), decodeCpuTps: (t.predicted_n - 1) / (c2 - c1),
+        });
       }
     } finally {
       await stopServer(s);
@@ -538,7 +600,8 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
   for (const e of engines) if (!["wick", "node-llama-cpp", "llama-server"].includes(e)) throw new Error(`--engines: unknown ${e}`);
   const tmp = mkdtempSync(join(tmpdir(), "wick-micro-"));
   const rows: string[][] = [];
-  const json: Record<string, Record<string, { prefill: Summary; decode: Summary; samples: Sample[] }>> = {};
+  type Res = { prefill: Summary; decode: Summary; prefillCpu?: Summary; decodeCpu?: Summary; samples: Sample[] };
+  const json: Record<string, Record<string, Res>> = {};
   for (const model of models) {
     const tok = await llamaTokenizer(model);
     // One warm-up prompt plus `repeats` distinct prompts (no prefix-cache hits between them).
@@ -546,7 +609,7 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
     await tok.dispose();
     const file = join(tmp, `${basename(model)}.json`);
     writeFileSync(file, JSON.stringify(prompts));
-    const res: Record<string, { prefill: Summary; decode: Summary; samples: Sample[] }> = {};
+    const res: Record<string, Res> = {};
     // Rounds alternate the engines' order so that a slow spell of a shared machine (memory
     // bandwidth moves with the neighbours' load) falls on both sides, not on one.
     const pooled = new Map<EngineName, Sample[]>();
@@ -562,8 +625,11 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
       }
     }
     for (const [e, samples] of pooled) {
-      res[e] = { prefill: summarize(samples.map((s) => s.prefillTps)), decode: summarize(samples.map((s) => s.decodeTps)), samples };
-      process.stderr.write(`  ${e}: prefill ${cell(res[e].prefill)} tok/s, decode ${cell(res[e].decode)} tok/s\n`);
+      res[e] = {
+        prefill: summarize(samples.map((s) => s.prefillTps)), decode: summarize(samples.map((s) => s.decodeTps)), samples,
+        prefillCpu: summarize(samples.map((s) => s.prefillCpuTps ?? NaN)), decodeCpu: summarize(samples.map((s) => s.decodeCpuTps ?? NaN)),
+      };
+      process.stderr.write(`  ${e}: prefill ${cell(res[e].prefill)} tok/s, decode ${cell(res[e].decode)} tok/s; per CPU-s prefill ${cell(res[e].prefillCpu)}, decode ${cell(res[e].decodeCpu)}\n`);
     }
     json[model] = res;
     const w = res["wick"];
@@ -573,15 +639,20 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
         basename(model), e, cell(r?.prefill), cell(r?.decode),
         e === "wick" ? "" : ratio(w?.prefill.median ?? NaN, r?.prefill.median ?? NaN),
         e === "wick" ? "" : ratio(w?.decode.median ?? NaN, r?.decode.median ?? NaN),
+        cell(r?.prefillCpu), cell(r?.decodeCpu),
+        e === "wick" ? "" : ratio(w?.prefillCpu?.median ?? NaN, r?.prefillCpu?.median ?? NaN),
+        e === "wick" ? "" : ratio(w?.decodeCpu?.median ?? NaN, r?.decodeCpu?.median ?? NaN),
       ]);
     }
   }
-  const table = markdownTable(["model", "engine", `prefill tok/s (${promptLen})`, `decode tok/s (${genLen})`, "wick/this prefill", "wick/this decode"], rows);
+  const table = markdownTable(["model", "engine", `prefill tok/s (${promptLen})`, `decode tok/s (${genLen})`, "wick/this prefill", "wick/this decode",
+    "prefill tok/CPU-s", "decode tok/CPU-s", "wick/this prefill (CPU)", "wick/this decode (CPU)"], rows);
   const notes =
     `Median (min–max, ±half-range %) over ${repeats} repeats after 1 warm-up${rounds > 1 ? `, × ${rounds} rounds alternating the engines' order` : ""}, threads=${threads}, distinct random prompts of exactly ${promptLen} tokens. ` +
     "prefill = prompt tokens / time to the first sampled token; decode = (generated − 1) / time from the first to the last token. " +
     "Wick: Engine timings (promptMs, decodeMs). node-llama-cpp: wall clock around evaluateWithoutGeneratingNewTokens + evaluate. " +
-    "llama-server: native /completion timings (prompt_per_second, predicted_per_second; cache_prompt false). Ratios > 1: Wick is faster.";
+    "llama-server: native /completion timings (prompt_per_second, predicted_per_second; cache_prompt false, streamed). Ratios > 1: Wick is faster. " +
+    "tok/CPU-s: tokens per second of the engine process's CPU time (user + system; Wick: the whole Node process, llama-server: /proc/PID/stat), prefill up to the first streamed token, decode after it: the load-robust comparison with --threads 1 (node-llama-cpp: not measured).";
   console.log(`\n${table}\n\n${notes}`);
   if (flags.get("json")) writeFileSync(flags.get("json")!, JSON.stringify({ machine: machine(), commit: commit(), threads, repeats, promptLen, genLen, results: json }, null, 1));
   if (flags.get("results")) appendResults(flags.get("results")!, `${title}: ${engines.join(", ")}`, `${notes}\n\n${table}`);
