@@ -30,6 +30,10 @@
  * `--bench-dir` (default $WICK_BENCH_DIR or .cache/tmp/bench-lfm2); `files` writes them there:
  *
  *   npx tsx benches/compare.ts files [--bench-dir DIR]
+ *
+ * Cold start: spawn → /health → first token of a one-token request, and RSS, per server:
+ *
+ *   npx tsx benches/compare.ts cold [model.gguf ...] [--threads 2] [--repeats 3]
  * `--peers llama,llama` runs llama-server against itself (validates the harness without Wick).
  */
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
@@ -430,6 +434,61 @@ async function prefixMode(flags: Map<string, string>, models: string[]): Promise
   if (flags.get("results")) appendResults(flags.get("results")!, `prefix reuse: ${peers.join(" vs ")}`, `${notes}\n\n${sections.join("\n")}`);
 }
 
+// ---------- cold start ----------
+
+/** Resident set size of a process in MiB (/proc/PID/status VmRSS). */
+function rssMiB(pid: number): number {
+  const m = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) / 1024 : NaN;
+}
+
+/**
+ * Cold start: per repeat, the time from spawning the server to /health, and to the first
+ * token of a one-token /v1/completions request sent right after; RSS after load (at /health)
+ * and after that request. Servers one at a time, alternating, `-np 1`.
+ */
+async function coldMode(flags: Map<string, string>, models: string[]): Promise<void> {
+  const threads = num(flags, "threads", 2);
+  const repeats = num(flags, "repeats", 3);
+  const peers = (flags.get("peers") ?? "wick,llama").split(",").map((p) => p.trim()) as PeerKind[];
+  const sections: string[] = [];
+  for (const model of models) {
+    const got: Record<string, { health: number[]; first: number[]; rssLoad: number[]; rssFirst: number[] }> = {};
+    for (let r = 0; r < repeats; r++) {
+      for (const peer of r % 2 ? [...peers].reverse() : peers) {
+        const g = (got[peer] ??= { health: [], first: [], rssLoad: [], rssFirst: [] });
+        const t0 = performance.now();
+        const s = await startServer(peer, `${peer}-cold`, model, threads, 1, 512);
+        try {
+          g.health.push(performance.now() - t0);
+          g.rssLoad.push(rssMiB(s.proc.pid!));
+          const res = await fetch(`${s.url}/v1/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ model: "bench", prompt: "Hello", max_tokens: 1, temperature: 0 }),
+          });
+          if (!res.ok) throw new Error(`${peer}: HTTP ${res.status} ${await res.text()}`);
+          await res.json();
+          g.first.push(performance.now() - t0);
+          g.rssFirst.push(rssMiB(s.proc.pid!));
+        } finally {
+          await stopServer(s);
+        }
+      }
+    }
+    const rows = peers.map((p) => {
+      const g = got[p]!;
+      return [p, fmt(stat(g.health).median), fmt(stat(g.first).median), fmt(stat(g.rssLoad).median), fmt(stat(g.rssFirst).median)];
+    });
+    const lines = [`### ${basename(model)} — cold start, threads=${threads}, ${repeats} repeats (median)`, "",
+      markdownTable(["server", "spawn → /health (ms)", "spawn → first token (ms)", "RSS at /health (MiB)", "RSS after the first token (MiB)"], rows)];
+    sections.push(lines.join("\n"));
+    console.log(`\n${lines.join("\n")}`);
+  }
+  const notes = "Spawn to /health and to the end of a one-token, non-streaming /v1/completions request sent right after; RSS from /proc/PID/status (Wick: the Node process with the addon). The GGUF is in the page cache (the runs before warm it).";
+  if (flags.get("results")) appendResults(flags.get("results")!, `cold start: ${peers.join(" vs ")}`, `${notes}\n\n${sections.join("\n")}`);
+}
+
 // ---------- micro ----------
 
 interface Sample {
@@ -681,13 +740,14 @@ const USAGE = `usage:
   tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--rounds 1] [--prompt-len 512] [--gen-len 128]
       [--engines wick,node-llama-cpp,llama-server] [--json out.json] [--results benches/RESULTS.md]
   tsx benches/compare.ts long [model.gguf ...] [--prompt-lens 4096,16384] [--gen-len 32] [--repeats 1] [--prefill-chunk 0] [...micro flags]
+  tsx benches/compare.ts cold [model.gguf ...] [--threads 2] [--repeats 3] [--peers wick,llama]   (spawn → first token, RSS)
   tsx benches/compare.ts files [--bench-dir DIR]   (writes the LFM2 bench files; name them as ${Object.keys(BENCH_FILES).join(", ")})
   tsx benches/compare.ts prefix [model.gguf ...] [--threads 2] [--prefix-len 400] [--suffix-len 32] [--repeats 5]
       [--peers wick,llama] [--results benches/RESULTS.md]`;
 
 async function main(): Promise<void> {
   const { flags, positional } = parseArgs(process.argv.slice(2));
-  const mode = positional[0] && ["serving", "micro", "long", "prefix", "files", "micro-worker"].includes(positional[0]) ? positional.shift()! : "serving";
+  const mode = positional[0] && ["serving", "micro", "long", "cold", "prefix", "files", "micro-worker"].includes(positional[0]) ? positional.shift()! : "serving";
   if (flags.has("help")) {
     console.error(USAGE);
     return;
@@ -702,6 +762,7 @@ async function main(): Promise<void> {
   if (flags.get("results")) flags.set("results", resolve(process.cwd(), flags.get("results")!));
   if (mode === "micro") await microMode(flags, models);
   else if (mode === "long") await longMode(flags, models);
+  else if (mode === "cold") await coldMode(flags, models);
   else if (mode === "prefix") await prefixMode(flags, models);
   else await servingMode(flags, models);
 }
