@@ -26,9 +26,9 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
 use crate::kernels::cpu::expf;
-use crate::kernels::PackedWeight;
 use crate::kernels::cpu::feats::fast;
 use crate::kernels::cpu::float_dots::{dot_single, dot_tiled};
+use crate::kernels::PackedWeight;
 
 /// llama.cpp's clamp on the sum of the selected weights (smallest normal f16).
 const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
@@ -73,16 +73,23 @@ fn expert_tensor(g: &GgufFile, name: &str, e: usize, dev: &Device) -> Result<Arc
 
 /// The experts as panels, when every one of their weights has a panel kernel and gate and up
 /// concatenate; `None` otherwise (nothing is kept from a failed try).
-fn packed_experts(g: &GgufFile, prefix: &str, n_expert: usize, dev: &Device) -> Result<Option<Vec<PackedExpert>>> {
+fn packed_experts(
+    g: &GgufFile,
+    prefix: &str,
+    n_expert: usize,
+    dev: &Device,
+) -> Result<Option<Vec<PackedExpert>>> {
     if !dev.is_cpu() {
         return Ok(None);
     }
     let mut out = Vec::with_capacity(n_expert);
     for e in 0..n_expert {
         let t = |w: &str| expert_tensor(g, &format!("{prefix}.ffn_{w}_exps.weight"), e, dev);
-        let (Some(gate), Some(up), Some(down)) =
-            (PackedWeight::pack(&*t("gate")?)?, PackedWeight::pack(&*t("up")?)?, PackedWeight::pack(&*t("down")?)?)
-        else {
+        let (Some(gate), Some(up), Some(down)) = (
+            PackedWeight::pack(&*t("gate")?)?,
+            PackedWeight::pack(&*t("up")?)?,
+            PackedWeight::pack(&*t("down")?)?,
+        ) else {
             return Ok(None);
         };
         let Ok(gate_up) = PackedWeight::concat(vec![gate, up]) else { return Ok(None) };
@@ -129,7 +136,12 @@ impl Moe {
                 (0..n_expert)
                     .map(|e| {
                         let l = |w: &str| {
-                            Linear::from_qtensor(expert_tensor(g, &format!("{prefix}.ffn_{w}_exps.weight"), e, dev)?)
+                            Linear::from_qtensor(expert_tensor(
+                                g,
+                                &format!("{prefix}.ffn_{w}_exps.weight"),
+                                e,
+                                dev,
+                            )?)
                         };
                         Ok(Expert { gate: l("gate")?, up: l("up")?, down: l("down")? })
                     })

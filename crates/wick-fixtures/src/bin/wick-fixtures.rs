@@ -40,7 +40,8 @@ fn main() -> ExitCode {
             "--quant-sources" => (specs, tools) = (wick_fixtures::quant_source_specs(), false),
             "--bench" => (specs, tools, bench) = (wick_fixtures::bench_specs(), false, true),
             "--bench-lfm2" => {
-                (specs, tools, n_ctx) = (wick_fixtures::bench_lfm2_specs(), false, Some(wick_fixtures::BENCH_CTX))
+                (specs, tools, n_ctx) =
+                    (wick_fixtures::bench_lfm2_specs(), false, Some(wick_fixtures::BENCH_CTX))
             }
             "--hf" => (specs, tools, hf) = (vec![], false, true),
             "--hf-bench" => (specs, tools, hf_bench) = (vec![], false, true),

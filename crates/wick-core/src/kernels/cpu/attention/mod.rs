@@ -161,7 +161,8 @@ pub(crate) fn attend_many_in(
     let per_task = group * (hd + 2 * longest);
     // Tasks run in waves that share one scratch slot each: a scratch per task would be
     // len² · n_kv · group values for a long prompt in one pass (34 GB at 16k tokens of LFM2-350M).
-    let wave = (scratch_bytes / 4 / per_task.max(1)).max(4 * pool::global().threads()).clamp(1, n_tasks.max(1));
+    let wave =
+        (scratch_bytes / 4 / per_task.max(1)).max(4 * pool::global().threads()).clamp(1, n_tasks.max(1));
     let mut scratch_all: Vec<f32> = Vec::with_capacity(wave * per_task);
     let sp = SyncPtr(scratch_all.as_mut_ptr());
     // A KV group's query heads, at most four per kernel call.

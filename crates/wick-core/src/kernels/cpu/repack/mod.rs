@@ -188,7 +188,11 @@ impl PackedWeight {
         for &(w, xs, rows) in calls {
             let m = rows.len();
             if xs.len() != m * w.k {
-                return Err(WickError::Internal(format!("packed matmul: {} inputs for [{m}, {}]", xs.len(), w.k)));
+                return Err(WickError::Internal(format!(
+                    "packed matmul: {} inputs for [{m}, {}]",
+                    xs.len(),
+                    w.k
+                )));
             }
             // Every output is written by exactly one tile (through raw pointers) before `set_len`.
             let mut ys: Vec<Vec<f32>> = w.parts.iter().map(|&n| Vec::with_capacity(m * n)).collect();
@@ -228,7 +232,9 @@ impl PackedWeight {
             }
             Kind::Q8_0 => {
                 let acts = quantize_rows(xs, self.k, q8_0::quantize);
-                Box::new(move |panel, r0, rows, out, ldo| q8_0::tile(isa, panel, &acts[r0..r0 + rows], out, ldo))
+                Box::new(move |panel, r0, rows, out, ldo| {
+                    q8_0::tile(isa, panel, &acts[r0..r0 + rows], out, ldo)
+                })
             }
             Kind::Q6K => {
                 if isa != Isa::Avx512Vnni {
@@ -285,7 +291,11 @@ impl PackedWeight {
                         for i in 0..rows {
                             // Safety: as above, only the `cols` real columns are written.
                             unsafe {
-                                std::ptr::copy_nonoverlapping(part.as_ptr().add(i * PANEL), out.add(i * n), cols)
+                                std::ptr::copy_nonoverlapping(
+                                    part.as_ptr().add(i * PANEL),
+                                    out.add(i * n),
+                                    cols,
+                                )
                             };
                         }
                     }
@@ -462,7 +472,8 @@ mod tests {
             let w = Tensor::from_vec(random(seed, n * k), (n, k), &dev).unwrap();
             PackedWeight::pack(&QTensor::quantize(&w, dt).unwrap()).unwrap().unwrap()
         };
-        let fused = PackedWeight::concat(vec![q(1, 32, GgmlDType::Q4_0), q(2, 48, GgmlDType::Q4_0)]).ok().unwrap();
+        let fused =
+            PackedWeight::concat(vec![q(1, 32, GgmlDType::Q4_0), q(2, 48, GgmlDType::Q4_0)]).ok().unwrap();
         let ws = [fused, q(3, 20, GgmlDType::Q4_0), q(4, 64, GgmlDType::Q8_0), q(5, 48, GgmlDType::Q4K)];
         let ms = [1usize, 3, 9, 2];
         let xs: Vec<Vec<f32>> = ms.iter().map(|&m| random(m as u32 + 40, m * k)).collect();
