@@ -121,7 +121,7 @@ pub fn attend(
 }
 
 /// Scratch of one `attend_many` pass at most (more only when a wave of 4 tasks per thread needs it).
-const SCRATCH_BYTES: usize = 64 << 20;
+const SCRATCH_BYTES: usize = 8 << 20;
 
 /// `attend` for every sequence of a step at once: one pass over the pool with a task per
 /// (sequence, token, head), so that a step of many one-token sequences keeps both cores busy.
