@@ -19,7 +19,21 @@
  *       [--prompt-len 512] [--gen-len 128] [--engines wick,node-llama-cpp,llama-server]
  *       [--json out.json] [--results benches/RESULTS.md]
  *
- * Models default to the two in .cache/models (`python3 scripts/fetch_models.py all`).
+ * Long-context mode: micro at long prompts (default 4096 and 16384 tokens, one repeat, 32
+ * decoded tokens after each): prefill at long context and decode over a long KV.
+ *
+ *   npx tsx benches/compare.ts long [model.gguf ...] [--prompt-lens 4096,16384] [--gen-len 32]
+ *       [--repeats 1] [--prefill-chunk 0] [...micro flags]
+ *
+ * Models default to the two in .cache/models (`python3 scripts/fetch_models.py all`). A model
+ * may also be named by its LFM2 bench alias (issue #20's shapes, see BENCH_FILES), resolved in
+ * `--bench-dir` (default $WICK_BENCH_DIR or .cache/tmp/bench-lfm2); `files` writes them there:
+ *
+ *   npx tsx benches/compare.ts files [--bench-dir DIR]
+ *
+ * Cold start: spawn → /health → first token of a one-token request, and RSS, per server:
+ *
+ *   npx tsx benches/compare.ts cold [model.gguf ...] [--threads 2] [--repeats 3]
  * `--peers llama,llama` runs llama-server against itself (validates the harness without Wick).
  */
 import { spawn, type ChildProcess } from "node:child_process";
@@ -40,6 +54,48 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const LLAMA_SERVER = join(ROOT, ".cache/llama-build/bin/llama-server");
 const LOG_DIR = join(ROOT, ".cache/tmp/bench-logs");
 const DEFAULT_MODELS = [".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf", ".cache/models/gemma-3-270m-q4_k_m.gguf"];
+const LLAMA_QUANTIZE = join(ROOT, ".cache/llama-build/bin/llama-quantize");
+
+/** The LFM2 bench files (issue #20) by alias: written by `wick-fixtures --bench-lfm2` (128k
+ * llama-bpe vocabulary, tied head, 32k training context), the Q4_K_M one by llama-quantize
+ * from the F16 one. */
+const BENCH_FILES: Record<string, string> = {
+  "lfm2-350m": "bench-lfm2-350m-v128k-q4_0.gguf",
+  "lfm2-350m-q4km": "bench-lfm2-350m-v128k-q4_k_m.gguf",
+  "lfm2-350m-s05": "bench-lfm2-350m-v128k-s05-q4_0.gguf",
+  "lfm2moe": "bench-lfm2moe-v128k-e32-top4-q4_0.gguf",
+};
+
+function benchDir(flags: Map<string, string>): string {
+  return resolve(flags.get("bench-dir") ?? process.env.WICK_BENCH_DIR ?? join(ROOT, ".cache/tmp/bench-lfm2"));
+}
+
+/** A model argument: a bench alias (resolved in the bench dir) or a path. */
+function modelPath(arg: string, flags: Map<string, string>): string {
+  const file = BENCH_FILES[arg];
+  if (!file) return resolve(ROOT, arg);
+  const p = join(benchDir(flags), file);
+  if (!existsSync(p)) throw new Error(`${p} missing: run npx tsx benches/compare.ts files --bench-dir ${benchDir(flags)}`);
+  return p;
+}
+
+/** Writes the missing bench files: the fixture writer (cargo, with the caller's
+ * CARGO_TARGET_DIR), then llama-quantize for Q4_K_M. */
+function writeBenchFiles(flags: Map<string, string>): void {
+  const dir = benchDir(flags);
+  mkdirSync(dir, { recursive: true });
+  const missing = (f: string) => !existsSync(join(dir, f));
+  if (["bench-lfm2-350m-v128k-f16.gguf", ...Object.values(BENCH_FILES)].filter((f) => !f.includes("q4_k_m")).some(missing)) {
+    execFileSync("cargo", ["run", "--release", "-q", "-p", "wick-fixtures", "--", dir, "--bench-lfm2"], { cwd: ROOT, stdio: "inherit" });
+  }
+  if (missing(BENCH_FILES["lfm2-350m-q4km"]!)) {
+    execFileSync(LLAMA_QUANTIZE, [join(dir, "bench-lfm2-350m-v128k-f16.gguf"), join(dir, BENCH_FILES["lfm2-350m-q4km"]!), "Q4_K_M"], {
+      stdio: ["ignore", "ignore", "inherit"],
+      env: { ...process.env, LD_LIBRARY_PATH: dirname(LLAMA_QUANTIZE) },
+    });
+  }
+  for (const [alias, f] of Object.entries(BENCH_FILES)) console.log(`${alias}\t${join(dir, f)}`);
+}
 
 // ---------- processes ----------
 
@@ -337,6 +393,61 @@ async function prefixMode(flags: Map<string, string>, models: string[]): Promise
   if (flags.get("results")) appendResults(flags.get("results")!, `prefix reuse: ${peers.join(" vs ")}`, `${notes}\n\n${sections.join("\n")}`);
 }
 
+// ---------- cold start ----------
+
+/** Resident set size of a process in MiB (/proc/PID/status VmRSS). */
+function rssMiB(pid: number): number {
+  const m = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) / 1024 : NaN;
+}
+
+/**
+ * Cold start: per repeat, the time from spawning the server to /health, and to the first
+ * token of a one-token /v1/completions request sent right after; RSS after load (at /health)
+ * and after that request. Servers one at a time, alternating, `-np 1`.
+ */
+async function coldMode(flags: Map<string, string>, models: string[]): Promise<void> {
+  const threads = num(flags, "threads", 2);
+  const repeats = num(flags, "repeats", 3);
+  const peers = (flags.get("peers") ?? "wick,llama").split(",").map((p) => p.trim()) as PeerKind[];
+  const sections: string[] = [];
+  for (const model of models) {
+    const got: Record<string, { health: number[]; first: number[]; rssLoad: number[]; rssFirst: number[] }> = {};
+    for (let r = 0; r < repeats; r++) {
+      for (const peer of r % 2 ? [...peers].reverse() : peers) {
+        const g = (got[peer] ??= { health: [], first: [], rssLoad: [], rssFirst: [] });
+        const t0 = performance.now();
+        const s = await startServer(peer, `${peer}-cold`, model, threads, 1, 512);
+        try {
+          g.health.push(performance.now() - t0);
+          g.rssLoad.push(rssMiB(s.proc.pid!));
+          const res = await fetch(`${s.url}/v1/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ model: "bench", prompt: "Hello", max_tokens: 1, temperature: 0 }),
+          });
+          if (!res.ok) throw new Error(`${peer}: HTTP ${res.status} ${await res.text()}`);
+          await res.json();
+          g.first.push(performance.now() - t0);
+          g.rssFirst.push(rssMiB(s.proc.pid!));
+        } finally {
+          await stopServer(s);
+        }
+      }
+    }
+    const rows = peers.map((p) => {
+      const g = got[p]!;
+      return [p, fmt(stat(g.health).median), fmt(stat(g.first).median), fmt(stat(g.rssLoad).median), fmt(stat(g.rssFirst).median)];
+    });
+    const lines = [`### ${basename(model)} — cold start, threads=${threads}, ${repeats} repeats (median)`, "",
+      markdownTable(["server", "spawn → /health (ms)", "spawn → first token (ms)", "RSS at /health (MiB)", "RSS after the first token (MiB)"], rows)];
+    sections.push(lines.join("\n"));
+    console.log(`\n${lines.join("\n")}`);
+  }
+  const notes = "Spawn to /health and to the end of a one-token, non-streaming /v1/completions request sent right after; RSS from /proc/PID/status (Wick: the Node process with the addon). The GGUF is in the page cache (the runs before warm it).";
+  if (flags.get("results")) appendResults(flags.get("results")!, `cold start: ${peers.join(" vs ")}`, `${notes}\n\n${sections.join("\n")}`);
+}
+
 // ---------- micro ----------
 
 interface Sample {
@@ -344,20 +455,58 @@ interface Sample {
   decodeTps: number;
   promptTokens: number;
   genTokens: number;
+  /** Tokens per second of the engine process's CPU time (user + system), per phase. On a
+   * loaded machine wall time measures the share the scheduler gave, CPU time the work: with
+   * `--threads 1` these compare the engines' work per token whatever the neighbours do
+   * (ggml's spinning workers make multi-thread CPU time meaningless). */
+  prefillCpuTps?: number;
+  decodeCpuTps?: number;
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
+function procCpuS(pid: number): number {
+  const f = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const after = f.slice(f.lastIndexOf(")") + 2).split(" ");
+  // Fields 14 and 15 (utime, stime) are 11 and 12 after the state field; clock ticks of 1/100 s.
+  return (Number(after[11]) + Number(after[12])) / 100;
 }
 
 type EngineName = "wick" | "node-llama-cpp" | "llama-server";
 
 /** Runs in a child process: one engine, one model, every prompt; prints one JSON line. */
-async function microWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number): Promise<void> {
+async function microWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number, prefillChunk = 0): Promise<void> {
   const prompts = JSON.parse(readFileSync(promptsFile, "utf8")) as number[][];
   const ctxSize = Math.ceil((prompts[0]!.length + genLen + 16) / 256) * 256;
   const samples: Sample[] = [];
   if (engine === "wick") {
     const { Engine } = await import("../ts/engine/index.ts");
-    const { measureEngine } = await import("../ts/cli/bench.ts");
-    const eng = await Engine.load({ modelPath: model, contextSize: ctxSize, threads, maxSequences: 1, prefillChunk: 0 });
-    samples.push(...(await measureEngine(eng, prompts, genLen)));
+    const eng = await Engine.load({ modelPath: model, contextSize: ctxSize, threads, maxSequences: 1, prefillChunk });
+    const cpu = () => {
+      const u = process.cpuUsage();
+      return (u.user + u.system) / 1e6;
+    };
+    for (const promptTokens of prompts) {
+      let done;
+      const c0 = cpu();
+      let c1 = 0;
+      for await (const ev of eng.generate({ promptTokens, maxTokens: genLen, temperature: 0, ignoreEos: true })) {
+        if (ev.type === "done") done = ev;
+        else if (c1 === 0) c1 = cpu();
+      }
+      const c2 = cpu();
+      if (!done) throw new Error("the engine ended a sequence without a done event");
+      const { usage, timings } = done;
+      const prefilled = usage.promptTokens - usage.cachedTokens;
+      samples.push({
+        prefillTps: prefilled / (timings.promptMs / 1000),
+        // The first token comes out of the prefill step; decode is the steps after it.
+        decodeTps: (usage.completionTokens - 1) / (timings.decodeMs / 1000),
+        promptTokens: prefilled,
+        genTokens: usage.completionTokens,
+        prefillCpuTps: prefilled / (c1 - c0),
+        decodeCpuTps: (usage.completionTokens - 1) / (c2 - c1),
+      });
+    }
     await eng.unload();
   } else if (engine === "node-llama-cpp") {
     const { getLlama } = await import("node-llama-cpp");
@@ -387,16 +536,40 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
   } else {
     const s = await startServer("llama", "llama-server-micro", model, threads, 1, ctxSize);
     try {
+      const pid = s.proc.pid!;
       for (const p of prompts) {
+        // Streamed, so the server's CPU time can be read when the first token arrives.
+        const c0 = procCpuS(pid);
         const res = await fetch(`${s.url}/completion`, {
           method: "POST",
           headers: { "content-type": "application/json" },
-          body: JSON.stringify({ prompt: p, n_predict: genLen, temperature: 0, ignore_eos: true, cache_prompt: false }),
-          signal: AbortSignal.timeout(300_000),
+          body: JSON.stringify({ prompt: p, n_predict: genLen, temperature: 0, ignore_eos: true, cache_prompt: false, stream: true }),
+          signal: AbortSignal.timeout(1_800_000),
         });
-        if (!res.ok) throw new Error(`llama-server /completion: HTTP ${res.status} ${await res.text()}`);
-        const t = ((await res.json()) as { timings: { prompt_n: number; prompt_per_second: number; predicted_n: number; predicted_per_second: number } }).timings;
-        samples.push({ prefillTps: t.prompt_per_second, decodeTps: t.predicted_per_second, promptTokens: t.prompt_n, genTokens: t.predicted_n });
+        if (!res.ok || !res.body) throw new Error(`llama-server /completion: HTTP ${res.status} ${await res.text()}`);
+        type Timings = { prompt_n: number; prompt_per_second: number; predicted_n: number; predicted_per_second: number };
+        let t: Timings | undefined;
+        let c1 = 0;
+        let buf = "";
+        const dec = new TextDecoder();
+        for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+          buf += dec.decode(chunk, { stream: true });
+          let nl;
+          while ((nl = buf.indexOf("\n")) >= 0) {
+            const line = buf.slice(0, nl).trim();
+            buf = buf.slice(nl + 1);
+            if (!line.startsWith("data:")) continue;
+            if (c1 === 0) c1 = procCpuS(pid);
+            const ev = JSON.parse(line.slice(5)) as { timings?: Timings; stop?: boolean };
+            if (ev.stop && ev.timings) t = ev.timings;
+          }
+        }
+        const c2 = procCpuS(pid);
+        if (!t) throw new Error("llama-server /completion: no timings in the stream");
+        samples.push({
+          prefillTps: t.prompt_per_second, decodeTps: t.predicted_per_second, promptTokens: t.prompt_n, genTokens: t.predicted_n,
+          prefillCpuTps: t.prompt_n / (c1 - c0), decodeCpuTps: (t.predicted_n - 1) / (c2 - c1),
+        });
       }
     } finally {
       await stopServer(s);
@@ -411,15 +584,15 @@ function cell(s: Summary | undefined): string {
   return `${fmt(s.median)} (${fmt(s.min)}–${fmt(s.max)}, ±${fmt(spread / 2, 0)}%)`;
 }
 
-async function runWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number): Promise<Sample[]> {
+async function runWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number, prefillChunk = 0): Promise<Sample[]> {
   const args = ["--import", "tsx", fileURLToPath(import.meta.url), "micro-worker", "--engine", engine, "--model", model,
-    "--prompts", promptsFile, "--gen-len", String(genLen), "--threads", String(threads)];
+    "--prompts", promptsFile, "--gen-len", String(genLen), "--threads", String(threads), "--prefill-chunk", String(prefillChunk)];
   return new Promise((res, rej) => {
     const proc = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
     children.add(proc);
     let out = "";
     proc.stdout!.on("data", (d) => (out += d));
-    const timer = setTimeout(() => proc.kill("SIGKILL"), 600_000);
+    const timer = setTimeout(() => proc.kill("SIGKILL"), num(workerFlags, "worker-timeout-s", 600) * 1000);
     proc.on("exit", (code) => {
       clearTimeout(timer);
       children.delete(proc);
@@ -430,7 +603,12 @@ async function runWorker(engine: EngineName, model: string, promptsFile: string,
   });
 }
 
-async function microMode(flags: Map<string, string>, models: string[]): Promise<void> {
+/** Flags the micro workers' parent passes down (`--worker-timeout-s`). */
+let workerFlags = new Map<string, string>();
+
+async function microMode(flags: Map<string, string>, models: string[], title = "micro"): Promise<void> {
+  workerFlags = flags;
+  const prefillChunk = num(flags, "prefill-chunk", 0);
   const threads = num(flags, "threads", 2);
   const repeats = num(flags, "repeats", 5);
   const rounds = num(flags, "rounds", 1);
@@ -440,7 +618,8 @@ async function microMode(flags: Map<string, string>, models: string[]): Promise<
   for (const e of engines) if (!["wick", "node-llama-cpp", "llama-server"].includes(e)) throw new Error(`--engines: unknown ${e}`);
   const tmp = mkdtempSync(join(tmpdir(), "wick-micro-"));
   const rows: string[][] = [];
-  const json: Record<string, Record<string, { prefill: Summary; decode: Summary; samples: Sample[] }>> = {};
+  type Res = { prefill: Summary; decode: Summary; prefillCpu?: Summary; decodeCpu?: Summary; samples: Sample[] };
+  const json: Record<string, Record<string, Res>> = {};
   for (const model of models) {
     const tok = await llamaTokenizer(model);
     // One warm-up prompt plus `repeats` distinct prompts (no prefix-cache hits between them).
@@ -448,7 +627,7 @@ async function microMode(flags: Map<string, string>, models: string[]): Promise<
     await tok.dispose();
     const file = join(tmp, `${basename(model)}.json`);
     writeFileSync(file, JSON.stringify(prompts));
-    const res: Record<string, { prefill: Summary; decode: Summary; samples: Sample[] }> = {};
+    const res: Record<string, Res> = {};
     // Rounds alternate the engines' order so that a slow spell of a shared machine (memory
     // bandwidth moves with the neighbours' load) falls on both sides, not on one.
     const pooled = new Map<EngineName, Sample[]>();
@@ -456,7 +635,7 @@ async function microMode(flags: Map<string, string>, models: string[]): Promise<
       for (const e of round % 2 ? [...engines].reverse() : engines) {
         process.stderr.write(`micro ${basename(model)}: ${e} round ${round + 1}/${rounds} (${repeats} + 1 warm-up, ${promptLen} prompt, ${genLen} gen, ${threads} threads)\n`);
         try {
-          const samples = (await runWorker(e, model, file, genLen, threads)).slice(1);
+          const samples = (await runWorker(e, model, file, genLen, threads, prefillChunk)).slice(1);
           pooled.set(e, [...(pooled.get(e) ?? []), ...samples]);
         } catch (err) {
           process.stderr.write(`  ${(err as Error).message}\n`);
@@ -464,8 +643,11 @@ async function microMode(flags: Map<string, string>, models: string[]): Promise<
       }
     }
     for (const [e, samples] of pooled) {
-      res[e] = { prefill: summarize(samples.map((s) => s.prefillTps)), decode: summarize(samples.map((s) => s.decodeTps)), samples };
-      process.stderr.write(`  ${e}: prefill ${cell(res[e].prefill)} tok/s, decode ${cell(res[e].decode)} tok/s\n`);
+      res[e] = {
+        prefill: summarize(samples.map((s) => s.prefillTps)), decode: summarize(samples.map((s) => s.decodeTps)), samples,
+        prefillCpu: summarize(samples.map((s) => s.prefillCpuTps ?? NaN)), decodeCpu: summarize(samples.map((s) => s.decodeCpuTps ?? NaN)),
+      };
+      process.stderr.write(`  ${e}: prefill ${cell(res[e].prefill)} tok/s, decode ${cell(res[e].decode)} tok/s; per CPU-s prefill ${cell(res[e].prefillCpu)}, decode ${cell(res[e].decodeCpu)}\n`);
     }
     json[model] = res;
     const w = res["wick"];
@@ -475,18 +657,36 @@ async function microMode(flags: Map<string, string>, models: string[]): Promise<
         basename(model), e, cell(r?.prefill), cell(r?.decode),
         e === "wick" ? "" : ratio(w?.prefill.median ?? NaN, r?.prefill.median ?? NaN),
         e === "wick" ? "" : ratio(w?.decode.median ?? NaN, r?.decode.median ?? NaN),
+        cell(r?.prefillCpu), cell(r?.decodeCpu),
+        e === "wick" ? "" : ratio(w?.prefillCpu?.median ?? NaN, r?.prefillCpu?.median ?? NaN),
+        e === "wick" ? "" : ratio(w?.decodeCpu?.median ?? NaN, r?.decodeCpu?.median ?? NaN),
       ]);
     }
   }
-  const table = markdownTable(["model", "engine", `prefill tok/s (${promptLen})`, `decode tok/s (${genLen})`, "wick/this prefill", "wick/this decode"], rows);
+  const table = markdownTable(["model", "engine", `prefill tok/s (${promptLen})`, `decode tok/s (${genLen})`, "wick/this prefill", "wick/this decode",
+    "prefill tok/CPU-s", "decode tok/CPU-s", "wick/this prefill (CPU)", "wick/this decode (CPU)"], rows);
   const notes =
     `Median (min–max, ±half-range %) over ${repeats} repeats after 1 warm-up${rounds > 1 ? `, × ${rounds} rounds alternating the engines' order` : ""}, threads=${threads}, distinct random prompts of exactly ${promptLen} tokens. ` +
     "prefill = prompt tokens / time to the first sampled token; decode = (generated − 1) / time from the first to the last token. " +
     "Wick: Engine timings (promptMs, decodeMs). node-llama-cpp: wall clock around evaluateWithoutGeneratingNewTokens + evaluate. " +
-    "llama-server: native /completion timings (prompt_per_second, predicted_per_second; cache_prompt false). Ratios > 1: Wick is faster.";
+    "llama-server: native /completion timings (prompt_per_second, predicted_per_second; cache_prompt false, streamed). Ratios > 1: Wick is faster. " +
+    "tok/CPU-s: tokens per second of the engine process's CPU time (user + system; Wick: the whole Node process, llama-server: /proc/PID/stat), prefill up to the first streamed token, decode after it: the load-robust comparison with --threads 1 (node-llama-cpp: not measured).";
   console.log(`\n${table}\n\n${notes}`);
   if (flags.get("json")) writeFileSync(flags.get("json")!, JSON.stringify({ machine: machine(), commit: commit(), threads, repeats, promptLen, genLen, results: json }, null, 1));
-  if (flags.get("results")) appendResults(flags.get("results")!, `micro: ${engines.join(", ")}`, `${notes}\n\n${table}`);
+  if (flags.get("results")) appendResults(flags.get("results")!, `${title}: ${engines.join(", ")}`, `${notes}\n\n${table}`);
+}
+
+/** Long context: micro at each of `--prompt-lens` (one repeat after the warm-up by default;
+ * the warm-up is a prompt of the same length, so it costs as much as a measured one). */
+async function longMode(flags: Map<string, string>, models: string[]): Promise<void> {
+  const lens = intList(flags.get("prompt-lens") ?? "4096,16384");
+  for (const [k, v] of [["repeats", "1"], ["gen-len", "32"], ["engines", "wick,llama-server"], ["worker-timeout-s", "1800"]]) {
+    if (!flags.has(k!)) flags.set(k!, v!);
+  }
+  for (const len of lens) {
+    flags.set("prompt-len", String(len));
+    await microMode(flags, models, `long context (${len}-token prompt)`);
+  }
 }
 
 // ---------- CLI ----------
@@ -498,24 +698,30 @@ const USAGE = `usage:
       [--max-level-s 300] [--json out.json] [--results benches/RESULTS.md]
   tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--rounds 1] [--prompt-len 512] [--gen-len 128]
       [--engines wick,node-llama-cpp,llama-server] [--json out.json] [--results benches/RESULTS.md]
+  tsx benches/compare.ts long [model.gguf ...] [--prompt-lens 4096,16384] [--gen-len 32] [--repeats 1] [--prefill-chunk 0] [...micro flags]
+  tsx benches/compare.ts cold [model.gguf ...] [--threads 2] [--repeats 3] [--peers wick,llama]   (spawn → first token, RSS)
+  tsx benches/compare.ts files [--bench-dir DIR]   (writes the LFM2 bench files; name them as ${Object.keys(BENCH_FILES).join(", ")})
   tsx benches/compare.ts prefix [model.gguf ...] [--threads 2] [--prefix-len 400] [--suffix-len 32] [--repeats 5]
       [--peers wick,llama] [--results benches/RESULTS.md]`;
 
 async function main(): Promise<void> {
   const { flags, positional } = parseArgs(process.argv.slice(2));
-  const mode = positional[0] && ["serving", "micro", "prefix", "micro-worker"].includes(positional[0]) ? positional.shift()! : "serving";
+  const mode = positional[0] && ["serving", "micro", "long", "cold", "prefix", "files", "micro-worker"].includes(positional[0]) ? positional.shift()! : "serving";
   if (flags.has("help")) {
     console.error(USAGE);
     return;
   }
   if (mode === "micro-worker") {
-    return microWorker(flags.get("engine") as EngineName, flags.get("model")!, flags.get("prompts")!, num(flags, "gen-len", 128), num(flags, "threads", 2));
+    return microWorker(flags.get("engine") as EngineName, flags.get("model")!, flags.get("prompts")!, num(flags, "gen-len", 128), num(flags, "threads", 2), num(flags, "prefill-chunk", 0));
   }
-  const models = (positional.length ? positional : DEFAULT_MODELS.filter((m) => existsSync(join(ROOT, m)))).map((m) => resolve(ROOT, m));
+  if (mode === "files") return writeBenchFiles(flags);
+  const models = positional.length ? positional.map((m) => modelPath(m, flags)) : DEFAULT_MODELS.filter((m) => existsSync(join(ROOT, m))).map((m) => resolve(ROOT, m));
   if (models.length === 0) throw new Error("no models: pass a GGUF path or run python3 scripts/fetch_models.py all");
   for (const m of models) if (!existsSync(m)) throw new Error(`no such model: ${m}`);
   if (flags.get("results")) flags.set("results", resolve(process.cwd(), flags.get("results")!));
   if (mode === "micro") await microMode(flags, models);
+  else if (mode === "long") await longMode(flags, models);
+  else if (mode === "cold") await coldMode(flags, models);
   else if (mode === "prefix") await prefixMode(flags, models);
   else await servingMode(flags, models);
 }

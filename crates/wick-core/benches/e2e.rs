@@ -1,7 +1,10 @@
 //! End-to-end prefill / decode tokens/s of one GGUF through `models::Model::forward`, the way
 //! llama-bench measures (pp512 / tg128): `cargo bench -p wick-core --bench e2e -- MODEL.gguf
-//! [--prompt 512] [--gen 128] [--repeats 3]`. Threads: `WICK_THREADS` (default: all cores).
-//! Prints median and min–max per phase.
+//! [--prompt 512] [--gen 128] [--repeats 3] [--same-token]`
+//! (`--same-token`: decode feeds one token over and over, as a model that echoes does). Threads: `WICK_THREADS` (default: all cores).
+//! Prints median and min–max per phase. With `WICK_THREADS=1` it also prints tokens per second
+//! of the thread's CPU time (`/proc/thread-self/schedstat`), which a loaded machine moves much
+//! less than wall time: the figure to compare two builds by on a shared machine.
 
 use std::time::Instant;
 
@@ -23,6 +26,14 @@ fn stats(v: &mut [f64]) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
+/// Nanoseconds this thread has run on a CPU (Linux), 0 elsewhere.
+fn cpu_ns() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()))
+        .unwrap_or(0.0)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.iter().find(|a| a.ends_with(".gguf")) else {
@@ -30,6 +41,7 @@ fn main() {
         return;
     };
     let (np, ng, reps) = (arg(&args, "--prompt", 512), arg(&args, "--gen", 128), arg(&args, "--repeats", 3));
+    let same_token = args.iter().any(|a| a == "--same-token");
     let g = GgufFile::open(path).expect("open");
     let model = models::load(&g, &Device::Cpu).expect("load");
     let vocab = model.info().n_vocab as u32;
@@ -40,22 +52,25 @@ fn main() {
     };
     let mut kv = KvPool::with_capacity(&model.cache_layout(), np + ng + 64, &Device::Cpu).expect("kv pool");
     let (mut pp, mut tg) = (vec![], vec![]);
+    let (mut pp_cpu, mut tg_cpu) = (vec![], vec![]);
     for rep in 0..=reps {
         let prompt: Vec<u32> = (0..np).map(|_| next()).collect();
         let mut cache = kv.new_seq();
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), cpu_ns());
         model.forward(&mut [StepSeq::tokens(&prompt, &mut cache)], &mut kv).expect("prefill");
-        let pp_s = t.elapsed().as_secs_f64();
-        let t = Instant::now();
+        let (pp_s, pp_c) = (t.elapsed().as_secs_f64(), (cpu_ns() - c) / 1e9);
+        let (t, c) = (Instant::now(), cpu_ns());
         for _ in 0..ng {
-            let tok = [next()];
+            let tok = [if same_token { 1000 } else { next() }];
             model.forward(&mut [StepSeq::tokens(&tok, &mut cache)], &mut kv).expect("decode");
         }
-        let tg_s = t.elapsed().as_secs_f64();
+        let (tg_s, tg_c) = (t.elapsed().as_secs_f64(), (cpu_ns() - c) / 1e9);
         kv.release(&mut cache);
         if rep > 0 {
             pp.push(np as f64 / pp_s);
             tg.push(ng as f64 / tg_s);
+            pp_cpu.push(np as f64 / pp_c);
+            tg_cpu.push(ng as f64 / tg_c);
         }
     }
     let (pm, pl, ph) = stats(&mut pp);
@@ -64,4 +79,8 @@ fn main() {
         "{path}: pp{np} {pm:.1} tok/s ({pl:.1}-{ph:.1})  tg{ng} {tm:.1} tok/s ({tl:.1}-{th:.1})  threads={}",
         wick_core::runtime::pool::global().threads()
     );
+    if wick_core::runtime::pool::global().threads() == 1 {
+        let ((pm, pl, ph), (tm, tl, th)) = (stats(&mut pp_cpu), stats(&mut tg_cpu));
+        println!("  per CPU second: pp{np} {pm:.1} ({pl:.1}-{ph:.1})  tg{ng} {tm:.1} ({tl:.1}-{th:.1})");
+    }
 }

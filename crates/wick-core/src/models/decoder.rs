@@ -155,7 +155,10 @@ impl Model for Decoder {
         let plan = BatchPlan::new(batch, self.embed.n_vocab(), &self.device)?;
         self.prepare_caches(batch, kv)?;
         let threads = pool::global().threads();
-        if self.device.is_cpu() && threads > 1 && row_parallel(batch, threads) {
+        // Not for a mixture of experts: each thread would stream every expert its share of
+        // the tokens selects, where one pass over the batch streams each selected expert once.
+        let moe = self.blocks.iter().any(|b| matches!(b.ffn, Ffn::Moe(_)));
+        if self.device.is_cpu() && threads > 1 && !moe && row_parallel(batch, threads) {
             return self.forward_row_parallel(batch, kv, threads);
         }
         self.forward_prepared(batch, kv, plan)

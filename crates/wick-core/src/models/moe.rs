@@ -3,6 +3,12 @@
 //! by expert, each expert's quantized matmuls run on its group, and the results are scattered
 //! back weighted.
 //!
+//! On the CPU, when every expert's weights have panels (`PackedWeight`), each expert's gate
+//! and up are one concatenated weight, and a step runs the gate/up of all the experts it
+//! selected in one pool pass, then all their downs in another (`PackedWeight::matmul_many`):
+//! each selected expert's weights stream once per step, with two fork-joins per layer and no
+//! candle tensors on the way. Other weights go expert by expert through `Linear`.
+//!
 //! Rounding follows ggml so greedy outputs match llama.cpp: router logits from an exact f32
 //! dot (`ggml_vec_dot_f32`, or tinyBLAS for several tokens), sigmoid with libm `expf`, the
 //! selection bias added to a copy only, weights renormalised by an f64 row sum clamped at
@@ -19,8 +25,10 @@ use super::layers::{Linear, RowPos};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
+use crate::kernels::cpu::expf;
 use crate::kernels::cpu::feats::fast;
 use crate::kernels::cpu::float_dots::{dot_single, dot_tiled};
+use crate::kernels::PackedWeight;
 
 /// llama.cpp's clamp on the sum of the selected weights (smallest normal f16).
 const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
@@ -31,25 +39,63 @@ struct Expert {
     down: Linear,
 }
 
+/// An expert's weights as panels: gate and up concatenated (`[2·ff, d]`), and down.
+struct PackedExpert {
+    gate_up: PackedWeight,
+    down: PackedWeight,
+}
+
+enum Experts {
+    Packed(Vec<PackedExpert>),
+    Each(Vec<Expert>),
+}
+
 pub struct Moe {
     /// Router `[n_expert, d]` row-major f32.
     router: Vec<f32>,
     /// Selection bias (`exp_probs_b.bias`), zeros when absent.
     bias: Vec<f32>,
-    experts: Vec<Expert>,
+    experts: Experts,
     n_used: usize,
     d: usize,
 }
 
 /// Expert `e` of a stacked `{n_in, n_out, n_expert}` tensor as its own 2-D weight.
-fn expert_slice(g: &GgufFile, name: &str, e: usize, dev: &Device) -> Result<Linear> {
+fn expert_tensor(g: &GgufFile, name: &str, e: usize, dev: &Device) -> Result<Arc<QTensor>> {
     let info = g.info(name).ok_or_else(|| WickError::load(format!("missing tensor `{name}`")))?;
     let (n_in, n_out) = (info.dims[0], info.dims[1]);
     let bytes = g.bytes(name)?;
     let per = bytes.len() / info.dims[2];
     let data = &bytes[e * per..(e + 1) * per];
     let storage = QStorage::from_data(Cow::Borrowed(data), dev, info.dtype)?;
-    Linear::from_qtensor(Arc::new(QTensor::new(storage, (n_out, n_in))?))
+    Ok(Arc::new(QTensor::new(storage, (n_out, n_in))?))
+}
+
+/// The experts as panels, when every one of their weights has a panel kernel and gate and up
+/// concatenate; `None` otherwise (nothing is kept from a failed try).
+fn packed_experts(
+    g: &GgufFile,
+    prefix: &str,
+    n_expert: usize,
+    dev: &Device,
+) -> Result<Option<Vec<PackedExpert>>> {
+    if !dev.is_cpu() {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(n_expert);
+    for e in 0..n_expert {
+        let t = |w: &str| expert_tensor(g, &format!("{prefix}.ffn_{w}_exps.weight"), e, dev);
+        let (Some(gate), Some(up), Some(down)) = (
+            PackedWeight::pack(&*t("gate")?)?,
+            PackedWeight::pack(&*t("up")?)?,
+            PackedWeight::pack(&*t("down")?)?,
+        ) else {
+            return Ok(None);
+        };
+        let Ok(gate_up) = PackedWeight::concat(vec![gate, up]) else { return Ok(None) };
+        out.push(PackedExpert { gate_up, down });
+    }
+    Ok(Some(out))
 }
 
 impl Moe {
@@ -84,15 +130,24 @@ impl Moe {
         g.expect_dims(&gate_name, &[d, ff, n_expert])?;
         g.expect_dims(&format!("{prefix}.ffn_up_exps.weight"), &[d, ff, n_expert])?;
         g.expect_dims(&format!("{prefix}.ffn_down_exps.weight"), &[ff, d, n_expert])?;
-        let experts = (0..n_expert)
-            .map(|e| {
-                Ok(Expert {
-                    gate: expert_slice(g, &gate_name, e, dev)?,
-                    up: expert_slice(g, &format!("{prefix}.ffn_up_exps.weight"), e, dev)?,
-                    down: expert_slice(g, &format!("{prefix}.ffn_down_exps.weight"), e, dev)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let experts = match packed_experts(g, prefix, n_expert, dev)? {
+            Some(p) => Experts::Packed(p),
+            None => Experts::Each(
+                (0..n_expert)
+                    .map(|e| {
+                        let l = |w: &str| {
+                            Linear::from_qtensor(expert_tensor(
+                                g,
+                                &format!("{prefix}.ffn_{w}_exps.weight"),
+                                e,
+                                dev,
+                            )?)
+                        };
+                        Ok(Expert { gate: l("gate")?, up: l("up")?, down: l("down")? })
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+        };
         Ok(Self { router, bias, experts, n_used, d })
     }
 
@@ -125,6 +180,58 @@ impl Moe {
         (order, w.into_iter().map(|v| v / sum).collect())
     }
 
+    fn n_expert(&self) -> usize {
+        self.bias.len()
+    }
+
+    /// The selected experts on panels: every expert's gate/up in one pool pass, SwiGLU per
+    /// expert, every down in a second pass. `members[e]`: expert e's (token, slot) pairs;
+    /// their output rows go to `outs[token][slot]`.
+    fn run_packed(
+        &self,
+        ex: &[PackedExpert],
+        xs: &[f32],
+        members: &[Vec<(usize, usize)>],
+        outs: &mut [Vec<Option<Vec<f32>>>],
+    ) -> Result<()> {
+        let d = self.d;
+        let active: Vec<usize> = (0..ex.len()).filter(|&e| !members[e].is_empty()).collect();
+        // ggml's mul_mat_id multiplies expert rows one by one: the single-row kernels.
+        let most = active.iter().map(|&e| members[e].len()).max().unwrap_or(0);
+        let single = vec![RowPos::SINGLE; most];
+        let inputs: Vec<Vec<f32>> = active
+            .iter()
+            .map(|&e| members[e].iter().flat_map(|&(t, _)| xs[t * d..(t + 1) * d].iter().copied()).collect())
+            .collect();
+        let calls: Vec<(&PackedWeight, &[f32], &[RowPos])> = active
+            .iter()
+            .zip(&inputs)
+            .map(|(&e, x)| (&ex[e].gate_up, x.as_slice(), &single[..members[e].len()]))
+            .collect();
+        let gate_up = PackedWeight::matmul_many(&calls)?;
+        let hs: Vec<Vec<f32>> = gate_up
+            .iter()
+            .map(|parts| match parts.as_slice() {
+                // Rows of the expert width (the down weight's input width).
+                [g, u] => Ok(expf::swiglu(g, u, ex[0].down.dims().1)),
+                _ => Err(WickError::Internal("moe: gate and up expected".into())),
+            })
+            .collect::<Result<_>>()?;
+        let calls: Vec<(&PackedWeight, &[f32], &[RowPos])> = active
+            .iter()
+            .zip(&hs)
+            .map(|(&e, h)| (&ex[e].down, h.as_slice(), &single[..members[e].len()]))
+            .collect();
+        let downs = PackedWeight::matmul_many(&calls)?;
+        for (&e, mut y) in active.iter().zip(downs) {
+            let y = y.pop().unwrap_or_default();
+            for (i, &(t, slot)) in members[e].iter().enumerate() {
+                outs[t][slot] = Some(y[i * d..(i + 1) * d].to_vec());
+            }
+        }
+        Ok(())
+    }
+
     /// `x`: `[n, d]` normed input → `[n, d]`; `rows` as for `Linear::forward` (only whether a
     /// row's sequence brings several tokens matters here: it picks the router's kernel).
     pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
@@ -135,26 +242,34 @@ impl Moe {
             .collect();
         // Per token and slot, the expert output row; filled expert by expert.
         let mut outs: Vec<Vec<Option<Vec<f32>>>> = (0..n).map(|_| vec![None; self.n_used]).collect();
-        for (e, ex) in self.experts.iter().enumerate() {
-            let members: Vec<(usize, usize)> = routes
-                .iter()
-                .enumerate()
-                .filter_map(|(t, (sel, _))| sel.iter().position(|&s| s == e).map(|slot| (t, slot)))
-                .collect();
-            if members.is_empty() {
-                continue;
+        // Each selected expert's (token, slot) pairs, in token order.
+        let mut members: Vec<Vec<(usize, usize)>> = vec![vec![]; self.n_expert()];
+        for (t, (sel, _)) in routes.iter().enumerate() {
+            for (slot, &e) in sel.iter().enumerate() {
+                members[e].push((t, slot));
             }
-            let idx = Tensor::from_vec(
-                members.iter().map(|&(t, _)| t as u32).collect::<Vec<_>>(),
-                members.len(),
-                x.device(),
-            )?;
-            let xe = x.index_select(&idx, 0)?;
-            let single = vec![RowPos::SINGLE; members.len()];
-            let h = swiglu(&ex.gate.forward(&xe, &single)?, &ex.up.forward(&xe, &single)?)?;
-            let y = ex.down.forward(&h, &single)?.to_vec2::<f32>()?;
-            for ((t, slot), row) in members.into_iter().zip(y) {
-                outs[t][slot] = Some(row);
+        }
+        match &self.experts {
+            Experts::Packed(ex) => self.run_packed(ex, &xs, &members, &mut outs)?,
+            Experts::Each(ex) => {
+                for (e, ex) in ex.iter().enumerate() {
+                    let members = std::mem::take(&mut members[e]);
+                    if members.is_empty() {
+                        continue;
+                    }
+                    let idx = Tensor::from_vec(
+                        members.iter().map(|&(t, _)| t as u32).collect::<Vec<_>>(),
+                        members.len(),
+                        x.device(),
+                    )?;
+                    let xe = x.index_select(&idx, 0)?;
+                    let single = vec![RowPos::SINGLE; members.len()];
+                    let h = swiglu(&ex.gate.forward(&xe, &single)?, &ex.up.forward(&xe, &single)?)?;
+                    let y = ex.down.forward(&h, &single)?.to_vec2::<f32>()?;
+                    for ((t, slot), row) in members.into_iter().zip(y) {
+                        outs[t][slot] = Some(row);
+                    }
+                }
             }
         }
         let mut out = vec![0f32; n * d];

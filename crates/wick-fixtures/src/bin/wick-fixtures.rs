@@ -3,7 +3,7 @@
 //! models (random and scripted, with a built LFM2 vocabulary and chat template), LFM2-VL
 //! projectors (`mmproj-*.gguf`) with their text model, plus broken files for load-failure tests.
 //!
-//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--hf] [--hf-bench]
+//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-lfm2] [--hf] [--hf-bench]
 //!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf and
 //!                    models/templates/LFM2-8B-A1B.jinja
 //!                    (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
@@ -11,6 +11,8 @@
 //!   --quant-sources  instead of the standard set: F32 llama/lfm2 sources for llama-quantize
 //!   --bench          instead of the standard set: benchmark-sized LFM2 / lfm2moe models and
 //!                    LFM2-VL-450M-shaped projectors
+//!   --bench-lfm2     instead of the standard set: issue #20's LFM2 shapes with llama-bpe's
+//!                    128k vocabulary and a 32k training context (bench_lfm2_specs)
 //!   --hf             instead of the standard set: synthetic Hugging Face checkpoints (one
 //!                    directory each, hf-<arch>[-k]) for `wick convert`
 //!   --hf-bench       instead of the standard set: the 0.9 GB checkpoint of the converter
@@ -27,6 +29,7 @@ fn main() -> ExitCode {
     let mut tools = true;
     let mut hf = false;
     let mut hf_bench = false;
+    let mut n_ctx = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--llama-src" => match args.next() {
@@ -36,6 +39,10 @@ fn main() -> ExitCode {
             "--bad" => bad = true,
             "--quant-sources" => (specs, tools) = (wick_fixtures::quant_source_specs(), false),
             "--bench" => (specs, tools, bench) = (wick_fixtures::bench_specs(), false, true),
+            "--bench-lfm2" => {
+                (specs, tools, n_ctx) =
+                    (wick_fixtures::bench_lfm2_specs(), false, Some(wick_fixtures::BENCH_CTX))
+            }
             "--hf" => (specs, tools, hf) = (vec![], false, true),
             "--hf-bench" => (specs, tools, hf_bench) = (vec![], false, true),
             "-h" | "--help" => return usage(""),
@@ -56,7 +63,7 @@ fn main() -> ExitCode {
                 println!("{}", wick_fixtures::write_hf_checkpoint(&spec, &out, &src)?.display());
             }
         }
-        for p in wick_fixtures::write_specs(&specs, &out, &src)? {
+        for p in wick_fixtures::write_specs_ctx(&specs, &out, &src, n_ctx)? {
             println!("{}", p.display());
         }
         if tools {
@@ -93,7 +100,7 @@ fn usage(err: &str) -> ExitCode {
         eprintln!("wick-fixtures: {err}");
     }
     eprintln!(
-        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--hf] [--hf-bench]"
+        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-lfm2] [--hf] [--hf-bench]"
     );
     if err.is_empty() {
         ExitCode::SUCCESS

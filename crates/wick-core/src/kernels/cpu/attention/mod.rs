@@ -120,10 +120,24 @@ pub fn attend(
     attend_many(&[SeqAttn { q, kv, len, pos0 }], n_head, scale, window)
 }
 
+/// Scratch of one `attend_many` pass at most (more only when a wave of 4 tasks per thread needs it).
+const SCRATCH_BYTES: usize = 8 << 20;
+
 /// `attend` for every sequence of a step at once: one pass over the pool with a task per
 /// (sequence, token, head), so that a step of many one-token sequences keeps both cores busy.
 /// Returns the sequences' outputs one after another (`[Σ len, n_head·hd]`).
 pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Option<usize>) -> Vec<f32> {
+    attend_many_in(seqs, n_head, scale, window, SCRATCH_BYTES)
+}
+
+/// `attend_many` with at most `scratch_bytes` of scratch (the tests shrink it to run many waves).
+pub(crate) fn attend_many_in(
+    seqs: &[SeqAttn<'_>],
+    n_head: usize,
+    scale: f32,
+    window: Option<usize>,
+    scratch_bytes: usize,
+) -> Vec<f32> {
     let Some(first) = seqs.first() else { return Vec::new() };
     let var = exp_variant();
     let (n_kv, hd) = (first.kv.n_kv_head, first.kv.head_dim);
@@ -145,7 +159,11 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
     // scores and the weights of each of the group's heads; each part is written before use.
     let longest = seqs.iter().map(|s| s.pos0 + s.len).max().unwrap_or(0).div_ceil(16) * 16;
     let per_task = group * (hd + 2 * longest);
-    let mut scratch_all: Vec<f32> = Vec::with_capacity(n_tasks * per_task);
+    // Tasks run in waves that share one scratch slot each: a scratch per task would be
+    // len² · n_kv · group values for a long prompt in one pass (34 GB at 16k tokens of LFM2-350M).
+    let wave =
+        (scratch_bytes / 4 / per_task.max(1)).max(4 * pool::global().threads()).clamp(1, n_tasks.max(1));
+    let mut scratch_all: Vec<f32> = Vec::with_capacity(wave * per_task);
     let sp = SyncPtr(scratch_all.as_mut_ptr());
     // A KV group's query heads, at most four per kernel call.
     let all_heads: Vec<usize> = (0..group).collect();
@@ -157,7 +175,7 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
         let si = starts.partition_point(|&s| s <= task) - 1;
         (si, (task - starts[si]) / n_kv, (task - starts[si]) % n_kv)
     };
-    let task = |task: usize| {
+    let task = |task: usize, slot: usize| {
         fast(
             #[inline(always)]
             || {
@@ -173,10 +191,11 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
                 let t_len = pos0 + i + 1;
                 let padded = t_len.div_ceil(16) * 16;
                 let heads = g * group..(g + 1) * group;
-                // Safety: task `task` alone uses its `per_task` values (≥ this length), and
-                // writes each before reading it (q16 below, w by its fill, p16 by softmax).
+                // Safety: the task in `slot` of its wave alone uses that slot's `per_task` values
+                // (≥ this length), and writes each before reading it (q16 below, w by its fill,
+                // p16 by softmax).
                 let scratch = unsafe {
-                    std::slice::from_raw_parts_mut(sp.get().add(task * per_task), group * (hd + 2 * padded))
+                    std::slice::from_raw_parts_mut(sp.get().add(slot * per_task), group * (hd + 2 * padded))
                 };
                 let (q16, rest) = scratch.split_at_mut(group * hd);
                 let (w, p16) = rest.split_at_mut(group * padded);
@@ -308,12 +327,14 @@ pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Opti
         seqs[si].pos0 + i + 1
     };
     order.sort_by_key(|&t| std::cmp::Reverse(t_len_of(t as usize)));
-    pool::run(n_tasks, &|it| {
-        fast(
-            #[inline(always)]
-            || task(order[it] as usize),
-        )
-    });
+    for w0 in (0..n_tasks).step_by(wave) {
+        pool::run(wave.min(n_tasks - w0), &|it| {
+            fast(
+                #[inline(always)]
+                || task(order[w0 + it] as usize, it),
+            )
+        });
+    }
     // Safety: the tasks wrote every value: each (token, KV head) task all `hd` outputs of its
     // group's heads, the wide loop up to a multiple of 16 and the scalar loop the rest.
     unsafe { out.set_len(n_rows * n_head * hd) };

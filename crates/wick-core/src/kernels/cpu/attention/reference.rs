@@ -82,7 +82,7 @@ mod tests {
 
     use super::*;
     use crate::cache::{KvPool, LayerKind, SeqCache};
-    use crate::kernels::cpu::attention::{attend, attend_many, SeqAttn};
+    use crate::kernels::cpu::attention::{attend, attend_many, attend_many_in, SeqAttn};
 
     fn rng(seed: u32) -> impl FnMut() -> f32 {
         let mut s = seed;
@@ -161,6 +161,10 @@ mod tests {
                     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
                 };
                 assert!(same(&together, &alone), "{n_head}/{n_kv} heads, window {window:?}");
+                // Tasks in many small waves sharing scratch slots (what bounds a long prompt's
+                // scratch) give the same bits.
+                let waves = attend_many_in(&seqs, n_head, 0.125, window, 1);
+                assert!(same(&waves, &together), "{n_head}/{n_kv} heads, window {window:?}: waves");
                 if window.is_none() {
                     let reference: Vec<f32> = seqs
                         .iter()

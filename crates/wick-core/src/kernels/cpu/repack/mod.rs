@@ -171,122 +171,183 @@ impl PackedWeight {
     }
 
     fn matmul_on(&self, isa: Isa, xs: &[f32], rows: &[RowPos]) -> Result<Vec<Vec<f32>>> {
-        let m = rows.len();
-        if xs.len() != m * self.k {
-            return Err(WickError::Internal(format!(
-                "packed matmul: {} inputs for [{m}, {}]",
-                xs.len(),
-                self.k
-            )));
+        Ok(Self::matmul_many_on(isa, &[(self, xs, rows)])?.pop().unwrap_or_default())
+    }
+
+    /// Several matmuls at once (`(weight, xs, rows)` each, as for `matmul_parts`), all their
+    /// panels in one pass over the pool: a mixture of experts runs the experts a step selects
+    /// with one fork-join instead of one per expert and weight. Each output has the bits its
+    /// own `matmul_parts` gives (the same tiles on the same quantized rows).
+    pub fn matmul_many(calls: &[(&PackedWeight, &[f32], &[RowPos])]) -> Result<Vec<Vec<Vec<f32>>>> {
+        Self::matmul_many_on(isa(), calls)
+    }
+
+    fn matmul_many_on(isa: Isa, calls: &[(&PackedWeight, &[f32], &[RowPos])]) -> Result<Vec<Vec<Vec<f32>>>> {
+        let mut outs = Vec::with_capacity(calls.len());
+        let mut jobs = Vec::with_capacity(calls.len());
+        for &(w, xs, rows) in calls {
+            let m = rows.len();
+            if xs.len() != m * w.k {
+                return Err(WickError::Internal(format!(
+                    "packed matmul: {} inputs for [{m}, {}]",
+                    xs.len(),
+                    w.k
+                )));
+            }
+            // Every output is written by exactly one tile (through raw pointers) before `set_len`.
+            let mut ys: Vec<Vec<f32>> = w.parts.iter().map(|&n| Vec::with_capacity(m * n)).collect();
+            let yp: Vec<SyncPtr<f32>> = ys.iter_mut().map(|y| SyncPtr(y.as_mut_ptr())).collect();
+            jobs.push(Job { w, m, ys: yp, tile: w.tile_fn(isa, xs, rows)? });
+            outs.push(ys);
         }
-        // Every output is written by exactly one tile (through raw pointers) before `set_len`.
-        let mut ys: Vec<Vec<f32>> = self.parts.iter().map(|&n| Vec::with_capacity(m * n)).collect();
-        let yp: Vec<SyncPtr<f32>> = ys.iter_mut().map(|y| SyncPtr(y.as_mut_ptr())).collect();
-        let yp = &yp[..];
-        match self.kind {
+        run_jobs(&jobs);
+        for (ys, job) in outs.iter_mut().zip(&jobs) {
+            for (y, &n) in ys.iter_mut().zip(&job.w.parts) {
+                // Safety: `run_jobs` wrote all m·n outputs of every part.
+                unsafe { y.set_len(job.m * n) };
+            }
+        }
+        Ok(outs)
+    }
+
+    /// The rows of `xs` quantized as the weight's kernel reads them, and its tile kernel over them.
+    fn tile_fn<'a>(&self, isa: Isa, xs: &[f32], rows: &[RowPos]) -> Result<Box<TileFn<'a>>> {
+        Ok(match self.kind {
             Kind::Q4K => {
                 let acts = quantize_rows(xs, self.k, quantize_q8k);
                 // ggml's repacked Q4_K runs rows in groups of four through its GEMM (per
                 // sub-block pair) and the remaining `len % 4` through its GEMV (per block).
                 let pairs: Vec<bool> = rows.iter().map(|p| p.in_gemm_group()).collect();
-                self.run(m, yp, &|panel, r0, n_rows, out, ldo| {
+                Box::new(move |panel, r0, n_rows, out, ldo| {
                     let a = row_slices(&acts[r0..r0 + n_rows]);
                     q4k::tile(isa, panel, &a[..n_rows], &pairs[r0..r0 + n_rows], out, ldo)
-                });
+                })
             }
             Kind::Q4_0 => {
                 let acts = quantize_rows(xs, self.k, quantize_q8);
-                self.run(m, yp, &|panel, r0, rows, out, ldo| {
+                Box::new(move |panel, r0, rows, out, ldo| {
                     let a = row_slices(&acts[r0..r0 + rows]);
                     q4_0::tile(isa, panel, &a[..rows], out, ldo)
-                });
+                })
             }
             Kind::Q8_0 => {
                 let acts = quantize_rows(xs, self.k, q8_0::quantize);
-                self.run(m, yp, &|panel, r0, rows, out, ldo| {
+                Box::new(move |panel, r0, rows, out, ldo| {
                     q8_0::tile(isa, panel, &acts[r0..r0 + rows], out, ldo)
-                });
+                })
             }
             Kind::Q6K => {
                 if isa != Isa::Avx512Vnni {
                     return Err(WickError::Internal("Q6_K panels need AVX-512".into()));
                 }
                 let acts = quantize_rows(xs, self.k, quantize_q8k);
-                self.run(m, yp, &|panel, r0, rows, out, ldo| {
+                Box::new(move |panel, r0, rows, out, ldo| {
                     let a = row_slices(&acts[r0..r0 + rows]);
                     // Safety: AVX-512 checked above; rows of k/256 blocks; the driver owns `out`.
                     #[cfg(target_arch = "x86_64")]
                     unsafe {
                         q6k::tile(panel, &a[..rows], out, ldo)
                     }
-                });
+                })
             }
             Kind::Q4_1 => {
                 let acts = quantize_rows(xs, self.k, quantize_q8);
-                self.run(m, yp, &|panel, r0, rows, out, ldo| {
+                Box::new(move |panel, r0, rows, out, ldo| {
                     let a = row_slices(&acts[r0..r0 + rows]);
                     q4_1::tile(isa, panel, &a[..rows], out, ldo)
-                });
+                })
             }
-        }
-        for (y, &n) in ys.iter_mut().zip(&self.parts) {
-            // Safety: `run` wrote all m·n outputs of every part.
-            unsafe { y.set_len(m * n) };
-        }
-        Ok(ys)
+        })
     }
 
-    /// Spreads panels over the pool; each task walks its panels over blocks of rows and calls
-    /// `tile(panel, first row, rows ≤ MAX_ROWS, out, ldo)` for every tile. `ys[j]`: part j's
-    /// `[m, parts[j]]` outputs.
-    fn run(&self, m: usize, ys: &[SyncPtr<f32>], tile: &TileFn<'_>) {
-        // Each panel's part and its first column there.
+    /// Walks panels `panels` of this weight over blocks of rows, calling `tile(panel, first
+    /// row, rows ≤ MAX_ROWS, out, ldo)` for every tile. `ys[j]`: part j's `[m, parts[j]]` outputs;
+    /// `at[p]`: panel p's part and its first column there.
+    fn run_panels(
+        &self,
+        m: usize,
+        ys: &[SyncPtr<f32>],
+        at: &[(usize, usize)],
+        panels: std::ops::Range<usize>,
+        tile: &TileFn<'_>,
+    ) {
+        for rb in (0..m).step_by(ROW_BLOCK) {
+            let re = (rb + ROW_BLOCK).min(m);
+            for p in panels.clone() {
+                let panel = &self.data[p * self.panel_bytes..(p + 1) * self.panel_bytes];
+                let (j, c0) = at[p];
+                let n = self.parts[j];
+                let mut r = rb;
+                while r < re {
+                    let rows = (re - r).min(MAX_ROWS);
+                    let cols = (n - c0).min(PANEL);
+                    // Safety: this task owns columns c0..c0+cols of every row of part j.
+                    let out = unsafe { ys[j].get().add(r * n + c0) };
+                    if cols == PANEL {
+                        tile(panel, r, rows, out, n);
+                    } else {
+                        let mut part = [0f32; MAX_ROWS * PANEL];
+                        tile(panel, r, rows, part.as_mut_ptr(), PANEL);
+                        for i in 0..rows {
+                            // Safety: as above, only the `cols` real columns are written.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    part.as_ptr().add(i * PANEL),
+                                    out.add(i * n),
+                                    cols,
+                                )
+                            };
+                        }
+                    }
+                    r += rows;
+                }
+            }
+        }
+    }
+
+    /// Each panel's part and its first column there.
+    fn panel_parts(&self) -> Vec<(usize, usize)> {
         let mut at = Vec::with_capacity(self.n.div_ceil(PANEL));
         for (j, &n) in self.parts.iter().enumerate() {
             at.extend((0..n).step_by(PANEL).map(|c| (j, c)));
         }
-        let n_panels = at.len();
-        let threads = pool::global().threads();
-        // Eight tasks per thread: the last one to finish leaves the other cores idle for at
-        // most an eighth of a share.
-        let tasks = if threads == 1 { 1 } else { threads * 8 };
-        let per = n_panels.div_ceil(tasks).max(1);
-        pool::run(n_panels.div_ceil(per), &|t| {
-            let panels = t * per..((t + 1) * per).min(n_panels);
-            for rb in (0..m).step_by(ROW_BLOCK) {
-                let re = (rb + ROW_BLOCK).min(m);
-                for p in panels.clone() {
-                    let panel = &self.data[p * self.panel_bytes..(p + 1) * self.panel_bytes];
-                    let (j, c0) = at[p];
-                    let n = self.parts[j];
-                    let mut r = rb;
-                    while r < re {
-                        let rows = (re - r).min(MAX_ROWS);
-                        let cols = (n - c0).min(PANEL);
-                        // Safety: this task owns columns c0..c0+cols of every row of part j.
-                        let out = unsafe { ys[j].get().add(r * n + c0) };
-                        if cols == PANEL {
-                            tile(panel, r, rows, out, n);
-                        } else {
-                            let mut part = [0f32; MAX_ROWS * PANEL];
-                            tile(panel, r, rows, part.as_mut_ptr(), PANEL);
-                            for i in 0..rows {
-                                // Safety: as above, only the `cols` real columns are written.
-                                unsafe {
-                                    std::ptr::copy_nonoverlapping(
-                                        part.as_ptr().add(i * PANEL),
-                                        out.add(i * n),
-                                        cols,
-                                    )
-                                };
-                            }
-                        }
-                        r += rows;
-                    }
-                }
-            }
-        });
+        at
     }
+}
+
+/// One matmul of a `run_jobs` pass.
+struct Job<'a> {
+    w: &'a PackedWeight,
+    m: usize,
+    ys: Vec<SyncPtr<f32>>,
+    tile: Box<TileFn<'a>>,
+}
+
+/// Spreads the panels of every job over the pool in one pass (jobs' panels end to end, cut
+/// into equal shares); each task walks its panels of each job over that job's row blocks.
+fn run_jobs(jobs: &[Job<'_>]) {
+    let ats: Vec<Vec<(usize, usize)>> = jobs.iter().map(|j| j.w.panel_parts()).collect();
+    // Where each job's panels start in the joint order.
+    let mut starts = Vec::with_capacity(jobs.len() + 1);
+    starts.push(0);
+    for a in &ats {
+        starts.push(starts.last().copied().unwrap_or(0) + a.len());
+    }
+    let total = starts.last().copied().unwrap_or(0);
+    let threads = pool::global().threads();
+    // Eight tasks per thread: the last one to finish leaves the other cores idle for at
+    // most an eighth of a share.
+    let tasks = if threads == 1 { 1 } else { threads * 8 };
+    let per = total.div_ceil(tasks).max(1);
+    pool::run(total.div_ceil(per), &|t| {
+        let (lo, hi) = (t * per, ((t + 1) * per).min(total));
+        for (i, job) in jobs.iter().enumerate() {
+            let (a, b) = (lo.max(starts[i]), hi.min(starts[i + 1]));
+            if a < b {
+                job.w.run_panels(job.m, &job.ys, &ats[i], a - starts[i]..b - starts[i], &*job.tile);
+            }
+        }
+    });
 }
 
 #[cfg(test)]
@@ -399,6 +460,39 @@ mod tests {
         };
         assert!(PackedWeight::concat(vec![q(20, GgmlDType::Q8_0), q(16, GgmlDType::Q8_0)]).is_err());
         assert!(PackedWeight::concat(vec![q(16, GgmlDType::Q8_0), q(16, GgmlDType::Q4_0)]).is_err());
+    }
+
+    /// Several weights (types, widths and row counts mixed, one concatenated) in one pass give
+    /// each the bits of its own matmul, on every instruction set.
+    #[test]
+    fn many_matmuls_in_one_pass_give_each_its_own_bits() {
+        let dev = Device::Cpu;
+        let k = 256;
+        let q = |seed: u32, n: usize, dt| {
+            let w = Tensor::from_vec(random(seed, n * k), (n, k), &dev).unwrap();
+            PackedWeight::pack(&QTensor::quantize(&w, dt).unwrap()).unwrap().unwrap()
+        };
+        let fused =
+            PackedWeight::concat(vec![q(1, 32, GgmlDType::Q4_0), q(2, 48, GgmlDType::Q4_0)]).ok().unwrap();
+        let ws = [fused, q(3, 20, GgmlDType::Q4_0), q(4, 64, GgmlDType::Q8_0), q(5, 48, GgmlDType::Q4K)];
+        let ms = [1usize, 3, 9, 2];
+        let xs: Vec<Vec<f32>> = ms.iter().map(|&m| random(m as u32 + 40, m * k)).collect();
+        let rows: Vec<Vec<RowPos>> = ms.iter().map(|&m| vec![RowPos::SINGLE; m]).collect();
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {
+            if isa > detected() {
+                continue;
+            }
+            let calls: Vec<(&PackedWeight, &[f32], &[RowPos])> =
+                ws.iter().zip(&xs).zip(&rows).map(|((w, x), r)| (w, x.as_slice(), r.as_slice())).collect();
+            let many = PackedWeight::matmul_many_on(isa, &calls).unwrap();
+            for (j, (w, got)) in ws.iter().zip(&many).enumerate() {
+                let want = w.matmul_on(isa, &xs[j], &rows[j]).unwrap();
+                assert_eq!(got.len(), want.len());
+                for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{isa:?} weight {j}");
+                }
+            }
+        }
     }
 
     #[test]
