@@ -36,9 +36,8 @@
  *   npx tsx benches/compare.ts cold [model.gguf ...] [--threads 2] [--repeats 3]
  * `--peers llama,llama` runs llama-server against itself (validates the harness without Wick).
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -49,6 +48,7 @@ import {
 
 import { summarize, type Summary } from "../ts/cli/bench.ts";
 import { appendResults as appendProvenance, commit, machine } from "./lib/provenance.ts";
+import { freePort } from "./lib/net.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const LLAMA_SERVER = join(ROOT, ".cache/llama-build/bin/llama-server");
@@ -111,16 +111,6 @@ for (const sig of ["SIGINT", "SIGTERM"] as const) {
   });
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => res(port));
-    });
-  });
-}
 
 interface Server {
   name: string;

@@ -26,7 +26,8 @@ import { fileURLToPath } from "node:url";
 import { FUZZ_RUNS, keptCorpus, problem, ROUTES, sampleCases, send, type Route } from "./lib/http-fuzz.ts";
 import { appendResults } from "./lib/provenance.ts";
 import { markdownTable, num, parseArgs } from "./serving.ts";
-import { DEFAULT_MODEL, freePort, startWick } from "./soak.ts";
+import { freePort } from "./lib/net.ts";
+import { DEFAULT_MODEL, startWick } from "./soak.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const LLAMA_SERVER = join(ROOT, ".cache/llama-build/bin/llama-server");

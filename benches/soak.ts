@@ -20,13 +20,13 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { openSync, readdirSync, readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { FUZZ_RUNS, keptCorpus, problem, ROUTES, sampleCases, send, type Route } from "./lib/http-fuzz.ts";
 import { appendResults } from "./lib/provenance.ts";
 import { markdownTable, num, parseArgs, rng } from "./serving.ts";
+import { freePort } from "./lib/net.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const DEFAULT_MODEL = join(ROOT, ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -41,16 +41,6 @@ export interface WickChild {
   stop(): Promise<number | null>;
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => res(port));
-    });
-  });
-}
 
 export interface WickServeOptions {
   model: string;
