@@ -8,7 +8,10 @@
 //! - `attend_many` for 8 decoding sequences (SmolLM2's 9 query heads on 3 KV heads, 160 cached
 //!   positions each), cache-resident and over 64 layers' worth of KV (~24 MB, from DRAM).
 //!
-//! `cargo bench -p wick-core --bench kernel_timing [-- packed|attention|decode]`
+//! - `attend_many` for one sequence at 4096 positions (LFM2-350M's 16 query heads on 8 KV
+//!   heads), over 6 layers' worth of KV.
+//!
+//! `cargo bench -p wick-core --bench kernel_timing [-- packed|attention|decode|long]`
 
 use std::time::Instant;
 
@@ -165,12 +168,35 @@ fn decode_step() {
     }
 }
 
+/// One sequence decoding after 4096 positions (LFM2-350M: 16 query heads on 8 KV heads,
+/// head_dim 64), over 6 layers' worth of KV (its attention layers, ~50 MB: from DRAM).
+fn long_decode() {
+    let (n_kv, n_head, hd, t) = (8, 16, 64, 4096);
+    let made: Vec<_> = (0..6).map(|l| filled(n_kv, hd, t, l)).collect();
+    let views: Vec<_> = made.iter().map(|(pool, seq)| pool.view(0, seq).unwrap()).collect();
+    let q = inputs(n_head * hd);
+    for round in 0..3 {
+        let s = Instant::now();
+        for _ in 0..20 {
+            for kv in &views {
+                let seqs = [SeqAttn { q: &q, kv, len: 1, pos0: t - 1 }];
+                std::hint::black_box(attend_many(&seqs, n_head, 0.125, None));
+            }
+        }
+        let per_layer = s.elapsed().as_secs_f64() / 120.0;
+        row("attend_many 1×4096", &format!("6 layers, round {round}"), per_layer, "per layer");
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; any other argument picks sections by name.
     let picked: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let run = |name: &str| picked.is_empty() || picked.iter().any(|p| name.contains(p.as_str()));
     println!("| {:<28} | {:<24} | {:>13} | {:<24} |", "kernel", "case", "time", "rate");
     println!("|{:-<30}|{:-<26}|{:->15}|{:-<26}|", "", "", "", "");
+    if run("long") {
+        long_decode();
+    }
     if run("packed") {
         packed();
     }

@@ -195,7 +195,29 @@ pub unsafe fn pv16_single<const H: usize>(
     d0: usize,
     ps: [&[f32]; H],
 ) -> [[f32; 16]; H] {
+    // Dimensions per pass over the positions: each weight vector loaded serves that many
+    // dimensions (it was loaded once per dimension: at 4k positions the V product read its
+    // weights 16 times per 16 dimensions and ran 2.6x the time of the K product over the
+    // same bytes). 4·D·H accumulators stay within the 32 registers.
+    match H {
+        1 => pv16_single_d::<H, 4>(kv, g, d0, ps),
+        2 => pv16_single_d::<H, 2>(kv, g, d0, ps),
+        _ => pv16_single_d::<H, 1>(kv, g, d0, ps),
+    }
+}
+
+/// `pv16_single` over `D` dimensions at a time: every accumulator sees the same fmas in the
+/// same order as one dimension at a time, so the sums are the same bits.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn pv16_single_d<const H: usize, const D: usize>(
+    kv: &PagedView<'_>,
+    g: usize,
+    d0: usize,
+    ps: [&[f32]; H],
+) -> [[f32; 16]; H] {
     const { assert!(BLOCK_SIZE == 64) };
+    const { assert!(16 % D == 0) };
     let n = ps[0].len();
     let (full, rem) = (n / 64, n % 64);
     let masks: [__mmask16; 4] = std::array::from_fn(|j| {
@@ -203,31 +225,40 @@ pub unsafe fn pv16_single<const H: usize>(
         ((1u32 << lanes) - 1) as u16
     });
     let mut folded = Halves::<H>::new();
-    for i in 0..16 {
-        let mut a = [[_mm512_setzero_ps(); 4]; H];
+    for i0 in (0..16).step_by(D) {
+        let mut a = [[[_mm512_setzero_ps(); 4]; H]; D];
         for j in 0..full + usize::from(rem > 0) {
-            let v = kv.value_run(g, d0 + i, j).as_ptr();
+            let vs: [*const f16; D] = std::array::from_fn(|di| kv.value_run(g, d0 + i0 + di, j).as_ptr());
             let m = if j < full { None } else { Some(masks) };
-            let vx: [__m512; 4] = std::array::from_fn(|jj| match m {
-                None => _mm512_cvtph_ps(_mm256_loadu_si256(v.add(16 * jj) as *const __m256i)),
-                Some(m) => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[jj], v.add(16 * jj) as *const i16)),
-            });
-            for h in 0..H {
-                let p = ps[h].as_ptr().add(64 * j);
-                for jj in 0..4 {
-                    let pv = match m {
-                        None => _mm512_loadu_ps(p.add(16 * jj)),
-                        // Sixteen positions past the end add exact zeros to a sum that
-                        // is never −0 (it starts at +0): skipping them changes nothing.
-                        Some(m) if m[jj] == 0 => continue,
-                        Some(m) => _mm512_maskz_loadu_ps(m[jj], p.add(16 * jj)),
+            for jj in 0..4 {
+                // Sixteen positions past the end add exact zeros to a sum that is never −0
+                // (it starts at +0): skipping them changes nothing.
+                if matches!(m, Some(m) if m[jj] == 0) {
+                    continue;
+                }
+                let pv: [__m512; H] = std::array::from_fn(|h| {
+                    let p = ps[h].as_ptr().add(64 * j + 16 * jj);
+                    match m {
+                        None => _mm512_loadu_ps(p),
+                        Some(m) => _mm512_maskz_loadu_ps(m[jj], p),
+                    }
+                });
+                for di in 0..D {
+                    let v = vs[di].add(16 * jj);
+                    let vx = match m {
+                        None => _mm512_cvtph_ps(_mm256_loadu_si256(v as *const __m256i)),
+                        Some(m) => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[jj], v as *const i16)),
                     };
-                    a[h][jj] = _mm512_fmadd_ps(vx[jj], pv, a[h][jj]);
+                    for h in 0..H {
+                        a[di][h][jj] = _mm512_fmadd_ps(vx, pv[h], a[di][h][jj]);
+                    }
                 }
             }
         }
-        for h in 0..H {
-            folded.set(h, i, &a[h]);
+        for (di, ad) in a.iter().enumerate() {
+            for h in 0..H {
+                folded.set(h, i0 + di, &ad[h]);
+            }
         }
     }
     folded.reduce()

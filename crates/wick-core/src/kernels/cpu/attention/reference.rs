@@ -113,9 +113,12 @@ mod tests {
 
     #[test]
     fn ops_match_reference() {
-        let (n_kv, n_head) = (2, 4);
         let mut r = rng(3);
-        for hd in [64, 80, 128] {
+        // Groups of 1, 2, 3 and 4 query heads per KV head (the V product takes 4, 2, 1 and 1
+        // dimensions per pass over the positions for them).
+        for ((n_kv, n_head), hd) in
+            [(2, 4), (2, 2), (2, 6), (1, 4)].into_iter().flat_map(|s| [64, 80, 128].map(|hd| (s, hd)))
+        {
             for (len, pos0) in
                 [(1usize, 0usize), (1, 15), (1, 37), (1, 63), (1, 200), (5, 0), (19, 40), (70, 0), (3, 130)]
             {
@@ -126,7 +129,7 @@ mod tests {
                 let b = attend_reference(&q, &kv, len, pos0, n_head, 0.125);
                 assert!(
                     a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                    "hd {hd} len {len} pos0 {pos0}"
+                    "heads {n_head}/{n_kv} hd {hd} len {len} pos0 {pos0}"
                 );
             }
         }
