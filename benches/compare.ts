@@ -46,7 +46,7 @@ import {
   type ServingOptions, type ServingResult,
 } from "./serving.ts";
 
-import { summarize, type Summary } from "../ts/cli/bench.ts";
+import { engineSample, summarize, type Summary } from "../ts/cli/bench.ts";
 import { appendResults as appendProvenance, commit, machine } from "./lib/provenance.ts";
 import { freePort } from "./lib/net.ts";
 
@@ -484,18 +484,8 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
         else if (c1 === 0) c1 = cpu();
       }
       const c2 = cpu();
-      if (!done) throw new Error("the engine ended a sequence without a done event");
-      const { usage, timings } = done;
-      const prefilled = usage.promptTokens - usage.cachedTokens;
-      samples.push({
-        prefillTps: prefilled / (timings.promptMs / 1000),
-        // The first token comes out of the prefill step; decode is the steps after it.
-        decodeTps: (usage.completionTokens - 1) / (timings.decodeMs / 1000),
-        promptTokens: prefilled,
-        genTokens: usage.completionTokens,
-        prefillCpuTps: prefilled / (c1 - c0),
-        decodeCpuTps: (usage.completionTokens - 1) / (c2 - c1),
-      });
+      const sample = engineSample(done);
+      samples.push({ ...sample, prefillCpuTps: sample.promptTokens / (c1 - c0), decodeCpuTps: (sample.genTokens - 1) / (c2 - c1) });
     }
     await eng.unload();
   } else if (engine === "node-llama-cpp") {

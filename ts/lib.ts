@@ -22,23 +22,7 @@ import type { ToolRequest } from "./service/tools/request.ts";
 import type { ParseResult, ToolParserName } from "./service/tools/index.ts";
 
 export { Engine, WickError, inspectModel, cpuIsa } from "./engine/index.ts";
-export type {
-  EngineCode,
-  EngineEvent,
-  TokenizeOptions,
-  LoadOptions,
-  GenerateOptions,
-  ModelInfo,
-  Metrics,
-  GgufInfo,
-  QuantShare,
-  TokenLogprobs,
-  FinishReason,
-  Grammar,
-  GrammarKind,
-  LogitBias,
-  ImageInput,
-} from "./engine/index.ts";
+export type * from "./engine/index.ts";
 export { RequestError } from "./service/errors.ts";
 export { ToolStream, parserFor, TOOL_PARSER_NAMES } from "./service/tools/index.ts";
 export type { ToolCall, ToolParser, ToolParserName, ParseResult } from "./service/tools/index.ts";

@@ -5,7 +5,7 @@
  */
 import path from "node:path";
 import { statSync } from "node:fs";
-import { Engine } from "../engine/index.ts";
+import { Engine, type EngineEvent } from "../engine/index.ts";
 
 export interface BenchOptions {
   model: string;
@@ -45,18 +45,23 @@ export async function measureEngine(engine: Engine, prompts: number[][], nGen: n
     for await (const ev of engine.generate({ promptTokens, maxTokens: nGen, temperature: 0, ignoreEos: true })) {
       if (ev.type === "done") done = ev;
     }
-    if (!done) throw new Error("the engine ended a sequence without a done event");
-    const { usage, timings } = done;
-    const prefilled = usage.promptTokens - usage.cachedTokens;
-    samples.push({
-      prefillTps: prefilled / (timings.promptMs / 1000),
-      // The first token comes out of the prefill step; decode is the steps after it.
-      decodeTps: (usage.completionTokens - 1) / (timings.decodeMs / 1000),
-      promptTokens: prefilled,
-      genTokens: usage.completionTokens,
-    });
+    samples.push(engineSample(done));
   }
   return samples;
+}
+
+/** One generation's rates from the engine's own timings (its done event). */
+export function engineSample(done: Extract<EngineEvent, { type: "done" }> | undefined): BenchSample {
+  if (!done) throw new Error("the engine ended a sequence without a done event");
+  const { usage, timings } = done;
+  const prefilled = usage.promptTokens - usage.cachedTokens;
+  return {
+    prefillTps: prefilled / (timings.promptMs / 1000),
+    // The first token comes out of the prefill step; decode is the steps after it.
+    decodeTps: (usage.completionTokens - 1) / (timings.decodeMs / 1000),
+    promptTokens: prefilled,
+    genTokens: usage.completionTokens,
+  };
 }
 
 /** Deterministic pseudo-random prompt ids (as llama-bench, content does not matter for speed). */
