@@ -56,6 +56,15 @@ rf=$(grep -Eo '[0-9]+ failed' "$log/rust.txt" | awk '{s+=$1} END {print s+0}')
 tp=$(grep -E '^# pass' "$log/ava.txt" | awk '{s+=$3} END {print s+0}')
 tf=$(grep -E '^# fail' "$log/ava.txt" | awk '{s+=$3} END {print s+0}')
 ts=$(grep -E '^# skip' "$log/ava.txt" | awk '{s+=$3} END {print s+0}')
+
+# CI keeps only the head and tail of a long log: name what failed once more, right above the totals.
+if [ "$rf" -gt 0 ] || [ "$tf" -gt 0 ]; then
+  echo
+  echo "== failed tests"
+  grep -E '^test .* FAILED$' "$log/rust.txt" | head -20
+  grep -A3 -E '^---- .* stdout ----$' "$log/rust.txt" | head -60
+  awk '/^not ok /{n=14} n>0{print; n--}' "$log/ava.txt" | head -120
+fi
 echo
 echo "rust: $rp passed, $rf failed, $rs skipped; typescript: $tp passed, $tf failed, $ts skipped; checks: $checks failed"
 failed=$((rf + tf + checks))
