@@ -42,8 +42,10 @@ fn main() {
     };
     let (np, ng, reps) = (arg(&args, "--prompt", 512), arg(&args, "--gen", 128), arg(&args, "--repeats", 3));
     let same_token = args.iter().any(|a| a == "--same-token");
+    let loading = Instant::now();
     let g = GgufFile::open(path).expect("open");
     let model = models::load(&g, &Device::Cpu).expect("load");
+    eprintln!("load: {:.0} ms", loading.elapsed().as_secs_f64() * 1e3);
     let vocab = model.info().n_vocab as u32;
     let mut seed = 12345u64;
     let mut next = || {

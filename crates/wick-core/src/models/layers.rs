@@ -112,8 +112,17 @@ pub struct Linear {
 
 impl Linear {
     pub fn load(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Device) -> Result<Self> {
-        g.expect_dims(&format!("{name}.weight"), &[n_in, n_out])?;
-        let w = weight(Arc::new(g.qtensor(&format!("{name}.weight"), dev)?))?;
+        let w_name = format!("{name}.weight");
+        g.expect_dims(&w_name, &[n_in, n_out])?;
+        // Packed from the mapped file when it can be: no candle copy of the weight first.
+        let packed = match (dev.is_cpu(), g.info(&w_name)) {
+            (true, Some(info)) => PackedWeight::pack_raw(g.bytes(&w_name)?, info.dtype, n_out, n_in)?,
+            _ => None,
+        };
+        let w = match packed {
+            Some(p) => Weight::Packed(p),
+            None => weight(Arc::new(g.qtensor(&w_name, dev)?))?,
+        };
         let bias_name = format!("{name}.bias");
         let bias = if g.has(&bias_name) {
             g.expect_dims(&bias_name, &[n_out])?;

@@ -18,7 +18,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use candle_core::quantized::{QStorage, QTensor};
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 
 use super::layers::{Linear, RowPos};
@@ -72,7 +72,8 @@ fn expert_tensor(g: &GgufFile, name: &str, e: usize, dev: &Device) -> Result<Arc
 }
 
 /// The experts as panels, when every one of their weights has a panel kernel and gate and up
-/// concatenate; `None` otherwise (nothing is kept from a failed try).
+/// concatenate; `None` otherwise (nothing is kept from a failed try). Packed straight from the
+/// mapped file, each expert's slice of the stacked tensors.
 fn packed_experts(
     g: &GgufFile,
     prefix: &str,
@@ -82,14 +83,19 @@ fn packed_experts(
     if !dev.is_cpu() {
         return Ok(None);
     }
+    let stacked = |w: &str| -> Result<(&[u8], GgmlDType, usize, usize)> {
+        let name = format!("{prefix}.ffn_{w}_exps.weight");
+        let info = g.info(&name).ok_or_else(|| WickError::load(format!("missing tensor `{name}`")))?;
+        Ok((g.bytes(&name)?, info.dtype, info.dims[1], info.dims[0]))
+    };
+    let (gate, up, down) = (stacked("gate")?, stacked("up")?, stacked("down")?);
+    let expert = |(bytes, dtype, n, k): (&[u8], GgmlDType, usize, usize), e: usize| {
+        let per = bytes.len() / n_expert;
+        PackedWeight::pack_raw(&bytes[e * per..(e + 1) * per], dtype, n, k)
+    };
     let mut out = Vec::with_capacity(n_expert);
     for e in 0..n_expert {
-        let t = |w: &str| expert_tensor(g, &format!("{prefix}.ffn_{w}_exps.weight"), e, dev);
-        let (Some(gate), Some(up), Some(down)) = (
-            PackedWeight::pack(&*t("gate")?)?,
-            PackedWeight::pack(&*t("up")?)?,
-            PackedWeight::pack(&*t("down")?)?,
-        ) else {
+        let (Some(gate), Some(up), Some(down)) = (expert(gate, e)?, expert(up, e)?, expert(down, e)?) else {
             return Ok(None);
         };
         let Ok(gate_up) = PackedWeight::concat(vec![gate, up]) else { return Ok(None) };

@@ -91,8 +91,16 @@ impl PackedWeight {
     /// Repacks `w` when a packed kernel exists for its type and shape; `None` otherwise.
     pub fn pack(w: &QTensor) -> Result<Option<Self>> {
         let (n, k) = w.shape().dims2()?;
-        let dtype = w.dtype();
-        if !k.is_multiple_of(dtype.block_size()) || !w.device().is_cpu() {
+        if !w.device().is_cpu() {
+            return Ok(None);
+        }
+        Self::pack_raw(&w.data()?, w.dtype(), n, k)
+    }
+
+    /// `pack` straight from GGUF bytes (`n` rows of `k` inputs of `dtype`, e.g. a slice of the
+    /// mapped file): no candle copy on the way.
+    pub fn pack_raw(raw: &[u8], dtype: GgmlDType, n: usize, k: usize) -> Result<Option<Self>> {
+        if !k.is_multiple_of(dtype.block_size()) {
             return Ok(None);
         }
         let kind = match dtype {
@@ -104,19 +112,18 @@ impl PackedWeight {
             GgmlDType::Q6K if isa() == Isa::Avx512Vnni => Kind::Q6K,
             _ => return Ok(None),
         };
-        let raw = w.data()?;
         if raw.len() != n * k / dtype.block_size() * dtype.type_size() {
             return Err(WickError::Internal("weight size does not match its shape".into()));
         }
         let (data, panel_bytes) = match kind {
-            Kind::Q4_0 => (q4_0::pack(&raw, n, k), k / QK * q4_0::BLOCK_BYTES),
-            Kind::Q4K => (q4k::pack(&raw, n, k), k / QK_K * q4k::BLOCK_BYTES),
+            Kind::Q4_0 => (q4_0::pack(raw, n, k), k / QK * q4_0::BLOCK_BYTES),
+            Kind::Q4K => (q4k::pack(raw, n, k), k / QK_K * q4k::BLOCK_BYTES),
             Kind::Q8_0 if dtype == GgmlDType::Q5_0 => {
-                (q8_0::pack(&q8_0::q5_0_as_q8_0(&raw), n, k), k / QK * q8_0::BLOCK_BYTES)
+                (q8_0::pack(&q8_0::q5_0_as_q8_0(raw), n, k), k / QK * q8_0::BLOCK_BYTES)
             }
-            Kind::Q8_0 => (q8_0::pack(&raw, n, k), k / QK * q8_0::BLOCK_BYTES),
-            Kind::Q4_1 => (q4_1::pack(&raw, n, k), k / QK * q4_1::BLOCK_BYTES),
-            Kind::Q6K => (q6k::pack(&raw, n, k), k / QK_K * q6k::BLOCK_BYTES),
+            Kind::Q8_0 => (q8_0::pack(raw, n, k), k / QK * q8_0::BLOCK_BYTES),
+            Kind::Q4_1 => (q4_1::pack(raw, n, k), k / QK * q4_1::BLOCK_BYTES),
+            Kind::Q6K => (q6k::pack(raw, n, k), k / QK_K * q6k::BLOCK_BYTES),
         };
         Ok(Some(Self { kind, n, k, data, panel_bytes, parts: vec![n] }))
     }
@@ -143,7 +150,10 @@ impl PackedWeight {
         }
         let (kind, k, panel_bytes) = (first.kind, first.k, first.panel_bytes);
         let parts: Vec<usize> = ws.iter().flat_map(|w| w.parts.iter().copied()).collect();
-        let data = ws.into_iter().flat_map(|w| w.data).collect();
+        let mut data = Vec::with_capacity(ws.iter().map(|w| w.data.len()).sum());
+        for w in ws {
+            data.extend_from_slice(&w.data);
+        }
         Ok(PackedWeight { kind, n: parts.iter().sum(), k, data, panel_bytes, parts })
     }
 

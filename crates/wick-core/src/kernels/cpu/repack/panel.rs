@@ -114,7 +114,7 @@ pub unsafe fn sum_chains<const R: usize>(
 
 /// Allocates the panels of an `[n, k]` weight and calls `put(panel, b, c, src)` for each GGUF
 /// block `src` (`src_bytes` long, `qk` inputs) of column `c` < 16 of each panel, block `b`.
-/// Columns past `n` stay zero.
+/// Columns past `n` stay zero. Panels are filled on the pool: load time is mostly this.
 pub fn pack_blocks(
     raw: &[u8],
     n: usize,
@@ -122,17 +122,22 @@ pub fn pack_blocks(
     qk: usize,
     src_bytes: usize,
     block_bytes: usize,
-    put: impl Fn(&mut [u8], usize, usize, &[u8]),
+    put: impl Fn(&mut [u8], usize, usize, &[u8]) + Sync,
 ) -> Vec<u8> {
+    use crate::runtime::pool::{self, SyncPtr};
     let nb = k / qk;
     let row_bytes = nb * src_bytes;
-    let mut out = vec![0u8; n.div_ceil(PANEL) * nb * block_bytes];
-    for (p, panel) in out.chunks_exact_mut(nb * block_bytes).enumerate() {
+    let panel_bytes = nb * block_bytes;
+    let mut out = vec![0u8; n.div_ceil(PANEL) * panel_bytes];
+    let base = SyncPtr(out.as_mut_ptr());
+    pool::run(n.div_ceil(PANEL), &|p| {
+        // Safety: panel p is bytes p·panel_bytes.. of `out`, written by this task alone.
+        let panel = unsafe { std::slice::from_raw_parts_mut(base.get().add(p * panel_bytes), panel_bytes) };
         for b in 0..nb {
             for c in 0..PANEL.min(n - p * PANEL) {
                 put(panel, b, c, &raw[(p * PANEL + c) * row_bytes + b * src_bytes..][..src_bytes]);
             }
         }
-    }
+    });
     out
 }
