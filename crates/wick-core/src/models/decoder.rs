@@ -80,10 +80,11 @@ impl Decoder {
         dev: &Device,
     ) -> Result<Self> {
         let g = hp.gguf;
-        let head = if g.has("output.weight") {
-            Linear::load(g, "output", d, embed.n_vocab(), dev)?
+        let (embed, head) = if g.has("output.weight") {
+            let head = Linear::load(g, "output", d, embed.n_vocab(), dev)?;
+            (embed, head)
         } else {
-            embed.as_linear()?
+            embed.tie()?
         };
         let info = ModelInfo {
             architecture: hp.arch.into(),

@@ -128,6 +128,42 @@ impl PackedWeight {
         Ok(Some(Self { kind, n, k, data, panel_bytes, parts: vec![n] }))
     }
 
+    /// The GGUF blocks of rows `ids` (each `< n`) unpacked from the panels, as a block type
+    /// candle reads (Q5_0 comes back as the Q8_0 it was packed as: the same values), so a tied
+    /// embedding looks its rows up here and the model keeps one copy of the table.
+    pub fn rows_raw(&self, ids: &[u32]) -> Result<(Vec<u8>, GgmlDType)> {
+        let (dtype, qk) = match self.kind {
+            Kind::Q4_0 => (GgmlDType::Q4_0, QK),
+            Kind::Q4_1 => (GgmlDType::Q4_1, QK),
+            Kind::Q8_0 => (GgmlDType::Q8_0, QK),
+            Kind::Q4K => (GgmlDType::Q4K, QK_K),
+            Kind::Q6K => (GgmlDType::Q6K, QK_K),
+        };
+        let (nb, size) = (self.k / qk, dtype.type_size());
+        let mut out = vec![0u8; ids.len() * nb * size];
+        for (row, &id) in out.chunks_exact_mut(nb * size).zip(ids) {
+            let id = id as usize;
+            if id >= self.n || self.parts.len() != 1 {
+                return Err(WickError::Internal(format!(
+                    "row {id} of a [{}, {}] packed weight",
+                    self.n, self.k
+                )));
+            }
+            let panel = &self.data[id / PANEL * self.panel_bytes..][..self.panel_bytes];
+            for (b, blk) in row.chunks_exact_mut(size).enumerate() {
+                let c = id % PANEL;
+                match self.kind {
+                    Kind::Q4_0 => q4_0::unpack(panel, b, c, blk),
+                    Kind::Q4_1 => q4_1::unpack(panel, b, c, blk),
+                    Kind::Q8_0 => q8_0::unpack(panel, b, c, blk),
+                    Kind::Q4K => q4k::unpack(panel, b, c, blk),
+                    Kind::Q6K => q6k::unpack(panel, nb, b, c, blk),
+                }
+            }
+        }
+        Ok((out, dtype))
+    }
+
     pub fn dims(&self) -> (usize, usize) {
         (self.n, self.k)
     }
@@ -552,5 +588,55 @@ mod tests {
     #[test]
     fn ragged_last_panel() {
         matches_row_kernel(GgmlDType::Q4_0, 40, 64);
+    }
+
+    /// Every packed type gives its GGUF rows back byte for byte (Q5_0 as the Q8_0 it became,
+    /// which dequantizes to the same values), for rows in whole and padded panels.
+    #[test]
+    fn rows_come_back_out_of_the_panels() {
+        let dev = Device::Cpu;
+        let (n, k) = (40, 512);
+        let w = Tensor::from_vec(random(9, n * k), (n, k), &dev).unwrap();
+        for dt in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q8_0,
+            GgmlDType::Q5_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q6K,
+        ] {
+            let q = QTensor::quantize(&w, dt).unwrap();
+            let Some(p) = PackedWeight::pack(&q).unwrap() else { continue };
+            let ids: Vec<u32> = vec![0, 1, 15, 16, 17, 31, 39, 7];
+            let (raw, got_dt) = p.rows_raw(&ids).unwrap();
+            let back = QTensor::new(
+                candle_core::quantized::QStorage::from_data(
+                    std::borrow::Cow::Owned(raw.clone()),
+                    &dev,
+                    got_dt,
+                )
+                .unwrap(),
+                (ids.len(), k),
+            )
+            .unwrap();
+            let want = q.dequantize(&dev).unwrap().to_vec2::<f32>().unwrap();
+            let got = back.dequantize(&dev).unwrap().to_vec2::<f32>().unwrap();
+            for (r, &id) in ids.iter().enumerate() {
+                let same = want[id as usize].iter().zip(&got[r]).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{dt:?} row {id}");
+            }
+            if got_dt == dt {
+                let bytes = q.data().unwrap();
+                let row = k / dt.block_size() * dt.type_size();
+                for (r, &id) in ids.iter().enumerate() {
+                    assert_eq!(
+                        &raw[r * row..(r + 1) * row],
+                        &bytes[id as usize * row..][..row],
+                        "{dt:?} row {id} bytes"
+                    );
+                }
+            }
+            assert!(p.rows_raw(&[n as u32]).is_err());
+        }
     }
 }

@@ -29,6 +29,15 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     })
 }
 
+/// Column `c`'s GGUF block `b` back out of a panel (`pack`'s inverse).
+pub fn unpack(panel: &[u8], b: usize, c: usize, blk: &mut [u8]) {
+    let src = &panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
+    blk[Q4_0::D..Q4_0::D + 2].copy_from_slice(&src[2 * c..2 * c + 2]);
+    for h in 0..4 {
+        blk[Q4_0::QS + 4 * h..][..4].copy_from_slice(&src[QUANTS + 64 * h + 4 * c..][..4]);
+    }
+}
+
 /// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
 pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act32]], out: *mut f32, ldo: usize) {
     let nb = panel.len() / BLOCK_BYTES;

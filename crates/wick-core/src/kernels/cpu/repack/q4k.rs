@@ -64,6 +64,25 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     })
 }
 
+/// Column `c`'s GGUF block `b` back out of a panel (`pack`'s inverse; the 6-bit scales and
+/// mins packed again as ggml's 12 bytes, every bit of which they fill).
+pub fn unpack(panel: &[u8], b: usize, c: usize, blk: &mut [u8]) {
+    let src = &panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
+    blk[Q4K::D..Q4K::D + 2].copy_from_slice(&src[2 * c..2 * c + 2]);
+    blk[Q4K::DMIN..Q4K::DMIN + 2].copy_from_slice(&src[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2]);
+    let s = |j: usize| src[scale_at(j) + c];
+    let m = |j: usize| src[mins_at(j / 2) + 2 * c + j % 2];
+    let sc = &mut blk[Q4K::SCALES..Q4K::QS];
+    for j in 0..4 {
+        sc[j] = s(j) | ((s(j + 4) >> 4) << 6);
+        sc[j + 4] = m(j) | ((m(j + 4) >> 4) << 6);
+        sc[j + 8] = (s(j + 4) & 0x0F) | ((m(j + 4) & 0x0F) << 4);
+    }
+    for g in 0..32 {
+        blk[Q4K::QS + 4 * g..][..4].copy_from_slice(&src[quants_at(g) + 4 * c..][..4]);
+    }
+}
+
 /// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`; `pairs[r]`: whether
 /// row r folds per sub-block pair (ggml's GEMM) or per block (GEMV).
 pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {

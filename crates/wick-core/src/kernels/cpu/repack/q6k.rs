@@ -47,6 +47,22 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     })
 }
 
+/// Column `c`'s GGUF block `b` back out of a panel of `nb` blocks (`pack`'s inverse; `d` was
+/// widened from f16, so it narrows back exactly).
+pub fn unpack(panel: &[u8], nb: usize, b: usize, c: usize, blk: &mut [u8]) {
+    let pair = &panel[((c / 2) * nb + b) * PAIR_BYTES..][..PAIR_BYTES];
+    let side = c % 2;
+    for h in 0..2 {
+        let dsts = [Q6K::QL + 64 * h, Q6K::QL + 64 * h + 32, Q6K::QH + 32 * h];
+        for (g, dst) in dsts.into_iter().enumerate() {
+            blk[dst..][..32].copy_from_slice(&pair[(3 * h + g) * 64 + 32 * side..][..32]);
+        }
+    }
+    blk[Q6K::SCALES..Q6K::D].copy_from_slice(&pair[PAIR_QUANTS + 16 * side..][..16]);
+    let d = f32::from_le_bytes(pair[PAIR_QUANTS + 32 + 4 * side..][..4].try_into().unwrap_or_default());
+    blk[Q6K::D..Q6K::D + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+}
+
 /// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
 ///
 /// # Safety

@@ -69,6 +69,17 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     })
 }
 
+/// Column `c`'s GGUF Q8_0 block `b` back out of a panel (`pack`'s inverse).
+pub fn unpack(panel: &[u8], b: usize, c: usize, blk: &mut [u8]) {
+    let src = &panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
+    blk[Q8_0::D..Q8_0::D + 2].copy_from_slice(&src[2 * c..2 * c + 2]);
+    for l in 0..8 {
+        for t in 0..4 {
+            blk[Q8_0::QS + 4 * l + t] = src[QUANTS + 64 * l + 4 * c + t] ^ 0x80;
+        }
+    }
+}
+
 /// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
 pub fn tile(isa: Isa, panel: &[u8], acts: &[Vec<Act>], out: *mut f32, ldo: usize) {
     let nb = panel.len() / BLOCK_BYTES;
