@@ -605,6 +605,9 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
     // One warm-up prompt plus `repeats` distinct prompts (no prefix-cache hits between them).
     const prompts = await idPrompts(tok, repeats + 1, promptLen, num(flags, "seed", 0));
     await tok.dispose();
+    // A shorter warm-up (`--warmup-len`) still pages the weights in and starts the threads; at
+    // 16k tokens a full-length one would double the run.
+    prompts[0] = prompts[0]!.slice(0, num(flags, "warmup-len", promptLen));
     const file = join(tmp, `${basename(model)}.json`);
     writeFileSync(file, JSON.stringify(prompts));
     const res: Record<string, Res> = {};
@@ -646,7 +649,7 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
   const table = markdownTable(["model", "engine", `prefill tok/s (${promptLen})`, `decode tok/s (${genLen})`, "wick/this prefill", "wick/this decode",
     "prefill tok/CPU-s", "decode tok/CPU-s", "wick/this prefill (CPU)", "wick/this decode (CPU)"], rows);
   const notes =
-    `Median (min–max, ±half-range %) over ${repeats} repeats after 1 warm-up${rounds > 1 ? `, × ${rounds} rounds alternating the engines' order` : ""}, threads=${threads}, distinct random prompts of exactly ${promptLen} tokens. ` +
+    `Median (min–max, ±half-range %) over ${repeats} repeats after 1 warm-up${flags.has("warmup-len") ? ` of ${flags.get("warmup-len")} tokens` : ""}${rounds > 1 ? `, × ${rounds} rounds alternating the engines' order` : ""}, threads=${threads}, distinct random prompts of exactly ${promptLen} tokens. ` +
     "prefill = prompt tokens / time to the first sampled token; decode = (generated − 1) / time from the first to the last token. " +
     "Wick: Engine timings (promptMs, decodeMs). node-llama-cpp: wall clock around evaluateWithoutGeneratingNewTokens + evaluate. " +
     "llama-server: native /completion timings (prompt_per_second, predicted_per_second; cache_prompt false, streamed). Ratios > 1: Wick is faster. " +
@@ -678,7 +681,7 @@ const USAGE = `usage:
       [--max-level-s 300] [--json out.json] [--results benches/RESULTS.md]
   tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--rounds 1] [--prompt-len 512] [--gen-len 128]
       [--engines wick,node-llama-cpp,llama-server] [--json out.json] [--results benches/RESULTS.md]
-  tsx benches/compare.ts long [model.gguf ...] [--prompt-lens 4096,16384] [--gen-len 32] [--repeats 1] [--prefill-chunk 0] [...micro flags]
+  tsx benches/compare.ts long [model.gguf ...] [--prompt-lens 4096,16384] [--gen-len 32] [--repeats 1] [--warmup-len N] [--prefill-chunk 0] [...micro flags]
   tsx benches/compare.ts cold [model.gguf ...] [--threads 2] [--repeats 3] [--peers wick,llama]   (spawn → first token, RSS)
   tsx benches/compare.ts files [--bench-dir DIR]   (writes the LFM2 bench files; name them as ${Object.keys(BENCH_FILES).join(", ")})
   tsx benches/compare.ts prefix [model.gguf ...] [--threads 2] [--prefix-len 400] [--suffix-len 32] [--repeats 5]
