@@ -466,7 +466,7 @@ type EngineName = "wick" | "node-llama-cpp" | "llama-server";
 /** Runs in a child process: one engine, one model, every prompt; prints one JSON line. */
 async function microWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number, prefillChunk = 0): Promise<void> {
   const prompts = JSON.parse(readFileSync(promptsFile, "utf8")) as number[][];
-  const ctxSize = Math.ceil((prompts[0]!.length + genLen + 16) / 256) * 256;
+  const ctxSize = Math.ceil((Math.max(...prompts.map((p) => p.length)) + genLen + 16) / 256) * 256;
   const samples: Sample[] = [];
   if (engine === "wick") {
     const { Engine } = await import("../ts/engine/index.ts");
