@@ -239,6 +239,8 @@ impl Engine {
             vision: vision.is_some(),
         };
         drop(gguf); // weights now live in the model's tensors; release the map
+                    // The load's scratch (candle copies, the tokenizer thread's arena) goes back too.
+        crate::runtime::alloc::release_freed_memory();
         let metrics = Arc::new(Metrics::default());
         metrics.kv_block_size.store(BLOCK_SIZE, Ordering::Relaxed);
         let health = Arc::new(Health::default());
