@@ -53,12 +53,18 @@ async function serve(args: string[]): Promise<Served> {
   return { child, url, exit, stdout: () => out, stderr: () => err, logs, home };
 }
 
-async function cleanup(s: Served) {
-  if (s.child.exitCode === null && s.child.signalCode === null) {
-    s.child.kill("SIGKILL");
-    await s.exit;
+/** Runs `body` against a fresh `wick serve` with `args`; the server is killed (if still up) and its home removed after. */
+async function withServed(args: string[], body: (s: Served) => Promise<void>): Promise<void> {
+  const s = await serve(args);
+  try {
+    await body(s);
+  } finally {
+    if (s.child.exitCode === null && s.child.signalCode === null) {
+      s.child.kill("SIGKILL");
+      await s.exit;
+    }
+    rmSync(s.home, { recursive: true, force: true });
   }
-  rmSync(s.home, { recursive: true, force: true });
 }
 
 /** A streaming chat request: resolves once the first frame arrives; `rest` is the whole body. */
@@ -97,8 +103,7 @@ async function refused(url: string): Promise<boolean> {
 }
 
 serial("SIGTERM: new connections are refused, a stream in flight finishes with [DONE], logs are flushed, exit 0", async (t) => {
-  const s = await serve(["--shutdown-timeout", "60"]);
-  try {
+  await withServed(["--shutdown-timeout", "60"], async (s) => {
     const stream = await openStream(s.url, 400);
     t.is(stream.status, 200);
     s.child.kill("SIGTERM");
@@ -121,14 +126,11 @@ serial("SIGTERM: new connections are refused, a stream in flight finishes with [
     t.truthy(stopped, s.stdout().slice(-400));
     t.is(stopped!.cancelled, 0);
     t.regex(s.stderr(), /wick: SIGTERM: finishing requests in flight/);
-  } finally {
-    await cleanup(s);
-  }
+  });
 });
 
 serial("SIGINT past --shutdown-timeout: the stream in flight ends with a shutting_down error frame, a whole answer with 503, exit 0", async (t) => {
-  const s = await serve(["--shutdown-timeout", "1", "-c", "32768"]);
-  try {
+  await withServed(["--shutdown-timeout", "1", "-c", "32768"], async (s) => {
     const stream = await openStream(s.url, 30_000);
     const whole = fetch(`${s.url}/api/generate`, {
       method: "POST",
@@ -153,14 +155,11 @@ serial("SIGINT past --shutdown-timeout: the stream in flight ends with a shuttin
     const stopped = s.logs().find((l) => l.msg === "stopped");
     t.is(stopped?.cancelled, 2);
     t.truthy(s.logs().find((l) => l.msg === "shutdown timeout passed: cancelling the requests still in flight"));
-  } finally {
-    await cleanup(s);
-  }
+  });
 });
 
 serial("a second signal exits at once with a non-zero status", async (t) => {
-  const s = await serve(["--shutdown-timeout", "600", "-c", "32768"]);
-  try {
+  await withServed(["--shutdown-timeout", "600", "-c", "32768"], async (s) => {
     const stream = await openStream(s.url, 30_000);
     s.child.kill("SIGTERM");
     await new Promise((r) => setTimeout(r, 300));
@@ -169,7 +168,5 @@ serial("a second signal exits at once with a non-zero status", async (t) => {
     const { code } = await s.exit;
     t.is(code, 143);
     await stream.rest.catch(() => "");
-  } finally {
-    await cleanup(s);
-  }
+  });
 });
