@@ -104,6 +104,18 @@ fn weight(w: Arc<QTensor>) -> Result<Weight> {
     })
 }
 
+/// GGUF weight `name` of dims `{n_in, n_out}`: packed straight from the mapped file when a
+/// panel kernel takes its type (no candle copy first), else as `weight` makes it.
+fn gguf_weight(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Device) -> Result<Weight> {
+    g.expect_dims(name, &[n_in, n_out])?;
+    if let (true, Some(info)) = (dev.is_cpu(), g.info(name)) {
+        if let Some(p) = PackedWeight::pack_raw(g.bytes(name)?, info.dtype, n_out, n_in)? {
+            return Ok(Weight::Packed(Arc::new(p)));
+        }
+    }
+    weight(Arc::new(g.qtensor(name, dev)?))
+}
+
 pub use crate::kernels::RowPos;
 
 /// `y = x Wᵀ (+ b)`: a GGUF weight of ggml dims `{in, out}` with an optional bias `{out}`.
@@ -114,17 +126,7 @@ pub struct Linear {
 
 impl Linear {
     pub fn load(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Device) -> Result<Self> {
-        let w_name = format!("{name}.weight");
-        g.expect_dims(&w_name, &[n_in, n_out])?;
-        // Packed from the mapped file when it can be: no candle copy of the weight first.
-        let packed = match (dev.is_cpu(), g.info(&w_name)) {
-            (true, Some(info)) => PackedWeight::pack_raw(g.bytes(&w_name)?, info.dtype, n_out, n_in)?,
-            _ => None,
-        };
-        let w = match packed {
-            Some(p) => Weight::Packed(Arc::new(p)),
-            None => weight(Arc::new(g.qtensor(&w_name, dev)?))?,
-        };
+        let w = gguf_weight(g, &format!("{name}.weight"), n_in, n_out, dev)?;
         let bias_name = format!("{name}.bias");
         let bias = if g.has(&bias_name) {
             g.expect_dims(&bias_name, &[n_out])?;

@@ -139,19 +139,21 @@ impl PackedWeight {
             Kind::Q4K => (GgmlDType::Q4K, QK_K),
             Kind::Q6K => (GgmlDType::Q6K, QK_K),
         };
+        if self.parts.len() != 1 {
+            return Err(WickError::Internal("rows of a concatenated packed weight".into()));
+        }
         let (nb, size) = (self.k / qk, dtype.type_size());
         let mut out = vec![0u8; ids.len() * nb * size];
         for (row, &id) in out.chunks_exact_mut(nb * size).zip(ids) {
             let id = id as usize;
-            if id >= self.n || self.parts.len() != 1 {
+            if id >= self.n {
                 return Err(WickError::Internal(format!(
                     "row {id} of a [{}, {}] packed weight",
                     self.n, self.k
                 )));
             }
-            let panel = &self.data[id / PANEL * self.panel_bytes..][..self.panel_bytes];
+            let (panel, c) = (&self.data[id / PANEL * self.panel_bytes..][..self.panel_bytes], id % PANEL);
             for (b, blk) in row.chunks_exact_mut(size).enumerate() {
-                let c = id % PANEL;
                 match self.kind {
                     Kind::Q4_0 => q4_0::unpack(panel, b, c, blk),
                     Kind::Q4_1 => q4_1::unpack(panel, b, c, blk),
