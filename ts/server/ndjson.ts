@@ -6,8 +6,7 @@
 import type { Context } from "koa";
 import type { Logger } from "pino";
 import { toOllamaError } from "./errors.ts";
-import { shutDown } from "./sse.ts";
-import { shutdownDeadline } from "./shutdown.ts";
+import { shutdownDeadline, untilShutdown } from "./shutdown.ts";
 import { streamBody } from "./stream-body.ts";
 
 export function sendNdjson(ctx: Context, lines: AsyncIterable<unknown>, log: Logger): void {
@@ -21,11 +20,7 @@ export function sendNdjson(ctx: Context, lines: AsyncIterable<unknown>, log: Log
 
 async function* encode(lines: AsyncIterable<unknown>, log: Logger, deadline: AbortSignal | undefined): AsyncGenerator<string> {
   try {
-    for await (const line of lines) {
-      if (deadline?.aborted) throw shutDown();
-      yield `${JSON.stringify(line)}\n`;
-    }
-    if (deadline?.aborted) throw shutDown();
+    for await (const line of untilShutdown(lines, deadline)) yield `${JSON.stringify(line)}\n`;
   } catch (err) {
     const api = toOllamaError(err);
     if (api.internal) log.error({ err }, "stream failed");

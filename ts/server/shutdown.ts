@@ -61,7 +61,7 @@ export class Shutdown {
       if (this.draining) ctx.set("Connection", "close");
       // A whole (non-streamed) answer cut short by the deadline: say so instead of sending a partial one.
       if (this.deadline.aborted && !ctx.headerSent && !isStream(ctx)) {
-        throw new HttpError("SHUTTING_DOWN", "The server shut down before this request finished; it was cancelled.");
+        throw shutDown();
       }
     };
   }
@@ -107,4 +107,19 @@ export function shutdownDeadline(ctx: Context): AbortSignal | undefined {
 function isStream(ctx: Context): boolean {
   const body = ctx.body as { pipe?: unknown } | null | undefined;
   return typeof body?.pipe === "function";
+}
+
+/** `frames` until the shutdown deadline passes, then a SHUTTING_DOWN error: a cancelled stream
+ * ends with its API's error frame, not a cut socket (sse.ts, ndjson.ts). */
+export async function* untilShutdown<T>(frames: AsyncIterable<T>, deadline: AbortSignal | undefined): AsyncGenerator<T> {
+  for await (const frame of frames) {
+    if (deadline?.aborted) throw shutDown();
+    yield frame;
+  }
+  if (deadline?.aborted) throw shutDown();
+}
+
+/** The error of a request the shutdown deadline cancelled. */
+function shutDown(): HttpError {
+  return new HttpError("SHUTTING_DOWN", "The server shut down before this request finished; it was cancelled.");
 }

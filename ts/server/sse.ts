@@ -6,8 +6,8 @@
  */
 import type { Context } from "koa";
 import type { Logger } from "pino";
-import { HttpError, toApiError } from "./errors.ts";
-import { shutdownDeadline } from "./shutdown.ts";
+import { toApiError } from "./errors.ts";
+import { shutdownDeadline, untilShutdown } from "./shutdown.ts";
 import { streamBody } from "./stream-body.ts";
 
 export function sendSse(ctx: Context, frames: AsyncIterable<unknown>, log: Logger): void {
@@ -28,11 +28,7 @@ export function sendSse(ctx: Context, frames: AsyncIterable<unknown>, log: Logge
 
 async function* encode(frames: AsyncIterable<unknown>, log: Logger, deadline: AbortSignal | undefined): AsyncGenerator<string> {
   try {
-    for await (const frame of frames) {
-      if (deadline?.aborted) throw shutDown();
-      yield `data: ${JSON.stringify(frame)}\n\n`;
-    }
-    if (deadline?.aborted) throw shutDown();
+    for await (const frame of untilShutdown(frames, deadline)) yield `data: ${JSON.stringify(frame)}\n\n`;
   } catch (err) {
     const api = toApiError(err);
     if (api.internal) log.error({ err }, "stream failed");
@@ -41,11 +37,6 @@ async function* encode(frames: AsyncIterable<unknown>, log: Logger, deadline: Ab
     return;
   }
   yield "data: [DONE]\n\n";
-}
-
-/** The in-band error of a stream the shutdown deadline cancelled. */
-export function shutDown(): HttpError {
-  return new HttpError("SHUTTING_DOWN", "The server shut down before this request finished; it was cancelled.");
 }
 
 /**
