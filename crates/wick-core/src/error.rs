@@ -61,3 +61,11 @@ impl From<candle_core::Error> for WickError {
 }
 
 pub type Result<T> = std::result::Result<T, WickError>;
+
+/// The message a caught panic carries (`&str` or `String` payloads), for errors that name it.
+pub fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}

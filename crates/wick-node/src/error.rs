@@ -28,12 +28,7 @@ pub fn to_js(e: WickError) -> napi::Error<Code> {
 /// runs before the body.
 pub fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let msg = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
-        Err(to_js(WickError::Internal(format!("{what} panicked: {msg}"))))
+        Err(to_js(WickError::Internal(format!("{what} panicked: {}", wick_core::error::panic_message(&p)))))
     })
 }
 

@@ -145,13 +145,7 @@ impl Engine {
 /// so the server logs it at load.
 #[napi]
 pub fn cpu_isa() -> String {
-    use wick_core::kernels::cpu::feats::{isa, Isa};
-    match isa() {
-        Isa::Scalar => "scalar",
-        Isa::Avx2 => "avx2",
-        Isa::Avx512Vnni => "avx512vnni",
-    }
-    .to_string()
+    wick_core::kernels::cpu::feats::isa().name().to_string()
 }
 
 /// Reads a GGUF file's header (no weights) on a blocking worker thread: architecture,

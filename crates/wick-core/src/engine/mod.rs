@@ -266,7 +266,7 @@ impl Engine {
                         if let Err(p) =
                             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sched.run(h)))
                         {
-                            let why = crate::scheduler::panic_message(&p);
+                            let why = crate::error::panic_message(&p);
                             health.die(format!("the scheduler thread panicked while stopping: {why}"));
                         }
                     })

@@ -3,7 +3,6 @@
 //! scheduler thread itself dying (the engine is marked dead and every request answered).
 //! Also the `WICK_FAULT` test hook that provokes both.
 
-use std::any::Any;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -73,13 +72,6 @@ impl Health {
     pub(crate) fn die(&self, reason: String) {
         self.lock().get_or_insert(reason);
     }
-}
-
-pub(crate) fn panic_message(p: &Box<dyn Any + Send>) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 impl Scheduler {

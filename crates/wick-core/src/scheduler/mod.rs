@@ -14,7 +14,6 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 
-pub(crate) use faults::panic_message;
 pub use faults::{Fault, Health};
 pub(crate) use sequence::Sequence;
 
@@ -106,7 +105,7 @@ impl Scheduler {
     pub fn run(mut self, health: Arc<Health>) {
         let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()));
         if let Err(p) = served {
-            let reason = format!("the scheduler thread panicked: {}", faults::panic_message(&p));
+            let reason = format!("the scheduler thread panicked: {}", crate::error::panic_message(&p));
             self.die(&health, reason);
             return;
         }
@@ -135,9 +134,8 @@ impl Scheduler {
                     Ok(Ok(())) => self.clear_suspects(),
                     Ok(Err(WickError::Internal(m))) => self.fail_step(format!("the model step failed: {m}")),
                     Ok(Err(e)) => self.fail_step(format!("the model step failed: {e}")),
-                    Err(p) => {
-                        self.fail_step(format!("the model step panicked: {}", faults::panic_message(&p)))
-                    }
+                    Err(p) => self
+                        .fail_step(format!("the model step panicked: {}", crate::error::panic_message(&p))),
                 }
                 self.in_step.clear();
             }

@@ -25,13 +25,24 @@ pub fn isa() -> Isa {
     *ISA.get_or_init(|| detected().min(cap()))
 }
 
+impl Isa {
+    /// The name `WICK_ISA` takes and the load log shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512Vnni => "avx512vnni",
+        }
+    }
+}
+
 /// The `WICK_ISA` cap (no cap: `Avx512Vnni`).
 fn cap() -> Isa {
-    match std::env::var("WICK_ISA").as_deref() {
-        Ok("scalar") => Isa::Scalar,
-        Ok("avx2") => Isa::Avx2,
-        _ => Isa::Avx512Vnni,
-    }
+    let named = std::env::var("WICK_ISA").ok();
+    [Isa::Scalar, Isa::Avx2]
+        .into_iter()
+        .find(|i| named.as_deref() == Some(i.name()))
+        .unwrap_or(Isa::Avx512Vnni)
 }
 
 /// What the CPU runs, uncapped (tests compare every instruction set up to it).
