@@ -189,9 +189,11 @@ fn a_dead_scheduler_answers_every_request_at_once_and_reports_why() {
 /// beside it answers as it does alone.
 #[test]
 fn a_reader_that_stops_reading_is_cancelled_after_its_bound() {
+    // The bound is above the other request's whole stream (64 tokens and done), so a reader
+    // descheduled for a while on a loaded machine cannot trip it; only the stalled one can.
     let load = || {
         cached_fixture(T, "tiny-lfm2-q8_0.gguf", |o| {
-            o.max_unread_events = 16;
+            o.max_unread_events = 128;
             o.max_sequences = 2;
         })
     };
@@ -215,8 +217,8 @@ fn a_reader_that_stops_reading_is_cancelled_after_its_bound() {
     let out = collect(stalled).expect("a cancelled sequence ends with done");
     assert_eq!(out.finish, wick_core::request::FinishReason::Cancelled);
     assert!(
-        (17..=20).contains(&out.ids.len()),
-        "{} tokens generated past a bound of 16 unread events",
+        (129..=132).contains(&out.ids.len()),
+        "{} tokens generated past a bound of 128 unread events",
         out.ids.len()
     );
     let m = engine.metrics();
