@@ -4,6 +4,7 @@
 //! - attention of a decode step (8 sequences × 160 cached positions, SmolLM2's 9 query heads
 //!   on 3 KV heads): `kernels::attend_many` over the paged f16 cache against candle's
 //!   matmul/softmax attention on contiguous f16 K/V (`tensor_attention` below);
+//! - attention of a prefill chunk at long context (512 new tokens after 3584 cached);
 //! - SwiGLU of 8 rows of 1536: `kernels::cpu::expf::swiglu` against candle's `silu(g) * u`.
 //!
 //! `cargo bench -p wick-core --bench kernels [-- FILTER]`; threads: `WICK_THREADS` for Wick,
@@ -147,6 +148,27 @@ fn attention(c: &mut Criterion) {
     group.finish();
 }
 
+/// A prefill chunk's attention at long context (LFM2-350M's 16 query heads on 8 KV heads):
+/// 512 new tokens after 3584 cached positions, the chunk a 4k prompt ends with.
+fn attention_prefill(c: &mut Criterion) {
+    let dev = Device::Cpu;
+    let (len, pos0, n_head, n_kv, hd) = (512usize, 3584usize, 16usize, 8usize, 64usize);
+    let t = pos0 + len;
+    let layout = [LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }];
+    let mut pool = KvPool::with_capacity(&layout, t, &dev).unwrap();
+    let mut seq = pool.new_seq();
+    pool.reserve(&mut seq, t).unwrap();
+    let (k, v) = (values(1, t * n_kv * hd), values(2, t * n_kv * hd));
+    pool.write(0, &seq, 0, &k, &v).unwrap();
+    let view = pool.view(0, &seq).unwrap();
+    let q = values(3, len * n_head * hd);
+    let step = [SeqAttn { q: &q, kv: &view, len, pos0 }];
+    let mut group = c.benchmark_group("attention prefill 512 at 4k");
+    group.throughput(Throughput::Elements(len as u64));
+    group.bench_function("wick-paged", |b| b.iter(|| attend_many(&step, n_head, 0.125, None)));
+    group.finish();
+}
+
 fn swiglu(c: &mut Criterion) {
     let dev = Device::Cpu;
     let (m, n) = (8usize, 1536usize);
@@ -165,6 +187,6 @@ fn swiglu(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_millis(500)).measurement_time(std::time::Duration::from_secs(2));
-    targets = kernels, attention, swiglu
+    targets = kernels, attention, attention_prefill, swiglu
 }
 criterion_main!(benches);

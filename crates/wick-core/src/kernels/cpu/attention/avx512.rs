@@ -14,25 +14,14 @@ pub fn available() -> bool {
     isa() == Isa::Avx512Vnni
 }
 
-/// `reduce16` of each accumulator: halves, then quarters, then pairs (all additions
-/// between the same operands as the scalar tree).
-#[inline(always)]
-unsafe fn reduce16x16(acc: &[__m512; 16]) -> [f32; 16] {
-    // Loops, not closures: a closure would lose this function's target features.
-    let mut t = [_mm256_setzero_ps(); 16];
-    for d in 0..16 {
-        t[d] = halve(acc[d]);
-    }
-    reduce_halves(&t)
-}
-
 /// The tree's first level for one accumulator: high half + low half.
 #[inline(always)]
 unsafe fn halve(a: __m512) -> __m256 {
     _mm256_add_ps(_mm512_extractf32x8_ps::<1>(a), _mm512_castps512_ps256(a))
 }
 
-/// `reduce16x16` from each accumulator's `halve`.
+/// `reduce16` of sixteen accumulators from each one's `halve`: quarters, then pairs (all
+/// additions between the same operands as the scalar tree).
 #[inline(always)]
 unsafe fn reduce_halves(t: &[__m256; 16]) -> [f32; 16] {
     let mut u = [_mm256_setzero_ps(); 8];
@@ -60,55 +49,103 @@ unsafe fn reduce_halves(t: &[__m256; 16]) -> [f32; 16] {
     out
 }
 
-/// Scores of positions `t0..t0 + 16` against `q` (f16-rounded, `q.len()` a multiple of 16).
+/// Several new tokens' scores at positions `t0..t0 + 16` (one block) for `Q` f16-rounded
+/// queries of KV head `g` (tinyBLAS order: one 16-lane accumulator per dot over chunks of 16,
+/// then the tree). Four keys by `Q` queries are in flight at once, so each key chunk converted
+/// from f16 serves every query and each query chunk loaded serves four keys.
+///
+/// # Safety
+/// AVX-512 (`available()`); `t0 + 16` positions lie in the view, in one block; every `q.len()`
+/// is the head size, a multiple of 16.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-pub(super) unsafe fn kq16(kv: &PagedView<'_>, g: usize, t0: usize, q: &[f32]) -> [f32; 16] {
-    let mut acc = [_mm512_setzero_ps(); 16];
-    let rows: [*const f16; 16] = {
-        let mut r = [std::ptr::null(); 16];
-        for (i, p) in r.iter_mut().enumerate() {
-            *p = kv.key(g, t0 + i).as_ptr();
-        }
-        r
-    };
-    for c in (0..q.len()).step_by(16) {
-        let y = _mm512_loadu_ps(q.as_ptr().add(c));
-        for i in 0..16 {
-            let x = _mm512_cvtph_ps(_mm256_loadu_si256(rows[i].add(c) as *const __m256i));
-            acc[i] = _mm512_fmadd_ps(x, y, acc[i]);
-        }
-    }
-    reduce16x16(&acc)
-}
-
-/// Outputs `d0..d0 + 16` of Σ_t p[t]·V[t] over positions `0..p.len()` (block by block).
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-pub(super) unsafe fn pv16(kv: &PagedView<'_>, g: usize, d0: usize, p: &[f32]) -> [f32; 16] {
-    let n = p.len();
-    let mut acc = [_mm512_setzero_ps(); 16];
-    let mut c = 0;
-    while c < n {
-        let (j, off) = (c / BLOCK_SIZE, c % BLOCK_SIZE);
-        let lanes = (n - c).min(16);
-        // Lanes past the last position keep their sums, as in `dot_f16_tiled_paged`.
-        let m: __mmask16 = if lanes == 16 { 0xFFFF } else { (1u32 << lanes) as u16 - 1 };
-        let y = _mm512_maskz_loadu_ps(m, p.as_ptr().add(c));
-        for i in 0..16 {
-            let run = kv.value_run(g, d0 + i, j).as_ptr().add(off);
-            if lanes == 16 {
-                let x = _mm512_cvtph_ps(_mm256_loadu_si256(run as *const __m256i));
-                acc[i] = _mm512_fmadd_ps(x, y, acc[i]);
-            } else {
-                let x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, run as *const i16));
-                acc[i] = _mm512_mask3_fmadd_ps(x, y, acc[i], m);
+pub unsafe fn kq16_tile<const Q: usize>(
+    kv: &PagedView<'_>,
+    g: usize,
+    t0: usize,
+    qs: [&[f32]; Q],
+) -> [[f32; 16]; Q] {
+    let hd = qs[0].len();
+    let keys = kv.keys(g, t0, 16).as_ptr();
+    let mut halves = Halves::<Q>::new();
+    for k0 in (0..16).step_by(4) {
+        let mut acc = [[_mm512_setzero_ps(); Q]; 4];
+        for c in (0..hd).step_by(16) {
+            let kx: [__m512; 4] = std::array::from_fn(|u| {
+                _mm512_cvtph_ps(_mm256_loadu_si256(keys.add((k0 + u) * hd + c) as *const __m256i))
+            });
+            for qi in 0..Q {
+                let y = _mm512_loadu_ps(qs[qi].as_ptr().add(c));
+                for u in 0..4 {
+                    acc[u][qi] = _mm512_fmadd_ps(kx[u], y, acc[u][qi]);
+                }
             }
         }
-        c += 16;
+        for (u, a) in acc.iter().enumerate() {
+            for (qi, &a) in a.iter().enumerate() {
+                halves.set1(qi, k0 + u, a);
+            }
+        }
     }
-    reduce16x16(&acc)
+    halves.reduce()
 }
 
-/// (a0+a2)+(a1+a3); the caller's `reduce16x16` finishes the tree.
+/// Several new tokens' outputs `d0..d0 + 16` of Σ_t p[t]·V[t] over positions `0..n` for `Q`
+/// weight rows of KV head `g` (tinyBLAS order; lanes past `n`, the rows' common length, keep
+/// their sums). Four dimensions by `Q` rows are in flight at once.
+///
+/// # Safety
+/// AVX-512 (`available()`); the view holds positions `0..n` and dimensions `d0..d0 + 16`.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+pub unsafe fn pv16_tile<const Q: usize>(
+    kv: &PagedView<'_>,
+    g: usize,
+    d0: usize,
+    ps: [&[f32]; Q],
+) -> [[f32; 16]; Q] {
+    const { assert!(BLOCK_SIZE.is_multiple_of(16)) };
+    let n = ps[0].len();
+    let mut halves = Halves::<Q>::new();
+    for i0 in (0..16).step_by(4) {
+        let mut acc = [[_mm512_setzero_ps(); Q]; 4];
+        for j in 0..n.div_ceil(BLOCK_SIZE) {
+            let run = kv.values(g, d0 + i0, 4, j).as_ptr();
+            for off in (0..BLOCK_SIZE.min(n - j * BLOCK_SIZE)).step_by(16) {
+                let c = j * BLOCK_SIZE + off;
+                let lanes = (n - c).min(16);
+                let v = |u: usize| run.add(u * BLOCK_SIZE + off);
+                if lanes == 16 {
+                    let vx: [__m512; 4] =
+                        std::array::from_fn(|u| _mm512_cvtph_ps(_mm256_loadu_si256(v(u) as *const __m256i)));
+                    for qi in 0..Q {
+                        let y = _mm512_loadu_ps(ps[qi].as_ptr().add(c));
+                        for u in 0..4 {
+                            acc[u][qi] = _mm512_fmadd_ps(vx[u], y, acc[u][qi]);
+                        }
+                    }
+                } else {
+                    let m: __mmask16 = ((1u32 << lanes) - 1) as u16;
+                    let vx: [__m512; 4] = std::array::from_fn(|u| {
+                        _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, v(u) as *const i16))
+                    });
+                    for qi in 0..Q {
+                        let y = _mm512_maskz_loadu_ps(m, ps[qi].as_ptr().add(c));
+                        for u in 0..4 {
+                            acc[u][qi] = _mm512_mask3_fmadd_ps(vx[u], y, acc[u][qi], m);
+                        }
+                    }
+                }
+            }
+        }
+        for (u, a) in acc.iter().enumerate() {
+            for (qi, &a) in a.iter().enumerate() {
+                halves.set1(qi, i0 + u, a);
+            }
+        }
+    }
+    halves.reduce()
+}
+
+/// (a0+a2)+(a1+a3); `Halves` finishes the tree.
 #[inline(always)]
 unsafe fn fold(a: &[__m512; 4]) -> __m512 {
     _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))
@@ -125,7 +162,11 @@ impl<const H: usize> Halves<H> {
     }
     #[inline(always)]
     unsafe fn set(&mut self, h: usize, i: usize, a: &[__m512; 4]) {
-        self.0[h][i].write(halve(fold(a)));
+        self.set1(h, i, fold(a));
+    }
+    #[inline(always)]
+    unsafe fn set1(&mut self, h: usize, i: usize, a: __m512) {
+        self.0[h][i].write(halve(a));
     }
     /// Safety: `set` was called for every (head, dot).
     #[inline(always)]

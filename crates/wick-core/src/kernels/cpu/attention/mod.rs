@@ -67,17 +67,18 @@ fn softmax_f16(w: &[f32], p: &mut [f32], var: ExpVariant) {
     }
 }
 
-/// `$out[..hs.len()] = $f::<H>(args…, [$x(h) for h in hs])` for H = `hs.len()` in 1..=4.
+/// `$out[..n] = $f::<N>(args…, [$x(0), …, $x(n − 1)])` for N = `n` in 1..=6.
 #[cfg(target_arch = "x86_64")]
-macro_rules! by_heads {
-    ($m:ident::$f:ident, $hs:expr, $x:expr, $out:ident, $($arg:expr),*) => {{
-        let hs: &[usize] = $hs;
-        let x = |k: usize| $x(hs[k]);
-        match hs.len() {
+macro_rules! by_count {
+    ($m:ident::$f:ident, $n:expr, $x:expr, $out:ident, $($arg:expr),*) => {{
+        let x = $x;
+        match $n {
             1 => $out[..1].copy_from_slice(&$m::$f::<1>($($arg),*, [x(0)])),
             2 => $out[..2].copy_from_slice(&$m::$f::<2>($($arg),*, [x(0), x(1)])),
             3 => $out[..3].copy_from_slice(&$m::$f::<3>($($arg),*, [x(0), x(1), x(2)])),
-            _ => $out[..4].copy_from_slice(&$m::$f::<4>($($arg),*, [x(0), x(1), x(2), x(3)])),
+            4 => $out[..4].copy_from_slice(&$m::$f::<4>($($arg),*, [x(0), x(1), x(2), x(3)])),
+            5 => $out[..5].copy_from_slice(&$m::$f::<5>($($arg),*, [x(0), x(1), x(2), x(3), x(4)])),
+            _ => $out[..6].copy_from_slice(&$m::$f::<6>($($arg),*, [x(0), x(1), x(2), x(3), x(4), x(5)])),
         }
     }};
 }
@@ -123,9 +124,14 @@ pub fn attend(
 /// Scratch of one `attend_many` pass at most (more only when a wave of 4 tasks per thread needs it).
 const SCRATCH_BYTES: usize = 8 << 20;
 
+/// New tokens of one sequence per task in the multi-token AVX-512 path: the query heads of
+/// all of them share each K and V load (a 16k-token prompt streamed its K/V from DRAM once per
+/// token and head before, 3/4 of its prefill time).
+const TILE: usize = 8;
+
 /// `attend` for every sequence of a step at once: one pass over the pool with a task per
-/// (sequence, token, head), so that a step of many one-token sequences keeps both cores busy.
-/// Returns the sequences' outputs one after another (`[Σ len, n_head·hd]`).
+/// (sequence, tile of new tokens, KV head), so that a step of many one-token sequences keeps
+/// both cores busy. Returns the sequences' outputs one after another (`[Σ len, n_head·hd]`).
 pub fn attend_many(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Option<usize>) -> Vec<f32> {
     attend_many_in(seqs, n_head, scale, window, SCRATCH_BYTES)
 }
@@ -142,62 +148,62 @@ pub(crate) fn attend_many_in(
     let var = exp_variant();
     let (n_kv, hd) = (first.kv.n_kv_head, first.kv.head_dim);
     let group = n_head / n_kv;
-    // Task index where each sequence's tasks (one per new token and KV head) start, and the
-    // output row of its first token.
+    let threads = pool::global().threads();
+    #[cfg(target_arch = "x86_64")]
+    let wide_tiles = hd.is_multiple_of(16) && avx512::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    let wide_tiles = false;
+    // Tokens per task of each sequence: a tile in the multi-token AVX-512 path (smaller when a
+    // short prompt would otherwise leave threads without work), one otherwise.
+    let tile: Vec<usize> = seqs
+        .iter()
+        .map(|s| if s.len > 1 && wide_tiles { (s.len * n_kv / (4 * threads)).clamp(1, TILE) } else { 1 })
+        .collect();
+    // Task index where each sequence's tasks (one per tile and KV head) start, and the output
+    // row of its first token.
     let mut starts = Vec::with_capacity(seqs.len());
     let mut row0 = Vec::with_capacity(seqs.len());
     let (mut n_tasks, mut n_rows) = (0, 0);
-    for s in seqs {
+    for (s, &t) in seqs.iter().zip(&tile) {
         starts.push(n_tasks);
         row0.push(n_rows);
-        n_tasks += s.len * n_kv;
+        n_tasks += s.len.div_ceil(t) * n_kv;
         n_rows += s.len;
     }
     let mut out: Vec<f32> = Vec::with_capacity(n_rows * n_head * hd);
     let op = SyncPtr(out.as_mut_ptr());
     // Every task's scratch, in one allocation: q (as f16, the cache's dot type in ggml), the
-    // scores and the weights of each of the group's heads; each part is written before use.
+    // scores and the weights of each of its queries; each part is written before use.
     let longest = seqs.iter().map(|s| s.pos0 + s.len).max().unwrap_or(0).div_ceil(16) * 16;
-    let per_task = group * (hd + 2 * longest);
+    let per_task = tile.iter().max().unwrap_or(&1) * group * (hd + 2 * longest);
     // Tasks run in waves that share one scratch slot each: a scratch per task would be
     // len² · n_kv · group values for a long prompt in one pass (34 GB at 16k tokens of LFM2-350M).
-    let wave =
-        (scratch_bytes / 4 / per_task.max(1)).max(4 * pool::global().threads()).clamp(1, n_tasks.max(1));
+    let wave = (scratch_bytes / 4 / per_task.max(1)).max(4 * threads).clamp(1, n_tasks.max(1));
     let mut scratch_all: Vec<f32> = Vec::with_capacity(wave * per_task);
     let sp = SyncPtr(scratch_all.as_mut_ptr());
     // A KV group's query heads, at most four per kernel call.
     let all_heads: Vec<usize> = (0..group).collect();
     let head_chunks: Vec<&[usize]> = all_heads.chunks(4).collect();
-    // One (sequence, token, KV head): the query heads that share it, compiled for
-    // AVX2/FMA/F16C where the CPU has them.
-    // A task's sequence, new token within it, and KV head.
+    // A task's sequence, its tokens within it, and its KV head.
     let locate = |task: usize| {
         let si = starts.partition_point(|&s| s <= task) - 1;
-        (si, (task - starts[si]) / n_kv, (task - starts[si]) % n_kv)
+        let (k, t) = ((task - starts[si]) / n_kv, tile[si]);
+        (si, k * t..(k * t + t).min(seqs[si].len), (task - starts[si]) % n_kv)
     };
-    let task = |task: usize, slot: usize| {
+    // One new token against one KV head: the query heads that share it.
+    let one_token = |si: usize, i: usize, g: usize, scratch: &mut [f32]| {
         fast(
             #[inline(always)]
             || {
-                let (si, i, g) = locate(task);
                 let SeqAttn { q, kv, len, pos0 } = seqs[si];
                 let tiled = len > 1;
-                // Several new tokens (tinyBLAS order) on an AVX-512 CPU: sixteen dots at a time.
-                #[cfg(target_arch = "x86_64")]
-                let wide = tiled && hd.is_multiple_of(16) && avx512::available();
                 // One new token: sixteen `ggml_vec_dot_f16`-order dots at a time.
                 #[cfg(target_arch = "x86_64")]
                 let wide_single = !tiled && hd.is_multiple_of(64) && avx512::available();
                 let t_len = pos0 + i + 1;
                 let padded = t_len.div_ceil(16) * 16;
                 let heads = g * group..(g + 1) * group;
-                // Safety: the task in `slot` of its wave alone uses that slot's `per_task` values
-                // (≥ this length), and writes each before reading it (q16 below, w by its fill,
-                // p16 by softmax).
-                let scratch = unsafe {
-                    std::slice::from_raw_parts_mut(sp.get().add(slot * per_task), group * (hd + 2 * padded))
-                };
-                let (q16, rest) = scratch.split_at_mut(group * hd);
+                let (q16, rest) = scratch[..group * (hd + 2 * padded)].split_at_mut(group * hd);
                 let (w, p16) = rest.split_at_mut(group * padded);
                 for (h, qd) in heads.clone().zip(q16.chunks_exact_mut(hd)) {
                     round_to_f16(&q[(i * n_head + h) * hd..][..hd], qd);
@@ -212,9 +218,9 @@ pub(crate) fn attend_many_in(
                 let mut t = t0 & !15;
                 // Kernel results for up to four heads (set once: the kernels fill what is read).
                 #[cfg(target_arch = "x86_64")]
-                let (mut scores, mut outs) = ([[0f32; 16]; 4], [[0f32; 16]; 4]);
+                let (mut scores, mut outs) = ([[0f32; 16]; 6], [[0f32; 16]; 6]);
                 #[cfg(target_arch = "x86_64")]
-                if wide || wide_single {
+                if wide_single {
                     // The last chunk too: its keys past `t_len` are stored (blocks are whole
                     // chunks), their scores are not used, and each score is its own dot.
                     while t < t_len {
@@ -224,26 +230,23 @@ pub(crate) fn attend_many_in(
                             prefetch(kv.keys(g, t + 16, 16));
                         }
                         for (c, hs) in head_chunks.iter().enumerate() {
-                            if wide {
-                                for (k, &h) in hs.iter().enumerate() {
-                                    // Safety: AVX-512 checked (`wide`); hd is a multiple of 16.
-                                    scores[k] = unsafe { avx512::kq16(kv, g, t, qs(h)) };
-                                }
-                            } else {
-                                // Safety: AVX-512 checked; hd a multiple of 64; t of 16.
-                                unsafe { by_heads!(avx512::kq16_single, hs, qs, scores, kv, g, t) };
-                            }
+                            // Safety: AVX-512 checked; hd a multiple of 64; t of 16.
+                            unsafe {
+                                by_count!(
+                                    avx512::kq16_single,
+                                    hs.len(),
+                                    |k: usize| qs(hs[k]),
+                                    scores,
+                                    kv,
+                                    g,
+                                    t
+                                )
+                            };
                             for (k, s) in scores.iter().take(hs.len()).enumerate() {
                                 let wk = &mut w[(4 * c + k) * padded + t..][..16];
-                                if t >= t0 && t + 16 <= t_len {
-                                    for (wl, v) in wk.iter_mut().zip(s) {
-                                        *wl = v * scale;
-                                    }
-                                } else {
-                                    for (l, v) in s.iter().enumerate().take(t_len - t) {
-                                        if t + l >= t0 {
-                                            wk[l] = v * scale;
-                                        }
+                                for (l, v) in s.iter().enumerate().take(t_len - t) {
+                                    if t + l >= t0 {
+                                        wk[l] = v * scale;
                                     }
                                 }
                             }
@@ -264,7 +267,7 @@ pub(crate) fn attend_many_in(
                     }
                 }
                 #[cfg(target_arch = "x86_64")]
-                if wide || wide_single {
+                if wide_single {
                     for j in 0..t_len.div_ceil(BLOCK_SIZE) {
                         prefetch(kv.values(g, 0, hd.min(16), j));
                     }
@@ -280,7 +283,7 @@ pub(crate) fn attend_many_in(
                 };
                 let mut d0 = 0;
                 #[cfg(target_arch = "x86_64")]
-                if wide || wide_single {
+                if wide_single {
                     while d0 + 16 <= hd {
                         if d0 + 32 <= hd {
                             for j in 0..t_len.div_ceil(BLOCK_SIZE) {
@@ -288,15 +291,18 @@ pub(crate) fn attend_many_in(
                             }
                         }
                         for (c, hs) in head_chunks.iter().enumerate() {
-                            if wide {
-                                for (k, &h) in hs.iter().enumerate() {
-                                    // Safety: AVX-512 checked (`wide`).
-                                    outs[k] = unsafe { avx512::pv16(kv, g, d0, ps(h)) };
-                                }
-                            } else {
-                                // Safety: AVX-512 checked.
-                                unsafe { by_heads!(avx512::pv16_single, hs, ps, outs, kv, g, d0) };
-                            }
+                            // Safety: AVX-512 checked.
+                            unsafe {
+                                by_count!(
+                                    avx512::pv16_single,
+                                    hs.len(),
+                                    |k: usize| ps(hs[k]),
+                                    outs,
+                                    kv,
+                                    g,
+                                    d0
+                                )
+                            };
                             for (k, o) in outs.iter().take(hs.len()).enumerate() {
                                 let h = g * group + 4 * c + k;
                                 orow[h * hd + d0..h * hd + d0 + 16].copy_from_slice(o);
@@ -319,12 +325,106 @@ pub(crate) fn attend_many_in(
             },
         )
     };
+    // New tokens `tokens` of a sequence against KV head `g`, AVX-512 (`wide_tiles`): the
+    // queries of all of them (the group's heads of each token) share every K and V load, six
+    // at a time through the tile kernels; each output sees the fmas of `one_token`'s
+    // tinyBLAS order.
+    #[cfg(target_arch = "x86_64")]
+    let tile_of_tokens = |si: usize, tokens: std::ops::Range<usize>, g: usize, scratch: &mut [f32]| {
+        fast(
+            #[inline(always)]
+            || {
+                let SeqAttn { q, kv, pos0, .. } = seqs[si];
+                let (i0, nq) = (tokens.start, tokens.len() * group);
+                // Query `qi` is head `g·group + qi % group` of token `i0 + qi / group`.
+                let t_len = |qi: usize| pos0 + i0 + qi / group + 1;
+                let t0 = |qi: usize| window.map_or(0, |w| t_len(qi).saturating_sub(w));
+                let t_hi = pos0 + tokens.end;
+                let row = t_hi.div_ceil(16) * 16;
+                let (q16, rest) = scratch[..nq * (hd + 2 * row)].split_at_mut(nq * hd);
+                let (w, p16) = rest.split_at_mut(nq * row);
+                for (qi, qd) in q16.chunks_exact_mut(hd).enumerate() {
+                    let (i, h) = (i0 + qi / group, g * group + qi % group);
+                    round_to_f16(&q[(i * n_head + h) * hd..][..hd], qd);
+                }
+                let q16 = &*q16;
+                let qs = |qi: usize| &q16[qi * hd..(qi + 1) * hd];
+                w.fill(f32::NEG_INFINITY);
+                let mut block = [[0f32; 16]; 6];
+                // From the first query's window start (the earliest); each query keeps its own range.
+                let mut t = t0(0) & !15;
+                while t < t_hi {
+                    if t + 16 < t_hi {
+                        prefetch(kv.keys(g, t + 16, 16));
+                    }
+                    for c0 in (0..nq).step_by(6) {
+                        let n = (nq - c0).min(6);
+                        // Safety: AVX-512 checked (`wide_tiles`); hd a multiple of 16; t of 16 and the
+                        // chunk's keys are stored (blocks are whole chunks).
+                        unsafe { by_count!(avx512::kq16_tile, n, |k: usize| qs(c0 + k), block, kv, g, t) };
+                        for (k, s) in block.iter().take(n).enumerate() {
+                            let qi = c0 + k;
+                            let (lo, hi) = (t0(qi), t_len(qi));
+                            let wq = &mut w[qi * row + t..][..16];
+                            for (l, v) in s.iter().enumerate() {
+                                if (lo..hi).contains(&(t + l)) {
+                                    wq[l] = v * scale;
+                                }
+                            }
+                        }
+                    }
+                    t += 16;
+                }
+                for (qi, (wq, pq)) in w.chunks_exact(row).zip(p16.chunks_exact_mut(row)).enumerate() {
+                    let own = t_len(qi).div_ceil(16) * 16;
+                    softmax_f16(&wq[..own], &mut pq[..own], var);
+                    // Past its own positions a row weighs the tile's later tokens by exact zeros (their
+                    // values are stored and finite), which leaves every sum as its own positions make it.
+                    pq[own..].fill(0.0);
+                }
+                let p16 = &*p16;
+                let ps = |qi: usize| &p16[qi * row..qi * row + t_hi];
+                for d0 in (0..hd).step_by(16) {
+                    for c0 in (0..nq).step_by(6) {
+                        let n = (nq - c0).min(6);
+                        // Safety: AVX-512 checked; the view holds positions `0..t_hi`, dims to `hd`.
+                        unsafe { by_count!(avx512::pv16_tile, n, |k: usize| ps(c0 + k), block, kv, g, d0) };
+                        for (k, o) in block.iter().take(n).enumerate() {
+                            let qi = c0 + k;
+                            let (i, h) = (i0 + qi / group, g * group + qi % group);
+                            // Safety: this task alone writes its queries' slices of these rows.
+                            let dst = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    op.get().add(((row0[si] + i) * n_head + h) * hd + d0),
+                                    16,
+                                )
+                            };
+                            dst.copy_from_slice(o);
+                        }
+                    }
+                }
+            },
+        )
+    };
+    let task = |task: usize, slot: usize| {
+        let (si, tokens, g) = locate(task);
+        // Safety: the task in `slot` of its wave alone uses that slot's `per_task` values, and
+        // writes each before reading it.
+        let scratch = unsafe { std::slice::from_raw_parts_mut(sp.get().add(slot * per_task), per_task) };
+        #[cfg(target_arch = "x86_64")]
+        if seqs[si].len > 1 && wide_tiles {
+            return tile_of_tokens(si, tokens, g, scratch);
+        }
+        for i in tokens {
+            one_token(si, i, g, scratch);
+        }
+    };
     // Longest first (by positions attended), so no long task is left for the end of the pass
     // while the other cores idle: sequences of a step sit at very different positions.
     let mut order: Vec<u32> = (0..n_tasks as u32).collect();
     let t_len_of = |task: usize| {
-        let (si, i, _) = locate(task);
-        seqs[si].pos0 + i + 1
+        let (si, tokens, _) = locate(task);
+        seqs[si].pos0 + tokens.end
     };
     order.sort_by_key(|&t| std::cmp::Reverse(t_len_of(t as usize)));
     for w0 in (0..n_tasks).step_by(wave) {
@@ -335,8 +435,9 @@ pub(crate) fn attend_many_in(
             )
         });
     }
-    // Safety: the tasks wrote every value: each (token, KV head) task all `hd` outputs of its
-    // group's heads, the wide loop up to a multiple of 16 and the scalar loop the rest.
+    // Safety: the tasks wrote every value: each (token, KV head) all `hd` outputs of its
+    // group's heads (the tile kernels in steps of 16, or the wide loop up to a multiple of 16
+    // and the scalar loop the rest).
     unsafe { out.set_len(n_rows * n_head * hd) };
     out
 }

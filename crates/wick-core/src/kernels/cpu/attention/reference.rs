@@ -16,6 +16,7 @@ pub(crate) fn attend_reference(
     pos0: usize,
     n_head: usize,
     scale: f32,
+    window: Option<usize>,
 ) -> Vec<f32> {
     let (n_kv, hd) = (kv.n_kv_head, kv.head_dim);
     let group = n_head / n_kv;
@@ -42,7 +43,10 @@ pub(crate) fn attend_reference(
                     dot_single(hd, x, y)
                 }
             };
-            let w: Vec<f32> = (0..t_len).map(|t| kq(t) * scale).collect();
+            // A sliding window masks positions before its start to -inf, as ggml's SWA mask.
+            let t0 = window.map_or(0, |w| t_len.saturating_sub(w));
+            let w: Vec<f32> =
+                (0..t_len).map(|t| if t < t0 { f32::NEG_INFINITY } else { kq(t) * scale }).collect();
             let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut e = vec![0f32; padded];
             let mut sum = 0f64;
@@ -119,18 +123,29 @@ mod tests {
         for ((n_kv, n_head), hd) in
             [(2, 4), (2, 2), (2, 6), (1, 4)].into_iter().flat_map(|s| [64, 80, 128].map(|hd| (s, hd)))
         {
-            for (len, pos0) in
-                [(1usize, 0usize), (1, 15), (1, 37), (1, 63), (1, 200), (5, 0), (19, 40), (70, 0), (3, 130)]
-            {
+            for (len, pos0) in [
+                (1usize, 0usize),
+                (1, 15),
+                (1, 37),
+                (1, 63),
+                (1, 200),
+                (5, 0),
+                (19, 40),
+                (70, 0),
+                (3, 130),
+                (45, 77),
+            ] {
                 let (pool, seq) = filled(n_kv, hd, pos0 + len, &mut r);
                 let kv = pool.view(0, &seq).unwrap();
                 let q: Vec<f32> = (0..len * n_head * hd).map(|_| r() * 3.0).collect();
-                let a = attend(&q, &kv, len, pos0, n_head, 0.125, None);
-                let b = attend_reference(&q, &kv, len, pos0, n_head, 0.125);
-                assert!(
-                    a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                    "heads {n_head}/{n_kv} hd {hd} len {len} pos0 {pos0}"
-                );
+                for window in [None, Some(24)] {
+                    let a = attend(&q, &kv, len, pos0, n_head, 0.125, window);
+                    let b = attend_reference(&q, &kv, len, pos0, n_head, 0.125, window);
+                    assert!(
+                        a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "heads {n_head}/{n_kv} hd {hd} len {len} pos0 {pos0} window {window:?}"
+                    );
+                }
             }
         }
     }
@@ -168,13 +183,11 @@ mod tests {
                 // scratch) give the same bits.
                 let waves = attend_many_in(&seqs, n_head, 0.125, window, 1);
                 assert!(same(&waves, &together), "{n_head}/{n_kv} heads, window {window:?}: waves");
-                if window.is_none() {
-                    let reference: Vec<f32> = seqs
-                        .iter()
-                        .flat_map(|s| attend_reference(s.q, s.kv, s.len, s.pos0, n_head, 0.125))
-                        .collect();
-                    assert!(same(&together, &reference), "{n_head}/{n_kv} heads: reference");
-                }
+                let reference: Vec<f32> = seqs
+                    .iter()
+                    .flat_map(|s| attend_reference(s.q, s.kv, s.len, s.pos0, n_head, 0.125, window))
+                    .collect();
+                assert!(same(&together, &reference), "{n_head}/{n_kv} heads, window {window:?}: reference");
             }
         }
     }
