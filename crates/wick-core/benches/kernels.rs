@@ -159,7 +159,7 @@ fn attention_prefill(c: &mut Criterion) {
     let mut seq = pool.new_seq();
     pool.reserve(&mut seq, t).unwrap();
     let (k, v) = (values(1, t * n_kv * hd), values(2, t * n_kv * hd));
-    pool.write(0, &seq, 0, &k, &v).unwrap();
+    pool.write_many(0, &[KvWrite { seq: &seq, pos0: 0, k: &k, v: &v }]).unwrap();
     let view = pool.view(0, &seq).unwrap();
     let q = values(3, len * n_head * hd);
     let step = [SeqAttn { q: &q, kv: &view, len, pos0 }];

@@ -20,6 +20,34 @@ unsafe fn halve(a: __m512) -> __m256 {
     _mm256_add_ps(_mm512_extractf32x8_ps::<1>(a), _mm512_castps512_ps256(a))
 }
 
+/// The first two levels of `reduce16` for four accumulators at once (halves, then quarters):
+/// dot `u`'s four partial sums in lanes `4u..4u + 4`.
+#[inline(always)]
+unsafe fn quarters4(a: &[__m512; 4]) -> __m512 {
+    // Lanes i + (i + 8) of two accumulators side by side: [a.lo + a.hi | b.lo + b.hi].
+    let pair = |a: __m512, b: __m512| {
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b))
+    };
+    let (p, q) = (pair(a[0], a[1]), pair(a[2], a[3]));
+    // Lanes i + (i + 4) of each of the four.
+    _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(p, q), _mm512_shuffle_f32x4::<0xDD>(p, q))
+}
+
+/// `reduce16` of sixteen accumulators from their `quarters4` (dots `4k..4k + 4` in `r[k]`):
+/// pairs, then the last level; dot `i` in lane `i`.
+#[inline(always)]
+unsafe fn finish16(r: &[__m512; 4]) -> __m512 {
+    // Within each 128-bit lane: lanes i + (i + 2), then 0 + 1.
+    let pairs = |a: __m512, b: __m512| {
+        _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b))
+    };
+    let (t, u) = (pairs(r[0], r[1]), pairs(r[2], r[3]));
+    let sums = _mm512_add_ps(_mm512_shuffle_ps::<0x88>(t, u), _mm512_shuffle_ps::<0xDD>(t, u));
+    // Lane 4j + m holds dot j + 4m.
+    let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_permutexvar_ps(order, sums)
+}
+
 /// `reduce16` of sixteen accumulators from each one's `halve`: quarters, then pairs (all
 /// additions between the same operands as the scalar tree).
 #[inline(always)]
@@ -66,7 +94,7 @@ pub unsafe fn kq16_tile<const Q: usize>(
 ) -> [[f32; 16]; Q] {
     let hd = qs[0].len();
     let keys = kv.keys(g, t0, 16).as_ptr();
-    let mut halves = Halves::<Q>::new();
+    let mut quarters = [[_mm512_setzero_ps(); 4]; Q];
     for k0 in (0..16).step_by(4) {
         let mut acc = [[_mm512_setzero_ps(); Q]; 4];
         for c in (0..hd).step_by(16) {
@@ -80,13 +108,15 @@ pub unsafe fn kq16_tile<const Q: usize>(
                 }
             }
         }
-        for (u, a) in acc.iter().enumerate() {
-            for (qi, &a) in a.iter().enumerate() {
-                halves.set1(qi, k0 + u, a);
-            }
+        for qi in 0..Q {
+            quarters[qi][k0 / 4] = quarters4(&[acc[0][qi], acc[1][qi], acc[2][qi], acc[3][qi]]);
         }
     }
-    halves.reduce()
+    std::array::from_fn(|qi| {
+        let mut out = [0f32; 16];
+        _mm512_storeu_ps(out.as_mut_ptr(), finish16(&quarters[qi]));
+        out
+    })
 }
 
 /// Several new tokens' outputs `d0..d0 + 16` of Σ_t p[t]·V[t] over positions `0..n` for `Q`
@@ -104,7 +134,7 @@ pub unsafe fn pv16_tile<const Q: usize>(
 ) -> [[f32; 16]; Q] {
     const { assert!(BLOCK_SIZE.is_multiple_of(16)) };
     let n = ps[0].len();
-    let mut halves = Halves::<Q>::new();
+    let mut quarters = [[_mm512_setzero_ps(); 4]; Q];
     for i0 in (0..16).step_by(4) {
         let mut acc = [[_mm512_setzero_ps(); Q]; 4];
         for j in 0..n.div_ceil(BLOCK_SIZE) {
@@ -136,13 +166,15 @@ pub unsafe fn pv16_tile<const Q: usize>(
                 }
             }
         }
-        for (u, a) in acc.iter().enumerate() {
-            for (qi, &a) in a.iter().enumerate() {
-                halves.set1(qi, i0 + u, a);
-            }
+        for qi in 0..Q {
+            quarters[qi][i0 / 4] = quarters4(&[acc[0][qi], acc[1][qi], acc[2][qi], acc[3][qi]]);
         }
     }
-    halves.reduce()
+    std::array::from_fn(|qi| {
+        let mut out = [0f32; 16];
+        _mm512_storeu_ps(out.as_mut_ptr(), finish16(&quarters[qi]));
+        out
+    })
 }
 
 /// (a0+a2)+(a1+a3); `Halves` finishes the tree.
@@ -162,11 +194,7 @@ impl<const H: usize> Halves<H> {
     }
     #[inline(always)]
     unsafe fn set(&mut self, h: usize, i: usize, a: &[__m512; 4]) {
-        self.set1(h, i, fold(a));
-    }
-    #[inline(always)]
-    unsafe fn set1(&mut self, h: usize, i: usize, a: __m512) {
-        self.0[h][i].write(halve(a));
+        self.0[h][i].write(halve(fold(a)));
     }
     /// Safety: `set` was called for every (head, dot).
     #[inline(always)]
