@@ -366,9 +366,15 @@ pub(crate) fn attend_many_in(
                             let qi = c0 + k;
                             let (lo, hi) = (t0(qi), t_len(qi));
                             let wq = &mut w[qi * row + t..][..16];
-                            for (l, v) in s.iter().enumerate() {
-                                if (lo..hi).contains(&(t + l)) {
-                                    wq[l] = v * scale;
+                            if lo <= t && t + 16 <= hi {
+                                for (wl, v) in wq.iter_mut().zip(s) {
+                                    *wl = v * scale;
+                                }
+                            } else {
+                                for (l, v) in s.iter().enumerate() {
+                                    if (lo..hi).contains(&(t + l)) {
+                                        wq[l] = v * scale;
+                                    }
                                 }
                             }
                         }
