@@ -16,7 +16,7 @@
 //! by row), products `e·w` rounded, then summed in slot order.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
@@ -29,9 +29,13 @@ use crate::kernels::cpu::expf;
 use crate::kernels::cpu::feats::fast;
 use crate::kernels::cpu::float_dots::{dot_single, dot_tiled};
 use crate::kernels::PackedWeight;
+use crate::runtime::pool;
 
 /// llama.cpp's clamp on the sum of the selected weights (smallest normal f16).
 const MIN_WEIGHT_SUM: f32 = 6.103_515_6e-5;
+
+/// Rows per expert up to which a step's experts run one per task (`Moe::experts_one_pass`).
+const FUSED_ROWS: usize = 4;
 
 struct Expert {
     gate: Linear,
@@ -186,8 +190,62 @@ impl Moe {
         self.bias.len()
     }
 
-    /// The selected experts on panels: every expert's gate/up in one pool pass, SwiGLU per
-    /// expert, every down in a second pass. `members[e]`: expert e's (token, slot) pairs;
+    /// Decode-sized steps: one pool pass, a task per expert running its gate/up, SwiGLU and
+    /// down alone (a task's own passes run inline): one fork-join per layer instead of two, and
+    /// no serial SwiGLU between them. The same tiles on the same rows, so the same bits.
+    fn experts_one_pass<'a>(
+        ex: &[PackedExpert],
+        active: &[usize],
+        inputs: &[Vec<f32>],
+        rows: impl Fn(usize) -> &'a [RowPos] + Sync,
+    ) -> Result<Vec<Vec<f32>>> {
+        let one = |k: usize| -> Result<Vec<f32>> {
+            let (e, rows) = (active[k], rows(active[k]));
+            let h = match ex[e].gate_up.matmul_parts(&inputs[k], rows)?.as_slice() {
+                [g, u] => expf::swiglu(g, u, ex[e].down.dims().1),
+                _ => return Err(WickError::Internal("moe: gate and up expected".into())),
+            };
+            ex[e].down.matmul(&h, rows)
+        };
+        let slots: Vec<Mutex<Option<Result<Vec<f32>>>>> = active.iter().map(|_| Mutex::new(None)).collect();
+        pool::run(active.len(), &|k| *slots[k].lock().unwrap_or_else(|p| p.into_inner()) = Some(one(k)));
+        slots
+            .into_iter()
+            .map(|s| {
+                s.into_inner()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or_else(|| Err(WickError::Internal("moe: an expert did not run".into())))
+            })
+            .collect()
+    }
+
+    /// Larger steps: every expert's gate/up in one pass over all their panels, SwiGLU per
+    /// expert, every down in a second pass (the panels, not the experts, split over the threads).
+    fn experts_two_passes<'a>(
+        ex: &[PackedExpert],
+        active: &[usize],
+        inputs: &[Vec<f32>],
+        rows: impl Fn(usize) -> &'a [RowPos],
+    ) -> Result<Vec<Vec<f32>>> {
+        let calls: Vec<(&PackedWeight, &[f32], &[RowPos])> =
+            active.iter().zip(inputs).map(|(&e, x)| (&ex[e].gate_up, x.as_slice(), rows(e))).collect();
+        let gate_up = PackedWeight::matmul_many(&calls)?;
+        let hs: Vec<Vec<f32>> = gate_up
+            .iter()
+            .zip(active)
+            .map(|(parts, &e)| match parts.as_slice() {
+                // Rows of the expert width (the down weight's input width).
+                [g, u] => Ok(expf::swiglu(g, u, ex[e].down.dims().1)),
+                _ => Err(WickError::Internal("moe: gate and up expected".into())),
+            })
+            .collect::<Result<_>>()?;
+        let calls: Vec<(&PackedWeight, &[f32], &[RowPos])> =
+            active.iter().zip(&hs).map(|(&e, h)| (&ex[e].down, h.as_slice(), rows(e))).collect();
+        Ok(PackedWeight::matmul_many(&calls)?.into_iter().map(|mut y| y.pop().unwrap_or_default()).collect())
+    }
+
+    /// The selected experts on panels (one pass for a decode-sized step, two otherwise).
+    /// `members[e]`: expert e's (token, slot) pairs;
     /// their output rows go to `outs[token][slot]`.
     fn run_packed(
         &self,
@@ -205,28 +263,12 @@ impl Moe {
             .iter()
             .map(|&e| members[e].iter().flat_map(|&(t, _)| xs[t * d..(t + 1) * d].iter().copied()).collect())
             .collect();
-        let calls: Vec<(&PackedWeight, &[f32], &[RowPos])> = active
-            .iter()
-            .zip(&inputs)
-            .map(|(&e, x)| (&ex[e].gate_up, x.as_slice(), &single[..members[e].len()]))
-            .collect();
-        let gate_up = PackedWeight::matmul_many(&calls)?;
-        let hs: Vec<Vec<f32>> = gate_up
-            .iter()
-            .map(|parts| match parts.as_slice() {
-                // Rows of the expert width (the down weight's input width).
-                [g, u] => Ok(expf::swiglu(g, u, ex[0].down.dims().1)),
-                _ => Err(WickError::Internal("moe: gate and up expected".into())),
-            })
-            .collect::<Result<_>>()?;
-        let calls: Vec<(&PackedWeight, &[f32], &[RowPos])> = active
-            .iter()
-            .zip(&hs)
-            .map(|(&e, h)| (&ex[e].down, h.as_slice(), &single[..members[e].len()]))
-            .collect();
-        let downs = PackedWeight::matmul_many(&calls)?;
-        for (&e, mut y) in active.iter().zip(downs) {
-            let y = y.pop().unwrap_or_default();
+        let downs = if most <= FUSED_ROWS && active.len() >= pool::global().threads() {
+            Self::experts_one_pass(ex, &active, &inputs, |e| &single[..members[e].len()])?
+        } else {
+            Self::experts_two_passes(ex, &active, &inputs, |e| &single[..members[e].len()])?
+        };
+        for (&e, y) in active.iter().zip(downs) {
             for (i, &(t, slot)) in members[e].iter().enumerate() {
                 outs[t][slot] = Some(y[i * d..(i + 1) * d].to_vec());
             }
