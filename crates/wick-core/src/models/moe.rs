@@ -172,7 +172,11 @@ impl Moe {
             || {
                 for (p, w) in probs.iter_mut().zip(self.router.chunks_exact(d)) {
                     let (a, b) = (|i: usize| w[i], |i: usize| x[i]);
-                    let l = if several && d.is_multiple_of(16) { dot_tiled(d, a, b) } else { dot_single(d, a, b) };
+                    let l = if several && d.is_multiple_of(16) {
+                        dot_tiled(d, a, b)
+                    } else {
+                        dot_single(d, a, b)
+                    };
                     *p = 1.0f32 / (1.0f32 + (-l).exp());
                 }
             },

@@ -382,16 +382,9 @@ fn run_jobs(jobs: &[Job<'_>]) {
         starts.push(starts.last().copied().unwrap_or(0) + a.len());
     }
     let total = starts.last().copied().unwrap_or(0);
-    let threads = pool::global().threads();
-    // One-row (decode) passes stream: two tasks per thread, each a long contiguous run the
-    // prefetcher follows, decode 5–8 % faster at 2 threads than eight (LFM2-350M Q4_0 and
-    // Q4_K_M, the MoE). Multi-row tiles are compute-bound: eight tasks per thread, so the
-    // last one leaves the other cores idle for at most an eighth of a share.
-    let per_thread = if jobs.iter().all(|j| j.m == 1) { 2 } else { 8 };
-    let tasks = if threads == 1 { 1 } else { threads * per_thread };
-    let per = total.div_ceil(tasks).max(1);
-    pool::run(total.div_ceil(per), &|t| {
-        let (lo, hi) = (t * per, ((t + 1) * per).min(total));
+    let bounds = task_bounds(total, pool::global().threads(), jobs.iter().all(|j| j.m == 1));
+    pool::run(bounds.len() - 1, &|t| {
+        let (lo, hi) = (bounds[t], bounds[t + 1]);
         for (i, job) in jobs.iter().enumerate() {
             let (a, b) = (lo.max(starts[i]), hi.min(starts[i + 1]));
             if a < b {
@@ -399,6 +392,28 @@ fn run_jobs(jobs: &[Job<'_>]) {
             }
         }
     });
+}
+
+/// Where a pass's tasks start and end over `total` panels.
+/// - One-row (decode) passes stream: long contiguous runs the prefetcher follows, shrinking as
+///   the pass goes (a quarter of what is left per thread pair, down to a sixteenth of the pass
+///   per thread), so the thread that finishes first takes small pieces instead of waiting out
+///   a long last task. Eight equal tasks per thread were 5–8 % slower than two at 2 threads;
+///   two equal ones left a helper idle for a quarter of its time (MoE decode profile).
+/// - Multi-row tiles are compute-bound: eight equal tasks per thread, so the last one leaves
+///   the other cores idle for at most an eighth of a share.
+fn task_bounds(total: usize, threads: usize, one_row: bool) -> Vec<usize> {
+    if threads == 1 {
+        return vec![0, total];
+    }
+    let mut bounds = vec![0];
+    let (mut at, min) = (0, total.div_ceil(8 * threads).max(1));
+    while at < total {
+        let size = if one_row { (total - at).div_ceil(2 * threads).max(min) } else { min };
+        at = (at + size).min(total);
+        bounds.push(at);
+    }
+    bounds
 }
 
 #[cfg(test)]
