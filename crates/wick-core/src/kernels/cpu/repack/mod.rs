@@ -403,7 +403,7 @@ fn run_jobs(jobs: &[Job<'_>]) {
 /// - Multi-row tiles are compute-bound: eight equal tasks per thread, so the last one leaves
 ///   the other cores idle for at most an eighth of a share.
 fn task_bounds(total: usize, threads: usize, one_row: bool) -> Vec<usize> {
-    if threads == 1 {
+    if threads == 1 && total > 0 {
         return vec![0, total];
     }
     let mut bounds = vec![0];
@@ -422,6 +422,31 @@ mod tests {
     use crate::kernels::cpu::feats::detected;
     use crate::kernels::cpu::matmul;
     use candle_core::{Device, Tensor};
+
+    #[test]
+    fn task_bounds_cover_every_panel_once() {
+        for total in [0usize, 1, 3, 16, 100, 4099] {
+            for threads in [1usize, 2, 16] {
+                for one_row in [true, false] {
+                    let b = task_bounds(total, threads, one_row);
+                    assert_eq!((b[0], *b.last().unwrap()), (0, total), "{total}/{threads}/{one_row}");
+                    assert!(b.windows(2).all(|w| w[0] < w[1]), "empty task: {b:?}");
+                    let sizes: Vec<usize> = b.windows(2).map(|w| w[1] - w[0]).collect();
+                    if one_row && threads > 1 {
+                        // Shrinking, but never below a sixteenth of the pass per thread pair
+                        // (bar the remainder at the end).
+                        assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "{sizes:?}");
+                        let min = total.div_ceil(8 * threads).max(1);
+                        assert!(
+                            sizes[..sizes.len().saturating_sub(1)].iter().all(|&s| s >= min),
+                            "{sizes:?}"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(task_bounds(100, 1, true), vec![0, 100]);
+    }
 
     fn random(seed: u32, len: usize) -> Vec<f32> {
         let mut s = seed;
