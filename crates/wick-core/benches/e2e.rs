@@ -22,7 +22,7 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
 }
 
 fn stats(v: &mut [f64]) -> (f64, f64, f64) {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v.sort_by(f64::total_cmp);
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 

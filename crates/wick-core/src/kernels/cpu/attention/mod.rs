@@ -129,6 +129,11 @@ const SCRATCH_BYTES: usize = 8 << 20;
 /// token and head before, 3/4 of its prefill time).
 const TILE: usize = 8;
 
+/// Scratch that one wave of tiles may hold in all (a tile's scores and weights are its queries ×
+/// its positions): past it tiles shrink, so a 128k-token prompt on 16 threads holds what one-token
+/// tasks held (128 MB) rather than eight times that.
+const TILE_SCRATCH_BYTES: usize = 64 << 20;
+
 /// `attend` for every sequence of a step at once: one pass over the pool with a task per
 /// (sequence, tile of new tokens, KV head), so that a step of many one-token sequences keeps
 /// both cores busy. Returns the sequences' outputs one after another (`[Σ len, n_head·hd]`).
@@ -155,9 +160,18 @@ pub(crate) fn attend_many_in(
     let wide_tiles = false;
     // Tokens per task of each sequence: a tile in the multi-token AVX-512 path (smaller when a
     // short prompt would otherwise leave threads without work), one otherwise.
+    let longest = seqs.iter().map(|s| s.pos0 + s.len).max().unwrap_or(0).div_ceil(16) * 16;
+    let per_token = group * (hd + 2 * longest);
+    let most = TILE_SCRATCH_BYTES / 4 / (4 * threads) / per_token.max(1);
     let tile: Vec<usize> = seqs
         .iter()
-        .map(|s| if s.len > 1 && wide_tiles { (s.len * n_kv / (4 * threads)).clamp(1, TILE) } else { 1 })
+        .map(|s| {
+            if s.len > 1 && wide_tiles {
+                (s.len * n_kv / (4 * threads)).min(most).clamp(1, TILE)
+            } else {
+                1
+            }
+        })
         .collect();
     // Task index where each sequence's tasks (one per tile and KV head) start, and the output
     // row of its first token.
@@ -174,8 +188,7 @@ pub(crate) fn attend_many_in(
     let op = SyncPtr(out.as_mut_ptr());
     // Every task's scratch, in one allocation: q (as f16, the cache's dot type in ggml), the
     // scores and the weights of each of its queries; each part is written before use.
-    let longest = seqs.iter().map(|s| s.pos0 + s.len).max().unwrap_or(0).div_ceil(16) * 16;
-    let per_task = tile.iter().max().unwrap_or(&1) * group * (hd + 2 * longest);
+    let per_task = tile.iter().max().unwrap_or(&1) * per_token;
     // Tasks run in waves that share one scratch slot each: a scratch per task would be
     // len² · n_kv · group values for a long prompt in one pass (34 GB at 16k tokens of LFM2-350M).
     let wave = (scratch_bytes / 4 / per_task.max(1)).max(4 * threads).clamp(1, n_tasks.max(1));
