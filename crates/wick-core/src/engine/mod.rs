@@ -238,8 +238,9 @@ impl Engine {
             threads,
             vision: vision.is_some(),
         };
-        drop(gguf); // weights now live in the model's tensors; release the map
-                    // The load's scratch (candle copies, the tokenizer thread's arena) goes back too.
+        // The weights now live in the model's tensors: release the map, and the load's scratch
+        // (candle copies, the tokenizer thread's arena) with it.
+        drop(gguf);
         crate::runtime::alloc::release_freed_memory();
         let metrics = Arc::new(Metrics::default());
         metrics.kv_block_size.store(BLOCK_SIZE, Ordering::Relaxed);

@@ -16,7 +16,7 @@
 //! by row), products `e·w` rounded, then summed in slot order.
 
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
@@ -205,22 +205,29 @@ impl Moe {
     ) -> Result<Vec<Vec<f32>>> {
         let one = |k: usize| -> Result<Vec<f32>> {
             let (e, rows) = (active[k], rows(active[k]));
-            let h = match ex[e].gate_up.matmul_parts(&inputs[k], rows)?.as_slice() {
-                [g, u] => expf::swiglu(g, u, ex[e].down.dims().1),
-                _ => return Err(WickError::Internal("moe: gate and up expected".into())),
-            };
+            let h = Self::swiglu_of(&ex[e], &ex[e].gate_up.matmul_parts(&inputs[k], rows)?)?;
             ex[e].down.matmul(&h, rows)
         };
-        let slots: Vec<Mutex<Option<Result<Vec<f32>>>>> = active.iter().map(|_| Mutex::new(None)).collect();
-        pool::run(active.len(), &|k| *slots[k].lock().unwrap_or_else(|p| p.into_inner()) = Some(one(k)));
+        let slots: Vec<OnceLock<Result<Vec<f32>>>> = active.iter().map(|_| OnceLock::new()).collect();
+        pool::run(active.len(), &|k| {
+            let _ = slots[k].set(one(k));
+        });
         slots
             .into_iter()
             .map(|s| {
                 s.into_inner()
-                    .unwrap_or_else(|p| p.into_inner())
                     .unwrap_or_else(|| Err(WickError::Internal("moe: an expert did not run".into())))
             })
             .collect()
+    }
+
+    /// SwiGLU of an expert's gate and up outputs: rows of the expert width (the down weight's
+    /// input width).
+    fn swiglu_of(ex: &PackedExpert, gate_up: &[Vec<f32>]) -> Result<Vec<f32>> {
+        match gate_up {
+            [g, u] => Ok(expf::swiglu(g, u, ex.down.dims().1)),
+            _ => Err(WickError::Internal("moe: gate and up expected".into())),
+        }
     }
 
     /// Larger steps: every expert's gate/up in one pass over all their panels, SwiGLU per
@@ -237,11 +244,7 @@ impl Moe {
         let hs: Vec<Vec<f32>> = gate_up
             .iter()
             .zip(active)
-            .map(|(parts, &e)| match parts.as_slice() {
-                // Rows of the expert width (the down weight's input width).
-                [g, u] => Ok(expf::swiglu(g, u, ex[e].down.dims().1)),
-                _ => Err(WickError::Internal("moe: gate and up expected".into())),
-            })
+            .map(|(parts, &e)| Self::swiglu_of(&ex[e], parts))
             .collect::<Result<_>>()?;
         let calls: Vec<(&PackedWeight, &[f32], &[RowPos])> =
             active.iter().zip(&hs).map(|(&e, h)| (&ex[e].down, h.as_slice(), rows(e))).collect();

@@ -136,7 +136,9 @@ pub fn has_avx512bf16() -> bool {
 }
 
 /// `f()`, compiled with AVX2/FMA/F16C where the CPU has them. Keep `f`'s hot helpers
-/// `#[inline]` so they are compiled into that copy.
+/// `#[inline]` so they are compiled into that copy, and write its hot loops as loops: an
+/// iterator adapter (`map`, `fold`, …) is a generic function compiled outside that copy, where
+/// `f32::mul_add` is a call to the software `fmaf` (the MoE router spent a fifth of a prefill so).
 #[inline(always)]
 pub fn fast<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]

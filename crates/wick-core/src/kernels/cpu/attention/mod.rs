@@ -98,6 +98,23 @@ fn prefetch(data: &[f16]) {
     }
 }
 
+/// Sixteen scores `s` of positions `t..t + 16` into `w` (the row's slice from `t`), scaled; those
+/// outside the query's positions `lo..hi` stay masked.
+#[inline(always)]
+fn put_scores(w: &mut [f32], s: &[f32; 16], t: usize, (lo, hi): (usize, usize), scale: f32) {
+    if lo <= t && t + 16 <= hi {
+        for (wl, v) in w[..16].iter_mut().zip(s) {
+            *wl = v * scale;
+        }
+    } else {
+        for (l, v) in s.iter().enumerate() {
+            if (lo..hi).contains(&(t + l)) {
+                w[l] = v * scale;
+            }
+        }
+    }
+}
+
 /// One sequence's part of a layer's attention: its new tokens' queries `[len, n_head, hd]`
 /// for positions `pos0..pos0+len`, and its paged KV (already holding those positions).
 pub struct SeqAttn<'a> {
@@ -229,7 +246,8 @@ pub(crate) fn attend_many_in(
                 w.fill(f32::NEG_INFINITY);
                 // Sixteen positions at a time from a multiple of 16 (those before t0 stay masked).
                 let mut t = t0 & !15;
-                // Kernel results for up to four heads (set once: the kernels fill what is read).
+                // Kernel results for up to four heads, sized for `by_count!`'s widest arm (set
+                // once: the kernels fill what is read).
                 #[cfg(target_arch = "x86_64")]
                 let (mut scores, mut outs) = ([[0f32; 16]; 6], [[0f32; 16]; 6]);
                 #[cfg(target_arch = "x86_64")]
@@ -256,12 +274,7 @@ pub(crate) fn attend_many_in(
                                 )
                             };
                             for (k, s) in scores.iter().take(hs.len()).enumerate() {
-                                let wk = &mut w[(4 * c + k) * padded + t..][..16];
-                                for (l, v) in s.iter().enumerate().take(t_len - t) {
-                                    if t + l >= t0 {
-                                        wk[l] = v * scale;
-                                    }
-                                }
+                                put_scores(&mut w[(4 * c + k) * padded + t..], s, t, (t0, t_len), scale);
                             }
                         }
                         t += 16;
@@ -377,19 +390,7 @@ pub(crate) fn attend_many_in(
                         unsafe { by_count!(avx512::kq16_tile, n, |k: usize| qs(c0 + k), block, kv, g, t) };
                         for (k, s) in block.iter().take(n).enumerate() {
                             let qi = c0 + k;
-                            let (lo, hi) = (t0(qi), t_len(qi));
-                            let wq = &mut w[qi * row + t..][..16];
-                            if lo <= t && t + 16 <= hi {
-                                for (wl, v) in wq.iter_mut().zip(s) {
-                                    *wl = v * scale;
-                                }
-                            } else {
-                                for (l, v) in s.iter().enumerate() {
-                                    if (lo..hi).contains(&(t + l)) {
-                                        wq[l] = v * scale;
-                                    }
-                                }
-                            }
+                            put_scores(&mut w[qi * row + t..], s, t, (t0(qi), t_len(qi)), scale);
                         }
                     }
                     t += 16;
