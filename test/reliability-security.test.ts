@@ -15,6 +15,7 @@ import { createApp } from "../ts/server/app.ts";
 import { toApiError, toOllamaError } from "../ts/server/errors.ts";
 import { fixture, needs, repoRoot } from "./helpers/assets.ts";
 import { BIN } from "./helpers/cli.ts";
+import { ended } from "./helpers/process.ts";
 import { freePort, startServer } from "./helpers/server.ts";
 import { send, startStoreServer } from "./helpers/store-server.ts";
 
@@ -183,7 +184,8 @@ async function serveChild(args: string[], run: (url: string) => Promise<void>): 
   let stdout = "";
   let stderr = "";
   child.stdout!.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-  const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+  // The exit code once every line the child wrote has been read (the test reads them after).
+  const exited = ended(child).then(({ code }) => code);
   try {
     const url = await new Promise<string>((resolve, reject) => {
       child.stderr!.setEncoding("utf8").on("data", (d: string) => {

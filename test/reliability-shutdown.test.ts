@@ -10,6 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { fixture, needs, repoRoot } from "./helpers/assets.ts";
 import { BIN } from "./helpers/cli.ts";
+import { ended, type Ended } from "./helpers/process.ts";
 import { freePort } from "./helpers/server.ts";
 
 const { path: tiny, serial } = needs(fixture("tiny-llama-q8_0.gguf"));
@@ -17,7 +18,8 @@ const { path: tiny, serial } = needs(fixture("tiny-llama-q8_0.gguf"));
 interface Served {
   child: ChildProcess;
   url: string;
-  exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** The exit, once every line the child wrote has been read. */
+  exit: Promise<Ended>;
   stdout: () => string;
   stderr: () => string;
   /** The JSON log lines on stdout. */
@@ -36,7 +38,7 @@ async function serve(args: string[]): Promise<Served> {
   let out = "";
   let err = "";
   child.stdout!.setEncoding("utf8").on("data", (d: string) => (out += d));
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  const exit = ended(child);
   const url = await new Promise<string>((resolve, reject) => {
     child.stderr!.setEncoding("utf8").on("data", (d: string) => {
       err += d;
@@ -92,6 +94,21 @@ async function openStream(url: string, maxTokens: number) {
   return { status: res.status, rest };
 }
 
+/** Waits (up to a minute) until the server's gauge shows `n` requests running. */
+async function running(url: string, n: number): Promise<boolean> {
+  let seen = -1;
+  const poll = async () => {
+    const page = await (await fetch(`${url}/metrics`)).text();
+    seen = Number(/^wick:num_requests_running(?:\{[^}]*\})? (\S+)$/m.exec(page)?.[1] ?? -1);
+  };
+  await poll();
+  for (let i = 0; i < 600 && seen !== n; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    await poll();
+  }
+  return seen === n;
+}
+
 /** Whether a new TCP connection to `url` is refused. */
 async function refused(url: string): Promise<boolean> {
   try {
@@ -136,8 +153,8 @@ serial("SIGINT past --shutdown-timeout: the stream in flight ends with a shuttin
       method: "POST",
       body: JSON.stringify({ model: "m", prompt: "Go on.", raw: true, stream: false, options: { num_predict: 30_000 } }),
     });
-    // Both run before the signal.
-    await new Promise((r) => setTimeout(r, 300));
+    // Both run before the signal (a fixed sleep would not say so on a loaded machine).
+    t.true(await running(s.url, 2), "both requests run before the signal");
     s.child.kill("SIGINT");
     const res = await whole;
     t.is(res.status, 503);

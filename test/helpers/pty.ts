@@ -5,6 +5,7 @@
  * Ctrl-D "\x04", arrow up "\x1b[A") and reads the screen's byte stream.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { ended } from "./process.ts";
 
 const RELAY = String.raw`
 import fcntl, os, pty, select, struct, sys, termios
@@ -45,8 +46,10 @@ export interface Pty {
   raw(): string;
   /** Waits until `pattern` shows at or after `from` (a screen() offset); resolves with the offset just past it. */
   waitFor(pattern: string | RegExp, opts?: { from?: number; timeoutMs?: number }): Promise<number>;
-  /** The exit code (128 + n for signal n). */
+  /** The exit code (128 + n for signal n), once all the output has been read. */
   exited: Promise<number | null>;
+  /** Whether `exited` has settled: nothing more will show on the screen. */
+  gone(): boolean;
   /** Ends the command and its terminal (a test that failed half-way). */
   kill(): void;
 }
@@ -69,13 +72,19 @@ export function spawnPty(command: string, args: string[], opts: { cwd?: string; 
   let raw = "";
   child.stdout!.setEncoding("utf8");
   child.stdout!.on("data", (d: string) => (raw += d));
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  // After the exit, the screen holds everything the child drew.
+  let isGone = false;
+  const exited = ended(child).then(({ code }) => {
+    isGone = true;
+    return code;
+  });
   return {
     child,
     type: (keys) => void child.stdin!.write(keys),
     screen: () => plain(raw),
     raw: () => raw,
     exited,
+    gone: () => isGone,
     kill: () => {
       if (child.exitCode === null) child.stdin!.end();
       if (child.exitCode === null) child.kill("SIGKILL");
@@ -87,7 +96,7 @@ export function spawnPty(command: string, args: string[], opts: { cwd?: string; 
         const m = typeof pattern === "string" ? (text.includes(pattern) ? { index: text.indexOf(pattern), 0: pattern } : null) : pattern.exec(text);
         if (m) return from + m.index + m[0].length;
         if (Date.now() > deadline) throw new Error(`timed out waiting for ${String(pattern)}; the screen from ${from}:\n${text.slice(-3000)}`);
-        if (child.exitCode !== null) throw new Error(`exited ${child.exitCode} before ${String(pattern)} showed; the screen from ${from}:\n${text.slice(-3000)}`);
+        if (isGone) throw new Error(`exited ${child.exitCode} before ${String(pattern)} showed; the screen from ${from}:\n${text.slice(-3000)}`);
         await new Promise((r) => setTimeout(r, 20));
       }
     },
@@ -101,7 +110,7 @@ export async function prompt(p: Pty, from: number, timeoutMs = 60_000): Promise<
     const s = p.screen();
     if (s.endsWith(">>> ") && s.length - 4 >= from) return s.length;
     if (Date.now() > deadline) throw new Error(`no prompt after ${from}; the screen:\n${s.slice(-2000)}`);
-    if (p.child.exitCode !== null) throw new Error(`exited ${p.child.exitCode}; the screen:\n${s.slice(-2000)}`);
+    if (p.gone()) throw new Error(`exited ${p.child.exitCode}; the screen:\n${s.slice(-2000)}`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }
