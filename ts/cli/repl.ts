@@ -14,26 +14,10 @@ import readline from "node:readline";
 import { parseParameters } from "../store/modelfile.ts";
 import { defaultHome } from "../store/store.ts";
 import { chatTurn, expand, extractImagePaths, formatStats, noVision, preload, readImages, type ChatMessage } from "./chat.ts";
-import type { WickClient } from "./client.ts";
 import { CliError } from "./errors.ts";
-import { chatRequest, showOrPull } from "./run.ts";
 import { HELP, HELP_KEYS, HELP_PARAMETER, HELP_SET, HELP_SHOW } from "./repl-help.ts";
-import { describeStored, type ShowAnswer } from "./show.ts";
-
-export interface Session {
-  client: WickClient;
-  model: string;
-  info: ShowAnswer;
-  /** Request options set by flags and /set parameter. */
-  options: Record<string, unknown>;
-  system?: string;
-  format?: string;
-  keepAlive?: string;
-  verbose: boolean;
-  messages: ChatMessage[];
-  /** Image paths waiting for the next message (--image, /image without a question). */
-  images: string[];
-}
+import { chatRequest, showOrPull, type Session } from "./session.ts";
+import { describeStored } from "./show.ts";
 
 /** Lines from readline one at a time; null once the input closes (Ctrl-D). */
 class LineReader {

@@ -8,12 +8,10 @@
 import path from "node:path";
 import { connect } from "./autostart.ts";
 import { chatTurn, extractImagePaths, formatStats, noVision, preload, readImages, type ChatMessage } from "./chat.ts";
-import type { WickClient } from "./client.ts";
-import { ApiError, CliError } from "./errors.ts";
+import { CliError } from "./errors.ts";
 import type { RunFlags } from "./flags.ts";
-import { isHubRef, pullModel } from "./models.ts";
-import { repl, type Session } from "./repl.ts";
-import type { ShowAnswer } from "./show.ts";
+import { repl } from "./repl.ts";
+import { chatRequest, showOrPull, type Session } from "./session.ts";
 
 export async function run(model: string, promptArgs: string[], flags: RunFlags): Promise<void> {
   // `wick run m "x" | head -1`: a closed pipe ends the command quietly.
@@ -45,17 +43,6 @@ export async function run(model: string, promptArgs: string[], flags: RunFlags):
   }
 }
 
-/** The model's /api/show answer; a hub reference the store lacks is pulled first (with progress). */
-export async function showOrPull(client: WickClient, model: string): Promise<ShowAnswer> {
-  try {
-    return await client.json<ShowAnswer>("POST", "/api/show", { model });
-  } catch (err) {
-    if (!(err instanceof ApiError && err.status === 404)) throw err;
-    if (!isHubRef(model)) throw new CliError(`model '${model}' not found: 'wick list' shows the store; 'wick pull hf.co/org/repo[:quant]' or 'wick create ${model} -f Modelfile' adds one`);
-  }
-  await pullModel(client, model);
-  return client.json<ShowAnswer>("POST", "/api/show", { model });
-}
 
 /** The run flags as Ollama request options (only those given: the Modelfile's stay the defaults). */
 export function requestOptions(f: RunFlags): Record<string, unknown> {
@@ -75,16 +62,6 @@ export function requestOptions(f: RunFlags): Record<string, unknown> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
 }
 
-/** The request of one turn: the session's system message, history, options and format. */
-export function chatRequest(s: Session, messages: ChatMessage[]) {
-  return {
-    model: s.model,
-    messages: s.system !== undefined ? [{ role: "system" as const, content: s.system }, ...messages] : messages,
-    ...(Object.keys(s.options).length ? { options: s.options } : {}),
-    ...(s.format ? { format: s.format } : {}),
-    ...(s.keepAlive !== undefined ? { keep_alive: s.keepAlive } : {}),
-  };
-}
 
 /** Ollama's non-interactive run: stdin, then the prompt words, joined by spaces; an empty prompt only loads the model. */
 async function oneShot(s: Session, parts: (string | undefined)[]): Promise<void> {

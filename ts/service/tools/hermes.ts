@@ -3,7 +3,7 @@
  * object per block. Qwen2.5 and Qwen3 templates put a newline on each side of the object; JSON
  * allows that whitespace, so no trimming is needed.
  */
-import type { ToolCall } from "./index.ts";
+import type { ToolCall } from "./types.ts";
 
 export const HERMES_START = "<tool_call>";
 export const HERMES_END = "</tool_call>";

@@ -12,33 +12,9 @@
  */
 import { formatHermesBlock, HERMES_END, HERMES_START, parseHermesBlock } from "./hermes.ts";
 import { formatLfm2Block, LFM2_END, LFM2_START, parseLfm2Block } from "./lfm2.ts";
+import type { ParseResult, ToolCall, ToolParser, ToolParserName } from "./types.ts";
 
-export interface ToolCall {
-  name: string;
-  arguments: Record<string, unknown>;
-}
-
-export interface ParseResult {
-  content: string;
-  calls: ToolCall[];
-}
-
-export type ToolParserName = "lfm2" | "hermes";
-
-export interface ToolParser {
-  name: ToolParserName;
-  /** Opening and closing markers of a tool-call block. */
-  readonly start: string;
-  readonly end: string;
-  /** Calls in one block's inner text, or undefined when the block is malformed. */
-  parseBlock(inner: string): ToolCall[] | undefined;
-  /** Calls written back as the model writes them, markers included (for past turns). */
-  format(calls: ToolCall[]): string;
-  /** The whole output at once. */
-  parse(text: string): ParseResult;
-  /** True if `tail` (the end of the text so far) may be the start of a marker. */
-  couldBeToolCall(tail: string): boolean;
-}
+export type { ParseResult, ToolCall, ToolParser, ToolParserName } from "./types.ts";
 
 /**
  * Index from which `text` must be held back because it may begin `marker`: the earliest suffix

@@ -10,7 +10,7 @@
  * the whole block fail, and the caller then keeps the block as plain content.
  */
 import { jsonCall } from "./hermes.ts";
-import type { ToolCall } from "./index.ts";
+import type { ToolCall } from "./types.ts";
 
 export const LFM2_START = "<|tool_call_start|>";
 export const LFM2_END = "<|tool_call_end|>";
