@@ -14,10 +14,9 @@ import { Engine, type GenerateOptions } from "./engine/index.ts";
 import type { ChatMessage } from "./schemas/chat.ts";
 import { createApp } from "./server/app.ts";
 import { planChat } from "./service/chat.ts";
-import { startChoices } from "./service/generation.ts";
+import { startAnswer, type FinishReason } from "./service/answer.ts";
 import { chatPromptText } from "./service/prompt.ts";
 import { ModelRegistry, type ServedModel } from "./service/registry.ts";
-import { ToolOutput, type OutputCall } from "./service/tools/output.ts";
 import type { ToolRequest } from "./service/tools/request.ts";
 import type { ParseResult, ToolParserName } from "./service/tools/index.ts";
 
@@ -56,12 +55,12 @@ export interface ChatOptions extends Omit<GenerateOptions, "promptTokens" | "gra
 export type ChatEvent =
   | { type: "content"; text: string }
   | { type: "tool_call"; call: ChatToolCall }
-  | { type: "done"; finishReason: "stop" | "length" | "tool_calls"; usage: { promptTokens: number; completionTokens: number; cachedTokens: number } };
+  | { type: "done"; finishReason: FinishReason; usage: { promptTokens: number; completionTokens: number; cachedTokens: number } };
 
 export interface ChatResult {
   content: string;
   toolCalls: ChatToolCall[];
-  finishReason: "stop" | "length" | "tool_calls";
+  finishReason: FinishReason;
   usage: { promptTokens: number; completionTokens: number; cachedTokens: number };
 }
 
@@ -105,21 +104,15 @@ export async function* chatStream(engine: Engine, opts: ChatOptions): AsyncGener
     { messages, tools, tool_choice: toolChoice, parallel_tool_calls: parallelToolCalls, sampling, n: 1 },
     { maxTokens: "maxTokens", format: "format" },
   );
-  const out = new ToolOutput(plan);
-  const events = startChoices(m, jobs, signal ?? new AbortController().signal, params);
-  function* emit(d: { content: string; calls: OutputCall[] }): Generator<ChatEvent> {
-    if (d.content) yield { type: "content", text: d.content };
-    for (const c of d.calls) yield { type: "tool_call", call: { id: c.id, name: c.name, arguments: c.args } };
-  }
-  for await (const { event } of events) {
-    if (event.type === "token") {
-      if (event.text) yield* emit(out.push(event.text));
+  const { events } = startAnswer(m, jobs, signal ?? new AbortController().signal, params, plan);
+  for await (const ev of events) {
+    if (ev.type === "delta") {
+      if (ev.content) yield { type: "content", text: ev.content };
+      for (const c of ev.calls) yield { type: "tool_call", call: { id: c.id, name: c.name, arguments: c.args } };
       continue;
     }
-    yield* emit(out.finish());
-    const reason = event.finishReason === "length" ? "length" : out.called ? "tool_calls" : "stop";
-    const { promptTokens, completionTokens, cachedTokens } = event.usage;
-    yield { type: "done", finishReason: reason, usage: { promptTokens, completionTokens, cachedTokens } };
+    const { promptTokens, completionTokens, cachedTokens } = ev.usage;
+    yield { type: "done", finishReason: ev.finishReason, usage: { promptTokens, completionTokens, cachedTokens } };
   }
 }
 

@@ -1,10 +1,11 @@
 /**
  * Bodies of Ollama's native routes (`/api/chat`, `/api/generate`). Field names and types as
- * Ollama documents them (reference/api-anchors.md §1.3–1.5): `options` with Ollama's keys, tool
+ * Ollama documents them (its API docs for /api/chat and /api/generate): `options` with Ollama's keys, tool
  * call `arguments` as objects, `format` "json" or a schema, images as base64. Unknown keys are
  * stripped, as Ollama ignores them.
  */
 import { z } from "zod";
+import { keepAliveMs } from "../service/keep-alive.ts";
 
 const int = z.number().int();
 
@@ -38,8 +39,19 @@ export type OllamaOptions = z.infer<typeof ollamaOptions>;
 const format = z.union([z.literal("json"), z.literal(""), z.record(z.string(), z.unknown())]);
 export type OllamaFormat = z.infer<typeof format>;
 
-/** A duration ("5m", "1h30m", "300ms"), seconds as a number, negative = forever, 0 = unload now. */
-const keepAlive = z.union([z.string(), z.number()]);
+/**
+ * A duration ("5m", "1h30m", "300ms"), seconds as a number, negative = forever, 0 = unload now;
+ * converted here, once, to milliseconds (Infinity = forever).
+ */
+const keepAlive = z.union([z.string(), z.number()]).transform((value, ctx) => {
+  try {
+    return keepAliveMs(value);
+  } catch (err) {
+    // Its own sentence, as the service writes it (validate.ts reports a verbatim issue as is).
+    ctx.issues.push({ code: "custom", message: (err as Error).message, input: value, params: { verbatim: true } });
+    return z.NEVER;
+  }
+});
 
 const toolCall = z.looseObject({
   id: z.string().nullish(),

@@ -87,7 +87,7 @@ export function createApp(opts: AppOptions): Koa {
     } catch (err) {
       const api = isNativeApiPath(ctx.path) ? toOllamaError(err) : toApiError(err);
       if (api.internal) ctx.state.log.error({ err }, "request failed");
-      if (ctx.headerSent) return; // a stream reports its own errors in-band (sse.ts)
+      if (ctx.headerSent) return; // a stream reports its own errors in-band (stream.ts)
       ctx.status = api.status;
       ctx.set(api.headers);
       ctx.body = api.body;

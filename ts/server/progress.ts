@@ -11,7 +11,7 @@
 import type { Context } from "koa";
 import type { Logger } from "pino";
 import type { Progress, Run } from "../service/store.ts";
-import { sendNdjson } from "./ndjson.ts";
+import { NDJSON, sendStream } from "./stream.ts";
 
 /** Lines that come before anything can fail slowly: they do not commit the stream. */
 const PREAMBLE = new Set(["pulling manifest", "gathering model components"]);
@@ -60,5 +60,5 @@ export async function sendProgress(ctx: Context, run: Run, stream: boolean, log:
       await new Promise<void>((resolve) => (wake = resolve));
     }
   }
-  sendNdjson(ctx, drain(), log);
+  sendStream(ctx, drain(), NDJSON, log);
 }

@@ -2,7 +2,7 @@
  * Graceful shutdown: stop accepting, let the requests in flight finish for up to a bound, then
  * cancel what is left so every stream ends with a final error frame instead of a cut socket.
  * The app counts requests in flight and reads `deadline` (aborted when the bound passes) in
- * each request's signal (sse.ts `clientGoneSignal`) and at the end of each stream.
+ * each request's signal (routes/common.ts `clientGoneSignal`) and at the end of each stream.
  */
 import { setMaxListeners } from "node:events";
 import type { Server } from "node:http";
@@ -110,7 +110,7 @@ function isStream(ctx: Context): boolean {
 }
 
 /** `frames` until the shutdown deadline passes, then a SHUTTING_DOWN error: a cancelled stream
- * ends with its API's error frame, not a cut socket (sse.ts, ndjson.ts). */
+ * ends with its API's error frame, not a cut socket (stream.ts). */
 export async function* untilShutdown<T>(frames: AsyncIterable<T>, deadline: AbortSignal | undefined): AsyncGenerator<T> {
   for await (const frame of frames) {
     if (deadline?.aborted) throw shutDown();

@@ -45,6 +45,9 @@ function describeIssue(issue: Issue, prefix: Path): RequestError {
       return bad(`Invalid value for '${name}': ${show(input)}. Supported values are: ${issue.values.map(show).join(", ")}.`, "invalid_value");
     case "invalid_union":
       return describeUnion(issue, path, input);
+    case "custom":
+      if ((issue.params as { verbatim?: boolean } | undefined)?.verbatim) return bad(issue.message, "invalid_value");
+      return bad(`Invalid '${name}': ${issue.message}.`, "invalid_value");
     default:
       return bad(`Invalid '${name}': ${issue.message}.`, "invalid_value");
   }

@@ -4,7 +4,7 @@
  * nothing: if one submit fails (context too long, queue full), the ones already queued are
  * cancelled and the error is thrown before any response is written.
  */
-import { WickError, type EngineEvent, type GenerateOptions, type TokenLogprobs } from "../engine/index.ts";
+import { WickError, type EngineEvent, type GenerateOptions } from "../engine/index.ts";
 import { RequestError } from "./errors.ts";
 import type { ServedModel } from "./registry.ts";
 
@@ -100,34 +100,6 @@ async function* drain(
   }
 }
 
-export interface CollectedChoice {
-  text: string;
-  logprobs: TokenLogprobs[];
-  finishReason: DoneEvent["finishReason"];
-}
-
-export interface Collected {
-  choices: CollectedChoice[];
-  usage: UsageTotals;
-}
-
-/** Drains the merged stream into whole choices (non-streaming responses). */
-export async function collectChoices(events: AsyncIterable<ChoiceEvent>, jobs: Job[]): Promise<Collected> {
-  const choices: CollectedChoice[] = jobs.map(() => ({ text: "", logprobs: [], finishReason: "stop" }));
-  const usage = new UsageTotals(jobs);
-  for await (const { index, event } of events) {
-    const c = choices[index]!;
-    if (event.type === "token") {
-      c.text += event.text;
-      if (event.logprobs) c.logprobs.push(...event.logprobs);
-    } else {
-      c.finishReason = event.finishReason;
-      usage.add(index, event);
-    }
-  }
-  return { choices, usage };
-}
-
 /**
  * OpenAI usage for a multi-sequence request: each prompt's tokens count once (n choices of
  * one prompt share it), completion tokens add up over every choice.
@@ -138,7 +110,7 @@ export class UsageTotals {
 
   constructor(private readonly jobs: Job[]) {}
 
-  add(index: number, done: DoneEvent): void {
+  add(index: number, done: Pick<DoneEvent, "usage">): void {
     const p = this.jobs[index]!.promptIndex;
     if (!this.prompts.has(p)) this.prompts.set(p, { promptTokens: done.usage.promptTokens, cachedTokens: done.usage.cachedTokens });
     this.completion += done.usage.completionTokens;

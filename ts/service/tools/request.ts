@@ -40,7 +40,8 @@ export interface ToolPlan {
   markerTokens: number[];
 }
 
-const NO_TOOLS: ToolPlan = { parser: null, allowed: new Set(), single: false, markerTokens: [] };
+/** No tools offered: the output is plain text. */
+export const NO_TOOLS: ToolPlan = { parser: null, allowed: new Set(), single: false, markerTokens: [] };
 
 export function planTools(model: ServedModel, req: ToolRequest): ToolPlan {
   checkToolNames(req.tools);

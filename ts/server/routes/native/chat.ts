@@ -7,14 +7,13 @@
  */
 import type Router from "@koa/router";
 import { ollamaChatRequest } from "../../../schemas/ollama.ts";
+import { collectAnswer, startAnswer, type AnswerEvent } from "../../../service/answer.ts";
 import { planChat } from "../../../service/chat.ts";
-import { startChoices, type ChoiceEvent, type DoneEvent } from "../../../service/generation.ts";
 import { formatGrammar, ollamaSampling, toChatMessages } from "../../../service/native.ts";
-import { ToolOutput, type OutputCall } from "../../../service/tools/output.ts";
-import { sendNdjson } from "../../ndjson.ts";
-import { clientGoneSignal } from "../../sse.ts";
+import type { OutputCall } from "../../../service/tools/output.ts";
+import { NDJSON, sendStream } from "../../stream.ts";
 import { parseBody } from "../../validate.ts";
-import { useModel, type RouteDeps } from "../openai/common.ts";
+import { clientGoneSignal, useModel, type RouteDeps } from "../common.ts";
 import { createdAt, doneMetrics, doneReason, loadOrUnload } from "./common.ts";
 
 export function nativeChatRoutes(router: Router, { models, log, images }: RouteDeps): void {
@@ -23,31 +22,22 @@ export function nativeChatRoutes(router: Router, { models, log, images }: RouteD
     const req = parseBody(ollamaChatRequest, ctx.request.body);
     const head = () => ({ model: req.model, created_at: createdAt() });
     if (!req.messages?.length) {
-      const doneReason = await loadOrUnload(ctx, models, req.model, req.keep_alive);
-      ctx.body = { ...head(), message: { role: "assistant", content: "" }, done_reason: doneReason, done: true };
+      const loaded = await loadOrUnload(ctx, models, req.model, req.keep_alive);
+      ctx.body = { ...head(), message: { role: "assistant", content: "" }, done_reason: loaded, done: true };
       return;
     }
-    const model = await useModel(ctx, models, req.model, req.keep_alive);
+    const model = await useModel(ctx, models, req.model, req.keep_alive ?? undefined);
     const sampling = ollamaSampling(req.options, model.info.nVocab, model.profile?.params);
     const input = { messages: toChatMessages(req.messages), tools: req.tools, sampling, n: 1, format: formatGrammar(req.format), images };
     const { jobs, tools, params } = await planChat(model, input, { maxTokens: "options.num_predict", format: "format" });
-    const events = startChoices(model, jobs, clientGoneSignal(ctx), params);
-    const out = new ToolOutput(tools);
+    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools);
 
     if (req.stream === false) {
-      let content = "";
-      const calls: OutputCall[] = [];
-      let done: DoneEvent | undefined;
-      for await (const { event } of events) {
-        const d = event.type === "token" ? out.push(event.text) : out.finish();
-        content += d.content;
-        calls.push(...d.calls);
-        if (event.type === "done") done = event;
-      }
-      ctx.body = { ...head(), message: message(content, calls), done_reason: doneReason(done!.finishReason), done: true, ...doneMetrics(done!, started) };
+      const [c] = (await collectAnswer(answer)).choices;
+      ctx.body = { ...head(), message: message(c!.content, c!.calls), done_reason: doneReason(c!.done), done: true, ...doneMetrics(c!.done, started) };
       return;
     }
-    sendNdjson(ctx, chunks(events, out, head, started), ctx.state.log ?? log);
+    sendStream(ctx, chunks(answer.events, head, started), NDJSON, ctx.state.log ?? log);
   });
 }
 
@@ -56,11 +46,13 @@ function message(content: string, calls: OutputCall[]) {
   return { role: "assistant", content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) };
 }
 
-async function* chunks(events: AsyncIterable<ChoiceEvent>, out: ToolOutput, head: () => object, started: number): AsyncGenerator<unknown> {
-  for await (const { event } of events) {
-    const d = event.type === "token" ? out.push(event.text) : out.finish();
-    if (d.content) yield { ...head(), message: message(d.content, []), done: false };
-    if (d.calls.length) yield { ...head(), message: message("", d.calls), done: false };
-    if (event.type === "done") yield { ...head(), message: message("", []), done_reason: doneReason(event.finishReason), done: true, ...doneMetrics(event, started) };
+async function* chunks(events: AsyncIterable<AnswerEvent>, head: () => object, started: number): AsyncGenerator<unknown> {
+  for await (const ev of events) {
+    if (ev.type === "done") {
+      yield { ...head(), message: message("", []), done_reason: doneReason(ev), done: true, ...doneMetrics(ev, started) };
+      continue;
+    }
+    if (ev.content) yield { ...head(), message: message(ev.content, []), done: false };
+    if (ev.calls.length) yield { ...head(), message: message("", ev.calls), done: false };
   }
 }

@@ -1,20 +1,19 @@
-/** Pieces the native (Ollama) routes share: timestamps, the final chunk's metrics, load/unload requests. */
+/** Pieces the native (Ollama) routes share: timestamps, the final chunk's fields, load/unload requests. */
 import type { Context } from "koa";
-import type { DoneEvent } from "../../../service/generation.ts";
-import { keepAliveMs } from "../../../service/keep-alive.ts";
+import type { AnswerDone } from "../../../service/answer.ts";
 import type { ModelManager } from "../../../service/models.ts";
-import { useModel } from "../openai/common.ts";
+import { useModel } from "../common.ts";
 
 /**
  * A request with nothing to generate: with `keep_alive: 0` it unloads the model (once idle) and
  * answers "unload"; otherwise it loads the model (keeping it for `keep_alive`) and answers "load".
  */
-export async function loadOrUnload(ctx: Context, models: ModelManager, name: string, keepAlive: string | number | null | undefined): Promise<"load" | "unload"> {
-  if (keepAlive != null && keepAliveMs(keepAlive) === 0) {
+export async function loadOrUnload(ctx: Context, models: ModelManager, name: string, keepAliveMs: number | null | undefined): Promise<"load" | "unload"> {
+  if (keepAliveMs === 0) {
     await models.unload(name);
     return "unload";
   }
-  await useModel(ctx, models, name, keepAlive);
+  await useModel(ctx, models, name, keepAliveMs ?? undefined);
   return "load";
 }
 
@@ -29,7 +28,7 @@ const NS_PER_MS = 1e6;
  * The final chunk's counters, durations in nanoseconds. Ollama omits fields that are zero
  * (`omitempty`), so a model already loaded has no `load_duration`.
  */
-export function doneMetrics(done: DoneEvent, startedMs: number) {
+export function doneMetrics(done: AnswerDone, startedMs: number) {
   const ns = (ms: number) => Math.round(ms * NS_PER_MS);
   const out: Record<string, number> = {
     total_duration: ns(performance.now() - startedMs),
@@ -41,7 +40,7 @@ export function doneMetrics(done: DoneEvent, startedMs: number) {
   return Object.fromEntries(Object.entries(out).filter(([, v]) => v > 0));
 }
 
-/** Ollama says "stop" or "length"; a departed client never reads "cancelled". */
-export function doneReason(r: DoneEvent["finishReason"]): "stop" | "length" {
-  return r === "length" ? "length" : "stop";
+/** Ollama's `done_reason`: "stop" after tool calls too. */
+export function doneReason(done: AnswerDone): "stop" | "length" {
+  return done.finishReason === "length" ? "length" : "stop";
 }

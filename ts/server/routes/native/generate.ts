@@ -10,16 +10,16 @@ import type Router from "@koa/router";
 import type { ChatMessage, ContentPart } from "../../../schemas/chat.ts";
 import { ollamaGenerateRequest, type OllamaGenerateRequest } from "../../../schemas/ollama.ts";
 import { RequestError } from "../../../service/errors.ts";
-import { startChoices, type ChoiceEvent, type Job } from "../../../service/generation.ts";
+import { collectAnswer, startAnswer, type AnswerEvent } from "../../../service/answer.ts";
+import type { Job } from "../../../service/generation.ts";
 import { formatGrammar, ollamaSampling } from "../../../service/native.ts";
 import { requestTemplate, type RequestTemplate } from "../../../service/profile.ts";
 import { chatPrompt, completionPromptTokens, type ChatPrompt } from "../../../service/prompt.ts";
 import { base64Ref, type ImageOptions } from "../../../service/images/index.ts";
 import type { ServedModel } from "../../../service/registry.ts";
-import { sendNdjson } from "../../ndjson.ts";
-import { clientGoneSignal } from "../../sse.ts";
+import { NDJSON, sendStream } from "../../stream.ts";
 import { parseBody } from "../../validate.ts";
-import { useModel, type RouteDeps } from "../openai/common.ts";
+import { clientGoneSignal, useModel, type RouteDeps } from "../common.ts";
 import { createdAt, doneMetrics, doneReason, loadOrUnload } from "./common.ts";
 
 export function nativeGenerateRoutes(router: Router, { models, log, images }: RouteDeps): void {
@@ -28,35 +28,28 @@ export function nativeGenerateRoutes(router: Router, { models, log, images }: Ro
     const req = parseBody(ollamaGenerateRequest, ctx.request.body);
     const head = () => ({ model: req.model, created_at: createdAt() });
     if (!req.prompt && !req.context?.length) {
-      const doneReason = await loadOrUnload(ctx, models, req.model, req.keep_alive);
-      ctx.body = { ...head(), response: "", done_reason: doneReason, done: true };
+      const loaded = await loadOrUnload(ctx, models, req.model, req.keep_alive);
+      ctx.body = { ...head(), response: "", done_reason: loaded, done: true };
       return;
     }
     unsupported(req);
     const template = req.raw ? undefined : requestTemplate(req.template);
-    const model = await useModel(ctx, models, req.model, req.keep_alive);
+    const model = await useModel(ctx, models, req.model, req.keep_alive ?? undefined);
     const prompt = await generatePrompt(model, req, template, images);
     const promptTokens = prompt.tokens;
     const options = { ...ollamaSampling(req.options, model.info.nVocab, model.profile?.params), promptTokens, ...(prompt.images.length ? { images: prompt.images } : {}) };
     const grammar = formatGrammar(req.format);
     if (grammar) options.grammar = grammar;
     const jobs: Job[] = [{ options, promptIndex: 0 }];
-    const events = startChoices(model, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "options.num_predict", grammar: "format" });
+    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "options.num_predict", grammar: "format" });
 
     if (req.stream === false) {
-      let response = "";
-      const context = [...promptTokens];
-      for await (const { event } of events) {
-        if (event.type === "token") {
-          response += event.text;
-          context.push(...event.ids);
-        } else {
-          ctx.body = { ...head(), response, done: true, done_reason: doneReason(event.finishReason), ...(req.raw ? {} : { context }), ...doneMetrics(event, started) };
-        }
-      }
+      const [c] = (await collectAnswer(answer)).choices;
+      const context = [...promptTokens, ...c!.done.tokens];
+      ctx.body = { ...head(), response: c!.content, done: true, done_reason: doneReason(c!.done), ...(req.raw ? {} : { context }), ...doneMetrics(c!.done, started) };
       return;
     }
-    sendNdjson(ctx, chunks(events, promptTokens, !req.raw, head, started), ctx.state.log ?? log);
+    sendStream(ctx, chunks(answer.events, promptTokens, !req.raw, head, started), NDJSON, ctx.state.log ?? log);
   });
 }
 
@@ -89,14 +82,13 @@ async function generatePrompt(model: ServedModel, req: OllamaGenerateRequest, go
   return { tokens: [...context, ...out.tokens.slice(dropBos)], images: out.images.map((i) => ({ ...i, at: i.at + shift })) };
 }
 
-async function* chunks(events: AsyncIterable<ChoiceEvent>, promptTokens: number[], withContext: boolean, head: () => object, started: number): AsyncGenerator<unknown> {
-  const context = [...promptTokens];
-  for await (const { event } of events) {
-    if (event.type === "token") {
-      context.push(...event.ids);
-      if (event.text) yield { ...head(), response: event.text, done: false };
+async function* chunks(events: AsyncIterable<AnswerEvent>, promptTokens: number[], withContext: boolean, head: () => object, started: number): AsyncGenerator<unknown> {
+  for await (const ev of events) {
+    if (ev.type === "delta") {
+      yield { ...head(), response: ev.content, done: false };
     } else {
-      yield { ...head(), response: "", done: true, done_reason: doneReason(event.finishReason), ...(withContext ? { context } : {}), ...doneMetrics(event, started) };
+      const context = [...promptTokens, ...ev.tokens];
+      yield { ...head(), response: "", done: true, done_reason: doneReason(ev), ...(withContext ? { context } : {}), ...doneMetrics(ev, started) };
     }
   }
 }

@@ -10,7 +10,7 @@ import type { LoadedModel } from "../../../service/models.ts";
 import { bodyName, copyModel, deleteModel, listTags, planCreate, planPull } from "../../../service/store.ts";
 import { sendProgress } from "../../progress.ts";
 import { parseBody } from "../../validate.ts";
-import type { RouteDeps } from "../openai/common.ts";
+import type { RouteDeps } from "../common.ts";
 
 export function nativeModelRoutes(router: Router, { models, log }: RouteDeps): void {
   // koa-router answers HEAD from the GET route.

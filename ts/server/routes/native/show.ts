@@ -3,7 +3,7 @@ import type Router from "@koa/router";
 import { showRequest } from "../../../schemas/show.ts";
 import { showModel } from "../../../service/show.ts";
 import { parseBody } from "../../validate.ts";
-import type { RouteDeps } from "../openai/common.ts";
+import type { RouteDeps } from "../common.ts";
 
 export function showRoutes(router: Router, { models }: RouteDeps): void {
   router.post("/api/show", async (ctx) => {

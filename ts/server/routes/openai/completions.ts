@@ -4,15 +4,16 @@
  * Choice index = prompt index × n + choice, as OpenAI numbers them.
  */
 import type Router from "@koa/router";
-import type { TokenLogprobs } from "../../../engine/index.ts";
 import { completionRequest } from "../../../schemas/completions.ts";
-import { collectChoices, startChoices, UsageTotals, type ChoiceEvent, type Job } from "../../../service/generation.ts";
+import { collectAnswer, startAnswer, type Answer } from "../../../service/answer.ts";
+import { UsageTotals, type Job } from "../../../service/generation.ts";
 import { completionPromptTokens } from "../../../service/prompt.ts";
 import { withOpenAIDefaults } from "../../../service/profile.ts";
 import { perChoice, samplingOptions } from "../../../service/sampling.ts";
-import { clientGoneSignal, sendSse } from "../../sse.ts";
+import { SSE, sendStream } from "../../stream.ts";
 import { parseBody } from "../../validate.ts";
-import { finishReason, responseId, unixNow, useModel, type ResponseMeta, type RouteDeps } from "./common.ts";
+import { clientGoneSignal, useModel, type RouteDeps } from "../common.ts";
+import { responseId, unixNow, type ResponseMeta } from "./common.ts";
 import { LogprobFormatter } from "./logprobs.ts";
 
 export function completionsRoutes(router: Router, { models, log }: RouteDeps): void {
@@ -25,37 +26,31 @@ export function completionsRoutes(router: Router, { models, log }: RouteDeps): v
     const jobs: Job[] = prompts.flatMap((promptTokens, promptIndex) =>
       choices.map((o) => ({ options: { ...o, promptTokens }, promptIndex })),
     );
-    const events = startChoices(model, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "max_tokens" });
+    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "max_tokens" });
     const meta: ResponseMeta = { id: responseId("cmpl"), created: unixNow(), model: model.id };
     const logprobs = req.logprobs != null ? new LogprobFormatter(model) : null;
 
     if (req.stream) {
       const includeUsage = req.stream_options?.include_usage === true;
-      sendSse(ctx, completionChunks(meta, events, jobs, logprobs, includeUsage), ctx.state.log ?? log);
+      sendStream(ctx, completionChunks(meta, answer, logprobs, includeUsage), SSE, ctx.state.log ?? log);
       return;
     }
-    const result = await collectChoices(events, jobs);
+    const whole = await collectAnswer(answer);
     ctx.body = {
       ...meta,
       object: "text_completion",
-      choices: result.choices.map((c, index) => ({
+      choices: whole.choices.map((c, index) => ({
         index,
-        text: c.text,
+        text: c.content,
         logprobs: logprobs ? logprobs.completion(c.logprobs, 0) : null,
-        finish_reason: finishReason(c.finishReason),
+        finish_reason: c.done.finishReason,
       })),
-      usage: result.usage.toOpenAI(),
+      usage: whole.usage.toOpenAI(),
     };
   });
 }
 
-async function* completionChunks(
-  meta: ResponseMeta,
-  events: AsyncIterable<ChoiceEvent>,
-  jobs: Job[],
-  logprobs: LogprobFormatter | null,
-  includeUsage: boolean,
-): AsyncGenerator<unknown> {
+async function* completionChunks(meta: ResponseMeta, { events, jobs }: Answer, logprobs: LogprobFormatter | null, includeUsage: boolean): AsyncGenerator<unknown> {
   const chunk = (choices: unknown[], usage: unknown = null) => ({
     ...meta,
     object: "text_completion",
@@ -63,22 +58,17 @@ async function* completionChunks(
     ...(includeUsage ? { usage } : {}),
   });
   const usage = new UsageTotals(jobs);
-  const held: TokenLogprobs[][] = jobs.map(() => []);
+  // Text offsets of each choice's logprobs, as OpenAI counts them (`text_offset`).
   const offsets = jobs.map(() => 0);
-  const takeLogprobs = (index: number) => {
-    if (!logprobs) return null;
-    return logprobs.completion(held[index]!.splice(0), offsets[index]!);
-  };
-  for await (const { index, event } of events) {
-    if (event.type === "token") {
-      if (event.logprobs) held[index]!.push(...event.logprobs);
-      if (event.text) {
-        yield chunk([{ index, text: event.text, logprobs: takeLogprobs(index), finish_reason: null }]);
-        offsets[index]! += event.text.length;
-      }
+  for await (const ev of events) {
+    const { index } = ev;
+    const lps = logprobs ? logprobs.completion(ev.logprobs, offsets[index]!) : null;
+    if (ev.type === "delta") {
+      yield chunk([{ index, text: ev.content, logprobs: lps, finish_reason: null }]);
+      offsets[index]! += ev.content.length;
     } else {
-      usage.add(index, event);
-      yield chunk([{ index, text: "", logprobs: takeLogprobs(index), finish_reason: finishReason(event.finishReason) }]);
+      usage.add(index, ev);
+      yield chunk([{ index, text: "", logprobs: lps, finish_reason: ev.finishReason }]);
     }
   }
   if (includeUsage) yield chunk([], usage.toOpenAI());

@@ -8,7 +8,7 @@ import type Router from "@koa/router";
 import { RequestError } from "../../../service/errors.ts";
 import type { ServedModel } from "../../../service/registry.ts";
 import { listTags, type TagsModel } from "../../../service/store.ts";
-import type { RouteDeps } from "./common.ts";
+import type { RouteDeps } from "../common.ts";
 
 export function modelsRoutes(router: Router, { registry, models }: RouteDeps): void {
   router.get("/v1/models", async (ctx) => {

@@ -1,0 +1,99 @@
+/**
+ * The one response pipeline: a request's running choices → typed answer events, whatever API
+ * asked. Each choice's text goes through its ToolOutput (calls parsed out when tools were
+ * offered, plain text otherwise), logprobs of text held back (stop strings, possible calls)
+ * ride on the next delta, and the finish reason is decided here once. Every API wing (OpenAI
+ * chat and completions, Ollama chat and generate, the library) is a mapper from these events
+ * to its own frames, and a whole answer is `collectAnswer`, a fold over the same stream.
+ */
+import type { TokenLogprobs } from "../engine/index.ts";
+import { startChoices, UsageTotals, type ChoiceEvent, type ContextParams, type DoneEvent, type Job } from "./generation.ts";
+import type { ServedModel } from "./registry.ts";
+import { ToolOutput, type OutputCall } from "./tools/output.ts";
+import { NO_TOOLS, type ToolPlan } from "./tools/request.ts";
+
+/** Why a choice ended, as every API reads it ("cancelled" is never read: its client left). */
+export type FinishReason = "stop" | "length" | "tool_calls";
+
+export type AnswerEvent =
+  /** Something to show: settled text and/or whole calls; `logprobs` of every token since the last delta. */
+  | { type: "delta"; index: number; content: string; calls: OutputCall[]; logprobs: TokenLogprobs[] }
+  /** The choice's end; `logprobs` of tokens whose text never settled, `tokens` every id it generated. */
+  | { type: "done"; index: number; finishReason: FinishReason; usage: DoneEvent["usage"]; timings: DoneEvent["timings"]; logprobs: TokenLogprobs[]; tokens: number[] };
+
+export type DeltaEvent = Extract<AnswerEvent, { type: "delta" }>;
+export type AnswerDone = Extract<AnswerEvent, { type: "done" }>;
+
+/** A started request: its events, and what a mapper needs to sum usage over its choices. */
+export interface Answer {
+  events: AsyncGenerator<AnswerEvent>;
+  jobs: Job[];
+}
+
+/**
+ * Submits every job at once and returns the answer stream. Submission errors (context too
+ * long, queue full, a bad grammar) throw here, before any response is written.
+ */
+export function startAnswer(model: ServedModel, jobs: Job[], signal: AbortSignal, params: ContextParams, tools: ToolPlan = NO_TOOLS): Answer {
+  const choices = startChoices(model, jobs, signal, params);
+  return { events: answerEvents(choices, jobs.length, tools), jobs };
+}
+
+/** The finish rule: a choice that stopped after a call finishes with "tool_calls". */
+function finishOf(reason: DoneEvent["finishReason"], called: boolean): FinishReason {
+  if (reason === "length") return "length";
+  return called ? "tool_calls" : "stop";
+}
+
+async function* answerEvents(choices: AsyncIterable<ChoiceEvent>, n: number, tools: ToolPlan): AsyncGenerator<AnswerEvent> {
+  const outputs = Array.from({ length: n }, () => new ToolOutput(tools));
+  const held: TokenLogprobs[][] = Array.from({ length: n }, () => []);
+  const tokens: number[][] = Array.from({ length: n }, () => []);
+  for await (const { index, event } of choices) {
+    const out = outputs[index]!;
+    if (event.type === "token") {
+      tokens[index]!.push(...event.ids);
+      if (event.logprobs) held[index]!.push(...event.logprobs);
+      if (!event.text) continue;
+      const d = out.push(event.text);
+      if (d.content || d.calls.length) yield { type: "delta", index, content: d.content, calls: d.calls, logprobs: held[index]!.splice(0) };
+      continue;
+    }
+    const d = out.finish();
+    if (d.content || d.calls.length) yield { type: "delta", index, content: d.content, calls: d.calls, logprobs: held[index]!.splice(0) };
+    const { usage, timings } = event;
+    yield { type: "done", index, finishReason: finishOf(event.finishReason, out.called), usage, timings, logprobs: held[index]!.splice(0), tokens: tokens[index]! };
+  }
+}
+
+/** One choice, whole. */
+export interface AnswerChoice {
+  content: string;
+  calls: OutputCall[];
+  logprobs: TokenLogprobs[];
+  done: AnswerDone;
+}
+
+export interface WholeAnswer {
+  choices: AnswerChoice[];
+  usage: UsageTotals;
+}
+
+/** The stream folded into whole choices (non-streaming responses). */
+export async function collectAnswer({ events, jobs }: Answer): Promise<WholeAnswer> {
+  const parts = jobs.map(() => ({ content: "", calls: [] as OutputCall[], logprobs: [] as TokenLogprobs[], done: undefined as AnswerDone | undefined }));
+  const usage = new UsageTotals(jobs);
+  for await (const ev of events) {
+    const c = parts[ev.index]!;
+    c.logprobs.push(...ev.logprobs);
+    if (ev.type === "delta") {
+      c.content += ev.content;
+      c.calls.push(...ev.calls);
+    } else {
+      c.done = ev;
+      usage.add(ev.index, ev);
+    }
+  }
+  // Every choice ends with done unless the stream threw, and then this line is never reached.
+  return { choices: parts.map((c) => ({ ...c, done: c.done! })), usage };
+}
