@@ -11,6 +11,7 @@ import http from "node:http";
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { defaultHome } from "../store/store.ts";
+import { formatHostPort } from "./address.ts";
 import { target, WickClient, type Target } from "./client.ts";
 import { CliError } from "./errors.ts";
 
@@ -127,7 +128,7 @@ async function startServer(t: Target, home: string, env: NodeJS.ProcessEnv, dead
     cwd: REPO,
     detached: true,
     stdio: ["ignore", fd, fd],
-    env: { ...env, WICK_HOME: home, WICK_HOST: `${t.host.includes(":") ? `[${t.host}]` : t.host}:${t.port}` },
+    env: { ...env, WICK_HOME: home, WICK_HOST: formatHostPort(t.host, t.port) },
   });
   closeSync(fd);
   child.unref();

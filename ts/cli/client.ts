@@ -3,11 +3,8 @@
  * WICK_HOST, JSON and NDJSON requests, and the server's `{"error": "…"}` answers turned into
  * one-line errors (ApiError keeps the status: 404 is "no such model").
  */
+import { formatHostPort, resolveAddress } from "./address.ts";
 import { ApiError, CliError } from "./errors.ts";
-import { hostPort } from "./values.ts";
-
-export const DEFAULT_HOST = "127.0.0.1";
-export const DEFAULT_PORT = 11434;
 
 export interface Target {
   /** Where the server listens (WICK_HOST), as typed: `0.0.0.0` stays. */
@@ -19,18 +16,9 @@ export interface Target {
 
 /** The server WICK_HOST names (default 127.0.0.1:11434). */
 export function target(env: NodeJS.ProcessEnv = process.env): Target {
-  let parsed: { host?: string; port?: number } = {};
-  if (env.WICK_HOST) {
-    try {
-      parsed = hostPort(env.WICK_HOST);
-    } catch (err) {
-      throw new CliError(`WICK_HOST=${env.WICK_HOST}: ${(err as Error).message}`);
-    }
-  }
-  const host = parsed.host ?? DEFAULT_HOST;
-  const port = parsed.port ?? DEFAULT_PORT;
+  const { host, port } = resolveAddress({}, env);
   const connect = host === "0.0.0.0" ? "127.0.0.1" : host === "::" ? "::1" : host;
-  return { host, port, url: `http://${connect.includes(":") ? `[${connect}]` : connect}:${port}` };
+  return { host, port, url: `http://${formatHostPort(connect, port)}` };
 }
 
 export class WickClient {

@@ -16,13 +16,10 @@ import { defaultKeepAliveMs } from "../service/keep-alive.ts";
 import { ModelManager } from "../service/models.ts";
 import type { ServedModel } from "../service/registry.ts";
 import { HubClient, ModelStore, looksLikePath, type HubRef, type ModelName } from "../store/index.ts";
+import { resolveAddress } from "./address.ts";
 import { CliError } from "./errors.ts";
 import type { ServeFlags } from "./flags.ts";
 import { progressReporter } from "./progress.ts";
-import { hostPort } from "./values.ts";
-
-const DEFAULT_HOST = "127.0.0.1";
-const DEFAULT_PORT = 11434;
 const DEFAULT_SHUTDOWN_TIMEOUT_S = 10;
 
 /** Secrets a log line could carry (a header dump, an options object): pino writes "[Redacted]". */
@@ -31,9 +28,7 @@ const REDACT = ["apiKey", "*.apiKey", "headers.authorization", 'headers["x-api-k
 export { CliError };
 
 export async function serve(flags: ServeFlags): Promise<void> {
-  const env = envHost();
-  const host = flags.host ?? env.host ?? DEFAULT_HOST;
-  const port = flags.port ?? env.port ?? DEFAULT_PORT;
+  const { host, port } = resolveAddress(flags);
   const apiKey = flags.apiKey ?? (process.env.WICK_API_KEY || undefined);
   const log = pino({ level: flags.logLevel ?? "info", redact: REDACT });
   if (!apiKey && !isLoopback(host)) {
@@ -156,15 +151,5 @@ function envKeepAlive(): number {
     return defaultKeepAliveMs();
   } catch (err) {
     throw new CliError((err as Error).message);
-  }
-}
-
-function envHost(): { host?: string; port?: number } {
-  const raw = process.env.WICK_HOST;
-  if (!raw) return {};
-  try {
-    return hostPort(raw);
-  } catch (err) {
-    throw new CliError(`WICK_HOST=${raw}: ${(err as Error).message}`);
   }
 }

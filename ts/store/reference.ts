@@ -23,7 +23,7 @@ import os from "node:os";
 import path from "node:path";
 import { StoreError } from "./errors.ts";
 
-export const DEFAULT_HOST = "registry.ollama.ai";
+export const OLLAMA_REGISTRY_HOST = "registry.ollama.ai";
 export const DEFAULT_NAMESPACE = "library";
 export const DEFAULT_TAG = "latest";
 /** Where hub models are stored; `huggingface.co` is an alias of it. */
@@ -114,7 +114,7 @@ export function parseModelName(raw: string): ModelName {
   const b = splitName(raw);
   const host = b.host && HUB_ALIASES.has(b.host.toLowerCase()) ? HUB_HOST : b.host;
   return {
-    host: host ?? DEFAULT_HOST,
+    host: host ?? OLLAMA_REGISTRY_HOST,
     namespace: b.namespace ?? DEFAULT_NAMESPACE,
     model: b.model,
     tag: b.tag ?? DEFAULT_TAG,
@@ -159,7 +159,7 @@ const hubRef = (owner: string, repo: string, quant: string | undefined): HubRef 
  */
 export function formatName(n: ModelName): string {
   let prefix = "";
-  if (n.host.toLowerCase() !== DEFAULT_HOST) prefix = `${n.host}/${n.namespace}/`;
+  if (n.host.toLowerCase() !== OLLAMA_REGISTRY_HOST) prefix = `${n.host}/${n.namespace}/`;
   else if (n.namespace.toLowerCase() !== DEFAULT_NAMESPACE) prefix = `${n.namespace}/`;
   return `${prefix}${n.model}:${n.tag}`;
 }
