@@ -10,7 +10,7 @@ import { base64Ref } from "./images/index.ts";
 import type { OllamaFormat, OllamaMessage, OllamaOptions } from "../schemas/ollama.ts";
 import { RequestError } from "./errors.ts";
 import { checkSchema, grammarSchema } from "./json-schema.ts";
-import { samplingOptions, type SamplingOptions } from "./sampling.ts";
+import { ollamaSamplingRequest, samplingOptions, type SamplingOptions } from "./sampling.ts";
 import type { Grammar } from "./tools/request.ts";
 
 /** Ollama's DefaultOptions for sampling (api/types.go). */
@@ -19,24 +19,7 @@ const OLLAMA_DEFAULTS = { temperature: 0.8, top_k: 40, top_p: 0.9, repeat_last_n
 /** Ollama's precedence: its defaults < the Modelfile's PARAMETERs (`modelParams`) < the request's `options`. */
 export function ollamaSampling(options: OllamaOptions | null | undefined, nVocab: number, modelParams: Record<string, unknown> = {}): SamplingOptions {
   const o = { ...OLLAMA_DEFAULTS, ...(definedOnly(modelParams) as OllamaOptions), ...definedOnly(options ?? {}) };
-  const sampling = samplingOptions(
-    {
-      temperature: o.temperature,
-      top_k: o.top_k,
-      top_p: o.top_p,
-      min_p: o.min_p,
-      repeat_penalty: o.repeat_penalty,
-      repeat_last_n: o.repeat_last_n,
-      presence_penalty: o.presence_penalty,
-      frequency_penalty: o.frequency_penalty,
-      seed: o.seed,
-      stop: o.stop,
-      // -1 (infinite) and -2 (fill the context) both run until the context is full.
-      max_tokens: o.num_predict !== undefined && o.num_predict !== null && o.num_predict > 0 ? o.num_predict : undefined,
-    },
-    nVocab,
-  );
-  return sampling;
+  return samplingOptions(ollamaSamplingRequest(o), nVocab);
 }
 
 function definedOnly<T extends object>(o: T): Partial<{ [K in keyof T]: NonNullable<T[K]> }> {

@@ -11,6 +11,7 @@ import type { ChatMessage } from "../schemas/chat.ts";
 import type { SamplingRequest } from "../schemas/sampling.ts";
 import { GoTemplate, type ModelConfig, type ResolvedModel } from "../store/index.ts";
 import { RequestError } from "./errors.ts";
+import { ollamaSamplingRequest } from "./sampling.ts";
 
 export type RequestTemplate = GoTemplate;
 
@@ -70,31 +71,15 @@ export function withProfileMessages(profile: ModelProfile | undefined, messages:
   return profile.system && !hasSystem ? [{ role: "system", content: profile.system }, ...out] : out;
 }
 
-/** Ollama option name → the OpenAI request field it fills when the request leaves it unset. */
-const OPENAI_NAMES: Record<string, keyof SamplingRequest> = {
-  temperature: "temperature",
-  top_k: "top_k",
-  top_p: "top_p",
-  min_p: "min_p",
-  repeat_penalty: "repeat_penalty",
-  repeat_last_n: "repeat_last_n",
-  presence_penalty: "presence_penalty",
-  frequency_penalty: "frequency_penalty",
-  seed: "seed",
-  stop: "stop",
-};
-
 /** An OpenAI-shaped request with the Modelfile's PARAMETERs filling the fields it did not set. */
 export function withOpenAIDefaults<R extends SamplingRequest>(profile: ModelProfile | undefined, req: R): R {
   if (!profile) return req;
   const out: Record<string, unknown> = { ...req };
-  for (const [key, value] of Object.entries(profile.params)) {
-    const field = OPENAI_NAMES[key];
-    if (field && out[field] == null) out[field] = value;
-  }
+  // The PARAMETERs as request fields (Ollama option names → OpenAI's: the table in sampling.ts).
+  const { max_tokens: numPredict, ...params } = ollamaSamplingRequest(profile.params);
+  for (const [field, value] of Object.entries(params)) if (out[field] == null) out[field] = value;
   // A PARAMETER repetition penalty must not outrank the request's own spelling of it.
   if (req.repetition_penalty != null) delete out.repeat_penalty;
-  const numPredict = profile.params.num_predict;
-  if (typeof numPredict === "number" && numPredict > 0 && out.max_tokens == null && (out as { max_completion_tokens?: unknown }).max_completion_tokens == null) out.max_tokens = numPredict;
+  if (numPredict != null && out.max_tokens == null && (out as { max_completion_tokens?: unknown }).max_completion_tokens == null) out.max_tokens = numPredict;
   return out as R;
 }

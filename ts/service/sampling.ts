@@ -33,6 +33,36 @@ export function samplingOptions(req: SamplingRequest & { max_completion_tokens?:
   return out;
 }
 
+/**
+ * Ollama option name → the OpenAI-style request field it sets: the one table for `/api` requests'
+ * `options` (native.ts) and for Modelfile PARAMETERs under `/v1` (profile.ts).
+ */
+const OLLAMA_OPTION_FIELDS = {
+  temperature: "temperature",
+  top_k: "top_k",
+  top_p: "top_p",
+  min_p: "min_p",
+  repeat_penalty: "repeat_penalty",
+  repeat_last_n: "repeat_last_n",
+  presence_penalty: "presence_penalty",
+  frequency_penalty: "frequency_penalty",
+  seed: "seed",
+  stop: "stop",
+} as const satisfies Record<string, keyof SamplingRequest>;
+
+/**
+ * Ollama options (or PARAMETERs) as the request fields `samplingOptions` reads; unset (null or
+ * undefined) options are left out. A positive `num_predict` is `max_tokens`; -1 (infinite) and
+ * -2 (fill the context) both run until the context is full, the default.
+ */
+export function ollamaSamplingRequest(options: Record<string, unknown>): SamplingRequest {
+  const out: Record<string, unknown> = {};
+  for (const [name, field] of Object.entries(OLLAMA_OPTION_FIELDS)) if (options[name] != null) out[field] = options[name];
+  const numPredict = options.num_predict;
+  if (typeof numPredict === "number" && numPredict > 0) out.max_tokens = numPredict;
+  return out as SamplingRequest;
+}
+
 /** OpenAI's `{"<token id>": bias}`; an id outside the vocabulary is the request's mistake. */
 function logitBias(bias: Record<string, number> | null | undefined, nVocab: number): { id: number; bias: number }[] {
   return Object.entries(bias ?? {}).map(([key, value]) => {
