@@ -17,8 +17,9 @@ fail_check() { echo "FAIL: $*"; checks=$((checks + 1)); }
 step "build (release addon)"
 npm run --silent build:native || { echo "build failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
-step "checks (tsc, cargo fmt, cargo clippy)"
+step "checks (tsc, eslint + prettier, cargo fmt, cargo clippy)"
 npx tsc --noEmit || fail_check "npx tsc --noEmit reports type errors"
+npm run --silent lint || fail_check "npm run lint: eslint reports problems or prettier --check wants files formatted (npm run format)"
 cargo fmt --all --check >/dev/null || fail_check "cargo fmt --all --check: run cargo fmt --all"
 cargo clippy $CARGO_RELEASE -q --workspace --all-targets -- -D warnings || fail_check "cargo clippy reports warnings"
 

@@ -45,7 +45,7 @@ for (const [name, asset] of [
       const stepsTogether = engine.metrics().stepsTotal - stepsAlone;
       t.log(`prompt lengths: ${ps.map((p) => p.length).join(", ")}; steps alone ${stepsAlone}, together ${stepsTogether}`);
       t.true(stepsTogether * 4 < stepsAlone, "batched: far fewer steps than one request at a time");
-      for (let i = 0; i < ps.length; i++) t.deepEqual(together[i], alone[i], `request ${i} (${ps[i]!.length} prompt tokens)`);
+      for (let i = 0; i < ps.length; i++) t.deepEqual(together[i], alone[i], `request ${i} (${ps[i].length} prompt tokens)`);
     } finally {
       await engine.unload();
     }

@@ -72,6 +72,7 @@ const RUN_SAMPLES: Record<string, [string, unknown] | undefined> = {
 async function parse(argv: string[]): Promise<{ name: string; args: unknown[] }> {
   let called: { name: string; args: unknown[] } | undefined;
   const stub = new Proxy({} as Commands, { get: (_, name: string) => async (...args: unknown[]) => void (called = { name, args }) });
+  // eslint-disable-next-line @typescript-eslint/unbound-method -- saved to be put back as it was
   const write = process.stderr.write;
   process.stderr.write = () => true; // notices
   try {
@@ -93,7 +94,7 @@ test("every serve flag and alias lands under its table key with its parsed value
     const { name, args: [flags] } = await parse(["serve", ...args]);
     t.is(name, "serve");
     // A `--no-x` switch sets its key false (commander's negation; the key names what it negates).
-    const on = !spec.flags[0]!.startsWith("--no-");
+    const on = !spec.flags[0].startsWith("--no-");
     t.deepEqual((flags as Record<string, unknown>)[spec.key], spec.value ? sample![1] : on, `${flag} → ${spec.key}`);
   }
 });
@@ -131,7 +132,7 @@ test("each command rewrites its own aliases only", (t) => {
   t.deepEqual(normalizeArgv(["run", "m", "-p", "-m", "-s", "-1"]).args, ["run", "m", "--prompt", "-m", "--seed", "-1"]);
   const serve = normalizeArgv(["serve", "--temp", "0.7", "--chat-template", "chatml", "-m", "x.gguf"]);
   t.deepEqual(serve.args, ["serve", "--model", "x.gguf"]);
-  t.regex(serve.notices[0]!, /^wick: ignoring --temp \(mlx-lm \/ llama-server flag, no server-wide sampling defaults: send them per request, or set them as PARAMETERs in a Modelfile\)$/);
+  t.regex(serve.notices[0], /^wick: ignoring --temp \(mlx-lm \/ llama-server flag, no server-wide sampling defaults: send them per request, or set them as PARAMETERs in a Modelfile\)$/);
 });
 
 test("closest: the suggestion for a mistyped flag or command", (t) => {
@@ -161,7 +162,7 @@ test("tables, sizes and times as Ollama prints them", (t) => {
 
 test("docs/cli.md names every flag of serve and run, and every flag serve drops", (t) => {
   const doc = readFileSync(path.join(repoRoot, "docs/cli.md"), "utf8").replace(/```[\s\S]*?```/g, "");
-  const named = new Set([...doc.matchAll(/`([^`]+)`/g)].flatMap((m) => m[1]!.split(/[\s,/()|[\]]+/)).filter((w) => w.startsWith("-")).map((w) => w.replace(/[=:].*$/, "")));
+  const named = new Set([...doc.matchAll(/`([^`]+)`/g)].flatMap((m) => m[1].split(/[\s,/()|[\]]+/)).filter((w) => w.startsWith("-")).map((w) => w.replace(/[=:].*$/, "")));
   const flags = [...SERVE_FLAGS, ...RUN_FLAGS].flatMap((f) => f.flags).concat(FOREIGN_FLAGS.flatMap((f) => f.flags));
   t.deepEqual(flags.filter((f) => !named.has(f)), []);
 });

@@ -59,12 +59,12 @@ serial("create -f, list, show, cp, rm: Ollama's columns and words, --json for sc
     t.is(list.status, 0, list.stderr);
     const [header, row, ...more] = list.stdout.trimEnd().split("\n");
     t.deepEqual(more, []);
-    t.regex(header!, /^NAME\s+ID\s+SIZE\s+MODIFIED$/);
-    const [name, id, size, modified] = cells(row!, columnStarts(header!));
+    t.regex(header, /^NAME\s+ID\s+SIZE\s+MODIFIED$/);
+    const [name, id, size, modified] = cells(row, columnStarts(header));
     t.is(name, "smol:latest");
-    t.regex(id!, /^[0-9a-f]{12}$/);
+    t.regex(id, /^[0-9a-f]{12}$/);
     t.is(size, "98 MB");
-    t.regex(modified!, /^(Less than a second|\d+ seconds?) ago$/);
+    t.regex(modified, /^(Less than a second|\d+ seconds?) ago$/);
     const json = JSON.parse((await h.wick(["ls", "--json"])).stdout);
     t.is(json.models[0].name, "smol:latest");
     t.true(json.models[0].digest.startsWith(id));
@@ -98,14 +98,14 @@ serial("ps shows the loaded model (NAME ID SIZE PROCESSOR CONTEXT UNTIL); stop u
     t.is(r.status, 0, r.stderr);
     const ps = await h.wick(["ps"]);
     const [header, row] = ps.stdout.trimEnd().split("\n");
-    t.regex(header!, /^NAME\s+ID\s+SIZE\s+PROCESSOR\s+CONTEXT\s+UNTIL$/);
-    const [name, id, size, processor, context, until] = cells(row!, columnStarts(header!));
+    t.regex(header, /^NAME\s+ID\s+SIZE\s+PROCESSOR\s+CONTEXT\s+UNTIL$/);
+    const [name, id, size, processor, context, until] = cells(row, columnStarts(header));
     t.is(name, "smol:latest");
-    t.regex(id!, /^[0-9a-f]{12}$/);
-    t.regex(size!, /^\d+ MB$/);
+    t.regex(id, /^[0-9a-f]{12}$/);
+    t.regex(size, /^\d+ MB$/);
     t.is(processor, "100% CPU");
     t.is(context, "4096");
-    t.regex(until!, /^(4|5) minutes from now$/);
+    t.regex(until, /^(4|5) minutes from now$/);
     t.is(JSON.parse((await h.wick(["ps", "--json"])).stdout).models[0].context_length, 4096);
     const stop = await h.wick(["stop", "smol"]);
     t.is(stop.status, 0, stop.stderr);
@@ -129,7 +129,7 @@ serial("pull off a terminal prints plain lines; run pulls a hub model it does no
     t.is(pull.status, 0, pull.stderr);
     t.is(pull.stdout, "");
     t.is(pull.lines[0], "pulling manifest");
-    t.regex(pull.lines[1]!, /^pulling [0-9a-f]{12} 0% \(0\.0\/93\.8 MiB\)$/);
+    t.regex(pull.lines[1], /^pulling [0-9a-f]{12} 0% \(0\.0\/93\.8 MiB\)$/);
     t.regex(pull.lines.at(-4)!, /^pulling [0-9a-f]{12} 100% \(93\.8\/93\.8 MiB\)$/);
     t.deepEqual(pull.lines.slice(-3), ["verifying sha256 digest", "writing manifest", "success"]);
     t.true(pull.lines.length <= 16, "at most one line per 10%");
@@ -183,7 +183,7 @@ for (const [name, args, pattern] of BAD) {
     const r = await wick(args);
     t.is(r.status, 1, r.stderr);
     t.is(r.lines.length, 1, r.stderr);
-    t.regex(r.lines[0]!, pattern);
+    t.regex(r.lines[0], pattern);
     t.is(r.stdout, "");
   });
 }
@@ -218,18 +218,18 @@ serial("a port held by something else, a server that cannot start, a port in use
     const taken = await h.wick(["list"], { env: { WICK_HOST: `127.0.0.1:${busy}` } });
     t.is(taken.status, 1, taken.stderr);
     t.is(taken.lines.length, 1, taken.stderr);
-    t.regex(taken.lines[0]!, new RegExp(`^wick: something that is not a Wick server answers at 127\\.0\\.0\\.1:${busy} \\(.+\\); set WICK_HOST to another address$`));
+    t.regex(taken.lines[0], new RegExp(`^wick: something that is not a Wick server answers at 127\\.0\\.0\\.1:${busy} \\(.+\\); set WICK_HOST to another address$`));
 
     const broken = await h.wick(["list"], { env: { WICK_KEEP_ALIVE: "later" } });
     t.is(broken.status, 1);
     t.is(broken.lines.length, 1, broken.stderr);
-    t.regex(broken.lines[0]!, /^wick: the Wick server did not start: Invalid WICK_KEEP_ALIVE "later".* \(log: .*\/logs\/server\.log\)$/);
+    t.regex(broken.lines[0], /^wick: the Wick server did not start: Invalid WICK_KEEP_ALIVE "later".* \(log: .*\/logs\/server\.log\)$/);
     t.false(existsSync(path.join(h.home, `serve-${h.port}.lock`)), "no lock left behind");
 
     const serve = await h.wick(["serve", "--port", String(busy)]);
     t.is(serve.status, 1);
     t.is(serve.lines.length, 1, serve.stderr);
-    t.regex(serve.lines[0]!, new RegExp(`^wick: cannot listen on 127\\.0\\.0\\.1:${busy}: listen EADDRINUSE`));
+    t.regex(serve.lines[0], new RegExp(`^wick: cannot listen on 127\\.0\\.0\\.1:${busy}: listen EADDRINUSE`));
   } finally {
     other.close();
     await h.close();
@@ -241,5 +241,5 @@ test("a remote WICK_HOST is never started here", async (t) => {
   const r = await wick(["list"], { env: { ...process.env, WICK_HOST: `192.0.2.1:${port}` }, timeoutMs: 30_000 });
   t.is(r.status, 1);
   t.is(r.lines.length, 1, r.stderr);
-  t.regex(r.lines[0]!, /^wick: could not connect to the Wick server at http:\/\/192\.0\.2\.1:\d+ \(.+\); start it there with 'wick serve'$/);
+  t.regex(r.lines[0], /^wick: could not connect to the Wick server at http:\/\/192\.0\.2\.1:\d+ \(.+\); start it there with 'wick serve'$/);
 });

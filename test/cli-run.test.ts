@@ -7,7 +7,7 @@
  * draws a progress bar on a terminal.
  */
 import test from "ava";
-import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs";
+import { readFileSync, writeFileSync, existsSync } from "node:fs";
 import path from "node:path";
 import { createModel, ModelStore } from "../ts/store/index.ts";
 import { progressReporter } from "../ts/cli/progress.ts";

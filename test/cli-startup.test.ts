@@ -29,10 +29,10 @@ function start(args: string[], env: NodeJS.ProcessEnv): Promise<Started> {
   const child = spawn(process.execPath, [BIN, ...args], { cwd: repoRoot, env: { ...process.env, HF_TOKEN: "", ...env }, stdio: ["ignore", "ignore", "pipe"] });
   let err = "";
   return new Promise((resolve, reject) => {
-    child.stderr!.on("data", (d) => {
+    child.stderr.on("data", (d) => {
       err += d;
       const m = /wick: serving .* at (http:\/\/\S+)\/v1\n/.exec(err);
-      if (m) resolve({ child, url: m[1]!, stderr: () => err });
+      if (m) resolve({ child, url: m[1], stderr: () => err });
     });
     child.once("exit", (code) => reject(new Error(`exited ${code}: ${err}`)));
   });
@@ -113,13 +113,13 @@ for (const { runtime, line, model, auth, notes } of LINES) {
       const client = openaiClient(s.url, auth);
       const res = await client.chat.completions.create({ model, messages: [{ role: "user", content: "Say hello." }], max_tokens: 8, temperature: 0 });
       t.is(res.object, "chat.completion");
-      t.true((res.choices[0]!.message.content ?? "").length > 0);
+      t.true((res.choices[0].message.content ?? "").length > 0);
       if (runtime === "Ollama") {
         const r = await new Ollama({ host: s.url }).chat({ model, messages: [{ role: "user", content: "Hi" }], options: { num_predict: 4 } });
         t.true(r.message.content.length > 0);
       }
       if (auth) t.is((await fetch(`${s.url}/v1/models`)).status, 401, "--api-key is enforced");
-      t.log(`${runtime}: ${JSON.stringify(res.choices[0]!.message.content)}`);
+      t.log(`${runtime}: ${JSON.stringify(res.choices[0].message.content)}`);
     } finally {
       t.is(await stop(s.child), 0);
     }

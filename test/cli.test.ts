@@ -41,7 +41,7 @@ test("foreign flags are dropped with their values and one notice each", (t) => {
   const n = normalizeArgv(["serve", "--enable-torch-compile", "--ipc=host", "--ipc", "host", "-tp", "2", "--flash-attn", "-m", "x.gguf", "--", "--ipc"]);
   t.deepEqual(n.args, ["serve", "--model", "x.gguf", "--", "--ipc"]);
   t.is(n.notices.length, 5);
-  t.regex(n.notices[0]!, /^wick: ignoring --enable-torch-compile \(SGLang flag, no effect in Wick\)$/);
+  t.regex(n.notices[0], /^wick: ignoring --enable-torch-compile \(SGLang flag, no effect in Wick\)$/);
   // No table flag is also listed as foreign.
   const table = new Set(SERVE_FLAGS.flatMap((f) => f.flags));
   t.deepEqual(FOREIGN_FLAGS.flatMap((f) => f.flags).filter((f) => table.has(f)), []);
@@ -85,8 +85,8 @@ for (const [name, args, pattern] of BAD) {
     const r = wick(args.filter((a) => !env.includes(a)), Object.fromEntries(env.map((e) => [e.slice(0, e.indexOf("=")), e.slice(e.indexOf("=") + 1)])));
     t.is(r.status, 1, r.stderr);
     t.is(r.lines.length, 1, r.stderr);
-    t.regex(r.lines[0]!, /^wick( serve)?: /);
-    t.regex(r.lines[0]!, pattern);
+    t.regex(r.lines[0], /^wick( serve)?: /);
+    t.regex(r.lines[0], pattern);
     t.log(r.lines[0]);
   });
 }
@@ -103,12 +103,12 @@ function startCli(args: string[], env: Record<string, string> = {}): Promise<{ c
   const child = spawn(process.execPath, [BIN, "serve", ...args], { cwd: repoRoot, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let err = "";
   let out = "";
-  child.stdout!.on("data", (d) => (out += d));
+  child.stdout.on("data", (d) => (out += d));
   return new Promise((resolve, reject) => {
-    child.stderr!.on("data", (d) => {
+    child.stderr.on("data", (d) => {
       err += d;
       const m = /wick: serving .* at (http:\/\/\S+)\/v1\n/.exec(err);
-      if (m) resolve({ child, url: m[1]!, stderr: () => err });
+      if (m) resolve({ child, url: m[1], stderr: () => err });
     });
     child.once("exit", (code) => reject(new Error(`wick serve exited ${code}: ${err}\n${out}`)));
   });
@@ -125,10 +125,10 @@ serial("wick serve (the real CLI): foreign flags noted, openai client served, AP
     t.regex(stderr(), /--n-gpu-layers: this build runs on the CPU only/);
     const client = openaiClient(url, "cli-key");
     const models = await client.models.list();
-    t.is(models.data[0]!.id, "SmolLM2-135M-Instruct.Q4_1");
+    t.is(models.data[0].id, "SmolLM2-135M-Instruct.Q4_1");
     t.is((models.data[0] as unknown as { max_model_len: number }).max_model_len, 1024);
     const res = await client.chat.completions.create({ model: "SmolLM2-135M-Instruct.Q4_1", messages: [{ role: "user", content: "Hi!" }], max_tokens: 4, temperature: 0 });
-    t.is(typeof res.choices[0]!.message.content, "string");
+    t.is(typeof res.choices[0].message.content, "string");
     t.is((await fetch(`${url}/v1/models`)).status, 401);
     t.is((await fetch(`${url}/health`)).status, 200);
   } finally {
@@ -202,7 +202,7 @@ serial("wick serve -m <hub ref> pulls first with progress on stderr, serves it f
       const res = await client.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "Hi!" }], max_tokens: 3 });
       t.is(res.model, ref, "any name reaches the -m model");
       const ps = await new Ollama({ host: first.url }).ps();
-      t.true(Date.parse(String(ps.models[0]!.expires_at)) > Date.now() + 100 * 365 * 86400e3, "the -m model stays loaded");
+      t.true(Date.parse(String(ps.models[0].expires_at)) > Date.now() + 100 * 365 * 86400e3, "the -m model stays loaded");
     } finally {
       t.is(await stopCli(first.child), 0);
     }

@@ -140,7 +140,7 @@ for (const arch of SMALL) {
     try {
       const probs = await inContext(model, 64, async (seq) => {
         // The f32 cache keeps llama.cpp's attention in f32, as the reference is.
-        for await (const r of seq.evaluateWithMetadata(REF_IDS as never, { probabilities: true }, { temperature: 1, topK: 1 << 30, topP: 1, minP: 0 } as never)) {
+        for await (const r of seq.evaluateWithMetadata(REF_IDS as never, { probabilities: true }, { temperature: 1, topK: 1 << 30, topP: 1, minP: 0 })) {
           return (r as { probabilities: Map<number, number> }).probabilities;
         }
         throw new Error("no output");
@@ -150,7 +150,7 @@ for (const arch of SMALL) {
       const [top] = probs.keys();
       let worst = 0;
       for (const [tok, p] of probs) {
-        const d = Math.abs(Math.log(p) - Math.log(probs.get(top!)!) - (want[tok]! - want[top!]!));
+        const d = Math.abs(Math.log(p) - Math.log(probs.get(top)!) - (want[tok] - want[top]));
         worst = Math.max(worst, d);
       }
       const tol = TOLERANCE[arch] ?? 1e-4;

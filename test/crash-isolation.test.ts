@@ -69,7 +69,7 @@ serial("a panic in a model step: that request gets a 500 naming it, a concurrent
     t.false(body.includes("[DONE]"));
 
     // Nothing leaked, the engine is healthy, and later requests are answered.
-    const engine = models.registry.list()[0]!.engine;
+    const engine = models.registry.list()[0].engine;
     const m = engine.metrics();
     t.deepEqual([m.running, m.waiting, m.kvBlocksUsed], [0, 0, 0]);
     t.true(m.stepFailuresTotal >= 2);
@@ -93,7 +93,7 @@ serial("the scheduler thread dies: /health 503 with the reason, the next chat re
   const { server, models } = await faultyServer(smol!, `scheduler-exit:${token}`);
   try {
     const url = `${server.url}/v1/chat/completions`;
-    const first = models.registry.list()[0]!;
+    const first = models.registry.list()[0];
     t.is((await fetch(`${server.url}/health`)).status, 200);
 
     const killed = await postJson(url, chat(poisoned));
@@ -117,7 +117,7 @@ serial("the scheduler thread dies: /health 503 with the reason, the next chat re
     t.is(other.status, 200, other.text);
     t.true(next.json.choices[0].message.content.length > 0);
     t.is(models.registry.list().length, 1);
-    const reloaded = models.registry.list()[0]!;
+    const reloaded = models.registry.list()[0];
     t.not(reloaded.engine, first.engine, "a new engine serves the model");
     const up = await fetch(`${server.url}/health`);
     t.is(up.status, 200);

@@ -13,7 +13,7 @@ const bases = ["", "crates/wick-core/src", "crates/wick-core/src/kernels"].map((
 
 /** Backticked paths: a slash, no spaces, not a pattern (`<arch>`, `*`), not ggml's C files. */
 function namedPaths(): string[] {
-  const all = [...doc.matchAll(/`([^`\s]+\/[^`\s]*)`/g)].map((m) => m[1]!);
+  const all = [...doc.matchAll(/`([^`\s]+\/[^`\s]*)`/g)].map((m) => m[1]);
   return [...new Set(all)].filter((p) => !/[<>*]/.test(p) && !p.endsWith(".c") && !p.endsWith(".cpp"));
 }
 

@@ -29,11 +29,11 @@ tinyLlama.test("every malformed model file fails to load with a clear error, and
   t.true(bad.length >= 5, `expected the broken fixtures in ${fixturesDir}`);
   for (const f of bad) {
     const err = await t.throwsAsync(Engine.load({ modelPath: path.join(fixturesDir, f) }), { instanceOf: WickError });
-    t.true(["MODEL_LOAD_FAILED", "UNSUPPORTED_ARCHITECTURE"].includes(err!.code), `${f}: ${err!.code}`);
-    t.log(`${f}: ${err!.code}: ${err!.message}`);
+    t.true(["MODEL_LOAD_FAILED", "UNSUPPORTED_ARCHITECTURE"].includes(err.code), `${f}: ${err.code}`);
+    t.log(`${f}: ${err.code}: ${err.message}`);
   }
   const missing = await t.throwsAsync(Engine.load({ modelPath: path.join(fixturesDir, "nope.gguf") }), { instanceOf: WickError });
-  t.regex(missing!.message, /cannot open/);
+  t.regex(missing.message, /cannot open/);
   const ok = await Engine.load({ modelPath: tinyLlama.path! });
   t.is(ok.info().architecture, "llama");
   await ok.unload();
@@ -42,24 +42,24 @@ tinyLlama.test("every malformed model file fails to load with a clear error, and
 tinyLlama.test("async failures reject with the engine's code on the error, not in its message", async (t) => {
   const missing = path.join(fixturesDir, "nope.gguf");
   const load = await t.throwsAsync(Engine.load({ modelPath: missing }), { instanceOf: WickError });
-  t.is(load!.code, "MODEL_LOAD_FAILED");
-  t.notRegex(load!.message, /^[A-Z_]+: /);
+  t.is(load.code, "MODEL_LOAD_FAILED");
+  t.notRegex(load.message, /^[A-Z_]+: /);
   const inspect = await t.throwsAsync(inspectModel(missing), { instanceOf: WickError });
-  t.is(inspect!.code, "MODEL_LOAD_FAILED");
+  t.is(inspect.code, "MODEL_LOAD_FAILED");
 });
 
 tinyLlama.test("the threads option: validated, and fixed process-wide by the first load", async (t) => {
   const tiny = tinyLlama.path!;
   const zero = await t.throwsAsync(Engine.load({ modelPath: tiny, threads: 0 }), { instanceOf: WickError });
-  t.is(zero!.code, "INVALID_REQUEST");
+  t.is(zero.code, "INVALID_REQUEST");
   const first = await Engine.load({ modelPath: tiny, vocabOnly: true });
   const n = first.info().threads;
   t.true(n >= 1);
   const same = await Engine.load({ modelPath: tiny, vocabOnly: true, threads: n });
   t.is(same.info().threads, n);
   const other = await t.throwsAsync(Engine.load({ modelPath: tiny, vocabOnly: true, threads: n + 1 }), { instanceOf: WickError });
-  t.is(other!.code, "INVALID_REQUEST");
-  t.regex(other!.message, new RegExp(`already runs ${n} threads`));
+  t.is(other.code, "INVALID_REQUEST");
+  t.regex(other.message, new RegExp(`already runs ${n} threads`));
   await Promise.all([first.unload(), same.unload()]);
   // A fresh process: the first load's option sets the size, and generation runs on it.
   const script = `
@@ -158,11 +158,11 @@ withSmol("concurrent requests each get the tokens they get alone", async (t) => 
 withSmol("bad requests are rejected before generation with typed errors", (t) => {
   const ctx = engine!.info().contextSize;
   const long = new Array(ctx + 5).fill(1);
-  t.is(t.throws(() => engine!.generate({ promptTokens: long }), { instanceOf: WickError })!.code, "CONTEXT_LENGTH_EXCEEDED");
-  t.is(t.throws(() => engine!.generate({ promptTokens: [1, 2], maxTokens: ctx }), { instanceOf: WickError })!.code, "CONTEXT_LENGTH_EXCEEDED");
-  t.is(t.throws(() => engine!.generate({ promptTokens: [] }), { instanceOf: WickError })!.code, "INVALID_REQUEST");
-  t.is(t.throws(() => engine!.generate({ promptTokens: [10_000_000] }), { instanceOf: WickError })!.code, "INVALID_REQUEST");
-  t.is(t.throws(() => engine!.generate({ promptTokens: [1], topP: 0 }), { instanceOf: WickError })!.code, "INVALID_REQUEST");
+  t.is(t.throws(() => engine!.generate({ promptTokens: long }), { instanceOf: WickError }).code, "CONTEXT_LENGTH_EXCEEDED");
+  t.is(t.throws(() => engine!.generate({ promptTokens: [1, 2], maxTokens: ctx }), { instanceOf: WickError }).code, "CONTEXT_LENGTH_EXCEEDED");
+  t.is(t.throws(() => engine!.generate({ promptTokens: [] }), { instanceOf: WickError }).code, "INVALID_REQUEST");
+  t.is(t.throws(() => engine!.generate({ promptTokens: [10_000_000] }), { instanceOf: WickError }).code, "INVALID_REQUEST");
+  t.is(t.throws(() => engine!.generate({ promptTokens: [1], topP: 0 }), { instanceOf: WickError }).code, "INVALID_REQUEST");
 });
 
 tinyLlama.test("pause holds the scheduler: submissions queue, a cancel still ends its request, resume runs the rest unchanged", async (t) => {
@@ -187,5 +187,5 @@ tinyLlama.test("pause holds the scheduler: submissions queue, a cancel still end
   } finally {
     await e.unload();
   }
-  t.is(t.throws(() => e.pause(), { instanceOf: WickError })!.code, "ENGINE_STOPPED");
+  t.is(t.throws(() => e.pause(), { instanceOf: WickError }).code, "ENGINE_STOPPED");
 });

@@ -191,12 +191,12 @@ test("HF_TOKEN is sent as a Bearer token to the hub and appears in no error mess
       hub.faults.requireToken = "another-token";
       errors.push(await t.throwsAsync(client.pull(`hf.co/${REPO}:Q8_0`)));
       t.is((errors[2] as StoreError).code, "HUB_UNAUTHORIZED");
-      t.regex(errors[2]!.message, /refused the token \(HF_TOKEN\)/);
+      t.regex(errors[2].message, /refused the token \(HF_TOKEN\)/);
       await hub.close();
       errors.push(await t.throwsAsync(client.pull(`hf.co/${REPO}:Q8_0`)));
       for (const e of errors) {
-        t.false(e!.message.includes(TOKEN), e!.message);
-        t.false(String(e!.stack).includes(TOKEN));
+        t.false(e.message.includes(TOKEN), e.message);
+        t.false(String(e.stack).includes(TOKEN));
       }
     },
     { token: TOKEN },

@@ -82,11 +82,11 @@ for (const m of models) {
   });
 }
 
-models[0]!.model.serial("prefix reuse across the chunk boundary: chunks end where the uncached run's end", async (t) => {
+models[0].model.serial("prefix reuse across the chunk boundary: chunks end where the uncached run's end", async (t) => {
   // Reused prefixes end on block boundaries, prompt chunks on multiples of the chunk size:
   // 257 tokens (chunks of 256) end in a one-token chunk either way; 385 and 449 put the
   // reuse point right before the last token. Every case must give the uncached distributions.
-  const m = models[0]!;
+  const m = models[0];
   const modelPath = m.model.path!;
   await withEngines(modelPath, { prefillChunk: 256 }, async (cached, uncached) => {
     for (const n of [257, 385, 448, 449]) {
@@ -123,8 +123,8 @@ for (const m of models.slice(0, 2)) {
       t.log(`preemptions: ${mt.preemptionsTotal - p0}; pool ${mt.kvBlocksTotal} blocks of ${mt.kvBlockSize}`);
       t.true(mt.preemptionsTotal - p0 > 0, "the pool was too small, so someone was preempted");
       for (let i = 0; i < prompts.length; i++) {
-        t.deepEqual(together[i]!.ids, solo[i]!.ids, `request ${i}`);
-        t.deepEqual(together[i]!.logprobs, solo[i]!.logprobs, `request ${i}: distributions`);
+        t.deepEqual(together[i].ids, solo[i].ids, `request ${i}`);
+        t.deepEqual(together[i].logprobs, solo[i].logprobs, `request ${i}: distributions`);
       }
       t.is(mt.kvBlocksUsed, 0);
       t.is(mt.running + mt.waiting, 0);

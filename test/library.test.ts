@@ -15,15 +15,15 @@ serial("examples/library.ts runs: generate, chat template, stream, tool call, in
   const lines: string[] = [];
   const r = await main(model!, (l) => lines.push(l));
   t.log(lines.join("\n"));
-  t.regex(lines[0]!, /^loaded llama, \d+ parameters, (scalar|avx2|avx512vnni) kernels$/);
+  t.regex(lines[0], /^loaded llama, \d+ parameters, (scalar|avx2|avx512vnni) kernels$/);
   t.true(r.completion.length > 0, "raw generation produced text");
   // SmolLM2's template is ChatML with a default system prompt.
   t.true(r.prompt.includes("<|im_start|>user\nName three colors.<|im_end|>\n<|im_start|>assistant\n"), r.prompt);
   t.true(r.streamed.length > 0);
   t.is(r.called.finishReason, "tool_calls");
   t.is(r.called.toolCalls.length, 1);
-  t.is(r.called.toolCalls[0]!.name, "get_weather");
-  t.is(typeof r.called.toolCalls[0]!.arguments.city, "string");
+  t.is(r.called.toolCalls[0].name, "get_weather");
+  t.is(typeof r.called.toolCalls[0].arguments.city, "string");
   // Greedy both ways: the in-process server answers what the library's chat streamed.
   t.is(r.served, r.streamed);
 });

@@ -54,19 +54,19 @@ function families(text: string): Map<string, Family> {
   for (const line of text.split("\n")) {
     const type = /^# TYPE (\S+) (\S+)$/.exec(line);
     if (type) {
-      const f: Family = { kind: type[2]!, labels: new Set(), samples: 0 };
-      byBase.set(type[1]!, f);
+      const f: Family = { kind: type[2], labels: new Set(), samples: 0 };
+      byBase.set(type[1], f);
       // prom-client names a counter with its `_total`; vLLM's docs do too.
-      out.set(type[1]!, f);
+      out.set(type[1], f);
       continue;
     }
     const sample = /^([^\s{#]+)(?:\{([^}]*)\})? \S+$/.exec(line);
     if (!sample) continue;
-    const base = sample[1]!.replace(/_(bucket|sum|count)$/, "");
-    const f = byBase.get(sample[1]!) ?? byBase.get(base);
+    const base = sample[1].replace(/_(bucket|sum|count)$/, "");
+    const f = byBase.get(sample[1]) ?? byBase.get(base);
     if (!f) continue;
     f.samples++;
-    for (const m of (sample[2] ?? "").matchAll(/(\w+)="/g)) if (m[1] !== "le") f.labels.add(m[1]!);
+    for (const m of (sample[2] ?? "").matchAll(/(\w+)="/g)) if (m[1] !== "le") f.labels.add(m[1]);
   }
   return out;
 }
@@ -84,9 +84,9 @@ serial("every vLLM serving metric is exported as wick:<same name>, with vLLM's t
   for (const [name, kind, labels] of VLLM) {
     const f = found.get(`wick:${name}`);
     if (!t.truthy(f, `wick:${name} is exported`)) continue;
-    t.is(f!.kind, kind, `wick:${name} is a ${kind}`);
-    t.true(f!.samples > 0, `wick:${name} has samples after two requests`);
-    t.deepEqual([...f!.labels].sort(), [...labels].sort(), `wick:${name} has vLLM's labels`);
+    t.is(f.kind, kind, `wick:${name} is a ${kind}`);
+    t.true(f.samples > 0, `wick:${name} has samples after two requests`);
+    t.deepEqual([...f.labels].sort(), [...labels].sort(), `wick:${name} has vLLM's labels`);
   }
   // Nothing is exported under vLLM's own prefix: a router is pointed at the wick: names.
   t.false(text.includes("vllm:"));

@@ -56,7 +56,7 @@ const errors: [string, string, string, RegExp][] = [
 for (const [title, text, code, why] of errors) {
   test(`Modelfile error: ${title}`, (t) => {
     const err = t.throws(() => parseModelfile(text), { instanceOf: StoreError });
-    t.is(err?.code as string, code);
+    t.is<string | undefined, string>(err?.code, code);
     t.regex(err?.message ?? "", why);
   });
 }
@@ -116,7 +116,7 @@ test("create fails clearly, and adds no model, when FROM names nothing or is not
   ];
   for (const [mf, code, why] of cases) {
     const err = await t.throwsAsync(createModel(store, "x", mf, { baseDir: dir }), { instanceOf: StoreError }, mf);
-    t.is(err?.code as string, code, mf);
+    t.is<string | undefined, string>(err?.code, code, mf);
     t.regex(err?.message ?? "", why);
   }
   await t.throwsAsync(createModel(store, "../x", "FROM ./tiny.gguf", { baseDir: dir }), { code: "INVALID_NAME" } as never);

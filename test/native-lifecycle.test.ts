@@ -46,7 +46,7 @@ gemma.serial("keep_alive 0 gives the model's memory back: the process's RSS drop
   const s = await startStoreServer();
   try {
     await s.ollama.create({ model: "gemma", modelfile: `FROM ${gemma.path}` } as never);
-    const size = (await s.ollama.list()).models[0]!.size;
+    const size = (await s.ollama.list()).models[0].size;
     const before = process.memoryUsage().rss;
     const g = await s.ollama.generate({ model: "gemma", prompt: "Hello", options: { num_predict: 4 } });
     t.is(g.eval_count, 4);

@@ -124,7 +124,7 @@ serial("pull: a repo without GGUF files, an unknown repo or quant, and an Ollama
   // Through the ollama client: the status and message come back as a ResponseError.
   const err = await t.throwsAsync(s.ollama.pull({ model: "hf.co/wick-test/no-gguf", stream: true }));
   t.is((err as Error & { status_code?: number }).status_code, 400);
-  t.regex(err!.message, /has no GGUF model files/);
+  t.regex(err.message, /has no GGUF model files/);
 });
 
 serial("delete, copy, push, embeddings: 404 / 400 / 501 with a reason", async (t) => {

@@ -9,7 +9,7 @@ import { Ollama } from "ollama";
 import { Engine } from "../ts/engine/index.ts";
 import { renderOllamaPrompt } from "../ts/store/index.ts";
 import { fixture, needs, smollm2 } from "./helpers/assets.ts";
-import { ndjson, send, startStoreServer, type StoreServer } from "./helpers/store-server.ts";
+import { send, startStoreServer, type StoreServer } from "./helpers/store-server.ts";
 import { waitFor } from "./helpers/server.ts";
 import test from "ava";
 
@@ -38,11 +38,11 @@ test.after.always(async () => s?.close());
 serial("pull from the hub: Ollama's progress stream (manifest, digest/total/completed, success), then the model serves", async (t) => {
   const events: { status: string; digest?: string; total?: number; completed?: number }[] = [];
   for await (const p of await ollama.pull({ model: `hf.co/${HUB_REPO}:Q4_1`, stream: true })) events.push(p);
-  t.is(events[0]!.status, "pulling manifest");
+  t.is(events[0].status, "pulling manifest");
   t.is(events.at(-1)!.status, "success");
   const layer = events.filter((e) => e.digest);
   t.true(layer.length >= 3, `progress for the model layer as it downloads (${layer.length} events)`);
-  t.is(layer[0]!.completed, 0);
+  t.is(layer[0].completed, 0);
   t.true(layer.every((e) => /^sha256:[0-9a-f]{64}$/.test(e.digest!) && e.total! > 90e6 && e.completed! <= e.total!));
   t.is(layer.at(-1)!.completed, layer.at(-1)!.total);
   t.true(events.some((e) => e.status === "verifying sha256 digest"));
@@ -66,7 +66,7 @@ serial("create from a Modelfile: a progress stream ending in success, then the m
 
   const { models } = await ollama.list();
   t.deepEqual(models.map((m) => m.name), ["smol:latest", `hf.co/${HUB_REPO}:Q4_1`], "newest first");
-  const m = models[0]!;
+  const m = models[0];
   t.is(m.model, "smol:latest");
   t.regex(m.digest, /^[0-9a-f]{64}$/);
   t.true(m.size > 90e6, `size ${m.size}`);
@@ -204,7 +204,7 @@ serial("two models at once, each loaded on demand; /api/ps lists both; /v1/model
   t.true((smolPs.size as number) > 90e6);
   const expires = Date.parse(smolPs.expires_at as string) - Date.now();
   t.true(expires > 4 * 60_000 && expires <= 5 * 60_000 + 1000, `expires in ${expires} ms (default 5m)`);
-  t.like((smolPs.details as Record<string, unknown>), { family: "llama", quantization_level: "Q4_1" });
+  t.like((smolPs.details), { family: "llama", quantization_level: "Q4_1" });
 
   const list = await (await fetch(`${s.url}/v1/models`)).json();
   const ids = list.data.map((m: { id: string }) => m.id);

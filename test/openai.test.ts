@@ -16,22 +16,22 @@ const served = serveModel(smol);
 serial("models.list and models.retrieve describe the served model; unknown ids are 404", async (t) => {
   const list = await served.client.models.list();
   t.deepEqual(list.data.map((m) => m.id), [MODEL]);
-  t.is(list.data[0]!.object, "model");
-  t.is(typeof list.data[0]!.created, "number");
+  t.is(list.data[0].object, "model");
+  t.is(typeof list.data[0].created, "number");
   const one = await served.client.models.retrieve(MODEL);
   t.is(one.id, MODEL);
   const err = await t.throwsAsync(served.client.models.retrieve("no-such-model"), { instanceOf: OpenAI.NotFoundError });
-  t.is(err!.code, "model_not_found");
+  t.is(err.code, "model_not_found");
 });
 
 serial("chat at temperature 0: the concatenated stream equals the non-stream text", async (t) => {
   const body = { model: MODEL, messages: ASK, temperature: 0, max_tokens: 48 };
   const full = await served.client.chat.completions.create(body);
-  const text = full.choices[0]!.message.content!;
+  const text = full.choices[0].message.content!;
   t.true(text.length > 0);
   t.is(full.object, "chat.completion");
-  t.is(full.choices[0]!.message.role, "assistant");
-  t.true(["stop", "length"].includes(full.choices[0]!.finish_reason));
+  t.is(full.choices[0].message.role, "assistant");
+  t.true(["stop", "length"].includes(full.choices[0].finish_reason));
   t.true(full.usage!.prompt_tokens > 10);
   t.is(full.usage!.total_tokens, full.usage!.prompt_tokens + full.usage!.completion_tokens);
   t.is(typeof full.usage!.prompt_tokens_details?.cached_tokens, "number");
@@ -40,12 +40,12 @@ serial("chat at temperature 0: the concatenated stream equals the non-stream tex
   const chunks = [];
   for await (const chunk of stream) chunks.push(chunk);
   t.is(chunks.map((c) => c.choices[0]?.delta.content ?? "").join(""), text);
-  t.is(chunks[0]!.choices[0]!.delta.role, "assistant");
+  t.is(chunks[0].choices[0].delta.role, "assistant");
   t.is(new Set(chunks.map((c) => c.id)).size, 1, "one id for every chunk");
   t.is(new Set(chunks.map((c) => c.created)).size, 1, "one created for every chunk");
   t.true(chunks.every((c) => c.object === "chat.completion.chunk"));
-  t.true(chunks.slice(0, -1).every((c) => c.choices[0]!.finish_reason === null), "finish_reason null until the end");
-  t.is(chunks.at(-1)!.choices[0]!.finish_reason, full.choices[0]!.finish_reason);
+  t.true(chunks.slice(0, -1).every((c) => c.choices[0].finish_reason === null), "finish_reason null until the end");
+  t.is(chunks.at(-1)!.choices[0].finish_reason, full.choices[0].finish_reason);
   t.true(chunks.every((c) => c.usage === undefined || c.usage === null), "no usage without include_usage");
   t.log(JSON.stringify(text));
 });
@@ -74,7 +74,7 @@ serial("completions: raw prompt, stream equals non-stream, usage counted", async
   const body = { model: MODEL, prompt: "The three primary colors are", temperature: 0, max_tokens: 16 };
   const full = await served.client.completions.create(body);
   t.is(full.object, "text_completion");
-  const text = full.choices[0]!.text;
+  const text = full.choices[0].text;
   t.true(text.length > 0);
   t.true(full.usage!.prompt_tokens >= 5);
   const stream = await served.client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
@@ -90,7 +90,7 @@ serial("completions: raw prompt, stream equals non-stream, usage counted", async
 
 serial("stop strings end the text before the stop string, with finish_reason stop", async (t) => {
   const body = { model: MODEL, messages: ASK, temperature: 0, max_tokens: 40 };
-  const free = (await served.client.chat.completions.create(body)).choices[0]!.message.content!;
+  const free = (await served.client.chat.completions.create(body)).choices[0].message.content!;
   // A stop string from the middle of the free answer: the stopped answer is everything before it.
   const words = free.split(" ");
   t.true(words.length >= 4, free);
@@ -98,8 +98,8 @@ serial("stop strings end the text before the stop string, with finish_reason sto
   const cut = free.slice(0, free.indexOf(stop));
   for (const s of [stop, [stop, "never-appears-xyz"]]) {
     const res = await served.client.chat.completions.create({ ...body, stop: s });
-    t.is(res.choices[0]!.message.content, cut);
-    t.is(res.choices[0]!.finish_reason, "stop");
+    t.is(res.choices[0].message.content, cut);
+    t.is(res.choices[0].finish_reason, "stop");
   }
   const streamed = await served.client.chat.completions.create({ ...body, stop, stream: true });
   let text = "";
@@ -111,25 +111,25 @@ serial("stop strings end the text before the stop string, with finish_reason sto
   t.is(text, cut);
   t.is(finish, "stop");
   const comp = await served.client.completions.create({ model: MODEL, prompt: "1, 2, 3, 4, 5,", temperature: 0, max_tokens: 20, stop: [" 7"] });
-  t.false(comp.choices[0]!.text.includes(" 7"));
-  t.is(comp.choices[0]!.finish_reason, "stop");
+  t.false(comp.choices[0].text.includes(" 7"));
+  t.is(comp.choices[0].finish_reason, "stop");
 });
 
 serial("max_tokens and max_completion_tokens cut with finish_reason length", async (t) => {
   const a = await served.client.chat.completions.create({ model: MODEL, messages: ASK, max_tokens: 3, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming);
-  t.is(a.choices[0]!.finish_reason, "length");
+  t.is(a.choices[0].finish_reason, "length");
   t.is(a.usage!.completion_tokens, 3);
   const b = await served.client.chat.completions.create({ model: MODEL, messages: ASK, max_completion_tokens: 5, max_tokens: 50, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming);
-  t.is(b.choices[0]!.finish_reason, "length");
+  t.is(b.choices[0].finish_reason, "length");
   t.is(b.usage!.completion_tokens, 5, "max_completion_tokens wins over max_tokens");
   const c = await served.client.completions.create({ model: MODEL, prompt: "Once upon a time", max_tokens: 4, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
-  t.is(c.choices[0]!.finish_reason, "length");
+  t.is(c.choices[0].finish_reason, "length");
   t.is(c.usage!.completion_tokens, 4);
 });
 
 serial("a seed makes sampling reproducible; different seeds differ", async (t) => {
   const body = { model: MODEL, messages: [{ role: "user" as const, content: "Write a short poem about the sea." }], temperature: 1.0, max_tokens: 24, ignore_eos: true };
-  const run = async (seed: number) => (await served.client.chat.completions.create({ ...body, seed } as OpenAI.ChatCompletionCreateParamsNonStreaming)).choices[0]!.message.content ?? "";
+  const run = async (seed: number) => (await served.client.chat.completions.create({ ...body, seed } as OpenAI.ChatCompletionCreateParamsNonStreaming)).choices[0].message.content ?? "";
   const first = await run(1234);
   t.is(await run(1234), first);
   const others = [await run(1), await run(2), await run(3)];
@@ -146,7 +146,7 @@ serial("n > 1 runs n sequences; with a seed, choice 0 equals the n = 1 answer", 
   const one = await served.client.chat.completions.create(body);
   const three = await served.client.chat.completions.create({ ...body, n: 3 });
   t.deepEqual(three.choices.map((c) => c.index), [0, 1, 2]);
-  t.is(three.choices[0]!.message.content, one.choices[0]!.message.content);
+  t.is(three.choices[0].message.content, one.choices[0].message.content);
   t.is(three.usage!.prompt_tokens, one.usage!.prompt_tokens, "the shared prompt counts once");
   const stream = await served.client.chat.completions.create({ ...body, n: 3, stream: true });
   const texts = ["", "", ""];
@@ -163,20 +163,20 @@ serial("n > 1 runs n sequences; with a seed, choice 0 equals the n = 1 answer", 
 
 serial("logprobs: one entry per generated token, the greedy token is the most likely", async (t) => {
   const res = await served.client.chat.completions.create({ model: MODEL, messages: ASK, temperature: 0, max_tokens: 8, logprobs: true, top_logprobs: 3 });
-  const content = res.choices[0]!.logprobs!.content!;
+  const content = res.choices[0].logprobs!.content!;
   t.true(content.length > 0 && content.length <= 8);
-  t.is(content.map((c) => c.token).join(""), res.choices[0]!.message.content!);
+  t.is(content.map((c) => c.token).join(""), res.choices[0].message.content!);
   for (const c of content) {
     t.is(c.top_logprobs.length, 3);
     t.true(c.logprob <= 0);
-    t.true(Math.abs(c.logprob - c.top_logprobs[0]!.logprob) < 1e-4, "greedy picks the top token");
+    t.true(Math.abs(c.logprob - c.top_logprobs[0].logprob) < 1e-4, "greedy picks the top token");
     t.deepEqual(c.bytes, [...Buffer.from(c.token)]);
   }
   const comp = await served.client.completions.create({ model: MODEL, prompt: "The sky is", temperature: 0, max_tokens: 4, logprobs: 2, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
-  const lp = comp.choices[0]!.logprobs!;
+  const lp = comp.choices[0].logprobs!;
   t.is(lp.tokens!.length, 4);
-  t.is(lp.tokens!.join(""), comp.choices[0]!.text);
-  t.is(Object.keys(lp.top_logprobs![0]!).length, 2);
+  t.is(lp.tokens!.join(""), comp.choices[0].text);
+  t.is(Object.keys(lp.top_logprobs![0]).length, 2);
   t.deepEqual(lp.text_offset, lp.tokens!.map((_, i) => lp.tokens!.slice(0, i).join("").length));
 });
 
@@ -184,15 +184,15 @@ serial("API key: accepted as Bearer or X-Api-Key, rejected with a 401 OpenAI err
   const locked = await startServer({ registry: served.registry, apiKey: "sekrit-key" });
   try {
     const good = openaiClient(locked.url, "sekrit-key");
-    t.is((await good.models.list()).data[0]!.id, MODEL);
+    t.is((await good.models.list()).data[0].id, MODEL);
     const chat = await good.chat.completions.create({ model: MODEL, messages: ASK, max_tokens: 2 });
     t.is(chat.choices.length, 1);
 
     const bad = openaiClient(locked.url, "wrong-key");
     const err = await t.throwsAsync(bad.chat.completions.create({ model: MODEL, messages: ASK, max_tokens: 2 }), { instanceOf: OpenAI.AuthenticationError });
-    t.is(err!.status, 401);
-    t.is(err!.code, "invalid_api_key");
-    t.is(err!.type, "invalid_request_error");
+    t.is(err.status, 401);
+    t.is(err.code, "invalid_api_key");
+    t.is(err.type, "invalid_request_error");
 
     const raw = await fetch(`${locked.url}/v1/models`);
     t.is(raw.status, 401);

@@ -32,7 +32,7 @@ function instructions(src: string): [string, string][] {
     .filter((l) => l && !l.startsWith("#"))
     .map((l) => {
       const [kw, ...rest] = l.split(/\s+/);
-      return [kw!.toUpperCase(), rest.join(" ").replace(/\s+/g, " ")];
+      return [kw.toUpperCase(), rest.join(" ").replace(/\s+/g, " ")];
     });
 }
 
@@ -67,7 +67,7 @@ test("the build stage runs CI's commands: .ci/run's npm install, scripts/test.sh
 
 test("the image installs the tarballs as the package test does, and serves as the GPU servers' images do", (t) => {
   const final = runSteps().get("")!;
-  t.true(final[0]!.startsWith("npm install -g --no-audit --no-fund --include=optional /tmp/pkg/wick-[0-9]*.tgz /tmp/pkg/wick-linux-$(node -p process.arch)-gnu-*.tgz"), final[0]);
+  t.true(final[0].startsWith("npm install -g --no-audit --no-fund --include=optional /tmp/pkg/wick-[0-9]*.tgz /tmp/pkg/wick-linux-$(node -p process.arch)-gnu-*.tgz"), final[0]);
   t.true(read("test/package.test.ts").includes('"install", "--no-audit", "--no-fund", "--include=optional"'));
   const all = instructions(dockerfile);
   const has = (kw: string, re: RegExp) => all.some(([k, rest]) => k === kw && re.test(rest));

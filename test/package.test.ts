@@ -115,8 +115,8 @@ serial("npm pack → npm install in an empty directory: wick serve, import { Eng
   t.teardown(() => killGroup("SIGKILL"));
   let out = "";
   let err = "";
-  server.stdout.on("data", (b: Buffer) => (out += b));
-  server.stderr.on("data", (b: Buffer) => (err += b));
+  server.stdout.on("data", (b: Buffer) => (out += b.toString()));
+  server.stderr.on("data", (b: Buffer) => (err += b.toString()));
   const ready = await new Promise<boolean>((resolve) => {
     const timer = setTimeout(() => resolve(false), 120_000);
     const check = () => {
@@ -139,7 +139,7 @@ serial("npm pack → npm install in an empty directory: wick serve, import { Eng
   });
   t.is(res.status, 200);
   const body = (await res.json()) as { choices: { message: { content: string } }[]; usage: { completion_tokens: number } };
-  t.true(body.choices[0]!.message.content.length > 0);
+  t.true(body.choices[0].message.content.length > 0);
   t.true(body.usage.completion_tokens > 0);
   const loaded = out
     .split("\n")
@@ -174,14 +174,14 @@ console.log(JSON.stringify({ text, isa: cpuIsa() }));
   const tsc = path.join(app, "node_modules/.bin/tsc");
   const typed = await run(tsc, ["--noEmit", "-p", "."], { cwd: app, env }).then(
     () => "",
-    (e: { stdout?: string }) => e.stdout ?? String(e),
+    (e: Error & { stdout?: string }) => e.stdout ?? String(e),
   );
   t.is(typed, "", "tsc --noEmit on a consumer of the library");
   writeFileSync(path.join(app, "misuse.ts"), `import { Engine } from "wick";\nawait Engine.load({ modelPth: "x.gguf" });\n`);
   writeFileSync(path.join(app, "tsconfig.json"), JSON.stringify({ ...tsconfig, files: ["misuse.ts"] }));
   const misuse = await run(tsc, ["--noEmit", "-p", "."], { cwd: app, env }).then(
     () => "",
-    (e: { stdout?: string }) => e.stdout ?? String(e),
+    (e: Error & { stdout?: string }) => e.stdout ?? String(e),
   );
   t.regex(misuse, /modelPth/, "the types are really checked");
 });

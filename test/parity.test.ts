@@ -68,7 +68,7 @@ async function reference(model: LlamaModel, text: string): Promise<Reference> {
     }
     return out;
   });
-  return { promptTokens: promptTokens as number[], ids, probs };
+  return { promptTokens: promptTokens, ids, probs };
 }
 
 async function wick(engine: Engine, promptTokens: number[]) {
@@ -103,8 +103,8 @@ function parity(title: string, asset: Asset) {
         t.is(got.ids.length, N, `${JSON.stringify(text)}: ${got.ids.length} tokens`);
         t.is(at, -1, `${JSON.stringify(text)}: greedy ids leave llama.cpp's at step ${at} (llama.cpp margin there ${margin(want.probs[at])})`);
         for (let s = 0; s < Math.min(PROB_STEPS, want.probs.length, got.logprobs.length); s++) {
-          const p = want.probs[s]!;
-          for (const { id, logprob } of [got.logprobs[s]!, ...got.logprobs[s]!.top]) {
+          const p = want.probs[s];
+          for (const { id, logprob } of [got.logprobs[s], ...got.logprobs[s].top]) {
             const diff = Math.abs(Math.exp(logprob) - (p.get(id as Token) ?? 0));
             worst = Math.max(worst, diff);
             t.true(diff <= PROB_TOL, `${JSON.stringify(text)} step ${s} token ${id}: p ${Math.exp(logprob)} vs llama.cpp ${p.get(id as Token) ?? 0}`);

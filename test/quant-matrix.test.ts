@@ -99,7 +99,7 @@ test.after.always(async () => llama?.dispose());
 
 async function reference(model: LlamaModel, text: string): Promise<{ promptTokens: number[]; ids: number[] }> {
   const promptTokens = withBos(model, model.tokenize(text));
-  return { promptTokens: promptTokens as number[], ids: await llamaGreedy(model, promptTokens, N) };
+  return { promptTokens: promptTokens, ids: await llamaGreedy(model, promptTokens, N) };
 }
 
 async function wick(engine: Engine, promptTokens: number[]): Promise<number[]> {

@@ -19,15 +19,15 @@ function readmeCommands(): string[] {
 test("the README has exactly two commands: serve and test", (t) => {
   const cmds = readmeCommands();
   t.is(cmds.length, 2);
-  t.regex(cmds[0]!, /npm start/);
-  t.regex(cmds[1]!, /npm test/);
+  t.regex(cmds[0], /npm start/);
+  t.regex(cmds[1], /npm test/);
   const ci = readFileSync(path.join(repoRoot, ".ci/run"), "utf8");
   t.true(ci.includes("npm test"), ".ci/run calls the README's test command");
 });
 
 test("the README's first command serves a chat request", async (t) => {
   const port = await freePort();
-  const child = spawn("bash", ["-c", readmeCommands()[0]!], {
+  const child = spawn("bash", ["-c", readmeCommands()[0]], {
     cwd: repoRoot,
     env: { ...process.env, WICK_HOST: `127.0.0.1:${port}` },
     detached: true,
@@ -53,8 +53,8 @@ test("the README's first command serves a chat request", async (t) => {
       temperature: 0,
     });
     t.is(res.object, "chat.completion");
-    t.true(res.choices[0]!.message.content!.length > 0);
-    t.log(`reply: ${JSON.stringify(res.choices[0]!.message.content)}`);
+    t.true(res.choices[0].message.content!.length > 0);
+    t.log(`reply: ${JSON.stringify(res.choices[0].message.content)}`);
   } finally {
     process.kill(-child.pid!, "SIGTERM");
   }

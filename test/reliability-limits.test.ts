@@ -50,7 +50,7 @@ function trickle(socket: Socket, data: string): void {
   let i = 0;
   const timer = setInterval(() => {
     if (socket.destroyed || i >= data.length) return clearInterval(timer);
-    socket.write(data[i++]!);
+    socket.write(data[i++]);
   }, 1_000);
   socket.once("close", () => clearInterval(timer));
 }
@@ -108,9 +108,9 @@ test("--max-connections: a connection beyond the cap is answered 503 with Retry-
     const held = [rawClient(s.port), rawClient(s.port)];
     await Promise.all(held.map((c) => new Promise((r) => c.socket.once("connect", r))));
     // Each held connection is served as usual.
-    held[0]!.socket.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
-    await waitUntil(() => held[0]!.text().includes("\r\n\r\n"));
-    t.regex(held[0]!.text(), /^HTTP\/1\.1 200/);
+    held[0].socket.write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    await waitUntil(() => held[0].text().includes("\r\n\r\n"));
+    t.regex(held[0].text(), /^HTTP\/1\.1 200/);
 
     const openai = await fetch(`${s.url}/v1/models`);
     t.is(openai.status, 503);
@@ -124,8 +124,8 @@ test("--max-connections: a connection beyond the cap is answered 503 with Retry-
     t.is(ollama.status, 503);
     t.deepEqual(Object.keys((await ollama.json()) as object), ["error"], "Ollama's {error} shape under /api");
 
-    held[1]!.socket.destroy();
-    await held[1]!.closed;
+    held[1].socket.destroy();
+    await held[1].closed;
     // The server sees the close when its event loop gets to it: poll rather than sleep a fixed time.
     let after = await fetch(`${s.url}/v1/models`);
     for (let i = 0; i < 100 && after.status !== 200; i++) {
@@ -133,7 +133,7 @@ test("--max-connections: a connection beyond the cap is answered 503 with Retry-
       after = await fetch(`${s.url}/v1/models`);
     }
     t.is(after.status, 200, "a slot freed by a closed connection is used again");
-    held[0]!.socket.destroy();
+    held[0].socket.destroy();
   } finally {
     await s.close();
   }

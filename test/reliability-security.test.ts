@@ -8,10 +8,9 @@
  */
 import test from "ava";
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { createApp } from "../ts/server/app.ts";
 import { toApiError, toOllamaError } from "../ts/server/errors.ts";
 import { fixture, needs, repoRoot } from "./helpers/assets.ts";
 import { BIN } from "./helpers/cli.ts";
@@ -183,15 +182,15 @@ async function serveChild(args: string[], run: (url: string) => Promise<void>): 
   });
   let stdout = "";
   let stderr = "";
-  child.stdout!.setEncoding("utf8").on("data", (d: string) => (stdout += d));
+  child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
   // The exit code once every line the child wrote has been read (the test reads them after).
   const exited = ended(child).then(({ code }) => code);
   try {
     const url = await new Promise<string>((resolve, reject) => {
-      child.stderr!.setEncoding("utf8").on("data", (d: string) => {
+      child.stderr.setEncoding("utf8").on("data", (d: string) => {
         stderr += d;
         const m = /wick: serving .* at (http:\/\/\S+)\/v1\n/.exec(stderr);
-        if (m) resolve(m[1]!.replace("0.0.0.0", "127.0.0.1"));
+        if (m) resolve(m[1].replace("0.0.0.0", "127.0.0.1"));
       });
       void exited.then((code) => reject(new Error(`wick serve exited ${code}: ${stderr}`)));
     });

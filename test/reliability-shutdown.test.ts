@@ -37,13 +37,13 @@ async function serve(args: string[]): Promise<Served> {
   });
   let out = "";
   let err = "";
-  child.stdout!.setEncoding("utf8").on("data", (d: string) => (out += d));
+  child.stdout.setEncoding("utf8").on("data", (d: string) => (out += d));
   const exit = ended(child);
   const url = await new Promise<string>((resolve, reject) => {
-    child.stderr!.setEncoding("utf8").on("data", (d: string) => {
+    child.stderr.setEncoding("utf8").on("data", (d: string) => {
       err += d;
       const m = /wick: serving .* at (http:\/\/\S+)\/v1\n/.exec(err);
-      if (m) resolve(m[1]!);
+      if (m) resolve(m[1]);
     });
     void exit.then(({ code }) => reject(new Error(`wick serve exited ${code}: ${err}`)));
   });

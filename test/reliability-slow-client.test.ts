@@ -89,7 +89,7 @@ for (const s of STREAMS) {
 
       // Another client, while the first is stalled: served in full.
       const reply = await openaiClient(server.url).chat.completions.create({ model: "m", max_tokens: 8, messages: [{ role: "user", content: "Hi" }] });
-      t.is(reply.choices[0]!.finish_reason, "length");
+      t.is(reply.choices[0].finish_reason, "length");
 
       // Two paths may stop the stalled sequence, and either may come first: the engine's bound on
       // unread events (a fast machine fills it within the stall limit) or the stream's stall
@@ -107,7 +107,7 @@ for (const s of STREAMS) {
       const warn = stallWarning();
       t.is(warn!.stallMs, STALL_MS);
       // Frames waiting in the process: the stream's buffer plus one frame and the socket's own high-water mark.
-      t.true((warn!.buffered as number) <= STREAM_BUFFER_BYTES + 64 * 1024, `buffered ${warn!.buffered} bytes`);
+      t.true((warn!.buffered as number) <= STREAM_BUFFER_BYTES + 64 * 1024, `buffered ${warn!.buffered as number} bytes`);
 
       // What reached the client's kernel buffers: a prefix of the stream, never its end.
       stalled.socket.resume();
@@ -117,7 +117,7 @@ for (const s of STREAMS) {
       t.false(text.includes(s.done), "the stream did not run to its end");
       const frames = text.split("\n").filter((l) => l.startsWith("data: {") || l.startsWith('{"model"')).length;
       t.true(frames < MAX_TOKENS / 2, `${frames} frames reached the client`);
-      t.log(`${s.api}: ${frames} frames (${(text.length / 1024).toFixed(0)} KiB) reached the stalled client before the cancel; ${warn!.buffered} bytes held in the server; RSS growth ${rssGrowthMb.toFixed(1)} MiB`);
+      t.log(`${s.api}: ${frames} frames (${(text.length / 1024).toFixed(0)} KiB) reached the stalled client before the cancel; ${warn!.buffered as number} bytes held in the server; RSS growth ${rssGrowthMb.toFixed(1)} MiB`);
 
       // The server keeps serving after the cancel.
       const after = await openaiClient(server.url).chat.completions.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: "Hi" }] });

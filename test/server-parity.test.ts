@@ -50,7 +50,7 @@ async function llamaCppGreedy(prompt: string): Promise<Greedy> {
       if (out.length >= N) break;
     }
   });
-  return { promptTokens, ids: out as number[], margins, text: reference.detokenize(out, false, promptTokens) };
+  return { promptTokens, ids: out, margins, text: reference.detokenize(out, false, promptTokens) };
 }
 
 /** Wick's engine directly, on the same prompt ids: tells a server-path bug from an engine difference. */
@@ -72,11 +72,11 @@ for (const prompt of PROMPTS) {
     const got = await served.client.completions.create({ model: "tiny", prompt, temperature: 0, max_tokens: N, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
     t.is(got.usage!.prompt_tokens, want.promptTokens.length, "same prompt tokens");
     t.is(got.usage!.completion_tokens, N);
-    const direct = await engineGreedy(want.promptTokens as number[]);
-    t.is(got.choices[0]!.text, direct.text, "the HTTP text is exactly the engine's text");
+    const direct = await engineGreedy(want.promptTokens);
+    t.is(got.choices[0].text, direct.text, "the HTTP text is exactly the engine's text");
     const at = direct.ids.findIndex((id, i) => id !== want.ids[i]);
     t.is(at, -1, `the engine's greedy ids leave llama.cpp's at step ${at} (llama.cpp's top-1 margin there: ${want.margins[at]?.toExponential(2)})`);
-    t.is(got.choices[0]!.text, want.text);
+    t.is(got.choices[0].text, want.text);
     t.log(JSON.stringify(want.text));
   });
 }

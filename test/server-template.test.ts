@@ -30,9 +30,9 @@ test("tojson is Python-style (', ' and ': ' separators, non-ASCII kept)", (t) =>
 test("raise_exception in a template is a 400 naming messages, with the template's words", (t) => {
   const tpl = new ChatTemplate("{% if messages[0]['role'] != 'system' %}{{ raise_exception('System message required') }}{% endif %}ok", specials);
   const err = t.throws(() => tpl.render([{ role: "user", content: "x" }], { addGenerationPrompt: true }), { instanceOf: RequestError });
-  t.is(err!.code, "INVALID_REQUEST");
-  t.is(err!.param, "messages");
-  t.regex(err!.message, /System message required/);
+  t.is(err.code, "INVALID_REQUEST");
+  t.is(err.param, "messages");
+  t.regex(err.message, /System message required/);
   t.is(tpl.render([{ role: "system", content: "x" }], { addGenerationPrompt: true }), "ok");
 });
 
@@ -67,7 +67,7 @@ async function served(modelPath: string): Promise<ServedModel> {
 async function llamaCppPrompt(modelPath: string, text: string): Promise<number[]> {
   const model = await llama.loadModel({ modelPath, vocabOnly: true });
   try {
-    return withBos(model, model.tokenize(text, true)) as number[];
+    return withBos(model, model.tokenize(text, true));
   } finally {
     await model.dispose();
   }
@@ -105,8 +105,8 @@ llamaSpm.serial("llama SPM without a template: ChatML fallback, BOS prepended on
     const text = m.template.render([{ role: "user", content: "Hi there" }], { addGenerationPrompt: true });
     t.deepEqual(ids, await llamaCppPrompt(file, text));
     // Completions: same rule; a prompt that already starts with the BOS text gets no second one.
-    t.is(count(completionPromptTokens(m, "<s>Hello")[0]!, m.info.bosToken), 1);
-    t.is(completionPromptTokens(m, "Hello")[0]![0], m.info.bosToken!);
+    t.is(count(completionPromptTokens(m, "<s>Hello")[0], m.info.bosToken), 1);
+    t.is(completionPromptTokens(m, "Hello")[0][0], m.info.bosToken!);
     t.deepEqual(completionPromptTokens(m, [5, 6, 7]), [[5, 6, 7]], "token prompts are taken as given");
   } finally {
     await m.engine.unload();

@@ -37,7 +37,7 @@ function wick(args: string[]) {
 
 /** The "Model" rows of the text block: label → value. */
 function modelRows(stdout: string): Map<string, string> {
-  const section = stdout.split("\n\n")[0]!.split("\n").slice(1);
+  const section = stdout.split("\n\n")[0].split("\n").slice(1);
   return new Map(section.map((l) => /^ {4}(\S.*?) {2,}(\S.*)$/.exec(l)!.slice(1, 3) as [string, string]));
 }
 
@@ -46,13 +46,13 @@ async function reference(file: string) {
   const info = await readGgufFileInfo(file, { readTensorInfo: true });
   const meta = info.metadata as unknown as Record<string, Record<string, unknown>> & { general: Record<string, unknown> };
   const arch = String(meta.general.architecture);
-  const hp = meta[arch]!;
+  const hp = meta[arch];
   const tensors = info.fullTensorInfo ?? [];
   const mix = new Map<string, number>();
   let params = 0;
   for (const t of tensors) {
     params += t.dimensions.reduce<number>((a, d) => a * Number(d), 1);
-    const name = GgmlType[t.ggmlType]!;
+    const name = GgmlType[t.ggmlType];
     mix.set(name, (mix.get(name) ?? 0) + 1);
   }
   const ftype = meta.general.file_type as number | undefined;
@@ -61,7 +61,7 @@ async function reference(file: string) {
     params,
     mix,
     nTensors: tensors.length,
-    fileType: ftype === undefined ? undefined : GgufFileType[ftype]!.replace(/^(MOSTLY|ALL)_/, ""),
+    fileType: ftype === undefined ? undefined : GgufFileType[ftype].replace(/^(MOSTLY|ALL)_/, ""),
     contextLength: hp.context_length as number,
     embeddingLength: hp.embedding_length as number,
     blockCount: hp.block_count as number,
@@ -87,9 +87,9 @@ function checkJson(t: import("ava").ExecutionContext, info: GgufInfo, ref: Ref) 
   const sorted = (m: Map<string, number>) => Object.fromEntries([...m].sort());
   t.deepEqual(sorted(new Map(info.quantMix.map((q) => [q.dtype, q.tensors]))), sorted(ref.mix));
   t.is(info.quantMix.reduce((a, q) => a + q.tensors, 0), ref.nTensors);
-  for (let i = 1; i < info.quantMix.length; i++) t.true(info.quantMix[i - 1]!.bytes >= info.quantMix[i]!.bytes, "most bytes first");
+  for (let i = 1; i < info.quantMix.length; i++) t.true(info.quantMix[i - 1].bytes >= info.quantMix[i].bytes, "most bytes first");
   // With general.file_type the label is llama.cpp's name for it; without, the type with most bytes.
-  t.is(info.quantization, ref.fileType ?? info.quantMix[0]!.dtype);
+  t.is(info.quantization, ref.fileType ?? info.quantMix[0].dtype);
 }
 
 test("humanCount formats as Ollama's HumanNumber", (t) => {
@@ -179,8 +179,8 @@ truncated.test("wick show: a missing file, a directory, a non-GGUF and a truncat
       t.is(r.status, 1, arg);
       t.is(r.stdout, "", arg);
       t.is(r.errLines.length, 1, r.stderr);
-      t.regex(r.errLines[0]!, /^wick( show)?: /);
-      t.regex(r.errLines[0]!, pattern);
+      t.regex(r.errLines[0], /^wick( show)?: /);
+      t.regex(r.errLines[0], pattern);
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -233,7 +233,7 @@ serial("POST /api/show with the ollama client: details and model_info from the G
 
   const moe = await ollama.show({ model: MOE_ID });
   t.is(moe.details.family, "lfm2moe");
-  t.like(moe.model_info as unknown as Record<string, unknown>, { "lfm2moe.expert_count": 8, "lfm2moe.expert_used_count": 2, "lfm2moe.context_length": 4096 });
+  t.like(moe.model_info as unknown, { "lfm2moe.expert_count": 8, "lfm2moe.expert_used_count": 2, "lfm2moe.context_length": 4096 });
   t.is(moe.details.quantization_level, "Q8_0");
 });
 
@@ -250,7 +250,7 @@ serial("POST /api/show: legacy name, :latest, the model's path and verbose", asy
 serial("POST /api/show: unknown model is 404, bad bodies are 400 in Ollama's shape, and the server keeps serving", async (t) => {
   const err = await t.throwsAsync(ollama.show({ model: "no-such-model" }));
   t.is((err as Error & { status_code?: number }).status_code, 404);
-  t.is(err!.message, "model 'no-such-model' not found");
+  t.is(err.message, "model 'no-such-model' not found");
   const raw = await postJson(`${server.url}/api/show`, { model: "no-such-model" });
   t.is(raw.status, 404);
   t.deepEqual(raw.json, { error: "model 'no-such-model' not found" });

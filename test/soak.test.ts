@@ -40,7 +40,7 @@ serial("60 s at concurrency 16 with aborts, long prompts and bad requests: nothi
     t.is(r.end.kvUsed, 0, "KV blocks held by sequences after idle");
     t.is(r.end.running, 0, "running sequences after idle");
     t.is(r.end.waiting, 0, "waiting sequences after idle");
-    t.true(r.end.fds <= r.samples[0]!.fds + 4, `open fds ${r.samples[0]!.fds} → ${r.end.fds}`);
+    t.true(r.end.fds <= r.samples[0].fds + 4, `open fds ${r.samples[0].fds} → ${r.end.fds}`);
     t.true(r.rssGrowthPct <= RSS_BOUND_PCT, `RSS grew ${r.rssGrowthPct.toFixed(1)} %`);
     t.is(server.proc.exitCode, null, "the server is still running");
   } finally {

@@ -60,7 +60,7 @@ const smolServed = serveModel(smol.path, { maxSequences: 4 });
 const ask = [{ role: "user" as const, content: "What is the weather in Paris for the next three days?" }];
 
 function callsOf(r: OpenAI.ChatCompletion, choice = 0) {
-  return (r.choices[choice]!.message.tool_calls ?? []).map((c) => (c as OpenAI.ChatCompletionMessageFunctionToolCall).function);
+  return (r.choices[choice].message.tool_calls ?? []).map((c) => (c as OpenAI.ChatCompletionMessageFunctionToolCall).function);
 }
 
 function checkCall(t: { true(v: boolean, m?: string): void }, fn: { name: string; arguments: string }, seed: number) {
@@ -73,7 +73,7 @@ function checkCall(t: { true(v: boolean, m?: string): void }, fn: { name: string
 lfm.serial("tool_choice required: a random-weight LFM2 always makes a valid call (20 seeds, temperature 1)", async (t) => {
   for (const seed of SEEDS) {
     const r = (await lfmServed.client.chat.completions.create({ model: "m", messages: ask, tools, tool_choice: "required", temperature: 1, seed, max_tokens: 200 } as never)) as OpenAI.ChatCompletion;
-    t.is(r.choices[0]!.finish_reason, "tool_calls", `seed ${seed}: ${JSON.stringify(r.choices[0]!.message)}`);
+    t.is(r.choices[0].finish_reason, "tool_calls", `seed ${seed}: ${JSON.stringify(r.choices[0].message)}`);
     const calls = callsOf(r);
     t.true(calls.length >= 1, `seed ${seed}`);
     for (const fn of calls) checkCall(t, fn, seed);
@@ -84,9 +84,9 @@ lfm.serial("a named tool_choice: every call is to that function and validates (2
   for (const seed of SEEDS) {
     const r = (await lfmServed.client.chat.completions.create({ model: "m", messages: ask, tools, tool_choice: { type: "function", function: { name: "get_time" } }, temperature: 1, seed, max_tokens: 200 } as never)) as OpenAI.ChatCompletion;
     const calls = callsOf(r);
-    t.is(calls.length, 1, `seed ${seed}: ${JSON.stringify(r.choices[0]!.message)}`);
-    t.is(calls[0]!.name, "get_time");
-    checkCall(t, calls[0]!, seed);
+    t.is(calls.length, 1, `seed ${seed}: ${JSON.stringify(r.choices[0].message)}`);
+    t.is(calls[0].name, "get_time");
+    checkCall(t, calls[0], seed);
   }
 });
 
@@ -105,8 +105,8 @@ lfm.serial("tool_choice auto: free text until the model starts a call, then the 
   for (const seed of SEEDS.slice(0, 10)) {
     const r = (await lfmServed.client.chat.completions.create({ model: "m", messages: ask, tools, temperature: 1, seed, max_tokens: 120, logit_bias: { "10": 100 }, parallel_tool_calls: false } as never)) as OpenAI.ChatCompletion;
     const calls = callsOf(r);
-    t.is(calls.length, 1, `seed ${seed}: ${JSON.stringify(r.choices[0]!.message)}`);
-    checkCall(t, calls[0]!, seed);
+    t.is(calls.length, 1, `seed ${seed}: ${JSON.stringify(r.choices[0].message)}`);
+    checkCall(t, calls[0], seed);
   }
 });
 
@@ -124,8 +124,8 @@ for (const [name, need, served] of [
         seed,
         max_tokens: 300,
       });
-      const text = r.choices[0]!.message.content!;
-      t.is(r.choices[0]!.finish_reason, "stop", `seed ${seed}: ${text}`);
+      const text = r.choices[0].message.content!;
+      t.is(r.choices[0].finish_reason, "stop", `seed ${seed}: ${text}`);
       t.true(validPerson(JSON.parse(text)), `seed ${seed}: ${text}: ${ajv.errorsText(validPerson.errors)}`);
     }
   });
@@ -139,8 +139,8 @@ smol.serial("response_format json_object: the answer is one JSON object", async 
     temperature: 0,
     max_tokens: 300,
   });
-  const text = r.choices[0]!.message.content!;
-  t.is(r.choices[0]!.finish_reason, "stop", text);
+  const text = r.choices[0].message.content!;
+  t.is(r.choices[0].finish_reason, "stop", text);
   const value = JSON.parse(text);
   t.true(typeof value === "object" && value !== null && !Array.isArray(value), text);
 });
@@ -148,13 +148,13 @@ smol.serial("response_format json_object: the answer is one JSON object", async 
 smol.serial("logit_bias: -100 bans the greedy token, +100 forces a token", async (t) => {
   const base = { model: "m", messages: [{ role: "user" as const, content: "Say hello." }], temperature: 0, max_tokens: 1, logprobs: true };
   const first = await smolServed.client.chat.completions.create(base);
-  const greedy = first.choices[0]!.logprobs!.content![0]!;
-  const tokenOf = (text: string) => smolServed.engine.tokenize(text, { addSpecial: false })[0]!;
+  const greedy = first.choices[0].logprobs!.content![0];
+  const tokenOf = (text: string) => smolServed.engine.tokenize(text, { addSpecial: false })[0];
   const banned = await smolServed.client.chat.completions.create({ ...base, logit_bias: { [tokenOf(greedy.token)]: -100 } });
-  t.not(banned.choices[0]!.logprobs!.content![0]!.token, greedy.token);
+  t.not(banned.choices[0].logprobs!.content![0].token, greedy.token);
   const forcedId = tokenOf(" banana");
   const forced = await smolServed.client.chat.completions.create({ ...base, logit_bias: { [forcedId]: 100 } });
-  t.is(forced.choices[0]!.message.content, smolServed.engine.detokenize([forcedId]));
+  t.is(forced.choices[0].message.content, smolServed.engine.detokenize([forcedId]));
 });
 
 smol.serial("grammars too large: a huge schema and a grammar over the engine's limits are 400s naming the field; the server keeps serving", async (t) => {

@@ -22,7 +22,7 @@ test("each format's written calls parse back to the same calls", (t) => {
     const text = `Checking.${parser.format(calls)}`;
     t.deepEqual(parser.parse(text), { content: "Checking.", calls }, parser.name);
   }
-  t.is(lfm2Parser.format([calls[1]!]), "<|tool_call_start|>[noop()]<|tool_call_end|>");
+  t.is(lfm2Parser.format([calls[1]]), "<|tool_call_start|>[noop()]<|tool_call_end|>");
 });
 
 test("the parser family comes from the template", (t) => {
@@ -48,7 +48,7 @@ test("a block calling a tool that was not offered stays text; the others become 
       [1, "get_weather", '{"city":"B"}'],
     ],
   );
-  t.not(b.calls[0]!.id, b.calls[1]!.id);
+  t.not(b.calls[0].id, b.calls[1].id);
   t.true(out.called);
 });
 
@@ -77,7 +77,7 @@ test("a tool message must answer an earlier call by id", (t) => {
     { role: "tool", content: "1", tool_call_id: "call_1" },
   ];
   t.notThrows(() => checkToolMessages(ok));
-  fails(t, () => checkToolMessages([ok[0]!, { role: "tool", content: "1", tool_call_id: "call_1" }]), "messages[1].tool_call_id");
+  fails(t, () => checkToolMessages([ok[0], { role: "tool", content: "1", tool_call_id: "call_1" }]), "messages[1].tool_call_id");
   fails(t, () => checkToolMessages([...ok.slice(0, 2), { role: "tool", content: "1" }]), "messages[2].tool_call_id");
 });
 
@@ -90,7 +90,7 @@ test("native tool results pair with the earlier call of the same name, then in o
   ]);
   const assistant = msgs[1] as Extract<ChatMessage, { role: "assistant" }>;
   const [idA, idB] = assistant.tool_calls!.map((c) => c.id!);
-  t.is(assistant.tool_calls![1]!.function.arguments, '{"k":1}');
+  t.is(assistant.tool_calls![1].function.arguments, '{"k":1}');
   t.is((msgs[2] as { tool_call_id: string }).tool_call_id, idB);
   t.is((msgs[3] as { tool_call_id: string }).tool_call_id, idA);
   t.notThrows(() => checkToolMessages(msgs));

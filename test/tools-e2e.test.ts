@@ -91,19 +91,19 @@ const scripts = () => JSON.parse(readFileSync(path.join(fixturesDir, "scripted-l
 
 t_("the scripted fixtures say what the tests expect of them", (t) => {
   const s = scripts();
-  t.is(s[file("pythonic-call")]!.text, '<|tool_call_start|>[get_weather(city="Paris", days=3)]<|tool_call_end|>');
-  t.true(s[file("text-two-calls")]!.text.startsWith("Let me check both cities."));
+  t.is(s[file("pythonic-call")].text, '<|tool_call_start|>[get_weather(city="Paris", days=3)]<|tool_call_end|>');
+  t.true(s[file("text-two-calls")].text.startsWith("Let me check both cities."));
 });
 
 t_("a Pythonic call comes back as tool_calls, not text (non-streamed)", async (t) => {
   const r = await chat("pythonic-call");
-  const choice = r.choices[0]!;
+  const choice = r.choices[0];
   t.is(choice.finish_reason, "tool_calls");
   t.is(choice.message.content, null);
   const calls = choice.message.tool_calls!;
   t.is(calls.length, 1);
-  t.regex(calls[0]!.id, /^call_[0-9a-f]{24}$/);
-  t.is(calls[0]!.type, "function");
+  t.regex(calls[0].id, /^call_[0-9a-f]{24}$/);
+  t.is(calls[0].type, "function");
   const fn = (calls[0] as OpenAI.ChatCompletionMessageFunctionToolCall).function;
   t.is(fn.name, "get_weather");
   t.deepEqual(JSON.parse(fn.arguments), { city: "Paris", days: 3 });
@@ -115,25 +115,25 @@ t_("a Pythonic call streamed: id, type and name in one delta, then its arguments
   t.is(s.finish, "tool_calls");
   t.is(s.calls.length, 1);
   t.deepEqual(s.callDeltas.map((d) => Object.keys(d).sort().join(",")), ["function,id,index,type", "function,index"]);
-  t.is(s.callDeltas[0]!.function!.name, "get_weather");
-  t.is(s.callDeltas[0]!.function!.arguments, "");
-  t.deepEqual(JSON.parse(s.calls[0]!.arguments), { city: "Paris", days: 3 });
+  t.is(s.callDeltas[0].function!.name, "get_weather");
+  t.is(s.callDeltas[0].function!.arguments, "");
+  t.deepEqual(JSON.parse(s.calls[0].arguments), { city: "Paris", days: 3 });
 });
 
 t_("a JSON-form call parses to the same call, streamed and not", async (t) => {
   const r = await chat("json-call");
-  const fn = (r.choices[0]!.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall).function;
-  t.is(r.choices[0]!.finish_reason, "tool_calls");
+  const fn = (r.choices[0].message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall).function;
+  t.is(r.choices[0].finish_reason, "tool_calls");
   t.deepEqual([fn.name, JSON.parse(fn.arguments)], ["get_weather", { city: "Paris", days: 3 }]);
   const s = await chatStream("json-call");
-  t.deepEqual([s.calls[0]!.name, JSON.parse(s.calls[0]!.arguments)], ["get_weather", { city: "Paris", days: 3 }]);
+  t.deepEqual([s.calls[0].name, JSON.parse(s.calls[0].arguments)], ["get_weather", { city: "Paris", days: 3 }]);
 });
 
 t_("text followed by two calls: the text is content, the calls are numbered 0 and 1", async (t) => {
   for (const s of [await chatStream("text-two-calls"), await chat("text-two-calls")]) {
     const { content, calls } =
       "choices" in s
-        ? { content: s.choices[0]!.message.content, calls: s.choices[0]!.message.tool_calls!.map((c) => (c as OpenAI.ChatCompletionMessageFunctionToolCall).function) }
+        ? { content: s.choices[0].message.content, calls: s.choices[0].message.tool_calls!.map((c) => (c as OpenAI.ChatCompletionMessageFunctionToolCall).function) }
         : s;
     t.is(content, "Let me check both cities.");
     t.deepEqual(
@@ -148,9 +148,9 @@ t_("text followed by two calls: the text is content, the calls are numbered 0 an
 
 t_("a plain answer with tools offered stays content with finish_reason stop", async (t) => {
   const r = await chat("plain-answer");
-  t.is(r.choices[0]!.message.content, "It is sunny in Paris, 21°C.");
-  t.is(r.choices[0]!.finish_reason, "stop");
-  t.is(r.choices[0]!.message.tool_calls, undefined);
+  t.is(r.choices[0].message.content, "It is sunny in Paris, 21°C.");
+  t.is(r.choices[0].finish_reason, "stop");
+  t.is(r.choices[0].message.tool_calls, undefined);
   const s = await chatStream("plain-answer");
   t.is(s.content, "It is sunny in Paris, 21°C.");
   t.is(s.finish, "stop");
@@ -158,19 +158,19 @@ t_("a plain answer with tools offered stays content with finish_reason stop", as
 
 t_("tool_choice none: calls are not parsed, and the markers (control tokens) are not in the text", async (t) => {
   const r = await chat("pythonic-call", { tool_choice: "none" });
-  t.is(r.choices[0]!.message.content, '[get_weather(city="Paris", days=3)]');
-  t.is(r.choices[0]!.finish_reason, "stop");
+  t.is(r.choices[0].message.content, '[get_weather(city="Paris", days=3)]');
+  t.is(r.choices[0].finish_reason, "stop");
 });
 
 t_("control tokens a model emits mid-text never reach the client (chat, stream, completions)", async (t) => {
   const r = await client.chat.completions.create({ model: "control-leak", messages: ask, temperature: 0, logprobs: true });
-  t.is(r.choices[0]!.message.content, "Hello world!");
+  t.is(r.choices[0].message.content, "Hello world!");
   // Logprobs still list every generated token, the control ones included.
-  t.is(r.choices[0]!.logprobs!.content!.length, r.usage!.completion_tokens - 1);
+  t.is(r.choices[0].logprobs!.content!.length, r.usage!.completion_tokens - 1);
   const s = await chatStream("control-leak", { tools: undefined });
   t.is(s.content, "Hello world!");
   const c = await client.completions.create({ model: "control-leak", prompt: "<|im_start|>assistant\n", temperature: 0, max_tokens: 20 });
-  t.notRegex(c.choices[0]!.text, /<\|/);
+  t.notRegex(c.choices[0].text, /<\|/);
 });
 
 t_("a follow-up turn: the assistant's call and the tool's result render as LFM2's template has them", async (t) => {
@@ -180,7 +180,7 @@ t_("a follow-up turn: the assistant's call and the tool's result render as LFM2'
     { role: "tool", tool_call_id: "call_1", content: '{"temp": 21, "sky": "sunny"}' },
   ];
   const r = (await client.chat.completions.create({ model: "plain-answer", messages: history, tools: [weather], temperature: 0 } as never)) as OpenAI.ChatCompletion;
-  t.is(r.choices[0]!.message.content, "It is sunny in Paris, 21°C.");
+  t.is(r.choices[0].message.content, "It is sunny in Paris, 21°C.");
   // The prompt the server rendered, token for token: the call written back in the model's own
   // syntax (LFM2's template ignores tool_calls), the result wrapped in tool-response tokens.
   const expected =
@@ -213,7 +213,7 @@ serial("bad tool input is a 400 naming the field, and the server keeps serving",
     t.is(typeof r.json?.error?.message, "string", what);
   }
   const ok = await chat("pythonic-call");
-  t.is(ok.choices[0]!.finish_reason, "tool_calls");
+  t.is(ok.choices[0].finish_reason, "tool_calls");
 });
 
 t_("/api/chat with tools through the ollama client: the call with object arguments, streamed and not", async (t) => {
@@ -240,7 +240,7 @@ t_("/api/chat with tools through the ollama client: the call with object argumen
   // A follow-up turn as Ollama clients send it: the result paired by tool_name, no ids.
   const follow = await ollama.chat({
     model: "plain-answer",
-    messages: [...ask, { role: "assistant", content: "", tool_calls: [{ function: { name: "get_weather", arguments: { city: "Paris" } } }] }, { role: "tool", content: "21", tool_name: "get_weather" } as never],
+    messages: [...ask, { role: "assistant", content: "", tool_calls: [{ function: { name: "get_weather", arguments: { city: "Paris" } } }] }, { role: "tool", content: "21", tool_name: "get_weather" }],
     tools: [weather],
     options: { temperature: 0 },
   });

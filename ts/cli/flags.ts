@@ -10,7 +10,7 @@ import { parseCorsOrigins, type CorsOrigins } from "../server/cors.ts";
 import { TOOL_PARSER_NAMES } from "../service/tools/index.ts";
 import { CONVERT_OUT_TYPES } from "../engine/convert.ts";
 import { InvalidArgumentError } from "commander";
-import { choice, existingFile, fraction, gpuLayers, hubRepo, integer, keepAlive, modelName, modelRef, nonEmpty, number, outfile, port, positiveInt } from "./values.ts";
+import { choice, existingFile, fraction, gpuLayers, hubRepo, integer, keepAlive, modelRef, nonEmpty, number, outfile, port, positiveInt } from "./values.ts";
 
 export interface FlagSpec<F = ServeFlags> {
   /** Property name in the parsed options. */
@@ -261,8 +261,11 @@ export const FOREIGN_FLAGS: ForeignFlag[] = [
   { flags: ["--no-mmproj", "--props", "--slots", "--no-jinja"], arity: "none", from: "llama-server" },
 ];
 
-/** The flags each command rewrites: its table's aliases, and (serve) the foreign flags it drops. */
-const TABLES: Record<string, { specs: FlagSpec<any>[]; foreign: ForeignFlag[] }> = {
+/**
+ * The flags each command rewrites: its table's aliases, and (serve) the foreign flags it drops.
+ * `FlagSpec<never>`: a spec's `key` is `keyof` its flags type, so every command's table is one.
+ */
+const TABLES: Record<string, { specs: FlagSpec<never>[]; foreign: ForeignFlag[] }> = {
   serve: { specs: SERVE_FLAGS, foreign: FOREIGN_FLAGS },
   run: { specs: RUN_FLAGS, foreign: [] },
   convert: { specs: CONVERT_FLAGS, foreign: [] },
@@ -286,13 +289,13 @@ export function normalizeArgv(args: string[]): Normalized {
   const command = first.startsWith("-") || first === "" ? "serve" : (COMMAND_ALIASES[first] ?? first);
   const table = TABLES[command];
   if (!table) return { args: [...args], notices: [], typed: new Map() };
-  const aliasToCanonical = new Map(table.specs.flatMap((f) => f.flags.map((a) => [a, f.flags[0]!] as const)));
+  const aliasToCanonical = new Map(table.specs.flatMap((f) => f.flags.map((a) => [a, f.flags[0]] as const)));
   const foreignByName = new Map(table.foreign.flatMap((f) => f.flags.map((a) => [a, f] as const)));
   const out: string[] = [];
   const notices: string[] = [];
   const typed = new Map<string, string>();
   for (let i = 0; i < args.length; i++) {
-    const arg = args[i]!;
+    const arg = args[i];
     if (arg === "--") {
       out.push(...args.slice(i));
       break;
@@ -310,7 +313,7 @@ export function normalizeArgv(args: string[]): Normalized {
       out.push(canonical + inline);
       // A value is taken as it is, even one that looks like a flag (`--seed -1`, `-p "-x"`).
       const spec = table.specs.find((f) => f.flags[0] === canonical)!;
-      if (spec.value && !inline && i + 1 < args.length) out.push(args[++i]!);
+      if (spec.value && !inline && i + 1 < args.length) out.push(args[++i]);
       continue;
     }
     const foreign = foreignByName.get(name);

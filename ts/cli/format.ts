@@ -3,7 +3,7 @@
 /** Columns left-aligned, 4 spaces apart, as Ollama's `list` and `ps` print them (no trailing spaces). */
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]! + 4))).join("").trimEnd();
+  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] + 4))).join("").trimEnd();
   return [line(header), ...rows.map(line)].join("\n") + "\n";
 }
 

@@ -50,7 +50,7 @@ function errorLine(str: string, command: string, typed: Map<string, string>): st
   let msg = str.replace(/^error: /, "").replace(/\n\(Did you mean (?:one of )?([^)]*)\?\)/, " (did you mean $1?)").trimEnd();
   const unknown = /^unknown option '([^']+)'/.exec(msg);
   if (unknown) {
-    const guess = closest(unknown[1]!, [...knownFlags(command), "--help"]);
+    const guess = closest(unknown[1], [...knownFlags(command), "--help"]);
     msg = msg.replace(/ \(did you mean [^)]*\)$/, "") + (guess ? ` (did you mean ${guess}?)` : "");
   }
   msg = msg.replace(/option '([^']*?(--[\w-]+)[^']*)'/, (whole, flags: string, long: string) => {

@@ -78,8 +78,8 @@ function barReporter(out: NodeJS.WritableStream & { columns?: number }, now: () 
     lastStatus = p.status;
     const t = now();
     samples.push({ t, c: p.completed });
-    while (samples.length > 2 && t - samples[0]!.t > 3000) samples.shift();
-    const first = samples[0]!;
+    while (samples.length > 2 && t - samples[0].t > 3000) samples.shift();
+    const first = samples[0];
     const rate = t > first.t ? ((p.completed - first.c) * 1000) / (t - first.t) : 0;
     const done = p.completed >= p.total;
     const pct = Math.floor((p.completed * 100) / p.total);

@@ -28,7 +28,7 @@ class LineReader {
     rl.on("line", (line) => (this.waiter ? this.take()(line) : this.queue.push(line)));
     rl.on("close", () => {
       this.closed = true;
-      this.waiter && this.take()(null);
+      if (this.waiter) this.take()(null);
     });
   }
   private take() {
@@ -154,7 +154,7 @@ async function command(s: Session, text: string): Promise<CommandResult> {
       // `/image <path> [question]`: a path with spaces is quoted or escaped.
       const m = /^("([^"]+)"|'([^']+)'|((?:\\ |\S)+))\s*([\s\S]*)$/.exec(rest);
       if (!m) return void out.write("Usage:\n  /image <path> [question]\n");
-      const file = expand((m[2] ?? m[3] ?? m[4]!).replace(/\\ /g, " "));
+      const file = expand((m[2] ?? m[3] ?? m[4]).replace(/\\ /g, " "));
       try {
         readImages([file]);
       } catch (err) {
@@ -162,7 +162,7 @@ async function command(s: Session, text: string): Promise<CommandResult> {
       }
       s.images.push(file);
       out.write(`Added image '${file}'\n`);
-      return m[5]!.trim() ? { ask: m[5]!.trim() } : undefined;
+      return m[5].trim() ? { ask: m[5].trim() } : undefined;
     }
     default:
       out.write(`Unknown command '${cmd}'. Type /? for help\n`);

@@ -68,7 +68,7 @@ function aligned(rows: [string, string | undefined][]): string[] {
 /** The block `ollama show <model>` prints: Model, Capabilities, Parameters, System, License. */
 export function describeStored(res: ShowAnswer): string {
   const info = res.model_info ?? {};
-  const arch = res.details?.family ?? String(info["general.architecture"] ?? "");
+  const arch = res.details?.family ?? (info["general.architecture"] as string | undefined) ?? ""; // a string in every GGUF
   const num = (key: string) => (info[`${arch}.${key}`] === undefined ? undefined : String(info[`${arch}.${key}`]));
   const experts = num("expert_count");
   const used = num("expert_used_count");

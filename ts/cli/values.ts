@@ -158,6 +158,6 @@ export function hostPort(raw: string): { host?: string; port?: number } {
   const s = raw.replace(/^https?:\/\//, "").replace(/\/+$/, "");
   const m = /^(\[[^\]]+\]|[^:]*)(?::(\d+))?$/.exec(s);
   if (!m) throw new InvalidArgumentError("Expected host:port.");
-  const host = m[1]!.replace(/^\[|\]$/g, "");
+  const host = m[1].replace(/^\[|\]$/g, "");
   return { ...(host ? { host } : {}), ...(m[2] !== undefined ? { port: port(m[2]) } : {}) };
 }

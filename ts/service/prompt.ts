@@ -52,10 +52,10 @@ export async function chatPrompt(model: ServedModel, messages: ChatMessage[], op
   const refs: ImageRef[] = [];
   const text = chatPromptText(model, messages, { ...opts, imageRefs: refs });
   if (refs.length === 0) return { tokens: withSingleBos(model, model.engine.tokenize(text, { addSpecial: false, parseSpecial: true })), images: [] };
-  if (!model.info.vision) throw noVision(refs[0]!.param.replace(/\.image_url$/, ""));
+  if (!model.info.vision) throw noVision(refs[0].param.replace(/\.image_url$/, ""));
   const pieces = text.split(IMAGE_MARKER);
   if (pieces.length - 1 !== refs.length) {
-    throw new RequestError("INVALID_REQUEST", `The chat template kept ${pieces.length - 1} of the ${refs.length} images.`, refs[0]!.param);
+    throw new RequestError("INVALID_REQUEST", `The chat template kept ${pieces.length - 1} of the ${refs.length} images.`, refs[0].param);
   }
   const decoded = await loadImages(refs, opts.images);
   const tokens: number[] = [];

@@ -60,7 +60,7 @@ export function ollamaSamplingRequest(options: Record<string, unknown>): Samplin
   for (const [name, field] of Object.entries(OLLAMA_OPTION_FIELDS)) if (options[name] != null) out[field] = options[name];
   const numPredict = options.num_predict;
   if (typeof numPredict === "number" && numPredict > 0) out.max_tokens = numPredict;
-  return out as SamplingRequest;
+  return out;
 }
 
 /** OpenAI's `{"<token id>": bias}`; an id outside the vocabulary is the request's mistake. */

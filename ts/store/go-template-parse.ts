@@ -134,7 +134,7 @@ function lex(src: string): ({ text: string } | { toks: PosTok[]; pos: Pos })[] {
 
 function unescape(quoted: string, pos: Pos): string {
   try {
-    return JSON.parse(quoted.replace(/\\x([0-9a-fA-F]{2})/g, "\\u00$1").replace(/\\'/g, "'").replace(/\\a/g, "\\u0007").replace(/\\v/g, "\\u000b"));
+    return JSON.parse(quoted.replace(/\\x([0-9a-fA-F]{2})/g, "\\u00$1").replace(/\\'/g, "'").replace(/\\a/g, "\\u0007").replace(/\\v/g, "\\u000b")) as string;
   } catch {
     throw templateError(pos, `invalid string literal ${quoted}`);
   }

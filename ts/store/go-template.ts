@@ -130,6 +130,7 @@ function walk(nodes: Node[], dot: unknown, vars: Vars, out: string[]): void {
         break;
       case "break":
       case "continue":
+        // eslint-disable-next-line @typescript-eslint/only-throw-error -- a control-flow signal ({{break}} / {{continue}}) that range() catches, not an error
         throw new Stop(n.type);
     }
   }
@@ -228,7 +229,7 @@ const describe = (a: Arg) => (a.type === "field" ? `.${a.ident.join(".")}` : a.t
 export function truth(v: unknown): boolean {
   if (v === null || v === undefined || v === false || v === 0 || v === "") return false;
   if (Array.isArray(v)) return v.length > 0;
-  if (typeof v === "object") return Object.keys(v as object).length > 0;
+  if (typeof v === "object") return Object.keys(v).length > 0;
   return true;
 }
 

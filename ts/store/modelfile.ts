@@ -196,7 +196,7 @@ export function parseParameters(json: Record<string, unknown>): { parameters: Re
     if (type === "stop") {
       const stops = typeof value === "string" ? [value] : value;
       if (!Array.isArray(stops) || !stops.every((x) => typeof x === "string")) throw bad("a string or an array of strings");
-      parameters.stop = stops as string[];
+      parameters.stop = stops;
     } else parameters[key] = value as number | boolean;
   }
   return { parameters, warnings };

@@ -90,7 +90,7 @@ export class ModelStore {
     let sink: FileSink | undefined;
     try {
       sink = await this.openSink(tmp, "create");
-      const chunks = typeof source === "string" ? createReadStream(source, { highWaterMark: 1 << 20 }) : source;
+      const chunks: AsyncIterable<Uint8Array> = typeof source === "string" ? createReadStream(source, { highWaterMark: 1 << 20 }) : source;
       for await (const chunk of chunks) {
         await sink.write(chunk);
         hash.update(chunk);
@@ -274,9 +274,9 @@ export class ModelStore {
     if (problems.length) throw new StoreError("CORRUPT_MODEL", `model '${display}' is damaged: ${problems.join("; ")}; pull or create it again`);
     const layer = (type: string) => m.manifest.layers.filter((l) => l.mediaType === type);
     const text = async (l: Layer) => fsp.readFile(this.blobPath(l.digest), "utf8");
-    const json = async (l: Layer, what: string) => {
+    const json = async <T>(l: Layer, what: string): Promise<T> => {
       try {
-        return JSON.parse(await text(l));
+        return JSON.parse(await text(l)) as T;
       } catch {
         throw new StoreError("CORRUPT_MODEL", `model '${display}' is damaged: its ${what} layer ${l.digest} is not JSON`);
       }
@@ -297,8 +297,8 @@ export class ModelStore {
       template: template && (await text(template)),
       system: system && (await text(system)),
       license: layer(MEDIA.license).length ? await Promise.all(layer(MEDIA.license).map(text)) : undefined,
-      params: params ? await json(params, "params") : {},
-      messages: messages ? await json(messages, "messages") : [],
+      params: params ? await json<ResolvedModel["params"]>(params, "params") : {},
+      messages: messages ? await json<ResolvedModel["messages"]>(messages, "messages") : [],
       config: await this.readConfig(m.manifest),
       manifest: m.manifest,
       size: m.manifest.layers.reduce((s, l) => s + l.size, 0),

@@ -57,7 +57,7 @@ export function isPrivateAddress(ip: string): boolean {
   }
   const v6 = ip.toLowerCase();
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(v6);
-  if (mapped) return isPrivateAddress(mapped[1]!);
+  if (mapped) return isPrivateAddress(mapped[1]);
   return v6 === "::" || v6 === "::1" || /^f[cd]/.test(v6) || /^fe[89ab]/.test(v6) || v6.startsWith("ff");
 }
 
@@ -74,7 +74,7 @@ function guardedLookup(allowPrivate: boolean) {
         return cb(e, "");
       }
       if (options.all) return cb(null, addrs);
-      return cb(null, addrs[0]!.address, addrs[0]!.family);
+      return cb(null, addrs[0].address, addrs[0].family);
     });
   };
 }
@@ -109,7 +109,7 @@ function get(url: string, opts: ImageFetchOptions, deadline: number, param: stri
   return new Promise<Got>((resolve, reject) => {
     const left = deadline - Date.now();
     if (left <= 0) return reject(timeout(opts, param));
-    const req = lib.get(u, { lookup: guardedLookup(opts.allowPrivate) as never, headers: { accept: "image/*" } }, (res) => {
+    const req = lib.get(u, { lookup: guardedLookup(opts.allowPrivate), headers: { accept: "image/*" } }, (res) => {
       const status = res.statusCode ?? 0;
       if (status >= 300 && status < 400 && res.headers.location) {
         res.resume();
@@ -119,7 +119,7 @@ function get(url: string, opts: ImageFetchOptions, deadline: number, param: stri
         res.resume();
         return reject(fail(`Fetching the image failed: HTTP ${status}.`, param, "image_fetch_failed"));
       }
-      const type = (res.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+      const type = (res.headers["content-type"] ?? "").split(";")[0].trim().toLowerCase();
       if (!type.startsWith("image/") && type !== "application/octet-stream") {
         res.resume();
         return reject(fail(`The image URL answered with content type '${type || "none"}', not an image.`, param, "invalid_image"));

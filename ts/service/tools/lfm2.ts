@@ -198,14 +198,14 @@ class PythonReader {
     let out = "";
     for (;;) {
       if (this.pos >= this.src.length) this.fail();
-      const c = this.src[this.pos++]!;
+      const c = this.src[this.pos++];
       if (c === quote) return out;
       if (c !== "\\") {
         out += c;
         continue;
       }
       if (this.pos >= this.src.length) this.fail();
-      const e = this.src[this.pos++]!;
+      const e = this.src[this.pos++];
       if (Object.hasOwn(SIMPLE_ESCAPES, e)) out += SIMPLE_ESCAPES[e];
       else if (e === "x") out += this.codePoint(2);
       else if (e === "u") out += this.codePoint(4);
@@ -233,7 +233,7 @@ class PythonReader {
   }
 
   private ws(): void {
-    while (this.pos < this.src.length && /\s/.test(this.src[this.pos]!)) this.pos++;
+    while (this.pos < this.src.length && /\s/.test(this.src[this.pos])) this.pos++;
   }
 
   private peek(): string {
