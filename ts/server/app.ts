@@ -16,6 +16,7 @@ import { DEFAULT_IMAGE_OPTIONS, type ImageOptions } from "../service/images/inde
 import { apiKeyAuth } from "./auth.ts";
 import { cors, type CorsOrigins } from "./cors.ts";
 import { connectionCap } from "./limits.ts";
+import { requestLog, setRequestLog } from "./request-log.ts";
 import { Shutdown } from "./shutdown.ts";
 import { DEFAULT_STREAM_LIMITS, type StreamLimits } from "./stream-body.ts";
 import { HttpError, isNativeApiPath, toApiError, toOllamaError } from "./errors.ts";
@@ -68,12 +69,13 @@ export function createApp(opts: AppOptions): Koa {
     ctx.res.setMaxListeners(32);
     const requestId = ctx.get("x-request-id") || randomUUID();
     ctx.set("X-Request-Id", requestId);
-    ctx.state.log = log.child({ requestId });
+    const reqLog = log.child({ requestId });
+    setRequestLog(ctx, reqLog);
     ctx.state.streamLimits = streamLimits;
     ctx.res.once("close", () => {
       const ms = Math.round(performance.now() - start);
       const aborted = !ctx.res.writableFinished;
-      ctx.state.log.info({ method: ctx.method, url: ctx.url, status: ctx.status, ms, ...(aborted ? { aborted } : {}) }, "request");
+      reqLog.info({ method: ctx.method, url: ctx.url, status: ctx.status, ms, ...(aborted ? { aborted } : {}) }, "request");
     });
     await next();
   });
@@ -86,7 +88,7 @@ export function createApp(opts: AppOptions): Koa {
       }
     } catch (err) {
       const api = isNativeApiPath(ctx.path) ? toOllamaError(err) : toApiError(err);
-      if (api.internal) ctx.state.log.error({ err }, "request failed");
+      if (api.internal) requestLog(ctx, log).error({ err }, "request failed");
       if (ctx.headerSent) return; // a stream reports its own errors in-band (stream.ts)
       ctx.status = api.status;
       ctx.set(api.headers);

@@ -16,7 +16,10 @@ export function apiKeyAuth(apiKey: string, opts: { metricsPublic?: boolean } = {
   const expected = digest(apiKey);
   const open = new Set([...OPEN_PATHS, ...(opts.metricsPublic ? ["/metrics"] : [])]);
   return async (ctx, next) => {
-    if (open.has(ctx.path)) return next();
+    if (open.has(ctx.path)) {
+      await next();
+      return;
+    }
     const given = presentedKey(ctx.get("authorization"), ctx.get("x-api-key"));
     if (given === null) {
       throw new HttpError("UNAUTHORIZED", "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or 'X-Api-Key: <key>'.");
@@ -24,13 +27,13 @@ export function apiKeyAuth(apiKey: string, opts: { metricsPublic?: boolean } = {
     if (!timingSafeEqual(digest(given), expected)) {
       throw new HttpError("UNAUTHORIZED", "Incorrect API key provided.");
     }
-    return next();
+    await next();
   };
 }
 
 function presentedKey(authorization: string, xApiKey: string): string | null {
   const bearer = /^Bearer\s+(.+)$/i.exec(authorization.trim());
-  if (bearer) return bearer[1]!.trim();
+  if (bearer) return bearer[1].trim();
   if (xApiKey) return xApiKey.trim();
   return null;
 }

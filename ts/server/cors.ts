@@ -44,7 +44,10 @@ export function cors(origins: CorsOrigins): Middleware {
   return async (ctx, next) => {
     const origin = ctx.get("origin");
     ctx.vary("Origin");
-    if (!origin || !allowed(origin)) return next();
+    if (!origin || !allowed(origin)) {
+      await next();
+      return;
+    }
     ctx.set("Access-Control-Allow-Origin", origins === "*" ? "*" : origin);
     if (ctx.method === "OPTIONS" && ctx.get("access-control-request-method")) {
       ctx.set({
@@ -57,6 +60,6 @@ export function cors(origins: CorsOrigins): Middleware {
       return;
     }
     ctx.set("Access-Control-Expose-Headers", EXPOSE_HEADERS);
-    return next();
+    await next();
   };
 }

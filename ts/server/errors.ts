@@ -184,7 +184,7 @@ function fromBodyParser(err: unknown): Classified | null {
     const size = typeof e.length === "number" ? ` of ${e.length} bytes` : "";
     return {
       code: "BODY_TOO_LARGE",
-      message: `The request body${size} is larger than the limit of ${e.limit} bytes`,
+      message: `The request body${size} is larger than the limit of ${String(e.limit)} bytes`,
       param: null,
       detail: null,
     };

@@ -27,13 +27,15 @@ const OVER_LIMIT = Symbol("wick.overConnectionLimit");
 /** An HTTP server for `app` under `limits`; listen on it as on `app.listen`'s. */
 export function createHttpServer(app: Koa, limits: Partial<ServerLimits> = {}): Server {
   const { requestTimeoutMs, maxConnections } = { ...DEFAULT_SERVER_LIMITS, ...limits };
+  const handle = app.callback();
   const server = createServer(
     {
       requestTimeout: requestTimeoutMs,
       headersTimeout: requestTimeoutMs,
       connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(requestTimeoutMs / 4))),
     },
-    app.callback(),
+    // Koa's handler settles its own errors: the promise is only the request's end.
+    (req, res) => void handle(req, res),
   );
   if (maxConnections > 0) {
     const open = new Set<Socket>();
@@ -59,6 +61,6 @@ export function connectionCap(): Middleware {
       ctx.set("Connection", "close");
       throw new HttpError("TOO_MANY_CONNECTIONS", "Too many open connections to this server; retry shortly.");
     }
-    return next();
+    await next();
   };
 }

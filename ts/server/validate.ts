@@ -9,7 +9,7 @@ import { RequestError } from "../service/errors.ts";
 export function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.infer<S> {
   const res = schema.safeParse(body, { reportInput: true });
   if (res.success) return res.data;
-  throw describeIssue(res.error.issues[0]!, []);
+  throw describeIssue(res.error.issues[0], []);
 }
 
 type Issue = z.core.$ZodIssue;
@@ -73,7 +73,7 @@ function describeUnion(issue: z.core.$ZodIssueInvalidUnion, path: Path, input: u
     );
   }
   const branches = issue.errors.filter((b) => b.length > 0);
-  const typeOnly = branches.every((b) => b.length === 1 && b[0]!.code === "invalid_type" && b[0]!.path.length === 0);
+  const typeOnly = branches.every((b) => b.length === 1 && b[0].code === "invalid_type" && b[0].path.length === 0);
   const name = paramName(path) || "body";
   if (typeOnly) {
     if (input === undefined) return new RequestError("INVALID_REQUEST", `Missing required parameter: '${name}'.`, name, "missing_required_parameter");
@@ -89,11 +89,11 @@ function describeUnion(issue: z.core.$ZodIssueInvalidUnion, path: Path, input: u
   // equal depth, one that accepted the value's type beats one that did not.
   const score = (b: Issue[]) => {
     const depth = Math.max(...b.map((i) => i.path.length + (i.code === "invalid_union" ? 1 : 0)));
-    const typeMismatch = b[0]!.code === "invalid_type" && b[0]!.path.length === 0;
+    const typeMismatch = b[0].code === "invalid_type" && b[0].path.length === 0;
     return depth * 2 + (typeMismatch ? 0 : 1);
   };
   const best = branches.reduce((a, b) => (score(b) > score(a) ? b : a));
-  return describeIssue(best[0]!, path);
+  return describeIssue(best[0], path);
 }
 
 function typeName(v: unknown): string {

@@ -50,19 +50,19 @@ async function* answerEvents(choices: AsyncIterable<ChoiceEvent>, n: number, too
   const held: TokenLogprobs[][] = Array.from({ length: n }, () => []);
   const tokens: number[][] = Array.from({ length: n }, () => []);
   for await (const { index, event } of choices) {
-    const out = outputs[index]!;
+    const out = outputs[index];
     if (event.type === "token") {
-      tokens[index]!.push(...event.ids);
-      if (event.logprobs) held[index]!.push(...event.logprobs);
+      tokens[index].push(...event.ids);
+      if (event.logprobs) held[index].push(...event.logprobs);
       if (!event.text) continue;
       const d = out.push(event.text);
-      if (d.content || d.calls.length) yield { type: "delta", index, content: d.content, calls: d.calls, logprobs: held[index]!.splice(0) };
+      if (d.content || d.calls.length) yield { type: "delta", index, content: d.content, calls: d.calls, logprobs: held[index].splice(0) };
       continue;
     }
     const d = out.finish();
-    if (d.content || d.calls.length) yield { type: "delta", index, content: d.content, calls: d.calls, logprobs: held[index]!.splice(0) };
+    if (d.content || d.calls.length) yield { type: "delta", index, content: d.content, calls: d.calls, logprobs: held[index].splice(0) };
     const { usage, timings } = event;
-    yield { type: "done", index, finishReason: finishOf(event.finishReason, out.called), usage, timings, logprobs: held[index]!.splice(0), tokens: tokens[index]! };
+    yield { type: "done", index, finishReason: finishOf(event.finishReason, out.called), usage, timings, logprobs: held[index].splice(0), tokens: tokens[index] };
   }
 }
 
@@ -84,7 +84,7 @@ export async function collectAnswer({ events, jobs }: Answer): Promise<WholeAnsw
   const parts = jobs.map(() => ({ content: "", calls: [] as OutputCall[], logprobs: [] as TokenLogprobs[], done: undefined as AnswerDone | undefined }));
   const usage = new UsageTotals(jobs);
   for await (const ev of events) {
-    const c = parts[ev.index]!;
+    const c = parts[ev.index];
     c.logprobs.push(...ev.logprobs);
     if (ev.type === "delta") {
       c.content += ev.content;

@@ -41,7 +41,7 @@ export function startChoices(model: ServedModel, jobs: Job[], signal: AbortSigna
     stop.abort();
     // A generator's body (which wires the abort to the sequence) only runs once it is pulled.
     for (const g of gens) void g.next().catch(() => {});
-    throw blameField(err, model, jobs[gens.length]!, params);
+    throw blameField(err, model, jobs[gens.length], params);
   }
   if (signal.aborted) stop.abort();
   return merge(gens, stop, () => signal.removeEventListener("abort", onAbort));
@@ -71,7 +71,7 @@ function blameField(err: unknown, model: ServedModel, job: Job, params: ContextP
 function merge(gens: AsyncGenerator<EngineEvent>[], stop: AbortController, cleanup: () => void): AsyncGenerator<ChoiceEvent> {
   const pending = new Map<number, Promise<Pulled>>();
   const pull = (index: number) => {
-    const p = gens[index]!.next().then((result) => ({ index, result }));
+    const p = gens[index].next().then((result) => ({ index, result }));
     p.catch(() => {}); // observed by the consumer if there is one; never an unhandled rejection
     pending.set(index, p);
   };
@@ -111,7 +111,7 @@ export class UsageTotals {
   constructor(private readonly jobs: Job[]) {}
 
   add(index: number, done: Pick<DoneEvent, "usage">): void {
-    const p = this.jobs[index]!.promptIndex;
+    const p = this.jobs[index].promptIndex;
     if (!this.prompts.has(p)) this.prompts.set(p, { promptTokens: done.usage.promptTokens, cachedTokens: done.usage.cachedTokens });
     this.completion += done.usage.completionTokens;
   }

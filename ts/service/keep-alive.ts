@@ -16,7 +16,7 @@ export function parseDuration(s: string): number | undefined {
   const m = /^([+-]?)((?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+)$/.exec(s.trim());
   if (!m) return s.trim() === "0" ? 0 : undefined;
   let total = 0;
-  for (const [, n, unit] of m[2]!.matchAll(/(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)/g)) total += Number(n) * UNIT_MS[unit!]!;
+  for (const [, n, unit] of m[2].matchAll(/(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)/g)) total += Number(n) * UNIT_MS[unit];
   return m[1] === "-" ? -total : total;
 }
 

@@ -26,7 +26,7 @@ export interface RouteDeps {
 export async function useModel(ctx: Context, models: ModelManager, name: string | null | undefined, keepAliveMs?: number): Promise<ServedModel> {
   const lease = await models.acquire(name, { keepAliveMs });
   if (ctx.res.destroyed || ctx.res.writableFinished) lease.release();
-  else ctx.res.once("close", lease.release);
+  else ctx.res.once("close", () => lease.release());
   return lease.model;
 }
 

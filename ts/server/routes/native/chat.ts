@@ -12,6 +12,7 @@ import { planChat } from "../../../service/chat.ts";
 import { formatGrammar, ollamaSampling, toChatMessages } from "../../../service/native.ts";
 import type { OutputCall } from "../../../service/tools/output.ts";
 import { NDJSON, sendStream } from "../../stream.ts";
+import { requestLog } from "../../request-log.ts";
 import { parseBody } from "../../validate.ts";
 import { clientGoneSignal, useModel, type RouteDeps } from "../common.ts";
 import { createdAt, doneMetrics, doneReason, loadOrUnload } from "./common.ts";
@@ -34,10 +35,10 @@ export function nativeChatRoutes(router: Router, { models, log, images }: RouteD
 
     if (req.stream === false) {
       const [c] = (await collectAnswer(answer)).choices;
-      ctx.body = { ...head(), message: message(c!.content, c!.calls), done_reason: doneReason(c!.done), done: true, ...doneMetrics(c!.done, started) };
+      ctx.body = { ...head(), message: message(c.content, c.calls), done_reason: doneReason(c.done), done: true, ...doneMetrics(c.done, started) };
       return;
     }
-    sendStream(ctx, chunks(answer.events, head, started), NDJSON, ctx.state.log ?? log);
+    sendStream(ctx, chunks(answer.events, head, started), NDJSON, requestLog(ctx, log));
   });
 }
 

@@ -18,6 +18,7 @@ import { chatPrompt, completionPromptTokens, type ChatPrompt } from "../../../se
 import { base64Ref, type ImageOptions } from "../../../service/images/index.ts";
 import type { ServedModel } from "../../../service/registry.ts";
 import { NDJSON, sendStream } from "../../stream.ts";
+import { requestLog } from "../../request-log.ts";
 import { parseBody } from "../../validate.ts";
 import { clientGoneSignal, useModel, type RouteDeps } from "../common.ts";
 import { createdAt, doneMetrics, doneReason, loadOrUnload } from "./common.ts";
@@ -45,11 +46,11 @@ export function nativeGenerateRoutes(router: Router, { models, log, images }: Ro
 
     if (req.stream === false) {
       const [c] = (await collectAnswer(answer)).choices;
-      const context = [...promptTokens, ...c!.done.tokens];
-      ctx.body = { ...head(), response: c!.content, done: true, done_reason: doneReason(c!.done), ...(req.raw ? {} : { context }), ...doneMetrics(c!.done, started) };
+      const context = [...promptTokens, ...c.done.tokens];
+      ctx.body = { ...head(), response: c.content, done: true, done_reason: doneReason(c.done), ...(req.raw ? {} : { context }), ...doneMetrics(c.done, started) };
       return;
     }
-    sendStream(ctx, chunks(answer.events, promptTokens, !req.raw, head, started), NDJSON, ctx.state.log ?? log);
+    sendStream(ctx, chunks(answer.events, promptTokens, !req.raw, head, started), NDJSON, requestLog(ctx, log));
   });
 }
 
@@ -63,7 +64,7 @@ async function generatePrompt(model: ServedModel, req: OllamaGenerateRequest, go
   const prompt = req.prompt ?? "";
   let out: ChatPrompt;
   if (req.raw) {
-    out = { tokens: prompt ? completionPromptTokens(model, prompt)[0]! : [], images: [] };
+    out = { tokens: prompt ? completionPromptTokens(model, prompt)[0] : [], images: [] };
   } else {
     // Ollama puts the images before the prompt's text.
     const parts: ContentPart[] = (req.images ?? []).map((b64) => ({ type: "image_url", image_url: { url: base64Ref(b64) } }));

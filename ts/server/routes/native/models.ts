@@ -9,6 +9,7 @@ import { RequestError } from "../../../service/errors.ts";
 import type { LoadedModel } from "../../../service/models.ts";
 import { bodyName, copyModel, deleteModel, listTags, planCreate, planPull } from "../../../service/store.ts";
 import { sendProgress } from "../../progress.ts";
+import { requestLog } from "../../request-log.ts";
 import { parseBody } from "../../validate.ts";
 import type { RouteDeps } from "../common.ts";
 
@@ -25,13 +26,13 @@ export function nativeModelRoutes(router: Router, { models, log }: RouteDeps): v
   router.post("/api/create", async (ctx) => {
     const req = parseBody(createRequest, ctx.request.body);
     const run = await planCreate(models, req);
-    await sendProgress(ctx, run, req.stream !== false, ctx.state.log ?? log);
+    await sendProgress(ctx, run, req.stream !== false, requestLog(ctx, log));
   });
 
   router.post("/api/pull", async (ctx) => {
     const req = parseBody(pullRequest, ctx.request.body);
     const run = planPull(models, bodyName(req));
-    await sendProgress(ctx, run, req.stream !== false, ctx.state.log ?? log);
+    await sendProgress(ctx, run, req.stream !== false, requestLog(ctx, log));
   });
 
   router.delete("/api/delete", async (ctx) => {

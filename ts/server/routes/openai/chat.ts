@@ -14,6 +14,7 @@ import { withOpenAIDefaults } from "../../../service/profile.ts";
 import { samplingOptions } from "../../../service/sampling.ts";
 import type { OutputCall } from "../../../service/tools/output.ts";
 import { SSE, sendStream } from "../../stream.ts";
+import { requestLog } from "../../request-log.ts";
 import { parseBody } from "../../validate.ts";
 import { clientGoneSignal, useModel, type RouteDeps } from "../common.ts";
 import { responseId, unixNow, type ResponseMeta } from "./common.ts";
@@ -33,7 +34,7 @@ export function chatRoutes(router: Router, { models, log, images }: RouteDeps): 
 
     if (req.stream) {
       const includeUsage = req.stream_options?.include_usage === true;
-      sendStream(ctx, chatChunks(meta, answer, logprobs, includeUsage), SSE, ctx.state.log ?? log);
+      sendStream(ctx, chatChunks(meta, answer, logprobs, includeUsage), SSE, requestLog(ctx, log));
       return;
     }
     const whole = await collectAnswer(answer);

@@ -11,6 +11,7 @@ import { completionPromptTokens } from "../../../service/prompt.ts";
 import { withOpenAIDefaults } from "../../../service/profile.ts";
 import { perChoice, samplingOptions } from "../../../service/sampling.ts";
 import { SSE, sendStream } from "../../stream.ts";
+import { requestLog } from "../../request-log.ts";
 import { parseBody } from "../../validate.ts";
 import { clientGoneSignal, useModel, type RouteDeps } from "../common.ts";
 import { responseId, unixNow, type ResponseMeta } from "./common.ts";
@@ -32,7 +33,7 @@ export function completionsRoutes(router: Router, { models, log }: RouteDeps): v
 
     if (req.stream) {
       const includeUsage = req.stream_options?.include_usage === true;
-      sendStream(ctx, completionChunks(meta, answer, logprobs, includeUsage), SSE, ctx.state.log ?? log);
+      sendStream(ctx, completionChunks(meta, answer, logprobs, includeUsage), SSE, requestLog(ctx, log));
       return;
     }
     const whole = await collectAnswer(answer);
@@ -62,10 +63,10 @@ async function* completionChunks(meta: ResponseMeta, { events, jobs }: Answer, l
   const offsets = jobs.map(() => 0);
   for await (const ev of events) {
     const { index } = ev;
-    const lps = logprobs ? logprobs.completion(ev.logprobs, offsets[index]!) : null;
+    const lps = logprobs ? logprobs.completion(ev.logprobs, offsets[index]) : null;
     if (ev.type === "delta") {
       yield chunk([{ index, text: ev.content, logprobs: lps, finish_reason: null }]);
-      offsets[index]! += ev.content.length;
+      offsets[index] += ev.content.length;
     } else {
       usage.add(index, ev);
       yield chunk([{ index, text: "", logprobs: lps, finish_reason: ev.finishReason }]);
