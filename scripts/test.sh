@@ -19,6 +19,9 @@ npm run --silent build:native || { echo "build failed"; echo "0 passed, 1 failed
 
 step "checks (tsc, eslint + prettier, cargo fmt, cargo clippy)"
 npx tsc --noEmit || fail_check "npx tsc --noEmit reports type errors"
+# The loader and types napi generates are committed (the npm package ships them): they must be
+# what this build wrote.
+git diff --quiet -- ts/native 2>/dev/null || fail_check "ts/native differs from what npm run build:native generates: commit the regenerated files"
 npm run --silent lint || fail_check "npm run lint: eslint reports problems or prettier --check wants files formatted (npm run format)"
 cargo fmt --all --check >/dev/null || fail_check "cargo fmt --all --check: run cargo fmt --all"
 cargo clippy $CARGO_RELEASE -q --workspace --all-targets -- -D warnings || fail_check "cargo clippy reports warnings"
