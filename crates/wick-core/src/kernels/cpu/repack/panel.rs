@@ -131,7 +131,7 @@ pub fn pack_blocks(
     let mut out = vec![0u8; n.div_ceil(PANEL) * panel_bytes];
     let base = SyncPtr(out.as_mut_ptr());
     pool::run(n.div_ceil(PANEL), &|p| {
-        // Safety: panel p is bytes p·panel_bytes.. of `out`, written by this task alone.
+        // SAFETY: panel p is bytes p·panel_bytes.. of `out`, written by this task alone.
         let panel = unsafe { std::slice::from_raw_parts_mut(base.get().add(p * panel_bytes), panel_bytes) };
         for b in 0..nb {
             for c in 0..PANEL.min(n - p * PANEL) {
