@@ -196,14 +196,14 @@ impl<const H: usize> Halves<H> {
     unsafe fn set(&mut self, h: usize, i: usize, a: &[__m512; 4]) {
         self.0[h][i].write(halve(fold(a)));
     }
-    /// Safety: `set` was called for every (head, dot).
+    /// SAFETY: `set` was called for every (head, dot).
     #[inline(always)]
     unsafe fn reduce(&self) -> [[f32; 16]; H] {
         let mut out = [std::mem::MaybeUninit::<[f32; 16]>::uninit(); H];
         for (o, t) in out.iter_mut().zip(&self.0) {
             o.write(reduce_halves(&*(t.as_ptr() as *const [__m256; 16])));
         }
-        // Safety: every head's row was written just above.
+        // SAFETY: every head's row was written just above.
         std::mem::transmute_copy(&out)
     }
 }
