@@ -32,22 +32,52 @@ pub fn dot_single(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) 
 /// and f32 dots differ only in how they add the tail.
 #[inline(always)]
 pub fn dot_head64(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
-    head64_order(n, |i| (std::array::from_fn(|l| x(i + l)), std::array::from_fn(|l| y(i + l))))
+    head64_order(
+        n,
+        #[inline(always)]
+        |i| (lanes_of(&x, i), lanes_of(&y, i)),
+    )
 }
 
 /// tinyBLAS `gemm_bloc` for one output (`tiled_order`; n % 16 == 0).
 #[inline(always)]
 pub fn dot_tiled(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
-    tiled_order::<1>(n, |i| std::array::from_fn(|l| x(i + l)), |_, i| std::array::from_fn(|l| y(i + l)))[0]
+    tiled_order::<1>(
+        n,
+        #[inline(always)]
+        |i| lanes_of(&x, i),
+        #[inline(always)]
+        |_, i| lanes_of(&y, i),
+    )[0]
 }
 
 /// Both operands' 16 lanes at `i` of a chunked dot.
 type Chunk = ([f32; 16], [f32; 16]);
 
+// The lane loaders and the orders are plain loops with `#[inline(always)]`: a generic helper
+// from `core` (`array::from_fn`, `array::map`, `try_into`) may be compiled in another codegen
+// unit of the incremental release build and stay a call per lane.
+
 /// Sixteen values of `s` from `i` (`i + 16 ≤ s.len()`).
 #[inline(always)]
+#[allow(clippy::manual_memcpy)] // a loop, not `copy_from_slice` (see above)
 fn lanes(s: &[f32], i: usize) -> [f32; 16] {
-    s[i..i + 16].try_into().unwrap_or([0.0; 16])
+    let c = &s[i..i + 16];
+    let mut a = [0f32; 16];
+    for l in 0..16 {
+        a[l] = c[l];
+    }
+    a
+}
+
+/// `f(i)..f(i + 15)`.
+#[inline(always)]
+fn lanes_of(f: &impl Fn(usize) -> f32, i: usize) -> [f32; 16] {
+    let mut a = [0f32; 16];
+    for l in 0..16 {
+        a[l] = f(i + l);
+    }
+    a
 }
 
 /// The head order of ggml's AVX-512 vector dots, written once: 4 accumulators of 16 lanes over
@@ -90,7 +120,11 @@ fn tiled_order<const R: usize>(
             }
         }
     }
-    acc.map(|a| reduce16(&a))
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = reduce16(&acc[r]);
+    }
+    out
 }
 
 /// `ggml_vec_dot_f32` (AVX-512): the head as `dot_head64`, then the tail (n % 64) added in f32
@@ -108,7 +142,11 @@ pub fn dot_single_f32(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f
 #[inline(always)]
 pub fn dot_single_f32_sl(x: &[f32], y: &[f32]) -> f32 {
     let np = x.len() & !63;
-    let mut sum = head64_order(x.len(), |i| (lanes(x, i), lanes(y, i)));
+    let mut sum = head64_order(
+        x.len(),
+        #[inline(always)]
+        |i| (lanes(x, i), lanes(y, i)),
+    );
     for (a, b) in x[np..].iter().zip(&y[np..]) {
         sum += a * b;
     }
@@ -118,14 +156,26 @@ pub fn dot_single_f32_sl(x: &[f32], y: &[f32]) -> f32 {
 /// `dot_tiled` on two slices of one length (its whole chunks of 16).
 #[inline(always)]
 pub fn dot_tiled_sl(x: &[f32], y: &[f32]) -> f32 {
-    tiled_order::<1>(x.len() / 16 * 16, |i| lanes(x, i), |_, i| lanes(y, i))[0]
+    tiled_order::<1>(
+        x.len() / 16 * 16,
+        #[inline(always)]
+        |i| lanes(x, i),
+        #[inline(always)]
+        |_, i| lanes(y, i),
+    )[0]
 }
 
 /// `dot_tiled_sl(w, x[t])` for four `x` rows at once (independent accumulators, so the
 /// FMAs overlap); each result is computed exactly as alone.
 #[inline(always)]
 pub fn dot_tiled_sl4(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
-    tiled_order::<4>(w.len() / 16 * 16, |i| lanes(w, i), |r, i| lanes(x[r], i))
+    tiled_order::<4>(
+        w.len() / 16 * 16,
+        #[inline(always)]
+        |i| lanes(w, i),
+        #[inline(always)]
+        |r, i| lanes(x[r], i),
+    )
 }
 
 /// `reduce16` of 16 accumulators for 16 outputs at once (`f[lane][output]`): the same
