@@ -14,6 +14,10 @@
 //! - softmax: ggml's vector `expf`, per-16 tree sums accumulated in f64, scaled by
 //!   `(float)(1/sum)`; probabilities rounded to f16 before meeting V (as ggml converts them
 //!   to the f16 cache's dot type).
+//!
+//! Layout (as ggml's `ops.cpp` has one-chunk and tiled flash attention): `Plan` here decides a
+//! pass's tasks (paths, tiles, scratch, order); `single.rs` runs one new token per task,
+//! `tiled.rs` a tile of new tokens per task (AVX-512); `dots.rs` and `avx512.rs` hold the dots.
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
@@ -91,10 +95,10 @@ mod single;
 mod tiled;
 
 /// Asks for `data`'s cache lines ahead of use.
-#[inline(always)]
 /// Into L2, not L1: a chunk ahead is 32 lines, and T0 prefetches of that many hold the L1's
-/// miss buffers until they land, stalling the loads in use (a step's KV from DRAM, 96-layer
-/// bench: 97 µs per layer with T0, 76 with none, 63 with T1).
+/// miss buffers until they land, stalling the loads in use (a step's KV from DRAM: T1 beat
+/// both T0 and no prefetch on the 96-layer bench, benches/RESULTS.md).
+#[inline(always)]
 fn prefetch(data: &[f16]) {
     #[cfg(target_arch = "x86_64")]
     for line in data.chunks(32) {

@@ -407,8 +407,9 @@ fn run_jobs(jobs: &[Job<'_>]) {
 /// - One-row (decode) passes stream: long contiguous runs the prefetcher follows, shrinking as
 ///   the pass goes (a quarter of what is left per thread pair, down to a sixteenth of the pass
 ///   per thread), so the thread that finishes first takes small pieces instead of waiting out
-///   a long last task. Eight equal tasks per thread were 5–8 % slower than two at 2 threads;
-///   two equal ones left a helper idle for a quarter of its time (MoE decode profile).
+///   a long last task. Eight equal tasks per thread were slower than two at 2 threads; two
+///   equal ones left a helper idle for a large part of its time (MoE decode profile; figures
+///   in benches/RESULTS.md).
 /// - Multi-row tiles are compute-bound: eight equal tasks per thread, so the last one leaves
 ///   the other cores idle for at most an eighth of a share.
 fn task_bounds(total: usize, threads: usize, one_row: bool) -> Vec<usize> {
