@@ -384,16 +384,16 @@ pub struct PagedView<'a> {
 impl PagedView<'_> {
     // Safety (both): the ranges lie in this sequence's blocks, which no other task writes
     // while its view lives (module docs).
-    #[inline]
+    #[inline(always)]
     fn k_range(&self, at: usize, n: usize) -> &[f16] {
         unsafe { self.k.range(at, n) }.reinterpret_cast::<f16>()
     }
-    #[inline]
+    #[inline(always)]
     fn v_range(&self, at: usize, n: usize) -> &[f16] {
         unsafe { self.v.range(at, n) }.reinterpret_cast::<f16>()
     }
     /// Key of KV head `g` at position `t`, `head_dim` values.
-    #[inline]
+    #[inline(always)]
     pub fn key(&self, g: usize, t: usize) -> &[f16] {
         let (bs, hd) = (BLOCK_SIZE, self.head_dim);
         let b = self.blocks[t / bs] as usize;
@@ -402,7 +402,7 @@ impl PagedView<'_> {
     }
     /// Keys of KV head `g` at positions `t0..t0 + n`, contiguous (`n · head_dim` values); the
     /// positions must lie in one block.
-    #[inline]
+    #[inline(always)]
     pub fn keys(&self, g: usize, t0: usize, n: usize) -> &[f16] {
         let (bs, hd) = (BLOCK_SIZE, self.head_dim);
         assert!(t0 % bs + n <= bs, "keys {t0}..{} cross a block", t0 + n);
@@ -412,7 +412,7 @@ impl PagedView<'_> {
     }
     /// Values of KV head `g`, dimensions `d0..d0 + n`, over the positions of block `j`:
     /// contiguous (`n · BLOCK_SIZE` values, dimension by dimension).
-    #[inline]
+    #[inline(always)]
     pub fn values(&self, g: usize, d0: usize, n: usize, j: usize) -> &[f16] {
         let bs = BLOCK_SIZE;
         let b = self.blocks[j] as usize;
@@ -420,14 +420,14 @@ impl PagedView<'_> {
         self.v_range(at, n * bs)
     }
     /// Values of KV head `g`, dimension `d`, over the `BLOCK_SIZE` positions of block `j`.
-    #[inline]
+    #[inline(always)]
     pub fn value_run(&self, g: usize, d: usize, j: usize) -> &[f16] {
         let bs = BLOCK_SIZE;
         let b = self.blocks[j] as usize;
         let at = ((b * self.n_kv_head + g) * self.head_dim + d) * bs;
         self.v_range(at, bs)
     }
-    #[inline]
+    #[inline(always)]
     pub fn value(&self, g: usize, d: usize, t: usize) -> f16 {
         self.value_run(g, d, t / BLOCK_SIZE)[t % BLOCK_SIZE]
     }

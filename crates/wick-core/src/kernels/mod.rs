@@ -11,8 +11,12 @@
 //! - `cpu/repack/`: weights repacked at load into 16-column panels, per type (AVX-512 VNNI,
 //!   AVX2, portable);
 //! - `cpu/matmul.rs`: the row-dot matmul for types without panels, and `RowPos`;
-//! - `cpu/attention/`: causal attention over the paged f16 KV cache;
-//! - `cpu/expf.rs`, `cpu/elementwise.rs`: ggml's `expf`, SwiGLU, RMSNorm, RoPE, short conv.
+//!   `cpu/float_matmul.rs`: f32 × f32 / f16 matmuls (the vision tower's);
+//! - `cpu/attention/`: causal attention over the paged f16 KV cache, and the vision tower's
+//!   bidirectional attention;
+//! - `cpu/expf.rs`, `cpu/elementwise.rs`: ggml's `expf`, SwiGLU, RMSNorm, RoPE, short conv,
+//!   LayerNorm, GELU; `cpu/image.rs`: image resampling and the vision tower's image ops
+//!   (`cpu/vit.rs` lists the vision tower's ops where they live).
 //!
 //! The CPU kernels run on `runtime::pool`. GPU kernels get their own directory beside `cpu/`
 //! (`cuda/`: `.cu` sources and their launchers) when they come; until then the models run on

@@ -5,11 +5,17 @@
 //! change a logit by ~1e-2, which is enough to flip a greedy choice at a near-tie. Matching
 //! llama.cpp's greedy output token for token therefore needs the cheap elementwise ops to be
 //! bit-identical, not merely close.
+//!
+//! The vision tower's ones too: `layer_norm` (`ggml_norm`: sum in f64, centred squares in
+//! 16-lane reductions summed in f64, `1/sqrtf(var+ε)`, then `ggml_mul` and `ggml_add`) and
+//! `gelu` (`ggml_gelu`'s table of f16 values indexed by the f16-rounded input).
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use half::f16;
 
-use super::expf;
-use super::feats::fast;
+use super::blocks::{hsum8, reduce16};
+use super::expf::{self, exp_variant, simd_width};
+use super::feats::with_avx2_codegen;
 use crate::error::Result;
 use crate::runtime::pool::{self, SyncPtr};
 
@@ -60,11 +66,11 @@ impl CustomOp2 for GgmlRmsNorm {
         let yp = SyncPtr(y.as_mut_ptr());
         // Rows spread over the pool: each is a chain of dependent f64 adds.
         pool::run(x.len() / n, &|r| {
-            fast(
+            with_avx2_codegen(
                 #[inline(always)]
                 || {
                     let xr = &x[r * n..(r + 1) * n];
-                    // Safety: task r alone writes row r.
+                    // SAFETY: task r alone writes row r.
                     let yr = unsafe { std::slice::from_raw_parts_mut(yp.get().add(r * n), n) };
                     let sum: f64 = xr.iter().map(|&v| (v * v) as f64).sum();
                     let mean = (sum / n as f64) as f32;
@@ -89,7 +95,7 @@ pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
 /// `full`: `[L-1+len, d]` row-major (state rows then new rows); `w`: `[d, L]` row-major.
 pub fn short_conv(full: &[f32], w: &[f32], len: usize, d: usize, l: usize) -> Vec<f32> {
     let mut y = vec![0f32; len * d];
-    fast(
+    with_avx2_codegen(
         #[inline(always)]
         || {
             for t in 0..len {
@@ -140,11 +146,11 @@ fn rope_host(
     let mut y = vec![0f32; xs.len()];
     let yp = SyncPtr(y.as_mut_ptr());
     pool::run(n, &|t| {
-        fast(
+        with_avx2_codegen(
             #[inline(always)]
             || {
                 let (ct, st) = (&c[t * half..(t + 1) * half], &s[t * half..(t + 1) * half]);
-                // Safety: task t alone writes token t's rows.
+                // SAFETY: task t alone writes token t's rows.
                 let yt = unsafe { std::slice::from_raw_parts_mut(yp.get().add(t * h * d), h * d) };
                 let xt = &xs[t * h * d..(t + 1) * h * d];
                 for head in 0..h {
@@ -164,4 +170,105 @@ fn rope_host(
         )
     });
     y
+}
+
+/// `ggml_norm` over rows of `w.len()` values, then `· w + b`.
+pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32) -> Vec<f32> {
+    let n = w.len();
+    let mut y = vec![0f32; x.len()];
+    let yp = SyncPtr(y.as_mut_ptr());
+    let lanes = if simd_width(exp_variant()) == 16 { 16 } else { 8 };
+    pool::run(x.len() / n, &|r| {
+        let xr = &x[r * n..(r + 1) * n];
+        // SAFETY: `y` has x.len() values, whole rows of n; task r alone writes row r.
+        let yr = unsafe { std::slice::from_raw_parts_mut(yp.get().add(r * n), n) };
+        let sum: f64 = xr.iter().map(|&v| v as f64).sum();
+        let mean = sum as f32 / n as f32;
+        let mut var = 0f64;
+        let mut i = 0;
+        while i + lanes <= n {
+            let mut sq = [0f32; 16];
+            for l in 0..lanes {
+                let v = xr[i + l] - mean;
+                yr[i + l] = v;
+                sq[l] = v * v;
+            }
+            var += if lanes == 16 { reduce16(&sq) } else { hsum8(sq[..8].try_into().unwrap()) } as f64;
+            i += lanes;
+        }
+        for j in i..n {
+            let v = xr[j] - mean;
+            yr[j] = v;
+            var += (v * v) as f64;
+        }
+        let var = (var / n as f64) as f32;
+        let scale = 1.0f32 / (var + eps).sqrt();
+        for j in 0..n {
+            yr[j] = yr[j] * scale * w[j] + b[j];
+        }
+    });
+    y
+}
+
+/// `ggml_gelu`'s f16 table: the tanh GELU of every f16 value, rounded to f16.
+fn gelu_table() -> &'static [u16] {
+    static T: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        const A: f32 = 0.044715;
+        const S: f32 = 0.797_884_6;
+        (0..=u16::MAX)
+            .map(|bits| {
+                let x = f16::from_bits(bits).to_f32();
+                let inner = S * x * (A * x).mul_add(x, 1.0);
+                f16::from_f32(0.5 * x * (1.0 + inner.tanh())).to_bits()
+            })
+            .collect()
+    })
+}
+
+/// `ggml_gelu` (tanh form) in place: 0 below −10, x above 10, else the f16 table; spread over
+/// the pool.
+pub fn gelu(x: &mut [f32]) {
+    let t = gelu_table();
+    const PIECE: usize = 4096;
+    let xp = SyncPtr(x.as_mut_ptr());
+    let n = x.len();
+    pool::run(n.div_ceil(PIECE), &|p| {
+        with_avx2_codegen(
+            #[inline(always)]
+            || {
+                let (a, b) = (p * PIECE, ((p + 1) * PIECE).min(n));
+                // SAFETY: a..b lies within x (b ≤ n); task p alone touches elements a..b.
+                let part = unsafe { std::slice::from_raw_parts_mut(xp.get().add(a), b - a) };
+                for v in part.iter_mut() {
+                    *v = if *v <= -10.0 {
+                        0.0
+                    } else if *v >= 10.0 {
+                        *v
+                    } else {
+                        f16::from_bits(t[f16::from_f32(*v).to_bits() as usize]).to_f32()
+                    };
+                }
+            },
+        )
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gelu_is_tanh_gelu_and_layer_norm_has_unit_moments() {
+        let mut g = vec![-11.0, -1.0, 0.0, 0.5, 2.0, 12.0];
+        gelu(&mut g);
+        assert_eq!(g[0], 0.0);
+        assert_eq!(g[5], 12.0);
+        assert!((g[4] - 1.9546).abs() < 2e-3 && (g[1] + 0.1588).abs() < 1e-3);
+        let x: Vec<f32> = (0..40).map(|i| (i as f32 * 1.3).cos()).collect();
+        let y = layer_norm(&x, &[1.0; 40], &[0.0; 40], 1e-6);
+        let mean = y.iter().sum::<f32>() / 40.0;
+        let var = y.iter().map(|v| v * v).sum::<f32>() / 40.0;
+        assert!(mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-3);
+    }
 }

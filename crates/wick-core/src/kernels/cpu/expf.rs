@@ -2,7 +2,7 @@
 //! (`silu`·u, softmax). Vector lanes follow `ggml_v_expf` op for op, so they round as
 //! llama.cpp does; elements past a row's last whole vector use libm, as ggml's tails do.
 
-use super::feats::{fast, has_avx2_fma, has_avx512_expf};
+use super::feats::{has_avx2_fma, has_avx512_expf, with_avx2_codegen};
 use crate::runtime::pool::{self, SyncPtr};
 
 /// Which of ggml's vectorised `expf` approximations the local llama.cpp CPU build uses:
@@ -126,17 +126,17 @@ pub fn swiglu(g: &[f32], u: &[f32], n: usize) -> Vec<f32> {
         let (r, lo) = (it / per_row, (it % per_row) * PIECE);
         let hi = (lo + PIECE).min(n);
         let (gs, us) = (&g[r * n + lo..r * n + hi], &u[r * n + lo..r * n + hi]);
-        // Safety: task `it` alone writes this slice of `y`.
+        // SAFETY: task `it` alone writes this slice of `y`.
         let ys = unsafe { std::slice::from_raw_parts_mut(yp.get().add(r * n + lo), hi - lo) };
         let mut i = 0;
         #[cfg(target_arch = "x86_64")]
         if var == ExpVariant::Avx512 {
             let end = vec_end.clamp(lo, hi) - lo;
-            // Safety: `Avx512` is only detected with AVX-512 F and DQ; 16-lane steps inside `end`.
+            // SAFETY: `Avx512` is only detected with AVX-512 F and DQ; 16-lane steps inside `end`.
             unsafe { swiglu16(gs, us, ys, end) };
             i = end;
         }
-        fast(
+        with_avx2_codegen(
             #[inline(always)]
             || {
                 for ((o, &x), &m) in ys.iter_mut().zip(gs).zip(us).skip(i) {
@@ -198,7 +198,7 @@ mod tests {
         }
         for c in inputs().chunks(16) {
             let mut v = [0f32; 16];
-            // Safety: AVX-512 F/DQ detected (`Avx512`).
+            // SAFETY: AVX-512 F/DQ detected (`Avx512`).
             unsafe { _mm512_storeu_ps(v.as_mut_ptr(), expf16(_mm512_loadu_ps(c.as_ptr()))) };
             for (x, e) in c.iter().zip(v) {
                 let want = ggml_expf(*x, ExpVariant::Avx512);

@@ -5,9 +5,10 @@
 //!
 //! Shipped builds target baseline x86-64 (they must run on any x86-64); the exact elementwise
 //! ops lean on `mul_add` and on auto-vectorisation, which without AVX2/FMA become libm `fmaf`
-//! calls and scalar loops (measured 2× slower end to end). `fast` compiles its closure a second
-//! time with AVX2/FMA/F16C enabled and picks that copy when the CPU has them. Results are
-//! identical: `mul_add` is fused either way and no float operation is reordered.
+//! calls and scalar loops (much slower end to end: benches/RESULTS.md, "what the x86-64-v3
+//! build flag is worth"). `with_avx2_codegen` compiles its closure a second time with
+//! AVX2/FMA/F16C enabled and picks that copy when the CPU has them. Results are identical:
+//! `mul_add` is fused either way and no float operation is reordered.
 
 use std::sync::OnceLock;
 
@@ -85,7 +86,7 @@ pub fn has_avx2_fma() -> bool {
     cached(&OK, Isa::Avx2, || false)
 }
 
-/// AVX2, FMA and F16C: `fast` and the f16 attention dots.
+/// AVX2, FMA and F16C: `with_avx2_codegen` and the f16 attention dots.
 #[inline]
 pub fn has_avx2() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
@@ -135,19 +136,23 @@ pub fn has_avx512bf16() -> bool {
     cached(&OK, Isa::Avx512Vnni, || false)
 }
 
-/// `f()`, compiled with AVX2/FMA/F16C where the CPU has them. Keep `f`'s hot helpers
-/// `#[inline]` so they are compiled into that copy, and write its hot loops as loops: an
-/// iterator adapter (`map`, `fold`, …) is a generic function compiled outside that copy, where
-/// `f32::mul_add` is a call to the software `fmaf` (the MoE router spent a fifth of a prefill so).
+/// `f()`, compiled with AVX2/FMA/F16C where the CPU has them (a second copy of `f`'s code
+/// with those features enabled, picked at run time). Keep `f`'s hot helpers `#[inline]` so
+/// they are compiled into that copy, and write its hot loops as loops: an iterator adapter
+/// (`map`, `fold`, …) is a generic function compiled outside that copy, where `f32::mul_add`
+/// is a call to the software `fmaf` (the MoE router spent a large share of a prefill so:
+/// benches/RESULTS.md, issue #20).
 #[inline(always)]
-pub fn fast<R>(f: impl FnOnce() -> R) -> R {
+pub fn with_avx2_codegen<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
+        /// # Safety
+        /// The CPU has AVX2, FMA and F16C.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
             f()
         }
-        // Safety: the features were detected above.
+        // SAFETY: `has_avx2` detected AVX2, FMA and F16C.
         return unsafe { with_avx2(f) };
     }
     f()

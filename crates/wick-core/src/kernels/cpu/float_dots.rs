@@ -2,8 +2,15 @@
 //! - `ggml_vec_dot_f16` (one token): 4 accumulators of 16 lanes over steps of 64, folded
 //!   (a0+a2)+(a1+a3), a 16-lane tree sum, the tail (n % 64) added in f64;
 //! - llamafile's tinyBLAS (several tokens): 16 lanes over chunks of 16, the 16-lane tree sum;
+//! - `ggml_vec_dot_f32` (f32 operands, the vision tower): the f16 dot's head, the tail added
+//!   in f32 (not fused);
 //! - BF16: the same pair with AVX512-BF16 `vdpbf16ps` steps (`dot_bf16_single`,
 //!   `dot_bf16_tiled`), the AVX2 lane sums in `x86::bf16`.
+//!
+//! Each order is written once (`head64_order`, `tiled_order`); the closure dots (`dot_single`,
+//! `dot_tiled`: operands computed per index, e.g. f16 weights widened) and the slice dots
+//! (`*_sl`) only say how the lanes are loaded. `dots16` runs sixteen such dots lane-parallel
+//! over their outputs (the same operations per output).
 
 use super::blocks::reduce16;
 #[cfg(target_arch = "x86_64")]
@@ -21,17 +28,69 @@ pub fn dot_single(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) 
     sum as f32
 }
 
-/// The first `n & !63` terms as ggml's AVX-512 vector dots sum them: 4 accumulators of 16
-/// lanes over steps of 64, folded (a0+a2)+(a1+a3), the 16-lane tree sum. The f16 and f32 dots
-/// differ only in how they add the tail.
+/// The first `n & !63` terms as ggml's AVX-512 vector dots sum them (`head64_order`). The f16
+/// and f32 dots differ only in how they add the tail.
 #[inline(always)]
 pub fn dot_head64(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
+    head64_order(
+        n,
+        #[inline(always)]
+        |i| (lanes_of(&x, i), lanes_of(&y, i)),
+    )
+}
+
+/// tinyBLAS `gemm_bloc` for one output (`tiled_order`; n % 16 == 0).
+#[inline(always)]
+pub fn dot_tiled(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
+    tiled_order::<1>(
+        n,
+        #[inline(always)]
+        |i| lanes_of(&x, i),
+        #[inline(always)]
+        |_, i| lanes_of(&y, i),
+    )[0]
+}
+
+/// Both operands' 16 lanes at `i` of a chunked dot.
+type Chunk = ([f32; 16], [f32; 16]);
+
+// The lane loaders and the orders are plain loops with `#[inline(always)]`: a generic helper
+// from `core` (`array::from_fn`, `array::map`, `try_into`) may be compiled in another codegen
+// unit of the incremental release build and stay a call per lane.
+
+/// Sixteen values of `s` from `i` (`i + 16 ≤ s.len()`).
+#[inline(always)]
+#[allow(clippy::manual_memcpy)] // a loop, not `copy_from_slice` (see above)
+fn lanes(s: &[f32], i: usize) -> [f32; 16] {
+    let c = &s[i..i + 16];
+    let mut a = [0f32; 16];
+    for l in 0..16 {
+        a[l] = c[l];
+    }
+    a
+}
+
+/// `f(i)..f(i + 15)`.
+#[inline(always)]
+fn lanes_of(f: &impl Fn(usize) -> f32, i: usize) -> [f32; 16] {
+    let mut a = [0f32; 16];
+    for l in 0..16 {
+        a[l] = f(i + l);
+    }
+    a
+}
+
+/// The head order of ggml's AVX-512 vector dots, written once: 4 accumulators of 16 lanes over
+/// steps of 64 (`load(i)`: both operands' lanes at i), folded (a0+a2)+(a1+a3), the 16-lane tree
+/// sum, over the first `n & !63` terms.
+#[inline(always)]
+fn head64_order(n: usize, load: impl Fn(usize) -> Chunk) -> f32 {
     let mut acc = [[0f32; 16]; 4];
     for base in (0..n & !63).step_by(64) {
         for (j, a) in acc.iter_mut().enumerate() {
-            for (l, s) in a.iter_mut().enumerate() {
-                let i = base + 16 * j + l;
-                *s = x(i).mul_add(y(i), *s);
+            let (x, y) = load(base + 16 * j);
+            for l in 0..16 {
+                a[l] = x[l].mul_add(y[l], a[l]);
             }
         }
     }
@@ -42,16 +101,204 @@ pub fn dot_head64(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) 
     reduce16(&folded)
 }
 
-/// tinyBLAS `gemm_bloc` for one output: 16 lanes over chunks of 16 (n % 16 == 0).
+/// tinyBLAS `gemm_bloc`'s order, written once, for `R` outputs sharing one operand: per
+/// output 16 lanes over chunks of 16 (`w(i)`: the shared operand's lanes at i, `x(r, i)`:
+/// output r's), then the 16-lane tree sum. Each output is summed exactly as alone.
 #[inline(always)]
-pub fn dot_tiled(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
-    let mut acc = [0f32; 16];
+fn tiled_order<const R: usize>(
+    n: usize,
+    w: impl Fn(usize) -> [f32; 16],
+    x: impl Fn(usize, usize) -> [f32; 16],
+) -> [f32; R] {
+    let mut acc = [[0f32; 16]; R];
     for base in (0..n).step_by(16) {
-        for (l, s) in acc.iter_mut().enumerate() {
-            *s = x(base + l).mul_add(y(base + l), *s);
+        let wc = w(base);
+        for (r, a) in acc.iter_mut().enumerate() {
+            let xc = x(r, base);
+            for l in 0..16 {
+                a[l] = wc[l].mul_add(xc[l], a[l]);
+            }
         }
     }
-    reduce16(&acc)
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = reduce16(&acc[r]);
+    }
+    out
+}
+
+/// `ggml_vec_dot_f32` (AVX-512): the head as `dot_head64`, then the tail (n % 64) added in f32
+/// (not fused).
+#[inline(always)]
+pub fn dot_single_f32(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
+    let mut sum = dot_head64(n, &x, &y);
+    for i in n & !63..n {
+        sum += x(i) * y(i);
+    }
+    sum
+}
+
+/// `dot_single_f32` on two slices of one length.
+#[inline(always)]
+pub fn dot_single_f32_sl(x: &[f32], y: &[f32]) -> f32 {
+    let np = x.len() & !63;
+    let mut sum = head64_order(
+        x.len(),
+        #[inline(always)]
+        |i| (lanes(x, i), lanes(y, i)),
+    );
+    for (a, b) in x[np..].iter().zip(&y[np..]) {
+        sum += a * b;
+    }
+    sum
+}
+
+/// `dot_tiled` on two slices of one length (its whole chunks of 16).
+#[inline(always)]
+pub fn dot_tiled_sl(x: &[f32], y: &[f32]) -> f32 {
+    tiled_order::<1>(
+        x.len() / 16 * 16,
+        #[inline(always)]
+        |i| lanes(x, i),
+        #[inline(always)]
+        |_, i| lanes(y, i),
+    )[0]
+}
+
+/// `dot_tiled_sl(w, x[t])` for four `x` rows at once (independent accumulators, so the
+/// FMAs overlap); each result is computed exactly as alone.
+#[inline(always)]
+pub fn dot_tiled_sl4(w: &[f32], x: [&[f32]; 4]) -> [f32; 4] {
+    tiled_order::<4>(
+        w.len() / 16 * 16,
+        #[inline(always)]
+        |i| lanes(w, i),
+        #[inline(always)]
+        |r, i| lanes(x[r], i),
+    )
+}
+
+/// `reduce16` of 16 accumulators for 16 outputs at once (`f[lane][output]`): the same
+/// additions per output, done lane-parallel over the outputs.
+#[inline(always)]
+fn reduce16_x16(f: &[[f32; 16]; 16]) -> [f32; 16] {
+    let mut t = [[0f32; 16]; 8];
+    for i in 0..8 {
+        for o in 0..16 {
+            t[i][o] = f[i + 8][o] + f[i][o];
+        }
+    }
+    let mut out = [0f32; 16];
+    for o in 0..16 {
+        let h = [t[4][o] + t[0][o], t[5][o] + t[1][o], t[6][o] + t[2][o], t[7][o] + t[3][o]];
+        out[o] = (h[0] + h[2]) + (h[1] + h[3]);
+    }
+    out
+}
+
+/// 16 dots `Σ x_o[e]·y[e]` at once, output o's values at `x(e)[o]`, in `ggml_vec_dot_f32`'s
+/// order (`tiled = false`) or tinyBLAS's (`tiled`, len % 16 == 0): the same operations per
+/// output as `dot_single_f32_sl` / `dot_tiled_sl` (`head64_order` / `tiled_order`, the tail
+/// added in f32), lane-parallel over the outputs.
+#[inline(always)]
+fn dots16<'a>(
+    len: usize,
+    tiled: bool,
+    x: impl Fn(usize) -> &'a [f32; 16],
+    y: impl Fn(usize) -> f32,
+) -> [f32; 16] {
+    if tiled {
+        let mut acc = [[0f32; 16]; 16];
+        for base in (0..len).step_by(16) {
+            for (l, a) in acc.iter_mut().enumerate() {
+                let (xe, ye) = (x(base + l), y(base + l));
+                for o in 0..16 {
+                    a[o] = xe[o].mul_add(ye, a[o]);
+                }
+            }
+        }
+        return reduce16_x16(&acc);
+    }
+    let np = len & !63;
+    let mut acc = [[[0f32; 16]; 16]; 4];
+    for base in (0..np).step_by(64) {
+        for (j, aj) in acc.iter_mut().enumerate() {
+            for (l, a) in aj.iter_mut().enumerate() {
+                let e = base + 16 * j + l;
+                let (xe, ye) = (x(e), y(e));
+                for o in 0..16 {
+                    a[o] = xe[o].mul_add(ye, a[o]);
+                }
+            }
+        }
+    }
+    let mut folded = [[0f32; 16]; 16];
+    for l in 0..16 {
+        for o in 0..16 {
+            folded[l][o] = (acc[0][l][o] + acc[2][l][o]) + (acc[1][l][o] + acc[3][l][o]);
+        }
+    }
+    let mut sum = reduce16_x16(&folded);
+    for e in np..len {
+        let (xe, ye) = (x(e), y(e));
+        for o in 0..16 {
+            sum[o] += xe[o] * ye;
+        }
+    }
+    sum
+}
+
+/// `dots16` with AVX-512 registers for its two hot shapes: a K·Q block (`len` in 64..128,
+/// one 64-step then the tail) and a tiled V·P block. `None` for other shapes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn dots16_avx512(len: usize, tiled: bool, x: &[f32], y: &[f32]) -> Option<[f32; 16]> {
+    use std::arch::x86_64::*;
+    let xv = |e: usize| _mm512_loadu_ps(x.as_ptr().add(e * 16));
+    let yv = |e: usize| _mm512_set1_ps(y[e]);
+    let mut f = [_mm512_setzero_ps(); 16];
+    if tiled {
+        for base in (0..len).step_by(16) {
+            for (l, a) in f.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(xv(base + l), yv(base + l), *a);
+            }
+        }
+    } else if (64..128).contains(&len) {
+        // One 64-step from zero: each accumulator is one rounded product, folded (a0+a2)+(a1+a3).
+        for (l, a) in f.iter_mut().enumerate() {
+            let p = |e: usize| _mm512_mul_ps(xv(e), yv(e));
+            *a = _mm512_add_ps(_mm512_add_ps(p(l), p(32 + l)), _mm512_add_ps(p(16 + l), p(48 + l)));
+        }
+    } else {
+        return None;
+    }
+    let mut t = [_mm512_setzero_ps(); 8];
+    for i in 0..8 {
+        t[i] = _mm512_add_ps(f[i + 8], f[i]);
+    }
+    let h = [0, 1, 2, 3].map(|k| _mm512_add_ps(t[k + 4], t[k]));
+    let mut sum = _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3]));
+    if !tiled {
+        for e in 64..len {
+            sum = _mm512_add_ps(sum, _mm512_mul_ps(xv(e), yv(e)));
+        }
+    }
+    let mut out = [0f32; 16];
+    _mm512_storeu_ps(out.as_mut_ptr(), sum);
+    Some(out)
+}
+
+/// `dots16` over contiguous blocks (the vision tower's attention): `x` holds `len` rows of 16 (output-interleaved) values.
+#[inline(always)]
+pub fn dots16_blocks(len: usize, tiled: bool, x: &[f32], y: &[f32]) -> [f32; 16] {
+    #[cfg(target_arch = "x86_64")]
+    if super::feats::has_avx512() {
+        // SAFETY: AVX-512 F checked; `x` has len·16 values and `y` len.
+        if let Some(o) = unsafe { dots16_avx512(len, tiled, x, y) } {
+            return o;
+        }
+    }
+    dots16(len, tiled, |e| x[e * 16..e * 16 + 16].try_into().unwrap_or(&[0.0; 16]), |e| y[e])
 }
 
 /// f32 → bf16 bits, rounding to nearest even (ggml's `vec_dot_type` conversion for BF16
@@ -87,7 +334,7 @@ pub fn dot_bf16_single(w: &[u8], x: &[u16]) -> f32 {
     let np = k & !63;
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // Safety: AVX2 checked; `w` is the weight row of `k` bf16 values.
+        // SAFETY: AVX2 checked; `w` is the weight row of `k` bf16 values.
         let c = unsafe { simd::bf16_single_lanes(w, x) };
         let mut sum = reduce16(&c[0]) as f64;
         sum += reduce16(&c[1]) as f64;
@@ -123,7 +370,7 @@ fn dot_bf16_single_ref(w: &[u8], x: &[u16]) -> f32 {
 pub fn dot_bf16_tiled(w: &[u8], x: &[u16]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // Safety: AVX2 checked; k % 32 == 0 (the caller's `shapes_ok`).
+        // SAFETY: AVX2 checked; k % 32 == 0 (the caller's `shapes_ok`).
         return reduce16(&unsafe { simd::bf16_tiled_lanes(w, x) });
     }
     dot_bf16_tiled_ref(w, x)

@@ -3,6 +3,16 @@
 //! (horizontal pass, then vertical), the optional letterbox (`PAD_CEIL`: keep the aspect,
 //! centre on black) and `clip_image_f32::from_u8` + `normalize`. Integer arithmetic end to
 //! end, so the bytes equal llama.cpp's; the filter weights are computed in f64 as there.
+//!
+//! And two ops of the vision tower's graph: `resize_antialias` (`ggml_interpolate(BILINEAR |
+//! ANTIALIAS)`, the position embedding; its `val += pixel * weight` is an FMA, as GCC
+//! contracts it in llama.cpp's build) and `patch_embed` (`ggml_conv_2d` as an F16 im2col and a
+//! tinyBLAS f16 matmul: an F32 kernel is converted to f16, ggml's dot type for the F16 im2col).
+
+use half::f16;
+
+use super::float_dots::dot_single;
+use super::float_matmul::tiled_matmul;
 
 /// An interleaved RGB8 image.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,9 +184,96 @@ pub fn normalize_planar(img: RgbView<'_>, mean: [f32; 3], std: [f32; 3]) -> Vec<
     out
 }
 
+/// `ggml_interpolate(BILINEAR | ANTIALIAS)` of a `side`×`side` grid of `d`-wide rows (row
+/// y·side + x) to `width`×`height` rows (row y·width + x).
+pub fn resize_antialias(src: &[f32], side: usize, d: usize, width: usize, height: usize) -> Vec<f32> {
+    let sf0 = width as f32 / side as f32;
+    let sf1 = height as f32 / side as f32;
+    let tri = |x: f32| (1.0 - x.abs()).max(0.0);
+    let support0 = 1.0f32.max(1.0 / sf0);
+    let support1 = 1.0f32.max(1.0 / sf1);
+    let (inv0, inv1) = (1.0 / support0, 1.0 / support1);
+    let mut out = vec![0f32; width * height * d];
+    for i1 in 0..height {
+        let y = (i1 as f32 + 0.5) / sf1;
+        let y_min = ((y - support1 + 0.5) as i64).max(0) as usize;
+        let y_max = ((y + support1 + 0.5) as i64).min(side as i64) as usize;
+        for i0 in 0..width {
+            let x = (i0 as f32 + 0.5) / sf0;
+            let x_min = ((x - support0 + 0.5) as i64).max(0) as usize;
+            let x_max = ((x + support0 + 0.5) as i64).min(side as i64) as usize;
+            let row = &mut out[(i1 * width + i0) * d..(i1 * width + i0 + 1) * d];
+            for (c, o) in row.iter_mut().enumerate() {
+                let (mut val, mut total) = (0f32, 0f32);
+                for sy in y_min..y_max {
+                    let wy = tri((sy as f32 - y + 0.5) * inv1);
+                    for sx in x_min..x_max {
+                        let wx = tri((sx as f32 - x + 0.5) * inv0);
+                        let wgt = wx * wy;
+                        if wgt <= 0.0 {
+                            continue;
+                        }
+                        val = src[(sy * side + sx) * d + c].mul_add(wgt, val);
+                        total += wgt;
+                    }
+                }
+                *o = if total > 0.0 { val / total } else { val };
+            }
+        }
+    }
+    out
+}
+
+/// `ggml_conv_2d(kernel, image, stride = p)`: `pixels` planar `[3, h, w]`, `kernel` rows of
+/// `3·p·p` (channel, row, column) per output channel. Both sides are rounded to f16 (the
+/// im2col is always F16, and f16 is its dot type). Returns `[(h/p)·(w/p), out]` in
+/// row-major patch order.
+pub fn patch_embed(pixels: &[f32], w: usize, h: usize, p: usize, kernel: &[f32]) -> Vec<f32> {
+    let r16 = |v: f32| f16::from_f32(v).to_f32();
+    let kernel: Vec<f32> = kernel.iter().map(|&v| r16(v)).collect();
+    let (nx, ny) = (w / p, h / p);
+    let kk = 3 * p * p;
+    let n_out = kernel.len() / kk;
+    let mut cols = vec![0f32; nx * ny * kk];
+    for py in 0..ny {
+        for px in 0..nx {
+            let dst = &mut cols[(py * nx + px) * kk..(py * nx + px + 1) * kk];
+            for c in 0..3 {
+                for ky in 0..p {
+                    for kx in 0..p {
+                        let v = pixels[c * w * h + (py * p + ky) * w + px * p + kx];
+                        dst[(c * p + ky) * p + kx] = r16(v);
+                    }
+                }
+            }
+        }
+    }
+    // mul_mat(im2col, kernel): tinyBLAS over the kk-long rows (3·p·p, 768 for p = 16).
+    let n = nx * ny;
+    if kk.is_multiple_of(16) && n_out >= 2 {
+        return tiled_matmul(&cols, n, n_out, kk, &|j0, j1| {
+            std::borrow::Cow::Borrowed(&kernel[j0 * kk..j1 * kk])
+        });
+    }
+    let mut y = vec![0f32; n * n_out];
+    for r in 0..n {
+        for j in 0..n_out {
+            // `ggml_vec_dot_f16`: the im2col is F16.
+            y[r * n_out + j] = dot_single(kk, |i| cols[r * kk + i], |i| kernel[j * kk + i]);
+        }
+    }
+    y
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identity_resize() {
+        let src: Vec<f32> = (0..16 * 16 * 3).map(|i| i as f32).collect();
+        assert_eq!(resize_antialias(&src, 16, 3, 16, 16), src);
+    }
 
     fn ramp(w: usize, h: usize) -> Rgb8 {
         let data = (0..w * h * 3).map(|i| ((i * 37) % 251) as u8).collect();

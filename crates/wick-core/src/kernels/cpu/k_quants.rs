@@ -35,7 +35,7 @@ fn q6k_values(blk: &[u8]) -> [i32; 256] {
 pub fn dot_q6k(w: &[u8], a: &[Act256]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // Safety: AVX2/FMA checked; `w` holds one 210-byte block per activation block.
+        // SAFETY: AVX2/FMA checked; `w` holds one 210-byte block per activation block.
         return unsafe { simd::dotn_q6k::<1>(w, [a]) }[0];
     }
     dot_q6k_ref(w, a)
@@ -78,7 +78,7 @@ fn q2k_values(blk: &[u8]) -> [i32; 256] {
 pub fn dot_q2k(w: &[u8], a: &[Act256], per_half: bool) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // Safety: AVX2/FMA checked; `w` holds one 84-byte block per activation block.
+        // SAFETY: AVX2/FMA checked; `w` holds one 84-byte block per activation block.
         return unsafe { simd::dotn_q2k::<1>(w, [a], [per_half]) }[0];
     }
     dot_q2k_ref(w, a, per_half)
@@ -129,7 +129,7 @@ fn q3k_values(blk: &[u8]) -> [i32; 256] {
 pub fn dot_q3k(w: &[u8], a: &[Act256]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // Safety: AVX2/FMA checked; `w` holds one 110-byte block per activation block.
+        // SAFETY: AVX2/FMA checked; `w` holds one 110-byte block per activation block.
         return unsafe { simd::dotn_q3k::<1>(w, [a]) }[0];
     }
     dot_q3k_ref(w, a)
@@ -173,7 +173,7 @@ fn q5k_values(blk: &[u8]) -> [i32; 256] {
 pub fn dot_q5k(w: &[u8], a: &[Act256]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // Safety: AVX2/FMA checked; `w` holds one 176-byte block per activation block.
+        // SAFETY: AVX2/FMA checked; `w` holds one 176-byte block per activation block.
         return unsafe { simd::dotn_q5k::<1>(w, [a]) }[0];
     }
     dot_q5k_ref(w, a)
@@ -217,7 +217,7 @@ pub fn dot_q4k(w: &[u8], a: &[Act256], per_pair: bool) -> f32 {
             let bytes = &qs[(j / 2) * 32..(j / 2) * 32 + 32];
             let ys = &y.qs[j * 32..j * 32 + 32];
             let dot = if simd {
-                // Safety: AVX2/FMA checked; 32 bytes and 32 values.
+                // SAFETY: AVX2/FMA checked; 32 bytes and 32 values.
                 #[cfg(target_arch = "x86_64")]
                 unsafe {
                     simd::isum_q4k_sub(bytes, j % 2 == 1, ys)

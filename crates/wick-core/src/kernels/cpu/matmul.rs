@@ -16,7 +16,7 @@ use candle_core::Tensor;
 use half::f16;
 
 use super::blocks::f16_at;
-use super::feats::{fast, has_avx2_fma, has_avx512, has_avx512bf16};
+use super::feats::{has_avx2_fma, has_avx512, has_avx512bf16, with_avx2_codegen};
 use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single, dot_tiled, to_bf16};
 use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
 use super::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};
@@ -89,7 +89,8 @@ type NoDot4 = fn(&[u8], usize) -> [f32; 4];
 /// Every output `(r, j)`: columns spread over the pool, activation rows in blocks of
 /// `ROW_BLOCK` so a weight row stays in cache, four rows at a time through `dot4` when given
 /// (SIMD), the rest through `dot1`. Each output keeps the single-row kernel's order either way.
-/// Generic rather than `dyn` so the dot kernels inline into the loop (measured: ~5% of prefill).
+/// Generic rather than `dyn` so the dot kernels inline into the loop (a `dyn` call per dot
+/// was a measurable share of prefill).
 fn tiled_rows<'w, W, P, D4, D1>(n: usize, m: usize, wrow: &W, put: &P, dot4: Option<&D4>, dot1: &D1)
 where
     W: Fn(usize) -> &'w [u8] + Sync,
@@ -140,11 +141,31 @@ fn rows_by_dot<'w, A: Sync, W, P>(
     let four = dot4.map(|d4| {
         move |wr: &[u8], r: usize| {
             let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
-            // Safety: `dot4` is only given when AVX2/FMA are available; rows hold whole blocks.
+            // SAFETY: `dot4` is only given when AVX2/FMA are available; rows hold whole blocks.
             unsafe { d4(wr, a) }
         }
     });
     tiled_rows(n, m, wrow, put, four.as_ref(), &|wr, r| dot(wr, &acts[r]));
+}
+
+/// One `matmul`'s operands: `m` activation rows of `k` f32 (`xs`), `n` weight rows of
+/// `row_bytes` (`data`), and which of llama.cpp's kernels each activation row follows.
+struct Operands<'a> {
+    xs: &'a [f32],
+    data: &'a [u8],
+    row_bytes: usize,
+    rows: &'a [RowPos],
+    n: usize,
+    k: usize,
+    m: usize,
+}
+
+impl<'a> Operands<'a> {
+    /// Weight row (output column) `j`.
+    #[inline(always)]
+    fn wrow(&self, j: usize) -> &'a [u8] {
+        &self.data[j * self.row_bytes..(j + 1) * self.row_bytes]
+    }
 }
 
 /// `x`: `[m, k]` f32 on the CPU, `w`: `[n, k]` of a `supported` type → `[m, n]` f32.
@@ -163,135 +184,154 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
         )));
     }
     let data = w.data()?;
-    let data: &[u8] = &data;
     let row_bytes = k / dtype.block_size() * dtype.type_size();
     if data.len() != n * row_bytes {
         return Err(WickError::Internal("weight size does not match its shape".into()));
     }
     let xs = x.flatten_all()?.to_vec1::<f32>()?;
+    let op = Operands { xs: &xs, data: &data, row_bytes, rows, n, k, m };
     let mut y = vec![0f32; m * n];
     let yp = SyncPtr(y.as_mut_ptr());
-    // Safety (all `put`s): each (row, column) is written by the one task owning the column.
+    // `put` is called with r < m and j < n only.
+    // SAFETY: `y` holds m·n values and r < m, j < n; each (row, column) is written by the one
+    // task owning the column, and `y` is not read until the pass ends.
     let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
-    let simd = has_avx2_fma();
-    let wrow = |j: usize| &data[j * row_bytes..(j + 1) * row_bytes];
-    if dtype == GgmlDType::F16 {
-        let x16: Vec<f32> = xs.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
-        // tinyBLAS takes over from ggml's own dot product for several rows when k splits
-        // into 16-lane chunks and the output count into tiles of 4.
-        let shapes_ok = k.is_multiple_of(16) && n.is_multiple_of(4);
-        for_cols(n, m, &|j0, j1| {
-            fast(
-                #[inline(always)]
-                || {
-                    for j in j0..j1 {
-                        let wr = wrow(j);
-                        let wv = |i: usize| f16_at(wr, 2 * i);
-                        for r in 0..m {
-                            let xr = &x16[r * k..(r + 1) * k];
-                            let tiled = shapes_ok && rows[r].seq_len > 1;
-                            put(
-                                r,
-                                j,
-                                if tiled {
-                                    dot_tiled(k, wv, |i| xr[i])
-                                } else {
-                                    dot_single(k, wv, |i| xr[i])
-                                },
-                            );
-                        }
-                    }
-                },
-            )
-        });
-    } else if matches!(dtype, GgmlDType::Q2K | GgmlDType::Q4K) {
-        let acts: Vec<Vec<Act256>> = quantize_rows(&xs, k, quantize_q8k);
-        // ggml's repacked kernels run rows in groups of four through the GEMM and the
-        // remaining `len % 4` rows (all rows when len < 4) through the GEMV; a row's flag
-        // picks the summation order of the one it went through.
-        let gemm = RowPos::in_gemm_group;
-        let q2k = dtype == GgmlDType::Q2K;
-        #[cfg(target_arch = "x86_64")]
-        let dot4 = |wr: &[u8], r: usize| {
-            let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
-            let g = [gemm(rows[r]), gemm(rows[r + 1]), gemm(rows[r + 2]), gemm(rows[r + 3])];
-            // Safety: only passed on when AVX2/FMA are available; every row has k/256 blocks.
-            unsafe {
-                if q2k {
-                    simd_k::dotn_q2k::<4>(wr, a, g)
-                } else {
-                    simd_k::dotn_q4k::<4>(wr, a, g)
-                }
-            }
-        };
-        #[cfg(target_arch = "x86_64")]
-        let dot4 = simd.then_some(&dot4);
-        #[cfg(not(target_arch = "x86_64"))]
-        let dot4: Option<&NoDot4> = None;
-        let dot1 = |wr: &[u8], r: usize| {
-            if q2k {
-                return dot_q2k(wr, &acts[r], gemm(rows[r]));
-            }
-            #[cfg(target_arch = "x86_64")]
-            if simd {
-                // Safety: AVX2/FMA checked; every row has k/256 blocks.
-                return unsafe { simd_k::dotn_q4k::<1>(wr, [&acts[r][..]], [gemm(rows[r])]) }[0];
-            }
-            dot_q4k(wr, &acts[r], gemm(rows[r]))
-        };
-        tiled_rows(n, m, &wrow, &put, dot4, &dot1);
-    } else if dtype == GgmlDType::BF16 {
-        let xb: Vec<u16> = xs.iter().map(|&v| to_bf16(v)).collect();
-        // As for F16: tinyBLAS for several rows when k splits into 32-value chunks and the
-        // output count into tiles of 4, `ggml_vec_dot_bf16` otherwise.
-        let shapes_ok = k.is_multiple_of(32) && n.is_multiple_of(4);
-        for_cols(n, m, &|j0, j1| {
-            for j in j0..j1 {
-                let wr = wrow(j);
-                for r in 0..m {
-                    let xr = &xb[r * k..(r + 1) * k];
-                    let tiled = shapes_ok && rows[r].seq_len > 1;
-                    put(r, j, if tiled { dot_bf16_tiled(wr, xr) } else { dot_bf16_single(wr, xr) });
-                }
-            }
-        });
-    } else if matches!(dtype, GgmlDType::Q3K | GgmlDType::Q5K | GgmlDType::Q6K) {
-        // One kernel for every row count (see `dot_q6k`, `dot_q5k`, `dot_q3k`).
-        let acts: Vec<Vec<Act256>> = quantize_rows(&xs, k, quantize_q8k);
-        let dot = match dtype {
-            GgmlDType::Q6K => dot_q6k,
-            GgmlDType::Q5K => dot_q5k,
-            _ => dot_q3k,
-        };
-        #[cfg(target_arch = "x86_64")]
-        let dot4: Option<Dot4<Act256>> = simd.then_some(match dtype {
-            GgmlDType::Q6K => simd_k::dotn_q6k::<4>,
-            GgmlDType::Q5K => simd_k::dotn_q5k::<4>,
-            _ => simd_k::dotn_q3k::<4>,
-        });
-        #[cfg(not(target_arch = "x86_64"))]
-        let dot4 = None;
-        rows_by_dot(n, m, &wrow, &put, &acts, dot, dot4);
-    } else {
-        let acts: Vec<Vec<Act32>> = quantize_rows(&xs, k, quantize_q8);
-        let dot = match dtype {
-            GgmlDType::Q8_0 => dot_q8_0,
-            GgmlDType::Q4_0 => dot_q4_0,
-            GgmlDType::Q5_0 => dot_q5_0,
-            GgmlDType::Q5_1 => dot_q5_1,
-            _ => dot_q4_1,
-        };
-        #[cfg(target_arch = "x86_64")]
-        let dot4: Option<Dot4<Act32>> = simd.then_some(match dtype {
-            GgmlDType::Q8_0 => simd::dot4_q8_0,
-            GgmlDType::Q4_0 => simd::dot4_q4_0,
-            GgmlDType::Q5_0 => simd::dot4_q5_0,
-            GgmlDType::Q5_1 => simd::dot4_q5_1,
-            _ => simd::dot4_q4_1,
-        });
-        #[cfg(not(target_arch = "x86_64"))]
-        let dot4 = None;
-        rows_by_dot(n, m, &wrow, &put, &acts, dot, dot4);
+    match dtype {
+        GgmlDType::F16 => f16_rows(&op, &put),
+        GgmlDType::Q2K | GgmlDType::Q4K => gemm_group_rows(&op, dtype == GgmlDType::Q2K, &put),
+        GgmlDType::BF16 => bf16_rows(&op, &put),
+        GgmlDType::Q3K | GgmlDType::Q5K | GgmlDType::Q6K => k_quant_rows(&op, dtype, &put),
+        _ => q8_rows(&op, dtype, &put),
     }
     Ok(Tensor::from_vec(y, (m, n), x.device())?)
+}
+
+/// F16 weights: the activations rounded to f16, then tinyBLAS for several rows when k splits
+/// into 16-lane chunks and the output count into tiles of 4 (it takes over from ggml's own
+/// dot product there), `ggml_vec_dot_f16` otherwise.
+fn f16_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
+    let (n, k, m, rows) = (op.n, op.k, op.m, op.rows);
+    let x16: Vec<f32> = op.xs.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+    let shapes_ok = k.is_multiple_of(16) && n.is_multiple_of(4);
+    for_cols(n, m, &|j0, j1| {
+        with_avx2_codegen(
+            #[inline(always)]
+            || {
+                for j in j0..j1 {
+                    let wr = op.wrow(j);
+                    let wv = |i: usize| f16_at(wr, 2 * i);
+                    for r in 0..m {
+                        let xr = &x16[r * k..(r + 1) * k];
+                        let tiled = shapes_ok && rows[r].seq_len > 1;
+                        put(
+                            r,
+                            j,
+                            if tiled { dot_tiled(k, wv, |i| xr[i]) } else { dot_single(k, wv, |i| xr[i]) },
+                        );
+                    }
+                }
+            },
+        )
+    });
+}
+
+/// Q2_K and Q4_K: ggml's repacked kernels run rows in groups of four through the GEMM and the
+/// remaining `len % 4` rows (all rows when len < 4) through the GEMV; a row's flag picks the
+/// summation order of the one it went through.
+fn gemm_group_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, q2k: bool, put: &P) {
+    let rows = op.rows;
+    let acts: Vec<Vec<Act256>> = quantize_rows(op.xs, op.k, quantize_q8k);
+    let gemm = RowPos::in_gemm_group;
+    #[cfg(target_arch = "x86_64")]
+    let simd = has_avx2_fma();
+    #[cfg(target_arch = "x86_64")]
+    let dot4 = |wr: &[u8], r: usize| {
+        let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
+        let g = [gemm(rows[r]), gemm(rows[r + 1]), gemm(rows[r + 2]), gemm(rows[r + 3])];
+        // SAFETY: only passed on when AVX2/FMA are available (`simd`); every row has k/256
+        // blocks and the weight row as many.
+        unsafe {
+            if q2k {
+                simd_k::dotn_q2k::<4>(wr, a, g)
+            } else {
+                simd_k::dotn_q4k::<4>(wr, a, g)
+            }
+        }
+    };
+    #[cfg(target_arch = "x86_64")]
+    let dot4 = simd.then_some(&dot4);
+    #[cfg(not(target_arch = "x86_64"))]
+    let dot4: Option<&NoDot4> = None;
+    let dot1 = |wr: &[u8], r: usize| {
+        if q2k {
+            return dot_q2k(wr, &acts[r], gemm(rows[r]));
+        }
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: AVX2/FMA checked (`simd`); every row has k/256 blocks.
+            return unsafe { simd_k::dotn_q4k::<1>(wr, [&acts[r][..]], [gemm(rows[r])]) }[0];
+        }
+        dot_q4k(wr, &acts[r], gemm(rows[r]))
+    };
+    tiled_rows(op.n, op.m, &|j| op.wrow(j), put, dot4, &dot1);
+}
+
+/// BF16 weights: as for F16, tinyBLAS for several rows when k splits into 32-value chunks and
+/// the output count into tiles of 4, `ggml_vec_dot_bf16` otherwise.
+fn bf16_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
+    let (n, k, m, rows) = (op.n, op.k, op.m, op.rows);
+    let xb: Vec<u16> = op.xs.iter().map(|&v| to_bf16(v)).collect();
+    let shapes_ok = k.is_multiple_of(32) && n.is_multiple_of(4);
+    for_cols(n, m, &|j0, j1| {
+        for j in j0..j1 {
+            let wr = op.wrow(j);
+            for r in 0..m {
+                let xr = &xb[r * k..(r + 1) * k];
+                let tiled = shapes_ok && rows[r].seq_len > 1;
+                put(r, j, if tiled { dot_bf16_tiled(wr, xr) } else { dot_bf16_single(wr, xr) });
+            }
+        }
+    });
+}
+
+/// Q3_K, Q5_K and Q6_K: one kernel for every row count (see `dot_q6k`, `dot_q5k`, `dot_q3k`).
+fn k_quant_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, dtype: GgmlDType, put: &P) {
+    let acts: Vec<Vec<Act256>> = quantize_rows(op.xs, op.k, quantize_q8k);
+    let dot = match dtype {
+        GgmlDType::Q6K => dot_q6k,
+        GgmlDType::Q5K => dot_q5k,
+        _ => dot_q3k,
+    };
+    #[cfg(target_arch = "x86_64")]
+    let dot4: Option<Dot4<Act256>> = has_avx2_fma().then_some(match dtype {
+        GgmlDType::Q6K => simd_k::dotn_q6k::<4>,
+        GgmlDType::Q5K => simd_k::dotn_q5k::<4>,
+        _ => simd_k::dotn_q3k::<4>,
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    let dot4 = None;
+    rows_by_dot(op.n, op.m, &|j| op.wrow(j), put, &acts, dot, dot4);
+}
+
+/// The 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) on q8_0 / q8_1 activation blocks.
+fn q8_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, dtype: GgmlDType, put: &P) {
+    let acts: Vec<Vec<Act32>> = quantize_rows(op.xs, op.k, quantize_q8);
+    let dot = match dtype {
+        GgmlDType::Q8_0 => dot_q8_0,
+        GgmlDType::Q4_0 => dot_q4_0,
+        GgmlDType::Q5_0 => dot_q5_0,
+        GgmlDType::Q5_1 => dot_q5_1,
+        _ => dot_q4_1,
+    };
+    #[cfg(target_arch = "x86_64")]
+    let dot4: Option<Dot4<Act32>> = has_avx2_fma().then_some(match dtype {
+        GgmlDType::Q8_0 => simd::dot4_q8_0,
+        GgmlDType::Q4_0 => simd::dot4_q4_0,
+        GgmlDType::Q5_0 => simd::dot4_q5_0,
+        GgmlDType::Q5_1 => simd::dot4_q5_1,
+        _ => simd::dot4_q4_1,
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    let dot4 = None;
+    rows_by_dot(op.n, op.m, &|j| op.wrow(j), put, &acts, dot, dot4);
 }

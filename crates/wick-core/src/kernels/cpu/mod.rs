@@ -6,6 +6,7 @@ pub(crate) mod elementwise;
 pub mod expf;
 pub mod feats;
 pub(crate) mod float_dots;
+pub mod float_matmul;
 pub mod image;
 pub(crate) mod k_quants;
 pub mod matmul;

@@ -46,7 +46,7 @@ fn wide() -> bool {
 pub fn quantize_q8(x: &[f32]) -> Vec<Act32> {
     #[cfg(target_arch = "x86_64")]
     if wide() {
-        // Safety: AVX-512 F/BW/VL checked.
+        // SAFETY: AVX-512 F/BW/VL checked.
         return unsafe { avx512::q8_row(x) };
     }
     x.chunks_exact(32).map(q8_block).collect()
@@ -56,7 +56,7 @@ pub fn quantize_q8(x: &[f32]) -> Vec<Act32> {
 pub fn quantize_q8k(x: &[f32]) -> Vec<Act256> {
     #[cfg(target_arch = "x86_64")]
     if wide() {
-        // Safety: AVX-512 F/BW/VL checked.
+        // SAFETY: AVX-512 F/BW/VL checked.
         return unsafe { avx512::q8k_row(x) };
     }
     x.chunks_exact(256).map(q8k_block).collect()
@@ -197,7 +197,7 @@ pub fn quantize_rows<A: Send>(xs: &[f32], k: usize, q: fn(&[f32]) -> Vec<A>) -> 
     let per = m.div_ceil(pool::global().threads() * 4).max(1);
     pool::run(m.div_ceil(per), &|t| {
         for r in t * per..((t + 1) * per).min(m) {
-            // Safety: each row index is written by exactly one task.
+            // SAFETY: each row index is written by exactly one task.
             unsafe { *op.get().add(r) = Some(q(&xs[r * k..(r + 1) * k])) };
         }
     });

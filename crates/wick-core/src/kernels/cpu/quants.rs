@@ -28,7 +28,7 @@ pub fn dot_q4_0(w: &[u8], a: &[Act32]) -> f32 {
     let mut acc = 0f32;
     for (blk, y) in w.chunks_exact(Q4_0::BYTES).zip(a) {
         let s = if simd {
-            // Safety: AVX2/FMA checked by `has_avx2_fma`; the block has 16 nibble bytes.
+            // SAFETY: AVX2/FMA checked by `has_avx2_fma`; the block has 16 nibble bytes.
             #[cfg(target_arch = "x86_64")]
             unsafe {
                 simd::isum_q4_0(&blk[Q4_0::QS..], &y.qs, y.qsum)
@@ -47,7 +47,7 @@ pub fn dot_q4_0(w: &[u8], a: &[Act32]) -> f32 {
 pub fn dot_q8_0(w: &[u8], a: &[Act32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // Safety: AVX2/FMA checked; `w` holds one 34-byte block per activation block.
+        // SAFETY: AVX2/FMA checked; `w` holds one 34-byte block per activation block.
         return unsafe { simd::dot_q8_0(w, a) };
     }
     let mut acc = [0f32; 8];
@@ -73,7 +73,7 @@ fn q5_0_values(blk: &[u8]) -> [i32; 32] {
 pub fn dot_q5_0(w: &[u8], a: &[Act32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // Safety: AVX2/FMA checked; `w` holds one 22-byte block per activation block.
+        // SAFETY: AVX2/FMA checked; `w` holds one 22-byte block per activation block.
         return unsafe { simd::dot_q5_0(w, a) };
     }
     let mut acc = [0f32; 8];
@@ -101,7 +101,7 @@ fn q5_1_values(blk: &[u8]) -> [i32; 32] {
 pub fn dot_q5_1(w: &[u8], a: &[Act32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // Safety: AVX2/FMA checked; `w` holds one 24-byte block per activation block.
+        // SAFETY: AVX2/FMA checked; `w` holds one 24-byte block per activation block.
         return unsafe { simd::dot_q5_1(w, a) };
     }
     dot_q5_1_ref(w, a)
@@ -125,7 +125,7 @@ fn dot_q5_1_ref(w: &[u8], a: &[Act32]) -> f32 {
 pub fn dot_q4_1(w: &[u8], a: &[Act32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        // Safety: AVX2/FMA checked; `w` holds one 20-byte block per activation block.
+        // SAFETY: AVX2/FMA checked; `w` holds one 20-byte block per activation block.
         return unsafe { simd::dot_q4_1(w, a) };
     }
     let mut acc = [0f32; 8];

@@ -187,7 +187,8 @@ unsafe fn fold(a: &[__m512; 4]) -> __m512 {
 struct Halves<const H: usize>([[std::mem::MaybeUninit<__m256>; 16]; H]);
 
 impl<const H: usize> Halves<H> {
-    /// Uninitialised: zeroing 16·H vectors per call was a 3 KB memset, ~10 % of attention.
+    /// Uninitialised: zeroing 16·H vectors per call was a 3 KB memset, a visible share of
+    /// attention (benches/RESULTS.md).
     #[inline(always)]
     fn new() -> Self {
         Self([[std::mem::MaybeUninit::uninit(); 16]; H])
@@ -196,14 +197,14 @@ impl<const H: usize> Halves<H> {
     unsafe fn set(&mut self, h: usize, i: usize, a: &[__m512; 4]) {
         self.0[h][i].write(halve(fold(a)));
     }
-    /// Safety: `set` was called for every (head, dot).
+    /// SAFETY: `set` was called for every (head, dot).
     #[inline(always)]
     unsafe fn reduce(&self) -> [[f32; 16]; H] {
         let mut out = [std::mem::MaybeUninit::<[f32; 16]>::uninit(); H];
         for (o, t) in out.iter_mut().zip(&self.0) {
             o.write(reduce_halves(&*(t.as_ptr() as *const [__m256; 16])));
         }
-        // Safety: every head's row was written just above.
+        // SAFETY: every head's row was written just above.
         std::mem::transmute_copy(&out)
     }
 }
@@ -225,7 +226,7 @@ pub unsafe fn kq16_single<const H: usize>(
     let keys = kv.keys(g, t0, 16).as_ptr();
     let mut folded = Halves::<H>::new();
     // Two keys per round: each key's dots end in a chain of adds, and two independent
-    // chains side by side overlap better (3 % on one thread).
+    // chains side by side overlap better (even on one thread).
     for i in (0..16).step_by(2) {
         let mut a = [[[_mm512_setzero_ps(); 4]; H]; 2];
         for s in (0..hd).step_by(64) {
@@ -266,7 +267,7 @@ pub unsafe fn pv16_single<const H: usize>(
 ) -> [[f32; 16]; H] {
     // Dimensions per pass over the positions: each weight vector loaded serves that many
     // dimensions (it was loaded once per dimension: at 4k positions the V product read its
-    // weights 16 times per 16 dimensions and ran 2.6x the time of the K product over the
+    // weights 16 times per 16 dimensions and ran far longer than the K product over the
     // same bytes). 4·D·H accumulators stay within the 32 registers.
     match H {
         1 => pv16_single_d::<H, 4>(kv, g, d0, ps),
@@ -297,7 +298,12 @@ unsafe fn pv16_single_d<const H: usize, const D: usize>(
     for i0 in (0..16).step_by(D) {
         let mut a = [[[_mm512_setzero_ps(); 4]; H]; D];
         for j in 0..full + usize::from(rem > 0) {
-            let vs: [*const f16; D] = std::array::from_fn(|di| kv.value_run(g, d0 + i0 + di, j).as_ptr());
+            // A plain loop (not `array::from_fn`): nothing in this loop may stay a call, or
+            // the accumulators are spilled around it.
+            let mut vs = [std::ptr::null::<f16>(); D];
+            for (di, v) in vs.iter_mut().enumerate() {
+                *v = kv.value_run(g, d0 + i0 + di, j).as_ptr();
+            }
             let m = if j < full { None } else { Some(masks) };
             for jj in 0..4 {
                 // Sixteen positions past the end add exact zeros to a sum that is never −0

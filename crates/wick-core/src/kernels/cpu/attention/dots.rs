@@ -16,7 +16,7 @@ pub fn dot_f16_tiled(x: &[f16], y: &[f32]) -> f32 {
     debug_assert_eq!(x.len(), y.len());
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        // Safety: AVX2/FMA/F16C checked.
+        // SAFETY: AVX2/FMA/F16C checked.
         return unsafe { avx::tiled(x, y) };
     }
     let mut acc = [0f32; 16];
@@ -34,7 +34,7 @@ pub fn dot_f16_single(x: &[f16], y: &[f32], n: usize) -> f32 {
     debug_assert_eq!(x.len(), y.len());
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        // Safety: AVX2/FMA/F16C checked.
+        // SAFETY: AVX2/FMA/F16C checked.
         return unsafe { avx::single(x, y, n) };
     }
     let xv = |i: usize| if i < x.len() { x[i].to_f32() } else { 0.0 };
@@ -48,7 +48,7 @@ pub fn dot_f16_single(x: &[f16], y: &[f32], n: usize) -> f32 {
 pub fn dot_f16_tiled_paged<'a>(run: impl Fn(usize) -> &'a [f16], y: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        // Safety: AVX2/FMA/F16C checked.
+        // SAFETY: AVX2/FMA/F16C checked.
         return unsafe { avx::tiled_paged(&run, y) };
     }
     dot_f16_tiled(&gather(&run, y.len()), y)
@@ -60,7 +60,7 @@ pub fn dot_f16_single_paged<'a>(run: impl Fn(usize) -> &'a [f16], y: &[f32], n: 
     debug_assert!(n.is_multiple_of(64) && n >= y.len());
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        // Safety: AVX2/FMA/F16C checked.
+        // SAFETY: AVX2/FMA/F16C checked.
         return unsafe { avx::single_paged(&run, y, n) };
     }
     dot_f16_single(&gather(&run, y.len()), y, n)

@@ -37,10 +37,8 @@ mod q8_0;
 use candle_core::quantized::{GgmlDType, QTensor};
 
 use crate::error::{Result, WickError};
-use crate::kernels::cpu::blocks::{QK, QK_K};
 use crate::kernels::cpu::feats::{isa, Isa};
 use crate::kernels::cpu::matmul::RowPos;
-use crate::kernels::cpu::q8::{quantize_q8, quantize_q8k, quantize_rows};
 use crate::runtime::pool::{self, SyncPtr};
 
 pub use self::panel::PANEL;
@@ -62,22 +60,105 @@ const MAX_ROWS: usize = 8;
 /// Activation rows kept hot in L2 while the task's panels pass over them.
 const ROW_BLOCK: usize = 64;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Q4_0,
-    Q4K,
-    Q8_0,
-    Q4_1,
-    Q6K,
+/// A tile kernel: `(panel, first row, rows, out, ldo)`.
+type TileFn = dyn Fn(&[u8], usize, usize, *mut f32, usize) + Sync;
+
+/// `PanelType::tiles`: `(isa, xs, k, rows)` → the tile kernel over the quantized rows.
+type TilesFn = fn(Isa, &[f32], usize, &[RowPos]) -> Result<Box<TileFn>>;
+
+/// What the panel driver needs of one packed type, as ggml's `type_traits_cpu` or candle's
+/// `GgmlType`: each type's file defines one and `TYPES` lists it, so a new type is its file
+/// and one line there.
+pub(super) struct PanelType {
+    /// The GGUF type its panels hold: `rows_raw` gives rows back as it, and weights of one
+    /// `dtype` concatenate.
+    dtype: GgmlDType,
+    /// Inputs per block.
+    qk: usize,
+    /// Bytes of one block of one panel.
+    block_bytes: usize,
+    /// Whether weights are packed on this instruction set (where the row kernel is as fast,
+    /// they are not).
+    packs_on: fn(Isa) -> bool,
+    /// GGUF rows (`n` rows of `k` inputs) → panels.
+    pack: fn(raw: &[u8], n: usize, k: usize) -> Vec<u8>,
+    /// Column `c`'s GGUF block `b` back out of a panel of `nb` blocks (`pack`'s inverse).
+    unpack: fn(panel: &[u8], nb: usize, b: usize, c: usize, blk: &mut [u8]),
+    /// The rows of `xs` (`k` inputs each) quantized as the kernel reads them, and its tile
+    /// kernel over them on `isa`.
+    tiles: TilesFn,
 }
 
-/// A tile kernel: `(panel, first row, rows, out, ldo)`.
-type TileFn<'a> = dyn Fn(&[u8], usize, usize, *mut f32, usize) + Sync + 'a;
+/// Every packed type, by the GGUF type it packs.
+const TYPES: &[(GgmlDType, &PanelType)] = &[
+    (GgmlDType::Q4_0, &q4_0::TYPE),
+    (GgmlDType::Q4_1, &q4_1::TYPE),
+    (GgmlDType::Q8_0, &q8_0::TYPE),
+    // Q5_0 rides on Q8_0 panels (its values are q8_0-exact).
+    (GgmlDType::Q5_0, &q8_0::FROM_Q5_0),
+    (GgmlDType::Q4K, &q4k::TYPE),
+    (GgmlDType::Q6K, &q6k::TYPE),
+];
+
+/// `PanelType::packs_on` of the types with kernels for every instruction set.
+fn every_isa(_: Isa) -> bool {
+    true
+}
+
+/// One type's tile kernels per instruction set; `tile` picks one by `isa` for each call.
+/// Each computes `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`; `gemm[r]` (Q4_K
+/// only, empty for the others): whether row r folds per sub-block pair (ggml's GEMM) or per
+/// block (GEMV).
+pub(super) trait TileKernels {
+    /// The activation block the kernels read.
+    type Act;
+    /// Bytes of one block of one panel.
+    const BLOCK_BYTES: usize;
+
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/DQ/VL/VNNI; every activation row has `nb` blocks; the caller
+    /// owns `out[r·ldo..r·ldo + 16]` for each row r.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni(panel: &[u8], nb: usize, acts: &[&[Self::Act]], gemm: &[bool], out: *mut f32, ldo: usize);
+
+    /// # Safety
+    /// As `vnni`, with AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(panel: &[u8], nb: usize, acts: &[&[Self::Act]], gemm: &[bool], out: *mut f32, ldo: usize);
+
+    /// Portable; writes through `out` as `vnni` (the caller owns those rows).
+    fn scalar(panel: &[u8], nb: usize, acts: &[&[Self::Act]], gemm: &[bool], out: *mut f32, ldo: usize);
+}
+
+/// `K`'s tile for `isa` over one panel.
+#[inline(always)]
+fn tile<K: TileKernels>(
+    isa: Isa,
+    panel: &[u8],
+    acts: &[&[K::Act]],
+    gemm: &[bool],
+    out: *mut f32,
+    ldo: usize,
+) {
+    let nb = panel.len() / K::BLOCK_BYTES;
+    debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= MAX_ROWS);
+    #[cfg(target_arch = "x86_64")]
+    match isa {
+        // SAFETY: `isa` comes from `feats::isa()` (or a test's cap under `detected()`), so
+        // AVX-512 VNNI is present; every activation row was quantized from the weight's `k`
+        // inputs (`nb` blocks); the driver owns out[r·ldo..+16] for each row.
+        Isa::Avx512Vnni => return unsafe { K::vnni(panel, nb, acts, gemm, out, ldo) },
+        // SAFETY: as above, with AVX2/FMA/F16C present.
+        Isa::Avx2 => return unsafe { K::avx2(panel, nb, acts, gemm, out, ldo) },
+        Isa::Scalar => {}
+    }
+    K::scalar(panel, nb, acts, gemm, out, ldo)
+}
 
 /// A weight `[n, k]` as panels of `PANEL` columns, each panel `k / block` blocks long; the
 /// last panel is padded with zero columns when `n` is not a multiple of `PANEL`.
 pub struct PackedWeight {
-    kind: Kind,
+    ty: &'static PanelType,
     n: usize,
     k: usize,
     data: Vec<u8>,
@@ -103,42 +184,21 @@ impl PackedWeight {
         if !k.is_multiple_of(dtype.block_size()) {
             return Ok(None);
         }
-        let kind = match dtype {
-            GgmlDType::Q4_0 => Kind::Q4_0,
-            GgmlDType::Q4K => Kind::Q4K,
-            GgmlDType::Q8_0 | GgmlDType::Q5_0 => Kind::Q8_0,
-            GgmlDType::Q4_1 => Kind::Q4_1,
-            // Only the AVX-512 kernel exists; elsewhere the row kernel is as fast.
-            GgmlDType::Q6K if isa() == Isa::Avx512Vnni => Kind::Q6K,
-            _ => return Ok(None),
+        let Some(&(_, ty)) = TYPES.iter().find(|(d, t)| *d == dtype && (t.packs_on)(isa())) else {
+            return Ok(None);
         };
         if raw.len() != n * k / dtype.block_size() * dtype.type_size() {
             return Err(WickError::Internal("weight size does not match its shape".into()));
         }
-        let (data, panel_bytes) = match kind {
-            Kind::Q4_0 => (q4_0::pack(raw, n, k), k / QK * q4_0::BLOCK_BYTES),
-            Kind::Q4K => (q4k::pack(raw, n, k), k / QK_K * q4k::BLOCK_BYTES),
-            Kind::Q8_0 if dtype == GgmlDType::Q5_0 => {
-                (q8_0::pack(&q8_0::q5_0_as_q8_0(raw), n, k), k / QK * q8_0::BLOCK_BYTES)
-            }
-            Kind::Q8_0 => (q8_0::pack(raw, n, k), k / QK * q8_0::BLOCK_BYTES),
-            Kind::Q4_1 => (q4_1::pack(raw, n, k), k / QK * q4_1::BLOCK_BYTES),
-            Kind::Q6K => (q6k::pack(raw, n, k), k / QK_K * q6k::BLOCK_BYTES),
-        };
-        Ok(Some(Self { kind, n, k, data, panel_bytes, parts: vec![n] }))
+        let (data, panel_bytes) = ((ty.pack)(raw, n, k), k / ty.qk * ty.block_bytes);
+        Ok(Some(Self { ty, n, k, data, panel_bytes, parts: vec![n] }))
     }
 
     /// The GGUF blocks of rows `ids` (each `< n`) unpacked from the panels, as a block type
     /// candle reads (Q5_0 comes back as the Q8_0 it was packed as: the same values), so a tied
     /// embedding looks its rows up here and the model keeps one copy of the table.
     pub fn rows_raw(&self, ids: &[u32]) -> Result<(Vec<u8>, GgmlDType)> {
-        let (dtype, qk) = match self.kind {
-            Kind::Q4_0 => (GgmlDType::Q4_0, QK),
-            Kind::Q4_1 => (GgmlDType::Q4_1, QK),
-            Kind::Q8_0 => (GgmlDType::Q8_0, QK),
-            Kind::Q4K => (GgmlDType::Q4K, QK_K),
-            Kind::Q6K => (GgmlDType::Q6K, QK_K),
-        };
+        let (dtype, qk) = (self.ty.dtype, self.ty.qk);
         if self.parts.len() != 1 {
             return Err(WickError::Internal("rows of a concatenated packed weight".into()));
         }
@@ -154,13 +214,7 @@ impl PackedWeight {
             }
             let (panel, c) = (&self.data[id / PANEL * self.panel_bytes..][..self.panel_bytes], id % PANEL);
             for (b, blk) in row.chunks_exact_mut(size).enumerate() {
-                match self.kind {
-                    Kind::Q4_0 => q4_0::unpack(panel, b, c, blk),
-                    Kind::Q4_1 => q4_1::unpack(panel, b, c, blk),
-                    Kind::Q8_0 => q8_0::unpack(panel, b, c, blk),
-                    Kind::Q4K => q4k::unpack(panel, b, c, blk),
-                    Kind::Q6K => q6k::unpack(panel, nb, b, c, blk),
-                }
+                (self.ty.unpack)(panel, nb, b, c, blk);
             }
         }
         Ok((out, dtype))
@@ -181,18 +235,18 @@ impl PackedWeight {
     /// differ in type or input width, or a part other than the last is not whole panels.
     pub fn concat(ws: Vec<PackedWeight>) -> std::result::Result<PackedWeight, Vec<PackedWeight>> {
         let Some(first) = ws.first() else { return Err(ws) };
-        let fits = ws.iter().all(|w| w.kind == first.kind && w.k == first.k)
+        let fits = ws.iter().all(|w| w.ty.dtype == first.ty.dtype && w.k == first.k)
             && ws[..ws.len() - 1].iter().all(|w| w.n.is_multiple_of(PANEL) && w.parts.len() == 1);
         if !fits {
             return Err(ws);
         }
-        let (kind, k, panel_bytes) = (first.kind, first.k, first.panel_bytes);
+        let (ty, k, panel_bytes) = (first.ty, first.k, first.panel_bytes);
         let parts: Vec<usize> = ws.iter().flat_map(|w| w.parts.iter().copied()).collect();
         let mut data = Vec::with_capacity(ws.iter().map(|w| w.data.len()).sum());
         for w in ws {
             data.extend_from_slice(&w.data);
         }
-        Ok(PackedWeight { kind, n: parts.iter().sum(), k, data, panel_bytes, parts })
+        Ok(PackedWeight { ty, n: parts.iter().sum(), k, data, panel_bytes, parts })
     }
 
     /// `xs`: `rows.len()` rows of `k` f32 → as many rows of `n` f32; `rows[i]` picks the
@@ -251,7 +305,7 @@ impl PackedWeight {
         run_jobs(&jobs);
         for (ys, job) in outs.iter_mut().zip(&jobs) {
             for (y, &n) in ys.iter_mut().zip(&job.w.parts) {
-                // Safety: `run_jobs` wrote all m·n outputs of every part.
+                // SAFETY: `run_jobs` wrote all m·n outputs of every part.
                 unsafe { y.set_len(job.m * n) };
             }
         }
@@ -259,53 +313,8 @@ impl PackedWeight {
     }
 
     /// The rows of `xs` quantized as the weight's kernel reads them, and its tile kernel over them.
-    fn tile_fn<'a>(&self, isa: Isa, xs: &[f32], rows: &[RowPos]) -> Result<Box<TileFn<'a>>> {
-        Ok(match self.kind {
-            Kind::Q4K => {
-                let acts = quantize_rows(xs, self.k, quantize_q8k);
-                // ggml's repacked Q4_K runs rows in groups of four through its GEMM (per
-                // sub-block pair) and the remaining `len % 4` through its GEMV (per block).
-                let pairs: Vec<bool> = rows.iter().map(|p| p.in_gemm_group()).collect();
-                Box::new(move |panel, r0, n_rows, out, ldo| {
-                    let a = row_slices(&acts[r0..r0 + n_rows]);
-                    q4k::tile(isa, panel, &a[..n_rows], &pairs[r0..r0 + n_rows], out, ldo)
-                })
-            }
-            Kind::Q4_0 => {
-                let acts = quantize_rows(xs, self.k, quantize_q8);
-                Box::new(move |panel, r0, rows, out, ldo| {
-                    let a = row_slices(&acts[r0..r0 + rows]);
-                    q4_0::tile(isa, panel, &a[..rows], out, ldo)
-                })
-            }
-            Kind::Q8_0 => {
-                let acts = quantize_rows(xs, self.k, q8_0::quantize);
-                Box::new(move |panel, r0, rows, out, ldo| {
-                    q8_0::tile(isa, panel, &acts[r0..r0 + rows], out, ldo)
-                })
-            }
-            Kind::Q6K => {
-                if isa != Isa::Avx512Vnni {
-                    return Err(WickError::Internal("Q6_K panels need AVX-512".into()));
-                }
-                let acts = quantize_rows(xs, self.k, quantize_q8k);
-                Box::new(move |panel, r0, rows, out, ldo| {
-                    let a = row_slices(&acts[r0..r0 + rows]);
-                    // Safety: AVX-512 checked above; rows of k/256 blocks; the driver owns `out`.
-                    #[cfg(target_arch = "x86_64")]
-                    unsafe {
-                        q6k::tile(panel, &a[..rows], out, ldo)
-                    }
-                })
-            }
-            Kind::Q4_1 => {
-                let acts = quantize_rows(xs, self.k, quantize_q8);
-                Box::new(move |panel, r0, rows, out, ldo| {
-                    let a = row_slices(&acts[r0..r0 + rows]);
-                    q4_1::tile(isa, panel, &a[..rows], out, ldo)
-                })
-            }
-        })
+    fn tile_fn(&self, isa: Isa, xs: &[f32], rows: &[RowPos]) -> Result<Box<TileFn>> {
+        (self.ty.tiles)(isa, xs, self.k, rows)
     }
 
     /// Walks panels `panels` of this weight over blocks of rows, calling `tile(panel, first
@@ -317,7 +326,7 @@ impl PackedWeight {
         ys: &[SyncPtr<f32>],
         at: &[(usize, usize)],
         panels: std::ops::Range<usize>,
-        tile: &TileFn<'_>,
+        tile: &TileFn,
     ) {
         for rb in (0..m).step_by(ROW_BLOCK) {
             let re = (rb + ROW_BLOCK).min(m);
@@ -329,7 +338,7 @@ impl PackedWeight {
                 while r < re {
                     let rows = (re - r).min(MAX_ROWS);
                     let cols = (n - c0).min(PANEL);
-                    // Safety: this task owns columns c0..c0+cols of every row of part j.
+                    // SAFETY: this task owns columns c0..c0+cols of every row of part j.
                     let out = unsafe { ys[j].get().add(r * n + c0) };
                     if cols == PANEL {
                         tile(panel, r, rows, out, n);
@@ -337,7 +346,7 @@ impl PackedWeight {
                         let mut part = [0f32; MAX_ROWS * PANEL];
                         tile(panel, r, rows, part.as_mut_ptr(), PANEL);
                         for i in 0..rows {
-                            // Safety: as above, only the `cols` real columns are written.
+                            // SAFETY: as above, only the `cols` real columns are written.
                             unsafe {
                                 std::ptr::copy_nonoverlapping(
                                     part.as_ptr().add(i * PANEL),
@@ -368,7 +377,7 @@ struct Job<'a> {
     w: &'a PackedWeight,
     m: usize,
     ys: Vec<SyncPtr<f32>>,
-    tile: Box<TileFn<'a>>,
+    tile: Box<TileFn>,
 }
 
 /// Spreads the panels of every job over the pool in one pass (jobs' panels end to end, cut
@@ -398,8 +407,9 @@ fn run_jobs(jobs: &[Job<'_>]) {
 /// - One-row (decode) passes stream: long contiguous runs the prefetcher follows, shrinking as
 ///   the pass goes (a quarter of what is left per thread pair, down to a sixteenth of the pass
 ///   per thread), so the thread that finishes first takes small pieces instead of waiting out
-///   a long last task. Eight equal tasks per thread were 5–8 % slower than two at 2 threads;
-///   two equal ones left a helper idle for a quarter of its time (MoE decode profile).
+///   a long last task. Eight equal tasks per thread were slower than two at 2 threads; two
+///   equal ones left a helper idle for a large part of its time (MoE decode profile; figures
+///   in benches/RESULTS.md).
 /// - Multi-row tiles are compute-bound: eight equal tasks per thread, so the last one leaves
 ///   the other cores idle for at most an eighth of a share.
 fn task_bounds(total: usize, threads: usize, one_row: bool) -> Vec<usize> {
@@ -488,7 +498,7 @@ mod tests {
                 }
             }
             for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {
-                if isa > detected() || (packed.kind == Kind::Q6K && isa != Isa::Avx512Vnni) {
+                if isa > detected() || !(packed.ty.packs_on)(isa) {
                     continue;
                 }
                 let got = packed.matmul_on(isa, &xs, &rows).unwrap().concat();

@@ -22,16 +22,16 @@ pub const fn chains<const R: usize>() -> usize {
 
 /// Tiles of at most this many rows prefetch their weights (Q4_K, Q6_K; spread over the block,
 /// as a burst of prefetches stalls the load queue): one-token decode streams every weight from
-/// memory once per step, where the hardware prefetcher alone reached ~60 % of the bandwidth on
-/// those layouts; wider tiles re-read panels from L2, where prefetching only evicts. Q4_0's
-/// small blocks stream best without (decode 137 vs 114 tok/s with, LFM2-350M shapes).
+/// memory once per step, where the hardware prefetcher alone fell well short of the bandwidth
+/// on those layouts; wider tiles re-read panels from L2, where prefetching only evicts. Q4_0's
+/// small blocks stream best without (LFM2-350M shapes; figures in benches/RESULTS.md).
 #[cfg(target_arch = "x86_64")]
 pub const STREAM_ROWS: usize = 2;
 
 /// Prefetches the `len` bytes that lie `PREFETCH` bytes past `p` (a few blocks on). One line
 /// goes to L1; several go to L2, as a run of L1 prefetches holds the miss buffers the loads in
-/// use need (m=1 streamed: Q4_K's one line per step 32 vs 22 GB/s into L1, Q6_K's seven
-/// lines per block 36 vs 26 GB/s into L2).
+/// use need (m=1 streamed: Q4_K's one line per step is faster into L1, Q6_K's seven lines
+/// per block into L2; figures in benches/RESULTS.md).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub unsafe fn prefetch_ahead(p: *const u8, len: usize) {
@@ -131,7 +131,7 @@ pub fn pack_blocks(
     let mut out = vec![0u8; n.div_ceil(PANEL) * panel_bytes];
     let base = SyncPtr(out.as_mut_ptr());
     pool::run(n.div_ceil(PANEL), &|p| {
-        // Safety: panel p is bytes p·panel_bytes.. of `out`, written by this task alone.
+        // SAFETY: panel p is bytes p·panel_bytes.. of `out`, written by this task alone.
         let panel = unsafe { std::slice::from_raw_parts_mut(base.get().add(p * panel_bytes), panel_bytes) };
         for b in 0..nb {
             for c in 0..PANEL.min(n - p * PANEL) {

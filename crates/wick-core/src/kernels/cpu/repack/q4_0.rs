@@ -9,17 +9,22 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use candle_core::quantized::GgmlDType;
+
 use super::panel::PANEL;
+use super::{every_isa, row_slices, tile, PanelType, TileFn, TileKernels};
+use crate::error::Result;
 use crate::kernels::cpu::blocks::{f16_at, Q4_0, QK};
 use crate::kernels::cpu::feats::Isa;
-use crate::kernels::cpu::q8::Act32;
+use crate::kernels::cpu::matmul::RowPos;
+use crate::kernels::cpu::q8::{quantize_q8, quantize_rows, Act32};
 
 /// Bytes of one block of one panel.
 pub const BLOCK_BYTES: usize = QUANTS + 4 * 64;
 const QUANTS: usize = 2 * PANEL;
 
 /// GGUF Q4_0 rows (`n` rows of `k / 32` blocks of 18 bytes) → panels.
-pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
+fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     super::panel::pack_blocks(raw, n, k, QK, Q4_0::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4_0::D..Q4_0::D + 2]);
@@ -30,7 +35,7 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
 }
 
 /// Column `c`'s GGUF block `b` back out of a panel (`pack`'s inverse).
-pub fn unpack(panel: &[u8], b: usize, c: usize, blk: &mut [u8]) {
+fn unpack(panel: &[u8], _nb: usize, b: usize, c: usize, blk: &mut [u8]) {
     let src = &panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
     blk[Q4_0::D..Q4_0::D + 2].copy_from_slice(&src[2 * c..2 * c + 2]);
     for h in 0..4 {
@@ -38,24 +43,48 @@ pub fn unpack(panel: &[u8], b: usize, c: usize, blk: &mut [u8]) {
     }
 }
 
-/// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
-pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act32]], out: *mut f32, ldo: usize) {
-    let nb = panel.len() / BLOCK_BYTES;
-    debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8);
-    // Safety (both SIMD arms): `isa` comes from `feats::isa()`, so the features are present;
-    // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
+/// Q4_0's entry of `super::TYPES`.
+pub(super) const TYPE: PanelType = PanelType {
+    dtype: GgmlDType::Q4_0,
+    qk: QK,
+    block_bytes: BLOCK_BYTES,
+    packs_on: every_isa,
+    pack,
+    unpack,
+    tiles,
+};
+
+/// Activations as q8_0 blocks (with their sums), and the tile over them.
+fn tiles(isa: Isa, xs: &[f32], k: usize, _: &[RowPos]) -> Result<Box<TileFn>> {
+    let acts = quantize_rows(xs, k, quantize_q8);
+    Ok(Box::new(move |panel, r0, rows, out, ldo| {
+        let a = row_slices(&acts[r0..r0 + rows]);
+        tile::<Kernels>(isa, panel, &a[..rows], &[], out, ldo)
+    }))
+}
+
+/// Q4_0's tile kernels.
+struct Kernels;
+
+impl TileKernels for Kernels {
+    type Act = Act32;
+    const BLOCK_BYTES: usize = BLOCK_BYTES;
+
     #[cfg(target_arch = "x86_64")]
-    match isa {
-        Isa::Avx512Vnni => return unsafe { by_rows!(tile_vnni, acts, panel, nb, out, ldo) },
-        Isa::Avx2 => {
-            for (i, four) in acts.chunks(4).enumerate() {
-                unsafe { by_rows!(tile_avx2, four, panel, nb, out.add(4 * i * ldo), ldo) }
-            }
-            return;
-        }
-        Isa::Scalar => {}
+    unsafe fn vnni(panel: &[u8], nb: usize, acts: &[&[Act32]], _: &[bool], out: *mut f32, ldo: usize) {
+        by_rows!(tile_vnni, acts, panel, nb, out, ldo)
     }
-    tile_scalar(panel, nb, acts, out, ldo)
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(panel: &[u8], nb: usize, acts: &[&[Act32]], _: &[bool], out: *mut f32, ldo: usize) {
+        for (i, four) in acts.chunks(4).enumerate() {
+            by_rows!(tile_avx2, four, panel, nb, out.add(4 * i * ldo), ldo)
+        }
+    }
+
+    fn scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], _: &[bool], out: *mut f32, ldo: usize) {
+        tile_scalar(panel, nb, acts, out, ldo)
+    }
 }
 
 fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: usize) {
@@ -78,7 +107,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
             }
         }
         for (c, v) in acc.into_iter().enumerate() {
-            // Safety: the caller owns out[r·ldo..r·ldo + 16].
+            // SAFETY: the caller owns out[r·ldo..r·ldo + 16].
             unsafe { *out.add(r * ldo + c) = v };
         }
     }

@@ -11,17 +11,22 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use candle_core::quantized::GgmlDType;
+
 use super::panel::PANEL;
+use super::{every_isa, row_slices, tile, PanelType, TileFn, TileKernels};
+use crate::error::Result;
 use crate::kernels::cpu::blocks::{f16_at, Q4_1, QK};
 use crate::kernels::cpu::feats::Isa;
-use crate::kernels::cpu::q8::Act32;
+use crate::kernels::cpu::matmul::RowPos;
+use crate::kernels::cpu::q8::{quantize_q8, quantize_rows, Act32};
 
 /// Bytes of one block of one panel.
 pub const BLOCK_BYTES: usize = QUANTS + 4 * 64;
 const QUANTS: usize = 4 * PANEL;
 
 /// GGUF Q4_1 rows (`n` rows of `k / 32` blocks of 20 bytes) → panels.
-pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
+fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     super::panel::pack_blocks(raw, n, k, QK, Q4_1::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4_1::D..Q4_1::D + 2]);
@@ -33,7 +38,7 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
 }
 
 /// Column `c`'s GGUF block `b` back out of a panel (`pack`'s inverse).
-pub fn unpack(panel: &[u8], b: usize, c: usize, blk: &mut [u8]) {
+fn unpack(panel: &[u8], _nb: usize, b: usize, c: usize, blk: &mut [u8]) {
     let src = &panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
     blk[Q4_1::D..Q4_1::D + 2].copy_from_slice(&src[2 * c..2 * c + 2]);
     blk[Q4_1::M..Q4_1::M + 2].copy_from_slice(&src[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2]);
@@ -42,38 +47,59 @@ pub fn unpack(panel: &[u8], b: usize, c: usize, blk: &mut [u8]) {
     }
 }
 
-/// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
-pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act32]], out: *mut f32, ldo: usize) {
-    let nb = panel.len() / BLOCK_BYTES;
-    debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8);
-    // Safety (both SIMD arms): `isa` comes from `feats::isa()`, so the features are present;
-    // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
+/// Q4_1's entry of `super::TYPES`.
+pub(super) const TYPE: PanelType = PanelType {
+    dtype: GgmlDType::Q4_1,
+    qk: QK,
+    block_bytes: BLOCK_BYTES,
+    packs_on: every_isa,
+    pack,
+    unpack,
+    tiles,
+};
+
+/// Activations as q8_1-style blocks (with their sums), and the tile over them.
+fn tiles(isa: Isa, xs: &[f32], k: usize, _: &[RowPos]) -> Result<Box<TileFn>> {
+    let acts = quantize_rows(xs, k, quantize_q8);
+    Ok(Box::new(move |panel, r0, rows, out, ldo| {
+        let a = row_slices(&acts[r0..r0 + rows]);
+        tile::<Kernels>(isa, panel, &a[..rows], &[], out, ldo)
+    }))
+}
+
+/// Q4_1's tile kernels.
+struct Kernels;
+
+impl TileKernels for Kernels {
+    type Act = Act32;
+    const BLOCK_BYTES: usize = BLOCK_BYTES;
+
+    /// Two rows at a time: 16 lane accumulators, 2 m·s sums, 2 scales, the unpacked nibbles
+    /// and temporaries in 32 zmm.
     #[cfg(target_arch = "x86_64")]
-    match isa {
-        Isa::Avx512Vnni => {
-            // Two rows: 16 lane accumulators, 2 m·s sums, 2 scales, the unpacked nibbles and
-            // temporaries in 32 zmm.
-            for (i, rows) in acts.chunks(2).enumerate() {
-                let o = unsafe { out.add(2 * i * ldo) };
-                let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
-                match rows.len() {
-                    1 => unsafe { tile_vnni::<1>([rows[0]], panel, nb, o, ldo, next) },
-                    _ => unsafe { tile_vnni::<2>([rows[0], rows[1]], panel, nb, o, ldo, next) },
-                }
+    unsafe fn vnni(panel: &[u8], nb: usize, acts: &[&[Act32]], _: &[bool], out: *mut f32, ldo: usize) {
+        for (i, rows) in acts.chunks(2).enumerate() {
+            let o = out.add(2 * i * ldo);
+            let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+            match rows.len() {
+                1 => tile_vnni::<1>([rows[0]], panel, nb, o, ldo, next),
+                _ => tile_vnni::<2>([rows[0], rows[1]], panel, nb, o, ldo, next),
             }
-            return;
         }
-        Isa::Avx2 => {
-            for (r, a) in acts.iter().enumerate() {
-                for half in 0..2 {
-                    unsafe { tile_avx2(a, panel, nb, half, out.add(r * ldo + 8 * half)) }
-                }
-            }
-            return;
-        }
-        Isa::Scalar => {}
     }
-    tile_scalar(panel, nb, acts, out, ldo)
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(panel: &[u8], nb: usize, acts: &[&[Act32]], _: &[bool], out: *mut f32, ldo: usize) {
+        for (r, a) in acts.iter().enumerate() {
+            for half in 0..2 {
+                tile_avx2(a, panel, nb, half, out.add(r * ldo + 8 * half))
+            }
+        }
+    }
+
+    fn scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], _: &[bool], out: *mut f32, ldo: usize) {
+        tile_scalar(panel, nb, acts, out, ldo)
+    }
 }
 
 fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: usize) {
@@ -99,7 +125,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
         for c in 0..PANEL {
             let a = acc[c];
             let h = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
-            // Safety: the caller owns out[r·ldo..r·ldo + 16].
+            // SAFETY: the caller owns out[r·ldo..r·ldo + 16].
             unsafe { *out.add(r * ldo + c) = ((h[0] + h[2]) + (h[1] + h[3])) + summs[c] };
         }
     }

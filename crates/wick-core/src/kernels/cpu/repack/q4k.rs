@@ -15,10 +15,15 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use candle_core::quantized::GgmlDType;
+
 use super::panel::PANEL;
+use super::{every_isa, row_slices, tile, PanelType, TileFn, TileKernels};
+use crate::error::Result;
 use crate::kernels::cpu::blocks::{f16_at, scale_min, Q4K, QK_K};
 use crate::kernels::cpu::feats::Isa;
-use crate::kernels::cpu::q8::Act256;
+use crate::kernels::cpu::matmul::RowPos;
+use crate::kernels::cpu::q8::{quantize_q8k, quantize_rows, Act256};
 
 /// Bytes of one sub-block pair's part of a block: scales, mins, then quants.
 const PAIR: usize = 4 * PANEL + 8 * 64;
@@ -45,7 +50,7 @@ const fn quants_at(g: usize) -> usize {
 }
 
 /// GGUF Q4_K rows (`n` rows of `k / 256` blocks of 144 bytes) → panels.
-pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
+fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     super::panel::pack_blocks(raw, n, k, QK_K, Q4K::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4K::D..Q4K::D + 2]);
@@ -66,7 +71,7 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
 
 /// Column `c`'s GGUF block `b` back out of a panel (`pack`'s inverse; the 6-bit scales and
 /// mins packed again as ggml's 12 bytes, every bit of which they fill).
-pub fn unpack(panel: &[u8], b: usize, c: usize, blk: &mut [u8]) {
+fn unpack(panel: &[u8], _nb: usize, b: usize, c: usize, blk: &mut [u8]) {
     let src = &panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
     blk[Q4K::D..Q4K::D + 2].copy_from_slice(&src[2 * c..2 * c + 2]);
     blk[Q4K::DMIN..Q4K::DMIN + 2].copy_from_slice(&src[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2]);
@@ -83,34 +88,59 @@ pub fn unpack(panel: &[u8], b: usize, c: usize, blk: &mut [u8]) {
     }
 }
 
-/// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`; `pairs[r]`: whether
-/// row r folds per sub-block pair (ggml's GEMM) or per block (GEMV).
-pub fn tile(isa: Isa, panel: &[u8], acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {
-    let nb = panel.len() / BLOCK_BYTES;
-    debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8 && pairs.len() == acts.len());
-    // Safety (both SIMD arms): `isa` comes from `feats::isa()`, so the features are present;
-    // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
+/// Q4_K's entry of `super::TYPES`.
+pub(super) const TYPE: PanelType = PanelType {
+    dtype: GgmlDType::Q4K,
+    qk: QK_K,
+    block_bytes: BLOCK_BYTES,
+    packs_on: every_isa,
+    pack,
+    unpack,
+    tiles,
+};
+
+/// Activations as q8_K blocks, and the tile over them. ggml's repacked Q4_K runs rows in
+/// groups of four through its GEMM (per sub-block pair) and the remaining `len % 4` through
+/// its GEMV (per block).
+fn tiles(isa: Isa, xs: &[f32], k: usize, rows: &[RowPos]) -> Result<Box<TileFn>> {
+    let acts = quantize_rows(xs, k, quantize_q8k);
+    let pairs: Vec<bool> = rows.iter().map(|p| p.in_gemm_group()).collect();
+    Ok(Box::new(move |panel, r0, n_rows, out, ldo| {
+        let a = row_slices(&acts[r0..r0 + n_rows]);
+        tile::<Kernels>(isa, panel, &a[..n_rows], &pairs[r0..r0 + n_rows], out, ldo)
+    }))
+}
+
+/// Q4_K's tile kernels; `pairs[r]`: whether row r folds per sub-block pair (ggml's GEMM) or
+/// per block (GEMV).
+struct Kernels;
+
+impl TileKernels for Kernels {
+    type Act = Act256;
+    const BLOCK_BYTES: usize = BLOCK_BYTES;
+
+    /// Four rows at a time: each row needs six registers per step.
     #[cfg(target_arch = "x86_64")]
-    match isa {
-        // Four rows at a time: each row needs six registers per step.
-        Isa::Avx512Vnni => {
-            for (i, four) in acts.chunks(4).enumerate() {
-                let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
-                unsafe {
-                    by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next)
-                }
-            }
-            return;
+    unsafe fn vnni(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {
+        debug_assert!(pairs.len() == acts.len());
+        for (i, four) in acts.chunks(4).enumerate() {
+            let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+            by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next)
         }
-        Isa::Avx2 => {
-            for (i, four) in acts.chunks(4).enumerate() {
-                unsafe { by_rows!(tile_avx2, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo) }
-            }
-            return;
-        }
-        Isa::Scalar => {}
     }
-    tile_scalar(panel, nb, acts, pairs, out, ldo)
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {
+        debug_assert!(pairs.len() == acts.len());
+        for (i, four) in acts.chunks(4).enumerate() {
+            by_rows!(tile_avx2, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo)
+        }
+    }
+
+    fn scalar(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {
+        debug_assert!(pairs.len() == acts.len());
+        tile_scalar(panel, nb, acts, pairs, out, ldo)
+    }
 }
 
 /// The float steps shared by every instruction set, on one column's integer sums (each
@@ -172,7 +202,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out:
             }
         }
         for c in 0..PANEL {
-            // Safety: the caller owns out[r·ldo..r·ldo + 16].
+            // SAFETY: the caller owns out[r·ldo..r·ldo + 16].
             unsafe { *out.add(r * ldo + c) = acc[c] - acc_min[c] };
         }
     }

@@ -12,12 +12,19 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use candle_core::quantized::GgmlDType;
+
 use super::panel::PANEL;
 #[cfg(target_arch = "x86_64")]
 use super::panel::{next_panel, prefetch_ahead, prefetch_next_panel, STREAM_ROWS};
+use super::{row_slices, PanelType, TileFn};
+use crate::error::{Result, WickError};
 use crate::kernels::cpu::blocks::{f16_at, Q6K, QK_K};
+use crate::kernels::cpu::feats::Isa;
+use crate::kernels::cpu::matmul::RowPos;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::cpu::q8::Act256;
+use crate::kernels::cpu::q8::{quantize_q8k, quantize_rows};
 
 const PAIR_QUANTS: usize = 6 * 64;
 const PAIR_BYTES: usize = PAIR_QUANTS + 32 + 8;
@@ -26,7 +33,7 @@ pub const BLOCK_BYTES: usize = PANEL / 2 * PAIR_BYTES;
 
 /// GGUF Q6_K rows (`n` rows of `k / 256` blocks of 210 bytes: ql[128], qh[64], scales[16], d)
 /// → panels.
-pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
+fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     let nb = k / QK_K;
     super::panel::pack_blocks(raw, n, k, QK_K, Q6K::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let pair = &mut panel[((c / 2) * nb + b) * PAIR_BYTES..][..PAIR_BYTES];
@@ -49,7 +56,7 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
 
 /// Column `c`'s GGUF block `b` back out of a panel of `nb` blocks (`pack`'s inverse; `d` was
 /// widened from f16, so it narrows back exactly).
-pub fn unpack(panel: &[u8], nb: usize, b: usize, c: usize, blk: &mut [u8]) {
+fn unpack(panel: &[u8], nb: usize, b: usize, c: usize, blk: &mut [u8]) {
     let pair = &panel[((c / 2) * nb + b) * PAIR_BYTES..][..PAIR_BYTES];
     let side = c % 2;
     for h in 0..2 {
@@ -63,13 +70,41 @@ pub fn unpack(panel: &[u8], nb: usize, b: usize, c: usize, blk: &mut [u8]) {
     blk[Q6K::D..Q6K::D + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
 }
 
+/// Q6_K's entry of `super::TYPES`: AVX-512 only (elsewhere the row kernel is as fast).
+pub(super) const TYPE: PanelType = PanelType {
+    dtype: GgmlDType::Q6K,
+    qk: QK_K,
+    block_bytes: BLOCK_BYTES,
+    packs_on: |isa| isa == Isa::Avx512Vnni,
+    pack,
+    unpack,
+    tiles,
+};
+
+/// Activations as q8_K blocks, and the AVX-512 tile over them.
+fn tiles(isa: Isa, xs: &[f32], k: usize, _: &[RowPos]) -> Result<Box<TileFn>> {
+    if isa != Isa::Avx512Vnni {
+        return Err(WickError::Internal("Q6_K panels need AVX-512".into()));
+    }
+    let acts = quantize_rows(xs, k, quantize_q8k);
+    Ok(Box::new(move |panel, r0, rows, out, ldo| {
+        let a = row_slices(&acts[r0..r0 + rows]);
+        // SAFETY: AVX-512 checked above (`isa` comes from `feats::isa()`); rows of k/256
+        // blocks; the driver owns out[r·ldo..+16] for each row.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            tile(panel, &a[..rows], out, ldo)
+        }
+    }))
+}
+
 /// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
 ///
 /// # Safety
 /// Needs AVX-512 F/BW (`feats::isa()` ≥ `Avx512Vnni`); every activation row has
 /// `panel.len() / BLOCK_BYTES` blocks; the caller owns out[r·ldo..+16] for each row.
 #[cfg(target_arch = "x86_64")]
-pub unsafe fn tile(panel: &[u8], acts: &[&[Act256]], out: *mut f32, ldo: usize) {
+unsafe fn tile(panel: &[u8], acts: &[&[Act256]], out: *mut f32, ldo: usize) {
     let nb = panel.len() / BLOCK_BYTES;
     by_rows!(tile_avx512, acts, panel, nb, out, ldo)
 }

@@ -12,10 +12,15 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+use candle_core::quantized::GgmlDType;
+
 use super::panel::PANEL;
+use super::{every_isa, row_slices, tile, PanelType, TileFn, TileKernels};
+use crate::error::Result;
 use crate::kernels::cpu::blocks::{f16_at, hsum8, u32_at, Q5_0, Q8_0, QK};
 use crate::kernels::cpu::feats::Isa;
-use crate::kernels::cpu::q8::{quantize_q8, Act32};
+use crate::kernels::cpu::matmul::RowPos;
+use crate::kernels::cpu::q8::{quantize_q8, quantize_rows, Act32};
 
 /// Bytes of one block of one panel.
 pub const BLOCK_BYTES: usize = QUANTS + 8 * 64;
@@ -28,7 +33,7 @@ pub struct Act {
 }
 
 /// One activation row (`k` values) → q8_0 blocks with their lane offsets.
-pub fn quantize(x: &[f32]) -> Vec<Act> {
+fn quantize(x: &[f32]) -> Vec<Act> {
     quantize_q8(x)
         .into_iter()
         .map(|a| {
@@ -42,7 +47,7 @@ pub fn quantize(x: &[f32]) -> Vec<Act> {
 /// GGUF Q5_0 blocks (f16 d, u32 high bits, 16 nibble bytes) as Q8_0 blocks of their values
 /// `q − 16`: `ggml_vec_dot_q5_0_q8_0` rounds exactly as the Q8_0 dot does on those values, so
 /// Q5_0 weights run on these panels (at 36 bytes per 32 weights instead of 22).
-pub fn q5_0_as_q8_0(raw: &[u8]) -> Vec<u8> {
+fn q5_0_as_q8_0(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len() / Q5_0::BYTES * Q8_0::BYTES);
     for blk in raw.chunks_exact(Q5_0::BYTES) {
         let qh = u32_at(blk, Q5_0::QH);
@@ -57,7 +62,7 @@ pub fn q5_0_as_q8_0(raw: &[u8]) -> Vec<u8> {
 }
 
 /// GGUF Q8_0 rows (`n` rows of `k / 32` blocks of 34 bytes) → panels.
-pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
+fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
     super::panel::pack_blocks(raw, n, k, QK, Q8_0::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q8_0::D..Q8_0::D + 2]);
@@ -70,7 +75,7 @@ pub fn pack(raw: &[u8], n: usize, k: usize) -> Vec<u8> {
 }
 
 /// Column `c`'s GGUF Q8_0 block `b` back out of a panel (`pack`'s inverse).
-pub fn unpack(panel: &[u8], b: usize, c: usize, blk: &mut [u8]) {
+fn unpack(panel: &[u8], _nb: usize, b: usize, c: usize, blk: &mut [u8]) {
     let src = &panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
     blk[Q8_0::D..Q8_0::D + 2].copy_from_slice(&src[2 * c..2 * c + 2]);
     for l in 0..8 {
@@ -80,42 +85,66 @@ pub fn unpack(panel: &[u8], b: usize, c: usize, blk: &mut [u8]) {
     }
 }
 
-/// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.
-pub fn tile(isa: Isa, panel: &[u8], acts: &[Vec<Act>], out: *mut f32, ldo: usize) {
-    let nb = panel.len() / BLOCK_BYTES;
-    debug_assert!(acts.iter().all(|a| a.len() == nb) && acts.len() <= 8);
-    // Safety (both SIMD arms): `isa` comes from `feats::isa()`, so the features are present;
-    // every activation row has `nb` blocks; the caller owns out[r·ldo..+16] for each row.
-    #[cfg(target_arch = "x86_64")]
-    match isa {
-        Isa::Avx512Vnni => {
-            // Three rows: 24 accumulators, 3 scales, a weight group and temporaries in 32 zmm.
-            for (i, rows) in acts.chunks(3).enumerate() {
-                let a = |j: usize| &rows[j][..];
-                let o = unsafe { out.add(3 * i * ldo) };
-                let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
-                match rows.len() {
-                    1 => unsafe { tile_vnni::<1>([a(0)], panel, nb, o, ldo, next) },
-                    2 => unsafe { tile_vnni::<2>([a(0), a(1)], panel, nb, o, ldo, next) },
-                    _ => unsafe { tile_vnni::<3>([a(0), a(1), a(2)], panel, nb, o, ldo, next) },
-                }
-            }
-            return;
-        }
-        Isa::Avx2 => {
-            for (r, a) in acts.iter().enumerate() {
-                for half in 0..2 {
-                    unsafe { tile_avx2(a, panel, nb, half, out.add(r * ldo + 8 * half)) }
-                }
-            }
-            return;
-        }
-        Isa::Scalar => {}
-    }
-    tile_scalar(panel, nb, acts, out, ldo)
+/// Q8_0's entry of `super::TYPES`.
+pub(super) const TYPE: PanelType = PanelType {
+    dtype: GgmlDType::Q8_0,
+    qk: QK,
+    block_bytes: BLOCK_BYTES,
+    packs_on: every_isa,
+    pack,
+    unpack,
+    tiles,
+};
+
+/// Q5_0 weights on Q8_0 panels (`q5_0_as_q8_0`): rows come back as Q8_0.
+pub(super) const FROM_Q5_0: PanelType =
+    PanelType { pack: |raw, n, k| pack(&q5_0_as_q8_0(raw), n, k), ..TYPE };
+
+/// Activations as q8_0 blocks with their lane offsets, and the tile over them.
+fn tiles(isa: Isa, xs: &[f32], k: usize, _: &[RowPos]) -> Result<Box<TileFn>> {
+    let acts = quantize_rows(xs, k, quantize);
+    Ok(Box::new(move |panel, r0, rows, out, ldo| {
+        let a = row_slices(&acts[r0..r0 + rows]);
+        tile::<Kernels>(isa, panel, &a[..rows], &[], out, ldo)
+    }))
 }
 
-fn tile_scalar(panel: &[u8], nb: usize, acts: &[Vec<Act>], out: *mut f32, ldo: usize) {
+/// Q8_0's tile kernels.
+struct Kernels;
+
+impl TileKernels for Kernels {
+    type Act = Act;
+    const BLOCK_BYTES: usize = BLOCK_BYTES;
+
+    /// Three rows at a time: 24 accumulators, 3 scales, a weight group and temporaries in 32 zmm.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni(panel: &[u8], nb: usize, acts: &[&[Act]], _: &[bool], out: *mut f32, ldo: usize) {
+        for (i, a) in acts.chunks(3).enumerate() {
+            let o = out.add(3 * i * ldo);
+            let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+            match a.len() {
+                1 => tile_vnni::<1>([a[0]], panel, nb, o, ldo, next),
+                2 => tile_vnni::<2>([a[0], a[1]], panel, nb, o, ldo, next),
+                _ => tile_vnni::<3>([a[0], a[1], a[2]], panel, nb, o, ldo, next),
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(panel: &[u8], nb: usize, acts: &[&[Act]], _: &[bool], out: *mut f32, ldo: usize) {
+        for (r, a) in acts.iter().enumerate() {
+            for half in 0..2 {
+                tile_avx2(a, panel, nb, half, out.add(r * ldo + 8 * half))
+            }
+        }
+    }
+
+    fn scalar(panel: &[u8], nb: usize, acts: &[&[Act]], _: &[bool], out: *mut f32, ldo: usize) {
+        tile_scalar(panel, nb, acts, out, ldo)
+    }
+}
+
+fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act]], out: *mut f32, ldo: usize) {
     for (r, a) in acts.iter().enumerate() {
         let mut acc = [[0f32; 8]; PANEL];
         for (b, blk) in panel.chunks_exact(BLOCK_BYTES).take(nb).enumerate() {
@@ -134,7 +163,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[Vec<Act>], out: *mut f32, ldo: u
             }
         }
         for (c, lanes) in acc.into_iter().enumerate() {
-            // Safety: the caller owns out[r·ldo..r·ldo + 16].
+            // SAFETY: the caller owns out[r·ldo..r·ldo + 16].
             unsafe { *out.add(r * ldo + c) = hsum8(lanes) };
         }
     }

@@ -1,0 +1,201 @@
+//! Bidirectional multi-head attention of the vision tower, rounding as llama.cpp's CPU backend
+//! rounds `clip.cpp`'s graph (flash attention off): per head `K·Q` (`ggml_vec_dot_f32`: the
+//! views are not contiguous, so tinyBLAS is skipped), `soft_max_ext` in f32 (ggml's vector
+//! `expf`, sums in f64), then `V·P` through tinyBLAS (or `ggml_vec_dot_f32` when positions %
+//! 16 ≠ 0). The dot orders are `float_dots`' (`dots16_blocks` for sixteen outputs at once).
+
+use crate::kernels::cpu::blocks::{hsum8, reduce16};
+use crate::kernels::cpu::expf::{exp_variant, ggml_expf, simd_width, ExpVariant};
+use crate::kernels::cpu::feats::with_avx2_codegen;
+use crate::kernels::cpu::float_dots::{dot_single_f32_sl, dot_tiled_sl, dots16_blocks};
+use crate::runtime::pool::{self, SyncPtr};
+
+/// `ggml_soft_max_ext(·, no mask, scale)` on one row, in place.
+#[inline(always)]
+fn softmax_row(w: &mut [f32], scale: f32) {
+    let var = exp_variant();
+    let lanes = simd_width(var);
+    for v in w.iter_mut() {
+        *v *= scale;
+    }
+    let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    let whole = if lanes > 1 { w.len() / lanes * lanes } else { 0 };
+    #[cfg(target_arch = "x86_64")]
+    if var == ExpVariant::Avx512 {
+        // SAFETY: the Avx512 variant is only detected with AVX-512 F and DQ.
+        sum = unsafe { exp_chunks16(&mut w[..whole], max) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    let whole_done = var == ExpVariant::Avx512;
+    #[cfg(not(target_arch = "x86_64"))]
+    let whole_done = false;
+    for c in w[..if whole_done { 0 } else { whole }].chunks_mut(lanes) {
+        let mut l = [0f32; 16];
+        for (e, s) in c.iter_mut().zip(l.iter_mut()) {
+            *e = ggml_expf(*e - max, var);
+            *s = *e;
+        }
+        sum += if lanes == 16 { reduce16(&l) } else { hsum8(l[..8].try_into().unwrap()) } as f64;
+    }
+    for e in w[whole..].iter_mut() {
+        *e = (*e - max).exp();
+        sum += *e as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for e in w.iter_mut() {
+        *e *= inv;
+    }
+}
+
+/// `e = expf(w − max)` in place over whole 16-lane chunks with ggml's AVX-512 `expf`, each
+/// chunk's tree sum added in f64; returns the sum.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn exp_chunks16(w: &mut [f32], max: f32) -> f64 {
+    use std::arch::x86_64::*;
+    let m = _mm512_set1_ps(max);
+    let mut sum = 0f64;
+    for c in w.chunks_exact_mut(16) {
+        let e = crate::kernels::cpu::expf::expf16(_mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), m));
+        _mm512_storeu_ps(c.as_mut_ptr(), e);
+        let l: &[f32; 16] = (&*c).try_into().unwrap_or(&[0.0; 16]);
+        sum += reduce16(l) as f64;
+    }
+    sum
+}
+
+/// Queries per attention task: a head's K and V rows are read once for this many queries.
+const QUERY_BLOCK: usize = 16;
+
+/// Blocks of 16 outputs' operands, contiguous (strided rows would alias in the L1): K as
+/// [head][key block][e][16 keys], V as [head][channel block][position][16 channels], and V
+/// transposed (row (h, c) holds V[·, h·hd + c] over positions) for channels past the last
+/// block of 16.
+struct Blocks {
+    kb: Vec<f32>,
+    vb: Vec<f32>,
+    vt: Vec<f32>,
+}
+
+fn blocks(k: &[f32], v: &[f32], n: usize, heads: usize, d: usize) -> Blocks {
+    let hd = d / heads;
+    let mut vt = vec![0f32; d * n];
+    for j in 0..n {
+        for c in 0..d {
+            vt[c * n + j] = v[j * d + c];
+        }
+    }
+    let (nb, ncb) = (n / 16, hd / 16);
+    let mut kb = vec![0f32; heads * nb * hd * 16];
+    for h in 0..heads {
+        for jb in 0..nb {
+            for e in 0..hd {
+                for o in 0..16 {
+                    kb[((h * nb + jb) * hd + e) * 16 + o] = k[(jb * 16 + o) * d + h * hd + e];
+                }
+            }
+        }
+    }
+    let mut vb = vec![0f32; heads * ncb * n * 16];
+    for h in 0..heads {
+        for cb in 0..ncb {
+            for j in 0..n {
+                let at = ((h * ncb + cb) * n + j) * 16;
+                vb[at..at + 16].copy_from_slice(&v[j * d + h * hd + cb * 16..j * d + h * hd + cb * 16 + 16]);
+            }
+        }
+    }
+    Blocks { kb, vb, vt }
+}
+
+/// Bidirectional multi-head attention: `q`, `k`, `v` are `[n, heads·hd]`; returns the same.
+/// Each output is computed in ggml's order whatever the blocking (see the module doc): K·Q
+/// sixteen keys at a time, V·P sixteen channels at a time, lane-parallel over those outputs.
+pub fn attention(q: &[f32], k: &[f32], v: &[f32], n: usize, heads: usize, scale: f32) -> Vec<f32> {
+    let d = q.len() / n;
+    let hd = d / heads;
+    let mut out = vec![0f32; n * d];
+    let op = SyncPtr(out.as_mut_ptr());
+    let bl = blocks(k, v, n, heads, d);
+    let blocks = n.div_ceil(QUERY_BLOCK);
+    pool::run(heads * blocks, &|t| {
+        with_avx2_codegen(
+            #[inline(always)]
+            || {
+                let (h, i0) = (t / blocks, (t % blocks) * QUERY_BLOCK);
+                let rows = QUERY_BLOCK.min(n - i0);
+                let mut p = vec![0f32; rows * n];
+                scores(&mut p, q, k, &bl.kb, (n, d, hd), h, i0);
+                for pr in p.chunks_exact_mut(n) {
+                    softmax_row(pr, scale);
+                }
+                for (r, pr) in p.chunks_exact(n).enumerate() {
+                    values(pr, &bl, (n, hd), h, (i0 + r) * d, op);
+                }
+            },
+        )
+    });
+    out
+}
+
+/// Scores `q_i·k_j` of head h's queries `i0..` (`p.len() / n` of them) into rows of `p`.
+#[inline(always)]
+fn scores(
+    p: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    kb: &[f32],
+    (n, d, hd): (usize, usize, usize),
+    h: usize,
+    i0: usize,
+) {
+    let (n16, nb) = (n / 16 * 16, n / 16);
+    let (lo, hi) = (h * hd, (h + 1) * hd);
+    for (r, pr) in p.chunks_exact_mut(n).enumerate() {
+        let i = i0 + r;
+        let qi = &q[i * d + lo..i * d + hi];
+        for j0 in (0..n16).step_by(16) {
+            let blk = &kb[(h * nb + j0 / 16) * hd * 16..(h * nb + j0 / 16 + 1) * hd * 16];
+            pr[j0..j0 + 16].copy_from_slice(&dots16_blocks(hd, false, blk, qi));
+        }
+        for j in n16..n {
+            pr[j] = dot_single_f32_sl(&k[j * d + lo..j * d + hi], qi);
+        }
+    }
+}
+
+/// Head h's outputs `Σ p·v` of one query (weights `pr`) into its output row at `row`.
+#[inline(always)]
+fn values(pr: &[f32], bl: &Blocks, (n, hd): (usize, usize), h: usize, row: usize, op: SyncPtr<f32>) {
+    let tiled = n.is_multiple_of(16);
+    let ncb = hd / 16;
+    let lo = h * hd;
+    let mut c = 0;
+    while c + 16 <= hd {
+        let blk = &bl.vb[(h * ncb + c / 16) * n * 16..(h * ncb + c / 16 + 1) * n * 16];
+        let o = dots16_blocks(n, tiled, blk, pr);
+        // SAFETY: `row + lo + c + 16 ≤ n·d` (the query's row, head h's channels c..c + 16 < hd);
+        // task (h, block) alone writes its rows' head-h columns.
+        unsafe { std::ptr::copy_nonoverlapping(o.as_ptr(), op.get().add(row + lo + c), 16) };
+        c += 16;
+    }
+    for c in c..hd {
+        let vr = &bl.vt[(lo + c) * n..(lo + c + 1) * n];
+        let o = if tiled { dot_tiled_sl(vr, pr) } else { dot_single_f32_sl(vr, pr) };
+        // SAFETY: as above, for channel c < hd.
+        unsafe { *op.get().add(row + lo + c) = o };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_rows_sum_to_one() {
+        let mut w: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin() * 4.0).collect();
+        softmax_row(&mut w, 0.25);
+        assert!((w.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    }
+}

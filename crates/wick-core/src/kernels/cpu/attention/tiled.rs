@@ -1,0 +1,139 @@
+//! Tiles of new tokens per task (ggml's tiled path, AVX-512): every query of the tile shares
+//! each K and V load, in tinyBLAS's order per output.
+
+use std::ops::Range;
+
+use super::{avx512, prefetch, put_scores, round_to_f16, softmax_f16, Plan, SeqAttn};
+use crate::kernels::cpu::feats::with_avx2_codegen;
+use crate::runtime::pool::SyncPtr;
+
+/// A tile's task: new tokens `i0..` of sequence `si` against KV head `g`, `nq` queries (query
+/// `qi` is head `g·group + qi % group` of token `i0 + qi / group`), positions up to `t_hi`
+/// (rows of `row`, whole chunks of 16).
+struct Tile {
+    si: usize,
+    g: usize,
+    i0: usize,
+    nq: usize,
+    t_hi: usize,
+    row: usize,
+    pos0: usize,
+    group: usize,
+    window: Option<usize>,
+}
+
+impl Tile {
+    /// Positions query `qi` attends.
+    #[inline(always)]
+    fn t_len(&self, qi: usize) -> usize {
+        self.pos0 + self.i0 + qi / self.group + 1
+    }
+
+    /// Query `qi`'s window start.
+    #[inline(always)]
+    fn t0(&self, qi: usize) -> usize {
+        self.window.map_or(0, |w| self.t_len(qi).saturating_sub(w))
+    }
+}
+
+impl Plan<'_, '_> {
+    /// New tokens `tokens` of sequence `si` against KV head `g`, AVX-512 (`wide_tiles`; as
+    /// ggml's tiled flash attention): the queries of all of them (the group's heads of each
+    /// token) share every K and V load, six at a time through the tile kernels; each output
+    /// sees the fmas of `one_token`'s tinyBLAS order.
+    pub(super) fn tile_of_tokens(
+        &self,
+        si: usize,
+        tokens: Range<usize>,
+        g: usize,
+        scratch: &mut [f32],
+        op: SyncPtr<f32>,
+    ) {
+        with_avx2_codegen(
+            #[inline(always)]
+            || {
+                let SeqAttn { q, pos0, .. } = self.seqs[si];
+                let (hd, group, n_head) = (self.hd, self.group, self.n_head);
+                let (i0, nq) = (tokens.start, tokens.len() * group);
+                let t_hi = pos0 + tokens.end;
+                let row = t_hi.div_ceil(16) * 16;
+                let tile = Tile { si, g, i0, nq, t_hi, row, pos0, group, window: self.window };
+                let (q16, rest) = scratch[..nq * (hd + 2 * row)].split_at_mut(nq * hd);
+                let (w, p16) = rest.split_at_mut(nq * row);
+                for (qi, qd) in q16.chunks_exact_mut(hd).enumerate() {
+                    let (i, h) = (i0 + qi / group, g * group + qi % group);
+                    round_to_f16(&q[(i * n_head + h) * hd..][..hd], qd);
+                }
+                self.tile_scores(&tile, q16, w);
+                for (qi, (wq, pq)) in w.chunks_exact(row).zip(p16.chunks_exact_mut(row)).enumerate() {
+                    let own = tile.t_len(qi).div_ceil(16) * 16;
+                    softmax_f16(&wq[..own], &mut pq[..own], self.var);
+                    // Past its own positions a row weighs the tile's later tokens by exact zeros (their
+                    // values are stored and finite), which leaves every sum as its own positions make it.
+                    pq[own..].fill(0.0);
+                }
+                self.tile_values(&tile, p16, op);
+            },
+        )
+    }
+
+    /// The tile's scaled scores into `w` (`nq` rows of `row`), each query's outside its own
+    /// positions and window left at −∞.
+    #[inline(always)]
+    fn tile_scores(&self, tile: &Tile, q16: &[f32], w: &mut [f32]) {
+        let (kv, hd, g, nq, row, t_hi) =
+            (self.seqs[tile.si].kv, self.hd, tile.g, tile.nq, tile.row, tile.t_hi);
+        let qs = |qi: usize| &q16[qi * hd..(qi + 1) * hd];
+        w.fill(f32::NEG_INFINITY);
+        let mut block = [[0f32; 16]; 6];
+        // From the first query's window start (the earliest); each query keeps its own range.
+        let mut t = tile.t0(0) & !15;
+        while t < t_hi {
+            if t + 16 < t_hi {
+                prefetch(kv.keys(g, t + 16, 16));
+            }
+            for c0 in (0..nq).step_by(6) {
+                let n = (nq - c0).min(6);
+                // SAFETY: AVX-512 checked (`wide_tiles`); hd a multiple of 16; t of 16 and the
+                // chunk's keys are stored (blocks are whole chunks).
+                unsafe { by_count!(avx512::kq16_tile, n, |k: usize| qs(c0 + k), block, kv, g, t) };
+                for (k, s) in block.iter().take(n).enumerate() {
+                    let qi = c0 + k;
+                    put_scores(&mut w[qi * row + t..], s, t, (tile.t0(qi), tile.t_len(qi)), self.scale);
+                }
+            }
+            t += 16;
+        }
+    }
+
+    /// The tile's outputs `Σ p·v` from the weights `p16` (`nq` rows of `row`), written into
+    /// the pass's output at `op`.
+    #[inline(always)]
+    fn tile_values(&self, tile: &Tile, p16: &[f32], op: SyncPtr<f32>) {
+        let (kv, hd, g, group, nq) = (self.seqs[tile.si].kv, self.hd, tile.g, self.group, tile.nq);
+        let ps = |qi: usize| &p16[qi * tile.row..qi * tile.row + tile.t_hi];
+        let mut block = [[0f32; 16]; 6];
+        for d0 in (0..hd).step_by(16) {
+            for c0 in (0..nq).step_by(6) {
+                let n = (nq - c0).min(6);
+                // SAFETY: AVX-512 checked (`wide_tiles`); the view holds positions `0..t_hi`,
+                // dims to `hd` (a multiple of 16).
+                unsafe { by_count!(avx512::pv16_tile, n, |k: usize| ps(c0 + k), block, kv, g, d0) };
+                for (k, o) in block.iter().take(n).enumerate() {
+                    let qi = c0 + k;
+                    let (i, h) = (tile.i0 + qi / group, g * group + qi % group);
+                    // SAFETY: row `row0[si] + i` of the output (`n_rows · n_head · hd` values)
+                    // holds head h's dims d0..d0 + 16 (d0 + 16 ≤ hd); this task alone writes
+                    // its queries' slices of these rows.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            op.get().add(((self.row0[tile.si] + i) * self.n_head + h) * hd + d0),
+                            16,
+                        )
+                    };
+                    dst.copy_from_slice(o);
+                }
+            }
+        }
+    }
+}
