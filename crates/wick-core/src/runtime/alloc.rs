@@ -14,7 +14,7 @@ pub fn keep_freed_memory() {
             }
             const M_TRIM_THRESHOLD: i32 = -1;
             const M_MMAP_THRESHOLD: i32 = -3;
-            // Safety: mallopt only changes allocator parameters; 32 MiB is glibc's maximum
+            // SAFETY: mallopt only changes allocator parameters; 32 MiB is glibc's maximum
             // mmap threshold on 64-bit targets.
             unsafe {
                 mallopt(M_MMAP_THRESHOLD, 32 << 20);
@@ -33,7 +33,7 @@ pub fn release_freed_memory() {
         extern "C" {
             fn malloc_trim(pad: usize) -> i32;
         }
-        // Safety: malloc_trim only returns free pages to the kernel.
+        // SAFETY: malloc_trim only returns free pages to the kernel.
         unsafe {
             malloc_trim(0);
         }
