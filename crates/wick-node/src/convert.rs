@@ -15,7 +15,9 @@ pub struct LoadOptions {
     pub max_sequences: Option<u32>,
     pub max_queue: Option<u32>,
     pub step_tokens: Option<u32>,
-    /// Prompt tokens per sequence per step; 0 = the whole prompt in one pass.
+    /// Prompt tokens per sequence per step; absent = the engine's default (256). 0 = the
+    /// whole prompt in one pass: the one sentinel, turned into the engine's `None` at load
+    /// (`Engine::load`) and nowhere else.
     pub prefill_chunk: Option<u32>,
     /// Tokens the shared KV pool holds (all sequences); default context size × sequences.
     pub kv_tokens: Option<u32>,
@@ -55,6 +57,13 @@ pub struct ModelInfo {
     pub threads: u32,
     /// A vision projector is loaded: requests may carry images.
     pub vision: bool,
+    /// Sequences decoded together (the engine's default when the load left it out).
+    pub max_sequences: u32,
+    /// Tokens the shared KV pool holds, all sequences together; 0 when vocab-only.
+    pub kv_tokens: f64,
+    /// KV cache bytes one token takes (attention layers only; LFM2's conv layers hold none);
+    /// 0 when vocab-only.
+    pub kv_bytes_per_token: f64,
 }
 
 impl From<&EngineInfo> for ModelInfo {
@@ -79,6 +88,9 @@ impl From<&EngineInfo> for ModelInfo {
             vocab_only: i.vocab_only,
             threads: i.threads as u32,
             vision: i.vision,
+            max_sequences: i.max_sequences as u32,
+            kv_tokens: i.kv_tokens as f64,
+            kv_bytes_per_token: i.kv_bytes_per_token as f64,
         }
     }
 }

@@ -18,7 +18,7 @@ use wick_core::request::EventReceiver;
 use convert::{
     EngineHealth, GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics, ModelInfo, SequenceEvent,
 };
-use error::{blocking, guarded, promise, to_js, Result};
+use error::{blocking, guarded, guarded_core, promise, to_js, Result};
 use wick_core::engine::Canceller;
 use wick_core::WickError;
 
@@ -43,6 +43,7 @@ impl Engine {
         if let Some(n) = opts.step_tokens {
             o.step_tokens = n as usize;
         }
+        // The one place the JS sentinel (0 = the whole prompt) becomes the engine's None.
         if let Some(n) = opts.prefill_chunk {
             o.prefill_chunk = (n > 0).then_some(n as usize);
         }
@@ -92,10 +93,12 @@ impl Engine {
         guarded("tokenId", || Ok(self.inner.tokenizer().token_id(&text)))
     }
 
+    /// Queues a request. A CONTEXT_LENGTH_EXCEEDED error carries `promptTokens`,
+    /// `contextSize` and (when set) `maxTokens` beside its code and message.
     #[napi(catch_unwind)]
-    pub fn submit(&self, opts: GenerateOptions) -> Result<Sequence> {
-        guarded("submit", || {
-            let handle = self.inner.submit(opts.into()).map_err(to_js)?;
+    pub fn submit(&self, env: &Env, opts: GenerateOptions) -> napi::Result<Sequence> {
+        guarded_core(env, "submit", || {
+            let handle = self.inner.submit(opts.into())?;
             let canceller = handle.canceller();
             Ok(Sequence { events: Arc::new(Mutex::new(handle.events)), canceller })
         })

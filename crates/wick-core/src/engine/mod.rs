@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 
 use candle_core::Device;
 
-use crate::cache::{KvPool, BLOCK_SIZE};
+use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::metrics::{Metrics, MetricsSnapshot};
@@ -22,18 +22,26 @@ use crate::scheduler::images::{expand, Expanded};
 use crate::scheduler::{Command, Fault, Health, Scheduler, SchedulerConfig, Sequence};
 use crate::tokenizer::Tokenizer;
 
+/// Tokens per sequence when `EngineOptions::context_size` is None and the model does not say
+/// how long it was trained (else the smaller of the two).
+pub const DEFAULT_CONTEXT_SIZE: usize = 4096;
+
+/// Sequences decoded together unless `EngineOptions::max_sequences` says otherwise.
+pub const DEFAULT_MAX_SEQUENCES: usize = 4;
+
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
     pub model_path: PathBuf,
-    /// Tokens per sequence; default min(4096, the model's training context).
+    /// Tokens per sequence; default min(`DEFAULT_CONTEXT_SIZE`, the model's training context).
     pub context_size: Option<usize>,
-    /// Sequences decoded together.
+    /// Sequences decoded together (at least 1); default `DEFAULT_MAX_SEQUENCES`.
     pub max_sequences: usize,
     /// Requests that may wait for admission before submit fails with QUEUE_FULL.
     pub max_queue: usize,
     /// Tokens per forward step, decodes and prompt chunks together.
     pub step_tokens: usize,
-    /// Prompt tokens a sequence feeds per step (chunked prefill); None = the whole prompt.
+    /// Prompt tokens a sequence feeds per step (chunked prefill); None = the whole prompt in
+    /// one pass (the binding's `prefillChunk: 0`). Default 256.
     pub prefill_chunk: Option<usize>,
     /// Tokens the shared KV pool holds, all sequences together; None = context size ×
     /// sequences. A smaller pool serves the same load by preempting.
@@ -64,7 +72,7 @@ impl EngineOptions {
         Self {
             model_path: model_path.into(),
             context_size: None,
-            max_sequences: 4,
+            max_sequences: DEFAULT_MAX_SEQUENCES,
             max_queue: 256,
             step_tokens: 512,
             prefill_chunk: Some(256),
@@ -96,6 +104,14 @@ pub struct EngineInfo {
     pub threads: usize,
     /// A vision projector is loaded (requests may carry images).
     pub vision: bool,
+    /// Sequences decoded together (`EngineOptions::max_sequences`, at least 1).
+    pub max_sequences: usize,
+    /// Tokens the shared KV pool holds, all sequences together (whole blocks); 0 when
+    /// vocab-only.
+    pub kv_tokens: usize,
+    /// KV bytes one token takes in the pool (f16 keys and values of the attention layers;
+    /// LFM2's conv layers hold none); 0 when vocab-only.
+    pub kv_bytes_per_token: usize,
 }
 
 /// A submitted request: its event stream and its cancel switch. Dropping the stream also
@@ -203,6 +219,9 @@ impl Engine {
             vocab_only: opts.vocab_only,
             threads,
             vision: vision.is_some(),
+            max_sequences: max_seqs,
+            kv_tokens: kv.as_ref().map_or(0, KvPool::capacity_tokens),
+            kv_bytes_per_token: kv.as_ref().map_or(0, |p| kv_bytes_per_token(p.layout())),
         };
         // The weights now live in the model's tensors: release the map, and the load's scratch
         // (candle copies, the tokenizer thread's arena) with it.
@@ -217,7 +236,7 @@ impl Engine {
                 let cfg = SchedulerConfig {
                     max_seqs,
                     step_tokens: opts.step_tokens,
-                    prefill_chunk: opts.prefill_chunk.unwrap_or(usize::MAX),
+                    prefill_chunk: opts.prefill_chunk,
                     fault,
                 };
                 let parts =
@@ -266,10 +285,11 @@ impl Engine {
         }
         let wanted = n_prompt + req.max_tokens.unwrap_or(1);
         if n_prompt >= ctx || wanted > ctx {
-            return Err(WickError::ContextLengthExceeded(format!(
-                "this model's context length is {ctx} tokens; the request has {n_prompt} prompt tokens{}",
-                req.max_tokens.map_or(String::new(), |m| format!(" and asks for {m} more"))
-            )));
+            return Err(WickError::ContextLengthExceeded {
+                prompt_tokens: n_prompt,
+                context_size: ctx,
+                max_tokens: req.max_tokens,
+            });
         }
         let limit = req.max_tokens.map_or(ctx, |m| n_prompt + m);
         if self.info.vocab_only {
@@ -424,11 +444,11 @@ fn load_vision(opts: &EngineOptions, model_info: &ModelInfo) -> Result<Option<Ar
     Ok(Some(Arc::new(v)))
 }
 
-/// The context size asked for, else min(4096, the model's training context); before the KV
-/// pool caps it.
+/// The context size asked for, else min(`DEFAULT_CONTEXT_SIZE`, the model's training
+/// context); before the KV pool caps it.
 fn requested_context_size(asked: Option<usize>, model_info: &ModelInfo) -> Result<usize> {
-    let train_ctx = if model_info.n_ctx_train > 0 { model_info.n_ctx_train } else { 4096 };
-    let context_size = asked.unwrap_or(4096.min(train_ctx));
+    let train_ctx = if model_info.n_ctx_train > 0 { model_info.n_ctx_train } else { DEFAULT_CONTEXT_SIZE };
+    let context_size = asked.unwrap_or(DEFAULT_CONTEXT_SIZE.min(train_ctx));
     if context_size < 2 {
         return Err(WickError::InvalidRequest(format!("context size {context_size} is too small")));
     }
