@@ -167,7 +167,7 @@ export interface GenerateOptions {
   images?: Array<ImageInput>
 }
 
-/** A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::ModelInfo). */
+/** A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::GgufHeaderInfo). */
 export interface GgufInfo {
   architecture: string
   name?: string
@@ -321,6 +321,10 @@ export interface Metrics {
   imageCacheHitsTotal: number
 }
 
+/**
+ * What a loaded engine reports (`Engine.info()`, the `ModelInfo` type in JS): the model, its
+ * limits and the engine's sizing facts (`wick_core::engine::EngineInfo`).
+ */
 export interface ModelInfo {
   architecture: string
   name?: string

@@ -30,7 +30,7 @@ impl Script {
     }
 }
 
-/// The scripts of issue #13's end-to-end tests: Pythonic and JSON tool calls, text before
+/// The scripts of the tool-calling end-to-end tests: Pythonic and JSON tool calls, text before
 /// two parallel calls, a plain non-ASCII answer, and control tokens that must not reach
 /// clients.
 #[rustfmt::skip]

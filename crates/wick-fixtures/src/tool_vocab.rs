@@ -13,7 +13,7 @@ use super::gguf_write::Meta;
 use wick_core::tokenizer::byte_chars;
 
 /// Control tokens, id = index: LFM2's first 14, then the image tokens and a reserved token
-/// that models emit mid-text (issue #13) and clients must never see.
+/// that models emit mid-text and clients must never see.
 pub const LFM2_CONTROL_TOKENS: &[&str] = &[
     "<|pad|>",
     "<|startoftext|>",

@@ -5,8 +5,8 @@
 extern crate napi_derive;
 
 pub mod conversion;
-mod convert;
 mod error;
+mod js_objects;
 
 use std::sync::Arc;
 
@@ -15,10 +15,11 @@ use napi::Env;
 use tokio::sync::Mutex;
 use wick_core::request::EventReceiver;
 
-use convert::{
-    EngineHealth, GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics, ModelInfo, SequenceEvent,
-};
 use error::{blocking, guarded, guarded_core, promise, to_js, Result};
+use js_objects::{
+    EngineHealth, EngineInfoJs, GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics,
+    SequenceEvent,
+};
 use wick_core::engine::Canceller;
 use wick_core::WickError;
 
@@ -62,7 +63,7 @@ impl Engine {
     }
 
     #[napi(catch_unwind)]
-    pub fn info(&self) -> Result<ModelInfo> {
+    pub fn info(&self) -> Result<EngineInfoJs> {
         guarded("info", || Ok(self.inner.info().into()))
     }
 
@@ -161,7 +162,7 @@ pub fn inspect_model(
 ) -> napi::Result<AsyncBlock<GgufInfo>> {
     let max_array_len = opts.and_then(|o| o.max_array_len);
     let read = move || {
-        let mut info = wick_core::gguf::info::ModelInfo::from_path(&path)?;
+        let mut info = wick_core::gguf::info::GgufHeaderInfo::from_path(&path)?;
         if let Some(n) = max_array_len {
             info.truncate_arrays(n as usize);
         }

@@ -14,7 +14,7 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::vision::{VisionModel, VisionOptions};
-use crate::models::{self, ModelInfo};
+use crate::models::{self, ModelHparams};
 use crate::request::{event_channel, EventReceiver, GenerateRequest};
 use crate::runtime::pool;
 use crate::sampling::grammar::GrammarCompiler;
@@ -91,7 +91,7 @@ impl EngineOptions {
 /// Facts about the loaded model that the control plane needs (templates, limits, listing).
 #[derive(Debug, Clone)]
 pub struct EngineInfo {
-    pub model: ModelInfo,
+    pub model: ModelHparams,
     pub name: Option<String>,
     pub context_size: usize,
     pub file_size: usize,
@@ -189,10 +189,10 @@ impl Engine {
         let name = gguf.metadata.opt_str("general.name")?.map(str::to_string);
         let model_info = match &model {
             Some(m) => m.info().clone(),
-            None => ModelInfo {
+            None => ModelHparams {
                 architecture: gguf.architecture().unwrap_or("unknown").to_string(),
                 n_vocab: tokenizer.n_vocab(),
-                ..ModelInfo::default()
+                ..ModelHparams::default()
             },
         };
         let vision = load_vision(&opts, &model_info)?;
@@ -428,7 +428,7 @@ fn load_tokenizer_and_model(
 
 /// The vision projector, when one is asked for and the engine generates; its embedding width
 /// must be the model's.
-fn load_vision(opts: &EngineOptions, model_info: &ModelInfo) -> Result<Option<Arc<VisionModel>>> {
+fn load_vision(opts: &EngineOptions, model_info: &ModelHparams) -> Result<Option<Arc<VisionModel>>> {
     let (Some(p), false) = (&opts.mmproj, opts.vocab_only) else {
         return Ok(None);
     };
@@ -446,7 +446,7 @@ fn load_vision(opts: &EngineOptions, model_info: &ModelInfo) -> Result<Option<Ar
 
 /// The context size asked for, else min(`DEFAULT_CONTEXT_SIZE`, the model's training
 /// context); before the KV pool caps it.
-fn requested_context_size(asked: Option<usize>, model_info: &ModelInfo) -> Result<usize> {
+fn requested_context_size(asked: Option<usize>, model_info: &ModelHparams) -> Result<usize> {
     let train_ctx = if model_info.n_ctx_train > 0 { model_info.n_ctx_train } else { DEFAULT_CONTEXT_SIZE };
     let context_size = asked.unwrap_or(DEFAULT_CONTEXT_SIZE.min(train_ctx));
     if context_size < 2 {

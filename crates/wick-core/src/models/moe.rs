@@ -26,7 +26,8 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
 use crate::kernels::cpu::expf;
-use crate::kernels::cpu::feats::fast;
+// `feats::fast` runs a closure compiled for AVX2/FMA/F16C where the CPU has them.
+use crate::kernels::cpu::feats::fast as with_avx2_fma;
 use crate::kernels::cpu::float_dots::{dot_single, dot_tiled};
 use crate::kernels::PackedWeight;
 use crate::runtime::pool;
@@ -164,10 +165,10 @@ impl Moe {
     /// Selected experts (best first) and their renormalised weights for one token.
     fn route(&self, x: &[f32], several: bool) -> (Vec<usize>, Vec<f32>) {
         let d = self.d;
-        // A plain loop, not an iterator chain: the dots must be inlined into `fast`'s copy,
-        // or each `mul_add` is a libm `fmaf` call (a fifth of a 512-token MoE prefill).
+        // A plain loop, not an iterator chain: the dots must be inlined into the AVX2/FMA copy,
+        // or each `mul_add` is a call to libm's software `fmaf`, which dominates the router.
         let mut probs = vec![0f32; self.n_expert()];
-        fast(
+        with_avx2_fma(
             #[inline(always)]
             || {
                 for (p, w) in probs.iter_mut().zip(self.router.chunks_exact(d)) {

@@ -1,7 +1,7 @@
-//! Allocator tuning for the forward pass. Every op allocates its output (a prefill step's
-//! FFN activations are ~10 MB); with glibc's defaults such blocks are mapped fresh and freed
-//! back to the kernel, so each step pays page faults and page clearing for them (~6 % of a
-//! 512-token prefill). Keeping freed memory in the process makes later steps reuse it.
+//! Allocator tuning for the forward pass. Every op allocates its output, and a prefill step's
+//! FFN activations are large blocks; with glibc's defaults such blocks are mapped fresh and
+//! freed back to the kernel, so each step pays page faults and page clearing for them.
+//! Keeping freed memory in the process makes later steps reuse it.
 
 /// Raises glibc's mmap and trim thresholds once per process (no-op elsewhere).
 pub fn keep_freed_memory() {

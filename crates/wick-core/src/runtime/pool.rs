@@ -4,7 +4,7 @@
 //! Why not rayon's global pool: a rayon call from a non-pool thread (Wick's scheduler) queues
 //! the job, puts the caller to sleep and wakes it when the job is done — two cross-thread
 //! wake-ups per op, a few hundred ops per token. On a loaded 2-core machine each wake-up can
-//! wait a whole scheduler slice, which is how decode fell to ~2 tok/s at 2 threads. Here the
+//! wait a whole scheduler slice, and decode slows to a crawl at few threads. Here the
 //! caller runs tasks itself and only waits for tasks a helper has already claimed: a helper
 //! that is slow to wake costs nothing, the caller simply does its share.
 //!

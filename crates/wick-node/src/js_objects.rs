@@ -35,8 +35,10 @@ pub struct LoadOptions {
     pub image_max_tokens: Option<u32>,
 }
 
-#[napi(object)]
-pub struct ModelInfo {
+/// What a loaded engine reports (`Engine.info()`, the `ModelInfo` type in JS): the model, its
+/// limits and the engine's sizing facts (`wick_core::engine::EngineInfo`).
+#[napi(object, js_name = "ModelInfo")]
+pub struct EngineInfoJs {
     pub architecture: String,
     pub name: Option<String>,
     pub n_vocab: u32,
@@ -66,7 +68,7 @@ pub struct ModelInfo {
     pub kv_bytes_per_token: f64,
 }
 
-impl From<&EngineInfo> for ModelInfo {
+impl From<&EngineInfo> for EngineInfoJs {
     fn from(i: &EngineInfo) -> Self {
         let m = &i.model;
         Self {
@@ -116,7 +118,7 @@ pub struct QuantShare {
     pub bytes: f64,
 }
 
-/// A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::ModelInfo).
+/// A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::GgufHeaderInfo).
 #[napi(object)]
 pub struct GgufInfo {
     pub architecture: String,
@@ -143,8 +145,8 @@ pub struct GgufInfo {
     pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
-impl From<info::ModelInfo> for GgufInfo {
-    fn from(i: info::ModelInfo) -> Self {
+impl From<info::GgufHeaderInfo> for GgufInfo {
+    fn from(i: info::GgufHeaderInfo) -> Self {
         let n = |v: Option<u64>| v.map(|x| x as f64);
         Self {
             name: i.name,
