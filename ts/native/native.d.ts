@@ -31,6 +31,10 @@ export declare class Engine {
   detokenize(ids: Array<number>, skipSpecial?: boolean | undefined | null): string
   /** Exact vocabulary lookup of a token's text (e.g. a template's special tokens). */
   tokenId(text: string): number | null
+  /**
+   * Queues a request. A CONTEXT_LENGTH_EXCEEDED error carries `promptTokens`,
+   * `contextSize` and (when set) `maxTokens` beside its code and message.
+   */
   submit(opts: GenerateOptions): Sequence
   metrics(): Metrics
   /**
@@ -104,6 +108,12 @@ export interface EngineHealth {
   reason?: string
 }
 
+/** An error code the binding puts in `err.code`. */
+export type ErrorCode = 'INVALID_REQUEST' | 'CONTEXT_LENGTH_EXCEEDED' | 'INVALID_GRAMMAR' | 'MODEL_LOAD_FAILED' | 'UNSUPPORTED_ARCHITECTURE' | 'UNSUPPORTED_TOKENIZER' | 'QUEUE_FULL' | 'CANCELLED' | 'ENGINE_STOPPED' | 'INTERNAL' | 'ENGINE_DEAD' | 'CONVERT_FAILED'
+
+/** Every error code, the engine's in its order, then CONVERT_FAILED. */
+export declare function errorCodes(): Array<ErrorCode>
+
 /** Why a sequence ended. */
 export type FinishReason = 'stop' | 'length' | 'cancelled'
 
@@ -157,7 +167,7 @@ export interface GenerateOptions {
   images?: Array<ImageInput>
 }
 
-/** A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::ModelInfo). */
+/** A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::GgufHeaderInfo). */
 export interface GgufInfo {
   architecture: string
   name?: string
@@ -232,7 +242,11 @@ export interface LoadOptions {
   maxSequences?: number
   maxQueue?: number
   stepTokens?: number
-  /** Prompt tokens per sequence per step; 0 = the whole prompt in one pass. */
+  /**
+   * Prompt tokens per sequence per step; absent = the engine's default (256). 0 = the
+   * whole prompt in one pass: the one sentinel, turned into the engine's `None` at load
+   * (`Engine::load`) and nowhere else.
+   */
   prefillChunk?: number
   /** Tokens the shared KV pool holds (all sequences); default context size × sequences. */
   kvTokens?: number
@@ -307,6 +321,10 @@ export interface Metrics {
   imageCacheHitsTotal: number
 }
 
+/**
+ * What a loaded engine reports (`Engine.info()`, the `ModelInfo` type in JS): the model, its
+ * limits and the engine's sizing facts (`wick_core::engine::EngineInfo`).
+ */
 export interface ModelInfo {
   architecture: string
   name?: string
@@ -328,6 +346,15 @@ export interface ModelInfo {
   threads: number
   /** A vision projector is loaded: requests may carry images. */
   vision: boolean
+  /** Sequences decoded together (the engine's default when the load left it out). */
+  maxSequences: number
+  /** Tokens the shared KV pool holds, all sequences together; 0 when vocab-only. */
+  kvTokens: number
+  /**
+   * KV cache bytes one token takes (attention layers only; LFM2's conv layers hold none);
+   * 0 when vocab-only.
+   */
+  kvBytesPerToken: number
 }
 
 /** Tensors of one ggml type and their bytes in the file. */

@@ -291,7 +291,7 @@ export class ModelManager {
     for (const e of this.entries.values()) if (e.model === model) return e;
     const e = this.entry(`given:${model.id}`, model.id, { kind: "given" });
     e.model = model;
-    e.size = estimateSize(model, this.loadDefaults);
+    e.size = estimateSize(model);
     e.defaultKeepAliveMs = e.keepAliveMs = Infinity;
     return e;
   }
@@ -330,7 +330,7 @@ export class ModelManager {
       profile,
     });
     entry.model = model;
-    entry.size = estimateSize(model, this.loadDefaults);
+    entry.size = estimateSize(model);
     entry.lastUsed = Date.now();
     this.log.info({ model: entry.id, isa: cpuIsa(), architecture: model.info.architecture, contextSize: model.info.contextSize, bytes: entry.size, ms: Math.round(performance.now() - started) }, "model loaded");
     return model;
@@ -449,10 +449,11 @@ async function engineIdle(model: ServedModel): Promise<void> {
   }
 }
 
-/** Weights (the file) plus an f16 KV cache for every sequence slot: what /api/ps reports and the budget counts. */
-function estimateSize(model: ServedModel, load: LoadDefaults): number {
+/**
+ * Weights (the file) plus the engine's KV pool (its tokens × the KV bytes a token takes, both
+ * reported by the engine: conv layers hold none): what /api/ps reports and the budget counts.
+ */
+function estimateSize(model: ServedModel): number {
   const i = model.info;
-  const headDim = i.nHead > 0 ? i.nEmbd / i.nHead : 0;
-  const kvTokens = load.kvTokens ?? i.contextSize * (load.maxSequences ?? 4);
-  return i.fileSize + Math.round(2 * i.nLayer * kvTokens * i.nHeadKv * headDim * 2);
+  return i.fileSize + i.kvTokens * i.kvBytesPerToken;
 }

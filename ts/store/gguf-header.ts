@@ -15,7 +15,13 @@ export interface GgufHeader {
   parameterCount: number;
 }
 
-/** llama.cpp's `llama_ftype` values → names (general.file_type). */
+/**
+ * llama.cpp's `llama_ftype` values → names (general.file_type). A second copy of the table the
+ * engine owns (`file_type_name` in crates/wick-core/src/gguf/info.rs, what `wick show` and
+ * `inspectModel` print) on purpose: the store reads headers without the native addon (pull,
+ * create and list work, and are tested, where no addon is built or loadable), so it cannot ask
+ * the binding. Change both together.
+ */
 const FILE_TYPES: Record<number, string> = {
   0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
   12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",

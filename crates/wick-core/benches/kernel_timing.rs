@@ -100,7 +100,7 @@ fn attention_kernels() {
     let s = Instant::now();
     for _ in 0..n {
         for c in (0..t).step_by(16) {
-            // Safety: AVX-512 checked; 160 positions written, chunks of 16 inside one block.
+            // SAFETY: AVX-512 checked; 160 positions written, chunks of 16 inside one block.
             std::hint::black_box(unsafe { avx512::kq16_single::<3>(&kv, 0, c, qs) });
         }
     }
@@ -108,7 +108,7 @@ fn attention_kernels() {
     let s = Instant::now();
     for _ in 0..n {
         for d0 in (0..hd).step_by(16) {
-            // Safety: AVX-512 checked; 160 positions and head_dim 64 in the view.
+            // SAFETY: AVX-512 checked; 160 positions and head_dim 64 in the view.
             std::hint::black_box(unsafe { avx512::pv16_single::<3>(&kv, 0, d0, ps) });
         }
     }

@@ -5,8 +5,20 @@
 pub enum WickError {
     #[error("{0}")]
     InvalidRequest(String),
-    #[error("{0}")]
-    ContextLengthExceeded(String),
+    /// The prompt (as laid out, images included), or it plus the tokens asked for, does not
+    /// fit the context.
+    #[error(
+        "this model's context length is {context_size} tokens; the request has {prompt_tokens} prompt tokens{}",
+        max_tokens.map_or(String::new(), |m| format!(" and asks for {m} more"))
+    )]
+    ContextLengthExceeded {
+        /// Prompt tokens as laid out (image placeholders included).
+        prompt_tokens: usize,
+        /// Tokens per sequence of the engine.
+        context_size: usize,
+        /// The request's `max_tokens`, when it set one.
+        max_tokens: Option<usize>,
+    },
     /// A grammar or JSON schema that does not compile, exceeds the parser limits, or fails
     /// mid-generation; the message is llguidance's.
     #[error("invalid grammar: {0}")]
@@ -31,24 +43,47 @@ pub enum WickError {
     EngineDead(String),
 }
 
-impl WickError {
-    /// Stable machine-readable code; part of the binding's contract.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::InvalidRequest(_) => "INVALID_REQUEST",
-            Self::ContextLengthExceeded(_) => "CONTEXT_LENGTH_EXCEEDED",
-            Self::InvalidGrammar(_) => "INVALID_GRAMMAR",
-            Self::ModelLoad(_) => "MODEL_LOAD_FAILED",
-            Self::UnsupportedArchitecture(_) => "UNSUPPORTED_ARCHITECTURE",
-            Self::UnsupportedTokenizer(_) => "UNSUPPORTED_TOKENIZER",
-            Self::QueueFull => "QUEUE_FULL",
-            Self::Cancelled => "CANCELLED",
-            Self::EngineStopped => "ENGINE_STOPPED",
-            Self::Internal(_) => "INTERNAL",
-            Self::EngineDead(_) => "ENGINE_DEAD",
+/// The error codes, written once: `(variant, code)` per `WickError` variant. `code()` and
+/// `WickError::CODES` are generated from it here, and the binding's JS list (`errorCodes()`,
+/// the `ErrorCode` type) from the same list (`with_error_codes!(callback)`).
+#[macro_export]
+macro_rules! with_error_codes {
+    ($callback:ident) => {
+        $callback! {
+            InvalidRequest => "INVALID_REQUEST",
+            ContextLengthExceeded => "CONTEXT_LENGTH_EXCEEDED",
+            InvalidGrammar => "INVALID_GRAMMAR",
+            ModelLoad => "MODEL_LOAD_FAILED",
+            UnsupportedArchitecture => "UNSUPPORTED_ARCHITECTURE",
+            UnsupportedTokenizer => "UNSUPPORTED_TOKENIZER",
+            QueueFull => "QUEUE_FULL",
+            Cancelled => "CANCELLED",
+            EngineStopped => "ENGINE_STOPPED",
+            Internal => "INTERNAL",
+            EngineDead => "ENGINE_DEAD",
         }
-    }
+    };
+}
 
+macro_rules! declare_error_codes {
+    ($($variant:ident => $code:literal,)*) => {
+        impl WickError {
+            /// Every code `code()` returns, in the enum's order.
+            pub const CODES: &'static [&'static str] = &[$($code),*];
+
+            /// Stable machine-readable code; part of the binding's contract.
+            pub fn code(&self) -> &'static str {
+                match self {
+                    $(Self::$variant { .. } => $code,)*
+                }
+            }
+        }
+    };
+}
+
+with_error_codes!(declare_error_codes);
+
+impl WickError {
     pub fn load(msg: impl Into<String>) -> Self {
         Self::ModelLoad(msg.into())
     }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::Value as V;
 use candle_core::quantized::GgmlDType;
-use wick_core::gguf::info::{file_type_name, ggml_type_name, ModelInfo};
+use wick_core::gguf::info::{file_type_name, ggml_type_name, GgufHeaderInfo};
 use wick_core::gguf::{GgufFile, MetaValue};
 use wick_fixtures::{build_fixture, byte_vocab, write_gguf, FixtureArch, FixtureSpec, MoeSpec};
 
@@ -58,7 +58,7 @@ fn write(spec: &FixtureSpec, tag: &str, edit: impl FnOnce(&mut Vec<(String, V)>)
 fn llama_header_without_file_type() {
     let s = spec(FixtureArch::Llama, vec![2, 2], None);
     let path = write(&s, "llama", |_| {});
-    let info = ModelInfo::from_path(&*path).unwrap();
+    let info = GgufHeaderInfo::from_path(&*path).unwrap();
     let g = GgufFile::open(&*path).unwrap();
     assert_eq!(info.architecture, "llama");
     assert_eq!(info.name.as_deref(), Some("info-llama"));
@@ -91,7 +91,7 @@ fn moe_experts_per_layer_kv_heads_and_file_type() {
         m.push(("general.file_type".into(), V::U32(15)));
         m.push(("tokenizer.chat_template".into(), V::String("{{ messages }}".into())));
     });
-    let info = ModelInfo::from_path(&*path).unwrap();
+    let info = GgufHeaderInfo::from_path(&*path).unwrap();
     assert_eq!(info.architecture, "lfm2moe");
     assert_eq!((info.expert_count, info.expert_used_count), (Some(8), Some(2)));
     assert_eq!(info.head_count_kv, Some(2), "largest of the per-layer array");
@@ -104,7 +104,7 @@ fn moe_experts_per_layer_kv_heads_and_file_type() {
 fn truncate_arrays_empties_long_ones_only() {
     let s = spec(FixtureArch::Llama, vec![2, 2], None);
     let path = write(&s, "arrays", |m| m.push(("x.short".into(), V::Array(vec![V::U32(1), V::U32(2)]))));
-    let mut info = ModelInfo::from_path(&*path).unwrap();
+    let mut info = GgufHeaderInfo::from_path(&*path).unwrap();
     info.truncate_arrays(5);
     let get = |k: &str| info.metadata.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap();
     assert_eq!(get("tokenizer.ggml.tokens"), MetaValue::Array(vec![]));
@@ -131,7 +131,7 @@ fn odd_metadata_is_an_error_not_a_panic() {
     ];
     for (tag, key, value) in cases {
         let path = write(&s, tag, |m| set(m, key, value));
-        let err = ModelInfo::from_path(&*path).unwrap_err().to_string();
+        let err = GgufHeaderInfo::from_path(&*path).unwrap_err().to_string();
         assert!(err.contains(key), "{tag}: {err}");
     }
 }
@@ -140,11 +140,11 @@ fn odd_metadata_is_an_error_not_a_panic() {
 fn not_a_gguf_and_missing_file() {
     let text = tmp("text");
     std::fs::write(&*text, b"hello, this is not a model").unwrap();
-    assert!(ModelInfo::from_path(&*text).unwrap_err().to_string().contains("not a GGUF file"));
+    assert!(GgufHeaderInfo::from_path(&*text).unwrap_err().to_string().contains("not a GGUF file"));
     let empty = tmp("empty");
     std::fs::write(&*empty, b"").unwrap();
-    assert!(ModelInfo::from_path(&*empty).is_err());
-    assert!(ModelInfo::from_path(&*tmp("absent")).unwrap_err().to_string().contains("cannot open"));
+    assert!(GgufHeaderInfo::from_path(&*empty).is_err());
+    assert!(GgufHeaderInfo::from_path(&*tmp("absent")).unwrap_err().to_string().contains("cannot open"));
 }
 
 #[test]

@@ -1,7 +1,9 @@
-//! The crate's module graph, read from its sources: no import circles (a module never uses one
-//! that uses it, directly or through others) and the layer rules of docs/architecture.md
-//! (the scheduler never depends on the engine, kernels never on models, the cache never on
-//! kernels). Test modules (`#[cfg(test)] mod …`) are left out: tests may reach anywhere.
+//! The module graph of each workspace crate, read from its sources: no import circles (a module
+//! never uses one that uses it, directly or through others) in wick-core, wick-convert,
+//! wick-fixtures and wick-node, and wick-core's layer rules of docs/architecture.md (the
+//! scheduler never depends on the engine, kernels never on models, the cache never on kernels).
+//! Test modules (`#[cfg(test)] mod …`) are left out: tests may reach anywhere. Glob imports
+//! (`use super::*`) name no module, so the crates import by name.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -131,8 +133,14 @@ fn scan(module: &[String], src: &str, mods: &mut BTreeSet<String>, uses: &mut Ve
     }
 }
 
+/// wick-core's module graph.
 fn module_graph() -> Graph {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    crate_graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+/// The module graph of the crate whose sources are under `src` (its binaries left out).
+fn crate_graph(src: &Path) -> Graph {
+    let src = src.to_path_buf();
     let (mut mods, mut uses) = (BTreeSet::new(), Vec::new());
     let mut dirs = vec![src.clone()];
     while let Some(dir) = dirs.pop() {
@@ -209,6 +217,38 @@ fn no_module_imports_one_that_imports_it() {
     if let Some(cycle) = find_cycle(&graph) {
         panic!("import circle: {}", cycle.join(" -> "));
     }
+}
+
+/// The workspace's crates (`crates/*` with a `src`), by directory name.
+fn workspace_crates() -> Vec<(String, std::path::PathBuf)> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut out: Vec<_> = std::fs::read_dir(crates)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("Cargo.toml").is_file() && p.join("src").is_dir())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), p.join("src")))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn no_crate_has_an_import_circle() {
+    let crates = workspace_crates();
+    let names: Vec<&str> = crates.iter().map(|(n, _)| n.as_str()).collect();
+    for want in ["wick-core", "wick-convert", "wick-fixtures", "wick-node"] {
+        assert!(names.contains(&want), "{want} was not scanned: {names:?}");
+    }
+    let mut circles = vec![];
+    for (name, src) in &crates {
+        let graph = crate_graph(src);
+        // Every crate here has modules that import each other: an empty graph is a broken scan.
+        assert!(!graph.is_empty(), "the scan of {name} found no imports");
+        if let Some(cycle) = find_cycle(&graph) {
+            circles.push(format!("{name}: {}", cycle.join(" -> ")));
+        }
+    }
+    assert!(circles.is_empty(), "import circles: {circles:#?}");
 }
 
 #[test]

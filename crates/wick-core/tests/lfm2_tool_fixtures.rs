@@ -1,4 +1,4 @@
-//! The LFM2 tool-calling fixtures (issue #13): the built vocabulary tokenizes LFM2's special
+//! The LFM2 tool-calling fixtures: the built vocabulary tokenizes LFM2's special
 //! tokens to LFM2's ids and round-trips text, and each scripted model, prompted the way the
 //! server renders LFM2's chat template, greedily generates exactly its script and then EOS.
 

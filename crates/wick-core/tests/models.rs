@@ -37,7 +37,7 @@ struct Loaded {
 }
 
 impl Loaded {
-    fn info(&self) -> &models::ModelInfo {
+    fn info(&self) -> &models::ModelHparams {
         self.model.info()
     }
     fn new_cache(&self) -> SeqCache {

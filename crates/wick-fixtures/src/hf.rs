@@ -7,29 +7,14 @@
 use serde_json::{json, Value};
 
 use super::hf_tokenizer::{bpe_tokenizer_json, spm_model_proto, spm_tokenizer_json, VocabFile};
-use super::hf_weights::write_weights;
-use super::*;
+use super::hf_weights::{write_json, write_weights};
+use std::path::{Path, PathBuf};
 
-/// One synthetic checkpoint.
-#[derive(Clone, Debug)]
-pub struct HfSpec {
-    pub dir_name: String,
-    pub arch: FixtureArch,
-    pub dtype: HfDtype,
-    pub d: usize,
-    pub n_head: usize,
-    /// Per layer; 0 marks an LFM2 short-conv layer.
-    pub n_kv: Vec<usize>,
-    pub ff: usize,
-    /// llama.cpp vocab GGUF the tokenizer is rebuilt from.
-    pub vocab_file: &'static str,
-    /// llama.cpp chat template (models/templates/) carried in tokenizer_config.json.
-    pub template: &'static str,
-    pub seed: u64,
-    pub moe: Option<MoeSpec>,
-    /// Safetensors files; more than one writes model.safetensors.index.json.
-    pub shards: usize,
-}
+use wick_core::error::Result;
+
+use super::gguf_write::io_err;
+use super::hf_spec::{HfDtype, HfSpec};
+use crate::{FixtureArch, MoeSpec};
 
 /// LFM2's special tokens, added to a borrowed vocabulary for the LFM2 checkpoints.
 const LFM2_SPECIAL: [&str; 3] = ["<|startoftext|>", "<|im_start|>", "<|im_end|>"];
@@ -203,11 +188,6 @@ pub fn write_hf_checkpoint(spec: &HfSpec, out_dir: &Path, llama_src: &Path) -> R
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::rename(&tmp, &dir).map_err(io_err)?;
     Ok(dir)
-}
-
-pub(super) fn write_json(path: &Path, v: &Value) -> Result<()> {
-    std::fs::write(path, serde_json::to_vec_pretty(v).map_err(|e| WickError::Internal(e.to_string()))?)
-        .map_err(io_err)
 }
 
 fn write_tokenizer(spec: &HfSpec, v: &VocabFile, template: &str, dir: &Path) -> Result<()> {

@@ -6,7 +6,10 @@
 
 use serde_json::{json, Value};
 
-use super::*;
+use std::path::Path;
+
+use wick_core::error::{Result, WickError};
+use wick_core::gguf::GgufFile;
 
 /// A vocabulary read back from a vocab GGUF.
 pub struct VocabFile {

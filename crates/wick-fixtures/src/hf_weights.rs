@@ -3,47 +3,16 @@
 
 use serde_json::{json, Value};
 
-use super::*;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
 
-/// The element type weights are stored in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HfDtype {
-    F32,
-    F16,
-    Bf16,
-}
+use wick_core::error::{Result, WickError};
 
-impl HfDtype {
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Self::F32 => "F32",
-            Self::F16 => "F16",
-            Self::Bf16 => "BF16",
-        }
-    }
-    pub(super) fn torch(self) -> &'static str {
-        match self {
-            Self::F32 => "float32",
-            Self::F16 => "float16",
-            Self::Bf16 => "bfloat16",
-        }
-    }
-    fn size(self) -> usize {
-        match self {
-            Self::F32 => 4,
-            Self::F16 | Self::Bf16 => 2,
-        }
-    }
-    fn append(self, v: &[f32], out: &mut Vec<u8>) {
-        match self {
-            Self::F32 => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-            Self::F16 => v.iter().for_each(|x| out.extend_from_slice(&half::f16::from_f32(*x).to_le_bytes())),
-            Self::Bf16 => {
-                v.iter().for_each(|x| out.extend_from_slice(&half::bf16::from_f32(*x).to_le_bytes()))
-            }
-        }
-    }
-}
+use super::build::Gaussian;
+use super::gguf_write::io_err;
+use super::hf_spec::{HfDtype, HfSpec};
+use crate::FixtureArch;
 
 /// One tensor of a checkpoint: HF name, shape (PyTorch order) and the N(mean, σ) its values
 /// are drawn from (in checkpoint order, from one seeded stream).
@@ -170,7 +139,7 @@ pub(super) fn write_weights(spec: &HfSpec, n_vocab: usize, dir: &Path) -> Result
     }
     if n > 1 {
         let total: usize = tensors.iter().map(|t| t.numel() * spec.dtype.size()).sum();
-        super::hf::write_json(
+        write_json(
             &dir.join("model.safetensors.index.json"),
             &json!({"metadata": {"total_size": total}, "weight_map": weight_map}),
         )?;
@@ -212,4 +181,10 @@ fn write_safetensors(path: &Path, tensors: &[HfTensor], dtype: HfDtype, rng: &mu
         }
     }
     f.flush().map_err(io_err)
+}
+
+/// A JSON file of the checkpoint, pretty-printed.
+pub(super) fn write_json(path: &Path, v: &Value) -> Result<()> {
+    std::fs::write(path, serde_json::to_vec_pretty(v).map_err(|e| WickError::Internal(e.to_string()))?)
+        .map_err(io_err)
 }

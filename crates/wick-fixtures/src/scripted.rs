@@ -6,7 +6,14 @@
 //! direction, and the untied `output.weight` maps that direction to the next token.
 //! The chain starts at the last token of the generation prompt `<|im_start|>assistant\n`.
 
-use super::*;
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use wick_core::error::{Result, WickError};
+
+use super::build::{build_fixture, Gaussian};
+use super::gguf_write::Meta;
+use super::tool_vocab::{ToolVocab, LFM2_CONTROL_TOKENS, LFM2_EOS};
+use crate::{tool_spec, FixtureSpec};
 
 /// One scripted fixture: the file, and the pieces (one token each, control tokens by their
 /// text) its model generates before EOS (`<|im_end|>`).
@@ -23,7 +30,7 @@ impl Script {
     }
 }
 
-/// The scripts of issue #13's end-to-end tests: Pythonic and JSON tool calls, text before
+/// The scripts of the tool-calling end-to-end tests: Pythonic and JSON tool calls, text before
 /// two parallel calls, a plain non-ASCII answer, and control tokens that must not reach
 /// clients.
 #[rustfmt::skip]

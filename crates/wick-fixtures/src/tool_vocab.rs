@@ -3,11 +3,17 @@
 //! LFM2's chat template. Real LFM2 vocabs (65536 tokens) are not in llama.cpp's source; this
 //! one is small enough for a tiny fixture yet tokenizes tool calls into realistic pieces.
 
-use super::*;
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file;
+use wick_core::error::{Result, WickError};
+
+use super::gguf_write::Meta;
 use wick_core::tokenizer::byte_chars;
 
 /// Control tokens, id = index: LFM2's first 14, then the image tokens and a reserved token
-/// that models emit mid-text (issue #13) and clients must never see.
+/// that models emit mid-text and clients must never see.
 pub const LFM2_CONTROL_TOKENS: &[&str] = &[
     "<|pad|>",
     "<|startoftext|>",

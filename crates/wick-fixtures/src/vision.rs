@@ -11,7 +11,15 @@
 //! patch embedding stays F16 (F32 in the F32 file), the position embedding, norms and biases
 //! F32; only the 2-D matrices take the file's type.
 
-use super::*;
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use wick_core::error::Result;
+
+use super::build::{refs, write_fixture, Gaussian};
+use super::gguf_write::{io_err, write_gguf, Meta};
+use super::tool_vocab::ToolVocab;
+use crate::{tool_spec, FixtureSpec};
 
 /// One projector file.
 #[derive(Clone, Debug)]

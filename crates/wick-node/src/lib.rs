@@ -5,8 +5,8 @@
 extern crate napi_derive;
 
 pub mod conversion;
-mod convert;
 mod error;
+mod js_objects;
 
 use std::sync::Arc;
 
@@ -15,10 +15,11 @@ use napi::Env;
 use tokio::sync::Mutex;
 use wick_core::request::EventReceiver;
 
-use convert::{
-    EngineHealth, GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics, ModelInfo, SequenceEvent,
+use error::{blocking, guarded, guarded_core, promise, to_js, Result};
+use js_objects::{
+    EngineHealth, EngineInfoJs, GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics,
+    SequenceEvent,
 };
-use error::{blocking, guarded, promise, to_js, Result};
 use wick_core::engine::Canceller;
 use wick_core::WickError;
 
@@ -43,6 +44,7 @@ impl Engine {
         if let Some(n) = opts.step_tokens {
             o.step_tokens = n as usize;
         }
+        // The one place the JS sentinel (0 = the whole prompt) becomes the engine's None.
         if let Some(n) = opts.prefill_chunk {
             o.prefill_chunk = (n > 0).then_some(n as usize);
         }
@@ -61,7 +63,7 @@ impl Engine {
     }
 
     #[napi(catch_unwind)]
-    pub fn info(&self) -> Result<ModelInfo> {
+    pub fn info(&self) -> Result<EngineInfoJs> {
         guarded("info", || Ok(self.inner.info().into()))
     }
 
@@ -92,10 +94,12 @@ impl Engine {
         guarded("tokenId", || Ok(self.inner.tokenizer().token_id(&text)))
     }
 
+    /// Queues a request. A CONTEXT_LENGTH_EXCEEDED error carries `promptTokens`,
+    /// `contextSize` and (when set) `maxTokens` beside its code and message.
     #[napi(catch_unwind)]
-    pub fn submit(&self, opts: GenerateOptions) -> Result<Sequence> {
-        guarded("submit", || {
-            let handle = self.inner.submit(opts.into()).map_err(to_js)?;
+    pub fn submit(&self, env: &Env, opts: GenerateOptions) -> napi::Result<Sequence> {
+        guarded_core(env, "submit", || {
+            let handle = self.inner.submit(opts.into())?;
             let canceller = handle.canceller();
             Ok(Sequence { events: Arc::new(Mutex::new(handle.events)), canceller })
         })
@@ -158,7 +162,7 @@ pub fn inspect_model(
 ) -> napi::Result<AsyncBlock<GgufInfo>> {
     let max_array_len = opts.and_then(|o| o.max_array_len);
     let read = move || {
-        let mut info = wick_core::gguf::info::ModelInfo::from_path(&path)?;
+        let mut info = wick_core::gguf::info::GgufHeaderInfo::from_path(&path)?;
         if let Some(n) = max_array_len {
             info.truncate_arrays(n as usize);
         }

@@ -248,6 +248,24 @@ fn generic(cfg: &HfConfig, kv: &mut Kv, n_layer: usize) -> Result<()> {
     if cfg.bool("is_causal") == Some(false) {
         kv.set("attention.causal", Value::Bool(false));
     }
+    rope_keys(cfg, kv)?;
+    if let Some(e) = cfg.find_f64(&["rms_norm_eps", "norm_eps"]) {
+        kv.f32("attention.layer_norm_rms_epsilon", e);
+    }
+    if let Some(e) = cfg.find_f64(&["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"]) {
+        kv.f32("attention.layer_norm_epsilon", e);
+    }
+    expert_keys(cfg, kv)?;
+    if let Some(h) = cfg.find_u64(&["head_dim"]) {
+        kv.u32("attention.key_length", h);
+        kv.u32("attention.value_length", h);
+    }
+    Ok(())
+}
+
+/// `TextModel.set_gguf_parameters`'s RoPE keys (the full-attention layers' parameters when
+/// `rope_parameters` splits them by layer type).
+fn rope_keys(cfg: &HfConfig, kv: &mut Kv) -> Result<()> {
     let rp = rope_parameters(cfg);
     let params = match rp.get("full_attention") {
         Some(J::Object(m)) => m.clone(),
@@ -289,12 +307,11 @@ fn generic(cfg: &HfConfig, kv: &mut Kv, n_layer: usize) -> Result<()> {
     if let Some(t) = rp.get("sliding_attention").and_then(|s| s.get("rope_theta")).and_then(|t| t.as_f64()) {
         kv.f32("rope.freq_base_swa", t);
     }
-    if let Some(e) = cfg.find_f64(&["rms_norm_eps", "norm_eps"]) {
-        kv.f32("attention.layer_norm_rms_epsilon", e);
-    }
-    if let Some(e) = cfg.find_f64(&["layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"]) {
-        kv.f32("attention.layer_norm_epsilon", e);
-    }
+    Ok(())
+}
+
+/// `TextModel.set_gguf_parameters`'s mixture-of-experts keys.
+fn expert_keys(cfg: &HfConfig, kv: &mut Kv) -> Result<()> {
     if let Some(n) = cfg.find_u64(&["num_local_experts", "num_experts", "n_routed_experts"]) {
         kv.u32("expert_count", n);
     }
@@ -325,10 +342,6 @@ fn generic(cfg: &HfConfig, kv: &mut Kv, n_layer: usize) -> Result<()> {
             }
         };
         kv.u32("expert_gating_func", v);
-    }
-    if let Some(h) = cfg.find_u64(&["head_dim"]) {
-        kv.u32("attention.key_length", h);
-        kv.u32("attention.value_length", h);
     }
     Ok(())
 }

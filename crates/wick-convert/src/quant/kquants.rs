@@ -9,17 +9,10 @@
 
 use half::f16;
 
-use super::lanes::{self, QKX_LANES, QX_LANES};
+use super::lanes::{self, nearest_int, QKX_LANES, QX_LANES};
 
 const QK_K: usize = 256;
 const GROUP_MAX_EPS: f32 = 1e-15;
-
-/// ggml's `nearest_int`: round half to even through the 1.5·2^23 trick.
-#[inline(always)]
-pub(super) fn nearest_int(fval: f32) -> i32 {
-    let val = fval + 12_582_912.0;
-    (val.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
-}
 
 fn fp16(x: f32) -> f16 {
     f16::from_f32(x)

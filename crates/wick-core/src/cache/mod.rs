@@ -20,6 +20,19 @@ pub enum LayerKind {
     Conv { rows: usize, width: usize },
 }
 
+/// Bytes of KV cache one token takes in the pool across the layers of `layout`: an f16 key
+/// and value per KV head of each attention layer. Conv layers hold no per-token KV.
+pub fn kv_bytes_per_token(layout: &[LayerKind]) -> usize {
+    let f16_bytes = std::mem::size_of::<u16>();
+    layout
+        .iter()
+        .map(|l| match *l {
+            LayerKind::Attention { n_kv_head, head_dim } => 2 * n_kv_head * head_dim * f16_bytes,
+            LayerKind::Conv { .. } => 0,
+        })
+        .sum()
+}
+
 /// A sequence's state: how many tokens it has seen, its KV block table, and per conv layer
 /// its current conv state.
 #[derive(Default)]
@@ -67,10 +80,6 @@ impl SeqCache {
             Some(Some(c)) => Ok((c, &self.blocks)),
             _ => Err(WickError::Internal(format!("layer {layer} has no conv state in this sequence"))),
         }
-    }
-    /// Bytes of per-sequence state (conv slots); KV bytes are the pool's.
-    pub fn conv_bytes(&self) -> usize {
-        self.layers.iter().flatten().map(|c| c.state.as_ref().map_or(0, |s| s.elem_count() * 4)).sum()
     }
 }
 

@@ -251,8 +251,8 @@ impl KvPool {
                 let (b, slot) = (it.seq.blocks[p / bs] as usize, p % bs);
                 for g in 0..n_kv {
                     let src = (i * n_kv + g) * hd;
-                    // Safety (both writes): in the layer (b < n_blocks, g < n_kv, slot < bs,
-                    // d < hd), and only this task writes position p of this sequence (module docs).
+                    // SAFETY: in the layer (b < n_blocks, g < n_kv, slot < bs), and only this
+                    // task writes position p of this sequence (module docs).
                     let key = unsafe {
                         std::slice::from_raw_parts_mut(kp.get().add(((b * n_kv + g) * bs + slot) * hd), hd)
                     };
@@ -260,6 +260,7 @@ impl KvPool {
                     key.reinterpret_cast_mut::<f16>().convert_from_f32_slice(&it.k[src..src + hd]);
                     vh.convert_from_f32_slice(&it.v[src..src + hd]);
                     for (d, x) in vh.iter().enumerate() {
+                        // SAFETY: in the layer (as the key, and d < hd); this task's position.
                         unsafe { *vp.get().add(((b * n_kv + g) * hd + d) * bs + slot) = x.to_bits() };
                     }
                 }
@@ -296,7 +297,7 @@ impl KvPool {
         if at + n > snaps.len() {
             return Err(WickError::Internal("conv snapshot out of range".into()));
         }
-        // Safety: in range (checked); `block` belongs to the sequence being stepped, whose
+        // SAFETY: in range (checked); `block` belongs to the sequence being stepped, whose
         // task alone writes its snapshots (module docs).
         unsafe { std::ptr::copy_nonoverlapping(state.as_ptr(), snaps.ptr().add(at), n) };
         Ok(())
@@ -307,7 +308,7 @@ impl KvPool {
 #[inline(always)]
 fn prefetch_write<T>(x: *const T) {
     #[cfg(target_arch = "x86_64")]
-    // Safety: a prefetch never faults and has no architectural effect.
+    // SAFETY: a prefetch never faults and has no architectural effect.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(x as *const i8)
     };
@@ -327,9 +328,10 @@ struct Zeroed<T> {
     len: usize,
 }
 
-// Safety: a plain memory region; who may touch which part of it at once is the module's
+// SAFETY: a plain memory region; who may touch which part of it at once is the module's
 // ownership rule, enforced by its users.
 unsafe impl<T: Send> Send for Zeroed<T> {}
+// SAFETY: as for `Send` above.
 unsafe impl<T: Sync> Sync for Zeroed<T> {}
 
 /// Plain numbers for which all-zero bytes are a valid value.
@@ -359,11 +361,11 @@ impl<T: ZeroValid> Zeroed<T> {
     #[inline]
     unsafe fn range(&self, at: usize, n: usize) -> &[T] {
         assert!(at <= self.len && n <= self.len - at, "{at}+{n} past {}", self.len);
-        // Safety: in bounds (asserted), page-aligned, any bytes are a valid T; no writer (caller).
+        // SAFETY: in bounds (asserted), page-aligned, any bytes are a valid T; no writer (caller).
         unsafe { std::slice::from_raw_parts(self.ptr().add(at), n) }
     }
     fn as_mut_slice(&mut self) -> &mut [T] {
-        // Safety: the map holds `len` Ts and is borrowed exclusively.
+        // SAFETY: the map holds `len` Ts and is borrowed exclusively.
         unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
     }
 }
@@ -382,14 +384,15 @@ pub struct PagedView<'a> {
 }
 
 impl PagedView<'_> {
-    // Safety (both): the ranges lie in this sequence's blocks, which no other task writes
-    // while its view lives (module docs).
     #[inline(always)]
     fn k_range(&self, at: usize, n: usize) -> &[f16] {
+        // SAFETY: the range lies in this sequence's blocks, which no other task writes while
+        // its view lives (module docs).
         unsafe { self.k.range(at, n) }.reinterpret_cast::<f16>()
     }
     #[inline(always)]
     fn v_range(&self, at: usize, n: usize) -> &[f16] {
+        // SAFETY: as in `k_range`.
         unsafe { self.v.range(at, n) }.reinterpret_cast::<f16>()
     }
     /// Key of KV head `g` at position `t`, `head_dim` values.

@@ -9,12 +9,12 @@ use std::thread::JoinHandle;
 
 use candle_core::Device;
 
-use crate::cache::{KvPool, BLOCK_SIZE};
+use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::vision::{VisionModel, VisionOptions};
-use crate::models::{self, ModelInfo};
+use crate::models::{self, ModelHparams};
 use crate::request::{event_channel, EventReceiver, GenerateRequest};
 use crate::runtime::pool;
 use crate::sampling::grammar::GrammarCompiler;
@@ -22,18 +22,26 @@ use crate::scheduler::images::{expand, Expanded};
 use crate::scheduler::{Command, Fault, Health, Scheduler, SchedulerConfig, Sequence};
 use crate::tokenizer::Tokenizer;
 
+/// Tokens per sequence when `EngineOptions::context_size` is None and the model does not say
+/// how long it was trained (else the smaller of the two).
+pub const DEFAULT_CONTEXT_SIZE: usize = 4096;
+
+/// Sequences decoded together unless `EngineOptions::max_sequences` says otherwise.
+pub const DEFAULT_MAX_SEQUENCES: usize = 4;
+
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
     pub model_path: PathBuf,
-    /// Tokens per sequence; default min(4096, the model's training context).
+    /// Tokens per sequence; default min(`DEFAULT_CONTEXT_SIZE`, the model's training context).
     pub context_size: Option<usize>,
-    /// Sequences decoded together.
+    /// Sequences decoded together (at least 1); default `DEFAULT_MAX_SEQUENCES`.
     pub max_sequences: usize,
     /// Requests that may wait for admission before submit fails with QUEUE_FULL.
     pub max_queue: usize,
     /// Tokens per forward step, decodes and prompt chunks together.
     pub step_tokens: usize,
-    /// Prompt tokens a sequence feeds per step (chunked prefill); None = the whole prompt.
+    /// Prompt tokens a sequence feeds per step (chunked prefill); None = the whole prompt in
+    /// one pass (the binding's `prefillChunk: 0`). Default 256.
     pub prefill_chunk: Option<usize>,
     /// Tokens the shared KV pool holds, all sequences together; None = context size ×
     /// sequences. A smaller pool serves the same load by preempting.
@@ -64,7 +72,7 @@ impl EngineOptions {
         Self {
             model_path: model_path.into(),
             context_size: None,
-            max_sequences: 4,
+            max_sequences: DEFAULT_MAX_SEQUENCES,
             max_queue: 256,
             step_tokens: 512,
             prefill_chunk: Some(256),
@@ -83,7 +91,7 @@ impl EngineOptions {
 /// Facts about the loaded model that the control plane needs (templates, limits, listing).
 #[derive(Debug, Clone)]
 pub struct EngineInfo {
-    pub model: ModelInfo,
+    pub model: ModelHparams,
     pub name: Option<String>,
     pub context_size: usize,
     pub file_size: usize,
@@ -96,6 +104,14 @@ pub struct EngineInfo {
     pub threads: usize,
     /// A vision projector is loaded (requests may carry images).
     pub vision: bool,
+    /// Sequences decoded together (`EngineOptions::max_sequences`, at least 1).
+    pub max_sequences: usize,
+    /// Tokens the shared KV pool holds, all sequences together (whole blocks); 0 when
+    /// vocab-only.
+    pub kv_tokens: usize,
+    /// KV bytes one token takes in the pool (f16 keys and values of the attention layers;
+    /// LFM2's conv layers hold none); 0 when vocab-only.
+    pub kv_bytes_per_token: usize,
 }
 
 /// A submitted request: its event stream and its cancel switch. Dropping the stream also
@@ -169,57 +185,23 @@ impl Engine {
         let threads = kernel_threads(opts.threads)?;
         let gguf = GgufFile::open(&opts.model_path)?;
         let device = Device::Cpu;
-        // The tokenizer builds on its own thread while the weights pack (a 128k vocabulary
-        // and its merges take ~0.3 s); its error, if any, is still the one reported first.
-        let (tokenizer, model) = std::thread::scope(|s| {
-            let tokenizer = s.spawn(|| Tokenizer::from_gguf(&gguf.metadata));
-            let model = (!opts.vocab_only).then(|| models::load(&gguf, &device));
-            let tokenizer = tokenizer
-                .join()
-                .map_err(|_| WickError::Internal("the tokenizer build panicked".into()))??;
-            Ok::<_, WickError>((Arc::new(tokenizer), model.transpose()?))
-        })?;
+        let (tokenizer, model) = load_tokenizer_and_model(&gguf, &device, opts.vocab_only)?;
         let name = gguf.metadata.opt_str("general.name")?.map(str::to_string);
         let model_info = match &model {
             Some(m) => m.info().clone(),
-            None => ModelInfo {
+            None => ModelHparams {
                 architecture: gguf.architecture().unwrap_or("unknown").to_string(),
                 n_vocab: tokenizer.n_vocab(),
-                ..ModelInfo::default()
+                ..ModelHparams::default()
             },
         };
-        let vision = match (&opts.mmproj, opts.vocab_only) {
-            (Some(p), false) => {
-                let v = VisionModel::load(p, opts.vision)?;
-                if v.n_embd() != model_info.n_embd {
-                    return Err(WickError::load(format!(
-                        "the projector {} makes embeddings of width {}, the model's width is {}",
-                        p.display(),
-                        v.n_embd(),
-                        model_info.n_embd
-                    )));
-                }
-                Some(Arc::new(v))
-            }
-            _ => None,
-        };
-        let train_ctx = if model_info.n_ctx_train > 0 { model_info.n_ctx_train } else { 4096 };
-        let mut context_size = opts.context_size.unwrap_or(4096.min(train_ctx));
-        if context_size < 2 {
-            return Err(WickError::InvalidRequest(format!("context size {context_size} is too small")));
-        }
+        let vision = load_vision(&opts, &model_info)?;
+        let mut context_size = requested_context_size(opts.context_size, &model_info)?;
         let max_seqs = opts.max_sequences.max(1);
         let kv = match &model {
             None => None,
             Some(m) => {
-                let tokens = opts.kv_tokens.unwrap_or(context_size.saturating_mul(max_seqs));
-                if tokens < 2 {
-                    return Err(WickError::InvalidRequest(format!(
-                        "a KV pool of {tokens} tokens is too small"
-                    )));
-                }
-                let blocks = tokens.div_ceil(BLOCK_SIZE);
-                let pool = KvPool::new(&m.cache_layout(), blocks, opts.prefix_cache, &device)?;
+                let pool = kv_pool(m.as_ref(), &opts, context_size, max_seqs, &device)?;
                 // One sequence can never hold more than the whole pool.
                 context_size = context_size.min(pool.capacity_tokens());
                 Some(pool)
@@ -237,6 +219,9 @@ impl Engine {
             vocab_only: opts.vocab_only,
             threads,
             vision: vision.is_some(),
+            max_sequences: max_seqs,
+            kv_tokens: kv.as_ref().map_or(0, KvPool::capacity_tokens),
+            kv_bytes_per_token: kv.as_ref().map_or(0, |p| kv_bytes_per_token(p.layout())),
         };
         // The weights now live in the model's tensors: release the map, and the load's scratch
         // (candle copies, the tokenizer thread's arena) with it.
@@ -248,31 +233,15 @@ impl Engine {
         let runner = match model.zip(kv) {
             None => None,
             Some((model, kv)) => {
-                let (tx, rx) = channel();
                 let cfg = SchedulerConfig {
                     max_seqs,
                     step_tokens: opts.step_tokens,
-                    prefill_chunk: opts.prefill_chunk.unwrap_or(usize::MAX),
+                    prefill_chunk: opts.prefill_chunk,
                     fault,
                 };
-                let sched =
-                    Scheduler::new(model, tokenizer.clone(), rx, cfg, kv, metrics.clone(), vision.clone());
-                let health = health.clone();
-                let thread = std::thread::Builder::new()
-                    .name("wick-scheduler".into())
-                    .spawn(move || {
-                        // `run` records its own death; this catches a panic while it does so
-                        // (the requests it held then end through `Sequence`'s drop).
-                        let h = health.clone();
-                        if let Err(p) =
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sched.run(h)))
-                        {
-                            let why = crate::error::panic_message(&p);
-                            health.die(format!("the scheduler thread panicked while stopping: {why}"));
-                        }
-                    })
-                    .map_err(|e| WickError::Internal(format!("cannot start the scheduler thread: {e}")))?;
-                Some(Runner { tx, thread: Some(thread) })
+                let parts =
+                    SchedulerParts { model, kv, tokenizer: tokenizer.clone(), vision: vision.clone() };
+                Some(start_scheduler(parts, cfg, metrics.clone(), health.clone())?)
             }
         };
         Ok(Self {
@@ -316,10 +285,11 @@ impl Engine {
         }
         let wanted = n_prompt + req.max_tokens.unwrap_or(1);
         if n_prompt >= ctx || wanted > ctx {
-            return Err(WickError::ContextLengthExceeded(format!(
-                "this model's context length is {ctx} tokens; the request has {n_prompt} prompt tokens{}",
-                req.max_tokens.map_or(String::new(), |m| format!(" and asks for {m} more"))
-            )));
+            return Err(WickError::ContextLengthExceeded {
+                prompt_tokens: n_prompt,
+                context_size: ctx,
+                max_tokens: req.max_tokens,
+            });
         }
         let limit = req.max_tokens.map_or(ctx, |m| n_prompt + m);
         if self.info.vocab_only {
@@ -435,6 +405,103 @@ fn check_ids(what: &str, mut ids: impl Iterator<Item = u32>, n_vocab: usize) -> 
         ))),
         None => Ok(()),
     }
+}
+
+type LoadedModel = Box<dyn models::Model>;
+
+/// The tokenizer and (unless vocab-only) the model's weights. The tokenizer builds on its own
+/// thread while the weights pack (a large vocabulary and its merges take a while); its error,
+/// if any, is still the one reported first.
+fn load_tokenizer_and_model(
+    gguf: &GgufFile,
+    device: &Device,
+    vocab_only: bool,
+) -> Result<(Arc<Tokenizer>, Option<LoadedModel>)> {
+    std::thread::scope(|s| {
+        let tokenizer = s.spawn(|| Tokenizer::from_gguf(&gguf.metadata));
+        let model = (!vocab_only).then(|| models::load(gguf, device));
+        let tokenizer =
+            tokenizer.join().map_err(|_| WickError::Internal("the tokenizer build panicked".into()))??;
+        Ok::<_, WickError>((Arc::new(tokenizer), model.transpose()?))
+    })
+}
+
+/// The vision projector, when one is asked for and the engine generates; its embedding width
+/// must be the model's.
+fn load_vision(opts: &EngineOptions, model_info: &ModelHparams) -> Result<Option<Arc<VisionModel>>> {
+    let (Some(p), false) = (&opts.mmproj, opts.vocab_only) else {
+        return Ok(None);
+    };
+    let v = VisionModel::load(p, opts.vision)?;
+    if v.n_embd() != model_info.n_embd {
+        return Err(WickError::load(format!(
+            "the projector {} makes embeddings of width {}, the model's width is {}",
+            p.display(),
+            v.n_embd(),
+            model_info.n_embd
+        )));
+    }
+    Ok(Some(Arc::new(v)))
+}
+
+/// The context size asked for, else min(`DEFAULT_CONTEXT_SIZE`, the model's training
+/// context); before the KV pool caps it.
+fn requested_context_size(asked: Option<usize>, model_info: &ModelHparams) -> Result<usize> {
+    let train_ctx = if model_info.n_ctx_train > 0 { model_info.n_ctx_train } else { DEFAULT_CONTEXT_SIZE };
+    let context_size = asked.unwrap_or(DEFAULT_CONTEXT_SIZE.min(train_ctx));
+    if context_size < 2 {
+        return Err(WickError::InvalidRequest(format!("context size {context_size} is too small")));
+    }
+    Ok(context_size)
+}
+
+/// The shared KV pool: `kv_tokens` if given, else room for every sequence's full context.
+fn kv_pool(
+    model: &dyn models::Model,
+    opts: &EngineOptions,
+    context_size: usize,
+    max_seqs: usize,
+    device: &Device,
+) -> Result<KvPool> {
+    let tokens = opts.kv_tokens.unwrap_or(context_size.saturating_mul(max_seqs));
+    if tokens < 2 {
+        return Err(WickError::InvalidRequest(format!("a KV pool of {tokens} tokens is too small")));
+    }
+    let blocks = tokens.div_ceil(BLOCK_SIZE);
+    KvPool::new(&model.cache_layout(), blocks, opts.prefix_cache, device)
+}
+
+/// What the scheduler thread takes over from the load.
+struct SchedulerParts {
+    model: LoadedModel,
+    kv: KvPool,
+    tokenizer: Arc<Tokenizer>,
+    vision: Option<Arc<VisionModel>>,
+}
+
+/// Starts the scheduler thread; `run` records its own death in `health`.
+fn start_scheduler(
+    parts: SchedulerParts,
+    cfg: SchedulerConfig,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+) -> Result<Runner> {
+    let (tx, rx) = channel();
+    let SchedulerParts { model, kv, tokenizer, vision } = parts;
+    let sched = Scheduler::new(model, tokenizer, rx, cfg, kv, metrics, vision);
+    let thread = std::thread::Builder::new()
+        .name("wick-scheduler".into())
+        .spawn(move || {
+            // `run` records its own death; this catches a panic while it does so
+            // (the requests it held then end through `Sequence`'s drop).
+            let h = health.clone();
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sched.run(h))) {
+                let why = crate::error::panic_message(&p);
+                health.die(format!("the scheduler thread panicked while stopping: {why}"));
+            }
+        })
+        .map_err(|e| WickError::Internal(format!("cannot start the scheduler thread: {e}")))?;
+    Ok(Runner { tx, thread: Some(thread) })
 }
 
 /// Fixes the kernel pool's size from the `threads` option and returns the size in effect.

@@ -19,7 +19,7 @@ pub struct QuantShare {
 }
 
 #[derive(Debug, Clone)]
-pub struct ModelInfo {
+pub struct GgufHeaderInfo {
     pub architecture: String,
     /// `general.name`.
     pub name: Option<String>,
@@ -48,7 +48,7 @@ pub struct ModelInfo {
     pub metadata: Vec<(String, MetaValue)>,
 }
 
-impl ModelInfo {
+impl GgufHeaderInfo {
     /// Opens `path` and reads its header; the weights are mapped, never read.
     pub fn from_path(path: impl AsRef<Path>) -> Result<Self> {
         Self::from_gguf(&GgufFile::open(path)?)

@@ -74,7 +74,7 @@ impl GgufFile {
         let path = path.as_ref().to_path_buf();
         let file = std::fs::File::open(&path)
             .map_err(|e| WickError::load(format!("cannot open {}: {e}", path.display())))?;
-        // Safety: the map is read-only; a file truncated underneath us is the usual mmap caveat.
+        // SAFETY: the map is read-only; a file truncated underneath us is the usual mmap caveat.
         let map = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|e| WickError::load(format!("cannot map {}: {e}", path.display())))?;
         let header = reader::read_header(&map)?;

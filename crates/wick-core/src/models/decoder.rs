@@ -12,7 +12,7 @@ use super::attention::{Attention, BatchPlan};
 use super::ffn::Ffn;
 use super::layers::{Embedding, Hparams, Linear, RmsNorm, Rope};
 use super::shortconv::ShortConv;
-use super::{Model, ModelInfo, StepSeq};
+use super::{Model, ModelHparams, StepSeq};
 use crate::cache::{KvPool, LayerKind, SeqCache};
 use crate::error::{Result, WickError};
 use crate::runtime::pool;
@@ -53,7 +53,7 @@ impl Block {
 }
 
 pub struct Decoder {
-    pub info: ModelInfo,
+    pub info: ModelHparams,
     pub device: Device,
     pub embed: Embedding,
     pub blocks: Vec<Block>,
@@ -86,7 +86,7 @@ impl Decoder {
         } else {
             embed.tie()?
         };
-        let info = ModelInfo {
+        let info = ModelHparams {
             architecture: hp.arch.into(),
             n_vocab: embed.n_vocab(),
             n_ctx_train: hp.opt_usize("context_length")?.unwrap_or(0),
@@ -135,7 +135,7 @@ impl Decoder {
 }
 
 impl Model for Decoder {
-    fn info(&self) -> &ModelInfo {
+    fn info(&self) -> &ModelHparams {
         &self.info
     }
 

@@ -19,9 +19,9 @@ mod qwen;
 mod shortconv;
 pub mod vision;
 
-/// What the engine and the APIs report about a loaded model.
+/// A loaded model's hyperparameters, as the engine and the APIs report them.
 #[derive(Debug, Clone, Default)]
-pub struct ModelInfo {
+pub struct ModelHparams {
     pub architecture: String,
     pub n_vocab: usize,
     /// Context length the model was trained with (`{arch}.context_length`).
@@ -59,7 +59,7 @@ impl<'a> StepSeq<'a> {
 }
 
 pub trait Model: Send + Sync {
-    fn info(&self) -> &ModelInfo;
+    fn info(&self) -> &ModelHparams;
     /// The per-layer state this model keeps (what a `KvPool` for it holds).
     fn cache_layout(&self) -> Vec<LayerKind>;
     /// Runs one step over a ragged batch: takes KV blocks from `kv` for every sequence's new

@@ -164,8 +164,8 @@ impl Moe {
     /// Selected experts (best first) and their renormalised weights for one token.
     fn route(&self, x: &[f32], several: bool) -> (Vec<usize>, Vec<f32>) {
         let d = self.d;
-        // A plain loop, not an iterator chain: the dots must be inlined into `with_avx2_codegen`'s copy,
-        // or each `mul_add` is a libm `fmaf` call (a fifth of a 512-token MoE prefill).
+        // A plain loop, not an iterator chain: the dots must be inlined into the AVX2/FMA copy,
+        // or each `mul_add` is a call to libm's software `fmaf`, which dominates the router.
         let mut probs = vec![0f32; self.n_expert()];
         with_avx2_codegen(
             #[inline(always)]

@@ -1,7 +1,7 @@
-//! Allocator tuning for the forward pass. Every op allocates its output (a prefill step's
-//! FFN activations are ~10 MB); with glibc's defaults such blocks are mapped fresh and freed
-//! back to the kernel, so each step pays page faults and page clearing for them (~6 % of a
-//! 512-token prefill). Keeping freed memory in the process makes later steps reuse it.
+//! Allocator tuning for the forward pass. Every op allocates its output, and a prefill step's
+//! FFN activations are large blocks; with glibc's defaults such blocks are mapped fresh and
+//! freed back to the kernel, so each step pays page faults and page clearing for them.
+//! Keeping freed memory in the process makes later steps reuse it.
 
 /// Raises glibc's mmap and trim thresholds once per process (no-op elsewhere).
 pub fn keep_freed_memory() {
@@ -14,7 +14,7 @@ pub fn keep_freed_memory() {
             }
             const M_TRIM_THRESHOLD: i32 = -1;
             const M_MMAP_THRESHOLD: i32 = -3;
-            // Safety: mallopt only changes allocator parameters; 32 MiB is glibc's maximum
+            // SAFETY: mallopt only changes allocator parameters; 32 MiB is glibc's maximum
             // mmap threshold on 64-bit targets.
             unsafe {
                 mallopt(M_MMAP_THRESHOLD, 32 << 20);
@@ -33,7 +33,7 @@ pub fn release_freed_memory() {
         extern "C" {
             fn malloc_trim(pad: usize) -> i32;
         }
-        // Safety: malloc_trim only returns free pages to the kernel.
+        // SAFETY: malloc_trim only returns free pages to the kernel.
         unsafe {
             malloc_trim(0);
         }

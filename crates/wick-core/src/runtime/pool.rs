@@ -4,7 +4,7 @@
 //! Why not rayon's global pool: a rayon call from a non-pool thread (Wick's scheduler) queues
 //! the job, puts the caller to sleep and wakes it when the job is done — two cross-thread
 //! wake-ups per op, a few hundred ops per token. On a loaded 2-core machine each wake-up can
-//! wait a whole scheduler slice, which is how decode fell to ~2 tok/s at 2 threads. Here the
+//! wait a whole scheduler slice, and decode slows to a crawl at few threads. Here the
 //! caller runs tasks itself and only waits for tasks a helper has already claimed: a helper
 //! that is slow to wake costs nothing, the caller simply does its share.
 //!
@@ -74,7 +74,7 @@ fn helper(s: &'static Shared) {
             s.active.fetch_add(1, SeqCst);
             let p = s.job.load(SeqCst);
             if !p.is_null() {
-                // Safety: the caller does not return (and the job stays alive) while
+                // SAFETY: the caller does not return (and the job stays alive) while
                 // `active > 0`, and it clears `job` before waiting for `active == 0`.
                 let job = unsafe { &*p };
                 if job.id != last {
@@ -112,7 +112,7 @@ fn park(s: &'static Shared, last: u64) {
     s.sleeping.fetch_add(1, SeqCst);
     s.active.fetch_add(1, SeqCst);
     let p = s.job.load(SeqCst);
-    // Safety: as in `helper`, `active > 0` keeps an offered job alive.
+    // SAFETY: as in `helper`, `active > 0` keeps an offered job alive.
     let fresh = !p.is_null() && unsafe { (*p).id } != last;
     s.active.fetch_sub(1, SeqCst);
     if !fresh {
@@ -169,7 +169,7 @@ impl Pool {
         let one = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = self.shared;
         let job = Job { f, n, next: AtomicUsize::new(0), id: s.ids.fetch_add(1, SeqCst) };
-        // Safety: the pointer is withdrawn and all helpers are out before `job` is dropped.
+        // SAFETY: the pointer is withdrawn and all helpers are out before `job` is dropped.
         let p = &job as *const Job<'_> as *mut Job<'static>;
         s.job.store(p, SeqCst);
         if s.sleeping.load(SeqCst) > 0 {
@@ -241,7 +241,10 @@ impl<T> Clone for SyncPtr<T> {
     }
 }
 impl<T> Copy for SyncPtr<T> {}
+// SAFETY: the type's contract (above): the tasks that share it write disjoint parts of one
+// buffer, which outlives them.
 unsafe impl<T> Send for SyncPtr<T> {}
+// SAFETY: as for `Send` above: shared only among tasks touching disjoint elements.
 unsafe impl<T> Sync for SyncPtr<T> {}
 impl<T> SyncPtr<T> {
     /// The pointer (a method, so closures capture the whole `SyncPtr`, not its field).

@@ -199,8 +199,8 @@ impl Sampler {
 
 /// Top-k, softmax, top-p and min-p over tempered candidates, leaving each kept token with its
 /// probability (the draw then walks them in the order left). Only what a filter can reach is
-/// ordered: a full sort of a 49k-50k vocabulary costs ~1.3 ms a token, more than a small
-/// model's whole decode step, while top-p and min-p keep a handful of tokens.
+/// ordered: a full sort of a whole vocabulary every token can cost more than a small model's
+/// whole decode step, while top-p and min-p keep a handful of tokens.
 fn truncate(cands: &mut Vec<(u32, f32)>, p: &SamplingParams) {
     let desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1);
     if p.top_k > 0 && p.top_k < cands.len() {

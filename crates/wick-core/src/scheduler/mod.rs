@@ -44,8 +44,9 @@ pub(crate) struct SchedulerConfig {
     /// Prompt chunks end at multiples of this many positions (or the prompt's end). Fixed
     /// per position, never cut to fit what others left: a sequence's numerics depend on how
     /// its prompt is split, so equal splits keep its output the same whether it runs alone,
-    /// in a batch, or resumes on a cached prefix.
-    pub prefill_chunk: usize,
+    /// in a batch, or resumes on a cached prefix. None = the whole prompt in one chunk
+    /// (`EngineOptions::prefill_chunk`, passed on unchanged).
+    pub prefill_chunk: Option<usize>,
     /// The `WICK_FAULT` test hook (None in normal use).
     pub fault: Option<Fault>,
 }
@@ -252,7 +253,7 @@ impl Scheduler {
     fn skippable(&self, seq: &Sequence) -> usize {
         let bs = crate::cache::BLOCK_SIZE;
         let mut r = (seq.tokens.len() - 1) / bs * bs;
-        let c = self.cfg.prefill_chunk.max(1);
+        let c = self.chunk_positions();
         while r > 0 && r < seq.n_prompt {
             let resumed = seq.n_prompt.min((r / c + 1) * c) - r;
             let original = seq.n_prompt.min((r / c + 1) * c) - r / c * c;
@@ -264,12 +265,17 @@ impl Scheduler {
         r
     }
 
+    /// The chunk length prompt chunks end at multiples of (no chunking: beyond any prompt).
+    fn chunk_positions(&self) -> usize {
+        self.cfg.prefill_chunk.map_or(usize::MAX, |c| c.max(1))
+    }
+
     /// Tokens each running sequence feeds this step (0 = sits out): every decode (or replay
     /// of an already generated token) first, then prompt chunks in admission order while
     /// the token budget lasts.
     fn plan(&self) -> Vec<usize> {
         let mut take = vec![0usize; self.running.len()];
-        let c = self.cfg.prefill_chunk.max(1);
+        let c = self.chunk_positions();
         // After a failed step its sequences run alone, oldest first, until each is past the
         // point where it failed (see `fail_step`).
         let suspect = (0..self.running.len())

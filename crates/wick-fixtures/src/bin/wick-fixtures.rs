@@ -11,7 +11,7 @@
 //!   --quant-sources  instead of the standard set: F32 llama/lfm2 sources for llama-quantize
 //!   --bench          instead of the standard set: benchmark-sized LFM2 / lfm2moe models and
 //!                    LFM2-VL-450M-shaped projectors
-//!   --bench-lfm2     instead of the standard set: issue #20's LFM2 shapes with llama-bpe's
+//!   --bench-lfm2     instead of the standard set: the LFM2 benchmark shapes with llama-bpe's
 //!                    128k vocabulary and a 32k training context (bench_lfm2_specs)
 //!   --hf             instead of the standard set: synthetic Hugging Face checkpoints (one
 //!                    directory each, hf-<arch>[-k]) for `wick convert`

@@ -39,8 +39,8 @@ pub struct GrammarSpec {
 }
 
 /// Grammar sources longer than this are refused before llguidance sees them. Compile time
-/// grows with the source (~0.5 s for 128 KiB of object properties on a 2-core EPYC), and the
-/// caller waits for it; OpenAI caps a schema's strings at ~120k characters.
+/// grows with the source, and the caller waits for it; OpenAI caps a schema's strings at
+/// ~120k characters.
 pub const MAX_SOURCE_BYTES: usize = 128 * 1024;
 
 /// Enough for the deepest recursion a source within the size limit causes (measured: a
@@ -48,7 +48,7 @@ pub const MAX_SOURCE_BYTES: usize = 128 * 1024;
 const COMPILE_STACK_BYTES: usize = 256 << 20;
 
 /// Caps on what one grammar may cost, so a huge grammar or schema fails with INVALID_GRAMMAR
-/// instead of eating memory or time (llguidance's speeds in the comments). Within
+/// instead of eating memory or time. Within
 /// MAX_SOURCE_BYTES llguidance's lazy lexer and grammar rarely come near them; the per-mask
 /// caps bound the time of every step.
 pub fn default_limits() -> ParserLimits {
@@ -57,9 +57,9 @@ pub fn default_limits() -> ParserLimits {
         max_grammar_size: 200_000,
         // ~1-2 kB each: at most ~100 MB of lexer states.
         max_lexer_states: 50_000,
-        // Building the lexer: 50k/ms, so ~20 ms.
+        // Building the lexer: bounds the compile time of a lexer-heavy grammar.
         initial_lexer_fuel: 1_000_000,
-        // One mask: lexer 14k/ms and Earley items 20k/ms, so ~15 ms at worst.
+        // One mask: lexer fuel and Earley items bound the time of every step's mask.
         step_lexer_fuel: 200_000,
         step_max_items: 50_000,
         max_items_in_row: 2_000,
@@ -112,7 +112,8 @@ impl GrammarCompiler {
 
     /// Compiles `spec` and computes its first mask (after the trigger token for a lazy
     /// grammar), so every grammar error, parser limits included, surfaces here. Blocks the
-    /// caller: ~1 ms for a tool schema, ~0.1 s per 1000 object properties.
+    /// caller, for a time that grows with the schema (quick for a tool schema, long for
+    /// thousands of object properties).
     pub fn compile(&self, spec: &GrammarSpec) -> Result<Constraint> {
         if spec.source.len() > MAX_SOURCE_BYTES {
             return Err(WickError::InvalidGrammar(format!(

@@ -15,7 +15,9 @@ pub struct LoadOptions {
     pub max_sequences: Option<u32>,
     pub max_queue: Option<u32>,
     pub step_tokens: Option<u32>,
-    /// Prompt tokens per sequence per step; 0 = the whole prompt in one pass.
+    /// Prompt tokens per sequence per step; absent = the engine's default (256). 0 = the
+    /// whole prompt in one pass: the one sentinel, turned into the engine's `None` at load
+    /// (`Engine::load`) and nowhere else.
     pub prefill_chunk: Option<u32>,
     /// Tokens the shared KV pool holds (all sequences); default context size × sequences.
     pub kv_tokens: Option<u32>,
@@ -33,8 +35,10 @@ pub struct LoadOptions {
     pub image_max_tokens: Option<u32>,
 }
 
-#[napi(object)]
-pub struct ModelInfo {
+/// What a loaded engine reports (`Engine.info()`, the `ModelInfo` type in JS): the model, its
+/// limits and the engine's sizing facts (`wick_core::engine::EngineInfo`).
+#[napi(object, js_name = "ModelInfo")]
+pub struct EngineInfoJs {
     pub architecture: String,
     pub name: Option<String>,
     pub n_vocab: u32,
@@ -55,9 +59,16 @@ pub struct ModelInfo {
     pub threads: u32,
     /// A vision projector is loaded: requests may carry images.
     pub vision: bool,
+    /// Sequences decoded together (the engine's default when the load left it out).
+    pub max_sequences: u32,
+    /// Tokens the shared KV pool holds, all sequences together; 0 when vocab-only.
+    pub kv_tokens: f64,
+    /// KV cache bytes one token takes (attention layers only; LFM2's conv layers hold none);
+    /// 0 when vocab-only.
+    pub kv_bytes_per_token: f64,
 }
 
-impl From<&EngineInfo> for ModelInfo {
+impl From<&EngineInfo> for EngineInfoJs {
     fn from(i: &EngineInfo) -> Self {
         let m = &i.model;
         Self {
@@ -79,6 +90,9 @@ impl From<&EngineInfo> for ModelInfo {
             vocab_only: i.vocab_only,
             threads: i.threads as u32,
             vision: i.vision,
+            max_sequences: i.max_sequences as u32,
+            kv_tokens: i.kv_tokens as f64,
+            kv_bytes_per_token: i.kv_bytes_per_token as f64,
         }
     }
 }
@@ -104,7 +118,7 @@ pub struct QuantShare {
     pub bytes: f64,
 }
 
-/// A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::ModelInfo).
+/// A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::GgufHeaderInfo).
 #[napi(object)]
 pub struct GgufInfo {
     pub architecture: String,
@@ -131,8 +145,8 @@ pub struct GgufInfo {
     pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
-impl From<info::ModelInfo> for GgufInfo {
-    fn from(i: info::ModelInfo) -> Self {
+impl From<info::GgufHeaderInfo> for GgufInfo {
+    fn from(i: info::GgufHeaderInfo) -> Self {
         let n = |v: Option<u64>| v.map(|x| x as f64);
         Self {
             name: i.name,
