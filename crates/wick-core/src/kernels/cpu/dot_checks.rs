@@ -55,6 +55,7 @@ pub fn check_block_type<A>(
         assert!(((fast as f64) - exact).abs() <= 1e-2 * norm, "{fast} vs {exact} (Σ|·| {norm})");
         #[cfg(target_arch = "x86_64")]
         if let (true, Some(d4)) = (has_avx2_fma(), dot4) {
+            // SAFETY: AVX2+FMA checked by the `if let`; the four activations match the row's length.
             let four = unsafe { d4(&w, [&a, &a, &a, &a]) };
             assert!(four.iter().all(|v| v.to_bits() == slow.to_bits()));
         }

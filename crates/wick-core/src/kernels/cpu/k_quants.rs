@@ -340,9 +340,12 @@ mod tests {
             let reference: fn(&[u8], &[Act256]) -> f32 =
                 if per_half { |w, a| dot_q2k_ref(w, a, true) } else { |w, a| dot_q2k_ref(w, a, false) };
             #[cfg(target_arch = "x86_64")]
+            // The checker calls these only where AVX2+FMA is present (`has_avx2_fma`).
             let d4: Option<Dot4<Act256>> = if per_half {
+                // SAFETY: called only after the checker found AVX2+FMA; rows and acts match in length.
                 Some(|w, a| unsafe { simd::dotn_q2k::<4>(w, a, [true; 4]) })
             } else {
+                // SAFETY: as above.
                 Some(|w, a| unsafe { simd::dotn_q2k::<4>(w, a, [false; 4]) })
             };
             #[cfg(not(target_arch = "x86_64"))]

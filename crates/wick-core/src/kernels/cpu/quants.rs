@@ -196,6 +196,7 @@ mod tests {
             assert!(((fast as f64) - exact).abs() <= 1e-2 * norm, "{fast} vs {exact}");
             #[cfg(target_arch = "x86_64")]
             if has_avx2_fma() {
+                // SAFETY: AVX2+FMA checked just above; the four activations match the row's length.
                 let four = unsafe { simd::dot4_q5_0(&w, [&a, &a, &a, &a]) };
                 assert!(four.iter().all(|v| v.to_bits() == fast.to_bits()));
                 let mut acc = [0f32; 8];
