@@ -57,9 +57,9 @@ function blameField(err: unknown, model: ServedModel, job: Job, params: ContextP
   if (!(err instanceof WickError)) return err;
   if (err.code === "INVALID_GRAMMAR") return new RequestError("INVALID_REQUEST", err.message, params.grammar ?? null, "invalid_grammar");
   if (err.code !== "CONTEXT_LENGTH_EXCEEDED") return err;
-  // Images add positions the engine lays out; its message says how many the prompt took.
-  const laidOut = job.options.images?.length ? Number(/has (\d+) prompt tokens/.exec(err.message)?.[1] ?? NaN) : NaN;
-  const promptTooLong = (Number.isNaN(laidOut) ? job.options.promptTokens.length : laidOut) >= model.info.contextSize;
+  // The engine counts the prompt as laid out (images add positions), so its numbers decide.
+  const promptTokens = err.promptTokens ?? job.options.promptTokens.length;
+  const promptTooLong = promptTokens >= (err.contextSize ?? model.info.contextSize);
   return new RequestError("CONTEXT_LENGTH_EXCEEDED", err.message, promptTooLong ? params.prompt : params.maxTokens);
 }
 
