@@ -71,7 +71,12 @@ const RUN_SAMPLES: Record<string, [string, unknown] | undefined> = {
 /** Runs the CLI with stubbed commands; resolves with what the command was called with. */
 async function parse(argv: string[]): Promise<{ name: string; args: unknown[] }> {
   let called: { name: string; args: unknown[] } | undefined;
-  const stub = new Proxy({} as Commands, { get: (_, name: string) => async (...args: unknown[]) => void (called = { name, args }) });
+  const stub = new Proxy({} as Commands, {
+    get:
+      (_, name: string) =>
+      async (...args: unknown[]) =>
+        void (called = { name, args }),
+  });
   // eslint-disable-next-line @typescript-eslint/unbound-method -- saved to be put back as it was
   const write = process.stderr.write;
   process.stderr.write = () => true; // notices
@@ -91,7 +96,10 @@ function eachFlag<F>(specs: FlagSpec<F>[], samples: Record<string, [string, unkn
 test("every serve flag and alias lands under its table key with its parsed value", async (t) => {
   for (const { spec, flag, sample } of eachFlag(SERVE_FLAGS, SAMPLES)) {
     const args = spec.value ? [flag, sample![0]] : [flag];
-    const { name, args: [flags] } = await parse(["serve", ...args]);
+    const {
+      name,
+      args: [flags],
+    } = await parse(["serve", ...args]);
     t.is(name, "serve");
     // A `--no-x` switch sets its key false (commander's negation; the key names what it negates).
     const on = !spec.flags[0].startsWith("--no-");
@@ -102,7 +110,10 @@ test("every serve flag and alias lands under its table key with its parsed value
 test("every run flag and alias lands under its table key with its parsed value", async (t) => {
   for (const { spec, flag, sample } of eachFlag(RUN_FLAGS, RUN_SAMPLES)) {
     const args = spec.value ? [flag, sample![0]] : [flag];
-    const { name, args: [model, prompt, flags] } = await parse(["run", "smol", ...args, "the", "prompt"]);
+    const {
+      name,
+      args: [model, prompt, flags],
+    } = await parse(["run", "smol", ...args, "the", "prompt"]);
     t.is(name, "run");
     t.deepEqual((flags as Record<string, unknown>)[spec.key], spec.value ? sample![1] : true, `${flag} → ${spec.key}`);
     if (spec.key === "model") {
@@ -145,7 +156,16 @@ test("closest: the suggestion for a mistyped flag or command", (t) => {
 });
 
 test("tables, sizes and times as Ollama prints them", (t) => {
-  t.is(table(["NAME", "ID", "SIZE"], [["smol:latest", "a6f52c33c92a", "98 MB"], ["x", "", "1 GB"]]), "NAME           ID              SIZE\nsmol:latest    a6f52c33c92a    98 MB\nx                              1 GB\n");
+  t.is(
+    table(
+      ["NAME", "ID", "SIZE"],
+      [
+        ["smol:latest", "a6f52c33c92a", "98 MB"],
+        ["x", "", "1 GB"],
+      ],
+    ),
+    "NAME           ID              SIZE\nsmol:latest    a6f52c33c92a    98 MB\nx                              1 GB\n",
+  );
   t.is(humanBytes(98_362_432), "98 MB");
   t.is(humanBytes(1_500_000_000), "1.5 GB");
   t.is(humanBytes(2_000_000_000), "2 GB");
@@ -162,7 +182,15 @@ test("tables, sizes and times as Ollama prints them", (t) => {
 
 test("docs/cli.md names every flag of serve and run, and every flag serve drops", (t) => {
   const doc = readFileSync(path.join(repoRoot, "docs/cli.md"), "utf8").replace(/```[\s\S]*?```/g, "");
-  const named = new Set([...doc.matchAll(/`([^`]+)`/g)].flatMap((m) => m[1].split(/[\s,/()|[\]]+/)).filter((w) => w.startsWith("-")).map((w) => w.replace(/[=:].*$/, "")));
+  const named = new Set(
+    [...doc.matchAll(/`([^`]+)`/g)]
+      .flatMap((m) => m[1].split(/[\s,/()|[\]]+/))
+      .filter((w) => w.startsWith("-"))
+      .map((w) => w.replace(/[=:].*$/, "")),
+  );
   const flags = [...SERVE_FLAGS, ...RUN_FLAGS].flatMap((f) => f.flags).concat(FOREIGN_FLAGS.flatMap((f) => f.flags));
-  t.deepEqual(flags.filter((f) => !named.has(f)), []);
+  t.deepEqual(
+    flags.filter((f) => !named.has(f)),
+    [],
+  );
 });

@@ -82,10 +82,18 @@ serial("create -f, list, show, cp, rm: Ollama's columns and words, --json for sc
 
     const cp = await h.wick(["cp", "smol", "me/smol:v2"]);
     t.is(cp.stdout, "copied 'smol' to 'me/smol:v2'\n", cp.stderr);
-    t.deepEqual(JSON.parse((await h.wick(["list", "--json"])).stdout).models.map((m: { name: string }) => m.name).sort(), ["me/smol:v2", "smol:latest"]);
+    t.deepEqual(
+      JSON.parse((await h.wick(["list", "--json"])).stdout)
+        .models.map((m: { name: string }) => m.name)
+        .sort(),
+      ["me/smol:v2", "smol:latest"],
+    );
     const rm = await h.wick(["rm", "me/smol:v2"]);
     t.is(rm.stdout, "deleted 'me/smol:v2'\n", rm.stderr);
-    t.deepEqual(JSON.parse((await h.wick(["list", "--json"])).stdout).models.map((m: { name: string }) => m.name), ["smol:latest"]);
+    t.deepEqual(
+      JSON.parse((await h.wick(["list", "--json"])).stdout).models.map((m: { name: string }) => m.name),
+      ["smol:latest"],
+    );
   } finally {
     await h.close();
   }

@@ -57,7 +57,10 @@ serial("the interactive chat in a terminal: answers, temperature 0 is determinis
       return a;
     };
     const sampled = [await ask(), await ask(), await ask()];
-    t.log("temperature 0.8:", sampled.map((a) => a.trim()));
+    t.log(
+      "temperature 0.8:",
+      sampled.map((a) => a.trim()),
+    );
     t.true(new Set(sampled).size > 1, "sampled answers differ");
     t.is(await say(p, "/set parameter temperature 0"), "Set parameter 'temperature' to '0'\n");
     const greedy = [await ask(), await ask()];
@@ -155,7 +158,28 @@ serial("one-shot: a prompt, stdin piped in before it, --verbose timings; exit 0"
     const evalCount = (s: string) => Number(/prompt eval count: +(\d+) token\(s\)/.exec(s)?.[1]);
     t.regex(piped.stderr, /^total duration: +\S+\nload duration: .*\neval rate: +[\d.]+ tokens\/s\n$/s);
     t.true(evalCount(piped.stderr) > evalCount(alone.stderr) + 10, "the piped text is in the prompt");
-    const llamaCli = await h.wick(["run", "-m", "smol", "-p", "Say hi", "-n", "3", "--temp", "0", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05", "--repeat-penalty", "1.1", "--seed", "7", "--verbose"]);
+    const llamaCli = await h.wick([
+      "run",
+      "-m",
+      "smol",
+      "-p",
+      "Say hi",
+      "-n",
+      "3",
+      "--temp",
+      "0",
+      "--top-k",
+      "40",
+      "--top-p",
+      "0.9",
+      "--min-p",
+      "0.05",
+      "--repeat-penalty",
+      "1.1",
+      "--seed",
+      "7",
+      "--verbose",
+    ]);
     t.is(llamaCli.status, 0, llamaCli.stderr);
     t.regex(llamaCli.stderr, /\neval count: +3 token\(s\)\n/, "-n 3");
   } finally {
@@ -209,7 +233,11 @@ test("the progress bar: bytes done and total, speed and time left, then the fini
   const bar = progressReporter({ out: sink, tty: true, now: () => now });
   bar({ status: "pulling manifest" });
   const total = 500_000_000;
-  for (const [t2, done] of [[0, 0], [1000, 50_000_000], [2000, 100_000_000]] as const) {
+  for (const [t2, done] of [
+    [0, 0],
+    [1000, 50_000_000],
+    [2000, 100_000_000],
+  ] as const) {
     now = t2;
     bar({ status: "pulling 0123456789ab", digest: "sha256:x", total, completed: done });
   }

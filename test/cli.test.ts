@@ -44,7 +44,10 @@ test("foreign flags are dropped with their values and one notice each", (t) => {
   t.regex(n.notices[0], /^wick: ignoring --enable-torch-compile \(SGLang flag, no effect in Wick\)$/);
   // No table flag is also listed as foreign.
   const table = new Set(SERVE_FLAGS.flatMap((f) => f.flags));
-  t.deepEqual(FOREIGN_FLAGS.flatMap((f) => f.flags).filter((f) => table.has(f)), []);
+  t.deepEqual(
+    FOREIGN_FLAGS.flatMap((f) => f.flags).filter((f) => table.has(f)),
+    [],
+  );
 });
 
 test("WICK_HOST forms", (t) => {
@@ -82,7 +85,10 @@ const BAD: [string, string[], RegExp][] = [
 for (const [name, args, pattern] of BAD) {
   test(`bad start-up: ${name} → exit 1 with one line naming it`, (t) => {
     const env = args.filter((a) => /^[A-Z_]+=/.test(a));
-    const r = wick(args.filter((a) => !env.includes(a)), Object.fromEntries(env.map((e) => [e.slice(0, e.indexOf("=")), e.slice(e.indexOf("=") + 1)])));
+    const r = wick(
+      args.filter((a) => !env.includes(a)),
+      Object.fromEntries(env.map((e) => [e.slice(0, e.indexOf("=")), e.slice(e.indexOf("=") + 1)])),
+    );
     t.is(r.status, 1, r.stderr);
     t.is(r.lines.length, 1, r.stderr);
     t.regex(r.lines[0], /^wick( serve)?: /);
@@ -115,9 +121,29 @@ function startCli(args: string[], env: Record<string, string> = {}): Promise<{ c
 }
 
 serial("wick serve (the real CLI): foreign flags noted, openai client served, API key enforced, SIGTERM exits 0", async (t) => {
-  const { child, url, stderr } = await startCli(
-    ["--model-path", smol!, "--host", "127.0.0.1", "--port", "0", "-c", "1024", "-np", "2", "-t", "2", "--api-key", "cli-key", "--enable-torch-compile", "--ipc=host", "--trust-remote-code", "-ngl", "99", "--log-level", "warn"],
-  );
+  const { child, url, stderr } = await startCli([
+    "--model-path",
+    smol!,
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "0",
+    "-c",
+    "1024",
+    "-np",
+    "2",
+    "-t",
+    "2",
+    "--api-key",
+    "cli-key",
+    "--enable-torch-compile",
+    "--ipc=host",
+    "--trust-remote-code",
+    "-ngl",
+    "99",
+    "--log-level",
+    "warn",
+  ]);
   try {
     t.regex(stderr(), /ignoring --enable-torch-compile/);
     t.regex(stderr(), /ignoring --ipc/);
@@ -167,10 +193,16 @@ serial("wick serve without -m starts empty on WICK_HOME, loads store models on f
       t.regex(stderr(), new RegExp(`serving the models of ${home.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} \\(loaded on first use\\)`));
       const ollama = new Ollama({ host: url });
       t.deepEqual((await ollama.ps()).models, [], "nothing loaded at start");
-      t.deepEqual((await ollama.list()).models.map((m) => m.name), ["smol:latest"]);
+      t.deepEqual(
+        (await ollama.list()).models.map((m) => m.name),
+        ["smol:latest"],
+      );
       const r = await ollama.generate({ model: "smol", prompt: "Hi" });
       t.is(r.eval_count, 3, "the Modelfile's PARAMETER");
-      t.deepEqual((await ollama.ps()).models.map((m) => m.name), ["smol:latest"]);
+      t.deepEqual(
+        (await ollama.ps()).models.map((m) => m.name),
+        ["smol:latest"],
+      );
       const unknown = await postJson(`${url}/api/generate`, { model: "gpt-4o", prompt: "x" });
       t.is(unknown.status, 404, "no -m model: unknown names are not found");
       await new Promise((r) => setTimeout(r, 1500));

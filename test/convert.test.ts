@@ -138,13 +138,19 @@ for (const arch of SMALL) {
     const want = JSON.parse(execFileSync(py, args, { encoding: "utf8", maxBuffer: 64 << 20 })) as number[];
     const model = await llama.loadModel({ modelPath: file });
     try {
-      const probs = await inContext(model, 64, async (seq) => {
-        // The f32 cache keeps llama.cpp's attention in f32, as the reference is.
-        for await (const r of seq.evaluateWithMetadata(REF_IDS as never, { probabilities: true }, { temperature: 1, topK: 1 << 30, topP: 1, minP: 0 })) {
-          return (r as { probabilities: Map<number, number> }).probabilities;
-        }
-        throw new Error("no output");
-      }, 1, { experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32" });
+      const probs = await inContext(
+        model,
+        64,
+        async (seq) => {
+          // The f32 cache keeps llama.cpp's attention in f32, as the reference is.
+          for await (const r of seq.evaluateWithMetadata(REF_IDS as never, { probabilities: true }, { temperature: 1, topK: 1 << 30, topP: 1, minP: 0 })) {
+            return (r as { probabilities: Map<number, number> }).probabilities;
+          }
+          throw new Error("no output");
+        },
+        1,
+        { experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32" },
+      );
       t.is(probs.size, want.length, "llama.cpp's distribution covers the vocabulary");
       // Logits are known up to a constant from probabilities: compare differences to the top token.
       const [top] = probs.keys();

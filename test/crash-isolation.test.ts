@@ -107,7 +107,10 @@ serial("the scheduler thread dies: /health 503 with the reason, the next chat re
     const body = (await down.json()) as { status: string; reason: string; unhealthy: { model: string; reason: string }[]; error: { code: number; type: string } };
     t.is(body.status, "error");
     t.regex(body.reason, new RegExp(`model '${first.id}': .*scheduler thread panicked: injected fault`));
-    t.deepEqual(body.unhealthy.map((u) => u.model), [first.id]);
+    t.deepEqual(
+      body.unhealthy.map((u) => u.model),
+      [first.id],
+    );
     t.deepEqual([body.error.code, body.error.type], [503, "unavailable_error"]);
     t.false(first.engine.health().ok);
 

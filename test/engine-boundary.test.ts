@@ -25,17 +25,17 @@ tinyLlama.test("CONTEXT_LENGTH_EXCEEDED carries its numbers as fields, the messa
   try {
     const ctx = e.info().contextSize;
     const long = new Array(ctx + 5).fill(1);
-    const a = t.throws(() => e.generate({ promptTokens: long }), { instanceOf: WickError })!;
+    const a = t.throws(() => e.generate({ promptTokens: long }), { instanceOf: WickError });
     t.is(a.code, "CONTEXT_LENGTH_EXCEEDED");
     t.is(a.message, `this model's context length is ${ctx} tokens; the request has ${ctx + 5} prompt tokens`);
     t.is(a.promptTokens, ctx + 5);
     t.is(a.contextSize, ctx);
     t.is(a.maxTokens, undefined);
     t.false("maxTokens" in a);
-    const b = t.throws(() => e.generate({ promptTokens: [1, 2], maxTokens: ctx }), { instanceOf: WickError })!;
+    const b = t.throws(() => e.generate({ promptTokens: [1, 2], maxTokens: ctx }), { instanceOf: WickError });
     t.is(b.message, `this model's context length is ${ctx} tokens; the request has 2 prompt tokens and asks for ${ctx} more`);
     t.like(b, { promptTokens: 2, contextSize: ctx, maxTokens: ctx });
-    const other = t.throws(() => e.generate({ promptTokens: [] }), { instanceOf: WickError })!;
+    const other = t.throws(() => e.generate({ promptTokens: [] }), { instanceOf: WickError });
     t.is(other.code, "INVALID_REQUEST");
     t.false("promptTokens" in other);
   } finally {

@@ -109,8 +109,7 @@ withSmol("greedy generation is deterministic and reports usage", async (t) => {
 
 withSmol("same seed gives the same sample, another seed another", async (t) => {
   const prompt = engine!.tokenize("Once upon a time");
-  const run = (seed: number) =>
-    collect(engine!.generate({ promptTokens: prompt, maxTokens: 24, temperature: 1, seed, ignoreEos: true }));
+  const run = (seed: number) => collect(engine!.generate({ promptTokens: prompt, maxTokens: 24, temperature: 1, seed, ignoreEos: true }));
   const [a, b, c] = [await run(42), await run(42), await run(43)];
   t.deepEqual(a.ids, b.ids);
   t.notDeepEqual(a.ids, c.ids);
@@ -145,14 +144,15 @@ withSmol("cancelling mid-stream frees the sequence within 100 ms", async (t) => 
 });
 
 withSmol("concurrent requests each get the tokens they get alone", async (t) => {
-  const prompts = ["Hello, my name is", "The best way to learn Rust is", "1, 2, 3,", "def fibonacci(n):"].map((p) =>
-    engine!.tokenize(p),
-  );
+  const prompts = ["Hello, my name is", "The best way to learn Rust is", "1, 2, 3,", "def fibonacci(n):"].map((p) => engine!.tokenize(p));
   const gen = (p: number[]) => collect(engine!.generate({ promptTokens: p, maxTokens: 20, temperature: 0, ignoreEos: true }));
   const alone = [];
   for (const p of prompts) alone.push((await gen(p)).ids);
   const together = await Promise.all(prompts.map(gen));
-  t.deepEqual(together.map((r) => r.ids), alone);
+  t.deepEqual(
+    together.map((r) => r.ids),
+    alone,
+  );
 });
 
 withSmol("bad requests are rejected before generation with typed errors", (t) => {

@@ -36,7 +36,10 @@ serial("the kept corpus of hostile bodies still gets clean answers", async (t) =
 serial("fuzz-peer's sampled cases are the ones the property runs (one generator, one seed)", async (t) => {
   for (const route of ROUTES) {
     const seen: [string | Buffer, string][] = [];
-    await fc.assert(fc.asyncProperty(caseArbitrary(route), async (c) => void seen.push(c)), { seed: fuzzSeed(route), numRuns: 50 });
+    await fc.assert(
+      fc.asyncProperty(caseArbitrary(route), async (c) => void seen.push(c)),
+      { seed: fuzzSeed(route), numRuns: 50 },
+    );
     t.deepEqual(sampleCases(route, 50), seen, routeName(route));
   }
 });

@@ -83,7 +83,10 @@ test("a pull stores the GGUF and its projector byte for byte, checks digests and
     t.true(modelEvents.every((e, i) => e.total === bytes.length && (i === 0 || e.completed! >= modelEvents[i - 1].completed!)));
     t.is(modelEvents.at(-1)!.completed, bytes.length);
     t.is(hub.bytesServedFor(sha(bytes)), bytes.length);
-    t.true(hub.requests.some((r) => r.url.startsWith(`/${REPO}/resolve/main/Tiny-Q4_K_M.gguf`)), "fetched through resolve (302 to the CDN)");
+    t.true(
+      hub.requests.some((r) => r.url.startsWith(`/${REPO}/resolve/main/Tiny-Q4_K_M.gguf`)),
+      "fetched through resolve (302 to the CDN)",
+    );
   }));
 
 test("a pull with no quant picks Q4_K_M and stores it under :latest; a second pull downloads nothing", (t) =>
@@ -184,10 +187,7 @@ test("HF_TOKEN is sent as a Bearer token to the hub and appears in no error mess
       const toHub = hub.requests.filter((r) => !r.url.startsWith("/cdn/"));
       t.true(toHub.length >= 2);
       t.true(toHub.every((r) => r.headers.authorization === `Bearer ${TOKEN}`));
-      const errors = [
-        await t.throwsAsync(client.pull("hf.co/wick-test/nope")),
-        await t.throwsAsync(client.pull(`hf.co/${REPO}:Q2_K`)),
-      ];
+      const errors = [await t.throwsAsync(client.pull("hf.co/wick-test/nope")), await t.throwsAsync(client.pull(`hf.co/${REPO}:Q2_K`))];
       hub.faults.requireToken = "another-token";
       errors.push(await t.throwsAsync(client.pull(`hf.co/${REPO}:Q8_0`)));
       t.is((errors[2] as StoreError).code, "HUB_UNAUTHORIZED");

@@ -16,7 +16,10 @@ const hi = [{ role: "user", content: "Say hello in five words." }];
 serial("/api/chat stream: NDJSON chunks of message pieces, then done with Ollama's metrics", async (t) => {
   const res = await fetch(`${served.server.url}/api/chat`, { method: "POST", body: JSON.stringify({ model: "smol", messages: hi, options: { temperature: 0, num_predict: 8 } }) });
   t.is(res.headers.get("content-type"), "application/x-ndjson");
-  const lines = (await res.text()).trim().split("\n").map((l) => JSON.parse(l));
+  const lines = (await res.text())
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
   const last = lines.at(-1)!;
   t.true(lines.slice(0, -1).every((l) => l.done === false && l.message.role === "assistant" && typeof l.message.content === "string"));
   t.is(last.done, true);
@@ -55,8 +58,13 @@ serial("an empty prompt or no messages only loads the model", async (t) => {
   t.like(c.json, { done: true, done_reason: "load" });
 });
 
-serial("format: \"json\" and a schema constrain the answer", async (t) => {
-  const j = await client().generate({ model: "smol", prompt: "Reply with a JSON object with the keys name and age for a cat called Tom who is 3.", format: "json", options: { temperature: 0, num_predict: 200 } });
+serial('format: "json" and a schema constrain the answer', async (t) => {
+  const j = await client().generate({
+    model: "smol",
+    prompt: "Reply with a JSON object with the keys name and age for a cat called Tom who is 3.",
+    format: "json",
+    options: { temperature: 0, num_predict: 200 },
+  });
   t.is(j.done_reason, "stop", j.response);
   t.is(typeof JSON.parse(j.response ?? ""), "object");
   const schema = { type: "object", properties: { colour: { type: "string", enum: ["red", "green", "blue"] } }, required: ["colour"] };

@@ -66,19 +66,32 @@ gemma.serial("keep_alive 0 gives the model's memory back: the process's RSS drop
 serial("--max-loaded-models 1: the least recently used idle model is unloaded to make room; concurrent requests share one load", async (t) => {
   const s = await startStoreServer({ maxLoaded: 1 });
   try {
-    for (const [name, file] of [["a", tinyA], ["b", tinyB]] as const) {
+    for (const [name, file] of [
+      ["a", tinyA],
+      ["b", tinyB],
+    ] as const) {
       t.is((await send(`${s.url}/api/create`, { model: name, from: pathOf(file), stream: false })).status, 200);
     }
     const gen = (model: string) => s.ollama.generate({ model, prompt: "hi", options: { num_predict: 2 } });
     await gen("a");
-    t.deepEqual((await s.ollama.ps()).models.map((m) => m.name), ["a:latest"]);
+    t.deepEqual(
+      (await s.ollama.ps()).models.map((m) => m.name),
+      ["a:latest"],
+    );
     await gen("b");
-    t.deepEqual((await s.ollama.ps()).models.map((m) => m.name), ["b:latest"], "a was evicted");
+    t.deepEqual(
+      (await s.ollama.ps()).models.map((m) => m.name),
+      ["b:latest"],
+      "a was evicted",
+    );
     const before = s.loads();
     const all = await Promise.all([gen("a"), gen("a"), gen("a"), gen("a")]);
     t.true(all.every((r) => r.eval_count === 2));
     t.is(s.loads(), before + 1, "four requests, one load");
-    t.deepEqual((await s.ollama.ps()).models.map((m) => m.name), ["a:latest"]);
+    t.deepEqual(
+      (await s.ollama.ps()).models.map((m) => m.name),
+      ["a:latest"],
+    );
   } finally {
     await s.close();
   }
@@ -116,7 +129,10 @@ serial("a model with sequences running is never unloaded: keep_alive 0 and an ev
     t.like(l2.at(-1), { done: true, eval_count: 48 }, "the stream ran to its end");
     t.is(other.eval_count, 2);
     t.true(streamEnded > 0 && streamEnded <= otherDone, "the other model loaded only after the stream finished");
-    t.deepEqual((await s.ollama.ps()).models.map((m) => m.name), ["a:latest"]);
+    t.deepEqual(
+      (await s.ollama.ps()).models.map((m) => m.name),
+      ["a:latest"],
+    );
   } finally {
     await s.close();
   }
@@ -160,7 +176,10 @@ serial("with a -m model, store names reach their own models and any other name r
     t.deepEqual((await s.ollama.ps()).models.map((m) => m.name).sort(), ["qwen:latest", "tiny-llama-q8_0"]);
     // keep_alive 0 unloads the -m model too; the next request loads it again.
     await s.ollama.generate({ model: "tiny-llama-q8_0", prompt: "", keep_alive: 0 });
-    t.deepEqual((await s.ollama.ps()).models.map((m) => m.name), ["qwen:latest"]);
+    t.deepEqual(
+      (await s.ollama.ps()).models.map((m) => m.name),
+      ["qwen:latest"],
+    );
     t.is((await chat("gpt-4o")).model, "tiny-llama-q8_0");
     t.is((await s.ollama.show({ model: "tiny-llama-q8_0" })).details.family, "llama");
   } finally {
@@ -173,7 +192,12 @@ serial("the memory budget: a model that does not fit in free RAM first evicts id
   let limited = false;
   const s = await startStoreServer({ freeMemory: () => (limited && s.registry.list().length >= 2 ? 0 : Number.MAX_SAFE_INTEGER) });
   try {
-    for (const [name, file] of [["a", tinyA], ["b", tinyB], ["c", tinyA]] as const) await send(`${s.url}/api/create`, { model: name, from: pathOf(file), stream: false });
+    for (const [name, file] of [
+      ["a", tinyA],
+      ["b", tinyB],
+      ["c", tinyA],
+    ] as const)
+      await send(`${s.url}/api/create`, { model: name, from: pathOf(file), stream: false });
     const gen = (model: string) => s.ollama.generate({ model, prompt: "hi", options: { num_predict: 1 } });
     await gen("a");
     await gen("b");

@@ -69,7 +69,7 @@ serial("create: malformed Modelfiles and fields are 400 naming the line or field
   const cases: [string, Record<string, unknown>, number, RegExp][] = [
     ["an unknown instruction (line 3)", { modelfile: "FROM a\n\nFOO bar" }, 400, /^Modelfile \(line 3\): unknown instruction "FOO"/],
     ["a PARAMETER of the wrong type", { modelfile: "FROM a\n# greedy\nPARAMETER temperature hot" }, 400, /^Modelfile \(line 3\): invalid float value for temperature: "hot"$/],
-    ["an unclosed \"\"\"", { modelfile: 'FROM a\nSYSTEM """never closed' }, 400, /line 2.*not closed/],
+    ['an unclosed """', { modelfile: 'FROM a\nSYSTEM """never closed' }, 400, /line 2.*not closed/],
     ["no FROM", { modelfile: "SYSTEM hi" }, 400, /no FROM line/],
     ["neither from nor modelfile", {}, 400, /neither 'from' nor 'modelfile'/],
     ["JSON parameters of the wrong type", { from: "a", parameters: { temperature: "hot" } }, 400, /parameters\.temperature: expected a number, got "hot"/],
@@ -90,7 +90,10 @@ serial("create: malformed Modelfiles and fields are 400 naming the line or field
     await expectError(t, await send(`${s.url}/api/create`, { model: "new", ...body }), status, pattern, what);
   }
   t.deepEqual(await storeFiles(), before, "nothing was written");
-  t.deepEqual((await s.ollama.list()).models.map((m) => m.name), ["a:latest"]);
+  t.deepEqual(
+    (await s.ollama.list()).models.map((m) => m.name),
+    ["a:latest"],
+  );
 });
 
 serial("native generation: bad options types, keep_alive and template are 400 naming the field", async (t) => {
@@ -137,7 +140,10 @@ serial("delete, copy, push, embeddings: 404 / 400 / 501 with a reason", async (t
   await expectError(t, await send(`${s.url}/api/embed`, { model: "a", input: "x" }), 501, /\/api\/embed is not built yet/, "embed");
   await expectError(t, await send(`${s.url}/api/embeddings`, { model: "a", prompt: "x" }), 501, /\/api\/embeddings is not built yet/, "embeddings");
   const escaped = await fsp.readdir(path.dirname(s.home));
-  t.false(escaped.some((e) => e === "evil" || e === "y"), "no name wrote outside the store");
+  t.false(
+    escaped.some((e) => e === "evil" || e === "y"),
+    "no name wrote outside the store",
+  );
 });
 
 serial("a full disk mid-create and mid-pull: 507 (in-band once streaming), nothing half-written, then it works", async (t) => {
@@ -156,7 +162,10 @@ serial("a full disk mid-create and mid-pull: 507 (in-band once streaming), nothi
     s.disk.full = false;
   }
   t.deepEqual(await storeFiles(), before, "no blob or manifest was added");
-  t.deepEqual((await s.ollama.list()).models.map((m) => m.name), ["a:latest"]);
+  t.deepEqual(
+    (await s.ollama.list()).models.map((m) => m.name),
+    ["a:latest"],
+  );
   const tmp = await fsp.readdir(path.join(s.home, "blobs")).then((es) => es.filter((e) => e.endsWith(".tmp")));
   t.deepEqual(tmp, [], "no temp files left in blobs/");
   // The server keeps serving, and the same operations succeed once there is room.

@@ -61,11 +61,18 @@ serial("create from a Modelfile: a progress stream ending in success, then the m
   const events: string[] = [];
   for await (const p of await ollama.create({ model: "smol", modelfile, stream: true } as never)) events.push((p as { status: string }).status);
   t.is(events[0], "gathering model components");
-  t.true(events.some((e) => e.startsWith("copying file")), events.join(" | "));
+  t.true(
+    events.some((e) => e.startsWith("copying file")),
+    events.join(" | "),
+  );
   t.is(events.at(-1), "success");
 
   const { models } = await ollama.list();
-  t.deepEqual(models.map((m) => m.name), ["smol:latest", `hf.co/${HUB_REPO}:Q4_1`], "newest first");
+  t.deepEqual(
+    models.map((m) => m.name),
+    ["smol:latest", `hf.co/${HUB_REPO}:Q4_1`],
+    "newest first",
+  );
   const m = models[0];
   t.is(m.model, "smol:latest");
   t.regex(m.digest, /^[0-9a-f]{64}$/);
@@ -137,7 +144,14 @@ serial("a Modelfile TEMPLATE, SYSTEM and MESSAGEs shape the prompt: prompt_eval_
 
   // A system message in the request replaces SYSTEM; a per-request template replaces the model's.
   const sys = await ollama.generate({ model: "smol-tpl", prompt, system: "Be terse." });
-  const withSys = renderOllamaPrompt(TEMPLATE, { messages: [{ role: "system", content: "Be terse." }, { role: "user", content: "Is the sky blue?" }, { role: "assistant", content: "Yes." }, { role: "user", content: prompt }] });
+  const withSys = renderOllamaPrompt(TEMPLATE, {
+    messages: [
+      { role: "system", content: "Be terse." },
+      { role: "user", content: "Is the sky blue?" },
+      { role: "assistant", content: "Yes." },
+      { role: "user", content: prompt },
+    ],
+  });
   t.is(sys.prompt_eval_count, count(withSys));
   const own = await ollama.generate({ model: "smol", prompt, template: "Q: {{ .Prompt }}\nA:" });
   t.is(own.prompt_eval_count, count(`Q: ${prompt}\nA:`));
@@ -153,7 +167,10 @@ serial("/api/show by store name: the Modelfile, parameters text, Go template, sy
   t.regex(r.parameters, /^temperature +0$/m, "inherited from FROM smol");
   t.regex(r.modelfile, /^FROM \S+sha256-[0-9a-f]{64}$/m);
   t.true(r.modelfile.includes(`TEMPLATE """${TEMPLATE}"""`));
-  t.deepEqual((r as unknown as { messages: unknown }).messages, [{ role: "user", content: "Is the sky blue?" }, { role: "assistant", content: "Yes." }]);
+  t.deepEqual((r as unknown as { messages: unknown }).messages, [
+    { role: "user", content: "Is the sky blue?" },
+    { role: "assistant", content: "Yes." },
+  ]);
   t.like(r.details, { family: "llama", quantization_level: "Q4_1", parameter_size: "135M" });
   t.is((r.model_info as unknown as Record<string, unknown>)["general.architecture"], "llama");
   t.deepEqual(r.capabilities, ["completion"]);
@@ -176,7 +193,10 @@ serial("copy and delete: 200 with the ollama client, 404 for a missing source or
 
   await ollama.delete({ model: "me/smol-copy:v1" });
   t.false((await ollama.list()).models.some((m) => m.name === "me/smol-copy:v1"));
-  t.false((await ollama.ps()).models.some((m) => m.name === "me/smol-copy:v1"), "a deleted model is unloaded");
+  t.false(
+    (await ollama.ps()).models.some((m) => m.name === "me/smol-copy:v1"),
+    "a deleted model is unloaded",
+  );
   const again = await send(`${s.url}/api/delete`, { model: "me/smol-copy:v1" }, "DELETE");
   t.is(again.status, 404);
   t.deepEqual(await again.json(), { error: "model 'me/smol-copy:v1' not found" });
@@ -186,12 +206,12 @@ serial("copy and delete: 200 with the ollama client, 404 for a missing source or
 serial("two models at once, each loaded on demand; /api/ps lists both; /v1/models lists store and loaded models", async (t) => {
   const created = await send(`${s.url}/api/create`, { model: "tiny", from: tiny, stream: false });
   t.deepEqual(await created.json(), { status: "success" });
-  t.false((await ollama.ps()).models.some((m) => m.name === "tiny:latest"), "not loaded by create");
+  t.false(
+    (await ollama.ps()).models.some((m) => m.name === "tiny:latest"),
+    "not loaded by create",
+  );
   const before = s.loads();
-  const [a, b] = await Promise.all([
-    ollama.generate({ model: "tiny", prompt: "hello", options: { num_predict: 4, temperature: 0 } }),
-    ollama.generate({ model: "smol", prompt: "hello" }),
-  ]);
+  const [a, b] = await Promise.all([ollama.generate({ model: "tiny", prompt: "hello", options: { num_predict: 4, temperature: 0 } }), ollama.generate({ model: "smol", prompt: "hello" })]);
   t.is(a.eval_count, 4);
   t.is(b.eval_count, 3);
   t.is(s.loads(), before + 1, "only tiny needed loading");
@@ -204,7 +224,7 @@ serial("two models at once, each loaded on demand; /api/ps lists both; /v1/model
   t.true((smolPs.size as number) > 90e6);
   const expires = Date.parse(smolPs.expires_at as string) - Date.now();
   t.true(expires > 4 * 60_000 && expires <= 5 * 60_000 + 1000, `expires in ${expires} ms (default 5m)`);
-  t.like((smolPs.details), { family: "llama", quantization_level: "Q4_1" });
+  t.like(smolPs.details, { family: "llama", quantization_level: "Q4_1" });
 
   const list = await (await fetch(`${s.url}/v1/models`)).json();
   const ids = list.data.map((m: { id: string }) => m.id);
@@ -245,5 +265,8 @@ serial("keep_alive 0 with an empty prompt unloads every model: done_reason unloa
   t.like(c, { done: true, done_reason: "unload" });
   const load = await ollama.chat({ model: "smol", messages: [] });
   t.like(load, { done: true, done_reason: "load" });
-  t.deepEqual((await ollama.ps()).models.map((m) => m.name), ["smol:latest"]);
+  t.deepEqual(
+    (await ollama.ps()).models.map((m) => m.name),
+    ["smol:latest"],
+  );
 });

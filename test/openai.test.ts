@@ -15,7 +15,10 @@ const served = serveModel(smol);
 
 serial("models.list and models.retrieve describe the served model; unknown ids are 404", async (t) => {
   const list = await served.client.models.list();
-  t.deepEqual(list.data.map((m) => m.id), [MODEL]);
+  t.deepEqual(
+    list.data.map((m) => m.id),
+    [MODEL],
+  );
   t.is(list.data[0].object, "model");
   t.is(typeof list.data[0].created, "number");
   const one = await served.client.models.retrieve(MODEL);
@@ -44,9 +47,15 @@ serial("chat at temperature 0: the concatenated stream equals the non-stream tex
   t.is(new Set(chunks.map((c) => c.id)).size, 1, "one id for every chunk");
   t.is(new Set(chunks.map((c) => c.created)).size, 1, "one created for every chunk");
   t.true(chunks.every((c) => c.object === "chat.completion.chunk"));
-  t.true(chunks.slice(0, -1).every((c) => c.choices[0].finish_reason === null), "finish_reason null until the end");
+  t.true(
+    chunks.slice(0, -1).every((c) => c.choices[0].finish_reason === null),
+    "finish_reason null until the end",
+  );
   t.is(chunks.at(-1)!.choices[0].finish_reason, full.choices[0].finish_reason);
-  t.true(chunks.every((c) => c.usage === undefined || c.usage === null), "no usage without include_usage");
+  t.true(
+    chunks.every((c) => c.usage === undefined || c.usage === null),
+    "no usage without include_usage",
+  );
   t.log(JSON.stringify(text));
 });
 
@@ -67,7 +76,10 @@ serial("stream_options.include_usage adds one final usage chunk with no choices"
   t.is(last.usage!.total_tokens, last.usage!.prompt_tokens + last.usage!.completion_tokens);
   t.true(last.usage!.completion_tokens > 0 && last.usage!.completion_tokens <= 12);
   t.is(typeof last.usage!.prompt_tokens_details?.cached_tokens, "number");
-  t.true(chunks.slice(0, -1).every((c) => c.usage === null), "usage is null on every other chunk");
+  t.true(
+    chunks.slice(0, -1).every((c) => c.usage === null),
+    "usage is null on every other chunk",
+  );
 });
 
 serial("completions: raw prompt, stream equals non-stream, usage counted", async (t) => {
@@ -133,7 +145,10 @@ serial("a seed makes sampling reproducible; different seeds differ", async (t) =
   const first = await run(1234);
   t.is(await run(1234), first);
   const others = [await run(1), await run(2), await run(3)];
-  t.true(others.some((o) => o !== first), "three other seeds all gave the same text");
+  t.true(
+    others.some((o) => o !== first),
+    "three other seeds all gave the same text",
+  );
   // The same seed streamed gives the same text.
   const stream = await served.client.chat.completions.create({ ...body, seed: 1234, stream: true } as OpenAI.ChatCompletionCreateParamsStreaming);
   let text = "";
@@ -145,7 +160,10 @@ serial("n > 1 runs n sequences; with a seed, choice 0 equals the n = 1 answer", 
   const body = { model: MODEL, messages: ASK, temperature: 0.9, max_tokens: 12, seed: 7 };
   const one = await served.client.chat.completions.create(body);
   const three = await served.client.chat.completions.create({ ...body, n: 3 });
-  t.deepEqual(three.choices.map((c) => c.index), [0, 1, 2]);
+  t.deepEqual(
+    three.choices.map((c) => c.index),
+    [0, 1, 2],
+  );
   t.is(three.choices[0].message.content, one.choices[0].message.content);
   t.is(three.usage!.prompt_tokens, one.usage!.prompt_tokens, "the shared prompt counts once");
   const stream = await served.client.chat.completions.create({ ...body, n: 3, stream: true });
@@ -157,7 +175,10 @@ serial("n > 1 runs n sequences; with a seed, choice 0 equals the n = 1 answer", 
       if (ch.finish_reason) finished.add(ch.index);
     }
   }
-  t.deepEqual(texts, three.choices.map((c) => c.message.content));
+  t.deepEqual(
+    texts,
+    three.choices.map((c) => c.message.content),
+  );
   t.is(finished.size, 3);
 });
 
@@ -172,12 +193,22 @@ serial("logprobs: one entry per generated token, the greedy token is the most li
     t.true(Math.abs(c.logprob - c.top_logprobs[0].logprob) < 1e-4, "greedy picks the top token");
     t.deepEqual(c.bytes, [...Buffer.from(c.token)]);
   }
-  const comp = await served.client.completions.create({ model: MODEL, prompt: "The sky is", temperature: 0, max_tokens: 4, logprobs: 2, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
+  const comp = await served.client.completions.create({
+    model: MODEL,
+    prompt: "The sky is",
+    temperature: 0,
+    max_tokens: 4,
+    logprobs: 2,
+    ignore_eos: true,
+  } as OpenAI.CompletionCreateParamsNonStreaming);
   const lp = comp.choices[0].logprobs!;
   t.is(lp.tokens!.length, 4);
   t.is(lp.tokens!.join(""), comp.choices[0].text);
   t.is(Object.keys(lp.top_logprobs![0]).length, 2);
-  t.deepEqual(lp.text_offset, lp.tokens!.map((_, i) => lp.tokens!.slice(0, i).join("").length));
+  t.deepEqual(
+    lp.text_offset,
+    lp.tokens!.map((_, i) => lp.tokens!.slice(0, i).join("").length),
+  );
 });
 
 serial("API key: accepted as Bearer or X-Api-Key, rejected with a 401 OpenAI error; /health stays open", async (t) => {

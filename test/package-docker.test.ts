@@ -121,7 +121,23 @@ built?.serial("podman builds the Dockerfile from the packed tarballs; the contai
   const port = await freePort();
   const model = path.dirname(smollm2Path());
   const name = `wick-test-${process.pid}`;
-  await run("podman", ["run", ...flags, "-d", "--name", name, "-p", `127.0.0.1:${port}:11434`, "-v", `${model}:/models:ro`, "-v", `${name}:/data`, image, "serve", "-m", `/models/${path.basename(smollm2Path())}`]);
+  await run("podman", [
+    "run",
+    ...flags,
+    "-d",
+    "--name",
+    name,
+    "-p",
+    `127.0.0.1:${port}:11434`,
+    "-v",
+    `${model}:/models:ro`,
+    "-v",
+    `${name}:/data`,
+    image,
+    "serve",
+    "-m",
+    `/models/${path.basename(smollm2Path())}`,
+  ]);
   t.teardown(async () => {
     await run("podman", ["rm", "-f", name]).catch(() => {});
     await run("podman", ["volume", "rm", "-f", name]).catch(() => {});
@@ -129,7 +145,10 @@ built?.serial("podman builds the Dockerfile from the packed tarballs; the contai
   const deadline = Date.now() + 120_000;
   let health = 0;
   while (Date.now() < deadline) {
-    health = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.status, () => 0);
+    health = await fetch(`http://127.0.0.1:${port}/health`).then(
+      (r) => r.status,
+      () => 0,
+    );
     if (health === 200) break;
     await new Promise((r) => setTimeout(r, 500));
   }

@@ -19,13 +19,7 @@ import { Engine, type EngineEvent } from "../ts/engine/index.ts";
 import { fixture, needs, realModel, writeFixtures, type Asset } from "./helpers/assets.ts";
 import { inContext, llamaGreedy, referenceLlama, withBos } from "./helpers/llama.ts";
 
-const PROMPTS = [
-  "Hello",
-  "The quick brown fox jumps over the lazy dog.",
-  "In 1492, Columbus sailed",
-  "def fib(n):\n    return",
-  "Wick serves models: éàü 日本語 🙂",
-];
+const PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog.", "In 1492, Columbus sailed", "def fib(n):\n    return", "Wick serves models: éàü 日本語 🙂"];
 const N = 64;
 /** Steps whose probabilities are compared, and how many of Wick's top tokens. */
 const PROB_STEPS = 8;

@@ -60,10 +60,20 @@ const source = (arch: string) => path.join(fixturesDir, `tiny-${arch}-f32.gguf`)
 
 /** ggml_type ids → names, for logging what a file holds. */
 const GGML_TYPES: Record<number, string> = {
-  0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0",
-  10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 30: "BF16",
+  0: "F32",
+  1: "F16",
+  2: "Q4_0",
+  3: "Q4_1",
+  6: "Q5_0",
+  7: "Q5_1",
+  8: "Q8_0",
+  10: "Q2_K",
+  11: "Q3_K",
+  12: "Q4_K",
+  13: "Q5_K",
+  14: "Q6_K",
+  30: "BF16",
 };
-
 
 function quantized(arch: string, type: string): string {
   const out = path.join(quantDir, `tiny-${arch}-${type.toLowerCase()}.gguf`);
@@ -86,7 +96,11 @@ async function typesIn(file: string): Promise<string> {
 }
 
 const quantizer = localFile(quantize, "build it with: npm run bench:build-llama, or WICK_LLAMA_ONLY=llama-quantize bash scripts/build-llama-server.sh");
-if ("path" in quantizer) writeFixtures(ARCHS.map((a) => path.basename(source(a))), ["--quant-sources"]);
+if ("path" in quantizer)
+  writeFixtures(
+    ARCHS.map((a) => path.basename(source(a))),
+    ["--quant-sources"],
+  );
 const matrix = needs(quantizer, ...ARCHS.map((a) => fixture(path.basename(source(a)))));
 
 let llama: Llama;
@@ -112,9 +126,7 @@ async function wick(engine: Engine, promptTokens: number[]): Promise<number[]> {
 
 for (const { type, exact } of TYPES) {
   for (const arch of ARCHS) {
-    const name = exact
-      ? `quant matrix: ${arch} ${type}: 64 greedy tokens match llama.cpp`
-      : `quant matrix (not exact yet): ${arch} ${type}: first ${LOOSE} greedy tokens match llama.cpp`;
+    const name = exact ? `quant matrix: ${arch} ${type}: 64 greedy tokens match llama.cpp` : `quant matrix (not exact yet): ${arch} ${type}: first ${LOOSE} greedy tokens match llama.cpp`;
     matrix.serial(name, async (t) => {
       const file = quantized(arch, type);
       t.log(`${path.basename(file)}: ${await typesIn(file)}`);

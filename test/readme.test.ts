@@ -40,7 +40,10 @@ test("the README's first command serves a chat request", async (t) => {
     const deadline = Date.now() + 240_000;
     for (;;) {
       if (child.exitCode !== null) t.fail(`exited with ${child.exitCode}:\n${out.slice(-2000)}`);
-      const ok = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false);
+      const ok = await fetch(`http://127.0.0.1:${port}/health`).then(
+        (r) => r.ok,
+        () => false,
+      );
       if (ok) break;
       if (Date.now() > deadline) t.fail(`no /health after 240 s:\n${out.slice(-2000)}`);
       await new Promise((r) => setTimeout(r, 500));

@@ -146,7 +146,12 @@ withTiny("store names and FROM paths cannot leave their roots through /api/creat
     t.false(existsSync(path.join(s.home, "..", "evil")));
     t.false(existsSync("/tmp/evil"));
     const manifests = path.join(s.home, "manifests");
-    t.deepEqual(readdirSync(manifests, { recursive: true }).map(String).filter((p) => p.split(path.sep).length === 4), ["registry.ollama.ai/library/ok/latest"]);
+    t.deepEqual(
+      readdirSync(manifests, { recursive: true })
+        .map(String)
+        .filter((p) => p.split(path.sep).length === 4),
+      ["registry.ollama.ai/library/ok/latest"],
+    );
 
     // A server-side failure (a corrupt manifest) names the model, not the store's path.
     writeFileSync(path.join(manifests, "registry.ollama.ai/library/ok/latest"), "{not json");
@@ -218,7 +223,10 @@ test("the API key a client sends, right or wrong, never reaches the log (trace l
   t.is(code, 0);
   const requests = stdout.split("\n").filter((l) => l.includes('"msg":"request"'));
   t.true(requests.length >= 20, `the requests are logged (${requests.length} lines)`);
-  t.true(requests.some((l) => l.includes('"status":401')), "the refused ones too");
+  t.true(
+    requests.some((l) => l.includes('"status":401')),
+    "the refused ones too",
+  );
   for (const secret of [KEY, WRONG, KEY.slice(0, 12), WRONG.slice(0, 12)]) {
     t.false(stdout.includes(secret), `stdout holds ${secret}`);
     t.false(stderr.includes(secret), `stderr holds ${secret}`);

@@ -117,7 +117,9 @@ for (const s of STREAMS) {
       t.false(text.includes(s.done), "the stream did not run to its end");
       const frames = text.split("\n").filter((l) => l.startsWith("data: {") || l.startsWith('{"model"')).length;
       t.true(frames < MAX_TOKENS / 2, `${frames} frames reached the client`);
-      t.log(`${s.api}: ${frames} frames (${(text.length / 1024).toFixed(0)} KiB) reached the stalled client before the cancel; ${warn!.buffered as number} bytes held in the server; RSS growth ${rssGrowthMb.toFixed(1)} MiB`);
+      t.log(
+        `${s.api}: ${frames} frames (${(text.length / 1024).toFixed(0)} KiB) reached the stalled client before the cancel; ${warn!.buffered as number} bytes held in the server; RSS growth ${rssGrowthMb.toFixed(1)} MiB`,
+      );
 
       // The server keeps serving after the cancel.
       const after = await openaiClient(server.url).chat.completions.create({ model: "m", max_tokens: 4, messages: [{ role: "user", content: "Hi" }] });

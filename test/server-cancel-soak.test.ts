@@ -70,10 +70,7 @@ serial("200 streams aborted at random points leave 0 running sequences and all K
       }
     };
     await Promise.all(Array.from({ length: 8 }, worker));
-    t.log(
-      `aborted before the response: ${outcome.beforeResponse}, before the first frame: ${outcome.beforeFirstFrame}, ` +
-        `mid-stream: ${outcome.midStream}, finished first: ${outcome.completed}`,
-    );
+    t.log(`aborted before the response: ${outcome.beforeResponse}, before the first frame: ${outcome.beforeFirstFrame}, ` + `mid-stream: ${outcome.midStream}, finished first: ${outcome.completed}`);
     t.true(outcome.completed < 50, "most requests were abandoned");
 
     const idleMs = await waitFor(() => engine.metrics().running + engine.metrics().waiting === 0, 30_000, 5);

@@ -76,7 +76,10 @@ serial("SSE frames: event-stream headers sent at once, one id, role first, [DONE
   t.deepEqual(chunks[0].choices[0].delta, { role: "assistant", content: "" });
   t.is(new Set(chunks.map((c) => c.id)).size, 1);
   t.regex(chunks[0].id, /^chatcmpl-/);
-  t.true(chunks.every((c) => !("usage" in c)), "no usage key without include_usage");
+  t.true(
+    chunks.every((c) => !("usage" in c)),
+    "no usage key without include_usage",
+  );
 });
 
 serial("a streaming client (openai SDK) that leaves after 3 chunks has its sequence cancelled within 100 ms", async (t) => {

@@ -21,10 +21,7 @@ const hi: ChatMessage[] = [{ role: "user", content: "Hi there" }];
 test("tojson is Python-style (', ' and ': ' separators, non-ASCII kept)", (t) => {
   const tpl = new ChatTemplate("{{ tools | tojson }}", specials);
   const tools = [{ type: "function", function: { name: "get_weather", parameters: { city: "Zürich", days: [1, 2] } } }];
-  t.is(
-    tpl.render([], { addGenerationPrompt: false, tools }),
-    '[{"type": "function", "function": {"name": "get_weather", "parameters": {"city": "Zürich", "days": [1, 2]}}}]',
-  );
+  t.is(tpl.render([], { addGenerationPrompt: false, tools }), '[{"type": "function", "function": {"name": "get_weather", "parameters": {"city": "Zürich", "days": [1, 2]}}}]');
 });
 
 test("raise_exception in a template is a 400 naming messages, with the template's words", (t) => {
@@ -45,7 +42,13 @@ test("add_generation_prompt, bos_token and eos_token reach the template", (t) =>
 test("the ChatML fallback renders as llama.cpp's", (t) => {
   const tpl = new ChatTemplate(CHATML_TEMPLATE, specials);
   t.is(
-    tpl.render([{ role: "system", content: "S" }, { role: "user", content: "U" }], { addGenerationPrompt: true }),
+    tpl.render(
+      [
+        { role: "system", content: "S" },
+        { role: "user", content: "U" },
+      ],
+      { addGenerationPrompt: true },
+    ),
     "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n",
   );
 });
@@ -120,17 +123,20 @@ smol.serial("SmolLM2: the GGUF's template, <|im_start|> parsed as one special to
     t.false(m.info.addBos);
     t.false(m.templateIsFallback);
     const text = m.template.render([{ role: "user", content: "Hi there" }], { addGenerationPrompt: true });
-    t.is(
-      text,
-      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",
-    );
+    t.is(text, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n");
     const ids = chatPromptTokens(m, hi);
     t.is(ids[0], m.engine.tokenId("<|im_start|>")!);
     t.deepEqual(ids, await llamaCppPrompt(smol.path!, text));
     // Content parts are joined; "developer" is a system message to the template.
     const parts = chatPromptTokens(m, [
       { role: "developer", content: "Be brief." },
-      { role: "user", content: [{ type: "text", text: "Hi" }, { type: "text", text: "there" }] },
+      {
+        role: "user",
+        content: [
+          { type: "text", text: "Hi" },
+          { type: "text", text: "there" },
+        ],
+      },
     ]);
     const expected = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi\nthere<|im_end|>\n<|im_start|>assistant\n";
     t.deepEqual(parts, m.engine.tokenize(expected, { addSpecial: false, parseSpecial: true }));

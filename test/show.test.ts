@@ -86,7 +86,10 @@ function checkJson(t: import("ava").ExecutionContext, info: GgufInfo, ref: Ref) 
   t.is(info.chatTemplate, ref.chatTemplate);
   const sorted = (m: Map<string, number>) => Object.fromEntries([...m].sort());
   t.deepEqual(sorted(new Map(info.quantMix.map((q) => [q.dtype, q.tensors]))), sorted(ref.mix));
-  t.is(info.quantMix.reduce((a, q) => a + q.tensors, 0), ref.nTensors);
+  t.is(
+    info.quantMix.reduce((a, q) => a + q.tensors, 0),
+    ref.nTensors,
+  );
   for (let i = 1; i < info.quantMix.length; i++) t.true(info.quantMix[i - 1].bytes >= info.quantMix[i].bytes, "most bytes first");
   // With general.file_type the label is llama.cpp's name for it; without, the type with most bytes.
   t.is(info.quantization, ref.fileType ?? info.quantMix[0].dtype);

@@ -29,14 +29,26 @@ serial("60 s at concurrency 16 with aborts, long prompts and bad requests: nothi
   const server = await startWick({ model: model!, parallel: 16, ctx: CTX, threads: 2 });
   try {
     const r = await runSoak({
-      url: server.url, pid: server.pid, durationMs: 60_000, sampleMs: 10_000, concurrency: 16, ctx: CTX, parallel: 16,
-      seed: 7, rssLimitPct: RSS_BOUND_PCT, requestTimeoutMs: 150_000, drainMs: 30_000,
+      url: server.url,
+      pid: server.pid,
+      durationMs: 60_000,
+      sampleMs: 10_000,
+      concurrency: 16,
+      ctx: CTX,
+      parallel: 16,
+      seed: 7,
+      rssLimitPct: RSS_BOUND_PCT,
+      requestTimeoutMs: 150_000,
+      drainMs: 30_000,
     });
     t.log("\n" + soakReport(r));
     t.deepEqual(r.unexpected, {}, r.examples.join("\n"));
     t.true(r.requests > 16, "the load ran");
     t.true((r.expected["aborted stream"] ?? 0) > 0, "some streams were aborted");
-    t.true(Object.keys(r.expected).some((k) => k.startsWith("fuzz case 4")), "some bad requests were refused");
+    t.true(
+      Object.keys(r.expected).some((k) => k.startsWith("fuzz case 4")),
+      "some bad requests were refused",
+    );
     t.is(r.end.kvUsed, 0, "KV blocks held by sequences after idle");
     t.is(r.end.running, 0, "running sequences after idle");
     t.is(r.end.waiting, 0, "waiting sequences after idle");

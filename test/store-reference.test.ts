@@ -13,7 +13,10 @@ const valid: [string, { kind: "name" | "hub" | "path"; name?: string; hub?: { re
   ["registry.ollama.ai/library/llama3:latest", { kind: "name", name: "llama3:latest" }],
   ["example.com/team/model:tag", { kind: "name", name: "example.com/team/model:tag" }],
   ["localhost:5000/ns/m:tag", { kind: "name", name: "localhost:5000/ns/m:tag" }],
-  ["hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M", { kind: "hub", name: "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M", hub: { repo: "bartowski/Llama-3.2-1B-Instruct-GGUF", quant: "Q4_K_M" } }],
+  [
+    "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M",
+    { kind: "hub", name: "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M", hub: { repo: "bartowski/Llama-3.2-1B-Instruct-GGUF", quant: "Q4_K_M" } },
+  ],
   ["hf.co/org/repo", { kind: "hub", name: "hf.co/org/repo:latest", hub: { repo: "org/repo" } }],
   ["huggingface.co/org/repo:q8_0", { kind: "hub", name: "hf.co/org/repo:q8_0", hub: { repo: "org/repo", quant: "q8_0" } }],
   ["https://hf.co/org/repo:iq4_xs", { kind: "hub", name: "hf.co/org/repo:iq4_xs", hub: { repo: "org/repo", quant: "iq4_xs" } }],

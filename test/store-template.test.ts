@@ -29,7 +29,11 @@ const cases: [string, string, string][] = [
   ["with", "{{ with .Prompt }}[{{ . }}]{{ end }}{{ with .Response }}x{{ else }}empty{{ end }}", "[P]empty"],
   ["and/or/not return operands", '{{ and .System .Prompt }}|{{ or .Response "dflt" }}|{{ not .Response }}|{{ and .Response "x" }}|', "P|dflt|true||"],
   ["eq with several operands, ne, lt", '{{ eq .N 1 2 3 }} {{ ne .N 3 }} {{ lt 1 2 }} {{ ge "b" "a" }}', "true false true true"],
-  ["len and slice (the last-message idiom)", "{{ range $i, $_ := .Messages }}{{ if eq (len (slice $.Messages $i)) 1 }}last={{ .Content }}{{ end }}{{ end }} {{ len .System }} {{ slice \"hello\" 1 3 }}", "last=bye 1 el"],
+  [
+    "len and slice (the last-message idiom)",
+    '{{ range $i, $_ := .Messages }}{{ if eq (len (slice $.Messages $i)) 1 }}last={{ .Content }}{{ end }}{{ end }} {{ len .System }} {{ slice "hello" 1 3 }}',
+    "last=bye 1 el",
+  ],
   ["index", '{{ (index .Messages 1).Content }} {{ index .Obj "b" }}', "hi 2"],
   ["variables declared and reassigned", '{{ $x := "a" }}{{ range .Messages }}{{ $x = .Role }}{{ end }}{{ $x }}', "user"],
   ["trim markers", "a  \n{{- .Prompt -}}\n  b {{- /* comment */ -}} c", "aPbc"],
@@ -89,14 +93,23 @@ test("collate merges same-role runs (never tool messages) and gathers system tex
     { role: "tool", content: "y" },
   ]);
   t.is(system, "a\n\nb");
-  t.deepEqual(messages.map((m) => [m.role, m.content]), [["system", "a\n\nb"], ["user", "1\n\n2"], ["tool", "x"], ["tool", "y"]]);
+  t.deepEqual(
+    messages.map((m) => [m.role, m.content]),
+    [
+      ["system", "a\n\nb"],
+      ["user", "1\n\n2"],
+      ["tool", "x"],
+      ["tool", "y"],
+    ],
+  );
 });
 
 // Ollama's template tests (template_test.go TestExecuteWithMessages): legacy and .Messages templates give one prompt.
 const mistral = {
   noResponse: "[INST] {{ if .System }}{{ .System }}\n\n{{ end }}{{ .Prompt }}[/INST] ",
   response: "[INST] {{ if .System }}{{ .System }}\n\n{{ end }}{{ .Prompt }}[/INST] {{ .Response }}",
-  messages: '[INST] {{ if .System }}{{ .System }}\n\n{{ end }}\n{{- range .Messages }}\n{{- if eq .Role "user" }}{{ .Content }}[/INST] {{ else if eq .Role "assistant" }}{{ .Content }}[INST] {{ end }}\n{{- end }}',
+  messages:
+    '[INST] {{ if .System }}{{ .System }}\n\n{{ end }}\n{{- range .Messages }}\n{{- if eq .Role "user" }}{{ .Content }}[/INST] {{ else if eq .Role "assistant" }}{{ .Content }}[INST] {{ end }}\n{{- end }}',
 };
 const friend: PromptMessage[] = [
   { role: "user", content: "Hello friend!" },
@@ -107,12 +120,16 @@ const friend: PromptMessage[] = [
 for (const [name, src] of Object.entries(mistral)) {
   test(`Ollama prompt: Mistral (${name})`, (t) => {
     t.is(renderOllamaPrompt(src, { messages: friend }), "[INST] Hello friend![/INST] Hello human![INST] What is your name?[/INST] ");
-    t.is(renderOllamaPrompt(src, { messages: [{ role: "system", content: "You are a helpful assistant!" }, ...friend] }), "[INST] You are a helpful assistant!\n\nHello friend![/INST] Hello human![INST] What is your name?[/INST] ");
+    t.is(
+      renderOllamaPrompt(src, { messages: [{ role: "system", content: "You are a helpful assistant!" }, ...friend] }),
+      "[INST] You are a helpful assistant!\n\nHello friend![/INST] Hello human![INST] What is your name?[/INST] ",
+    );
   });
 }
 
 const chatml = {
-  response: "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ if .Prompt }}<|im_start|>user\n{{ .Prompt }}<|im_end|>\n{{ end }}<|im_start|>assistant\n{{ .Response }}<|im_end|>\n",
+  response:
+    "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}{{ if .Prompt }}<|im_start|>user\n{{ .Prompt }}<|im_end|>\n{{ end }}<|im_start|>assistant\n{{ .Response }}<|im_end|>\n",
   messages: "\n{{- range $index, $_ := .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n",
 };
 for (const [name, src] of Object.entries(chatml)) {

@@ -77,13 +77,19 @@ test("import, manifest, list and resolve round-trip in Ollama's layout", async (
   t.is(manifest.schemaVersion, 2);
   t.is(manifest.mediaType, "application/vnd.docker.distribution.manifest.v2+json");
   t.is(manifest.config.mediaType, "application/vnd.docker.container.image.v1+json");
-  t.deepEqual(manifest.layers.map((l: { mediaType: string }) => l.mediaType), [MEDIA.model, MEDIA.template, MEDIA.params]);
+  t.deepEqual(
+    manifest.layers.map((l: { mediaType: string }) => l.mediaType),
+    [MEDIA.model, MEDIA.template, MEDIA.params],
+  );
   t.is(digest, sha(await fsp.readFile(manifestFile)));
 
   const [listed] = await store.list();
   t.is(listed.name, "tiny:q4");
   t.is(listed.digest, digest.slice(7));
-  t.is(listed.size, manifest.layers.reduce((s: number, l: { size: number }) => s + l.size, 0));
+  t.is(
+    listed.size,
+    manifest.layers.reduce((s: number, l: { size: number }) => s + l.size, 0),
+  );
   t.is(listed.problem, undefined);
   t.like(listed.config, { model_format: "gguf", model_family: "llama", file_type: "Q4_K_M", model_type: "10" });
 
@@ -115,7 +121,10 @@ test("a manifest naming a blob that is not in the store is refused", async (t) =
   const err = await t.throwsAsync(store.writeManifest("b", broken), { instanceOf: StoreError });
   t.is(err?.code, "CORRUPT_MODEL");
   t.regex(err?.message ?? "", /is not in the store/);
-  t.deepEqual((await store.list()).map((m) => m.name), ["a:latest"]);
+  t.deepEqual(
+    (await store.list()).map((m) => m.name),
+    ["a:latest"],
+  );
 });
 
 test("ENOSPC mid-blob is a DISK_FULL error and leaves the store as it was", async (t) => {
@@ -130,7 +139,10 @@ test("ENOSPC mid-blob is a DISK_FULL error and leaves the store as it was", asyn
   t.is(err?.code, "DISK_FULL");
   t.regex(err?.message ?? "", /no space left on device.*nothing was added/);
   t.deepEqual(await filesIn(home), before, "no temp file, no new blob");
-  t.deepEqual((await full.list()).map((m) => m.name), ["keep:latest"]);
+  t.deepEqual(
+    (await full.list()).map((m) => m.name),
+    ["keep:latest"],
+  );
   t.truthy(await full.resolve("keep"));
 });
 

@@ -82,7 +82,15 @@ lfm.serial("tool_choice required: a random-weight LFM2 always makes a valid call
 
 lfm.serial("a named tool_choice: every call is to that function and validates (20 seeds)", async (t) => {
   for (const seed of SEEDS) {
-    const r = (await lfmServed.client.chat.completions.create({ model: "m", messages: ask, tools, tool_choice: { type: "function", function: { name: "get_time" } }, temperature: 1, seed, max_tokens: 200 } as never)) as OpenAI.ChatCompletion;
+    const r = (await lfmServed.client.chat.completions.create({
+      model: "m",
+      messages: ask,
+      tools,
+      tool_choice: { type: "function", function: { name: "get_time" } },
+      temperature: 1,
+      seed,
+      max_tokens: 200,
+    } as never)) as OpenAI.ChatCompletion;
     const calls = callsOf(r);
     t.is(calls.length, 1, `seed ${seed}: ${JSON.stringify(r.choices[0].message)}`);
     t.is(calls[0].name, "get_time");
@@ -91,7 +99,16 @@ lfm.serial("a named tool_choice: every call is to that function and validates (2
 });
 
 lfm.serial("n = 3 with a forced call: each choice has its own valid call", async (t) => {
-  const r = (await lfmServed.client.chat.completions.create({ model: "m", messages: ask, tools, tool_choice: "required", temperature: 1, seed: 7, n: 3, max_tokens: 200 } as never)) as OpenAI.ChatCompletion;
+  const r = (await lfmServed.client.chat.completions.create({
+    model: "m",
+    messages: ask,
+    tools,
+    tool_choice: "required",
+    temperature: 1,
+    seed: 7,
+    n: 3,
+    max_tokens: 200,
+  } as never)) as OpenAI.ChatCompletion;
   t.is(r.choices.length, 3);
   for (const c of r.choices) {
     t.is(c.finish_reason, "tool_calls");
@@ -103,7 +120,16 @@ lfm.serial("tool_choice auto: free text until the model starts a call, then the 
   // logit_bias makes the random model open a call at once (token 10 is <|tool_call_start|>);
   // from there only the grammar decides, so the call must come out valid — and alone.
   for (const seed of SEEDS.slice(0, 10)) {
-    const r = (await lfmServed.client.chat.completions.create({ model: "m", messages: ask, tools, temperature: 1, seed, max_tokens: 120, logit_bias: { "10": 100 }, parallel_tool_calls: false } as never)) as OpenAI.ChatCompletion;
+    const r = (await lfmServed.client.chat.completions.create({
+      model: "m",
+      messages: ask,
+      tools,
+      temperature: 1,
+      seed,
+      max_tokens: 120,
+      logit_bias: { "10": 100 },
+      parallel_tool_calls: false,
+    } as never)) as OpenAI.ChatCompletion;
     const calls = callsOf(r);
     t.is(calls.length, 1, `seed ${seed}: ${JSON.stringify(r.choices[0].message)}`);
     checkCall(t, calls[0], seed);

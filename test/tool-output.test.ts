@@ -13,7 +13,7 @@ import { ToolOutput } from "../ts/service/tools/output.ts";
 import { checkToolMessages, type ToolPlan } from "../ts/service/tools/request.ts";
 
 const calls: ToolCall[] = [
-  { name: "get_weather", arguments: { city: "Zürich \"Nord\"", days: 3, hourly: true, at: null, spots: [{ lat: 47.4, tags: ["a"] }] } },
+  { name: "get_weather", arguments: { city: 'Zürich "Nord"', days: 3, hourly: true, at: null, spots: [{ lat: 47.4, tags: ["a"] }] } },
   { name: "noop", arguments: {} },
 ];
 
@@ -55,7 +55,10 @@ test("a block calling a tool that was not offered stays text; the others become 
 test("parallel_tool_calls: false keeps the first call only", (t) => {
   const out = new ToolOutput(plan({ single: true }));
   const d = out.push('<|tool_call_start|>[get_weather(city="A"), get_weather(city="B")]<|tool_call_end|><|tool_call_start|>[get_weather(city="C")]<|tool_call_end|>');
-  t.deepEqual(d.calls.map((c) => c.args), [{ city: "A" }]);
+  t.deepEqual(
+    d.calls.map((c) => c.args),
+    [{ city: "A" }],
+  );
 });
 
 test("without a parser the text passes through untouched", (t) => {
@@ -96,7 +99,13 @@ test("native tool results pair with the earlier call of the same name, then in o
   t.notThrows(() => checkToolMessages(msgs));
   // Ollama's images become image parts before the message's text; only user/system messages carry them.
   t.deepEqual(toChatMessages([{ role: "user", content: "x", images: ["aGk="] }]), [
-    { role: "user", content: [{ type: "image_url", image_url: { url: "data:;base64,aGk=" } }, { type: "text", text: "x" }] },
+    {
+      role: "user",
+      content: [
+        { type: "image_url", image_url: { url: "data:;base64,aGk=" } },
+        { type: "text", text: "x" },
+      ],
+    },
   ]);
   fails(t, () => toChatMessages([{ role: "assistant", content: "x", images: ["aGk="] }]), "messages[0].images");
 });

@@ -87,9 +87,7 @@ const GOLDEN: Golden[] = [
   {
     title: "lfm2 all literal kinds",
     parser: "lfm2",
-    text:
-      `${S}[f(i=42, n=-7, p=+3, fl=3.25, nf=-0.5, e=1e3, d=.5, t=True, fa=False, no=None, ` +
-      `jt=true, jf=false, jn=null, s1='single', s2="double", empty="")]${E}`,
+    text: `${S}[f(i=42, n=-7, p=+3, fl=3.25, nf=-0.5, e=1e3, d=.5, t=True, fa=False, no=None, ` + `jt=true, jf=false, jn=null, s1='single', s2="double", empty="")]${E}`,
     expected: {
       content: "",
       calls: [
@@ -201,9 +199,7 @@ const GOLDEN: Golden[] = [
     title: "lfm2 malformed: not function-call syntax, repeated keyword, bad JSON",
     parser: "lfm2",
     text: `${S}get_weather city=Paris${E}|${S}[f(a=1, a=2)]${E}|${S}[{"name": "f", "arguments": {]${E}`,
-    expected: asContent(
-      `${S}get_weather city=Paris${E}|${S}[f(a=1, a=2)]${E}|${S}[{"name": "f", "arguments": {]${E}`,
-    ),
+    expected: asContent(`${S}get_weather city=Paris${E}|${S}[f(a=1, a=2)]${E}|${S}[{"name": "f", "arguments": {]${E}`),
   },
   {
     title: "lfm2 one malformed block does not spoil a good one",
@@ -268,17 +264,8 @@ const GOLDEN: Golden[] = [
   {
     title: "hermes malformed: bad JSON, missing name, two objects, arguments not an object",
     parser: "hermes",
-    text:
-      `${H}{"name": "f", "arguments": {"a": 1}${HE}` +
-      `${H}{"arguments": {}}${HE}` +
-      `${H}{"name": "f"} {"name": "g"}${HE}` +
-      `${H}{"name": "f", "arguments": "{}"}${HE}`,
-    expected: asContent(
-      `${H}{"name": "f", "arguments": {"a": 1}${HE}` +
-        `${H}{"arguments": {}}${HE}` +
-        `${H}{"name": "f"} {"name": "g"}${HE}` +
-        `${H}{"name": "f", "arguments": "{}"}${HE}`,
-    ),
+    text: `${H}{"name": "f", "arguments": {"a": 1}${HE}` + `${H}{"arguments": {}}${HE}` + `${H}{"name": "f"} {"name": "g"}${HE}` + `${H}{"name": "f", "arguments": "{}"}${HE}`,
+    expected: asContent(`${H}{"name": "f", "arguments": {"a": 1}${HE}` + `${H}{"arguments": {}}${HE}` + `${H}{"name": "f"} {"name": "g"}${HE}` + `${H}{"name": "f", "arguments": "{}"}${HE}`),
   },
   {
     title: "hermes unterminated block",
@@ -318,10 +305,9 @@ function stream(p: ToolParser, chunks: string[]): ParseResult {
   return { content, calls };
 }
 
-
 function randomChunks(text: string, next: () => number, maxLen: number): string[] {
   const out: string[] = [];
-  for (let i = 0; i < text.length; ) {
+  for (let i = 0; i < text.length;) {
     const n = 1 + Math.floor(next() * maxLen);
     out.push(text.slice(i, i + n));
     i += n;

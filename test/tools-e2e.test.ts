@@ -58,7 +58,14 @@ async function chat(model: Script, extra: Record<string, unknown> = {}) {
 
 /** Streams a request and folds the deltas the way OpenAI's own SDK helpers do. */
 async function chatStream(model: Script, extra: Record<string, unknown> = {}) {
-  const stream = (await client.chat.completions.create({ model, messages: ask, tools: [weather], temperature: 0, stream: true, ...extra } as never)) as unknown as AsyncIterable<OpenAI.ChatCompletionChunk>;
+  const stream = (await client.chat.completions.create({
+    model,
+    messages: ask,
+    tools: [weather],
+    temperature: 0,
+    stream: true,
+    ...extra,
+  } as never)) as unknown as AsyncIterable<OpenAI.ChatCompletionChunk>;
   let content = "";
   const calls: { id?: string; type?: string; name: string; arguments: string }[] = [];
   const callDeltas: OpenAI.ChatCompletionChunk.Choice.Delta.ToolCall[] = [];
@@ -83,7 +90,10 @@ async function chatStream(model: Script, extra: Record<string, unknown> = {}) {
 /** Python's json.dumps layout (", " and ": "), which the template's `tojson` writes. */
 function pyJson(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(pyJson).join(", ")}]`;
-  if (v && typeof v === "object") return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${pyJson(x)}`).join(", ")}}`;
+  if (v && typeof v === "object")
+    return `{${Object.entries(v)
+      .map(([k, x]) => `${JSON.stringify(k)}: ${pyJson(x)}`)
+      .join(", ")}}`;
   return JSON.stringify(v);
 }
 
@@ -114,7 +124,10 @@ t_("a Pythonic call streamed: id, type and name in one delta, then its arguments
   t.is(s.content, "");
   t.is(s.finish, "tool_calls");
   t.is(s.calls.length, 1);
-  t.deepEqual(s.callDeltas.map((d) => Object.keys(d).sort().join(",")), ["function,id,index,type", "function,index"]);
+  t.deepEqual(
+    s.callDeltas.map((d) => Object.keys(d).sort().join(",")),
+    ["function,id,index,type", "function,index"],
+  );
   t.is(s.callDeltas[0].function!.name, "get_weather");
   t.is(s.callDeltas[0].function!.arguments, "");
   t.deepEqual(JSON.parse(s.calls[0].arguments), { city: "Paris", days: 3 });
@@ -132,9 +145,7 @@ t_("a JSON-form call parses to the same call, streamed and not", async (t) => {
 t_("text followed by two calls: the text is content, the calls are numbered 0 and 1", async (t) => {
   for (const s of [await chatStream("text-two-calls"), await chat("text-two-calls")]) {
     const { content, calls } =
-      "choices" in s
-        ? { content: s.choices[0].message.content, calls: s.choices[0].message.tool_calls!.map((c) => (c as OpenAI.ChatCompletionMessageFunctionToolCall).function) }
-        : s;
+      "choices" in s ? { content: s.choices[0].message.content, calls: s.choices[0].message.tool_calls!.map((c) => (c as OpenAI.ChatCompletionMessageFunctionToolCall).function) } : s;
     t.is(content, "Let me check both cities.");
     t.deepEqual(
       calls.map((c) => [c.name, JSON.parse(c.arguments)]),
@@ -200,7 +211,11 @@ serial("bad tool input is a 400 naming the field, and the server keeps serving",
     ["a tool message answering no call", { messages: [...ask, { role: "tool", tool_call_id: "call_x", content: "21" }] }, "messages[1].tool_call_id"],
     ["tool_choice naming an unknown tool", { tool_choice: { type: "function", function: { name: "get_time" } } }, "tool_choice"],
     ["tool_choice required without tools", { tools: undefined, tool_choice: "required" }, "tool_choice"],
-    ["an invalid parameters schema", { tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type: "no-such-type" } } } } }] }, "tools[0].function.parameters"],
+    [
+      "an invalid parameters schema",
+      { tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type: "no-such-type" } } } } }] },
+      "tools[0].function.parameters",
+    ],
     ["parameters that are not an object schema", { tools: [{ type: "function", function: { name: "f", parameters: { type: "string" } } }] }, "tools[0].function.parameters"],
     ["two tools with one name", { tools: [weather, weather] }, "tools[1].function.name"],
     ["a response_format schema that is not a schema", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: 12 } } } }, "response_format.json_schema.schema"],
@@ -240,7 +255,11 @@ t_("/api/chat with tools through the ollama client: the call with object argumen
   // A follow-up turn as Ollama clients send it: the result paired by tool_name, no ids.
   const follow = await ollama.chat({
     model: "plain-answer",
-    messages: [...ask, { role: "assistant", content: "", tool_calls: [{ function: { name: "get_weather", arguments: { city: "Paris" } } }] }, { role: "tool", content: "21", tool_name: "get_weather" }],
+    messages: [
+      ...ask,
+      { role: "assistant", content: "", tool_calls: [{ function: { name: "get_weather", arguments: { city: "Paris" } } }] },
+      { role: "tool", content: "21", tool_name: "get_weather" },
+    ],
     tools: [weather],
     options: { temperature: 0 },
   });

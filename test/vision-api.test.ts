@@ -63,7 +63,15 @@ test.after.always(async () => {
 const MODEL = "tiny-lfm2-vl-q8_0";
 const ask = (url: string) => ({
   model: MODEL,
-  messages: [{ role: "user" as const, content: [{ type: "image_url" as const, image_url: { url } }, { type: "text" as const, text: "What is in the image?" }] }],
+  messages: [
+    {
+      role: "user" as const,
+      content: [
+        { type: "image_url" as const, image_url: { url } },
+        { type: "text" as const, text: "What is in the image?" },
+      ],
+    },
+  ],
   temperature: 0,
   max_tokens: 8,
 });

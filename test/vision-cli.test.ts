@@ -14,7 +14,21 @@ async function serveFlags(argv: string[]): Promise<ServeFlags> {
 }
 
 test("--mmproj / -mm, the image token bounds, the fetch limits and --no-private-image-urls", async (t) => {
-  const f = await serveFlags(["-mm", "proj.gguf", "--image-min-tokens", "32", "--image-max-tokens", "64", "--no-private-image-urls", "--image-max-pixels", "1000000", "--image-max-bytes", "2048", "--image-timeout", "500"]);
+  const f = await serveFlags([
+    "-mm",
+    "proj.gguf",
+    "--image-min-tokens",
+    "32",
+    "--image-max-tokens",
+    "64",
+    "--no-private-image-urls",
+    "--image-max-pixels",
+    "1000000",
+    "--image-max-bytes",
+    "2048",
+    "--image-timeout",
+    "500",
+  ]);
   t.like(f, { mmproj: "proj.gguf", imageMinTokens: 32, imageMaxTokens: 64, privateImageUrls: false, imageMaxPixels: 1_000_000, imageMaxBytes: 2048, imageTimeout: 500 });
   t.not((await serveFlags(["--mmproj", "p.gguf"])).privateImageUrls, false, "private URLs are allowed unless the flag is given");
 });

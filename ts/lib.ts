@@ -99,11 +99,11 @@ export function parseToolCalls(engine: Engine, text: string): ParseResult {
 export async function* chatStream(engine: Engine, opts: ChatOptions): AsyncGenerator<ChatEvent> {
   const { messages, tools, toolChoice, parallelToolCalls, signal, ...sampling } = opts;
   const m = model(engine);
-  const { jobs, tools: plan, params } = await planChat(
-    m,
-    { messages, tools, tool_choice: toolChoice, parallel_tool_calls: parallelToolCalls, sampling, n: 1 },
-    { maxTokens: "maxTokens", format: "format" },
-  );
+  const {
+    jobs,
+    tools: plan,
+    params,
+  } = await planChat(m, { messages, tools, tool_choice: toolChoice, parallel_tool_calls: parallelToolCalls, sampling, n: 1 }, { maxTokens: "maxTokens", format: "format" });
   const { events } = startAnswer(m, jobs, signal ?? new AbortController().signal, params, plan);
   for await (const ev of events) {
     if (ev.type === "delta") {
@@ -177,4 +177,3 @@ export async function createServer(opts: ServerOptions): Promise<WickServer> {
       }),
   };
 }
-

@@ -239,7 +239,11 @@ export function realGgufs(count: number): Asset[] {
   const dirs = [fixturesDir, process.env.WICK_MODEL_CACHE ?? path.join(repoRoot, ".cache/models")];
   const files = dirs
     .filter((d) => existsSync(d))
-    .flatMap((d) => readdirSync(d).filter((n) => n.endsWith(".gguf") && !n.startsWith("bad-")).map((n) => path.join(d, n)))
+    .flatMap((d) =>
+      readdirSync(d)
+        .filter((n) => n.endsWith(".gguf") && !n.startsWith("bad-"))
+        .map((n) => path.join(d, n)),
+    )
     .map((p) => ({ p, size: statSync(p).size }))
     .sort((a, b) => a.size - b.size);
   return Array.from({ length: count }, (_, i) =>
@@ -253,19 +257,54 @@ export function realGgufs(count: number): Asset[] {
  */
 export function tinyGguf(opts: { architecture?: string; fileType?: number; padding?: number; salt?: string } = {}): Buffer {
   const parts: Buffer[] = [];
-  const u32 = (n: number) => { const b = Buffer.alloc(4); b.writeUInt32LE(n); parts.push(b); };
-  const u64 = (n: number) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(n)); parts.push(b); };
-  const str = (s: string) => { const b = Buffer.from(s, "utf8"); u64(b.length); parts.push(b); };
+  const u32 = (n: number) => {
+    const b = Buffer.alloc(4);
+    b.writeUInt32LE(n);
+    parts.push(b);
+  };
+  const u64 = (n: number) => {
+    const b = Buffer.alloc(8);
+    b.writeBigUInt64LE(BigInt(n));
+    parts.push(b);
+  };
+  const str = (s: string) => {
+    const b = Buffer.from(s, "utf8");
+    u64(b.length);
+    parts.push(b);
+  };
   parts.push(Buffer.from("GGUF"));
   u32(3);
   u64(2); // tensors
   u64(4); // kv pairs
-  str("general.architecture"); u32(8); str(opts.architecture ?? "llama");
-  str("general.file_type"); u32(4); u32(opts.fileType ?? 15);
-  str("tokenizer.ggml.tokens"); u32(9); u32(8); u64(3); str("a"); str("b"); str(opts.salt ?? "c");
-  str("tokenizer.ggml.scores"); u32(9); u32(6); u64(3); parts.push(Buffer.alloc(12));
-  str("w1"); u32(2); u64(2); u64(3); u32(0); u64(0);
-  str("w2"); u32(1); u64(4); u32(0); u64(32);
+  str("general.architecture");
+  u32(8);
+  str(opts.architecture ?? "llama");
+  str("general.file_type");
+  u32(4);
+  u32(opts.fileType ?? 15);
+  str("tokenizer.ggml.tokens");
+  u32(9);
+  u32(8);
+  u64(3);
+  str("a");
+  str("b");
+  str(opts.salt ?? "c");
+  str("tokenizer.ggml.scores");
+  u32(9);
+  u32(6);
+  u64(3);
+  parts.push(Buffer.alloc(12));
+  str("w1");
+  u32(2);
+  u64(2);
+  u64(3);
+  u32(0);
+  u64(0);
+  str("w2");
+  u32(1);
+  u64(4);
+  u32(0);
+  u64(32);
   parts.push(Buffer.alloc(opts.padding ?? 64, 7));
   return Buffer.concat(parts);
 }

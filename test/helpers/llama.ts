@@ -20,13 +20,7 @@ export function withBos(model: LlamaModel, ids: Token[]): Token[] {
  * spin-wait, which starves everything else on a small machine. `extra`: more context options
  * (an f32 KV cache, …).
  */
-export async function inContext<T>(
-  model: LlamaModel,
-  contextSize: number,
-  body: (seq: LlamaContextSequence) => Promise<T>,
-  threads = 1,
-  extra: Partial<LlamaContextOptions> = {},
-): Promise<T> {
+export async function inContext<T>(model: LlamaModel, contextSize: number, body: (seq: LlamaContextSequence) => Promise<T>, threads = 1, extra: Partial<LlamaContextOptions> = {}): Promise<T> {
   const ctx = await model.createContext({ contextSize, sequences: 1, threads, flashAttention: false, ...extra });
   try {
     return await body(ctx.getSequence());

@@ -84,7 +84,11 @@ export async function startStoreServer(opts: Partial<ModelManagerOptions> = {}):
 
 /** Reads an NDJSON response into its objects. */
 export async function ndjson(res: Response): Promise<any[]> {
-  return (await res.text()).trim().split("\n").filter(Boolean).map((l) => JSON.parse(l));
+  return (await res.text())
+    .trim()
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
 }
 
 /** POSTs (or sends `method`) a JSON body and returns the raw Response. */

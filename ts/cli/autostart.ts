@@ -148,7 +148,12 @@ async function startServer(t: Target, home: string, env: NodeJS.ProcessEnv, dead
 
 /** The server's own error line (`wick: …`) from what it logged since `from`, else its last line. */
 function lastLine(file: string, from: number): string {
-  const lines = readFileSync(file).subarray(from).toString("utf8").split("\n").map((l) => l.trim()).filter(Boolean);
+  const lines = readFileSync(file)
+    .subarray(from)
+    .toString("utf8")
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean);
   const own = lines.filter((l) => l.startsWith("wick: ") && !l.startsWith("wick: note:") && !l.startsWith("wick: ignoring"));
   return (own.at(-1) ?? lines.at(-1) ?? "it exited without a word").replace(/^wick: /, "");
 }

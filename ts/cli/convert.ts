@@ -42,10 +42,7 @@ export async function convert(dir: string, flags: ConvertFlags): Promise<void> {
   };
   try {
     const outtype = flags.outtype;
-    const r = await convertModel(
-      { input: dir, outfile: flags.outfile, outtype, ...(flags.threads ? { threads: flags.threads } : {}) },
-      { onProgress, signal: abort.signal },
-    );
+    const r = await convertModel({ input: dir, outfile: flags.outfile, outtype, ...(flags.threads ? { threads: flags.threads } : {}) }, { onProgress, signal: abort.signal });
     if (tty) process.stderr.write("\n");
     const mix = new Map<string, number>();
     for (const t of r.types) mix.set(t.dtype, (mix.get(t.dtype) ?? 0) + 1);

@@ -3,13 +3,22 @@
 /** Columns left-aligned, 4 spaces apart, as Ollama's `list` and `ps` print them (no trailing spaces). */
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] + 4))).join("").trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] + 4)))
+      .join("")
+      .trimEnd();
   return [line(header), ...rows.map(line)].join("\n") + "\n";
 }
 
 /** Ollama's format.HumanBytes: decimal units, "93 MB", "1.2 GB", "512 B". */
 export function humanBytes(n: number): string {
-  const units: [number, string][] = [[1e12, "TB"], [1e9, "GB"], [1e6, "MB"], [1e3, "KB"]];
+  const units: [number, string][] = [
+    [1e12, "TB"],
+    [1e9, "GB"],
+    [1e6, "MB"],
+    [1e3, "KB"],
+  ];
   for (const [scale, unit] of units) {
     if (n < scale) continue;
     const v = n / scale;

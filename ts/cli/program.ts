@@ -47,7 +47,10 @@ export interface Commands {
 
 /** Commander's message as one `wick <command>: …` line: the alias as typed, our suggestion inline. */
 function errorLine(str: string, command: string, typed: Map<string, string>): string {
-  let msg = str.replace(/^error: /, "").replace(/\n\(Did you mean (?:one of )?([^)]*)\?\)/, " (did you mean $1?)").trimEnd();
+  let msg = str
+    .replace(/^error: /, "")
+    .replace(/\n\(Did you mean (?:one of )?([^)]*)\?\)/, " (did you mean $1?)")
+    .trimEnd();
   const unknown = /^unknown option '([^']+)'/.exec(msg);
   if (unknown) {
     const guess = closest(unknown[1], [...knownFlags(command), "--help"]);
@@ -118,8 +121,11 @@ function buildProgram(commands: Commands, typed = new Map<string, string>()): Co
     .option("--json", "print the server's /api/ps answer")
     .action((flags: { json?: boolean }) => commands.ps(flags));
 
-  const show = command("show", "Show a model: architecture, parameters, context length, quantization; Modelfile parts of a store model.")
-    .argument("<model>", "store name, hub reference, or a .gguf file (read here, without a server)", modelOrPath);
+  const show = command("show", "Show a model: architecture, parameters, context length, quantization; Modelfile parts of a store model.").argument(
+    "<model>",
+    "store name, hub reference, or a .gguf file (read here, without a server)",
+    modelOrPath,
+  );
   for (const spec of SHOW_FLAGS) show.addOption(toOption(spec));
   show.action((model: string, flags: ShowFlags) => commands.show(model, flags));
 
@@ -148,8 +154,11 @@ function buildProgram(commands: Commands, typed = new Map<string, string>()): Co
     .action(async (o: { model: string; threads?: number; nPrompt: number; nGen: number; repetitions: number; output: "table" | "json" }) => {
       await commands.bench({ ...o });
     });
-  const convert = command("convert", "Convert a Hugging Face model directory (safetensors, config.json, tokenizer) to GGUF, as llama.cpp's converter and llama-quantize write it.")
-    .argument("<dir>", "model directory", modelDir);
+  const convert = command("convert", "Convert a Hugging Face model directory (safetensors, config.json, tokenizer) to GGUF, as llama.cpp's converter and llama-quantize write it.").argument(
+    "<dir>",
+    "model directory",
+    modelDir,
+  );
   for (const spec of CONVERT_FLAGS) convert.addOption(toOption(spec));
   convert.action((dir: string, flags: ConvertFlags) => commands.convert(dir, { ...flags, outtype: flags.outtype ?? "f16" }));
 

@@ -84,7 +84,9 @@ function barReporter(out: NodeJS.WritableStream & { columns?: number }, now: () 
     const done = p.completed >= p.total;
     const pct = Math.floor((p.completed * 100) / p.total);
     const head = `${p.status}: ${String(pct).padStart(3)}% `;
-    const tail = done ? ` ${humanBytes(p.total)}` : ` ${humanBytes(p.completed)}/${humanBytes(p.total)}${rate > 0 ? `  ${humanBytes(rate)}/s  ${shortDuration(((p.total - p.completed) * 1000) / rate)}` : ""}`;
+    const tail = done
+      ? ` ${humanBytes(p.total)}`
+      : ` ${humanBytes(p.completed)}/${humanBytes(p.total)}${rate > 0 ? `  ${humanBytes(rate)}/s  ${shortDuration(((p.total - p.completed) * 1000) / rate)}` : ""}`;
     const width = Math.max(10, Math.min(50, (out.columns || 80) - head.length - tail.length - 4));
     const filled = Math.round((width * p.completed) / p.total);
     const line = `${head}▕${"█".repeat(filled)}${" ".repeat(width - filled)}▏${tail}`;

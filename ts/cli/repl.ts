@@ -143,7 +143,14 @@ async function command(s: Session, text: string): Promise<CommandResult> {
     case "/save":
       if (!args[0]) return void out.write("Usage:\n  /save <modelname>\n");
       try {
-        const body = { model: args[0], from: s.model, stream: false, ...(s.system !== undefined ? { system: s.system } : {}), ...(Object.keys(s.options).length ? { parameters: s.options } : {}), ...(s.messages.length ? { messages: s.messages.map(({ role, content }) => ({ role, content })) } : {}) };
+        const body = {
+          model: args[0],
+          from: s.model,
+          stream: false,
+          ...(s.system !== undefined ? { system: s.system } : {}),
+          ...(Object.keys(s.options).length ? { parameters: s.options } : {}),
+          ...(s.messages.length ? { messages: s.messages.map(({ role, content }) => ({ role, content })) } : {}),
+        };
         await s.client.json("POST", "/api/create", body);
         out.write(`Created new model '${args[0]}'\n`);
       } catch (err) {
@@ -227,7 +234,7 @@ function showInfo(s: Session, what: string | undefined): void {
     case "template":
       return void out.write(i.template ? `${i.template.replace(/\n$/, "")}\n` : "No prompt template was specified for this model.\n");
     case "system":
-      return void out.write(s.system ?? i.system ? `${s.system ?? i.system}\n` : "No system message was specified for this model.\n");
+      return void out.write((s.system ?? i.system) ? `${s.system ?? i.system}\n` : "No system message was specified for this model.\n");
     case "license":
       return void out.write(i.license ? `${i.license}\n` : "No license was specified for this model.\n");
     case "modelfile":
@@ -236,7 +243,13 @@ function showInfo(s: Session, what: string | undefined): void {
       const user = Object.entries(s.options);
       if (user.length) out.write(`User defined parameters:\n${user.map(([k, v]) => `${k.padEnd(16)}${Array.isArray(v) ? v.join(" ") : String(v)}`).join("\n")}\n\n`);
       const model = (i.parameters ?? "").split("\n").filter(Boolean);
-      out.write(model.length ? `Model defined parameters:\n${model.map((l) => l.replace(/^(\S+)\s+/, (_, k: string) => k.padEnd(16))).join("\n")}\n` : user.length ? "" : "No parameters were specified for this model.\n");
+      out.write(
+        model.length
+          ? `Model defined parameters:\n${model.map((l) => l.replace(/^(\S+)\s+/, (_, k: string) => k.padEnd(16))).join("\n")}\n`
+          : user.length
+            ? ""
+            : "No parameters were specified for this model.\n",
+      );
       return;
     }
     default:

@@ -43,7 +43,6 @@ export async function run(model: string, promptArgs: string[], flags: RunFlags):
   }
 }
 
-
 /** The run flags as Ollama request options (only those given: the Modelfile's stay the defaults). */
 export function requestOptions(f: RunFlags): Record<string, unknown> {
   const o: Record<string, unknown> = {
@@ -61,7 +60,6 @@ export function requestOptions(f: RunFlags): Record<string, unknown> {
   };
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
 }
-
 
 /** Ollama's non-interactive run: stdin, then the prompt words, joined by spaces; an empty prompt only loads the model. */
 async function oneShot(s: Session, parts: (string | undefined)[]): Promise<void> {

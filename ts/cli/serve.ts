@@ -102,7 +102,18 @@ export async function serve(flags: ServeFlags): Promise<void> {
   process.on("SIGINT", () => void stop("SIGINT"));
   process.on("SIGTERM", () => void stop("SIGTERM"));
   // Announced only once the signal handlers are in place: whoever reads this line may stop us at once.
-  log.info({ url, auth: apiKey ? "api-key" : "none", metricsPublic: Boolean(flags.metricsPublic), cors: flags.cors ?? "off", timeoutS: timeoutMs / 1000, maxConnections: flags.maxConnections ?? null, store: store.root }, "listening");
+  log.info(
+    {
+      url,
+      auth: apiKey ? "api-key" : "none",
+      metricsPublic: Boolean(flags.metricsPublic),
+      cors: flags.cors ?? "off",
+      timeoutS: timeoutMs / 1000,
+      maxConnections: flags.maxConnections ?? null,
+      store: store.root,
+    },
+    "listening",
+  );
   process.stderr.write(model ? `wick: serving ${model.id} at ${url}/v1\n` : `wick: serving the models of ${store.root} (loaded on first use) at ${url}/v1\n`);
 }
 

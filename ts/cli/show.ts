@@ -89,9 +89,20 @@ export function describeStored(res: ShowAnswer): string {
   );
   section("Capabilities", res.capabilities ?? []);
   // /api/show's parameters: `name<padding> value` per line.
-  section("Parameters", aligned((res.parameters ?? "").split("\n").filter(Boolean).map((l) => /^(\S+)\s+(.*)$/.exec(l)!.slice(1, 3) as [string, string])));
+  section(
+    "Parameters",
+    aligned(
+      (res.parameters ?? "")
+        .split("\n")
+        .filter(Boolean)
+        .map((l) => /^(\S+)\s+(.*)$/.exec(l)!.slice(1, 3) as [string, string]),
+    ),
+  );
   section("System", res.system ? res.system.split("\n") : []);
-  const license = (res.license ?? "").split("\n").map((l) => l.trim()).filter(Boolean);
+  const license = (res.license ?? "")
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean);
   section("License", license.length > 2 ? [...license.slice(0, 2), "..."] : license);
   return `${sections.join("\n\n")}\n`;
 }

@@ -47,10 +47,7 @@ const tool = z.looseObject({
 });
 
 /** "none" | "auto" | "required", or one named function. */
-const toolChoice = z.union([
-  z.enum(["none", "auto", "required"]),
-  z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string().min(1) }) }),
-]);
+const toolChoice = z.union([z.enum(["none", "auto", "required"]), z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string().min(1) }) })]);
 export type ToolChoice = z.infer<typeof toolChoice>;
 
 /** OpenAI's structured output: free text, any JSON object, or JSON valid against a schema. */

@@ -103,9 +103,7 @@ export function createApp(opts: AppOptions): Koa {
 
   // Any POST body is read as JSON whatever its Content-Type: curl users often omit it. DELETE
   // has a body too: Ollama's /api/delete names the model in it.
-  app.use(
-    bodyParser({ enableTypes: ["json"], detectJSON: () => true, jsonLimit: opts.bodyLimit ?? DEFAULT_BODY_LIMIT, parsedMethods: ["POST", "PUT", "PATCH", "DELETE"] }),
-  );
+  app.use(bodyParser({ enableTypes: ["json"], detectJSON: () => true, jsonLimit: opts.bodyLimit ?? DEFAULT_BODY_LIMIT, parsedMethods: ["POST", "PUT", "PATCH", "DELETE"] }));
 
   const router = new Router();
   const models = opts.models ?? new ModelManager({ registry: opts.registry });

@@ -8,15 +8,7 @@ import { WickError, type EngineCode } from "../engine/index.ts";
 import { RequestError, StoreError, type RequestErrorCode, type StoreErrorCode } from "../service/errors.ts";
 
 /** Failures only the HTTP layer can see. */
-export type HttpErrorCode =
-  | "INVALID_JSON"
-  | "UNAUTHORIZED"
-  | "ROUTE_NOT_FOUND"
-  | "METHOD_NOT_ALLOWED"
-  | "BODY_TOO_LARGE"
-  | "UNSUPPORTED_MEDIA_TYPE"
-  | "TOO_MANY_CONNECTIONS"
-  | "SHUTTING_DOWN";
+export type HttpErrorCode = "INVALID_JSON" | "UNAUTHORIZED" | "ROUTE_NOT_FOUND" | "METHOD_NOT_ALLOWED" | "BODY_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "TOO_MANY_CONNECTIONS" | "SHUTTING_DOWN";
 
 export type ErrorCode = EngineCode | RequestErrorCode | StoreErrorCode | HttpErrorCode;
 
@@ -82,16 +74,7 @@ export const ERROR_TABLE: Record<ErrorCode, ErrorRow> = {
 };
 
 /** Server-side statuses that are not our bugs: no stack in the log. */
-const EXPECTED_5XX = new Set<ErrorCode>([
-  "QUEUE_FULL",
-  "ENGINE_STOPPED",
-  "NOT_IMPLEMENTED",
-  "HUB_UNAUTHORIZED",
-  "HUB_ERROR",
-  "DISK_FULL",
-  "TOO_MANY_CONNECTIONS",
-  "SHUTTING_DOWN",
-]);
+const EXPECTED_5XX = new Set<ErrorCode>(["QUEUE_FULL", "ENGINE_STOPPED", "NOT_IMPLEMENTED", "HUB_UNAUTHORIZED", "HUB_ERROR", "DISK_FULL", "TOO_MANY_CONNECTIONS", "SHUTTING_DOWN"]);
 
 export class HttpError extends Error {
   constructor(

@@ -65,12 +65,7 @@ function describeUnion(issue: z.core.$ZodIssueInvalidUnion, path: Path, input: u
     const value = (input as Record<string, unknown> | undefined)?.[disc];
     const param = paramName(path);
     if (value === undefined) return new RequestError("INVALID_REQUEST", `Missing required parameter: '${param}'.`, param, "missing_required_parameter");
-    return new RequestError(
-      "INVALID_REQUEST",
-      `Invalid value for '${param}': ${show(value)}. Supported values are: ${options.map(show).join(", ")}.`,
-      param,
-      "invalid_value",
-    );
+    return new RequestError("INVALID_REQUEST", `Invalid value for '${param}': ${show(value)}. Supported values are: ${options.map(show).join(", ")}.`, param, "invalid_value");
   }
   const branches = issue.errors.filter((b) => b.length > 0);
   const typeOnly = branches.every((b) => b.length === 1 && b[0].code === "invalid_type" && b[0].path.length === 0);
@@ -78,12 +73,7 @@ function describeUnion(issue: z.core.$ZodIssueInvalidUnion, path: Path, input: u
   if (typeOnly) {
     if (input === undefined) return new RequestError("INVALID_REQUEST", `Missing required parameter: '${name}'.`, name, "missing_required_parameter");
     const expected = [...new Set(branches.map((b) => article((b[0] as { expected: string }).expected)))];
-    return new RequestError(
-      "INVALID_REQUEST",
-      `Invalid type for '${name}': expected ${expected.join(" or ")}, but got ${typeName(input)} instead.`,
-      name,
-      "invalid_type",
-    );
+    return new RequestError("INVALID_REQUEST", `Invalid type for '${name}': expected ${expected.join(" or ")}, but got ${typeName(input)} instead.`, name, "invalid_type");
   }
   // The branch that matched the value's shape best is the one whose issues lie deepest; at
   // equal depth, one that accepted the value's type beats one that did not.
@@ -109,6 +99,6 @@ function article(t: string): string {
 }
 
 function show(v: unknown): string {
-  const s = typeof v === "string" ? `'${v}'` : JSON.stringify(v) ?? String(v);
+  const s = typeof v === "string" ? `'${v}'` : (JSON.stringify(v) ?? String(v));
   return s.length > 60 ? `${s.slice(0, 57)}...` : s;
 }

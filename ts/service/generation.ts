@@ -79,12 +79,7 @@ function merge(gens: AsyncGenerator<EngineEvent>[], stop: AbortController, clean
   return drain(pending, pull, stop, cleanup);
 }
 
-async function* drain(
-  pending: Map<number, Promise<Pulled>>,
-  pull: (index: number) => void,
-  stop: AbortController,
-  cleanup: () => void,
-): AsyncGenerator<ChoiceEvent> {
+async function* drain(pending: Map<number, Promise<Pulled>>, pull: (index: number) => void, stop: AbortController, cleanup: () => void): AsyncGenerator<ChoiceEvent> {
   try {
     while (pending.size > 0) {
       const { index, result } = await Promise.race(pending.values());

@@ -9,7 +9,7 @@ import { RequestError } from "./errors.ts";
 /** Ollama's default: five minutes after the last request. */
 export const DEFAULT_KEEP_ALIVE_MS = 5 * 60_000;
 
-const UNIT_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, "μs": 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+const UNIT_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, µs: 1e-3, μs: 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
 /** Go's time.ParseDuration, in ms; undefined when `s` is not a duration. */
 export function parseDuration(s: string): number | undefined {
@@ -27,7 +27,12 @@ export function keepAliveMs(value: string | number, what = "keep_alive"): number
   else if (/^\s*-?\d+\s*$/.test(value)) ms = Number(value) * 1000;
   else ms = parseDuration(value);
   if (ms === undefined) {
-    throw new RequestError("INVALID_REQUEST", `Invalid ${what} ${JSON.stringify(value)}: expected a duration such as "5m", "1h30m" or "300ms", a number of seconds, a negative value (keep loaded) or 0 (unload).`, what, "invalid_value");
+    throw new RequestError(
+      "INVALID_REQUEST",
+      `Invalid ${what} ${JSON.stringify(value)}: expected a duration such as "5m", "1h30m" or "300ms", a number of seconds, a negative value (keep loaded) or 0 (unload).`,
+      what,
+      "invalid_value",
+    );
   }
   return ms < 0 ? Infinity : ms;
 }

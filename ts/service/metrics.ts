@@ -50,9 +50,7 @@ export class ServingMetrics {
     gauge("wick:kv_blocks_used", "KV cache blocks held by running sequences.", (m) => m.kvBlocksUsed);
     gauge("wick:kv_blocks_cached", "Full KV blocks kept for prefix reuse.", (m) => m.kvBlocksCached);
     gauge("wick:kv_block_size", "Tokens per KV cache block.", (m) => m.kvBlockSize);
-    gauge("wick:kv_cache_usage_perc", "Fraction of KV blocks held by running sequences (0-1).", (m) =>
-      m.kvBlocksTotal > 0 ? m.kvBlocksUsed / m.kvBlocksTotal : 0,
-    );
+    gauge("wick:kv_cache_usage_perc", "Fraction of KV blocks held by running sequences (0-1).", (m) => (m.kvBlocksTotal > 0 ? m.kvBlocksUsed / m.kvBlocksTotal : 0));
     engineCounter("wick:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (m) => m.prefixQueryTokensTotal);
     engineCounter("wick:prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", (m) => m.prefixHitTokensTotal);
     engineCounter("wick:num_preemptions_total", "Sequences preempted (to recompute) when KV blocks ran out.", (m) => m.preemptionsTotal);
@@ -67,8 +65,7 @@ export class ServingMetrics {
     const lengths = (name: string, help: string) => new client.Histogram({ name, help, labelNames, registers, buckets: TOKEN_BUCKETS });
     this.promptLength = lengths("wick:request_prompt_tokens", "Prompt tokens per finished request.");
     this.generationLength = lengths("wick:request_generation_tokens", "Generated tokens per finished request.");
-    const counter = (name: string, help: string, extra: string[] = []) =>
-      new client.Counter({ name, help, labelNames: [...labelNames, ...extra], registers });
+    const counter = (name: string, help: string, extra: string[] = []) => new client.Counter({ name, help, labelNames: [...labelNames, ...extra], registers });
     this.promptTokens = counter("wick:prompt_tokens_total", "Prompt tokens of finished requests.");
     this.generationTokens = counter("wick:generation_tokens_total", "Generated tokens of finished requests.");
     this.finished = counter("wick:request_success_total", "Finished requests by finish reason.", ["finished_reason"]);

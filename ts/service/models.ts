@@ -332,14 +332,17 @@ export class ModelManager {
     entry.model = model;
     entry.size = estimateSize(model);
     entry.lastUsed = Date.now();
-    this.log.info({ model: entry.id, isa: cpuIsa(), architecture: model.info.architecture, contextSize: model.info.contextSize, bytes: entry.size, ms: Math.round(performance.now() - started) }, "model loaded");
+    this.log.info(
+      { model: entry.id, isa: cpuIsa(), architecture: model.info.architecture, contextSize: model.info.contextSize, bytes: entry.size, ms: Math.round(performance.now() - started) },
+      "model loaded",
+    );
     return model;
   }
 
   /** The store's projector for a model, if it is one Wick loads (`clip.projector_type` lfm2); else none, logged. */
   private async pairedProjector(projector: string, id: string): Promise<string | undefined> {
     try {
-      const kind = (await inspectModel(projector, { maxArrayLen: 0 })).metadata["clip.projector_type"];
+      const kind: unknown = (await inspectModel(projector, { maxArrayLen: 0 })).metadata["clip.projector_type"];
       if (kind === "lfm2") return projector;
       this.log.warn({ model: id, projector: kind }, "vision projector not supported; serving the model without image input");
     } catch (err) {

@@ -50,12 +50,21 @@ export function toChatMessages(messages: OllamaMessage[]): ChatMessage[] {
     }
     if (m.images?.length) throw new RequestError("INVALID_REQUEST", "Only user and system messages may carry images.", `messages[${i}].images`);
     if (m.role === "assistant") {
-      const calls = (m.tool_calls ?? []).map((c, j) => ({ id: c.id || `call_${i}_${j}`, type: "function" as const, function: { name: c.function.name, arguments: JSON.stringify(c.function.arguments ?? {}) } }));
+      const calls = (m.tool_calls ?? []).map((c, j) => ({
+        id: c.id || `call_${i}_${j}`,
+        type: "function" as const,
+        function: { name: c.function.name, arguments: JSON.stringify(c.function.arguments ?? {}) },
+      }));
       open = calls.map((c) => ({ id: c.id, name: c.function.name }));
       return { role: "assistant", content, ...(calls.length ? { tool_calls: calls } : {}) };
     }
     if (m.role === "tool") {
-      const k = m.tool_call_id ? open.findIndex((c) => c.id === m.tool_call_id) : Math.max(0, open.findIndex((c) => c.name === m.tool_name));
+      const k = m.tool_call_id
+        ? open.findIndex((c) => c.id === m.tool_call_id)
+        : Math.max(
+            0,
+            open.findIndex((c) => c.name === m.tool_name),
+          );
       const id = m.tool_call_id ?? open[k]?.id ?? "";
       if (k >= 0 && open[k]) open.splice(k, 1);
       return { role: "tool", content, tool_call_id: id };

@@ -102,8 +102,7 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "obj
 
 /** One token array per prompt: a string, strings, token ids, or arrays of token ids. */
 export function completionPromptTokens(model: ServedModel, prompt: string | string[] | number[] | number[][]): number[][] {
-  const prompts: (string | number[])[] =
-    typeof prompt === "string" ? [prompt] : typeof prompt[0] === "number" ? [prompt as number[]] : (prompt as (string | number[])[]);
+  const prompts: (string | number[])[] = typeof prompt === "string" ? [prompt] : typeof prompt[0] === "number" ? [prompt as number[]] : (prompt as (string | number[])[]);
   return prompts.map((p, i) => {
     // Token ids are taken as given: a client that sends ids has already decided about BOS.
     if (typeof p !== "string") return p;
@@ -132,7 +131,10 @@ function toTemplateMessage(m: ChatMessage, i: number, inlineCalls: ToolParser | 
       type: "function" as const,
       function: { name: c.function.name, arguments: parseArguments(c.function.arguments) },
     }));
-    if (inlineCalls) out.content += inlineCalls.format(out.tool_calls.map((c, j) => ({ name: c.function.name, arguments: argumentObject(c.function.arguments, `messages[${i}].tool_calls[${j}].function.arguments`) })));
+    if (inlineCalls)
+      out.content += inlineCalls.format(
+        out.tool_calls.map((c, j) => ({ name: c.function.name, arguments: argumentObject(c.function.arguments, `messages[${i}].tool_calls[${j}].function.arguments`) })),
+      );
   }
   return out;
 }

@@ -105,8 +105,7 @@ function size(bytes: number): string {
 
 /** The block `wick show` prints, laid out like `ollama show`. */
 export function describeModel(info: GgufInfo): string {
-  const experts =
-    info.expertCount === undefined ? undefined : `${info.expertCount}${info.expertUsedCount === undefined ? "" : ` (${info.expertUsedCount} used)`}`;
+  const experts = info.expertCount === undefined ? undefined : `${info.expertCount}${info.expertUsedCount === undefined ? "" : ` (${info.expertUsedCount} used)`}`;
   const rows: [string, string | number | undefined][] = [
     ["architecture", info.architecture],
     ["parameters", humanCount(info.parameterCount)],

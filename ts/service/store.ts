@@ -118,10 +118,7 @@ function hubRef(raw: string): HubRef {
   if (ref.kind === "hub") return ref.hub;
   if (ref.kind === "name" && ref.hub) return ref.hub;
   if (ref.kind === "path") throw new StoreError("INVALID_NAME", `invalid model name ${JSON.stringify(raw)}: a file path cannot be pulled`);
-  throw new StoreError(
-    "UNSUPPORTED",
-    `pulling '${raw}' from the Ollama library is not supported; pull GGUF models from Hugging Face: hf.co/<org>/<repo>[:QUANT] (or <org>/<repo>[:QUANT])`,
-  );
+  throw new StoreError("UNSUPPORTED", `pulling '${raw}' from the Ollama library is not supported; pull GGUF models from Hugging Face: hf.co/<org>/<repo>[:QUANT] (or <org>/<repo>[:QUANT])`);
 }
 
 /**
@@ -133,7 +130,8 @@ function hubRef(raw: string): HubRef {
 export async function planCreate(models: ModelManager, req: CreateRequest): Promise<Run> {
   const store = requireStore(models);
   const name = parseModelName(bodyName(req));
-  if (req.files && Object.keys(req.files).length) throw new StoreError("UNSUPPORTED", "creating from uploaded blobs ('files') is not supported yet; use 'from' with a GGUF path, a store model or a hub reference");
+  if (req.files && Object.keys(req.files).length)
+    throw new StoreError("UNSUPPORTED", "creating from uploaded blobs ('files') is not supported yet; use 'from' with a GGUF path, a store model or a hub reference");
   if (req.adapters && Object.keys(req.adapters).length) throw new StoreError("UNSUPPORTED", "adapters (LoRA) are not supported by Wick");
   if (req.quantize) throw new StoreError("UNSUPPORTED", "quantize is not supported by Wick; create from a GGUF that already has the quantization you want");
   const mf = modelfileOf(req);
@@ -146,9 +144,7 @@ export async function planCreate(models: ModelManager, req: CreateRequest): Prom
 }
 
 function modelfileOf(req: CreateRequest): Modelfile {
-  const mf: Modelfile = req.modelfile
-    ? parseModelfile(req.modelfile)
-    : { from: "", fromLine: 0, parameters: {}, messages: [], license: [], warnings: [] };
+  const mf: Modelfile = req.modelfile ? parseModelfile(req.modelfile) : { from: "", fromLine: 0, parameters: {}, messages: [], license: [], warnings: [] };
   if (req.from) {
     mf.from = req.from.trim();
     mf.fromLine = 0;

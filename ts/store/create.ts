@@ -113,5 +113,11 @@ async function fromLayers(store: ModelStore, mf: Modelfile, opts: CreateOptions,
 
 /** JSON with sorted keys, as Go marshals a map: the same parameters give the same blob. */
 function sortedJson(o: Record<string, unknown>): string {
-  return JSON.stringify(Object.fromEntries(Object.keys(o).sort().map((k) => [k, o[k]])));
+  return JSON.stringify(
+    Object.fromEntries(
+      Object.keys(o)
+        .sort()
+        .map((k) => [k, o[k]]),
+    ),
+  );
 }

@@ -23,11 +23,39 @@ export interface GgufHeader {
  * the binding. Change both together.
  */
 const FILE_TYPES: Record<number, string> = {
-  0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
-  12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
-  19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL",
-  26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16",
-  36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4",
+  0: "F32",
+  1: "F16",
+  2: "Q4_0",
+  3: "Q4_1",
+  7: "Q8_0",
+  8: "Q5_0",
+  9: "Q5_1",
+  10: "Q2_K",
+  11: "Q3_K_S",
+  12: "Q3_K_M",
+  13: "Q3_K_L",
+  14: "Q4_K_S",
+  15: "Q4_K_M",
+  16: "Q5_K_S",
+  17: "Q5_K_M",
+  18: "Q6_K",
+  19: "IQ2_XXS",
+  20: "IQ2_XS",
+  21: "Q2_K_S",
+  22: "IQ3_XS",
+  23: "IQ3_XXS",
+  24: "IQ1_S",
+  25: "IQ4_NL",
+  26: "IQ3_S",
+  27: "IQ3_M",
+  28: "IQ2_S",
+  29: "IQ2_M",
+  30: "IQ4_XS",
+  31: "IQ1_M",
+  32: "BF16",
+  36: "TQ1_0",
+  37: "TQ2_0",
+  38: "MXFP4",
 };
 
 /** Byte sizes of the scalar metadata types (8 = string, 9 = array are variable). */
@@ -152,7 +180,12 @@ export async function readGgufHeader(file: string): Promise<GgufHeader> {
 
 /** Ollama's format.HumanNumber: 134515008 → "135M", 1190000000 → "1.19B". */
 export function humanCount(n: number): string {
-  for (const [scale, unit] of [[1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "K"]] as const) {
+  for (const [scale, unit] of [
+    [1e12, "T"],
+    [1e9, "B"],
+    [1e6, "M"],
+    [1e3, "K"],
+  ] as const) {
     if (n >= scale) {
       const x = n / scale;
       return `${x.toFixed(x >= 100 ? 0 : x >= 10 ? 1 : 2)}${unit}`;

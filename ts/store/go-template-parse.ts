@@ -134,7 +134,13 @@ function lex(src: string): ({ text: string } | { toks: PosTok[]; pos: Pos })[] {
 
 function unescape(quoted: string, pos: Pos): string {
   try {
-    return JSON.parse(quoted.replace(/\\x([0-9a-fA-F]{2})/g, "\\u00$1").replace(/\\'/g, "'").replace(/\\a/g, "\\u0007").replace(/\\v/g, "\\u000b")) as string;
+    return JSON.parse(
+      quoted
+        .replace(/\\x([0-9a-fA-F]{2})/g, "\\u00$1")
+        .replace(/\\'/g, "'")
+        .replace(/\\a/g, "\\u0007")
+        .replace(/\\v/g, "\\u000b"),
+    ) as string;
   } catch {
     throw templateError(pos, `invalid string literal ${quoted}`);
   }
@@ -204,7 +210,7 @@ export function parseTemplate(src: string): Node[] {
     // Declarations: $x := / $i, $e := / $x =
     let k = i;
     const names: string[] = [];
-    while (toks[k].k === "var" && (toks[k + 1]?.k === "punct")) {
+    while (toks[k].k === "var" && toks[k + 1]?.k === "punct") {
       names.push((toks[k] as { v: string }).v);
       const p = toks[k + 1] as { v: string };
       if (p.v === ",") {

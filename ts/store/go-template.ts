@@ -143,7 +143,10 @@ function range(n: BranchNode, dot: unknown, vars: Vars, out: string[]): void {
   let entries: [unknown, unknown][];
   if (Array.isArray(v)) entries = v.map((e, i) => [i, e]);
   else if (typeof v === "number" && Number.isInteger(v)) entries = Array.from({ length: Math.max(0, v) }, (_, i) => [i, i]);
-  else if (v && typeof v === "object") entries = Object.keys(v).sort().map((k) => [k, (v as Record<string, unknown>)[k]]);
+  else if (v && typeof v === "object")
+    entries = Object.keys(v)
+      .sort()
+      .map((k) => [k, (v as Record<string, unknown>)[k]]);
   else if (v === null || v === undefined) entries = [];
   else throw templateError(n.pos, `range can't iterate over ${print(v)}`);
   for (const [k, e] of entries) {

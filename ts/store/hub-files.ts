@@ -38,7 +38,9 @@ const isShard = (f: HubFile) => SHARD.test(baseName(f.path).replace(/\.gguf$/i, 
 
 /** The quant named in a GGUF file name, upper-cased (`Llama-3.2-1B-Instruct-q4_k_m.gguf` → `Q4_K_M`). */
 export function quantOf(filePath: string): string | undefined {
-  const stem = baseName(filePath).replace(/\.gguf$/i, "").replace(SHARD, "");
+  const stem = baseName(filePath)
+    .replace(/\.gguf$/i, "")
+    .replace(SHARD, "");
   const tokens = stem.split(/[-.]/);
   for (let i = tokens.length - 1; i >= 0; i--) if (QUANT_TOKEN.test(tokens[i])) return tokens[i].toUpperCase();
   // A quant folder: Q4_K_M/model-00001-of-00002.gguf

@@ -204,20 +204,23 @@ export class HubClient {
     report(true);
 
     const url = `${this.endpoint}/${repo}/resolve/main/${file.path.split("/").map(encodeURIComponent).join("/")}`;
-    await this.withRetries(async () => {
-      if (offset === file.size) return;
-      const res = await this.get(url, offset > 0 ? { range: `bytes=${offset}-` } : {}, `hf.co/${repo}/${file.path}`, [416]);
-      if (res.status === 200 && offset > 0) {
-        ({ hash, offset } = await restart(partial)); // the server ignored the Range: take the whole body
-      } else if (res.status !== 200 && !(res.status === 206 && rangeStart(res) === offset)) {
-        await res.body?.cancel().catch(() => {});
-        const from = offset;
-        ({ hash, offset } = await restart(partial));
-        throw new RetryableError(`the hub cannot continue hf.co/${repo}/${file.path} from byte ${from} (${res.status}); starting over`);
-      }
-      await this.appendBody(res, partial, hash, (n) => ((offset += n), report(false)), file);
-      if (offset < file.size) throw new RetryableError(`the hub closed hf.co/${repo}/${file.path} at byte ${offset} of ${file.size}`);
-    }, () => offset);
+    await this.withRetries(
+      async () => {
+        if (offset === file.size) return;
+        const res = await this.get(url, offset > 0 ? { range: `bytes=${offset}-` } : {}, `hf.co/${repo}/${file.path}`, [416]);
+        if (res.status === 200 && offset > 0) {
+          ({ hash, offset } = await restart(partial)); // the server ignored the Range: take the whole body
+        } else if (res.status !== 200 && !(res.status === 206 && rangeStart(res) === offset)) {
+          await res.body?.cancel().catch(() => {});
+          const from = offset;
+          ({ hash, offset } = await restart(partial));
+          throw new RetryableError(`the hub cannot continue hf.co/${repo}/${file.path} from byte ${from} (${res.status}); starting over`);
+        }
+        await this.appendBody(res, partial, hash, (n) => ((offset += n), report(false)), file);
+        if (offset < file.size) throw new RetryableError(`the hub closed hf.co/${repo}/${file.path} at byte ${offset} of ${file.size}`);
+      },
+      () => offset,
+    );
     report(true);
 
     const digest = `sha256:${hash.digest("hex")}`;

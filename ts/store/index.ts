@@ -3,7 +3,20 @@
  * the on-disk store, the hub client, Modelfiles and `create`, and TEMPLATE rendering.
  */
 export { StoreError, type StoreErrorCode } from "./errors.ts";
-export { DEFAULT_NAMESPACE, OLLAMA_REGISTRY_HOST, DEFAULT_TAG, HUB_HOST, formatName, looksLikePath, nameKey, parseModelName, parseReference, type HubRef, type ModelName, type ModelReference } from "./reference.ts";
+export {
+  DEFAULT_NAMESPACE,
+  OLLAMA_REGISTRY_HOST,
+  DEFAULT_TAG,
+  HUB_HOST,
+  formatName,
+  looksLikePath,
+  nameKey,
+  parseModelName,
+  parseReference,
+  type HubRef,
+  type ModelName,
+  type ModelReference,
+} from "./reference.ts";
 export { ModelStore, defaultHome, type StoreOptions } from "./store.ts";
 export type { BlobRef, ListedModel, Located, ResolvedModel, StoredManifest } from "./store-types.ts";
 export { MEDIA, type Layer, type Manifest, type ModelConfig } from "./manifest.ts";

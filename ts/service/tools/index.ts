@@ -32,13 +32,7 @@ function isHighSurrogate(code: number): boolean {
   return code >= 0xd800 && code <= 0xdbff;
 }
 
-function makeParser(
-  name: ToolParserName,
-  start: string,
-  end: string,
-  parseBlock: (inner: string) => ToolCall[] | undefined,
-  formatBlock: (calls: ToolCall[]) => string,
-): ToolParser {
+function makeParser(name: ToolParserName, start: string, end: string, parseBlock: (inner: string) => ToolCall[] | undefined, formatBlock: (calls: ToolCall[]) => string): ToolParser {
   return {
     name,
     start,

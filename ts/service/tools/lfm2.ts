@@ -35,7 +35,10 @@ export function parseLfm2Block(inner: string): ToolCall[] | undefined {
  * (true/false/null included, which LFM2 reads as well as True/False/None).
  */
 export function formatLfm2Block(calls: ToolCall[]): string {
-  const call = (c: ToolCall) => `${c.name}(${Object.entries(c.arguments).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ")})`;
+  const call = (c: ToolCall) =>
+    `${c.name}(${Object.entries(c.arguments)
+      .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+      .join(", ")})`;
   return `[${calls.map(call).join(", ")}]`;
 }
 

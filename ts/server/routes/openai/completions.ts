@@ -24,9 +24,7 @@ export function completionsRoutes(router: Router, { models, log }: RouteDeps): v
     const prompts = completionPromptTokens(model, req.prompt);
     const sampling = samplingOptions(withOpenAIDefaults(model.profile, req), model.info.nVocab, req.logprobs ?? undefined);
     const choices = perChoice(sampling, req.n ?? 1);
-    const jobs: Job[] = prompts.flatMap((promptTokens, promptIndex) =>
-      choices.map((o) => ({ options: { ...o, promptTokens }, promptIndex })),
-    );
+    const jobs: Job[] = prompts.flatMap((promptTokens, promptIndex) => choices.map((o) => ({ options: { ...o, promptTokens }, promptIndex })));
     const answer = startAnswer(model, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "max_tokens" });
     const meta: ResponseMeta = { id: responseId("cmpl"), created: unixNow(), model: model.id };
     const logprobs = req.logprobs != null ? new LogprobFormatter(model) : null;
