@@ -120,6 +120,8 @@ impl TileKernels for Kernels {
     const BLOCK_BYTES: usize = BLOCK_BYTES;
 
     /// Four rows at a time: each row needs six registers per step.
+    // Inlined into the tile closure, as the per-type match was: at one row a call per panel shows.
+    #[inline(always)]
     #[cfg(target_arch = "x86_64")]
     unsafe fn vnni(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {
         debug_assert!(pairs.len() == acts.len());
@@ -129,6 +131,8 @@ impl TileKernels for Kernels {
         }
     }
 
+    // Inlined into the tile closure, as the per-type match was: at one row a call per panel shows.
+    #[inline(always)]
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx2(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {
         debug_assert!(pairs.len() == acts.len());
