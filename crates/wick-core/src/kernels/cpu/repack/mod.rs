@@ -39,6 +39,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use crate::error::{Result, WickError};
 use crate::kernels::cpu::feats::{isa, Isa};
 use crate::kernels::cpu::matmul::RowPos;
+use crate::kernels::cpu::q8::quantize_rows;
 use crate::runtime::pool::{self, SyncPtr};
 
 pub use self::panel::PANEL;
@@ -105,7 +106,27 @@ fn every_isa(_: Isa) -> bool {
     true
 }
 
+/// `PanelType::tiles` of a type whose kernels read only the quantized rows (no per-row
+/// flags): `quantize` turns each row of `xs` into the blocks `K` reads.
+fn quantized_tiles<K: TileKernels + 'static>(
+    isa: Isa,
+    xs: &[f32],
+    k: usize,
+    quantize: fn(&[f32]) -> Vec<K::Act>,
+) -> Result<Box<TileFn>>
+where
+    K::Act: Send + Sync + 'static,
+{
+    let acts = quantize_rows(xs, k, quantize);
+    Ok(Box::new(move |panel, r0, rows, out, ldo| {
+        let a = row_slices(&acts[r0..r0 + rows]);
+        tile::<K>(isa, panel, &a[..rows], &[], out, ldo)
+    }))
+}
+
 /// One type's tile kernels per instruction set; `tile` picks one by `isa` for each call.
+/// Implementations mark `vnni` and `avx2` `#[inline(always)]`: they are thin loops that must
+/// fold into the tile closure, as a call per panel shows in one-row (decode) passes.
 /// Each computes `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`; `gemm[r]` (Q4_K
 /// only, empty for the others): whether row r folds per sub-block pair (ggml's GEMM) or per
 /// block (GEMV).

@@ -12,12 +12,12 @@ use std::arch::x86_64::*;
 use candle_core::quantized::GgmlDType;
 
 use super::panel::PANEL;
-use super::{every_isa, row_slices, tile, PanelType, TileFn, TileKernels};
+use super::{every_isa, quantized_tiles, PanelType, TileFn, TileKernels};
 use crate::error::Result;
 use crate::kernels::cpu::blocks::{f16_at, Q4_0, QK};
 use crate::kernels::cpu::feats::Isa;
 use crate::kernels::cpu::matmul::RowPos;
-use crate::kernels::cpu::q8::{quantize_q8, quantize_rows, Act32};
+use crate::kernels::cpu::q8::{quantize_q8, Act32};
 
 /// Bytes of one block of one panel.
 pub const BLOCK_BYTES: usize = QUANTS + 4 * 64;
@@ -56,11 +56,7 @@ pub(super) const TYPE: PanelType = PanelType {
 
 /// Activations as q8_0 blocks (with their sums), and the tile over them.
 fn tiles(isa: Isa, xs: &[f32], k: usize, _: &[RowPos]) -> Result<Box<TileFn>> {
-    let acts = quantize_rows(xs, k, quantize_q8);
-    Ok(Box::new(move |panel, r0, rows, out, ldo| {
-        let a = row_slices(&acts[r0..r0 + rows]);
-        tile::<Kernels>(isa, panel, &a[..rows], &[], out, ldo)
-    }))
+    quantized_tiles::<Kernels>(isa, xs, k, quantize_q8)
 }
 
 /// Q4_0's tile kernels.
@@ -70,14 +66,12 @@ impl TileKernels for Kernels {
     type Act = Act32;
     const BLOCK_BYTES: usize = BLOCK_BYTES;
 
-    // Inlined into the tile closure, as the per-type match was: at one row a call per panel shows.
     #[inline(always)]
     #[cfg(target_arch = "x86_64")]
     unsafe fn vnni(panel: &[u8], nb: usize, acts: &[&[Act32]], _: &[bool], out: *mut f32, ldo: usize) {
         by_rows!(tile_vnni, acts, panel, nb, out, ldo)
     }
 
-    // Inlined into the tile closure, as the per-type match was: at one row a call per panel shows.
     #[inline(always)]
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx2(panel: &[u8], nb: usize, acts: &[&[Act32]], _: &[bool], out: *mut f32, ldo: usize) {

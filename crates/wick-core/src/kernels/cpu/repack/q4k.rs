@@ -120,7 +120,6 @@ impl TileKernels for Kernels {
     const BLOCK_BYTES: usize = BLOCK_BYTES;
 
     /// Four rows at a time: each row needs six registers per step.
-    // Inlined into the tile closure, as the per-type match was: at one row a call per panel shows.
     #[inline(always)]
     #[cfg(target_arch = "x86_64")]
     unsafe fn vnni(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {
@@ -131,7 +130,6 @@ impl TileKernels for Kernels {
         }
     }
 
-    // Inlined into the tile closure, as the per-type match was: at one row a call per panel shows.
     #[inline(always)]
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx2(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out: *mut f32, ldo: usize) {
