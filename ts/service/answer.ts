@@ -49,18 +49,18 @@ async function* answerEvents(choices: AsyncIterable<ChoiceEvent>, n: number, too
   const outputs = Array.from({ length: n }, () => new ToolOutput(tools));
   const held: TokenLogprobs[][] = Array.from({ length: n }, () => []);
   const tokens: number[][] = Array.from({ length: n }, () => []);
+  // What settled since the last delta, with the logprobs of every token held until then.
+  const delta = (index: number, d: { content: string; calls: OutputCall[] }): AnswerEvent[] =>
+    d.content || d.calls.length ? [{ type: "delta", index, content: d.content, calls: d.calls, logprobs: held[index].splice(0) }] : [];
   for await (const { index, event } of choices) {
     const out = outputs[index];
     if (event.type === "token") {
       tokens[index].push(...event.ids);
       if (event.logprobs) held[index].push(...event.logprobs);
-      if (!event.text) continue;
-      const d = out.push(event.text);
-      if (d.content || d.calls.length) yield { type: "delta", index, content: d.content, calls: d.calls, logprobs: held[index].splice(0) };
+      if (event.text) yield* delta(index, out.push(event.text));
       continue;
     }
-    const d = out.finish();
-    if (d.content || d.calls.length) yield { type: "delta", index, content: d.content, calls: d.calls, logprobs: held[index].splice(0) };
+    yield* delta(index, out.finish());
     const { usage, timings } = event;
     yield { type: "done", index, finishReason: finishOf(event.finishReason, out.called), usage, timings, logprobs: held[index].splice(0), tokens: tokens[index] };
   }
