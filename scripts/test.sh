@@ -49,6 +49,20 @@ cat "$WICK_SKIP_LOG"
 # The benchmarks are not run here, but they must keep compiling against the engine's API.
 cargo build $CARGO_RELEASE -q -p wick-core --benches || fail_check "the Rust benches do not compile"
 
+step "aarch64 kernels (cross-built, under qemu-user)"
+bash scripts/test-arm.sh 2>&1 | grep -vE '^(warning|note|help|\s+[|=]|\s+-->|\s*[0-9]+ \|)' | tee "$log/arm.txt"
+arm_rc=${PIPESTATUS[0]}
+ap=$(sed -n 's/^arm: \([0-9]*\) passed.*/\1/p' "$log/arm.txt" | tail -1)
+af=$(sed -n 's/^arm: [0-9]* passed, \([0-9]*\) failed.*/\1/p' "$log/arm.txt" | tail -1)
+as=0
+if [ "$arm_rc" -eq 2 ]; then
+  # No cross toolchain here (no apt-get as root): skipped locally, a failure in CI.
+  if [ "${CI:-}" = true ]; then fail_check "the aarch64 toolchain is missing (scripts/test-arm.sh)"; else echo "SKIPPED: aarch64 kernels (no cross toolchain)"; as=1; fi
+  ap=0 af=0
+fi
+ap=${ap:-0} af=${af:-0}
+[ "$arm_rc" -eq 0 ] || [ "$arm_rc" -eq 2 ] || [ "$af" -gt 0 ] || fail_check "scripts/test-arm.sh did not run"
+
 step "typescript tests"
 npx ava --tap "$@" 2>&1 | tee "$log/ava.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { grep -qE '^# fail [1-9]' "$log/ava.txt" || fail_check "ava did not run"; }
@@ -62,15 +76,16 @@ tf=$(grep -E '^# fail' "$log/ava.txt" | awk '{s+=$3} END {print s+0}')
 ts=$(grep -E '^# skip' "$log/ava.txt" | awk '{s+=$3} END {print s+0}')
 
 # CI keeps only the head and tail of a long log: name what failed once more, right above the totals.
-if [ "$rf" -gt 0 ] || [ "$tf" -gt 0 ]; then
+if [ "$rf" -gt 0 ] || [ "$af" -gt 0 ] || [ "$tf" -gt 0 ]; then
   echo
   echo "== failed tests"
   grep -E '^test .* FAILED$' "$log/rust.txt" | head -20
   grep -A3 -E '^---- .* stdout ----$' "$log/rust.txt" | head -60
+  grep -E 'FAILED|panicked' "$log/arm.txt" | head -20
   awk '/^not ok /{n=14} n>0{print; n--}' "$log/ava.txt" | head -120
 fi
 echo
-echo "rust: $rp passed, $rf failed, $rs skipped; typescript: $tp passed, $tf failed, $ts skipped; checks: $checks failed"
-failed=$((rf + tf + checks))
-echo "$((rp + tp)) passed, $failed failed, $((rs + ts)) skipped"
+echo "rust: $rp passed, $rf failed, $rs skipped; aarch64 (qemu): $ap passed, $af failed, $as skipped; typescript: $tp passed, $tf failed, $ts skipped; checks: $checks failed"
+failed=$((rf + af + tf + checks))
+echo "$((rp + ap + tp)) passed, $failed failed, $((rs + as + ts)) skipped"
 [ "$failed" -eq 0 ]

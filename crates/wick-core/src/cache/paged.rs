@@ -312,6 +312,11 @@ fn prefetch_write<T>(x: *const T) {
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(x as *const i8)
     };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above (`prfm` is a hint).
+    unsafe {
+        std::arch::asm!("prfm pstl1keep, [{x}]", x = in(reg) x, options(nostack, preserves_flags, readonly))
+    };
 }
 
 fn no_kv(layer: usize) -> WickError {

@@ -1,5 +1,5 @@
-//! CPU-feature detection for every kernel, done once, and the `WICK_ISA=scalar|avx2` cap
-//! (to test and measure the fallbacks). Each kernel family asks for exactly the features its
+//! CPU-feature detection for every kernel, done once, and the `WICK_ISA` cap (`scalar`, `avx2`
+//! on x86; `scalar`, `neon`, `dotprod` on aarch64: to test and measure the fallbacks). Each kernel family asks for exactly the features its
 //! fast path needs (they differ: llama.cpp picks its variants by different features), so the
 //! uncapped results stay those of the CPU's best path; the cap turns off everything above it.
 //!
@@ -16,8 +16,24 @@ use std::sync::OnceLock;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
     Scalar,
+    /// aarch64 Advanced SIMD, which every aarch64 CPU has (Cortex-A53/A72: Raspberry Pi 3/4).
+    Neon,
+    /// NEON with the int8 dot products `sdot`/`udot` (Armv8.2 optional, Armv8.4 on: Apple M1,
+    /// Graviton 2, Ampere Altra, Cortex-A76 / Raspberry Pi 5).
+    NeonDotprod,
+    /// NEON with dotprod and the int8 matrix multiply `smmla` (Armv8.6: Apple M2, Graviton 3).
+    NeonI8mm,
     Avx2,
     Avx512Vnni,
+}
+
+impl Isa {
+    /// The instruction sets this architecture has kernels for, narrowest first (the tests
+    /// run each one up to `detected()`).
+    #[cfg(target_arch = "aarch64")]
+    pub const ALL: &[Isa] = &[Isa::Scalar, Isa::Neon, Isa::NeonDotprod, Isa::NeonI8mm];
+    #[cfg(not(target_arch = "aarch64"))]
+    pub const ALL: &[Isa] = &[Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni];
 }
 
 /// Detected once; `WICK_ISA=scalar|avx2` caps it.
@@ -31,16 +47,21 @@ impl Isa {
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
+            Isa::Neon => "neon",
+            Isa::NeonDotprod => "dotprod",
+            Isa::NeonI8mm => "i8mm",
             Isa::Avx2 => "avx2",
             Isa::Avx512Vnni => "avx512vnni",
         }
     }
 }
 
-/// The `WICK_ISA` cap (no cap: `Avx512Vnni`).
+/// The `WICK_ISA` cap (no cap: `Avx512Vnni`, above every level). The two architectures' levels
+/// never meet: capping one at a name of the other leaves scalar code on x86 (`neon`) and no
+/// cap on aarch64 (`avx2`).
 fn cap() -> Isa {
     let named = std::env::var("WICK_ISA").ok();
-    [Isa::Scalar, Isa::Avx2]
+    [Isa::Scalar, Isa::Neon, Isa::NeonDotprod, Isa::NeonI8mm, Isa::Avx2]
         .into_iter()
         .find(|i| named.as_deref() == Some(i.name()))
         .unwrap_or(Isa::Avx512Vnni)
@@ -67,6 +88,16 @@ pub fn detected() -> Isa {
             return Isa::Avx2;
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        use std::arch::is_aarch64_feature_detected;
+        match (is_aarch64_feature_detected!("dotprod"), is_aarch64_feature_detected!("i8mm")) {
+            (true, true) => Isa::NeonI8mm,
+            (true, false) => Isa::NeonDotprod,
+            _ => Isa::Neon,
+        }
+    }
+    #[cfg(not(target_arch = "aarch64"))]
     Isa::Scalar
 }
 

@@ -330,10 +330,9 @@ fn dp_pair(acc: f32, w: &[u8], x: &[u16], i: usize) -> f32 {
 /// (the first and second 32 values), each reduced by the 16-lane tree and summed in f64 with
 /// the tail (k % 64) products.
 pub fn dot_bf16_single(w: &[u8], x: &[u16]) -> f32 {
-    let k = x.len();
-    let np = k & !63;
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
+        let (k, np) = (x.len(), x.len() & !63);
         // SAFETY: AVX2 checked; `w` is the weight row of `k` bf16 values.
         let c = unsafe { simd::bf16_single_lanes(w, x) };
         let mut sum = reduce16(&c[0]) as f64;

@@ -248,7 +248,9 @@ pub fn dot_q4k(w: &[u8], a: &[Act256], per_pair: bool) -> f32 {
 mod tests {
     use super::*;
     use crate::kernels::cpu::blocks::QK_K;
-    use crate::kernels::cpu::dot_checks::{check_block_type, Dot4};
+    use crate::kernels::cpu::dot_checks::check_block_type;
+    #[cfg(target_arch = "x86_64")]
+    use crate::kernels::cpu::dot_checks::Dot4;
     use crate::kernels::cpu::q8::quantize_q8k;
 
     fn deq_q6k(blk: &[u8]) -> Vec<f32> {

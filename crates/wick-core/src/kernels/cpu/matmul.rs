@@ -16,7 +16,9 @@ use candle_core::Tensor;
 use half::f16;
 
 use super::blocks::f16_at;
-use super::feats::{has_avx2_fma, has_avx512, has_avx512bf16, with_avx2_codegen};
+#[cfg(target_arch = "x86_64")]
+use super::feats::has_avx2_fma;
+use super::feats::{has_avx512, has_avx512bf16, with_avx2_codegen};
 use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single, dot_tiled, to_bf16};
 use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
 use super::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};

@@ -1,5 +1,8 @@
-//! CPU kernels (x86: AVX-512 VNNI, AVX2 or portable code, picked at run time by `feats`).
+//! CPU kernels (x86: AVX-512 VNNI, AVX2; aarch64: NEON with or without the dot-product
+//! instructions; or portable code; picked at run time by `feats`).
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod arm;
 pub mod attention;
 pub(crate) mod blocks;
 pub(crate) mod elementwise;

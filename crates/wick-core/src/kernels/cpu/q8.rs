@@ -4,6 +4,7 @@
 
 use half::f16;
 
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::feats::{isa, Isa};
 use crate::runtime::pool::{self, SyncPtr};
 
@@ -25,6 +26,7 @@ pub struct Act256 {
     pub bsums: [i16; 16],
     /// Each 64-value pair's two sub-block sums packed as i16 (low, high) in one i32, for the
     /// Q4_K kernels' `madd` with the mins (|Σ| ≤ 32·127 fits i16).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub pair_sums: [i32; 4],
 }
 
@@ -38,6 +40,7 @@ impl Act256 {
 }
 
 /// Whether the AVX-512 quantizers run here.
+#[cfg(target_arch = "x86_64")]
 fn wide() -> bool {
     isa() == Isa::Avx512Vnni
 }
@@ -49,6 +52,10 @@ pub fn quantize_q8(x: &[f32]) -> Vec<Act32> {
         // SAFETY: AVX-512 F/BW/VL checked.
         return unsafe { avx512::q8_row(x) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return x.chunks_exact(32).map(neon::q8_block).collect();
+    }
     x.chunks_exact(32).map(q8_block).collect()
 }
 
@@ -58,6 +65,10 @@ pub fn quantize_q8k(x: &[f32]) -> Vec<Act256> {
     if wide() {
         // SAFETY: AVX-512 F/BW/VL checked.
         return unsafe { avx512::q8k_row(x) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return x.chunks_exact(256).map(neon::q8k_block).collect();
     }
     x.chunks_exact(256).map(q8k_block).collect()
 }
@@ -189,6 +200,86 @@ mod avx512 {
     }
 }
 
+/// The same quantizers on NEON: maxima by `fmaxnm` (NaN skipped, as `f32::max` does), the
+/// products and round-half-to-even conversions the scalar ones, lane by lane.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    use half::f16;
+
+    use super::{Act256, Act32};
+
+    /// Four lanes' i32 quants narrowed (saturating, as `as i8`) into `out`.
+    #[inline(always)]
+    fn narrow(q: [int32x4_t; 4], out: &mut [i8]) {
+        // SAFETY: NEON is baseline; `out` holds 16 bytes (callers pass 16-byte chunks).
+        unsafe {
+            let lo = vcombine_s16(vqmovn_s32(q[0]), vqmovn_s32(q[1]));
+            let hi = vcombine_s16(vqmovn_s32(q[2]), vqmovn_s32(q[3]));
+            vst1_s8(out.as_mut_ptr(), vqmovn_s16(lo));
+            vst1_s8(out.as_mut_ptr().add(8), vqmovn_s16(hi));
+        }
+    }
+
+    /// Sixteen values at `b` times `s`, rounded half to even.
+    #[inline(always)]
+    fn scaled(b: &[f32], s: f32) -> [int32x4_t; 4] {
+        debug_assert!(b.len() >= 16);
+        // SAFETY: NEON is baseline; `b` holds 16 values.
+        std::array::from_fn(|i| unsafe { vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(b.as_ptr().add(4 * i)), s)) })
+    }
+
+    /// |v| maximum of `b` (a multiple of 4 values).
+    #[inline(always)]
+    fn amax(b: &[f32]) -> f32 {
+        // SAFETY: NEON is baseline; each load reads 4 of `b`'s values.
+        unsafe {
+            let mut m = vdupq_n_f32(0.0);
+            for c in b.chunks_exact(4) {
+                m = vmaxnmq_f32(m, vabsq_f32(vld1q_f32(c.as_ptr())));
+            }
+            vmaxnmvq_f32(m)
+        }
+    }
+
+    pub fn q8_block(b: &[f32]) -> Act32 {
+        let max = amax(b);
+        let d = max / 127.0;
+        let id = if max != 0.0 { 127.0 / max } else { 0.0 };
+        let mut qs = [0i8; 32];
+        let mut sum = 0i32;
+        for h in 0..2 {
+            let q = scaled(&b[16 * h..], id);
+            // SAFETY: NEON is baseline.
+            sum += q.iter().map(|&v| unsafe { vaddvq_s32(v) }).sum::<i32>();
+            narrow(q, &mut qs[16 * h..]);
+        }
+        Act32 { d: f16::from_f32(d).to_f32(), s: f16::from_f32(d * sum as f32).to_f32(), qs, qsum: sum }
+    }
+
+    pub fn q8k_block(b: &[f32]) -> Act256 {
+        let am = amax(b);
+        let mut qs = [0i8; 256];
+        if am == 0.0 || am.is_nan() {
+            return Act256::new(0.0, qs, [0; 8], [0; 16]);
+        }
+        // The scalar code keeps the first value of largest magnitude.
+        let max = b.iter().copied().find(|v| v.abs() == am).unwrap_or(am);
+        let iscale = -127.0 / max;
+        let mut bsums = [0i16; 16];
+        for i in 0..16 {
+            // SAFETY: NEON is baseline.
+            let q = scaled(&b[16 * i..], iscale).map(|v| unsafe { vminq_s32(v, vdupq_n_s32(127)) });
+            // SAFETY: as above.
+            bsums[i] = q.iter().map(|&v| unsafe { vaddvq_s32(v) }).sum::<i32>() as i16;
+            narrow(q, &mut qs[16 * i..]);
+        }
+        let sums = std::array::from_fn(|j| bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
+        Act256::new(1.0 / iscale, qs, sums, bsums)
+    }
+}
+
 /// Quantizes every row of `xs` (`k` values each) with `q`, rows spread over the pool.
 pub fn quantize_rows<A: Send>(xs: &[f32], k: usize, q: fn(&[f32]) -> Vec<A>) -> Vec<Vec<A>> {
     let m = xs.len() / k;
@@ -208,12 +299,17 @@ pub fn quantize_rows<A: Send>(xs: &[f32], k: usize, q: fn(&[f32]) -> Vec<A>) -> 
 mod tests {
     use super::*;
 
-    /// The AVX-512 quantizers give the scalar ones' bytes, scales and sums (ties and repeated
-    /// extremes of both signs included).
+    /// The AVX-512 and NEON quantizers give the scalar ones' bytes, scales and sums (ties and
+    /// repeated extremes of both signs included).
     #[test]
     fn simd_quantizers_match_the_scalar_ones() {
         #[cfg(target_arch = "x86_64")]
-        if wide() {
+        let simd = wide();
+        #[cfg(target_arch = "aarch64")]
+        let simd = isa() >= Isa::Neon;
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        let simd = false;
+        if simd {
             let mut s = 5u32;
             let mut r = move || {
                 s = s.wrapping_mul(1664525).wrapping_add(1013904223);

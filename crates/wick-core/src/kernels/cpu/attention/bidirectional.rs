@@ -5,7 +5,9 @@
 //! 16 ≠ 0). The dot orders are `float_dots`' (`dots16_blocks` for sixteen outputs at once).
 
 use crate::kernels::cpu::blocks::{hsum8, reduce16};
-use crate::kernels::cpu::expf::{exp_variant, ggml_expf, simd_width, ExpVariant};
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::cpu::expf::ExpVariant;
+use crate::kernels::cpu::expf::{exp_variant, ggml_expf, simd_width};
 use crate::kernels::cpu::feats::with_avx2_codegen;
 use crate::kernels::cpu::float_dots::{dot_single_f32_sl, dot_tiled_sl, dots16_blocks};
 use crate::runtime::pool::{self, SyncPtr};

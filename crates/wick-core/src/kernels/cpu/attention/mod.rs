@@ -98,9 +98,9 @@ mod tiled;
 /// Into L2, not L1: a chunk ahead is 32 lines, and T0 prefetches of that many hold the L1's
 /// miss buffers until they land, stalling the loads in use (a step's KV from DRAM: T1 beat
 /// both T0 and no prefetch on the 96-layer bench, benches/RESULTS.md).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn prefetch(data: &[f16]) {
-    #[cfg(target_arch = "x86_64")]
     for line in data.chunks(32) {
         // SAFETY: a prefetch of a valid address has no effect on memory.
         unsafe {
@@ -111,6 +111,7 @@ fn prefetch(data: &[f16]) {
 
 /// Sixteen scores `s` of positions `t..t + 16` into `w` (the row's slice from `t`), scaled; those
 /// outside the query's positions `lo..hi` stay masked.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn put_scores(w: &mut [f32], s: &[f32; 16], t: usize, (lo, hi): (usize, usize), scale: f32) {
     if lo <= t && t + 16 <= hi {
@@ -230,7 +231,8 @@ struct Plan<'s, 'a> {
     /// Tasks per wave, each with its own `per_task` slot: a scratch per task would be
     /// len² · n_kv · group values for a long prompt in one pass (34 GB at 16k tokens of LFM2-350M).
     wave: usize,
-    /// A KV group's query heads `0..group`, taken four per kernel call.
+    /// A KV group's query heads `0..group`, taken four per kernel call (the AVX-512 paths).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     all_heads: Vec<usize>,
 }
 
@@ -336,11 +338,10 @@ impl<'s, 'a> Plan<'s, 'a> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
 
-    #[cfg(target_arch = "x86_64")]
     #[test]
     fn register_tree_sum_is_the_scalar_one() {
         if !avx512::available() {

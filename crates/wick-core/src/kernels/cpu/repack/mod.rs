@@ -11,6 +11,7 @@
 //! scalar code.
 
 /// Calls `$f::<R>(acts as [_; R], rest…)` for R = `$acts.len()` in 1..=8.
+#[cfg(target_arch = "x86_64")]
 macro_rules! by_rows {
     ($f:ident, $acts:expr, $($rest:expr),*) => {{
         let a = $acts;
@@ -147,6 +148,18 @@ pub(super) trait TileKernels {
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx2(panel: &[u8], nb: usize, acts: &[&[Self::Act]], gemm: &[bool], out: *mut f32, ldo: usize);
 
+    /// # Safety
+    /// As `vnni`, on NEON (every aarch64 CPU) with the dot-product instructions when `DOT`.
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn neon<const DOT: bool>(
+        panel: &[u8],
+        nb: usize,
+        acts: &[&[Self::Act]],
+        gemm: &[bool],
+        out: *mut f32,
+        ldo: usize,
+    );
+
     /// Portable; writes through `out` as `vnni` (the caller owns those rows).
     fn scalar(panel: &[u8], nb: usize, acts: &[&[Self::Act]], gemm: &[bool], out: *mut f32, ldo: usize);
 }
@@ -171,7 +184,18 @@ fn tile<K: TileKernels>(
         Isa::Avx512Vnni => return unsafe { K::vnni(panel, nb, acts, gemm, out, ldo) },
         // SAFETY: as above, with AVX2/FMA/F16C present.
         Isa::Avx2 => return unsafe { K::avx2(panel, nb, acts, gemm, out, ldo) },
-        Isa::Scalar => {}
+        _ => {}
+    }
+    #[cfg(target_arch = "aarch64")]
+    match isa {
+        Isa::NeonDotprod | Isa::NeonI8mm => {
+            // SAFETY: `isa` comes from `feats::isa()` (or a test's cap under `detected()`), so
+            // the dot-product instructions are present; rows and outputs as above.
+            return unsafe { K::neon::<true>(panel, nb, acts, gemm, out, ldo) };
+        }
+        // SAFETY: NEON is baseline on aarch64; rows and outputs as above.
+        Isa::Neon => return unsafe { K::neon::<false>(panel, nb, acts, gemm, out, ldo) },
+        _ => {}
     }
     K::scalar(panel, nb, acts, gemm, out, ldo)
 }
@@ -518,7 +542,7 @@ mod tests {
                     );
                 }
             }
-            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {
+            for &isa in Isa::ALL {
                 if isa > detected() || !(packed.ty.packs_on)(isa) {
                     continue;
                 }
@@ -600,7 +624,7 @@ mod tests {
         let ms = [1usize, 3, 9, 2];
         let xs: Vec<Vec<f32>> = ms.iter().map(|&m| random(m as u32 + 40, m * k)).collect();
         let rows: Vec<Vec<RowPos>> = ms.iter().map(|&m| vec![RowPos::SINGLE; m]).collect();
-        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {
+        for &isa in Isa::ALL {
             if isa > detected() {
                 continue;
             }

@@ -80,6 +80,30 @@ impl TileKernels for Kernels {
         }
     }
 
+    #[inline(always)]
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn neon<const DOT: bool>(
+        panel: &[u8],
+        nb: usize,
+        acts: &[&[Act32]],
+        _: &[bool],
+        out: *mut f32,
+        ldo: usize,
+    ) {
+        crate::kernels::cpu::arm::with_dot::<DOT, _>(
+            #[inline(always)]
+            || {
+                for (i, two) in acts.chunks(2).enumerate() {
+                    let o = out.add(2 * i * ldo);
+                    match two.len() {
+                        1 => tile_neon::<1, DOT>([two[0]], panel, nb, o, ldo),
+                        _ => tile_neon::<2, DOT>([two[0], two[1]], panel, nb, o, ldo),
+                    }
+                }
+            },
+        )
+    }
+
     fn scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], _: &[bool], out: *mut f32, ldo: usize) {
         tile_scalar(panel, nb, acts, out, ldo)
     }
@@ -207,5 +231,58 @@ unsafe fn tile_avx2<const R: usize>(acts: [&[Act32]; R], panel: &[u8], nb: usize
     for r in 0..R {
         _mm256_storeu_ps(out.add(r * ldo), acc[r][0]);
         _mm256_storeu_ps(out.add(r * ldo + 8), acc[r][1]);
+    }
+}
+
+/// NEON: a register is 4 columns × one 4-byte step (`dot4` lanes = columns), so a group is four
+/// registers; two rows at a time (16 integer and float accumulators).
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+unsafe fn tile_neon<const R: usize, const DOT: bool>(
+    acts: [&[Act32]; R],
+    panel: &[u8],
+    nb: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    use crate::kernels::cpu::arm::{bcast4, dot4, load_f16x4};
+    use std::arch::aarch64::*;
+    let mask = vdupq_n_u8(0x0F);
+    let mut acc = [[vdupq_n_f32(0.0); 4]; R];
+    for b in 0..nb {
+        let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        let mut ys = [acts[0].get_unchecked(b); R];
+        for r in 1..R {
+            ys[r] = acts[r].get_unchecked(b);
+        }
+        let mut isum = [[vdupq_n_s32(0); 4]; R];
+        for h in 0..4 {
+            let mut ylo = [vdupq_n_s8(0); R];
+            let mut yhi = [vdupq_n_s8(0); R];
+            for r in 0..R {
+                ylo[r] = bcast4(ys[r].qs.as_ptr().add(4 * h));
+                yhi[r] = bcast4(ys[r].qs.as_ptr().add(16 + 4 * h));
+            }
+            for q in 0..4 {
+                let raw = vld1q_u8(p.add(QUANTS + 64 * h + 16 * q));
+                let lo = vreinterpretq_s8_u8(vandq_u8(raw, mask));
+                let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw));
+                for r in 0..R {
+                    isum[r][q] = dot4::<DOT>(dot4::<DOT>(isum[r][q], lo, ylo[r]), hi, yhi[r]);
+                }
+            }
+        }
+        for q in 0..4 {
+            let dw = load_f16x4(p.add(8 * q));
+            for r in 0..R {
+                let s = vsubq_s32(isum[r][q], vdupq_n_s32(8 * ys[r].qsum));
+                acc[r][q] = vfmaq_f32(acc[r][q], vcvtq_f32_s32(s), vmulq_n_f32(dw, ys[r].d));
+            }
+        }
+    }
+    for r in 0..R {
+        for q in 0..4 {
+            vst1q_f32(out.add(r * ldo + 4 * q), acc[r][q]);
+        }
     }
 }

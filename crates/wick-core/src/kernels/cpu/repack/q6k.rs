@@ -17,14 +17,15 @@ use candle_core::quantized::GgmlDType;
 use super::panel::PANEL;
 #[cfg(target_arch = "x86_64")]
 use super::panel::{next_panel, prefetch_ahead, prefetch_next_panel, STREAM_ROWS};
-use super::{row_slices, PanelType, TileFn};
+#[cfg(target_arch = "x86_64")]
+use super::row_slices;
+use super::{PanelType, TileFn};
 use crate::error::{Result, WickError};
 use crate::kernels::cpu::blocks::{f16_at, Q6K, QK_K};
 use crate::kernels::cpu::feats::Isa;
 use crate::kernels::cpu::matmul::RowPos;
 #[cfg(target_arch = "x86_64")]
-use crate::kernels::cpu::q8::Act256;
-use crate::kernels::cpu::q8::{quantize_q8k, quantize_rows};
+use crate::kernels::cpu::q8::{quantize_q8k, quantize_rows, Act256};
 
 const PAIR_QUANTS: usize = 6 * 64;
 const PAIR_BYTES: usize = PAIR_QUANTS + 32 + 8;
@@ -82,20 +83,19 @@ pub(super) const TYPE: PanelType = PanelType {
 };
 
 /// Activations as q8_K blocks, and the AVX-512 tile over them.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn tiles(isa: Isa, xs: &[f32], k: usize, _: &[RowPos]) -> Result<Box<TileFn>> {
-    if isa != Isa::Avx512Vnni {
-        return Err(WickError::Internal("Q6_K panels need AVX-512".into()));
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni {
+        let acts = quantize_rows(xs, k, quantize_q8k);
+        return Ok(Box::new(move |panel, r0, rows, out, ldo| {
+            let a = row_slices(&acts[r0..r0 + rows]);
+            // SAFETY: AVX-512 checked above (`isa` comes from `feats::isa()`); rows of k/256
+            // blocks; the driver owns out[r·ldo..+16] for each row.
+            unsafe { tile(panel, &a[..rows], out, ldo) }
+        }));
     }
-    let acts = quantize_rows(xs, k, quantize_q8k);
-    Ok(Box::new(move |panel, r0, rows, out, ldo| {
-        let a = row_slices(&acts[r0..r0 + rows]);
-        // SAFETY: AVX-512 checked above (`isa` comes from `feats::isa()`); rows of k/256
-        // blocks; the driver owns out[r·ldo..+16] for each row.
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            tile(panel, &a[..rows], out, ldo)
-        }
-    }))
+    Err(WickError::Internal("Q6_K panels need AVX-512".into()))
 }
 
 /// Outputs of `acts.len()` (≤ 8) rows × 16 columns into `out[r·ldo + c]`.

@@ -29,6 +29,7 @@ const QUANTS: usize = 2 * PANEL;
 /// A q8_0 activation block with `off[l] = −128·Σ_{t<4} y[4l+t]`.
 pub struct Act {
     pub a: Act32,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub off: [i32; 8],
 }
 
@@ -135,6 +136,30 @@ impl TileKernels for Kernels {
                 tile_avx2(a, panel, nb, half, out.add(r * ldo + 8 * half))
             }
         }
+    }
+
+    #[inline(always)]
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn neon<const DOT: bool>(
+        panel: &[u8],
+        nb: usize,
+        acts: &[&[Act]],
+        _: &[bool],
+        out: *mut f32,
+        ldo: usize,
+    ) {
+        crate::kernels::cpu::arm::with_dot::<DOT, _>(
+            #[inline(always)]
+            || {
+                for (i, two) in acts.chunks(2).enumerate() {
+                    let o = out.add(2 * i * ldo);
+                    match two.len() {
+                        1 => tile_neon::<1, DOT>([two[0]], panel, nb, o, ldo),
+                        _ => tile_neon::<2, DOT>([two[0], two[1]], panel, nb, o, ldo),
+                    }
+                }
+            },
+        )
     }
 
     fn scalar(panel: &[u8], nb: usize, acts: &[&[Act]], _: &[bool], out: *mut f32, ldo: usize) {
@@ -251,4 +276,45 @@ unsafe fn tile_avx2(a: &[Act], panel: &[u8], nb: usize, half: usize, out: *mut f
     }
     let h = h_v;
     _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3])));
+}
+
+/// NEON: 8 lane accumulators per column, so four columns (one register each) at a time over the
+/// whole panel, two rows at a time (16 accumulators). The weights get their sign back.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+unsafe fn tile_neon<const R: usize, const DOT: bool>(
+    acts: [&[Act]; R],
+    panel: &[u8],
+    nb: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    use crate::kernels::cpu::arm::{bcast4, dot4, hsum8_lanes, load_f16x4};
+    use std::arch::aarch64::*;
+    let flip = vdupq_n_u8(0x80);
+    for q in 0..4 {
+        let mut acc = [[vdupq_n_f32(0.0); 8]; R];
+        for b in 0..nb {
+            let p = panel.as_ptr().add(b * BLOCK_BYTES);
+            let mut ys = [&acts[0].get_unchecked(b).a; R];
+            for r in 1..R {
+                ys[r] = &acts[r].get_unchecked(b).a;
+            }
+            let dw = load_f16x4(p.add(8 * q));
+            let mut d = [dw; R];
+            for r in 0..R {
+                d[r] = vmulq_n_f32(dw, ys[r].d);
+            }
+            for l in 0..8 {
+                let w = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(p.add(QUANTS + 64 * l + 16 * q)), flip));
+                for r in 0..R {
+                    let s = dot4::<DOT>(vdupq_n_s32(0), w, bcast4(ys[r].qs.as_ptr().add(4 * l)));
+                    acc[r][l] = vfmaq_f32(acc[r][l], d[r], vcvtq_f32_s32(s));
+                }
+            }
+        }
+        for r in 0..R {
+            vst1q_f32(out.add(r * ldo + 4 * q), hsum8_lanes(&acc[r]));
+        }
+    }
 }

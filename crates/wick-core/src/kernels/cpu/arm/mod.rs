@@ -1,0 +1,189 @@
+//! aarch64 NEON building blocks of the panel kernels and row dots: the int8 dot of four-byte
+//! lanes (`sdot` where the CPU has the dot-product instructions, a widening multiply and
+//! pairwise adds otherwise), f16 scales widened to f32, and ggml's horizontal sums on vectors.
+//! Integer sums are exact either way; the float steps are the portable code's, lane by lane,
+//! so every kernel built on these gives the portable kernel's bits.
+//!
+//! The dot-product and f16 instructions are written as inline assembly: their Rust intrinsics
+//! are not stable yet.
+
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+/// Lane i of `acc` plus `Σ_{t<4} w[4i+t]·y[4i+t]` (i8 × i8), with `sdot`.
+///
+/// # Safety
+/// The CPU has the dot-product instructions (FEAT_DotProd).
+#[inline]
+#[target_feature(enable = "dotprod")]
+pub unsafe fn sdot(mut acc: int32x4_t, w: int8x16_t, y: int8x16_t) -> int32x4_t {
+    // SAFETY: a register-only instruction the caller's CPU has (see above).
+    unsafe {
+        asm!(
+            "sdot {a:v}.4s, {w:v}.16b, {y:v}.16b",
+            a = inout(vreg) acc,
+            w = in(vreg) w,
+            y = in(vreg) y,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// `sdot` on plain NEON: the sixteen products widened to i16, adjacent pairs added, then each
+/// lane's two pairs added into `acc`. Exact while a pair of products fits i16, i.e. one
+/// operand within [−127, 127] (every caller's activations: q8 quantizers clamp to ±127).
+#[inline(always)]
+pub fn sdot_emulated(acc: int32x4_t, w: int8x16_t, y: int8x16_t) -> int32x4_t {
+    // SAFETY: NEON is part of every aarch64 CPU (the target's baseline).
+    unsafe {
+        let lo = vmull_s8(vget_low_s8(w), vget_low_s8(y));
+        let hi = vmull_high_s8(w, y);
+        vpadalq_s16(acc, vpaddq_s16(lo, hi))
+    }
+}
+
+/// `sdot` where `DOT` (the caller is compiled with dotprod enabled), its emulation otherwise.
+///
+/// # Safety
+/// With `DOT`, the CPU has the dot-product instructions.
+#[inline(always)]
+pub unsafe fn dot4<const DOT: bool>(acc: int32x4_t, w: int8x16_t, y: int8x16_t) -> int32x4_t {
+    if DOT {
+        // SAFETY: the caller's contract.
+        unsafe { sdot(acc, w, y) }
+    } else {
+        sdot_emulated(acc, w, y)
+    }
+}
+
+/// `f()`, compiled with the dot-product instructions enabled when `DOT` (a second copy of
+/// `f`'s code, as `feats::with_avx2_codegen`): kernels generic over `DOT` call `dot4::<DOT>`
+/// inside, and `sdot` inlines only into code compiled with the feature.
+///
+/// # Safety
+/// With `DOT`, the CPU has the dot-product instructions.
+#[inline(always)]
+pub unsafe fn with_dot<const DOT: bool, R>(f: impl FnOnce() -> R) -> R {
+    #[inline]
+    #[target_feature(enable = "dotprod")]
+    unsafe fn enabled<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+    if DOT {
+        // SAFETY: the caller's contract.
+        unsafe { enabled(f) }
+    } else {
+        f()
+    }
+}
+
+/// The four activation bytes at `p` in every lane (the broadcast operand of `dot4`).
+///
+/// # Safety
+/// `p..p + 4` is readable.
+#[inline(always)]
+pub unsafe fn bcast4(p: *const i8) -> int8x16_t {
+    // SAFETY: the caller's contract; NEON is baseline.
+    unsafe { vreinterpretq_s8_s32(vdupq_n_s32(std::ptr::read_unaligned(p as *const i32))) }
+}
+
+/// The four bytes at `p` (unsigned) widened to i32 lanes.
+///
+/// # Safety
+/// `p..p + 4` is readable.
+#[inline(always)]
+pub unsafe fn widen4_u8(p: *const u8) -> int32x4_t {
+    // SAFETY: the caller's contract; NEON is baseline.
+    unsafe {
+        let b = vreinterpret_u8_u32(vdup_n_u32(std::ptr::read_unaligned(p as *const u32)));
+        vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(vmovl_u8(b))))
+    }
+}
+
+/// Four f16 values at `p` as f32 (`fcvtl`: exact, in every aarch64 CPU).
+///
+/// # Safety
+/// `p..p + 8` is readable.
+#[inline(always)]
+pub unsafe fn load_f16x4(p: *const u8) -> float32x4_t {
+    // SAFETY: the caller's contract; `fcvtl` (half to single) is baseline Advanced SIMD.
+    unsafe {
+        let h = vld1_u16(p as *const u16);
+        let out: float32x4_t;
+        asm!(
+            "fcvtl {o:v}.4s, {h:v}.4h",
+            o = lateout(vreg) out,
+            h = in(vreg) h,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+        out
+    }
+}
+
+/// ggml's 8-lane tree sum (`blocks::hsum8`) on vectors, one lane per output:
+/// `(a4+a0 + a6+a2) + (a5+a1 + a7+a3)`.
+#[inline(always)]
+pub fn hsum8_lanes(acc: &[float32x4_t; 8]) -> float32x4_t {
+    // SAFETY: NEON is baseline.
+    unsafe {
+        let h: [float32x4_t; 4] = std::array::from_fn(|i| vaddq_f32(acc[4 + i], acc[i]));
+        vaddq_f32(vaddq_f32(h[0], h[2]), vaddq_f32(h[1], h[3]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lanes(v: int32x4_t) -> [i32; 4] {
+        let mut o = [0i32; 4];
+        // SAFETY: `o` holds four i32.
+        unsafe { vst1q_s32(o.as_mut_ptr(), v) };
+        o
+    }
+
+    /// Both dots give the exact lane sums at the extremes the kernels meet (weights in
+    /// [−128, 127], activations in [−127, 127]) and on mixed values.
+    #[test]
+    fn dot4_is_the_exact_lane_sum() {
+        let cases: [([i8; 16], [i8; 16]); 3] = [
+            ([-128; 16], [-127; 16]),
+            ([127; 16], [-127; 16]),
+            (
+                std::array::from_fn(|i| (i as i8 * 37).wrapping_sub(90)),
+                std::array::from_fn(|i| 127 - 17 * i as i8),
+            ),
+        ];
+        for (w, y) in cases {
+            let want: [i32; 4] = std::array::from_fn(|l| {
+                (0..4).map(|t| w[4 * l + t] as i32 * y[4 * l + t] as i32).sum::<i32>() + l as i32
+            });
+            // SAFETY: the arrays hold 16 bytes.
+            let (wv, yv, acc) =
+                unsafe { (vld1q_s8(w.as_ptr()), vld1q_s8(y.as_ptr()), vld1q_s32([0, 1, 2, 3].as_ptr())) };
+            assert_eq!(lanes(sdot_emulated(acc, wv, yv)), want);
+            if std::arch::is_aarch64_feature_detected!("dotprod") {
+                // SAFETY: dotprod detected.
+                assert_eq!(lanes(unsafe { sdot(acc, wv, yv) }), want);
+            }
+        }
+    }
+
+    #[test]
+    fn f16_scales_widen_exactly() {
+        let v = [
+            half::f16::from_f32(1.5),
+            half::f16::MIN_POSITIVE_SUBNORMAL,
+            half::f16::MAX,
+            half::f16::from_f32(-0.1),
+        ];
+        let bytes: Vec<u8> = v.iter().flat_map(|h| h.to_le_bytes()).collect();
+        let mut o = [0f32; 4];
+        // SAFETY: 8 bytes in, 4 floats out.
+        unsafe { vst1q_f32(o.as_mut_ptr(), load_f16x4(bytes.as_ptr())) };
+        for (a, b) in o.iter().zip(&v) {
+            assert_eq!(a.to_bits(), b.to_f32().to_bits());
+        }
+    }
+}
