@@ -1,13 +1,18 @@
 //! Portable row dots of the K-quants against q8_K activation rows, in the order of ggml's x86
-//! kernels for them, each dispatching to its AVX2 twin in `x86::k_quants` where the CPU has it:
+//! kernels for them, each dispatching to its AVX2 twin in `x86::k_quants` (or NEON twin in
+//! `arm::k_quants`) where the CPU has it:
 //! - Q3_K, Q5_K, Q6_K: their `ggml_vec_dot_*_q8_K` for any row count (no repack or tinyBLAS
 //!   on x86), 8 integer lanes with one fma per lane and block;
 //! - Q4_K (output count % 8 == 0) and Q2_K (AVX-512 builds): the repacked 8x8 GEMV/GEMM — per
 //!   block (GEMV) or part of a block (GEMM) an exact integer dot, then
 //!   `acc = fma(float(isum), dx·dy, acc)`, minus the same for the mins.
 
+#[cfg(target_arch = "aarch64")]
+use super::arm::k_quants as arm;
 use super::blocks::{f16_at, hsum8, q3k_scales, scale_min, Q2K, Q3K, Q4K, Q5K, Q6K};
 use super::feats::has_avx2_fma;
+#[cfg(target_arch = "aarch64")]
+use super::feats::{isa, Isa};
 use super::q8::Act256;
 #[cfg(target_arch = "x86_64")]
 use super::x86::k_quants as simd;
@@ -37,6 +42,10 @@ pub fn dot_q6k(w: &[u8], a: &[Act256]) -> f32 {
     if has_avx2_fma() {
         // SAFETY: AVX2/FMA checked; `w` holds one 210-byte block per activation block.
         return unsafe { simd::dotn_q6k::<1>(w, [a]) }[0];
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return arm::dot_q6k(w, a);
     }
     dot_q6k_ref(w, a)
 }
@@ -80,6 +89,10 @@ pub fn dot_q2k(w: &[u8], a: &[Act256], per_half: bool) -> f32 {
     if has_avx2_fma() {
         // SAFETY: AVX2/FMA checked; `w` holds one 84-byte block per activation block.
         return unsafe { simd::dotn_q2k::<1>(w, [a], [per_half]) }[0];
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return arm::dot_q2k(w, a, per_half);
     }
     dot_q2k_ref(w, a, per_half)
 }
@@ -132,6 +145,10 @@ pub fn dot_q3k(w: &[u8], a: &[Act256]) -> f32 {
         // SAFETY: AVX2/FMA checked; `w` holds one 110-byte block per activation block.
         return unsafe { simd::dotn_q3k::<1>(w, [a]) }[0];
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return arm::dot_q3k(w, a);
+    }
     dot_q3k_ref(w, a)
 }
 
@@ -175,6 +192,10 @@ pub fn dot_q5k(w: &[u8], a: &[Act256]) -> f32 {
     if has_avx2_fma() {
         // SAFETY: AVX2/FMA checked; `w` holds one 176-byte block per activation block.
         return unsafe { simd::dotn_q5k::<1>(w, [a]) }[0];
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return arm::dot_q5k(w, a);
     }
     dot_q5k_ref(w, a)
 }

@@ -1,6 +1,6 @@
 //! f16 dot products in llama.cpp's orders over the f16 KV (`ggml_vec_dot_f16` for one new
 //! token, tinyBLAS for several), contiguous or block by block over the paged cache, with their
-//! AVX2/FMA/F16C versions (the same fma per lane, the same tree sums).
+//! AVX2/FMA/F16C and NEON versions (the same fma per lane, the same tree sums).
 
 use half::f16;
 
@@ -8,6 +8,8 @@ use crate::cache::BLOCK_SIZE;
 use crate::kernels::cpu::blocks::reduce16;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::cpu::feats::has_avx2;
+#[cfg(target_arch = "aarch64")]
+use crate::kernels::cpu::feats::{isa, Isa};
 use crate::kernels::cpu::float_dots::dot_single;
 
 /// tinyBLAS order over `x.len()` values (16 lanes, chunks of 16); a last partial chunk counts
@@ -18,6 +20,11 @@ pub fn dot_f16_tiled(x: &[f16], y: &[f32]) -> f32 {
     if has_avx2() {
         // SAFETY: AVX2/FMA/F16C checked.
         return unsafe { avx::tiled(x, y) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        // SAFETY: NEON is baseline on aarch64.
+        return unsafe { neon::tiled(x, y) };
     }
     let mut acc = [0f32; 16];
     for (xc, yc) in x.chunks(16).zip(y.chunks(16)) {
@@ -37,6 +44,11 @@ pub fn dot_f16_single(x: &[f16], y: &[f32], n: usize) -> f32 {
         // SAFETY: AVX2/FMA/F16C checked.
         return unsafe { avx::single(x, y, n) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        // SAFETY: NEON is baseline on aarch64.
+        return unsafe { neon::single(x, y, n) };
+    }
     let xv = |i: usize| if i < x.len() { x[i].to_f32() } else { 0.0 };
     let yv = |i: usize| if i < y.len() { y[i] } else { 0.0 };
     dot_single(n, xv, yv)
@@ -51,6 +63,11 @@ pub fn dot_f16_tiled_paged<'a>(run: impl Fn(usize) -> &'a [f16], y: &[f32]) -> f
         // SAFETY: AVX2/FMA/F16C checked.
         return unsafe { avx::tiled_paged(&run, y) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        // SAFETY: NEON is baseline on aarch64.
+        return unsafe { neon::tiled_paged(&run, y) };
+    }
     dot_f16_tiled(&gather(&run, y.len()), y)
 }
 
@@ -62,6 +79,11 @@ pub fn dot_f16_single_paged<'a>(run: impl Fn(usize) -> &'a [f16], y: &[f32], n: 
     if has_avx2() {
         // SAFETY: AVX2/FMA/F16C checked.
         return unsafe { avx::single_paged(&run, y, n) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        // SAFETY: NEON is baseline on aarch64.
+        return unsafe { neon::single_paged(&run, y, n) };
     }
     dot_f16_single(&gather(&run, y.len()), y, n)
 }
@@ -195,6 +217,157 @@ mod avx {
         let len = y.len();
         let bs = super::BLOCK_SIZE;
         let mut acc = [_mm256_setzero_ps(); 8];
+        let yp = y.as_ptr();
+        let mut base = 0;
+        // Whole 64-steps inside the data, block by block.
+        while base + 64 <= len {
+            step64(&mut acc, run(base / bs).as_ptr().add(base % bs), yp.add(base));
+            base += 64;
+        }
+        // Steps that run past the data: zero-padded copies.
+        while base < n {
+            let mut xb = [f16::ZERO; 64];
+            let mut yb = [0f32; 64];
+            if base < len {
+                let x = run(base / bs);
+                for t in 0..len - base {
+                    xb[t] = x[(base + t) % bs];
+                    yb[t] = y[base + t];
+                }
+            }
+            step64(&mut acc, xb.as_ptr(), yb.as_ptr());
+            base += 64;
+        }
+        fold64(&acc)
+    }
+}
+
+/// The AVX2 kernels' steps on 4-lane vectors: 16 lanes are four registers, a 64-step sixteen.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    use half::f16;
+
+    use crate::kernels::cpu::arm::load_f16x4;
+
+    #[inline(always)]
+    unsafe fn load4(x: *const f16) -> float32x4_t {
+        load_f16x4(x as *const u8)
+    }
+
+    #[inline(always)]
+    unsafe fn store16(v: &[float32x4_t]) -> [f32; 16] {
+        let mut a = [0f32; 16];
+        for (q, &v) in v.iter().take(4).enumerate() {
+            vst1q_f32(a.as_mut_ptr().add(4 * q), v);
+        }
+        a
+    }
+
+    /// Lanes 16c..16c + 16 at `x`, `y` into `acc` (one fma per lane).
+    #[inline(always)]
+    unsafe fn step16(acc: &mut [float32x4_t], x: *const f16, y: *const f32) {
+        for (q, a) in acc.iter_mut().take(4).enumerate() {
+            *a = vfmaq_f32(*a, load4(x.add(4 * q)), vld1q_f32(y.add(4 * q)));
+        }
+    }
+
+    /// One 64-step of `ggml_vec_dot_f16`: 4×16 lanes (16 vectors) each take one fma.
+    #[inline(always)]
+    unsafe fn step64(acc: &mut [float32x4_t; 16], x: *const f16, y: *const f32) {
+        for j in 0..4 {
+            step16(&mut acc[4 * j..], x.add(16 * j), y.add(16 * j));
+        }
+    }
+
+    /// Accumulator j holds lanes 16j..16j+16 as vectors 4j..4j+4: fold (a0+a2)+(a1+a3), then
+    /// the 16-lane tree sum.
+    #[inline(always)]
+    unsafe fn fold64(acc: &[float32x4_t; 16]) -> f32 {
+        let f: [float32x4_t; 4] = std::array::from_fn(|q| {
+            vaddq_f32(vaddq_f32(acc[q], acc[8 + q]), vaddq_f32(acc[4 + q], acc[12 + q]))
+        });
+        super::reduce16(&store16(&f))
+    }
+
+    pub unsafe fn tiled(x: &[f16], y: &[f32]) -> f32 {
+        let n = x.len();
+        let full = n & !15;
+        let mut acc = [vdupq_n_f32(0.0); 4];
+        let (xp, yp) = (x.as_ptr(), y.as_ptr());
+        let mut i = 0;
+        while i < full {
+            step16(&mut acc, xp.add(i), yp.add(i));
+            i += 16;
+        }
+        let mut a = store16(&acc);
+        for (l, s) in a.iter_mut().enumerate().take(n - full) {
+            *s = x[full + l].to_f32().mul_add(y[full + l], *s);
+        }
+        super::reduce16(&a)
+    }
+
+    pub unsafe fn single(x: &[f16], y: &[f32], n: usize) -> f32 {
+        let len = x.len();
+        let np = n & !63;
+        let mut acc = [vdupq_n_f32(0.0); 16];
+        let (xp, yp) = (x.as_ptr(), y.as_ptr());
+        let mut base = 0;
+        // Whole 64-steps inside the data.
+        while base + 64 <= np.min(len) {
+            step64(&mut acc, xp.add(base), yp.add(base));
+            base += 64;
+        }
+        // A step that runs past the data: zero-padded copies.
+        while base < np {
+            let mut xb = [f16::ZERO; 64];
+            let mut yb = [0f32; 64];
+            for t in 0..64 {
+                if base + t < len {
+                    xb[t] = x[base + t];
+                    yb[t] = y[base + t];
+                }
+            }
+            step64(&mut acc, xb.as_ptr(), yb.as_ptr());
+            base += 64;
+        }
+        let mut sum = fold64(&acc) as f64;
+        for i in np..n.min(len) {
+            sum += (x[i].to_f32() * y[i]) as f64;
+        }
+        sum as f32
+    }
+
+    pub unsafe fn tiled_paged<'a>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32]) -> f32 {
+        let n = y.len();
+        let full = n & !15;
+        let bs = super::BLOCK_SIZE;
+        let mut acc = [vdupq_n_f32(0.0); 4];
+        let yp = y.as_ptr();
+        let mut i = 0;
+        while i < full {
+            let x = run(i / bs).as_ptr();
+            let end = (i - i % bs + bs).min(full);
+            while i < end {
+                step16(&mut acc, x.add(i % bs), yp.add(i));
+                i += 16;
+            }
+        }
+        let mut a = store16(&acc);
+        if full < n {
+            let x = run(full / bs);
+            for (l, s) in a.iter_mut().enumerate().take(n - full) {
+                *s = x[(full + l) % bs].to_f32().mul_add(y[full + l], *s);
+            }
+        }
+        super::reduce16(&a)
+    }
+
+    pub unsafe fn single_paged<'a>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32], n: usize) -> f32 {
+        let len = y.len();
+        let bs = super::BLOCK_SIZE;
+        let mut acc = [vdupq_n_f32(0.0); 16];
         let yp = y.as_ptr();
         let mut base = 0;
         // Whole 64-steps inside the data, block by block.
