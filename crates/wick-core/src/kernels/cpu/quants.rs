@@ -1,13 +1,18 @@
 //! Portable row dots of the 32-value quant types against q8 activation rows, in the order of
 //! ggml's x86 `ggml_vec_dot_*` kernels (so they round as llama.cpp does), each dispatching to
-//! its AVX2 twin in `x86::quants` where the CPU has it (`feats::has_avx2_fma`):
+//! its AVX2 twin in `x86::quants` where the CPU has it (`feats::has_avx2_fma`), or its NEON
+//! twin in `arm::quants`:
 //! - Q4_0 (q8_0): per block an exact integer dot, `acc = fma(float(isum), dx·dy, acc)`;
 //! - Q8_0, Q5_0 (q8_0): 8 lanes of 4-byte dots, fma per lane and block, an 8-lane tree sum
 //!   (tinyBLAS rounds identically for several rows);
 //! - Q4_1, Q5_1 (q8_1): Q8_0's lanes plus the m·s terms accumulated with fma.
 
+#[cfg(target_arch = "aarch64")]
+use super::arm::quants as arm;
 use super::blocks::{f16_at, hsum8, u32_at, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use super::feats::has_avx2_fma;
+#[cfg(target_arch = "aarch64")]
+use super::feats::{isa, Isa};
 use super::q8::Act32;
 #[cfg(target_arch = "x86_64")]
 use super::x86::quants as simd;
@@ -24,6 +29,10 @@ fn nibbles(qs: &[u8]) -> [u8; 32] {
 }
 
 pub fn dot_q4_0(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return arm::dot_q4_0(w, a);
+    }
     let simd = has_avx2_fma();
     let mut acc = 0f32;
     for (blk, y) in w.chunks_exact(Q4_0::BYTES).zip(a) {
@@ -50,6 +59,10 @@ pub fn dot_q8_0(w: &[u8], a: &[Act32]) -> f32 {
         // SAFETY: AVX2/FMA checked; `w` holds one 34-byte block per activation block.
         return unsafe { simd::dot_q8_0(w, a) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return arm::dot_q8_0(w, a);
+    }
     let mut acc = [0f32; 8];
     for (blk, y) in w.chunks_exact(Q8_0::BYTES).zip(a) {
         let d = f16_at(blk, Q8_0::D) * y.d;
@@ -75,6 +88,10 @@ pub fn dot_q5_0(w: &[u8], a: &[Act32]) -> f32 {
     if has_avx2_fma() {
         // SAFETY: AVX2/FMA checked; `w` holds one 22-byte block per activation block.
         return unsafe { simd::dot_q5_0(w, a) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return arm::dot_q5_0(w, a);
     }
     let mut acc = [0f32; 8];
     for (blk, y) in w.chunks_exact(Q5_0::BYTES).zip(a) {
@@ -104,6 +121,10 @@ pub fn dot_q5_1(w: &[u8], a: &[Act32]) -> f32 {
         // SAFETY: AVX2/FMA checked; `w` holds one 24-byte block per activation block.
         return unsafe { simd::dot_q5_1(w, a) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return arm::dot_q5_1(w, a);
+    }
     dot_q5_1_ref(w, a)
 }
 
@@ -127,6 +148,10 @@ pub fn dot_q4_1(w: &[u8], a: &[Act32]) -> f32 {
     if has_avx2_fma() {
         // SAFETY: AVX2/FMA checked; `w` holds one 20-byte block per activation block.
         return unsafe { simd::dot_q4_1(w, a) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return arm::dot_q4_1(w, a);
     }
     let mut acc = [0f32; 8];
     let mut summs = 0f32;
@@ -199,17 +224,17 @@ mod tests {
                 // SAFETY: AVX2+FMA checked just above; the four activations match the row's length.
                 let four = unsafe { simd::dot4_q5_0(&w, [&a, &a, &a, &a]) };
                 assert!(four.iter().all(|v| v.to_bits() == fast.to_bits()));
-                let mut acc = [0f32; 8];
-                for (blk, y) in w.chunks_exact(Q5_0::BYTES).zip(&a) {
-                    let d = f16_at(blk, Q5_0::D) * y.d;
-                    let xv = q5_0_values(blk);
-                    for (l, s) in acc.iter_mut().enumerate() {
-                        let v: i32 = (0..4).map(|t| xv[4 * l + t] * y.qs[4 * l + t] as i32).sum();
-                        *s = d.mul_add(v as f32, *s);
-                    }
-                }
-                assert_eq!(hsum8(acc).to_bits(), fast.to_bits());
             }
+            let mut acc = [0f32; 8];
+            for (blk, y) in w.chunks_exact(Q5_0::BYTES).zip(&a) {
+                let d = f16_at(blk, Q5_0::D) * y.d;
+                let xv = q5_0_values(blk);
+                for (l, s) in acc.iter_mut().enumerate() {
+                    let v: i32 = (0..4).map(|t| xv[4 * l + t] * y.qs[4 * l + t] as i32).sum();
+                    *s = d.mul_add(v as f32, *s);
+                }
+            }
+            assert_eq!(hsum8(acc).to_bits(), fast.to_bits());
         }
     }
 

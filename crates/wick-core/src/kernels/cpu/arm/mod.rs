@@ -11,6 +11,7 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 pub mod k_quants;
+pub mod quants;
 
 /// Lane i of `acc` plus `Σ_{t<4} w[4i+t]·y[4i+t]` (i8 × i8), with `sdot`.
 ///
