@@ -3,13 +3,15 @@
 # `prepack` compiles dist/) and one binary package per addon found in ts/native/ (this
 # machine's: linux-x64-gnu), the addon copied into npm/<platform>/ as `napi artifacts` does
 # with a release's full set. Prints the tarball paths, one a line. Usage: scripts/pack.sh [out-dir]
+# WICK_PACK_ADDONS (paths, space-separated) packs those addons instead of ts/native's, e.g. a
+# cross-built wick.linux-arm64-gnu.node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-artifacts/pack}")
 mkdir -p "$out"
 rm -f "$out"/wick-*.tgz # one release's tarballs: none left over from an earlier version
 shopt -s nullglob
-addons=(ts/native/wick.*.node)
+if [ -n "${WICK_PACK_ADDONS:-}" ]; then read -ra addons <<<"$WICK_PACK_ADDONS"; else addons=(ts/native/wick.*.node); fi
 [ ${#addons[@]} -gt 0 ] || { echo "no addon in ts/native: run npm run build:native" >&2; exit 1; }
 for addon in "${addons[@]}"; do
   platform=$(basename "$addon" .node); platform=${platform#wick.}

