@@ -7,12 +7,19 @@
 #
 # Env: WICK_LLAMA_JOBS (default: nproc), WICK_LLAMA_TARGETS (extra ninja targets, e.g.
 # "llama-bench"), WICK_LLAMA_ONLY (exactly these targets, e.g. "llama-quantize" for the quant
-# matrix test), WICK_LLAMA_BUILD (build dir, default .cache/llama-build).
+# matrix test), WICK_LLAMA_BUILD (build dir, default .cache/llama-build), WICK_LLAMA_CROSS=aarch64
+# (cross-built with Debian's aarch64-linux-gnu-g++ for WICK_LLAMA_ARM_ARCH, default
+# armv8.2-a+dotprod, into .cache/llama-build-aarch64: the emulated parity reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 src=$root/.cache/llama.cpp
-build=${WICK_LLAMA_BUILD:-$root/.cache/llama-build}
+cross=${WICK_LLAMA_CROSS:-}
+if [ -n "$cross" ]; then
+  build=${WICK_LLAMA_BUILD:-$root/.cache/llama-build-$cross}
+else
+  build=${WICK_LLAMA_BUILD:-$root/.cache/llama-build}
+fi
 bin=$build/bin
 targets="${WICK_LLAMA_ONLY:-llama-server llama-quantize ${WICK_LLAMA_TARGETS:-}}"
 
@@ -49,8 +56,23 @@ flags=(
   -DLLAMA_BUILD_UI=OFF
   -DLLAMA_USE_PREBUILT_UI=OFF
   -DLLAMA_OPENSSL=OFF
-  -DGGML_NATIVE=ON
 )
+if [ "$cross" = aarch64 ]; then
+  command -v aarch64-linux-gnu-g++ >/dev/null || { echo "build-llama-server: apt-get install g++-aarch64-linux-gnu" >&2; exit 2; }
+  flags+=(
+    -DCMAKE_SYSTEM_NAME=Linux
+    -DCMAKE_SYSTEM_PROCESSOR=aarch64
+    -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc
+    -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++
+    -DGGML_NATIVE=OFF
+    -DGGML_CPU_ARM_ARCH="${WICK_LLAMA_ARM_ARCH:-armv8.2-a+dotprod}"
+  )
+elif [ -n "$cross" ]; then
+  echo "build-llama-server: WICK_LLAMA_CROSS=$cross is not a known target (aarch64)" >&2
+  exit 2
+else
+  flags+=(-DGGML_NATIVE=ON)
+fi
 jobs=${WICK_LLAMA_JOBS:-$(nproc)}
 
 # Offline by construction: run configure + build without a network namespace when possible,
@@ -69,5 +91,5 @@ run_offline ninja -C "$build" -j"$jobs" $targets >&2
 for t in $targets; do
   [ -x "$bin/$t" ] || { echo "build-llama-server: $bin/$t was not produced" >&2; exit 1; }
 done
-[ -x "$bin/llama-server" ] && { "$bin/llama-server" --version >&2 2>&1 || true; }
+[ -z "$cross" ] && [ -x "$bin/llama-server" ] && { "$bin/llama-server" --version >&2 2>&1 || true; }
 echo "$bin"

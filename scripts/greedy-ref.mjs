@@ -14,14 +14,7 @@
 // the `top` most likely next tokens with their probabilities (softmax of the raw logits).
 import { writeFileSync } from "node:fs";
 import { getLlama } from "node-llama-cpp";
-
-export const PROMPTS = [
-  "Hello",
-  "The quick brown fox jumps over the lazy dog.",
-  "In 1492, Columbus sailed",
-  "def fib(n):\n    return",
-  "Wick serves models: éàü 日本語 🙂",
-];
+import { PROMPTS } from "./greedy-ref-prompts.mjs";
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => {

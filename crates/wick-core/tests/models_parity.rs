@@ -6,7 +6,9 @@
 //!   cargo test --release -p wick-core --test models_parity -- --ignored --nocapture
 //!
 //! (`--fa off`: Wick's CPU kernels round as llama.cpp does with flash attention off; with it
-//! on, llama.cpp accumulates V in f16. `WICK_PARITY_DEBUG=1` prints every compared step.)
+//! on, llama.cpp accumulates V in f16. `WICK_PARITY_DEBUG=1` prints every compared step.
+//! `WICK_PARITY_DIR` reads the references from elsewhere: scripts/parity-arm64.sh points it at
+//! llama.cpp's aarch64 build's, written by scripts/greedy-ref-server.mjs.)
 //!
 //! For each prompt, llama.cpp's greedy ids are fed back (teacher forcing) and Wick's argmax
 //! must equal llama.cpp's at every step, so the free-running greedy sequences are identical.
@@ -94,7 +96,7 @@ fn run_batched(model: &dyn Model, kv: &mut KvPool, cases: &[Case]) -> Vec<Vec<u3
 #[test]
 #[ignore = "needs .cache/parity/*.json from scripts/greedy-ref.mjs"]
 fn greedy_and_probabilities_match_llama_cpp() {
-    let dir = repo().join(".cache/parity");
+    let dir = std::env::var_os("WICK_PARITY_DIR").map_or_else(|| repo().join(".cache/parity"), PathBuf::from);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -2,6 +2,7 @@
 //! offsets, the few field decoders every kernel shares, and ggml's horizontal sums.
 //! Nothing here depends on another kernel module.
 
+#[cfg(any(test, not(target_arch = "aarch64")))]
 use half::f16;
 
 /// Values per block of the 32-value types (`QK4_0`, `QK8_0`, …).
@@ -107,7 +108,25 @@ impl Q6K {
 /// The f16 at byte `i` of a block, as f32.
 #[inline(always)]
 pub fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+    let bits = u16::from_le_bytes([b[i], b[i + 1]]);
+    // `half` converts in software on aarch64 unless the CPU has FP16 arithmetic, and calls
+    // out per value to ask; the conversion instruction itself is in every aarch64 CPU.
+    #[cfg(target_arch = "aarch64")]
+    {
+        let out: f32;
+        // SAFETY: `fcvt` (half to single, exact) is baseline floating point on aarch64.
+        unsafe {
+            std::arch::asm!(
+                "fcvt {o:s}, {h:h}",
+                o = lateout(vreg) out,
+                h = in(vreg) bits as i16,
+                options(pure, nomem, nostack, preserves_flags)
+            )
+        };
+        out
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    f16::from_bits(bits).to_f32()
 }
 
 /// The little-endian u32 at byte `i` of a block (Q5_0/Q5_1's `qh`).
@@ -158,4 +177,21 @@ pub fn reduce16(a: &[f32; 16]) -> f32 {
         t[i] = a[i + 8] + a[i];
     }
     hsum8(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every f16 widens as `half` widens it (NaNs stay NaN).
+    #[test]
+    fn f16_at_is_the_exact_widening() {
+        for bits in 0..=u16::MAX {
+            let (got, want) = (f16_at(&bits.to_le_bytes(), 0), f16::from_bits(bits).to_f32());
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{bits:#06x}: {got} vs {want}"
+            );
+        }
+    }
 }
