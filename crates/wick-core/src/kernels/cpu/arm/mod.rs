@@ -33,6 +33,27 @@ pub unsafe fn sdot(mut acc: int32x4_t, w: int8x16_t, y: int8x16_t) -> int32x4_t 
     acc
 }
 
+/// `acc` plus the 2×2 int8 matrix product `[a0; a1]·[b0; b1]ᵀ` (`smmla`): lanes
+/// `(a0·b0, a0·b1, a1·b0, a1·b1)`, each a dot of 8 bytes (aₖ, bₖ: the register's 64-bit halves).
+///
+/// # Safety
+/// The CPU has the int8 matrix multiply instructions (FEAT_I8MM).
+#[inline]
+#[target_feature(enable = "i8mm")]
+pub unsafe fn smmla(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    // SAFETY: a register-only instruction the caller's CPU has (see above).
+    unsafe {
+        asm!(
+            "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
 /// `sdot` on plain NEON: the sixteen products widened to i16, adjacent pairs added, then each
 /// lane's two pairs added into `acc`. Exact while a pair of products fits i16, i.e. one
 /// operand within [−127, 127] (every caller's activations: q8 quantizers clamp to ±127).
@@ -79,6 +100,21 @@ pub unsafe fn with_dot<const DOT: bool, R>(f: impl FnOnce() -> R) -> R {
     } else {
         f()
     }
+}
+
+/// `f()`, compiled with the dot-product and int8 matrix multiply instructions enabled.
+///
+/// # Safety
+/// The CPU has both.
+#[inline(always)]
+pub unsafe fn with_i8mm<R>(f: impl FnOnce() -> R) -> R {
+    #[inline]
+    #[target_feature(enable = "dotprod,i8mm")]
+    unsafe fn enabled<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+    // SAFETY: the caller's contract.
+    unsafe { enabled(f) }
 }
 
 /// The four activation bytes at `p` in every lane (the broadcast operand of `dot4`).
@@ -171,6 +207,21 @@ mod tests {
                 assert_eq!(lanes(unsafe { sdot(acc, wv, yv) }), want);
             }
         }
+    }
+
+    #[test]
+    fn smmla_is_the_2x2_int8_product() {
+        if !std::arch::is_aarch64_feature_detected!("i8mm") {
+            return;
+        }
+        let a: [i8; 16] = std::array::from_fn(|i| (i as i8 * 29).wrapping_sub(100));
+        let b: [i8; 16] = std::array::from_fn(|i| 127 - 15 * i as i8);
+        let dot = |x: &[i8], y: &[i8]| x.iter().zip(y).map(|(&p, &q)| p as i32 * q as i32).sum::<i32>();
+        let want =
+            [dot(&a[..8], &b[..8]), dot(&a[..8], &b[8..]), dot(&a[8..], &b[..8]), dot(&a[8..], &b[8..])];
+        // SAFETY: i8mm detected; the arrays hold 16 bytes.
+        let got = unsafe { smmla(vdupq_n_s32(0), vld1q_s8(a.as_ptr()), vld1q_s8(b.as_ptr())) };
+        assert_eq!(lanes(got), want);
     }
 
     #[test]

@@ -160,6 +160,15 @@ pub(super) trait TileKernels {
         ldo: usize,
     );
 
+    /// # Safety
+    /// As `neon::<true>`, with the int8 matrix multiply too. Types without such a kernel run
+    /// their dot-product one.
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn i8mm(panel: &[u8], nb: usize, acts: &[&[Self::Act]], gemm: &[bool], out: *mut f32, ldo: usize) {
+        // SAFETY: the caller's contract covers the dot-product instructions.
+        unsafe { Self::neon::<true>(panel, nb, acts, gemm, out, ldo) }
+    }
+
     /// Portable; writes through `out` as `vnni` (the caller owns those rows).
     fn scalar(panel: &[u8], nb: usize, acts: &[&[Self::Act]], gemm: &[bool], out: *mut f32, ldo: usize);
 }
@@ -188,9 +197,11 @@ fn tile<K: TileKernels>(
     }
     #[cfg(target_arch = "aarch64")]
     match isa {
-        Isa::NeonDotprod | Isa::NeonI8mm => {
-            // SAFETY: `isa` comes from `feats::isa()` (or a test's cap under `detected()`), so
-            // the dot-product instructions are present; rows and outputs as above.
+        // SAFETY: `isa` comes from `feats::isa()` (or a test's cap under `detected()`), so the
+        // dot-product and int8 matrix multiply instructions are present; rows and outputs as above.
+        Isa::NeonI8mm => return unsafe { K::i8mm(panel, nb, acts, gemm, out, ldo) },
+        Isa::NeonDotprod => {
+            // SAFETY: as above, with the dot-product instructions.
             return unsafe { K::neon::<true>(panel, nb, acts, gemm, out, ldo) };
         }
         // SAFETY: NEON is baseline on aarch64; rows and outputs as above.

@@ -104,6 +104,25 @@ impl TileKernels for Kernels {
         )
     }
 
+    /// Row pairs through `smmla` (half the dot-product instructions), an odd last row through
+    /// the dot-product tile.
+    #[inline(always)]
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn i8mm(panel: &[u8], nb: usize, acts: &[&[Act32]], _: &[bool], out: *mut f32, ldo: usize) {
+        crate::kernels::cpu::arm::with_i8mm(
+            #[inline(always)]
+            || {
+                for (i, two) in acts.chunks(2).enumerate() {
+                    let o = out.add(2 * i * ldo);
+                    match two.len() {
+                        1 => tile_neon::<1, true>([two[0]], panel, nb, o, ldo),
+                        _ => tile_i8mm([two[0], two[1]], panel, nb, o, ldo),
+                    }
+                }
+            },
+        )
+    }
+
     fn scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], _: &[bool], out: *mut f32, ldo: usize) {
         tile_scalar(panel, nb, acts, out, ldo)
     }
@@ -281,6 +300,54 @@ unsafe fn tile_neon<const R: usize, const DOT: bool>(
         }
     }
     for r in 0..R {
+        for q in 0..4 {
+            vst1q_f32(out.add(r * ldo + 4 * q), acc[r][q]);
+        }
+    }
+}
+
+/// Two rows with `smmla`: groups h and h+1 hold elements 4h..4h+8 of each column, so zipping
+/// their 4-byte column words gives two columns × 8 values, against the two rows' 8 values.
+/// Accumulator j holds columns 2j, 2j+1 of both rows; the block's integers are the same as the
+/// dot-product tile's (exact), and so is everything after them.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+unsafe fn tile_i8mm(acts: [&[Act32]; 2], panel: &[u8], nb: usize, out: *mut f32, ldo: usize) {
+    use crate::kernels::cpu::arm::{load_f16x4, smmla};
+    use std::arch::aarch64::*;
+    let mask = vdupq_n_u8(0x0F);
+    let mut acc = [[vdupq_n_f32(0.0); 4]; 2];
+    for b in 0..nb {
+        let p = panel.as_ptr().add(b * BLOCK_BYTES);
+        let ys = [acts[0].get_unchecked(b), acts[1].get_unchecked(b)];
+        let rows =
+            |at: usize| vcombine_s8(vld1_s8(ys[0].qs.as_ptr().add(at)), vld1_s8(ys[1].qs.as_ptr().add(at)));
+        let mut isum = [vdupq_n_s32(0); 8];
+        for h in [0, 2] {
+            let (ylo, yhi) = (rows(4 * h), rows(16 + 4 * h));
+            for q in 0..4 {
+                let g0 = vreinterpretq_u32_u8(vld1q_u8(p.add(QUANTS + 64 * h + 16 * q)));
+                let g1 = vreinterpretq_u32_u8(vld1q_u8(p.add(QUANTS + 64 * (h + 1) + 16 * q)));
+                for (j, cols) in [vzip1q_u32(g0, g1), vzip2q_u32(g0, g1)].into_iter().enumerate() {
+                    let raw = vreinterpretq_u8_u32(cols);
+                    let lo = vreinterpretq_s8_u8(vandq_u8(raw, mask));
+                    let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw));
+                    let k = 2 * q + j;
+                    isum[k] = smmla(smmla(isum[k], ylo, lo), yhi, hi);
+                }
+            }
+        }
+        for q in 0..4 {
+            let (a, c) = (vreinterpretq_s64_s32(isum[2 * q]), vreinterpretq_s64_s32(isum[2 * q + 1]));
+            let per_row = [vreinterpretq_s32_s64(vzip1q_s64(a, c)), vreinterpretq_s32_s64(vzip2q_s64(a, c))];
+            let dw = load_f16x4(p.add(8 * q));
+            for r in 0..2 {
+                let s = vsubq_s32(per_row[r], vdupq_n_s32(8 * ys[r].qsum));
+                acc[r][q] = vfmaq_f32(acc[r][q], vcvtq_f32_s32(s), vmulq_n_f32(dw, ys[r].d));
+            }
+        }
+    }
+    for r in 0..2 {
         for q in 0..4 {
             vst1q_f32(out.add(r * ldo + 4 * q), acc[r][q]);
         }
