@@ -33,7 +33,7 @@ async function post(path, body) {
 }
 
 async function complete(prompt, nPredict, withProbs) {
-  const body = { prompt, n_predict: nPredict, temperature: 0, cache_prompt: false, ignore_eos: false, n_probs: withProbs ? nTop : 0 };
+  const body = { prompt, n_predict: nPredict, temperature: 0, cache_prompt: false, return_tokens: true, n_probs: withProbs ? nTop : 0 };
   const out = await post("/completion", body);
   const tokens = out.tokens ?? [];
   const steps = withProbs ? (out.completion_probabilities ?? []).map((s) => s.top_logprobs.map((p) => [p.id, Math.exp(p.logprob)])) : [];

@@ -136,6 +136,12 @@ fn greedy_and_probabilities_match_llama_cpp() {
                     .collect(),
             })
             .collect();
+        // A reference without tokens or probabilities would compare nothing.
+        assert!(
+            cases.iter().all(|c| !c.tokens.is_empty() && !c.steps.is_empty()),
+            "{}: a prompt with no greedy tokens or no probabilities",
+            file.display()
+        );
         let (mut seq_ok, mut step_bad, mut max_diff, mut min_margin) = (0, 0, 0f32, f32::INFINITY);
         for c in &cases {
             let dists = run_single(model.as_ref(), &mut kv, c);
