@@ -17,6 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 target=aarch64-unknown-linux-gnu
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-D warnings" # as test-arm.sh builds
 sysroot=/usr/aarch64-linux-gnu
 arm_refs=.cache/parity-arm64
 x86_refs=.cache/parity-x86srv

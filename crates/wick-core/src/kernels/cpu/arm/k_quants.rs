@@ -4,34 +4,11 @@
 
 use std::arch::aarch64::*;
 
-use super::{dot4, with_dot};
+use super::{dot4, hsum8, with_dot};
 use crate::kernels::cpu::blocks::{f16_at, q3k_scales, scale_min, Q2K, Q3K, Q5K, Q6K};
 use crate::kernels::cpu::feats::{isa, Isa};
+use crate::kernels::cpu::k_quants::fold_q2k;
 use crate::kernels::cpu::q8::Act256;
-
-/// `f::<true>` compiled with the dot-product instructions where the CPU has them (after the
-/// `WICK_ISA` cap), `f::<false>` otherwise.
-macro_rules! by_dot {
-    ($f:ident($($a:expr),*)) => {
-        if isa() >= Isa::NeonDotprod {
-            // SAFETY: the CPU has the dot-product instructions.
-            unsafe { with_dot::<true, _>(#[inline(always)] || $f::<true>($($a),*)) }
-        } else {
-            $f::<false>($($a),*)
-        }
-    };
-}
-
-/// ggml's `hsum_float_8` of lanes 0..4 (`lo`) and 4..8 (`hi`): `(h0+h2)+(h1+h3)`, h = hi + lo.
-#[inline(always)]
-fn hsum8(lo: float32x4_t, hi: float32x4_t) -> f32 {
-    // SAFETY: NEON is baseline.
-    unsafe {
-        let h = vaddq_f32(hi, lo);
-        let p = vadd_f32(vget_low_f32(h), vget_high_f32(h));
-        vget_lane_f32::<0>(p) + vget_lane_f32::<1>(p)
-    }
-}
 
 /// 16 activation bytes at `y[i..]`.
 #[inline(always)]
@@ -224,15 +201,7 @@ fn q2k<const DOT: bool>(w: &[u8], a: &[Act256], per_half: bool) -> f32 {
                 isum[n] += (sm & 0x0F) as i32 * dot;
                 imin[n] += (sm >> 4) as i32 * y.bsums[g] as i32;
             }
-            if per_half {
-                for h in 0..2 {
-                    acc = (isum[h] as f32).mul_add(d * y.d, acc);
-                    acc_min = (imin[h] as f32).mul_add(dmin * y.d, acc_min);
-                }
-            } else {
-                acc = ((isum[0] + isum[1]) as f32).mul_add(d * y.d, acc);
-                acc_min = ((imin[0] + imin[1]) as f32).mul_add(dmin * y.d, acc_min);
-            }
+            fold_q2k(per_half, isum, imin, (d, dmin, y.d), (&mut acc, &mut acc_min));
         }
         acc - acc_min
     }

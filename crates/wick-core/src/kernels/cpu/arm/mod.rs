@@ -10,6 +10,19 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
+/// `f::<true>` compiled with the dot-product instructions where the CPU has them (after the
+/// `WICK_ISA` cap), `f::<false>` otherwise.
+macro_rules! by_dot {
+    ($f:ident($($a:expr),*)) => {
+        if isa() >= Isa::NeonDotprod {
+            // SAFETY: the CPU has the dot-product instructions.
+            unsafe { with_dot::<true, _>(#[inline(always)] || $f::<true>($($a),*)) }
+        } else {
+            $f::<false>($($a),*)
+        }
+    };
+}
+
 pub mod k_quants;
 pub mod quants;
 
@@ -157,6 +170,17 @@ pub unsafe fn load_f16x4(p: *const u8) -> float32x4_t {
             options(pure, nomem, nostack, preserves_flags)
         );
         out
+    }
+}
+
+/// ggml's `hsum_float_8` of lanes 0..4 (`lo`) and 4..8 (`hi`): `(h0+h2)+(h1+h3)`, h = hi + lo.
+#[inline(always)]
+pub fn hsum8(lo: float32x4_t, hi: float32x4_t) -> f32 {
+    // SAFETY: NEON is baseline.
+    unsafe {
+        let h = vaddq_f32(hi, lo);
+        let p = vadd_f32(vget_low_f32(h), vget_high_f32(h));
+        vget_lane_f32::<0>(p) + vget_lane_f32::<1>(p)
     }
 }
 

@@ -3,34 +3,10 @@
 
 use std::arch::aarch64::*;
 
-use super::{dot4, with_dot};
+use super::{dot4, hsum8, with_dot};
 use crate::kernels::cpu::blocks::{f16_at, u32_at, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::kernels::cpu::feats::{isa, Isa};
 use crate::kernels::cpu::q8::Act32;
-
-/// `f::<true>` compiled with the dot-product instructions where the CPU has them (after the
-/// `WICK_ISA` cap), `f::<false>` otherwise.
-macro_rules! by_dot {
-    ($f:ident($($a:expr),*)) => {
-        if isa() >= Isa::NeonDotprod {
-            // SAFETY: the CPU has the dot-product instructions.
-            unsafe { with_dot::<true, _>(#[inline(always)] || $f::<true>($($a),*)) }
-        } else {
-            $f::<false>($($a),*)
-        }
-    };
-}
-
-/// ggml's `hsum_float_8` of lanes 0..4 (`lo`) and 4..8 (`hi`): `(h0+h2)+(h1+h3)`, h = hi + lo.
-#[inline(always)]
-fn hsum8(lo: float32x4_t, hi: float32x4_t) -> f32 {
-    // SAFETY: NEON is baseline.
-    unsafe {
-        let h = vaddq_f32(hi, lo);
-        let p = vadd_f32(vget_low_f32(h), vget_high_f32(h));
-        vget_lane_f32::<0>(p) + vget_lane_f32::<1>(p)
-    }
-}
 
 /// A block's 32 values as two registers in element order (`lo`: 0..16, `hi`: 16..32), and
 /// the activation's.

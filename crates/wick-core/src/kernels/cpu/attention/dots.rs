@@ -97,11 +97,136 @@ fn gather<'a>(run: &impl Fn(usize) -> &'a [f16], len: usize) -> Vec<f16> {
     x
 }
 
+/// One instruction set's registers for ggml's f16 dots: 16 lanes (tinyBLAS's chunks) and 4×16
+/// lanes (`ggml_vec_dot_f16`'s 64-steps), each lane taking one fma per step. The dots below
+/// are written once over these; each instruction set's module instantiates them inside its
+/// feature-enabled functions.
+trait Lanes {
+    type Acc16: Copy;
+    type Acc64: Copy;
+    unsafe fn zero16() -> Self::Acc16;
+    unsafe fn zero64() -> Self::Acc64;
+    /// Lanes 0..16 at `x`, `y` into `acc`.
+    unsafe fn step16(acc: &mut Self::Acc16, x: *const f16, y: *const f32);
+    /// One 64-step: lanes 16j..16j+16 of accumulator j.
+    unsafe fn step64(acc: &mut Self::Acc64, x: *const f16, y: *const f32);
+    unsafe fn lanes16(acc: &Self::Acc16) -> [f32; 16];
+    /// The four accumulators folded (a0+a2)+(a1+a3), then the 16-lane tree sum.
+    unsafe fn fold64(acc: &Self::Acc64) -> f32;
+}
+
+/// `dot_f16_tiled` on `L`'s registers.
+#[inline(always)]
+unsafe fn tiled_on<L: Lanes>(x: &[f16], y: &[f32]) -> f32 {
+    let n = x.len();
+    let full = n & !15;
+    let mut acc = L::zero16();
+    let mut i = 0;
+    while i < full {
+        L::step16(&mut acc, x.as_ptr().add(i), y.as_ptr().add(i));
+        i += 16;
+    }
+    let mut a = L::lanes16(&acc);
+    for (l, s) in a.iter_mut().enumerate().take(n - full) {
+        *s = x[full + l].to_f32().mul_add(y[full + l], *s);
+    }
+    reduce16(&a)
+}
+
+/// The zero-padded copies of a 64-step that runs past the data (`len` values, `at(t)` value t).
+#[inline(always)]
+fn padded64(base: usize, len: usize, at: impl Fn(usize) -> (f16, f32)) -> ([f16; 64], [f32; 64]) {
+    let mut xb = [f16::ZERO; 64];
+    let mut yb = [0f32; 64];
+    for t in 0..64 {
+        if base + t < len {
+            (xb[t], yb[t]) = at(base + t);
+        }
+    }
+    (xb, yb)
+}
+
+/// `dot_f16_single` on `L`'s registers.
+#[inline(always)]
+unsafe fn single_on<L: Lanes>(x: &[f16], y: &[f32], n: usize) -> f32 {
+    let len = x.len();
+    let np = n & !63;
+    let mut acc = L::zero64();
+    let mut base = 0;
+    // Whole 64-steps inside the data.
+    while base + 64 <= np.min(len) {
+        L::step64(&mut acc, x.as_ptr().add(base), y.as_ptr().add(base));
+        base += 64;
+    }
+    // A step that runs past the data: zero-padded copies.
+    while base < np {
+        let (xb, yb) = padded64(base, len, |i| (x[i], y[i]));
+        L::step64(&mut acc, xb.as_ptr(), yb.as_ptr());
+        base += 64;
+    }
+    let mut sum = L::fold64(&acc) as f64;
+    for i in np..n.min(len) {
+        sum += (x[i].to_f32() * y[i]) as f64;
+    }
+    sum as f32
+}
+
+/// `dot_f16_tiled_paged` on `L`'s registers.
+#[inline(always)]
+unsafe fn tiled_paged_on<'a, L: Lanes>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32]) -> f32 {
+    let n = y.len();
+    let full = n & !15;
+    let mut acc = L::zero16();
+    let mut i = 0;
+    while i < full {
+        let x = run(i / BLOCK_SIZE).as_ptr();
+        let end = (i - i % BLOCK_SIZE + BLOCK_SIZE).min(full);
+        while i < end {
+            L::step16(&mut acc, x.add(i % BLOCK_SIZE), y.as_ptr().add(i));
+            i += 16;
+        }
+    }
+    let mut a = L::lanes16(&acc);
+    if full < n {
+        let x = run(full / BLOCK_SIZE);
+        for (l, s) in a.iter_mut().enumerate().take(n - full) {
+            *s = x[(full + l) % BLOCK_SIZE].to_f32().mul_add(y[full + l], *s);
+        }
+    }
+    reduce16(&a)
+}
+
+/// `dot_f16_single_paged` on `L`'s registers.
+#[inline(always)]
+unsafe fn single_paged_on<'a, L: Lanes>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32], n: usize) -> f32 {
+    let len = y.len();
+    let mut acc = L::zero64();
+    let mut base = 0;
+    // Whole 64-steps inside the data, block by block.
+    while base + 64 <= len {
+        L::step64(&mut acc, run(base / BLOCK_SIZE).as_ptr().add(base % BLOCK_SIZE), y.as_ptr().add(base));
+        base += 64;
+    }
+    // Steps that run past the data: zero-padded copies (a step lies within one block).
+    while base < n {
+        let x = if base < len { run(base / BLOCK_SIZE) } else { &[] };
+        let (xb, yb) = padded64(base, len, |i| (x[i % BLOCK_SIZE], y[i]));
+        L::step64(&mut acc, xb.as_ptr(), yb.as_ptr());
+        base += 64;
+    }
+    L::fold64(&acc)
+}
+
+/// AVX2/FMA/F16C: 8-lane registers, two per 16 lanes.
 #[cfg(target_arch = "x86_64")]
 mod avx {
     use std::arch::x86_64::*;
 
     use half::f16;
+
+    use super::Lanes;
+
+    pub struct Avx;
 
     #[inline(always)]
     unsafe fn load_f16(x: *const f16) -> __m256 {
@@ -116,280 +241,142 @@ mod avx {
         a
     }
 
-    /// One 64-step of `ggml_vec_dot_f16`: 4×16 lanes (8 vectors) each take one fma.
-    #[inline(always)]
-    unsafe fn step64(acc: &mut [__m256; 8], x: *const f16, y: *const f32) {
-        for (v, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_fmadd_ps(load_f16(x.add(8 * v)), _mm256_loadu_ps(y.add(8 * v)), *a);
-        }
-    }
+    impl Lanes for Avx {
+        type Acc16 = [__m256; 2];
+        type Acc64 = [__m256; 8];
 
-    /// Accumulator j holds lanes 16j..16j+16 as vectors 2j (low 8) and 2j+1 (high 8): fold
-    /// (a0+a2)+(a1+a3), then the 16-lane tree sum.
-    #[inline(always)]
-    unsafe fn fold64(acc: &[__m256; 8]) -> f32 {
-        let f_lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
-        let f_hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-        super::reduce16(&store16(f_lo, f_hi))
+        #[inline(always)]
+        unsafe fn zero16() -> Self::Acc16 {
+            [_mm256_setzero_ps(); 2]
+        }
+
+        #[inline(always)]
+        unsafe fn zero64() -> Self::Acc64 {
+            [_mm256_setzero_ps(); 8]
+        }
+
+        #[inline(always)]
+        unsafe fn step16(acc: &mut Self::Acc16, x: *const f16, y: *const f32) {
+            for (h, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(load_f16(x.add(8 * h)), _mm256_loadu_ps(y.add(8 * h)), *a);
+            }
+        }
+
+        /// Accumulator j is vectors 2j (lanes 16j..16j+8) and 2j+1.
+        #[inline(always)]
+        unsafe fn step64(acc: &mut Self::Acc64, x: *const f16, y: *const f32) {
+            for (v, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(load_f16(x.add(8 * v)), _mm256_loadu_ps(y.add(8 * v)), *a);
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn lanes16(acc: &Self::Acc16) -> [f32; 16] {
+            store16(acc[0], acc[1])
+        }
+
+        #[inline(always)]
+        unsafe fn fold64(acc: &Self::Acc64) -> f32 {
+            let f_lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+            let f_hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+            super::reduce16(&store16(f_lo, f_hi))
+        }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tiled(x: &[f16], y: &[f32]) -> f32 {
-        let n = x.len();
-        let full = n & !15;
-        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let (xp, yp) = (x.as_ptr(), y.as_ptr());
-        let mut i = 0;
-        while i < full {
-            lo = _mm256_fmadd_ps(load_f16(xp.add(i)), _mm256_loadu_ps(yp.add(i)), lo);
-            hi = _mm256_fmadd_ps(load_f16(xp.add(i + 8)), _mm256_loadu_ps(yp.add(i + 8)), hi);
-            i += 16;
-        }
-        let mut a = store16(lo, hi);
-        for (l, s) in a.iter_mut().enumerate().take(n - full) {
-            *s = x[full + l].to_f32().mul_add(y[full + l], *s);
-        }
-        super::reduce16(&a)
+        super::tiled_on::<Avx>(x, y)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn single(x: &[f16], y: &[f32], n: usize) -> f32 {
-        let len = x.len();
-        let np = n & !63;
-        let mut acc = [_mm256_setzero_ps(); 8];
-        let (xp, yp) = (x.as_ptr(), y.as_ptr());
-        let mut base = 0;
-        // Whole 64-steps inside the data.
-        while base + 64 <= np.min(len) {
-            step64(&mut acc, xp.add(base), yp.add(base));
-            base += 64;
-        }
-        // A step that runs past the data: zero-padded copies.
-        while base < np {
-            let mut xb = [f16::ZERO; 64];
-            let mut yb = [0f32; 64];
-            for t in 0..64 {
-                if base + t < len {
-                    xb[t] = x[base + t];
-                    yb[t] = y[base + t];
-                }
-            }
-            step64(&mut acc, xb.as_ptr(), yb.as_ptr());
-            base += 64;
-        }
-        let mut sum = fold64(&acc) as f64;
-        for i in np..n.min(len) {
-            sum += (x[i].to_f32() * y[i]) as f64;
-        }
-        sum as f32
+        super::single_on::<Avx>(x, y, n)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn tiled_paged<'a>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32]) -> f32 {
-        let n = y.len();
-        let full = n & !15;
-        let bs = super::BLOCK_SIZE;
-        let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let yp = y.as_ptr();
-        let mut i = 0;
-        while i < full {
-            let x = run(i / bs).as_ptr();
-            let end = (i - i % bs + bs).min(full);
-            while i < end {
-                let xo = x.add(i % bs);
-                lo = _mm256_fmadd_ps(load_f16(xo), _mm256_loadu_ps(yp.add(i)), lo);
-                hi = _mm256_fmadd_ps(load_f16(xo.add(8)), _mm256_loadu_ps(yp.add(i + 8)), hi);
-                i += 16;
-            }
-        }
-        let mut a = store16(lo, hi);
-        if full < n {
-            let x = run(full / bs);
-            for (l, s) in a.iter_mut().enumerate().take(n - full) {
-                *s = x[(full + l) % bs].to_f32().mul_add(y[full + l], *s);
-            }
-        }
-        super::reduce16(&a)
+        super::tiled_paged_on::<Avx>(run, y)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn single_paged<'a>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32], n: usize) -> f32 {
-        let len = y.len();
-        let bs = super::BLOCK_SIZE;
-        let mut acc = [_mm256_setzero_ps(); 8];
-        let yp = y.as_ptr();
-        let mut base = 0;
-        // Whole 64-steps inside the data, block by block.
-        while base + 64 <= len {
-            step64(&mut acc, run(base / bs).as_ptr().add(base % bs), yp.add(base));
-            base += 64;
-        }
-        // Steps that run past the data: zero-padded copies.
-        while base < n {
-            let mut xb = [f16::ZERO; 64];
-            let mut yb = [0f32; 64];
-            if base < len {
-                let x = run(base / bs);
-                for t in 0..len - base {
-                    xb[t] = x[(base + t) % bs];
-                    yb[t] = y[base + t];
-                }
-            }
-            step64(&mut acc, xb.as_ptr(), yb.as_ptr());
-            base += 64;
-        }
-        fold64(&acc)
+        super::single_paged_on::<Avx>(run, y, n)
     }
 }
 
-/// The AVX2 kernels' steps on 4-lane vectors: 16 lanes are four registers, a 64-step sixteen.
+/// NEON: 4-lane registers, four per 16 lanes (f16 widened by `fcvtl`).
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use std::arch::aarch64::*;
 
     use half::f16;
 
+    use super::Lanes;
     use crate::kernels::cpu::arm::load_f16x4;
 
-    #[inline(always)]
-    unsafe fn load4(x: *const f16) -> float32x4_t {
-        load_f16x4(x as *const u8)
-    }
+    pub struct Neon;
 
-    #[inline(always)]
-    unsafe fn store16(v: &[float32x4_t]) -> [f32; 16] {
-        let mut a = [0f32; 16];
-        for (q, &v) in v.iter().take(4).enumerate() {
-            vst1q_f32(a.as_mut_ptr().add(4 * q), v);
+    impl Lanes for Neon {
+        type Acc16 = [float32x4_t; 4];
+        type Acc64 = [float32x4_t; 16];
+
+        #[inline(always)]
+        unsafe fn zero16() -> Self::Acc16 {
+            [vdupq_n_f32(0.0); 4]
         }
-        a
-    }
 
-    /// Lanes 16c..16c + 16 at `x`, `y` into `acc` (one fma per lane).
-    #[inline(always)]
-    unsafe fn step16(acc: &mut [float32x4_t], x: *const f16, y: *const f32) {
-        for (q, a) in acc.iter_mut().take(4).enumerate() {
-            *a = vfmaq_f32(*a, load4(x.add(4 * q)), vld1q_f32(y.add(4 * q)));
+        #[inline(always)]
+        unsafe fn zero64() -> Self::Acc64 {
+            [vdupq_n_f32(0.0); 16]
         }
-    }
 
-    /// One 64-step of `ggml_vec_dot_f16`: 4×16 lanes (16 vectors) each take one fma.
-    #[inline(always)]
-    unsafe fn step64(acc: &mut [float32x4_t; 16], x: *const f16, y: *const f32) {
-        for j in 0..4 {
-            step16(&mut acc[4 * j..], x.add(16 * j), y.add(16 * j));
+        #[inline(always)]
+        unsafe fn step16(acc: &mut Self::Acc16, x: *const f16, y: *const f32) {
+            for (q, a) in acc.iter_mut().enumerate() {
+                *a = vfmaq_f32(*a, load_f16x4(x.add(4 * q) as *const u8), vld1q_f32(y.add(4 * q)));
+            }
         }
-    }
 
-    /// Accumulator j holds lanes 16j..16j+16 as vectors 4j..4j+4: fold (a0+a2)+(a1+a3), then
-    /// the 16-lane tree sum.
-    #[inline(always)]
-    unsafe fn fold64(acc: &[float32x4_t; 16]) -> f32 {
-        let f: [float32x4_t; 4] = std::array::from_fn(|q| {
-            vaddq_f32(vaddq_f32(acc[q], acc[8 + q]), vaddq_f32(acc[4 + q], acc[12 + q]))
-        });
-        super::reduce16(&store16(&f))
+        /// Accumulator j is vectors 4j..4j+4.
+        #[inline(always)]
+        unsafe fn step64(acc: &mut Self::Acc64, x: *const f16, y: *const f32) {
+            for (v, a) in acc.iter_mut().enumerate() {
+                *a = vfmaq_f32(*a, load_f16x4(x.add(4 * v) as *const u8), vld1q_f32(y.add(4 * v)));
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn lanes16(acc: &Self::Acc16) -> [f32; 16] {
+            let mut a = [0f32; 16];
+            for (q, &v) in acc.iter().enumerate() {
+                vst1q_f32(a.as_mut_ptr().add(4 * q), v);
+            }
+            a
+        }
+
+        #[inline(always)]
+        unsafe fn fold64(acc: &Self::Acc64) -> f32 {
+            let f: [float32x4_t; 4] = std::array::from_fn(|q| {
+                vaddq_f32(vaddq_f32(acc[q], acc[8 + q]), vaddq_f32(acc[4 + q], acc[12 + q]))
+            });
+            super::reduce16(&Self::lanes16(&f))
+        }
     }
 
     pub unsafe fn tiled(x: &[f16], y: &[f32]) -> f32 {
-        let n = x.len();
-        let full = n & !15;
-        let mut acc = [vdupq_n_f32(0.0); 4];
-        let (xp, yp) = (x.as_ptr(), y.as_ptr());
-        let mut i = 0;
-        while i < full {
-            step16(&mut acc, xp.add(i), yp.add(i));
-            i += 16;
-        }
-        let mut a = store16(&acc);
-        for (l, s) in a.iter_mut().enumerate().take(n - full) {
-            *s = x[full + l].to_f32().mul_add(y[full + l], *s);
-        }
-        super::reduce16(&a)
+        super::tiled_on::<Neon>(x, y)
     }
 
     pub unsafe fn single(x: &[f16], y: &[f32], n: usize) -> f32 {
-        let len = x.len();
-        let np = n & !63;
-        let mut acc = [vdupq_n_f32(0.0); 16];
-        let (xp, yp) = (x.as_ptr(), y.as_ptr());
-        let mut base = 0;
-        // Whole 64-steps inside the data.
-        while base + 64 <= np.min(len) {
-            step64(&mut acc, xp.add(base), yp.add(base));
-            base += 64;
-        }
-        // A step that runs past the data: zero-padded copies.
-        while base < np {
-            let mut xb = [f16::ZERO; 64];
-            let mut yb = [0f32; 64];
-            for t in 0..64 {
-                if base + t < len {
-                    xb[t] = x[base + t];
-                    yb[t] = y[base + t];
-                }
-            }
-            step64(&mut acc, xb.as_ptr(), yb.as_ptr());
-            base += 64;
-        }
-        let mut sum = fold64(&acc) as f64;
-        for i in np..n.min(len) {
-            sum += (x[i].to_f32() * y[i]) as f64;
-        }
-        sum as f32
+        super::single_on::<Neon>(x, y, n)
     }
 
     pub unsafe fn tiled_paged<'a>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32]) -> f32 {
-        let n = y.len();
-        let full = n & !15;
-        let bs = super::BLOCK_SIZE;
-        let mut acc = [vdupq_n_f32(0.0); 4];
-        let yp = y.as_ptr();
-        let mut i = 0;
-        while i < full {
-            let x = run(i / bs).as_ptr();
-            let end = (i - i % bs + bs).min(full);
-            while i < end {
-                step16(&mut acc, x.add(i % bs), yp.add(i));
-                i += 16;
-            }
-        }
-        let mut a = store16(&acc);
-        if full < n {
-            let x = run(full / bs);
-            for (l, s) in a.iter_mut().enumerate().take(n - full) {
-                *s = x[(full + l) % bs].to_f32().mul_add(y[full + l], *s);
-            }
-        }
-        super::reduce16(&a)
+        super::tiled_paged_on::<Neon>(run, y)
     }
 
     pub unsafe fn single_paged<'a>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32], n: usize) -> f32 {
-        let len = y.len();
-        let bs = super::BLOCK_SIZE;
-        let mut acc = [vdupq_n_f32(0.0); 16];
-        let yp = y.as_ptr();
-        let mut base = 0;
-        // Whole 64-steps inside the data, block by block.
-        while base + 64 <= len {
-            step64(&mut acc, run(base / bs).as_ptr().add(base % bs), yp.add(base));
-            base += 64;
-        }
-        // Steps that run past the data: zero-padded copies.
-        while base < n {
-            let mut xb = [f16::ZERO; 64];
-            let mut yb = [0f32; 64];
-            if base < len {
-                let x = run(base / bs);
-                for t in 0..len - base {
-                    xb[t] = x[(base + t) % bs];
-                    yb[t] = y[base + t];
-                }
-            }
-            step64(&mut acc, xb.as_ptr(), yb.as_ptr());
-            base += 64;
-        }
-        fold64(&acc)
+        super::single_paged_on::<Neon>(run, y, n)
     }
 }
 

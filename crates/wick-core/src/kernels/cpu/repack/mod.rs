@@ -28,6 +28,49 @@ macro_rules! by_rows {
     }};
 }
 
+/// The NEON tiles' driver: `$call` for each pair of rows (`$rows = [a, b]`) and a last odd row
+/// (`[a]`), with `$o` the pair's first output row and `$i` the pair's index.
+#[cfg(target_arch = "aarch64")]
+macro_rules! in_row_pairs {
+    ($acts:expr, $out:expr, $ldo:expr, |$rows:ident, $o:ident, $i:ident| $call:expr) => {{
+        for ($i, two) in $acts.chunks(2).enumerate() {
+            let $o = $out.add(2 * $i * $ldo);
+            match two.len() {
+                1 => {
+                    let $rows = [two[0]];
+                    $call
+                }
+                _ => {
+                    let $rows = [two[0], two[1]];
+                    $call
+                }
+            }
+        }
+    }};
+}
+
+/// `TileKernels::neon` for a type whose tiles read only the quantized rows: its
+/// `tile_neon::<R, DOT>(rows, panel, nb, out, ldo)` on rows in pairs.
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_in_row_pairs {
+    ($act:ty) => {
+        #[inline(always)]
+        unsafe fn neon<const DOT: bool>(
+            panel: &[u8],
+            nb: usize,
+            acts: &[&[$act]],
+            _: &[bool],
+            out: *mut f32,
+            ldo: usize,
+        ) {
+            crate::kernels::cpu::arm::with_dot::<DOT, _>(
+                #[inline(always)]
+                || in_row_pairs!(acts, out, ldo, |rows, o, _i| tile_neon::<_, DOT>(rows, panel, nb, o, ldo)),
+            )
+        }
+    };
+}
+
 mod panel;
 mod q4_0;
 mod q4_1;

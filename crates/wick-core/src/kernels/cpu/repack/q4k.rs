@@ -153,13 +153,14 @@ impl TileKernels for Kernels {
         crate::kernels::cpu::arm::with_dot::<DOT, _>(
             #[inline(always)]
             || {
-                for (i, two) in acts.chunks(2).enumerate() {
-                    let (o, g) = (out.add(2 * i * ldo), &pairs[2 * i..]);
-                    match two.len() {
-                        1 => tile_neon::<1, DOT>([two[0]], g, panel, nb, o, ldo),
-                        _ => tile_neon::<2, DOT>([two[0], two[1]], g, panel, nb, o, ldo),
-                    }
-                }
+                in_row_pairs!(acts, out, ldo, |rows, o, i| tile_neon::<_, DOT>(
+                    rows,
+                    &pairs[2 * i..],
+                    panel,
+                    nb,
+                    o,
+                    ldo
+                ))
             },
         )
     }

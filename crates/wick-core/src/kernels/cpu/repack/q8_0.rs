@@ -138,29 +138,8 @@ impl TileKernels for Kernels {
         }
     }
 
-    #[inline(always)]
     #[cfg(target_arch = "aarch64")]
-    unsafe fn neon<const DOT: bool>(
-        panel: &[u8],
-        nb: usize,
-        acts: &[&[Act]],
-        _: &[bool],
-        out: *mut f32,
-        ldo: usize,
-    ) {
-        crate::kernels::cpu::arm::with_dot::<DOT, _>(
-            #[inline(always)]
-            || {
-                for (i, two) in acts.chunks(2).enumerate() {
-                    let o = out.add(2 * i * ldo);
-                    match two.len() {
-                        1 => tile_neon::<1, DOT>([two[0]], panel, nb, o, ldo),
-                        _ => tile_neon::<2, DOT>([two[0], two[1]], panel, nb, o, ldo),
-                    }
-                }
-            },
-        )
-    }
+    neon_in_row_pairs!(Act);
 
     fn scalar(panel: &[u8], nb: usize, acts: &[&[Act]], _: &[bool], out: *mut f32, ldo: usize) {
         tile_scalar(panel, nb, acts, out, ldo)
