@@ -1,5 +1,6 @@
 //! GGUF quant block layouts (ggml's `block_q4_0`, `block_q4_K`, …) as named sizes and byte
-//! offsets, the few field decoders every kernel shares, and ggml's horizontal sums.
+//! offsets, the few field decoders every kernel shares, ggml's horizontal sums and the float
+//! folds its portable and SIMD kernels share.
 //! Nothing here depends on another kernel module.
 
 #[cfg(any(test, not(target_arch = "aarch64")))]
@@ -177,6 +178,27 @@ pub fn reduce16(a: &[f32; 16]) -> f32 {
         t[i] = a[i + 8] + a[i];
     }
     hsum8(t)
+}
+
+/// Q2_K's float steps on a block's integer sums per half (`isum`, `imin`): both halves
+/// folded apart (GEMM rows) or together (GEMV), with `d·dy` and `dmin·dy`.
+#[inline(always)]
+pub fn fold_q2k(
+    per_half: bool,
+    isum: [i32; 2],
+    imin: [i32; 2],
+    (d, dmin, dy): (f32, f32, f32),
+    (acc, acc_min): (&mut f32, &mut f32),
+) {
+    if per_half {
+        for h in 0..2 {
+            *acc = (isum[h] as f32).mul_add(d * dy, *acc);
+            *acc_min = (imin[h] as f32).mul_add(dmin * dy, *acc_min);
+        }
+    } else {
+        *acc = ((isum[0] + isum[1]) as f32).mul_add(d * dy, *acc);
+        *acc_min = ((imin[0] + imin[1]) as f32).mul_add(dmin * dy, *acc_min);
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 
 #[cfg(target_arch = "aarch64")]
 use super::arm::k_quants as arm;
-use super::blocks::{f16_at, hsum8, q3k_scales, scale_min, Q2K, Q3K, Q4K, Q5K, Q6K};
+use super::blocks::{f16_at, fold_q2k, hsum8, q3k_scales, scale_min, Q2K, Q3K, Q4K, Q5K, Q6K};
 use super::feats::has_avx2_fma;
 #[cfg(target_arch = "aarch64")]
 use super::feats::{isa, Isa};
@@ -114,27 +114,6 @@ fn dot_q2k_ref(w: &[u8], a: &[Act256], per_half: bool) -> f32 {
         fold_q2k(per_half, isum, imin, (d, dmin, y.d), (&mut acc, &mut acc_min));
     }
     acc - acc_min
-}
-
-/// Q2_K's float steps on a block's integer sums per half (`isum`, `imin`): both halves
-/// folded apart (GEMM rows) or together (GEMV), with `d·dy` and `dmin·dy`.
-#[inline(always)]
-pub(crate) fn fold_q2k(
-    per_half: bool,
-    isum: [i32; 2],
-    imin: [i32; 2],
-    (d, dmin, dy): (f32, f32, f32),
-    (acc, acc_min): (&mut f32, &mut f32),
-) {
-    if per_half {
-        for h in 0..2 {
-            *acc = (isum[h] as f32).mul_add(d * dy, *acc);
-            *acc_min = (imin[h] as f32).mul_add(dmin * dy, *acc_min);
-        }
-    } else {
-        *acc = ((isum[0] + isum[1]) as f32).mul_add(d * dy, *acc);
-        *acc_min = ((imin[0] + imin[1]) as f32).mul_add(dmin * dy, *acc_min);
-    }
 }
 
 /// The 256 signed 3-bit values (-4..4) of a Q3_K block (hmask[32], qs[64], scales[12], d):

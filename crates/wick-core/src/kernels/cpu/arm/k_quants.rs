@@ -5,9 +5,8 @@
 use std::arch::aarch64::*;
 
 use super::{dot4, hsum8, with_dot};
-use crate::kernels::cpu::blocks::{f16_at, q3k_scales, scale_min, Q2K, Q3K, Q5K, Q6K};
+use crate::kernels::cpu::blocks::{f16_at, fold_q2k, q3k_scales, scale_min, Q2K, Q3K, Q5K, Q6K};
 use crate::kernels::cpu::feats::{isa, Isa};
-use crate::kernels::cpu::k_quants::fold_q2k;
 use crate::kernels::cpu::q8::Act256;
 
 /// 16 activation bytes at `y[i..]`.
