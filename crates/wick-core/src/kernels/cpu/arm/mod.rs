@@ -140,6 +140,13 @@ pub unsafe fn bcast4(p: *const i8) -> int8x16_t {
     unsafe { vreinterpretq_s8_s32(vdupq_n_s32(std::ptr::read_unaligned(p as *const i32))) }
 }
 
+/// The first four bytes of `v` (unsigned) widened to i32 lanes.
+#[inline(always)]
+pub fn widen_low4_u8(v: uint8x8_t) -> int32x4_t {
+    // SAFETY: NEON is baseline.
+    unsafe { vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(vmovl_u8(v)))) }
+}
+
 /// The four bytes at `p` (unsigned) widened to i32 lanes.
 ///
 /// # Safety
@@ -147,10 +154,7 @@ pub unsafe fn bcast4(p: *const i8) -> int8x16_t {
 #[inline(always)]
 pub unsafe fn widen4_u8(p: *const u8) -> int32x4_t {
     // SAFETY: the caller's contract; NEON is baseline.
-    unsafe {
-        let b = vreinterpret_u8_u32(vdup_n_u32(std::ptr::read_unaligned(p as *const u32)));
-        vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(vmovl_u8(b))))
-    }
+    widen_low4_u8(unsafe { vreinterpret_u8_u32(vdup_n_u32(std::ptr::read_unaligned(p as *const u32))) })
 }
 
 /// Four f16 values at `p` as f32 (`fcvtl`: exact, in every aarch64 CPU).

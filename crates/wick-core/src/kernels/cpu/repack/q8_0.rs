@@ -26,10 +26,11 @@ use crate::kernels::cpu::q8::{quantize_q8, Act32};
 pub const BLOCK_BYTES: usize = QUANTS + 8 * 64;
 const QUANTS: usize = 2 * PANEL;
 
-/// A q8_0 activation block with `off[l] = −128·Σ_{t<4} y[4l+t]`.
+/// A q8_0 activation block with `off[l] = −128·Σ_{t<4} y[4l+t]` (x86: the `vpdpbusd`
+/// accumulators' start; the NEON kernels take signed weights and need none).
 pub struct Act {
     pub a: Act32,
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg(target_arch = "x86_64")]
     pub off: [i32; 8],
 }
 
@@ -38,9 +39,14 @@ fn quantize(x: &[f32]) -> Vec<Act> {
     quantize_q8(x)
         .into_iter()
         .map(|a| {
+            #[cfg(target_arch = "x86_64")]
             let off =
                 std::array::from_fn(|l| -128 * a.qs[4 * l..4 * l + 4].iter().map(|&q| q as i32).sum::<i32>());
-            Act { a, off }
+            Act {
+                a,
+                #[cfg(target_arch = "x86_64")]
+                off,
+            }
         })
         .collect()
 }

@@ -19,7 +19,7 @@ unsafe fn tile_quads<const R: usize>(
     ldo: usize,
     pair_dots: impl Fn(*const u8, usize, usize, &[&Act256; R]) -> [[int32x4_t; R]; 2],
 ) {
-    use crate::kernels::cpu::arm::{load_f16x4, widen4_u8};
+    use crate::kernels::cpu::arm::{load_f16x4, widen4_u8, widen_low4_u8};
     let zero = vdupq_n_s32(0);
     for q in 0..4 {
         let mut acc = [vdupq_n_f32(0.0); R];
@@ -45,8 +45,7 @@ unsafe fn tile_quads<const R: usize>(
                 );
                 // (m[2p], m[2p+1]) byte pairs of the four columns, split.
                 let mins = vld1_u8(blk.add(mins_at(p) + 8 * q));
-                let widen = |v: uint8x8_t| vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(vmovl_u8(v))));
-                let (m0, m1) = (widen(vuzp1_u8(mins, mins)), widen(vuzp2_u8(mins, mins)));
+                let (m0, m1) = (widen_low4_u8(vuzp1_u8(mins, mins)), widen_low4_u8(vuzp2_u8(mins, mins)));
                 for r in 0..R {
                     let isum = vmlaq_s32(vmulq_s32(s0, even[r]), s1, odd[r]);
                     let sums = &ys[r].sums;
