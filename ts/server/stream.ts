@@ -40,6 +40,26 @@ export const NDJSON: StreamCodec = {
   },
 };
 
+/** A frame of an SSE stream with named events (`event:` before `data:`, no `[DONE]`): the Responses and Anthropic wings. */
+export interface NamedFrame {
+  event: string;
+  data: unknown;
+}
+
+const namedFrame = ({ event, data }: NamedFrame) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+
+/** The named-event SSE codec over a wing's own in-band error frame (`frames` yield `NamedFrame`s). */
+export function namedSSE(error: (err: unknown) => { frame: NamedFrame; internal: boolean; summary: Record<string, unknown> }): StreamCodec {
+  return {
+    headers: SSE.headers,
+    frame: (value) => namedFrame(value as NamedFrame),
+    error(err) {
+      const e = error(err);
+      return { ...e, frame: namedFrame(e.frame) };
+    },
+  };
+}
+
 export function sendStream(ctx: Context, frames: AsyncIterable<unknown>, codec: StreamCodec, log: Logger): void {
   // Long generations must not hit the socket idle timeout; small frames must not wait for Nagle.
   ctx.req.socket.setTimeout(0);

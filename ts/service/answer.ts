@@ -16,8 +16,11 @@ import { NO_TOOLS, type ToolPlan } from "./tools/request.ts";
 export type FinishReason = "stop" | "length" | "tool_calls";
 
 export type AnswerEvent =
-  /** Something to show: settled text and/or whole calls; `logprobs` of every token since the last delta. */
-  | { type: "delta"; index: number; content: string; calls: OutputCall[]; logprobs: TokenLogprobs[] }
+  /**
+   * Something to show: settled text, reasoning (the model's thinking, split from the answer) and/or whole
+   * calls; `logprobs` of every token since the last delta.
+   */
+  | { type: "delta"; index: number; content: string; reasoning: string; calls: OutputCall[]; logprobs: TokenLogprobs[] }
   /** The choice's end; `logprobs` of tokens whose text never settled, `tokens` every id it generated. */
   | { type: "done"; index: number; finishReason: FinishReason; usage: DoneEvent["usage"]; timings: DoneEvent["timings"]; logprobs: TokenLogprobs[]; tokens: number[] };
 
@@ -51,7 +54,7 @@ async function* answerEvents(choices: AsyncIterable<ChoiceEvent>, n: number, too
   const tokens: number[][] = Array.from({ length: n }, () => []);
   // What settled since the last delta, with the logprobs of every token held until then.
   const delta = (index: number, d: { content: string; calls: OutputCall[] }): AnswerEvent[] =>
-    d.content || d.calls.length ? [{ type: "delta", index, content: d.content, calls: d.calls, logprobs: held[index].splice(0) }] : [];
+    d.content || d.calls.length ? [{ type: "delta", index, content: d.content, reasoning: "", calls: d.calls, logprobs: held[index].splice(0) }] : [];
   for await (const { index, event } of choices) {
     const out = outputs[index];
     if (event.type === "token") {
@@ -69,6 +72,7 @@ async function* answerEvents(choices: AsyncIterable<ChoiceEvent>, n: number, too
 /** One choice, whole. */
 export interface AnswerChoice {
   content: string;
+  reasoning: string;
   calls: OutputCall[];
   logprobs: TokenLogprobs[];
   done: AnswerDone;
@@ -81,13 +85,14 @@ export interface WholeAnswer {
 
 /** The stream folded into whole choices (non-streaming responses). */
 export async function collectAnswer({ events, jobs }: Answer): Promise<WholeAnswer> {
-  const parts = jobs.map(() => ({ content: "", calls: [] as OutputCall[], logprobs: [] as TokenLogprobs[], done: undefined as AnswerDone | undefined }));
+  const parts = jobs.map(() => ({ content: "", reasoning: "", calls: [] as OutputCall[], logprobs: [] as TokenLogprobs[], done: undefined as AnswerDone | undefined }));
   const usage = new UsageTotals(jobs);
   for await (const ev of events) {
     const c = parts[ev.index];
     c.logprobs.push(...ev.logprobs);
     if (ev.type === "delta") {
       c.content += ev.content;
+      c.reasoning += ev.reasoning;
       c.calls.push(...ev.calls);
     } else {
       c.done = ev;
