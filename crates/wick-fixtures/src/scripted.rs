@@ -12,7 +12,7 @@ use wick_core::error::{Result, WickError};
 
 use super::build::{build_fixture, Gaussian};
 use super::gguf_write::Meta;
-use super::tool_vocab::{ToolVocab, LFM2_CONTROL_TOKENS, LFM2_EOS};
+use super::tool_vocab::{ToolVocab, LFM2_CONTROL_TOKENS, LFM2_EOS, LFM2_THINK_TOKENS};
 use crate::{tool_spec, FixtureSpec};
 
 /// One scripted fixture: the file, and the pieces (one token each, control tokens by their
@@ -21,6 +21,9 @@ use crate::{tool_spec, FixtureSpec};
 pub struct Script {
     pub file_name: &'static str,
     pub pieces: &'static [&'static str],
+    /// A reasoning model: the vocabulary of `ToolVocab::with_thinking` (`<think>` tokens, the
+    /// LFM2.5 thinking template) instead of the tool-calling one.
+    pub thinking: bool,
 }
 
 impl Script {
@@ -32,30 +35,42 @@ impl Script {
 
 /// The scripts of the tool-calling end-to-end tests: Pythonic and JSON tool calls, text before
 /// two parallel calls, a plain non-ASCII answer, and control tokens that must not reach
-/// clients.
+/// clients; and of the reasoning tests: a think block, then the answer after a blank line, as
+/// LFM2.5's thinking models write it.
 #[rustfmt::skip]
 pub const SCRIPTS: &[Script] = &[
     Script {
         file_name: "scripted-lfm2-pythonic-call.gguf",
         pieces: &["<|tool_call_start|>", "[get_weather(", "city=\"Paris\", ", "days=3)]", "<|tool_call_end|>"],
+        thinking: false,
     },
     Script {
         file_name: "scripted-lfm2-json-call.gguf",
         pieces: &["<|tool_call_start|>", "[{\"name\": ", "\"get_weather\", ", "\"arguments\": ",
                   "{\"city\": \"Paris\", ", "\"days\": 3}}]", "<|tool_call_end|>"],
+        thinking: false,
     },
     Script {
         file_name: "scripted-lfm2-text-two-calls.gguf",
         pieces: &["Let", " me", " check", " both", " cities", ".", "<|tool_call_start|>", "[get_weather(",
                   "city=\"Paris\"), ", "get_weather(", "city=\"Tokyo\")]", "<|tool_call_end|>"],
+        thinking: false,
     },
     Script {
         file_name: "scripted-lfm2-plain-answer.gguf",
         pieces: &["It", " is", " sunny", " in", " Paris", ",", " 21", "°C", "."],
+        thinking: false,
     },
     Script {
         file_name: "scripted-lfm2-control-leak.gguf",
         pieces: &["Hello", "<|reserved_special_token_237|>", " world", "<|img_thumbnail|>", "!"],
+        thinking: false,
+    },
+    Script {
+        file_name: "scripted-lfm2-thinking.gguf",
+        pieces: &["<think>", "Let", " me", " check", " the", " weather", "</think>", "\n\n", "It", " is",
+                  " sunny", " today", "."],
+        thinking: true,
     },
 ];
 
@@ -74,8 +89,31 @@ pub fn script_pieces() -> Vec<&'static str> {
     SCRIPTS
         .iter()
         .flat_map(|s| s.pieces.iter().copied())
-        .filter(|p| !LFM2_CONTROL_TOKENS.contains(p))
+        .filter(|p| !LFM2_CONTROL_TOKENS.contains(p) && !LFM2_THINK_TOKENS.contains(p))
         .collect()
+}
+
+/// The two vocabularies scripts are built on (one per value of `Script::thinking`); only their
+/// control tokens and chat templates differ.
+pub struct ScriptVocabs {
+    pub tools: ToolVocab,
+    pub thinking: ToolVocab,
+}
+
+impl ScriptVocabs {
+    pub fn build(llama_src: &std::path::Path) -> Result<Self> {
+        let tools = ToolVocab::build(llama_src, &script_pieces())?;
+        let thinking = ToolVocab::build(llama_src, &script_pieces())?.with_thinking(llama_src)?;
+        Ok(Self { tools, thinking })
+    }
+
+    pub fn of(&self, script: &Script) -> &ToolVocab {
+        if script.thinking {
+            &self.thinking
+        } else {
+            &self.tools
+        }
+    }
 }
 
 /// The ids `script` generates, EOS last.
@@ -153,11 +191,11 @@ pub fn build_scripted(
 
 /// `{ "<file>": { "text": …, "pieces": […], "ids": […] } }` for every script (ids end with
 /// EOS; text and pieces do not).
-pub fn scripts_manifest(vocab: &ToolVocab) -> Result<String> {
+pub fn scripts_manifest(vocabs: &ScriptVocabs) -> Result<String> {
     let strings = |v: &[&str]| v.iter().map(|p| json_string(p)).collect::<Vec<_>>().join(", ");
     let mut entries = vec![];
     for s in SCRIPTS {
-        let ids = script_ids(vocab, s)?.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        let ids = script_ids(vocabs.of(s), s)?.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
         entries.push(format!(
             "  {}: {{\n    \"text\": {},\n    \"pieces\": [{}],\n    \"ids\": [{ids}]\n  }}",
             json_string(s.file_name),

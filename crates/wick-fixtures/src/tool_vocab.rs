@@ -49,6 +49,14 @@ pub fn lfm2_image_tokens() -> Vec<String> {
     out
 }
 
+/// LFM2.5's reasoning markers (ids 64400/64401 in the real vocabulary). Its tokenizer marks them
+/// special, so the converted GGUF types them as control tokens, and llama.cpp keeps them in the
+/// text only as a chat format's "preserved tokens"; `ToolVocab::with_thinking` does the same.
+pub const LFM2_THINK_TOKENS: [&str; 2] = ["<think>", "</think>"];
+
+/// The chat template of LFM2.5's reasoning models (`<think>` blocks, past thinking dropped).
+const LFM2_THINKING_TEMPLATE: &str = "models/templates/LFM2.5-8B-A1B.jinja";
+
 /// `<|startoftext|>`, `<|im_end|>` (LFM2's BOS and EOS).
 pub const LFM2_BOS: u32 = 1;
 pub const LFM2_EOS: u32 = 7;
@@ -98,13 +106,7 @@ impl ToolVocab {
     /// The vocabulary with `extra` pieces (raw text) added as normal tokens, and the chat
     /// template read from `llama_src` (`models/templates/LFM2-8B-A1B.jinja`).
     pub fn build(llama_src: &Path, extra: &[&str]) -> Result<Self> {
-        let path = llama_src.join("models/templates/LFM2-8B-A1B.jinja");
-        let chat_template = std::fs::read_to_string(&path).map_err(|e| {
-            WickError::Internal(format!(
-                "LFM2 chat template {}: {e} (the llama.cpp source is unpacked by scripts/llama-src.sh)",
-                path.display()
-            ))
-        })?;
+        let chat_template = read_template(llama_src, "models/templates/LFM2-8B-A1B.jinja")?;
         let byte_chars = byte_chars();
         let mut v = Self {
             tokens: vec![],
@@ -138,6 +140,17 @@ impl ToolVocab {
             v.tokens.push(t);
         }
         Ok(v)
+    }
+
+    /// A reasoning model's vocabulary: `<think>`/`</think>` as control tokens at the end (the
+    /// other ids unchanged) and LFM2.5-8B-A1B's chat template, which reads them.
+    pub fn with_thinking(mut self, llama_src: &Path) -> Result<Self> {
+        self.chat_template = read_template(llama_src, LFM2_THINKING_TEMPLATE)?;
+        for t in LFM2_THINK_TOKENS {
+            self.late_controls.insert(t.to_string(), self.tokens.len() as u32);
+            self.tokens.push(t.to_string());
+        }
+        Ok(self)
     }
 
     fn is_control(&self, id: usize) -> bool {
@@ -205,4 +218,14 @@ impl ToolVocab {
             ("tokenizer.chat_template".into(), V::String(self.chat_template.clone())),
         ]
     }
+}
+
+fn read_template(llama_src: &Path, rel: &str) -> Result<String> {
+    let path = llama_src.join(rel);
+    std::fs::read_to_string(&path).map_err(|e| {
+        WickError::Internal(format!(
+            "LFM2 chat template {}: {e} (the llama.cpp source is unpacked by scripts/llama-src.sh)",
+            path.display()
+        ))
+    })
 }
