@@ -443,3 +443,37 @@ fn bpe_fixture_json_in_a_preempted_batch() {
         assert_eq!(run(&engine, r).ids, out.ids);
     }
 }
+
+/// Forced spans come out as the tokenizer's own tokens (llguidance's fast-forward over a
+/// canonical, byte-level tokenizer): SmolLM2 writes a call the grammar fixes byte for byte in
+/// exactly the tokens `encode` gives the same text, sampling or not, never one sampled sliver
+/// at a time. A free span between forced ones is still the model's own choice.
+#[test]
+fn forced_spans_are_the_tokenizers_canonical_tokens() {
+    let test = "forced_spans_are_the_tokenizers_canonical_tokens";
+    let Some(engine) = smollm2(test, |_| {}) else { return };
+    let call =
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"celsius\"}}\n</tool_call>";
+    let canonical = engine.tokenizer().encode(call, false, false).expect("encode");
+    let prompt = chat(&engine, "What is the weather in Paris?");
+    for sampling in [GenerateRequest::greedy(vec![], 1).sampling, sampled(3)] {
+        let r = GenerateRequest {
+            grammar: lark(&format!("start: {}", serde_json::json!(call)), None),
+            ..req(prompt.clone(), 80, sampling)
+        };
+        let out = run(&engine, r);
+        assert_eq!(out.text, call);
+        assert_eq!(out.finish, FinishReason::Stop);
+        let eos = out.ids.last().copied().filter(|&id| engine.tokenizer().is_eog(id));
+        let body = &out.ids[..out.ids.len() - eos.map_or(0, |_| 1)];
+        assert_eq!(body, canonical.as_slice(), "forced span tokens");
+    }
+    // A free value between forced spans: the whole call still validates and ends.
+    let grammar = lark(
+        "start: \"<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": {\\\"city\\\": \" city \"}}\\n</tool_call>\"\ncity: %json {\"type\": \"string\", \"maxLength\": 20}",
+        None,
+    );
+    let out = run(&engine, GenerateRequest { grammar, ..req(prompt, 80, sampled(5)) });
+    assert_eq!(out.finish, FinishReason::Stop, "{}", out.text);
+    assert!(out.text.starts_with("<tool_call>\n{\"name\": \"get_weather\""), "{}", out.text);
+}

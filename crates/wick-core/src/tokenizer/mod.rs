@@ -183,6 +183,12 @@ impl Tokenizer {
         self.vocab.lookup(text)
     }
 
+    /// Byte-level BPE (`gpt2` vocabs): any text fragment encodes as the whole text would
+    /// around it (no SentencePiece space prefix), which forcing grammar spans relies on.
+    pub fn is_byte_level(&self) -> bool {
+        matches!(self.model, Model::Bpe(_))
+    }
+
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }

@@ -1,7 +1,10 @@
 //! Constrained decoding: JSON schemas and Lark grammars compiled by llguidance into a matcher
 //! per sequence, whose token mask removes what the grammar does not allow before the sampler's
 //! filters. Compiling happens at submit (a bad grammar is an immediate INVALID_GRAMMAR);
-//! masks are computed on helper threads while the forward pass runs (`worker`).
+//! masks are computed on helper threads while the forward pass runs (`worker`). Over a
+//! byte-level BPE vocabulary, spans the grammar fixes are forced as the tokenizer's own tokens
+//! (llguidance's fast-forward: the mask holds the one canonical next token), so a forced call
+//! costs the tokens its text does (`vocab`).
 
 mod constraint;
 mod vocab;

@@ -14,6 +14,11 @@ use crate::tokenizer::Tokenizer;
 
 struct WickTokEnv {
     trie: TokTrie,
+    /// The model's own tokenizer where it is canonical over fragments (byte-level BPE), so
+    /// llguidance forces a grammar's fixed spans (`<tool_call>\n{"name": "`) as the tokens the
+    /// tokenizer would write, not one sampled sliver at a time; None for SentencePiece vocabs,
+    /// whose fragments would gain a space prefix.
+    canonical: Option<Arc<Tokenizer>>,
 }
 
 impl TokenizerEnv for WickTokEnv {
@@ -21,14 +26,24 @@ impl TokenizerEnv for WickTokEnv {
         &self.trie
     }
 
-    /// Only used to force tokens (llguidance's `ff_tokens`), which Wick does not ask for:
-    /// greedy over the trie is enough, and declared non-canonical below.
+    /// Used to force tokens (llguidance's `ff_tokens`). Text is encoded by the model's
+    /// tokenizer; bytes past the last whole UTF-8 character go greedily over the trie (every
+    /// byte is a token in a byte-level vocabulary).
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
-        self.trie.greedy_tokenize(s)
+        let Some(tok) = &self.canonical else { return self.trie.greedy_tokenize(s) };
+        let valid = match std::str::from_utf8(s) {
+            Ok(_) => s.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        let text = std::str::from_utf8(&s[..valid]).unwrap_or_default();
+        let mut ids =
+            tok.encode(text, false, false).unwrap_or_else(|_| self.trie.greedy_tokenize(&s[..valid]));
+        ids.extend(self.trie.greedy_tokenize(&s[valid..]));
+        ids
     }
 
     fn tokenize_is_canonical(&self) -> bool {
-        false
+        self.canonical.is_some()
     }
 }
 
@@ -54,7 +69,7 @@ fn token_words(tok: &Tokenizer) -> Vec<Vec<u8>> {
 }
 
 /// Builds the trie (tens of milliseconds for a 50k vocabulary): once per model, on first use.
-pub(super) fn token_env(tok: &Tokenizer) -> Result<TokEnv> {
+pub(super) fn token_env(tok: &Arc<Tokenizer>) -> Result<TokEnv> {
     let eos = tok.eog_tokens();
     let Some(&first) = eos.first() else {
         return Err(WickError::InvalidGrammar(
@@ -66,5 +81,6 @@ pub(super) fn token_env(tok: &Tokenizer) -> Result<TokEnv> {
     // toktrie asserts on malformed input; a vocabulary is not the client's, but never panic.
     let trie = std::panic::catch_unwind(|| TokTrie::from(&info, &words).with_eos_tokens(&eos))
         .map_err(|_| WickError::Internal("cannot build the token trie for this vocabulary".into()))?;
-    Ok(Arc::new(WickTokEnv { trie }))
+    let canonical = tok.is_byte_level().then(|| tok.clone());
+    Ok(Arc::new(WickTokEnv { trie, canonical }))
 }
