@@ -23,8 +23,9 @@ export const createRequest = z.object({
   parameters: z.record(z.string(), z.unknown()).nullish(),
   messages: z.array(message).nullish(),
   license: z.union([z.string(), z.array(z.string())]).nullish(),
-  /** Blobs uploaded through /api/blobs (not built), LoRA adapters and re-quantization: refused. */
+  /** {file name: digest} of blobs uploaded through /api/blobs (what `ollama create` sends for a local GGUF). */
   files: z.record(z.string(), z.string()).nullish(),
+  /** LoRA adapters and re-quantization: refused with a reason. */
   adapters: z.record(z.string(), z.string()).nullish(),
   quantize: z.string().nullish(),
   stream: z.boolean().nullish(),

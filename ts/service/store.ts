@@ -25,6 +25,7 @@ import {
   type PullProgress,
 } from "../store/index.ts";
 import type { CreateRequest } from "../schemas/ollama-models.ts";
+import { filesLayers, loraUnsupported } from "./blobs.ts";
 import { RequestError } from "./errors.ts";
 import type { ModelManager } from "./models.ts";
 import type { OllamaModelDetails } from "./show.ts";
@@ -125,31 +126,31 @@ function hubRef(raw: string): HubRef {
  * POST /api/create: a Modelfile (`modelfile`) and/or Ollama's JSON fields → a checked Modelfile
  * and a run that writes the model. Checked here: the name, the Modelfile's grammar, the
  * TEMPLATE, the parameters' types, and that FROM exists (a file, a store model, or a hub
- * reference this server can pull).
+ * reference this server can pull) or that `files` name uploaded GGUF blobs.
  */
 export async function planCreate(models: ModelManager, req: CreateRequest): Promise<Run> {
   const store = requireStore(models);
   const name = parseModelName(bodyName(req));
-  if (req.files && Object.keys(req.files).length)
-    throw new StoreError("UNSUPPORTED", "creating from uploaded blobs ('files') is not supported yet; use 'from' with a GGUF path, a store model or a hub reference");
-  if (req.adapters && Object.keys(req.adapters).length) throw new StoreError("UNSUPPORTED", "adapters (LoRA) are not supported by Wick");
+  if (req.adapters && Object.keys(req.adapters).length) throw loraUnsupported("'adapters' was given");
   if (req.quantize) throw new StoreError("UNSUPPORTED", "quantize is not supported by Wick; create from a GGUF that already has the quantization you want");
-  const mf = modelfileOf(req);
+  // `from` wins over `files`, as in Ollama; `files` are blobs uploaded through /api/blobs.
+  const baseLayers = !req.from && req.files && Object.keys(req.files).length ? await filesLayers(store, req.files) : undefined;
+  const mf = modelfileOf(req, baseLayers !== undefined);
   if (mf.template !== undefined) GoTemplate.parse(mf.template);
-  await checkFrom(models, store, mf);
+  if (!baseLayers) await checkFrom(models, store, mf);
   return async (emit) => {
-    await createModel(store, formatName(name), mf, { hub: models.hub, onProgress: emit });
+    await createModel(store, formatName(name), mf, { hub: models.hub, baseLayers, onProgress: emit });
     await models.forget(name);
   };
 }
 
-function modelfileOf(req: CreateRequest): Modelfile {
+function modelfileOf(req: CreateRequest, fromFiles: boolean): Modelfile {
   const mf: Modelfile = req.modelfile ? parseModelfile(req.modelfile) : { from: "", fromLine: 0, parameters: {}, messages: [], license: [], warnings: [] };
   if (req.from) {
     mf.from = req.from.trim();
     mf.fromLine = 0;
   }
-  if (!mf.from) throw new RequestError("INVALID_REQUEST", "neither 'from' nor 'modelfile' was given: say what to create the model from", "from");
+  if (!mf.from && !fromFiles) throw new RequestError("INVALID_REQUEST", "neither 'from', 'files' nor 'modelfile' was given: say what to create the model from", "from");
   if (req.template != null) mf.template = req.template;
   if (req.system != null) mf.system = req.system;
   if (req.parameters) {

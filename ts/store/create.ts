@@ -20,6 +20,11 @@ export interface CreateOptions {
   baseDir?: string;
   /** Pulls a hub FROM that is not in the store yet; without it such a FROM is an error. */
   hub?: HubClient;
+  /**
+   * Layers already in the store to build on instead of FROM (uploaded blobs, Ollama's `files`):
+   * the model layer first, a projector after it.
+   */
+  baseLayers?: Layer[];
   onProgress?: ProgressFn;
 }
 
@@ -79,6 +84,10 @@ async function build(store: ModelStore, target: ModelName, mf: Modelfile, opts: 
 
 /** The layers FROM brings, the params it had, and the GGUF file the config is read from. */
 async function fromLayers(store: ModelStore, mf: Modelfile, opts: CreateOptions, emit: ProgressFn): Promise<{ base: Layer[]; baseParams: Record<string, unknown>; modelFile: string }> {
+  if (opts.baseLayers?.length) {
+    emit({ status: "parsing GGUF" });
+    return { base: opts.baseLayers, baseParams: {}, modelFile: store.blobPath(opts.baseLayers[0].digest) };
+  }
   // fromLine 0: FROM came as the `from` field of an API request, not from a Modelfile line.
   const at = mf.fromLine > 0 ? `Modelfile (line ${mf.fromLine}): FROM ${mf.from}` : `from ${JSON.stringify(mf.from)}`;
   let located;

@@ -13,6 +13,8 @@ export interface GgufHeader {
   /** llama.cpp's file type name (Q4_K_M, F16, …), "unknown" when absent. */
   fileType: string;
   parameterCount: number;
+  /** What the file holds (general.type): "model", or "adapter" (LoRA) and "projector"/"mmproj" (vision). */
+  kind: string;
 }
 
 /**
@@ -156,12 +158,14 @@ export async function readGgufHeader(file: string): Promise<GgufHeader> {
     const kvCount = await r.u64();
     let architecture = "unknown";
     let fileType = "unknown";
+    let kind = "model";
     for (let i = 0; i < kvCount; i++) {
       const key = await r.str();
       const type = await r.u32();
       const v = await r.value(type);
       if (key === "general.architecture" && typeof v === "string") architecture = v;
       if (key === "general.file_type" && typeof v === "number") fileType = FILE_TYPES[v] ?? `type ${v}`;
+      if (key === "general.type" && typeof v === "string") kind = v;
     }
     let parameterCount = 0;
     for (let i = 0; i < tensorCount; i++) {
@@ -172,7 +176,9 @@ export async function readGgufHeader(file: string): Promise<GgufHeader> {
       parameterCount += n;
       await r.skip(12); // ggml type (u32) + data offset (u64)
     }
-    return { version, architecture, fileType, parameterCount };
+    // A vision tower file is a projector whatever general.type says (older mmproj files have none).
+    if (architecture === "clip" && kind === "model") kind = "projector";
+    return { version, architecture, fileType, parameterCount, kind };
   } finally {
     await fh.close();
   }

@@ -88,10 +88,20 @@ export class ModelStore {
     const hash = createHash("sha256");
     let size = 0;
     let sink: FileSink | undefined;
+    let sourceError: unknown;
     try {
       sink = await this.openSink(tmp, "create");
       const chunks: AsyncIterable<Uint8Array> = typeof source === "string" ? createReadStream(source, { highWaterMark: 1 << 20 }) : source;
-      for await (const chunk of chunks) {
+      // What the source itself throws (a client gone mid-upload, a size limit) is not a write error.
+      const watched = (async function* () {
+        try {
+          yield* chunks;
+        } catch (err) {
+          sourceError = err;
+          throw err;
+        }
+      })();
+      for await (const chunk of watched) {
         await sink.write(chunk);
         hash.update(chunk);
         size += chunk.byteLength;
@@ -109,6 +119,7 @@ export class ModelStore {
     } catch (err) {
       await sink?.close().catch(() => {});
       await fsp.rm(tmp, { force: true }).catch(() => {});
+      if (sourceError !== undefined && err === sourceError && typeof source !== "string") throw err;
       if (typeof source === "string" && errnoCode(err) === "ENOENT" && !(await exists(source))) {
         throw new StoreError("FILE_NOT_FOUND", `no such file: ${source}`, { cause: err });
       }
