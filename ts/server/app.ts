@@ -1,7 +1,7 @@
 /**
  * The Koa app factory. Middleware order: request log (outermost, so it sees the final status
- * and timing, streams included), error handler (Ollama's shape under /api, OpenAI's
- * elsewhere), CORS (before the key: preflights carry none), connection cap, shutdown
+ * and timing, streams included), error handler (Ollama's shape under /api, Anthropic's under
+ * /v1/messages, OpenAI's elsewhere), CORS (before the key: preflights carry none), connection cap, shutdown
  * (counts requests in flight), API key, JSON body parser, routes. Tests call
  * `createApp(...).listen(0)`; the CLI serves it through `createHttpServer` (limits.ts) on --host/--port.
  */
@@ -19,12 +19,13 @@ import { connectionCap } from "./limits.ts";
 import { requestLog, setRequestLog } from "./request-log.ts";
 import { Shutdown } from "./shutdown.ts";
 import { DEFAULT_STREAM_LIMITS, type StreamLimits } from "./stream-body.ts";
-import { HttpError, isNativeApiPath, toApiError, toOllamaError } from "./errors.ts";
+import { HttpError, isAnthropicPath, isNativeApiPath, toAnthropicError, toApiError, toOllamaError } from "./errors.ts";
 import { healthRoutes } from "./health.ts";
 import { metricsRoutes } from "./metrics.ts";
 import { chatRoutes } from "./routes/openai/chat.ts";
 import { completionsRoutes } from "./routes/openai/completions.ts";
 import { modelsRoutes } from "./routes/openai/models.ts";
+import { anthropicRoutes } from "./routes/anthropic/messages.ts";
 import { nativeChatRoutes } from "./routes/native/chat.ts";
 import { nativeGenerateRoutes } from "./routes/native/generate.ts";
 import { nativeModelRoutes } from "./routes/native/models.ts";
@@ -87,7 +88,7 @@ export function createApp(opts: AppOptions): Koa {
         throw new HttpError("ROUTE_NOT_FOUND", `Invalid URL (${ctx.method} ${ctx.path}): no such route.`);
       }
     } catch (err) {
-      const api = isNativeApiPath(ctx.path) ? toOllamaError(err) : toApiError(err);
+      const api = isNativeApiPath(ctx.path) ? toOllamaError(err) : isAnthropicPath(ctx.path) ? toAnthropicError(err) : toApiError(err);
       if (api.internal) requestLog(ctx, log).error({ err }, "request failed");
       if (ctx.headerSent) return; // a stream reports its own errors in-band (stream.ts)
       ctx.status = api.status;
@@ -114,6 +115,7 @@ export function createApp(opts: AppOptions): Koa {
   modelsRoutes(router, deps);
   chatRoutes(router, deps);
   completionsRoutes(router, deps);
+  anthropicRoutes(router, deps);
   showRoutes(router, deps);
   nativeChatRoutes(router, deps);
   nativeGenerateRoutes(router, deps);

@@ -1,8 +1,9 @@
 /**
  * The one table from error codes (engine, service and HTTP) to an HTTP status and the OpenAI
  * error body `{"error":{"message","type","param","code"}}`; the native API (`/api`, Ollama)
- * gets the same status with `{"error":"message"}`. Routes throw; the error middleware in
- * app.ts and the SSE writer both format through `toApiError` / `toOllamaError`.
+ * gets the same status with `{"error":"message"}`, Anthropic's Messages API (`/v1/messages*`)
+ * `{"type":"error","error":{"type","message"}}`. Routes throw; the error middleware in app.ts
+ * and the stream writers format through `toApiError` / `toOllamaError` / `toAnthropicError`.
  */
 import { WickError, type EngineCode } from "../engine/index.ts";
 import { RequestError, StoreError, type RequestErrorCode, type StoreErrorCode } from "../service/errors.ts";
@@ -132,6 +133,42 @@ export function toOllamaError(err: unknown): OllamaApiError {
  */
 export function hidePaths(message: string): string {
   return message.replace(/(^|[\s'"`(=,:])(\/[^\s'"`()/,]+(?:\/[^\s'"`()/,]+)+)\/?/g, (_, pre: string, p: string) => `${pre}…/${p.slice(p.lastIndexOf("/") + 1)}`);
+}
+
+export interface AnthropicErrorBody {
+  type: "error";
+  error: { type: string; message: string };
+}
+
+export interface AnthropicApiError extends Omit<ApiError, "body"> {
+  body: AnthropicErrorBody;
+}
+
+/** Anthropic's error `type` for a status (its errors page); other 5xx are `api_error`. */
+const ANTHROPIC_TYPES: Record<number, string> = {
+  400: "invalid_request_error",
+  401: "authentication_error",
+  403: "permission_error",
+  404: "not_found_error",
+  405: "invalid_request_error",
+  413: "request_too_large",
+  415: "invalid_request_error",
+  429: "rate_limit_error",
+  499: "invalid_request_error",
+  503: "overloaded_error",
+  529: "overloaded_error",
+};
+
+/** Anthropic's error shape for /v1/messages*: the same status and message, typed by status. */
+export function toAnthropicError(err: unknown): AnthropicApiError {
+  const api = toApiError(err);
+  const type = ANTHROPIC_TYPES[api.status] ?? (api.status >= 500 ? "api_error" : "invalid_request_error");
+  return { ...api, body: { type: "error", error: { type, message: api.body.error.message } } };
+}
+
+/** Routes under /v1/messages (Anthropic's Messages API) answer in Anthropic's shapes. */
+export function isAnthropicPath(path: string): boolean {
+  return path === "/v1/messages" || path.startsWith("/v1/messages/");
 }
 
 /** Routes under /api answer in Ollama's shapes, errors included. */
