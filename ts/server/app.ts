@@ -2,7 +2,7 @@
  * The Koa app factory. Middleware order: request log (outermost, so it sees the final status
  * and timing, streams included), error handler (Ollama's shape under /api, Anthropic's under
  * /v1/messages, OpenAI's elsewhere), CORS (before the key: preflights carry none), connection cap, shutdown
- * (counts requests in flight), API key, JSON body parser, routes. Tests call
+ * (counts requests in flight), API key, JSON body parser (not for blob uploads), routes. Tests call
  * `createApp(...).listen(0)`; the CLI serves it through `createHttpServer` (limits.ts) on --host/--port.
  */
 import { randomUUID } from "node:crypto";
@@ -25,10 +25,12 @@ import { metricsRoutes } from "./metrics.ts";
 import { chatRoutes } from "./routes/openai/chat.ts";
 import { completionsRoutes } from "./routes/openai/completions.ts";
 import { modelsRoutes } from "./routes/openai/models.ts";
+import { responsesRoutes } from "./routes/responses/responses.ts";
 import { anthropicRoutes } from "./routes/anthropic/messages.ts";
 import { nativeChatRoutes } from "./routes/native/chat.ts";
 import { nativeGenerateRoutes } from "./routes/native/generate.ts";
 import { nativeModelRoutes } from "./routes/native/models.ts";
+import { BLOB_PATH_PREFIX, nativeBlobRoutes } from "./routes/native/blobs.ts";
 import { showRoutes } from "./routes/native/show.ts";
 
 export interface AppOptions {
@@ -48,12 +50,15 @@ export interface AppOptions {
   shutdown?: Shutdown;
   /** Largest JSON body in bytes (CONTRACT §6: 32 MiB, room for base64 images). */
   bodyLimit?: number;
+  /** Largest blob uploaded to POST /api/blobs/:digest, in bytes (default 256 GiB: any GGUF served on one machine). */
+  blobLimit?: number;
   /** Image fetching and decoding limits (`--no-private-image-urls`, sizes, timeouts). */
   images?: Partial<ImageOptions>;
   logger?: Logger;
 }
 
 const DEFAULT_BODY_LIMIT = 32 * 1024 * 1024;
+const DEFAULT_BLOB_LIMIT = 256 * 1024 ** 3;
 
 /** Errors Koa reports when a client leaves mid-response; expected, not worth a log line. */
 const CLIENT_GONE = new Set(["ERR_STREAM_PREMATURE_CLOSE", "ECONNRESET", "EPIPE", "ERR_STREAM_DESTROYED"]);
@@ -104,7 +109,9 @@ export function createApp(opts: AppOptions): Koa {
 
   // Any POST body is read as JSON whatever its Content-Type: curl users often omit it. DELETE
   // has a body too: Ollama's /api/delete names the model in it.
-  app.use(bodyParser({ enableTypes: ["json"], detectJSON: () => true, jsonLimit: opts.bodyLimit ?? DEFAULT_BODY_LIMIT, parsedMethods: ["POST", "PUT", "PATCH", "DELETE"] }));
+  // Blob uploads are raw bytes streamed to disk (routes/native/blobs.ts), so they skip it.
+  const parseJson = bodyParser({ enableTypes: ["json"], detectJSON: () => true, jsonLimit: opts.bodyLimit ?? DEFAULT_BODY_LIMIT, parsedMethods: ["POST", "PUT", "PATCH", "DELETE"] });
+  app.use((ctx, next) => (ctx.path.startsWith(BLOB_PATH_PREFIX) ? next() : parseJson(ctx, next)));
 
   const router = new Router();
   const models = opts.models ?? new ModelManager({ registry: opts.registry });
@@ -115,11 +122,13 @@ export function createApp(opts: AppOptions): Koa {
   modelsRoutes(router, deps);
   chatRoutes(router, deps);
   completionsRoutes(router, deps);
+  responsesRoutes(router, deps);
   anthropicRoutes(router, deps);
   showRoutes(router, deps);
   nativeChatRoutes(router, deps);
   nativeGenerateRoutes(router, deps);
   nativeModelRoutes(router, deps);
+  nativeBlobRoutes(router, deps, opts.blobLimit ?? DEFAULT_BLOB_LIMIT);
   app.use(router.routes());
   app.use(
     router.allowedMethods({
