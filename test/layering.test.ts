@@ -11,6 +11,9 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import ts from "typescript";
 
+/** The API wings, each a folder of ts/server/routes/. */
+const WINGS = ["openai", "native", "responses", "anthropic"];
+
 /**
  * The rules: a module under `from` (and not under `unless`) never imports a module under `to`;
  * with `types: true`, a type-only import (`import type`, `export type`, or every name marked
@@ -22,8 +25,14 @@ const RULES: { from: string; unless?: string; to: string; types?: boolean; why: 
   { from: "ts/store/", to: "ts/engine/", why: "the model store reads files and registries; it never runs a model" },
   { from: "ts/", unless: "ts/engine/", to: "ts/native/", why: "only the engine wrapper touches the addon" },
   { from: "ts/server/routes/", to: "ts/engine/", types: true, why: "routes reach the engine through ts/service (types alone may be named)" },
-  { from: "ts/server/routes/openai/", to: "ts/server/routes/native/", why: "one API wing never imports the other (shared code: ts/server/routes/common.ts)" },
-  { from: "ts/server/routes/native/", to: "ts/server/routes/openai/", why: "one API wing never imports the other (shared code: ts/server/routes/common.ts)" },
+  // One API wing never imports another: shared code goes to ts/server/routes/common.ts.
+  ...WINGS.flatMap((from) =>
+    WINGS.filter((to) => to !== from).map((to) => ({
+      from: `ts/server/routes/${from}/`,
+      to: `ts/server/routes/${to}/`,
+      why: "one API wing never imports another (shared code: ts/server/routes/common.ts)",
+    })),
+  ),
 ];
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
