@@ -20,6 +20,7 @@ type Script = (typeof NAMES)[number] | "thinking";
 const file = (s: Script) => `scripted-lfm2-${s}.gguf`;
 const need = needs(fixture(file("plain-answer")), ...NAMES.slice(1).map((s) => fixture(file(s))), fixture("scripted-lfm2.json"));
 const needThinking = needs(fixture(file("thinking")), fixture(file("plain-answer")));
+const needTiny = needs(fixture("tiny-lfm2-q8_0.gguf"), fixture(file("plain-answer")));
 const { test: t_, serial } = need;
 
 const KEY = "sk-ant-test-key";
@@ -184,9 +185,10 @@ needThinking.test("reasoning and answer: a thinking block then a text block, str
   const [thinking, text] = whole.content as [Anthropic.ThinkingBlock, Anthropic.TextBlock];
   t.like(thinking, { type: "thinking", signature: "" });
   t.is(text.type, "text");
-  t.true(thinking.thinking.length > 0 && script.includes(thinking.thinking.trim()));
-  t.true(text.text.length > 0 && script.includes(text.text.trim()));
-  t.notRegex(thinking.thinking + text.text, /<\/?think>/);
+  // The script is `<think>reasoning</think>answer`: each part in its own block, no tags left.
+  const [, reasoning, answer] = /^<think>(.*)<\/think>(.*)$/s.exec(script)!;
+  t.is(thinking.thinking.trim(), reasoning.trim());
+  t.is(text.text.trim(), answer.trim());
   t.deepEqual(plain(streamed.content), plain(whole.content));
   t.true(events.includes("content_block_delta:thinking_delta"));
 });
@@ -252,5 +254,24 @@ serial("bad input is a 4xx in Anthropic's error shape, and the server keeps serv
   });
   t.is(sdkErr?.status, 400);
   const ok = await client.messages.create(base);
+  t.is(ok.stop_reason, "end_turn");
+});
+
+needTiny.serial("an engine failure mid-stream is an `error` event in Anthropic's shape, which the SDK throws", async (t) => {
+  // Random weights: it talks until max_tokens, long enough to be cut off.
+  const modelPath = needTiny.path!;
+  const engine = await Engine.load({ modelPath, contextSize: 1024, maxSequences: 1 });
+  registry.add(engine, { path: modelPath, id: "doomed" });
+  const stream = client.messages.stream({ model: "doomed", max_tokens: 500, messages: ask });
+  let seen = 0;
+  let unloading: Promise<void> | undefined;
+  stream.on("streamEvent", () => {
+    if (++seen === 4) unloading = engine.unload();
+  });
+  const err = await t.throwsAsync(stream.finalMessage(), { instanceOf: Anthropic.APIError });
+  await unloading;
+  t.true(seen >= 4 && seen < 400, `${seen} events`);
+  t.like(err?.error, { type: "error", error: { type: "overloaded_error" } });
+  const ok = await client.messages.create({ model: "plain-answer", max_tokens: 16, messages: ask });
   t.is(ok.stop_reason, "end_turn");
 });

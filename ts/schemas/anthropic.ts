@@ -80,8 +80,9 @@ const thinking = z.discriminatedUnion("type", [
 ]);
 export type AnthropicThinking = z.infer<typeof thinking>;
 
-/** Structured output: `output_config.format` holds the text to a JSON schema. */
+/** `format` holds the text to a JSON schema; `effort` reaches templates that read one (with thinking on). */
 const outputConfig = z.looseObject({
+  effort: z.string().nullish(),
   format: z.looseObject({ type: z.literal("json_schema"), schema: z.record(z.string(), z.unknown()) }).nullish(),
 });
 
@@ -94,6 +95,7 @@ const promptFields = {
   tools: z.array(tool).nullish(),
   tool_choice: toolChoice.nullish(),
   thinking: thinking.nullish(),
+  output_config: outputConfig.nullish(),
 };
 
 export const countTokensRequest = z.object(promptFields);
@@ -109,6 +111,5 @@ export const messagesRequest = z.object({
   /** 0 and -1 mean off, as on the OpenAI routes. */
   top_k: z.number().int().min(-1).nullish(),
   stream: z.boolean().nullish(),
-  output_config: outputConfig.nullish(),
 });
 export type MessagesRequest = z.infer<typeof messagesRequest>;

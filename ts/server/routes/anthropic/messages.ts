@@ -61,7 +61,7 @@ function sampling(model: ServedModel, req: MessagesRequest): SamplingOptions {
 }
 
 /** Both routes plan the same way, so count_tokens counts the prompt /v1/messages runs. */
-async function planMessages(model: ServedModel, req: CountTokensRequest & Partial<Pick<MessagesRequest, "output_config">>, sampling: SamplingOptions, images: ImageOptions): Promise<ChatPlan> {
+async function planMessages(model: ServedModel, req: CountTokensRequest, sampling: SamplingOptions, images: ImageOptions): Promise<ChatPlan> {
   const { origins, ...chat } = toChatRequest(req);
   try {
     const schema = req.output_config?.format?.schema;
