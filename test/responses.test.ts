@@ -14,16 +14,23 @@ import type OpenAI from "openai";
 import type { APIError } from "openai";
 import { Ajv } from "ajv";
 import { Engine } from "../ts/engine/index.ts";
+import { loadSharp } from "../ts/service/images/index.ts";
 import { ModelRegistry } from "../ts/service/registry.ts";
-import { fixture, fixturesDir, needs } from "./helpers/assets.ts";
+import { fixture, fixturesDir, needs, type Asset } from "./helpers/assets.ts";
+import { testImage } from "./helpers/images.ts";
 import { openaiClient, postJson, startServer, type RunningServer } from "./helpers/server.ts";
 
 const NAMES = ["plain-answer", "pythonic-call", "json-call", "text-two-calls"] as const;
-type Script = (typeof NAMES)[number] | "thinking" | "doomed";
+type Script = (typeof NAMES)[number] | "thinking" | "doomed" | "vision";
 const file = (s: string) => `scripted-lfm2-${s}.gguf`;
 const need = needs(fixture(file("plain-answer")), ...NAMES.slice(1).map((s) => fixture(file(s))), fixture("scripted-lfm2.json"), fixture("tiny-lfm2-q8_0.gguf"));
 // The reasoning fixture comes with the reasoning split; without it this test is skipped (CI: fails).
 const thinking = needs(fixture(file("thinking")), fixture("scripted-lfm2.json"));
+const sharp: Asset = await loadSharp().then(
+  () => ({ path: "sharp" }),
+  () => ({ missing: "the sharp package is not installed (npm install sharp)" }),
+);
+const vision = needs(fixture("tiny-lfm2-vl-q8_0.gguf"), fixture("mmproj-tiny-lfm2-vl-q8_0.gguf"), sharp);
 
 let server: RunningServer;
 let client: OpenAI;
@@ -32,8 +39,8 @@ const registry = new ModelRegistry();
 
 test.before(async () => {
   if (!need.path) return;
-  const load = async (id: Script, modelPath: string) => {
-    const engine = await Engine.load({ modelPath, contextSize: 1024, maxSequences: 2 });
+  const load = async (id: Script, modelPath: string, mmproj?: string) => {
+    const engine = await Engine.load({ modelPath, contextSize: 1024, maxSequences: 2, ...(mmproj ? { mmproj } : {}) });
     engines.set(id, engine);
     registry.add(engine, { path: modelPath, id });
   };
@@ -41,6 +48,7 @@ test.before(async () => {
   // Random weights that never stop by themselves: the stream the error test breaks.
   await load("doomed", path.join(fixturesDir, "tiny-lfm2-q8_0.gguf"));
   if (thinking.path) await load("thinking", thinking.path);
+  if (vision.path) await load("vision", vision.path, path.join(fixturesDir, "mmproj-tiny-lfm2-vl-q8_0.gguf"));
   server = await startServer({ registry });
   client = openaiClient(server.url);
 });
@@ -260,6 +268,32 @@ thinking.test("a thinking model: a reasoning item with the thought, then the ans
   t.regex(reasoning.id, /^rs_/);
   t.is(itemText(reasoning).trim(), m![1].trim());
   t.is(r.output_text, m![2].trim());
+});
+
+vision.test("an input_image part reaches the image path: the same prompt and answer as chat's image_url", async (t) => {
+  const { dataUri } = testImage(320, 240, 9);
+  const content = [
+    { type: "input_image" as const, image_url: dataUri, detail: "auto" as const },
+    { type: "input_text" as const, text: "What is in the image?" },
+  ];
+  const r = await both(t, { model: "vision", input: [{ role: "user", content }], max_output_tokens: 8, temperature: 0 });
+  const chat = await client.chat.completions.create({
+    model: "vision",
+    messages: [
+      {
+        role: "user",
+        content: [
+          { type: "image_url", image_url: { url: dataUri } },
+          { type: "text", text: "What is in the image?" },
+        ],
+      },
+    ],
+    max_tokens: 8,
+    temperature: 0,
+  });
+  t.true(r.usage!.input_tokens > 80, `input_tokens ${r.usage!.input_tokens}`);
+  t.is(r.usage!.input_tokens, chat.usage!.prompt_tokens);
+  t.is(r.output_text, chat.choices[0].message.content);
 });
 
 need.serial("bad input is a 400 in OpenAI's shape naming the field, and the server keeps serving", async (t) => {
