@@ -293,7 +293,7 @@ vision.test("an input_image part reaches the image path: the same prompt and ans
   });
   t.true(r.usage!.input_tokens > 80, `input_tokens ${r.usage!.input_tokens}`);
   t.is(r.usage!.input_tokens, chat.usage!.prompt_tokens);
-  t.is(r.output_text, chat.choices[0].message.content);
+  t.is(r.output_text, chat.choices[0].message.content ?? "");
 });
 
 need.serial("bad input is a 400 in OpenAI's shape naming the field, and the server keeps serving", async (t) => {
