@@ -25,6 +25,7 @@ import { metricsRoutes } from "./metrics.ts";
 import { chatRoutes } from "./routes/openai/chat.ts";
 import { completionsRoutes } from "./routes/openai/completions.ts";
 import { modelsRoutes } from "./routes/openai/models.ts";
+import { tokenizeRoutes } from "./routes/openai/tokenize.ts";
 import { responsesRoutes } from "./routes/responses/responses.ts";
 import { anthropicRoutes } from "./routes/anthropic/messages.ts";
 import { nativeChatRoutes } from "./routes/native/chat.ts";
@@ -122,6 +123,7 @@ export function createApp(opts: AppOptions): Koa {
   modelsRoutes(router, deps);
   chatRoutes(router, deps);
   completionsRoutes(router, deps);
+  tokenizeRoutes(router, deps);
   responsesRoutes(router, deps);
   anthropicRoutes(router, deps);
   showRoutes(router, deps);
