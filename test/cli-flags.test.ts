@@ -41,6 +41,8 @@ const SAMPLES: Record<string, [string, unknown] | undefined> = {
   gpuMemoryUtilization: ["0.9", 0.9],
   dtype: ["auto", "auto"],
   toolCallParser: ["lfm2", "lfm2"],
+  reasoningFormat: ["none", "none"],
+  reasoningParser: ["deepseek-r1", "deepseek-r1"],
   logLevel: ["INFO", "info"],
   timeout: ["30", 30],
   maxConnections: ["64", 64],

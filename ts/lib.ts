@@ -47,18 +47,23 @@ export interface ChatOptions extends Omit<GenerateOptions, "promptTokens" | "gra
   toolChoice?: ToolRequest["tool_choice"];
   /** false: at most one call. */
   parallelToolCalls?: boolean;
+  /** false: the template renders with thinking off (where it reads `enable_thinking`); default: the template's own. */
+  think?: boolean;
   /** Aborting cancels the sequence in the engine. */
   signal?: AbortSignal;
 }
 
-/** What `chatStream` yields: text as it settles, each call once complete, then the end. */
+/** What `chatStream` yields: thinking and text as they settle, each call once complete, then the end. */
 export type ChatEvent =
+  | { type: "reasoning"; text: string }
   | { type: "content"; text: string }
   | { type: "tool_call"; call: ChatToolCall }
   | { type: "done"; finishReason: FinishReason; usage: { promptTokens: number; completionTokens: number; cachedTokens: number } };
 
 export interface ChatResult {
   content: string;
+  /** The model's thinking (its `<think>` block), split from `content`; "" when it did not think. */
+  reasoning: string;
   toolCalls: ChatToolCall[];
   finishReason: FinishReason;
   usage: { promptTokens: number; completionTokens: number; cachedTokens: number };
@@ -97,16 +102,21 @@ export function parseToolCalls(engine: Engine, text: string): ParseResult {
 
 /** A chat turn, streamed: the template applied, tools offered and their calls parsed out. */
 export async function* chatStream(engine: Engine, opts: ChatOptions): AsyncGenerator<ChatEvent> {
-  const { messages, tools, toolChoice, parallelToolCalls, signal, ...sampling } = opts;
+  const { messages, tools, toolChoice, parallelToolCalls, think, signal, ...sampling } = opts;
   const m = model(engine);
   const {
     jobs,
     tools: plan,
     params,
-  } = await planChat(m, { messages, tools, tool_choice: toolChoice, parallel_tool_calls: parallelToolCalls, sampling, n: 1 }, { maxTokens: "maxTokens", format: "format" });
+  } = await planChat(
+    m,
+    { messages, tools, tool_choice: toolChoice, parallel_tool_calls: parallelToolCalls, sampling, n: 1, ...(think === undefined ? {} : { think: { enabled: think } }) },
+    { maxTokens: "maxTokens", format: "format" },
+  );
   const { events } = startAnswer(m, jobs, signal ?? new AbortController().signal, params, plan);
   for await (const ev of events) {
     if (ev.type === "delta") {
+      if (ev.reasoning) yield { type: "reasoning", text: ev.reasoning };
       if (ev.content) yield { type: "content", text: ev.content };
       for (const c of ev.calls) yield { type: "tool_call", call: { id: c.id, name: c.name, arguments: c.args } };
       continue;
@@ -118,9 +128,10 @@ export async function* chatStream(engine: Engine, opts: ChatOptions): AsyncGener
 
 /** `chatStream` collected into one answer. */
 export async function chat(engine: Engine, opts: ChatOptions): Promise<ChatResult> {
-  const result: ChatResult = { content: "", toolCalls: [], finishReason: "stop", usage: { promptTokens: 0, completionTokens: 0, cachedTokens: 0 } };
+  const result: ChatResult = { content: "", reasoning: "", toolCalls: [], finishReason: "stop", usage: { promptTokens: 0, completionTokens: 0, cachedTokens: 0 } };
   for await (const ev of chatStream(engine, opts)) {
     if (ev.type === "content") result.content += ev.text;
+    else if (ev.type === "reasoning") result.reasoning += ev.text;
     else if (ev.type === "tool_call") result.toolCalls.push(ev.call);
     else {
       result.finishReason = ev.finishReason;

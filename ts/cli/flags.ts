@@ -7,6 +7,7 @@
  * flags that only make sense elsewhere (`--enable-torch-compile`, `--ipc=host`) with a notice.
  */
 import { parseCorsOrigins, type CorsOrigins } from "../server/cors.ts";
+import { REASONING_FORMATS, REASONING_PARSERS, type ReasoningFormat } from "../service/reasoning-plan.ts";
 import { TOOL_PARSER_NAMES } from "../service/tools/index.ts";
 import { CONVERT_OUT_TYPES } from "../engine/convert.ts";
 import { InvalidArgumentError } from "commander";
@@ -50,6 +51,8 @@ export interface ServeFlags {
   gpuMemoryUtilization?: number;
   dtype?: string;
   toolCallParser?: string;
+  reasoningFormat?: ReasoningFormat;
+  reasoningParser?: string;
   logLevel?: string;
   imageMinTokens?: number;
   imageMaxTokens?: number;
@@ -206,6 +209,21 @@ export const SERVE_FLAGS: FlagSpec[] = [
     value: "<name>",
     description: `tool-call format: ${TOOL_PARSER_NAMES.join(", ")} (default: from the chat template)`,
     parse: choice(TOOL_PARSER_NAMES),
+  },
+  {
+    key: "reasoningFormat",
+    flags: ["--reasoning-format"],
+    value: "<format>",
+    description:
+      "where the model's thinking goes: auto = split from the answer (reasoning_content, thinking) when the chat template thinks, deepseek = always split at <think>, none = leave it in the content (default auto)",
+    parse: choice(REASONING_FORMATS),
+  },
+  {
+    key: "reasoningParser",
+    flags: ["--reasoning-parser"],
+    value: "<name>",
+    description: `split thinking at this family's markers whatever the template says: ${REASONING_PARSERS.join(", ")} (instead of --reasoning-format)`,
+    parse: choice(REASONING_PARSERS),
   },
   { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: nonEmpty },
   { key: "imageMinTokens", flags: ["--image-min-tokens"], value: "<n>", description: "image tokens per image at least (LFM2-VL default 64)", parse: positiveInt },
@@ -379,7 +397,7 @@ export const FOREIGN_FLAGS: ForeignFlag[] = [
     why: "no server-wide sampling defaults: send them per request, or set them as PARAMETERs in a Modelfile",
   },
   { flags: ["--chat-template", "--chat-template-file"], arity: "required", from: "llama-server / vLLM / mlx-lm", why: "the GGUF's own template is used: set another as TEMPLATE in a Modelfile" },
-  { flags: ["--prompt-cache-size", "--threads-batch", "-tb", "--reasoning-format"], arity: "required", from: "mlx-lm / llama-server" },
+  { flags: ["--prompt-cache-size", "--threads-batch", "-tb"], arity: "required", from: "mlx-lm / llama-server" },
   { flags: ["--no-mmproj", "--props", "--slots", "--no-jinja"], arity: "none", from: "llama-server" },
 ];
 

@@ -14,6 +14,7 @@ import { createHttpServer, DEFAULT_TIMEOUT_S } from "../server/limits.ts";
 import { Shutdown } from "../server/shutdown.ts";
 import { defaultKeepAliveMs } from "../service/keep-alive.ts";
 import { ModelManager } from "../service/models.ts";
+import type { ReasoningMode } from "../service/reasoning-plan.ts";
 import type { ServedModel } from "../service/registry.ts";
 import { HubClient, ModelStore, looksLikePath, type HubRef, type ModelName } from "../store/index.ts";
 import { resolveAddress } from "./address.ts";
@@ -53,6 +54,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
       kvTokens: flags.maxTotalTokens,
       prefixCache: !flags.disablePrefixCache,
       toolCallParser: flags.toolCallParser,
+      reasoning: reasoningMode(flags),
       imageMinTokens: flags.imageMinTokens,
       imageMaxTokens: flags.imageMaxTokens,
     },
@@ -149,6 +151,12 @@ async function pullWithProgress(models: ModelManager, hub: HubRef) {
   } finally {
     progress.end();
   }
+}
+
+/** `--reasoning-format` or `--reasoning-parser` (one of them: they answer the same question). */
+function reasoningMode(flags: ServeFlags): ReasoningMode {
+  if (flags.reasoningParser && flags.reasoningFormat) throw new CliError("give --reasoning-format or --reasoning-parser, not both");
+  return flags.reasoningParser ? { parser: flags.reasoningParser } : { format: flags.reasoningFormat ?? "auto" };
 }
 
 /** Loopback addresses only this machine reaches: no warning for them without a key. */

@@ -78,4 +78,8 @@ export const chatCompletionRequest = z.object({
   tool_choice: toolChoice.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   response_format: responseFormat.nullish(),
+  /** "none" renders the template with thinking off; the others reach templates that read `reasoning_effort`. */
+  reasoning_effort: z.enum(["none", "minimal", "low", "medium", "high", "xhigh"]).nullish(),
+  /** vLLM's and llama-server's way to turn thinking off (`{"enable_thinking": false}`); only that key is read. */
+  chat_template_kwargs: z.looseObject({ enable_thinking: z.boolean().nullish() }).nullish(),
 });

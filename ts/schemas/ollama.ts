@@ -81,7 +81,11 @@ const common = {
   options: ollamaOptions.nullish(),
   stream: z.boolean().nullish(),
   keep_alive: keepAlive.nullish(),
-  think: z.union([z.boolean(), z.string()]).nullish(),
+  /** Thinking on or off, or an effort (which thinks); the thinking comes back in `thinking`. */
+  think: z.union([z.boolean(), z.enum(["low", "medium", "high", "max"])]).nullish(),
+  /** Log probabilities of the generated tokens, and of the N most likely at each position (0–20, as Ollama). */
+  logprobs: z.boolean().nullish(),
+  top_logprobs: int.min(0).max(20).nullish(),
 };
 
 export const ollamaChatRequest = z.object({

@@ -1,15 +1,17 @@
 /**
  * The one response pipeline: a request's running choices → typed answer events, whatever API
- * asked. Each choice's text goes through its ToolOutput (calls parsed out when tools were
- * offered, plain text otherwise), logprobs of text held back (stop strings, possible calls)
- * ride on the next delta, and the finish reason is decided here once. Every API wing (OpenAI
+ * asked. Each choice's text is split into thinking and answer first (reasoning.ts, when its job
+ * says where), then the answer goes through its ToolOutput (calls parsed out when tools were
+ * offered, plain text otherwise); logprobs of text held back (stop strings, partial markers,
+ * possible calls) ride on the next delta, and the finish reason is decided here once. Every API wing (OpenAI
  * chat and completions, Ollama chat and generate, the library) is a mapper from these events
  * to its own frames, and a whole answer is `collectAnswer`, a fold over the same stream.
  */
 import type { TokenLogprobs } from "../engine/index.ts";
 import { startChoices, UsageTotals, type ChoiceEvent, type ContextParams, type DoneEvent, type Job } from "./generation.ts";
+import { ReasoningSplit, type SplitDelta } from "./reasoning.ts";
 import type { ServedModel } from "./registry.ts";
-import { ToolOutput, type OutputCall } from "./tools/output.ts";
+import { ToolOutput, type OutputCall, type OutputDelta } from "./tools/output.ts";
 import { NO_TOOLS, type ToolPlan } from "./tools/request.ts";
 
 /** Why a choice ended, as every API reads it ("cancelled" is never read: its client left). */
@@ -39,7 +41,7 @@ export interface Answer {
  */
 export function startAnswer(model: ServedModel, jobs: Job[], signal: AbortSignal, params: ContextParams, tools: ToolPlan = NO_TOOLS): Answer {
   const choices = startChoices(model, jobs, signal, params);
-  return { events: answerEvents(choices, jobs.length, tools), jobs };
+  return { events: answerEvents(choices, jobs, tools), jobs };
 }
 
 /** The finish rule: a choice that stopped after a call finishes with "tool_calls". */
@@ -48,13 +50,39 @@ function finishOf(reason: DoneEvent["finishReason"], called: boolean): FinishRea
   return called ? "tool_calls" : "stop";
 }
 
-async function* answerEvents(choices: AsyncIterable<ChoiceEvent>, n: number, tools: ToolPlan): AsyncGenerator<AnswerEvent> {
-  const outputs = Array.from({ length: n }, () => new ToolOutput(tools));
-  const held: TokenLogprobs[][] = Array.from({ length: n }, () => []);
-  const tokens: number[][] = Array.from({ length: n }, () => []);
+/** What one choice's text settled into: thinking, then the answer's content and calls. */
+type ChoiceDelta = OutputDelta & { reasoning: string };
+
+/** One choice's text → its thinking (when its job says where it is), then its answer's content and calls. */
+class ChoiceOutput {
+  private readonly split: ReasoningSplit | null;
+  readonly tools: ToolOutput;
+
+  constructor(job: Job, tools: ToolPlan) {
+    this.split = job.reasoning ? new ReasoningSplit(job.reasoning.markers, job.reasoning.inside) : null;
+    this.tools = new ToolOutput(tools);
+  }
+
+  push(text: string): ChoiceDelta {
+    const s: SplitDelta = this.split ? this.split.push(text) : { reasoning: "", content: text };
+    return { reasoning: s.reasoning, ...this.tools.push(s.content) };
+  }
+
+  finish(): ChoiceDelta {
+    const s = this.split?.finish() ?? { reasoning: "", content: "" };
+    const head = this.tools.push(s.content);
+    const tail = this.tools.finish();
+    return { reasoning: s.reasoning, content: head.content + tail.content, calls: [...head.calls, ...tail.calls] };
+  }
+}
+
+async function* answerEvents(choices: AsyncIterable<ChoiceEvent>, jobs: Job[], tools: ToolPlan): AsyncGenerator<AnswerEvent> {
+  const outputs = jobs.map((job) => new ChoiceOutput(job, tools));
+  const held: TokenLogprobs[][] = jobs.map(() => []);
+  const tokens: number[][] = jobs.map(() => []);
   // What settled since the last delta, with the logprobs of every token held until then.
-  const delta = (index: number, d: { content: string; calls: OutputCall[] }): AnswerEvent[] =>
-    d.content || d.calls.length ? [{ type: "delta", index, content: d.content, reasoning: "", calls: d.calls, logprobs: held[index].splice(0) }] : [];
+  const delta = (index: number, d: ChoiceDelta): AnswerEvent[] =>
+    d.content || d.reasoning || d.calls.length ? [{ type: "delta", index, content: d.content, reasoning: d.reasoning, calls: d.calls, logprobs: held[index].splice(0) }] : [];
   for await (const { index, event } of choices) {
     const out = outputs[index];
     if (event.type === "token") {
@@ -65,7 +93,7 @@ async function* answerEvents(choices: AsyncIterable<ChoiceEvent>, n: number, too
     }
     yield* delta(index, out.finish());
     const { usage, timings } = event;
-    yield { type: "done", index, finishReason: finishOf(event.finishReason, out.called), usage, timings, logprobs: held[index].splice(0), tokens: tokens[index] };
+    yield { type: "done", index, finishReason: finishOf(event.finishReason, out.tools.called), usage, timings, logprobs: held[index].splice(0), tokens: tokens[index] };
   }
 }
 

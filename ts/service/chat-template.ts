@@ -37,9 +37,11 @@ export class ChatTemplate {
     this.template = new Template(source);
   }
 
-  render(messages: TemplateMessage[], opts: { addGenerationPrompt: boolean; tools?: unknown[] }): string {
+  /** `vars`: more context, e.g. `enable_thinking` (see reasoning-plan.ts). */
+  render(messages: TemplateMessage[], opts: { addGenerationPrompt: boolean; tools?: unknown[]; vars?: Record<string, unknown> }): string {
     try {
       return this.template.render({
+        ...opts.vars,
         messages,
         add_generation_prompt: opts.addGenerationPrompt,
         ...(opts.tools?.length ? { tools: opts.tools } : {}),

@@ -25,10 +25,12 @@ import { RequestError } from "./errors.ts";
 import { DEFAULT_KEEP_ALIVE_MS } from "./keep-alive.ts";
 import { profileOf, type ModelProfile } from "./profile.ts";
 import { modelIdFromPath, ModelRegistry, type ServedModel } from "./registry.ts";
+import type { ReasoningMode } from "./reasoning-plan.ts";
 
 /** Engine options every model this manager loads gets (the serve flags). */
 export interface LoadDefaults extends Omit<LoadOptions, "modelPath" | "vocabOnly"> {
   toolCallParser?: string;
+  reasoning?: ReasoningMode;
 }
 
 export interface ModelManagerOptions {
@@ -214,6 +216,18 @@ export class ModelManager {
     const resolved = await this.store!.resolve(stored);
     const projector = mmproj ?? (resolved.projectorPath ? await this.pairedProjector(resolved.projectorPath, resolved.name) : undefined);
     return { id: resolved.name, path: resolved.modelPath, profile: profileOf(resolved), projector };
+  }
+
+  /**
+   * Models served from a GGUF file rather than the store, by served name: the `-m` file (loaded
+   * or not) and models handed over loaded. /api/tags lists them beside the store's.
+   */
+  fileModels(): { id: string; path: string }[] {
+    const out = new Map<string, string>();
+    const fallback = this.defaultKey ? this.entries.get(this.defaultKey) : undefined;
+    if (fallback?.source.kind === "path") out.set(fallback.id, fallback.source.path);
+    for (const m of this.registry.list()) if (!m.profile?.store) out.set(m.id, m.path);
+    return [...out].map(([id, file]) => ({ id, path: file }));
   }
 
   /** Loaded models, most recently used first. */

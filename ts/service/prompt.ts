@@ -15,9 +15,11 @@ import type { ChatMessage, ContentPart } from "../schemas/chat.ts";
 import { renderOllamaPrompt, type GoTemplate, type PromptMessage } from "../store/index.ts";
 import type { TemplateMessage } from "./chat-template.ts";
 import { withProfileMessages } from "./profile.ts";
+import { thinkTemplateVars, type ThinkRequest } from "./reasoning-plan.ts";
 import { RequestError } from "./errors.ts";
 import { loadImages, type ImageOptions, type ImageRef } from "./images/index.ts";
 import type { ServedModel } from "./registry.ts";
+import { templateRendersTools, withToolPrompt } from "./tools/generic-prompt.ts";
 import type { ToolParser } from "./tools/index.ts";
 
 export interface ChatPromptOptions {
@@ -26,6 +28,8 @@ export interface ChatPromptOptions {
   goTemplate?: GoTemplate;
   /** Prepend the Modelfile's MESSAGEs (not when /api/generate continues a `context`); default true. */
   profileMessages?: boolean;
+  /** Thinking on or off, effort: what the template reads of it (`enable_thinking`, Go's `.Think`). */
+  think?: ThinkRequest;
 }
 
 /**
@@ -42,6 +46,8 @@ export function chatPromptTokens(model: ServedModel, messages: ChatMessage[], op
 export const IMAGE_MARKER = `<__wick_image_${randomBytes(8).toString("hex")}__>`;
 
 export interface ChatPrompt {
+  /** The rendered text (with `IMAGE_MARKER`s), which says e.g. whether it opened a think block. */
+  text: string;
   tokens: number[];
   /** Decoded images, each before token `at` of `tokens`. */
   images: ImageInput[];
@@ -51,7 +57,7 @@ export interface ChatPrompt {
 export async function chatPrompt(model: ServedModel, messages: ChatMessage[], opts: ChatPromptOptions & { images?: ImageOptions } = {}): Promise<ChatPrompt> {
   const refs: ImageRef[] = [];
   const text = chatPromptText(model, messages, { ...opts, imageRefs: refs });
-  if (refs.length === 0) return { tokens: withSingleBos(model, model.engine.tokenize(text, { addSpecial: false, parseSpecial: true })), images: [] };
+  if (refs.length === 0) return { text, tokens: withSingleBos(model, model.engine.tokenize(text, { addSpecial: false, parseSpecial: true })), images: [] };
   if (!model.info.vision) throw noVision(refs[0].param.replace(/\.image_url$/, ""));
   const pieces = text.split(IMAGE_MARKER);
   if (pieces.length - 1 !== refs.length) {
@@ -66,7 +72,7 @@ export async function chatPrompt(model: ServedModel, messages: ChatMessage[], op
     const img = decoded[i];
     if (img) images.push({ at: tokens.length, width: img.width, height: img.height, rgb: img.rgb });
   });
-  return { tokens, images };
+  return { text, tokens, images };
 }
 
 const noVision = (param: string) => new RequestError("INVALID_REQUEST", "This model does not accept image input (it has no vision projector).", param, "image_input_not_supported");
@@ -80,9 +86,12 @@ export function chatPromptText(model: ServedModel, messages: ChatMessage[], opts
   // content the way the model itself writes them, as LFM2.5's template does.
   const readsCalls = go ? go.identifiers().includes("toolcalls") : model.template.source.includes("tool_calls");
   const inlineCalls = readsCalls ? null : model.toolParser;
-  const templated = all.map((m, i) => toTemplateMessage(m, i - offset, inlineCalls, opts.imageRefs));
-  if (go) return renderOllamaPrompt(go, { messages: templated.map(toPromptMessage), tools });
-  return model.template.render(templated, { addGenerationPrompt: true, tools });
+  let templated = all.map((m, i) => toTemplateMessage(m, i - offset, inlineCalls, opts.imageRefs));
+  // A template that never writes the tools gets them in the system message (generic-prompt.ts).
+  const rendersTools = go ? go.identifiers().includes("tools") : templateRendersTools(model.template);
+  if (tools && !rendersTools && model.toolParser.name === "hermes") templated = withToolPrompt(templated, tools);
+  if (go) return renderOllamaPrompt(go, { messages: templated.map(toPromptMessage), tools, think: opts.think?.enabled });
+  return model.template.render(templated, { addGenerationPrompt: true, tools, vars: thinkTemplateVars(opts.think) });
 }
 
 /** A message as Ollama's templates see it: tool-call arguments as objects. */

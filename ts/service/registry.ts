@@ -8,6 +8,7 @@ import { CHATML_TEMPLATE, ChatTemplate } from "./chat-template.ts";
 import { RequestError } from "./errors.ts";
 import { ServingMetrics } from "./metrics.ts";
 import type { ModelProfile } from "./profile.ts";
+import { modelReasoning, type ModelReasoning, type ReasoningMode } from "./reasoning-plan.ts";
 import { detectParser, parserFor, type ToolParser } from "./tools/index.ts";
 
 export interface ServedModel {
@@ -22,6 +23,8 @@ export interface ServedModel {
   templateIsFallback: boolean;
   /** How tool calls are written in this model's output (the template's family, or forced). */
   toolParser: ToolParser;
+  /** Whether and where its thinking is split from the answer (the template's markers, the server's mode). */
+  reasoning: ModelReasoning;
   /** A store model's Modelfile parts (sampling defaults, SYSTEM, MESSAGEs, Go TEMPLATE). */
   profile?: ModelProfile;
   /** The engine's event stream for one sequence, observed by the serving metrics. */
@@ -33,6 +36,8 @@ export interface ServeOptions {
   id?: string;
   /** A tool-call parser by name (`--tool-call-parser`); default: detected from the template. */
   toolCallParser?: string;
+  /** `--reasoning-format` / `--reasoning-parser`; default: split at the template's markers. */
+  reasoning?: ReasoningMode;
   profile?: ModelProfile;
 }
 
@@ -48,10 +53,10 @@ export class ModelRegistry {
   readonly metrics = new ServingMetrics(this);
 
   async load(opts: LoadModelOptions): Promise<ServedModel> {
-    const { id, toolCallParser, profile, ...engineOpts } = opts;
+    const { id, toolCallParser, reasoning, profile, ...engineOpts } = opts;
     const engine = await Engine.load(engineOpts);
     try {
-      return this.add(engine, { path: opts.modelPath, id, toolCallParser, profile });
+      return this.add(engine, { path: opts.modelPath, id, toolCallParser, reasoning, profile });
     } catch (err) {
       await engine.unload();
       throw err;
@@ -67,7 +72,7 @@ export class ModelRegistry {
     const source = info.chatTemplate?.trim() ? info.chatTemplate : undefined;
     const forced = opts.toolCallParser === undefined ? undefined : parserFor(opts.toolCallParser);
     if (opts.toolCallParser !== undefined && !forced) throw new Error(`unknown tool-call parser '${opts.toolCallParser}'`);
-    // A Modelfile TEMPLATE is what prompts are written with, so it also says how calls look.
+    // A Modelfile TEMPLATE is what prompts are written with, so it also says how calls and thinking look.
     const toolSource = opts.profile?.goTemplate?.source ?? source ?? CHATML_TEMPLATE;
     const model: ServedModel = {
       id,
@@ -78,6 +83,7 @@ export class ModelRegistry {
       template: new ChatTemplate(source ?? CHATML_TEMPLATE, { bos_token: special(info.bosToken), eos_token: special(info.eosToken) }),
       templateIsFallback: source === undefined,
       toolParser: forced ?? detectParser(toolSource),
+      reasoning: modelReasoning(toolSource, opts.reasoning ?? { format: "auto" }, (t) => engine.tokenId(t) ?? undefined),
       ...(opts.profile ? { profile: opts.profile } : {}),
       generate: (o, signal) => this.metrics.track(id, engine.generate(o, signal)),
     };

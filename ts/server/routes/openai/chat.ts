@@ -2,7 +2,8 @@
  * POST /v1/chat/completions: validate, render the chat template, run n choices, answer as one
  * `chat.completion` or as `chat.completion.chunk` SSE frames. With tools offered, each choice's
  * text goes through a ToolOutput, so calls come back as `tool_calls` (whole, in both modes) and
- * the choice finishes with "tool_calls".
+ * the choice finishes with "tool_calls". The model's thinking comes in `reasoning_content`
+ * (llama-server's and DeepSeek's name), in the message and in deltas.
  */
 import type Router from "@koa/router";
 import { chatCompletionRequest } from "../../../schemas/chat.ts";
@@ -11,6 +12,7 @@ import { UsageTotals } from "../../../service/generation.ts";
 import { planChat } from "../../../service/chat.ts";
 import { responseFormatGrammar } from "../../../service/response-format.ts";
 import { withOpenAIDefaults } from "../../../service/profile.ts";
+import { effortThink, type ThinkRequest } from "../../../service/reasoning-plan.ts";
 import { samplingOptions } from "../../../service/sampling.ts";
 import type { OutputCall } from "../../../service/tools/output.ts";
 import { SSE, sendStream } from "../../stream.ts";
@@ -27,7 +29,8 @@ export function chatRoutes(router: Router, { models, log, images }: RouteDeps): 
     const sampling = samplingOptions(withOpenAIDefaults(model.profile, req), model.info.nVocab, req.logprobs ? (req.top_logprobs ?? 0) : undefined);
     const format = responseFormatGrammar(req.response_format);
     const maxTokens = req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
-    const { jobs, tools, params } = await planChat(model, { ...req, sampling, n: req.n ?? 1, format, images }, { maxTokens, format: "response_format" });
+    const think = chatThink(req.chat_template_kwargs?.enable_thinking, req.reasoning_effort);
+    const { jobs, tools, params } = await planChat(model, { ...req, sampling, n: req.n ?? 1, format, images, think }, { maxTokens, format: "response_format" });
     const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools);
     const meta: ResponseMeta = { id: responseId("chatcmpl"), created: unixNow(), model: model.id };
     const logprobs = req.logprobs ? new LogprobFormatter(model) : null;
@@ -44,13 +47,24 @@ export function chatRoutes(router: Router, { models, log, images }: RouteDeps): 
       choices: whole.choices.map((c, index) => ({
         index,
         // OpenAI: content is null when the answer is only calls.
-        message: { role: "assistant", content: c.calls.length && !c.content.trim() ? null : c.content, refusal: null, ...(c.calls.length ? { tool_calls: c.calls.map(openaiCall) } : {}) },
+        message: {
+          role: "assistant",
+          content: c.calls.length && !c.content.trim() ? null : c.content,
+          ...(c.reasoning ? { reasoning_content: c.reasoning } : {}),
+          refusal: null,
+          ...(c.calls.length ? { tool_calls: c.calls.map(openaiCall) } : {}),
+        },
         logprobs: logprobs ? logprobs.chat(c.logprobs) : null,
         finish_reason: c.done.finishReason,
       })),
       usage: whole.usage.toOpenAI(),
     };
   });
+}
+
+/** `chat_template_kwargs.enable_thinking` wins over `reasoning_effort` (it names the template's own switch). */
+function chatThink(enable: boolean | null | undefined, effort: string | null | undefined): ThinkRequest | undefined {
+  return typeof enable === "boolean" ? { enabled: enable } : effortThink(effort);
 }
 
 function openaiCall(c: OutputCall) {
@@ -95,6 +109,7 @@ async function* chatChunks(meta: ResponseMeta, { events, jobs }: Answer, logprob
 
 function* deltaChunks(ev: Extract<AnswerEvent, { type: "delta" }>, take: () => unknown, chunk: (choices: unknown[]) => unknown) {
   const { index } = ev;
+  if (ev.reasoning) yield chunk([{ index, delta: { reasoning_content: ev.reasoning }, logprobs: take(), finish_reason: null }]);
   if (ev.content) yield chunk([{ index, delta: { content: ev.content }, logprobs: take(), finish_reason: null }]);
   for (const c of ev.calls) {
     const head = { index: c.index, id: c.id, type: "function", function: { name: c.name, arguments: "" } };
