@@ -6,10 +6,12 @@
  * re-created, re-pulled, copied over or deleted is unloaded once idle, so the next request
  * loads what the store now holds.
  */
+import { createHash } from "node:crypto";
 import { promises as fsp } from "node:fs";
 import path from "node:path";
 import {
   readGgufHeader,
+  humanCount,
   createModel,
   formatName,
   GoTemplate,
@@ -55,11 +57,12 @@ export interface TagsModel {
   details: OllamaModelDetails;
 }
 
-/** GET /api/tags: every readable model in the store, newest first. */
+/** GET /api/tags: the models served from files (`-m`), then every readable model in the store, newest first. */
 export async function listTags(models: ModelManager): Promise<TagsModel[]> {
-  if (!models.store) return [];
+  const files = (await Promise.all(models.fileModels().map((m) => fileTag(m.id, m.path)))).filter((m) => m !== undefined);
+  if (!models.store) return files;
   const listed = await models.store.list();
-  return listed
+  const stored = listed
     .filter((m) => m.digest) // a manifest that does not parse has no digest: nothing to show
     .map((m) => ({
       name: m.name,
@@ -67,15 +70,44 @@ export async function listTags(models: ModelManager): Promise<TagsModel[]> {
       modified_at: m.modifiedAt.toISOString(),
       size: m.size,
       digest: m.digest,
-      details: {
-        parent_model: "",
-        format: "gguf",
-        family: m.config?.model_family ?? "",
-        families: m.config?.model_families ?? [],
-        parameter_size: m.config?.model_type ?? "",
-        quantization_level: m.config?.file_type ?? "",
-      },
+      details: { ...details(m.config?.model_family ?? "", m.config?.model_type ?? "", m.config?.file_type ?? ""), families: m.config?.model_families ?? [] },
     }));
+  return [...files, ...stored];
+}
+
+const details = (family: string, parameterSize: string, quantization: string): OllamaModelDetails => ({
+  parent_model: "",
+  format: "gguf",
+  family,
+  families: family ? [family] : [],
+  parameter_size: parameterSize,
+  quantization_level: quantization,
+});
+
+/** A model served from a GGUF file, under its served name; details from the file's header. */
+async function fileTag(id: string, file: string): Promise<TagsModel | undefined> {
+  const stat = await fsp.stat(file).catch(() => null);
+  if (!stat) return undefined;
+  const h = await readGgufHeader(file).catch(() => undefined);
+  return {
+    name: id,
+    model: id,
+    modified_at: stat.mtime.toISOString(),
+    size: stat.size,
+    digest: await fileDigest(file),
+    details: details(h?.architecture ?? "", h ? humanCount(h.parameterCount) : "", h?.fileType ?? ""),
+  };
+}
+
+/**
+ * A file model's `digest`: the sha256 of its path, size and modification time, not of its bytes
+ * (hashing gigabytes on every listing would be too slow); it changes when the file does.
+ */
+export async function fileDigest(file: string): Promise<string> {
+  const stat = await fsp.stat(file).catch(() => null);
+  return createHash("sha256")
+    .update(`${path.resolve(file)}\0${stat?.size ?? 0}\0${stat?.mtimeMs ?? 0}`)
+    .digest("hex");
 }
 
 /** The stored model a name means (a hub model pulled before included); 404 when the store lacks it. */

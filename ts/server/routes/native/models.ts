@@ -7,7 +7,7 @@ import type Router from "@koa/router";
 import { copyRequest, createRequest, deleteRequest, pullRequest } from "../../../schemas/ollama-models.ts";
 import { RequestError } from "../../../service/errors.ts";
 import type { LoadedModel } from "../../../service/models.ts";
-import { bodyName, copyModel, deleteModel, listTags, planCreate, planPull } from "../../../service/store.ts";
+import { bodyName, copyModel, deleteModel, fileDigest, listTags, planCreate, planPull } from "../../../service/store.ts";
 import { sendProgress } from "../../progress.ts";
 import { requestLog } from "../../request-log.ts";
 import { parseBody } from "../../validate.ts";
@@ -19,8 +19,8 @@ export function nativeModelRoutes(router: Router, { models, log }: RouteDeps): v
     ctx.body = { models: await listTags(models) };
   });
 
-  router.get("/api/ps", (ctx) => {
-    ctx.body = { models: models.loaded().map(psModel) };
+  router.get("/api/ps", async (ctx) => {
+    ctx.body = { models: await Promise.all(models.loaded().map(psModel)) };
   });
 
   router.post("/api/create", async (ctx) => {
@@ -59,14 +59,15 @@ export function nativeModelRoutes(router: Router, { models, log }: RouteDeps): v
 }
 
 /** One /api/ps entry (Ollama's ProcessModelResponse); everything runs on the CPU, so size_vram is 0. */
-function psModel({ model, size, expiresAt }: LoadedModel) {
+async function psModel({ model, size, expiresAt }: LoadedModel) {
   const stored = model.profile?.store;
   const family = model.info.architecture;
   return {
     name: model.id,
     model: model.id,
     size,
-    digest: stored ? stored.digest.replace(/^sha256:/, "") : "",
+    // A model served from a file has the digest /api/tags gives it.
+    digest: stored ? stored.digest.replace(/^sha256:/, "") : await fileDigest(model.path),
     details: {
       parent_model: "",
       format: "gguf",

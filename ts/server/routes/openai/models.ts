@@ -1,11 +1,12 @@
 /**
  * GET /v1/models and GET /v1/models/{id}: the loaded models (with `max_model_len` and their
  * engine facts), then the store's models that are not loaded (they load on first use). Ids may
- * contain "/" (hub names), hence the wildcard. Unknown ids are 404 even though completions
- * accept any name with a `-m` model served.
+ * contain "/" (hub names), hence the wildcard. An id answers for every name that picks a model
+ * exactly; unknown ids are 404 even though completions accept any name with a `-m` model served.
  */
+import { promises as fsp } from "node:fs";
 import type Router from "@koa/router";
-import { RequestError } from "../../../service/errors.ts";
+import { RequestError, StoreError } from "../../../service/errors.ts";
 import type { ServedModel } from "../../../service/registry.ts";
 import { listTags, type TagsModel } from "../../../service/store.ts";
 import type { RouteDeps } from "../common.ts";
@@ -19,14 +20,19 @@ export function modelsRoutes(router: Router, { registry, models }: RouteDeps): v
   });
   router.get("/v1/models/{*id}", async (ctx) => {
     const id = String(ctx.params.id);
-    const model = registry.get(id);
-    if (model) {
-      ctx.body = modelObject(model);
+    // Every name that picks a model exactly (served name, `:latest`, store and hub spellings);
+    // not the any-name fallback to the `-m` model, so an unknown id is still a 404.
+    const found = await models.describe(id).catch((err: unknown) => {
+      if (err instanceof StoreError && err.code === "INVALID_NAME") return undefined; // no model could have that name
+      throw err;
+    });
+    if (!found) throw new RequestError("MODEL_NOT_FOUND", `The model '${id}' does not exist.`, "model");
+    if (found.model) {
+      ctx.body = modelObject(found.model);
       return;
     }
-    const stored = (await listTags(models)).find((m) => m.name === id);
-    if (!stored) throw new RequestError("MODEL_NOT_FOUND", `The model '${id}' does not exist.`, "model");
-    ctx.body = storeObject(stored);
+    const stat = await fsp.stat(found.path);
+    ctx.body = { id: found.id, object: "model", created: Math.floor(stat.mtimeMs / 1000), owned_by: "wick" };
   });
 }
 
