@@ -19,7 +19,7 @@ import { namedSSE, sendStream } from "../../stream.ts";
 import { parseBody } from "../../validate.ts";
 import { clientGoneSignal, useModel, type RouteDeps } from "../common.ts";
 import { matchedStop, messageBody, messageFrames, messageId, type MessageMeta } from "./message.ts";
-import { anthropicParams, toChatRequest } from "./request.ts";
+import { anthropicParams, thinkOf, toChatRequest } from "./request.ts";
 
 /** The in-band error: `event: error` with the same body a non-streamed error has. */
 const ANTHROPIC_SSE = namedSSE((err) => {
@@ -66,7 +66,7 @@ async function planMessages(model: ServedModel, req: CountTokensRequest, samplin
   try {
     const schema = req.output_config?.format?.schema;
     const format = schema ? responseFormatGrammar({ type: "json_schema", json_schema: { schema, strict: true } }) : undefined;
-    return await planChat(model, { ...chat, sampling, n: 1, format, images }, { maxTokens: "max_tokens", format: "output_config.format" });
+    return await planChat(model, { ...chat, sampling, n: 1, format, images, think: thinkOf(req) }, { maxTokens: "max_tokens", format: "output_config.format" });
   } catch (err) {
     throw anthropicParams(err, origins);
   }

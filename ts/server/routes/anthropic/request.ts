@@ -10,6 +10,7 @@
 import type { ChatMessage, ContentPart, ToolChoice } from "../../../schemas/chat.ts";
 import type { AnthropicMessage, AnthropicTool, AnthropicToolChoice, AssistantBlock, CountTokensRequest, ImageBlock, UserBlock } from "../../../schemas/anthropic.ts";
 import { RequestError } from "../../../service/errors.ts";
+import type { ThinkRequest } from "../../../service/reasoning-plan.ts";
 
 /** The tool part of a chat request, as `planChat` reads it. */
 export interface ChatTools {
@@ -111,6 +112,16 @@ function chatTools(tools: AnthropicTool[] | null | undefined, choice: AnthropicT
     if (choice.disable_parallel_tool_use) out.parallel_tool_calls = false;
   }
   return out;
+}
+
+/**
+ * Anthropic models think only when asked: without `thinking` (or with it disabled) the template
+ * renders with thinking off, where it has such a switch. The budget is not enforced.
+ */
+export function thinkOf({ thinking, output_config }: CountTokensRequest): ThinkRequest {
+  if (!thinking || thinking.type === "disabled") return { enabled: false };
+  const effort = output_config?.effort;
+  return { enabled: true, ...(effort ? { effort } : {}) };
 }
 
 /** A service error, its field and its sentence in the body's own paths. */
