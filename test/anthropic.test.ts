@@ -118,7 +118,7 @@ t_("the raw stream: named events, a ping after message_start, no [DONE]", async 
 });
 
 t_("a tool call: a tool_use block with the parsed input and stop_reason tool_use, streamed and not", async (t) => {
-  for (const model of ["pythonic-call"] as const) {
+  for (const model of ["json-call", "pythonic-call"] as const) {
     const { whole, streamed, events } = await both(model, { tools: [weather] });
     t.is(whole.stop_reason, "tool_use", model);
     t.is(whole.content.length, 1, model);
