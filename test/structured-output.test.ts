@@ -72,7 +72,8 @@ function checkCall(t: { true(v: boolean, m?: string): void }, fn: { name: string
 
 lfm.serial("tool_choice required: a random-weight LFM2 always makes a valid call (20 seeds, temperature 1)", async (t) => {
   for (const seed of SEEDS) {
-    const r = (await lfmServed.client.chat.completions.create({ model: "m", messages: ask, tools, tool_choice: "required", temperature: 1, seed, max_tokens: 200 } as never)) as OpenAI.ChatCompletion;
+    // Room for the most calls a turn may make (MAX_CALLS, ts/service/tools/grammar.ts): a random model may use them all.
+    const r = (await lfmServed.client.chat.completions.create({ model: "m", messages: ask, tools, tool_choice: "required", temperature: 1, seed, max_tokens: 600 } as never)) as OpenAI.ChatCompletion;
     t.is(r.choices[0].finish_reason, "tool_calls", `seed ${seed}: ${JSON.stringify(r.choices[0].message)}`);
     const calls = callsOf(r);
     t.true(calls.length >= 1, `seed ${seed}`);
@@ -199,12 +200,20 @@ smol.serial("grammars too large: a huge schema and a grammar over the engine's l
   const b = await postJson(url, { ...base, response_format: { type: "json_schema", json_schema: { name: "never", schema: never } } });
   t.is(b.status, 400, b.text.slice(0, 300));
   t.like(b.json?.error, { param: "response_format", code: "invalid_grammar" });
-  // Tools each under the schema cap, together a call grammar over the engine's source limit.
+  // Tools each under the schema cap, together far past the context once written into the prompt
+  // (SmolLM2's template has no place for tools: they go in as the generic tool prompt), which is
+  // checked before their call grammar is compiled. (The engine's grammar source limit:
+  // crates/wick-core/tests/grammar.rs.)
   const props = Object.fromEntries(Array.from({ length: 700 }, (_, i) => [`key_${i}_${"q".repeat(20)}`, { type: "string", pattern: "^[a-z]{3,40}$" }]));
   const wideTools = [0, 1, 2].map((i) => ({ type: "function", function: { name: `tool_${i}`, parameters: { type: "object", properties: props } } }));
   const c = await postJson(url, { ...base, tools: wideTools, tool_choice: "required" });
   t.is(c.status, 400, c.text.slice(0, 300));
-  t.like(c.json?.error, { param: "tools", code: "invalid_grammar" });
+  t.like(c.json?.error, { param: "messages", code: "context_length_exceeded" });
+  // A tool whose parameters no value satisfies: the call grammar fails to compile, named as `tools`.
+  const impossible = [{ type: "function", function: { name: "never", parameters: { type: "object", properties: { x: never }, required: ["x"] } } }];
+  const d = await postJson(url, { ...base, tools: impossible, tool_choice: "required" });
+  t.is(d.status, 400, d.text.slice(0, 300));
+  t.like(d.json?.error, { param: "tools", code: "invalid_grammar" });
   const ok = await smolServed.client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
   t.is(ok.choices.length, 1);
 });

@@ -20,6 +20,13 @@ export interface ToolSpec {
   parameters?: Record<string, unknown> | null;
 }
 
+/**
+ * Most calls one turn may make. Without a bound, a small model held to `tool_choice: "required"`
+ * can add call after call until `max_tokens`; with it the grammar completes, the turn ends with
+ * "tool_calls", and real parallel use (a call per city, per file) is far below it.
+ */
+export const MAX_CALLS = 8;
+
 export interface CallGrammarOptions {
   /** Several calls in one block (OpenAI's `parallel_tool_calls`, default true). */
   parallel: boolean;
@@ -45,9 +52,9 @@ function pythonicGrammar(parser: ToolParser, tools: ToolSpec[], { parallel }: Ca
     return `call${t}`;
   });
   const call = `call: ${calls.join(" | ")}`;
-  const list = parallel ? `"[" call ("," " "? call)* "]"` : `"[" call "]"`;
+  const list = parallel ? `"[" call ("," " "? call) ~ 0..${MAX_CALLS - 1} "]"` : `"[" call "]"`;
   // LFM2 writes the JSON form when its system prompt asks for JSON: allowed too, as the parser reads both.
-  const jsonList = { type: "array", items: callObjects(tools), minItems: 1, ...(parallel ? {} : { maxItems: 1 }) };
+  const jsonList = { type: "array", items: callObjects(tools), minItems: 1, maxItems: parallel ? MAX_CALLS : 1 };
   return [`start: ${marker(parser.start)} (${list} | json_calls) ${marker(parser.end)}`, call, `json_calls: %json ${json(jsonList)}`, ...rules].join("\n");
 }
 
@@ -71,7 +78,7 @@ function argList(required: string[], optional: string[]): string {
 
 function jsonBlockGrammar(parser: ToolParser, tools: ToolSpec[], { parallel }: CallGrammarOptions): string {
   const block = `${marker(parser.start)} "\\n"? call "\\n"? ${marker(parser.end)}`;
-  return [`start: ${parallel ? `block ("\\n" block)*` : "block"}`, `block: ${block}`, `call: %json ${json(callObjects(tools))}`].join("\n");
+  return [`start: ${parallel ? `block ("\\n" block) ~ 0..${MAX_CALLS - 1}` : "block"}`, `block: ${block}`, `call: %json ${json(callObjects(tools))}`].join("\n");
 }
 
 /** `{"name": <one of the tools>, "arguments": <its parameters>}` as one schema. */

@@ -132,9 +132,14 @@ export class ToolStream {
     return { content, calls };
   }
 
-  /** End of generation: whatever is held is content, including an unterminated block. */
-  finish(): ParseResult {
-    const content = (this.inBlock ? this.parser.start : "") + this.buf;
+  /**
+   * End of generation: whatever is held is content, including an unterminated block — unless
+   * the text was `cut` (max tokens) inside one: that block is a call the model never finished,
+   * and its partial markup must not reach the client; the calls before it stand.
+   */
+  finish(cut = false): ParseResult {
+    if (cut && this.inBlock) this.buf = "";
+    const content = (this.inBlock && !cut ? this.parser.start : "") + this.buf;
     this.buf = "";
     this.inBlock = false;
     this.scanFrom = 0;

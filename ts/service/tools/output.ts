@@ -39,8 +39,9 @@ export class ToolOutput {
     return this.stream ? this.number(this.stream.push(text)) : { content: text, calls: [] };
   }
 
-  finish(): OutputDelta {
-    return this.stream ? this.number(this.stream.finish()) : { content: "", calls: [] };
+  /** `cut`: generation hit its token limit (a call it was writing is dropped, not shown as text). */
+  finish(cut = false): OutputDelta {
+    return this.stream ? this.number(this.stream.finish(cut)) : { content: "", calls: [] };
   }
 
   private number({ content, calls }: { content: string; calls: { name: string; arguments: Record<string, unknown> }[] }): OutputDelta {

@@ -2,9 +2,10 @@
 //! per sequence, whose token mask removes what the grammar does not allow before the sampler's
 //! filters. Compiling happens at submit (a bad grammar is an immediate INVALID_GRAMMAR);
 //! masks are computed on helper threads while the forward pass runs (`worker`). Over a
-//! byte-level BPE vocabulary, spans the grammar fixes are forced as the tokenizer's own tokens
-//! (llguidance's fast-forward: the mask holds the one canonical next token), so a forced call
-//! costs the tokens its text does (`vocab`).
+//! byte-level BPE vocabulary, spans a grammar fixes from its start are forced as the
+//! tokenizer's own tokens (llguidance's fast-forward: the mask holds the one canonical next
+//! token), so a forced call costs the tokens its text does (`vocab`); lazy grammars, armed by
+//! a call the model began itself, leave the tokens to the model.
 
 mod constraint;
 mod vocab;
@@ -141,6 +142,11 @@ impl GrammarCompiler {
     fn compile_here(&self, spec: &GrammarSpec) -> Result<Constraint> {
         let invalid = |e: &dyn std::fmt::Display| WickError::InvalidGrammar(e.to_string());
         let grammar = match spec.kind {
+            // A lazy grammar holds a call the model began on its own: it goes on in its own
+            // tokens; forcing canonical ones is for spans the grammar imposes from the start.
+            GrammarKind::Lark if spec.trigger_token.is_some() => {
+                TopLevelGrammar::from_lark(format!("%llguidance {{\"no_forcing\": true}}\n{}", spec.source))
+            }
             GrammarKind::Lark => TopLevelGrammar::from_lark(spec.source.clone()),
             GrammarKind::JsonSchema => {
                 let schema = serde_json::from_str(&spec.source).map_err(|e| {
