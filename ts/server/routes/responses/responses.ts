@@ -10,6 +10,7 @@ import { responsesRequest, type ResponsesRequest } from "../../../schemas/respon
 import { startAnswer } from "../../../service/answer.ts";
 import { planChat } from "../../../service/chat.ts";
 import { RequestError } from "../../../service/errors.ts";
+import { effortThink } from "../../../service/reasoning-plan.ts";
 import { withOpenAIDefaults } from "../../../service/profile.ts";
 import { samplingOptions } from "../../../service/sampling.ts";
 import { requestLog } from "../../request-log.ts";
@@ -31,7 +32,7 @@ export function responsesRoutes(router: Router, { models, log, images }: RouteDe
     const effective = withOpenAIDefaults(model.profile, { ...req, max_tokens: req.max_output_tokens });
     const sampling = samplingOptions(effective, model.info.nVocab);
     const names = { maxTokens: "max_output_tokens", format: "text.format" };
-    const { jobs, tools, params } = await inputNamesAsync(chat.origins, () => planChat(model, { ...chat, sampling, n: 1, images }, names));
+    const { jobs, tools, params } = await inputNamesAsync(chat.origins, () => planChat(model, { ...chat, sampling, n: 1, images, think: effortThink(req.reasoning?.effort) }, names));
     const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools);
     const builder = new ResponseBuilder(echo(req, effective, model.id));
     if (req.stream) {
