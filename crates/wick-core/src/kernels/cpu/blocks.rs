@@ -170,6 +170,12 @@ pub fn hsum8(acc: [f32; 8]) -> f32 {
     (h[0] + h[2]) + (h[1] + h[3])
 }
 
+/// NEON's `vaddvq_f32` (`faddp` twice): adjacent pairs, then the two pair sums.
+#[inline(always)]
+pub fn hsum4(a: [f32; 4]) -> f32 {
+    (a[0] + a[1]) + (a[2] + a[3])
+}
+
 /// `_mm512_reduce_add_ps`: halves, then quarters, then pairs.
 #[inline(always)]
 pub fn reduce16(a: &[f32; 16]) -> f32 {

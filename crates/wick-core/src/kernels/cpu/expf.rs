@@ -1,7 +1,12 @@
 //! ggml's `expf` as the local llama.cpp CPU build computes it, and the ops built on it
 //! (`silu`·u, softmax). Vector lanes follow `ggml_v_expf` op for op, so they round as
 //! llama.cpp does; elements past a row's last whole vector use libm, as ggml's tails do.
+//! x86: the AVX-512 (16 lanes) or AVX2 (8) variant, by the CPU; aarch64: the NEON variant
+//! (4 lanes, the AVX2 variant's lane arithmetic: `vfmsq`/`vfmaq` where AVX2 has
+//! `fnmadd`/`fmadd`, the same selects), whatever `WICK_ISA` says, since it is the order of
+//! llama.cpp's aarch64 build and the scalar statement computes it too.
 
+use super::blocks::{hsum4, hsum8, reduce16};
 use super::feats::{has_avx2_fma, has_avx512_expf, with_avx2_codegen};
 use crate::runtime::pool::{self, SyncPtr};
 
@@ -11,13 +16,17 @@ use crate::runtime::pool::{self, SyncPtr};
 pub enum ExpVariant {
     Avx512,
     Avx2,
+    /// ggml's NEON `ggml_v_expf` (aarch64): 4 lanes; per-vector sums are `vaddvq_f32`.
+    Neon,
     Libm,
 }
 
 pub fn exp_variant() -> ExpVariant {
     static V: std::sync::OnceLock<ExpVariant> = std::sync::OnceLock::new();
     *V.get_or_init(|| {
-        if has_avx512_expf() {
+        if cfg!(target_arch = "aarch64") {
+            ExpVariant::Neon
+        } else if has_avx512_expf() {
             ExpVariant::Avx512
         } else if has_avx2_fma() {
             ExpVariant::Avx2
@@ -33,11 +42,26 @@ pub fn simd_width(v: ExpVariant) -> usize {
     match v {
         ExpVariant::Avx512 => 16,
         ExpVariant::Avx2 => 8,
+        ExpVariant::Neon => 4,
         ExpVariant::Libm => 1,
     }
 }
 
-/// One lane of ggml's `ggml_v_expf` (ARM optimized-routines polynomial), op for op.
+/// The horizontal sum ggml's `ggml_vec_soft_max_f32` adds (in f64) per vector of the variant
+/// (`l`: the vector's lanes, zero past them): `_mm512_reduce_add_ps`, AVX2's halves-then-pairs,
+/// `vaddvq_f32` (pairs, then the two pair sums), or the one value.
+#[inline(always)]
+pub fn vector_sum(v: ExpVariant, l: &[f32; 16]) -> f32 {
+    match v {
+        ExpVariant::Avx512 => reduce16(l),
+        ExpVariant::Avx2 => hsum8([l[0], l[1], l[2], l[3], l[4], l[5], l[6], l[7]]),
+        ExpVariant::Neon => hsum4([l[0], l[1], l[2], l[3]]),
+        ExpVariant::Libm => l[0],
+    }
+}
+
+/// One lane of ggml's `ggml_v_expf` (ARM optimized-routines polynomial), op for op (the
+/// `Neon` variant takes the `Avx2` arithmetic: the two are the same operations).
 #[inline(always)]
 pub fn ggml_expf(x: f32, v: ExpVariant) -> f32 {
     if v == ExpVariant::Libm {

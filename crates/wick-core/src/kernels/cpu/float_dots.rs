@@ -1,4 +1,7 @@
-//! Dots of f16 and bf16 values in the orders llama.cpp's x86 CPU backend sums them:
+//! Dots of f16 and bf16 values in the orders llama.cpp's CPU backend sums them. On aarch64
+//! the f16 pair follows its NEON build (no FP16 arithmetic): `ggml_vec_dot_f16` as 4
+//! accumulators of 4 lanes over steps of 16 (`head16_order`, the n % 16 tail in f64) and
+//! tinyBLAS as 4 lanes over chunks of 4 (`tiled4_order`), each reduced by `vaddvq_f32`. On x86:
 //! - `ggml_vec_dot_f16` (one token): 4 accumulators of 16 lanes over steps of 64, folded
 //!   (a0+a2)+(a1+a3), a 16-lane tree sum, the tail (n % 64) added in f64;
 //! - llamafile's tinyBLAS (several tokens): 16 lanes over chunks of 16, the 16-lane tree sum;
@@ -12,20 +15,64 @@
 //! (`*_sl`) only say how the lanes are loaded. `dots16` runs sixteen such dots lane-parallel
 //! over their outputs (the same operations per output).
 
+#[cfg(target_arch = "aarch64")]
+use super::blocks::hsum4;
 use super::blocks::reduce16;
 #[cfg(target_arch = "x86_64")]
 use super::feats::has_avx2_fma;
 #[cfg(target_arch = "x86_64")]
 use super::x86::bf16 as simd;
 
-/// `ggml_vec_dot_f16` (AVX-512): `x(i)·y(i)` for i < n; values are f16-exact f32s.
+/// `ggml_vec_dot_f16`: `x(i)·y(i)` for i < n; values are f16-exact f32s. x86 (AVX-512): the
+/// `dot_head64` head, the tail (n % 64) added in f64; aarch64 (NEON without FP16 arithmetic):
+/// the `head16_order` head, the tail (n % 16) added in f64.
 #[inline(always)]
 pub fn dot_single(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
-    let mut sum = dot_head64(n, &x, &y) as f64;
-    for i in n & !63..n {
+    #[cfg(not(target_arch = "aarch64"))]
+    let (head, np) = (dot_head64(n, &x, &y), n & !63);
+    #[cfg(target_arch = "aarch64")]
+    let (head, np) = (head16_order(n, &x, &y), n & !15);
+    let mut sum = head as f64;
+    for i in np..n {
         sum += (x(i) * y(i)) as f64;
     }
     sum as f32
+}
+
+/// The head of `ggml_vec_dot_f16` in llama.cpp's NEON build without FP16 arithmetic
+/// (`GGML_F16_STEP` 16, `GGML_F16_EPR` 4): 4 accumulators of 4 lanes over steps of 16, folded
+/// (a0+a2)+(a1+a3) (`GGML_F32x4_REDUCE`), then `vaddvq_f32`, over the first `n & !15` terms.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+pub fn head16_order(n: usize, x: &impl Fn(usize) -> f32, y: &impl Fn(usize) -> f32) -> f32 {
+    let mut acc = [[0f32; 4]; 4];
+    for base in (0..n & !15).step_by(16) {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for l in 0..4 {
+                let i = base + 4 * j + l;
+                a[l] = x(i).mul_add(y(i), a[l]);
+            }
+        }
+    }
+    let mut folded = [0f32; 4];
+    for l in 0..4 {
+        folded[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    }
+    hsum4(folded)
+}
+
+/// tinyBLAS `gemm_bloc` in llama.cpp's NEON build (`tinyBLAS<4, float32x4_t, …>`) for one
+/// output: 4 lanes over chunks of 4 (n % 4 == 0), then `vaddvq_f32`.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+fn tiled4_order(n: usize, x: &impl Fn(usize) -> f32, y: &impl Fn(usize) -> f32) -> f32 {
+    let mut acc = [0f32; 4];
+    for base in (0..n).step_by(4) {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a = x(base + l).mul_add(y(base + l), *a);
+        }
+    }
+    hsum4(acc)
 }
 
 /// The first `n & !63` terms as ggml's AVX-512 vector dots sum them (`head64_order`). The f16
@@ -39,9 +86,13 @@ pub fn dot_head64(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) 
     )
 }
 
-/// tinyBLAS `gemm_bloc` for one output (`tiled_order`; n % 16 == 0).
+/// tinyBLAS `gemm_bloc` for one output: x86 `tiled_order` (n % 16 == 0), aarch64
+/// `tiled4_order` (n % 4 == 0).
 #[inline(always)]
 pub fn dot_tiled(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    return tiled4_order(n, &x, &y);
+    #[cfg(not(target_arch = "aarch64"))]
     tiled_order::<1>(
         n,
         #[inline(always)]

@@ -208,13 +208,17 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
     Ok(Tensor::from_vec(y, (m, n), x.device())?)
 }
 
-/// F16 weights: the activations rounded to f16, then tinyBLAS for several rows when k splits
-/// into 16-lane chunks and the output count into tiles of 4 (it takes over from ggml's own
-/// dot product there), `ggml_vec_dot_f16` otherwise.
+/// F16 weights: tinyBLAS for several rows when k splits into whole chunks and the output count
+/// into tiles of 4 (it takes over from ggml's own dot product there), `ggml_vec_dot_f16`
+/// otherwise (orders: `float_dots`). x86: k in 16-lane chunks, the activations rounded to f16
+/// for both (ggml converts them to the weights' type first). aarch64 without FP16 arithmetic:
+/// k in 4-lane chunks, and tinyBLAS's f16 × f32 kernel takes the activations as they are
+/// (ggml tries it before converting); `ggml_vec_dot_f16` sees them rounded.
 fn f16_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
     let (n, k, m, rows) = (op.n, op.k, op.m, op.rows);
     let x16: Vec<f32> = op.xs.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
-    let shapes_ok = k.is_multiple_of(16) && n.is_multiple_of(4);
+    let (chunk, tiled_xs) = if cfg!(target_arch = "aarch64") { (4, op.xs) } else { (16, &x16[..]) };
+    let shapes_ok = k.is_multiple_of(chunk) && n.is_multiple_of(4);
     for_cols(n, m, &|j0, j1| {
         with_avx2_codegen(
             #[inline(always)]
@@ -223,13 +227,14 @@ fn f16_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
                     let wr = op.wrow(j);
                     let wv = |i: usize| f16_at(wr, 2 * i);
                     for r in 0..m {
-                        let xr = &x16[r * k..(r + 1) * k];
-                        let tiled = shapes_ok && rows[r].seq_len > 1;
-                        put(
-                            r,
-                            j,
-                            if tiled { dot_tiled(k, wv, |i| xr[i]) } else { dot_single(k, wv, |i| xr[i]) },
-                        );
+                        let v = if shapes_ok && rows[r].seq_len > 1 {
+                            let xr = &tiled_xs[r * k..(r + 1) * k];
+                            dot_tiled(k, wv, |i| xr[i])
+                        } else {
+                            let xr = &x16[r * k..(r + 1) * k];
+                            dot_single(k, wv, |i| xr[i])
+                        };
+                        put(r, j, v);
                     }
                 }
             },

@@ -4,10 +4,11 @@
 //! `expf`, sums in f64), then `V·P` through tinyBLAS (or `ggml_vec_dot_f32` when positions %
 //! 16 ≠ 0). The dot orders are `float_dots`' (`dots16_blocks` for sixteen outputs at once).
 
-use crate::kernels::cpu::blocks::{hsum8, reduce16};
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::cpu::blocks::reduce16;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::cpu::expf::ExpVariant;
-use crate::kernels::cpu::expf::{exp_variant, ggml_expf, simd_width};
+use crate::kernels::cpu::expf::{exp_variant, ggml_expf, simd_width, vector_sum};
 use crate::kernels::cpu::feats::with_avx2_codegen;
 use crate::kernels::cpu::float_dots::{dot_single_f32_sl, dot_tiled_sl, dots16_blocks};
 use crate::runtime::pool::{self, SyncPtr};
@@ -38,7 +39,7 @@ fn softmax_row(w: &mut [f32], scale: f32) {
             *e = ggml_expf(*e - max, var);
             *s = *e;
         }
-        sum += if lanes == 16 { reduce16(&l) } else { hsum8(l[..8].try_into().unwrap()) } as f64;
+        sum += vector_sum(var, &l) as f64;
     }
     for e in w[whole..].iter_mut() {
         *e = (*e - max).exp();

@@ -1,10 +1,16 @@
 //! f16 dot products in llama.cpp's orders over the f16 KV (`ggml_vec_dot_f16` for one new
 //! token, tinyBLAS for several), contiguous or block by block over the paged cache, with their
-//! AVX2/FMA/F16C and NEON versions (the same fma per lane, the same tree sums).
+//! AVX2/FMA/F16C versions (x86 orders: the same fma per lane, the same tree sums) and NEON
+//! versions (`neon_dots`: the NEON build's orders, which the scalar code states on aarch64).
 
 use half::f16;
 
+#[cfg(target_arch = "aarch64")]
+use super::neon_dots as neon;
 use crate::cache::BLOCK_SIZE;
+#[cfg(target_arch = "aarch64")]
+use crate::kernels::cpu::blocks::hsum4;
+#[cfg(not(target_arch = "aarch64"))]
 use crate::kernels::cpu::blocks::reduce16;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::cpu::feats::has_avx2;
@@ -12,8 +18,8 @@ use crate::kernels::cpu::feats::has_avx2;
 use crate::kernels::cpu::feats::{isa, Isa};
 use crate::kernels::cpu::float_dots::dot_single;
 
-/// tinyBLAS order over `x.len()` values (16 lanes, chunks of 16); a last partial chunk counts
-/// as zero-padded (lanes past the end keep their sum).
+/// tinyBLAS order over `x.len()` values (x86: 16 lanes, chunks of 16; aarch64: 4 and 4); a
+/// last partial chunk counts as zero-padded (lanes past the end keep their sum).
 pub fn dot_f16_tiled(x: &[f16], y: &[f32]) -> f32 {
     debug_assert_eq!(x.len(), y.len());
     #[cfg(target_arch = "x86_64")]
@@ -26,17 +32,28 @@ pub fn dot_f16_tiled(x: &[f16], y: &[f32]) -> f32 {
         // SAFETY: NEON is baseline on aarch64.
         return unsafe { neon::tiled(x, y) };
     }
-    let mut acc = [0f32; 16];
-    for (xc, yc) in x.chunks(16).zip(y.chunks(16)) {
+    #[cfg(not(target_arch = "aarch64"))]
+    return tiled_scalar::<16>(x, y, reduce16);
+    #[cfg(target_arch = "aarch64")]
+    tiled_scalar::<4>(x, y, |a| hsum4(*a))
+}
+
+/// The tinyBLAS order on `L` lanes (x86: 16, aarch64: 4) in scalar code: lane l takes the
+/// products l, l + L, …, then `reduce`.
+#[inline(always)]
+fn tiled_scalar<const L: usize>(x: &[f16], y: &[f32], reduce: impl Fn(&[f32; L]) -> f32) -> f32 {
+    let mut acc = [0f32; L];
+    for (xc, yc) in x.chunks(L).zip(y.chunks(L)) {
         for (l, s) in acc.iter_mut().enumerate().take(xc.len()) {
             *s = xc[l].to_f32().mul_add(yc[l], *s);
         }
     }
-    reduce16(&acc)
+    reduce(&acc)
 }
 
-/// `ggml_vec_dot_f16` order over `n >= x.len()` values, those past `x.len()` zero: 4×16 lanes
-/// over steps of 64, folded (a0+a2)+(a1+a3), tree sum, the `n % 64` tail added in f64.
+/// `ggml_vec_dot_f16` order over `n >= x.len()` values, those past `x.len()` zero (x86: 4×16
+/// lanes over steps of 64, folded (a0+a2)+(a1+a3), tree sum, the `n % 64` tail added in f64;
+/// aarch64: 4×4 lanes over steps of 16, the same fold, `vaddvq_f32`, the `n % 16` tail).
 pub fn dot_f16_single(x: &[f16], y: &[f32], n: usize) -> f32 {
     debug_assert_eq!(x.len(), y.len());
     #[cfg(target_arch = "x86_64")]
@@ -72,7 +89,7 @@ pub fn dot_f16_tiled_paged<'a>(run: impl Fn(usize) -> &'a [f16], y: &[f32]) -> f
 }
 
 /// `dot_f16_single` over positions `0..n` (a multiple of 64) of one value row stored block by
-/// block, values at and past `y.len()` zero. Blocks are whole 64-steps.
+/// block, values at and past `y.len()` zero. Blocks are whole 64-steps (and 16-steps).
 pub fn dot_f16_single_paged<'a>(run: impl Fn(usize) -> &'a [f16], y: &[f32], n: usize) -> f32 {
     debug_assert!(n.is_multiple_of(64) && n >= y.len());
     #[cfg(target_arch = "x86_64")]
@@ -97,10 +114,11 @@ fn gather<'a>(run: &impl Fn(usize) -> &'a [f16], len: usize) -> Vec<f16> {
     x
 }
 
-/// One instruction set's registers for ggml's f16 dots: 16 lanes (tinyBLAS's chunks) and 4×16
-/// lanes (`ggml_vec_dot_f16`'s 64-steps), each lane taking one fma per step. The dots below
-/// are written once over these; each instruction set's module instantiates them inside its
-/// feature-enabled functions.
+/// One x86 instruction set's registers for ggml's f16 dots: 16 lanes (tinyBLAS's chunks) and
+/// 4×16 lanes (`ggml_vec_dot_f16`'s 64-steps), each lane taking one fma per step. The dots
+/// below are written once over these; each instruction set's module instantiates them inside
+/// its feature-enabled functions (the NEON orders differ: `neon_dots`).
+#[cfg(target_arch = "x86_64")]
 trait Lanes {
     type Acc16: Copy;
     type Acc64: Copy;
@@ -117,6 +135,7 @@ trait Lanes {
 
 /// `dot_f16_tiled` on `L`'s registers.
 #[inline(always)]
+#[cfg(target_arch = "x86_64")]
 unsafe fn tiled_on<L: Lanes>(x: &[f16], y: &[f32]) -> f32 {
     let n = x.len();
     let full = n & !15;
@@ -135,6 +154,7 @@ unsafe fn tiled_on<L: Lanes>(x: &[f16], y: &[f32]) -> f32 {
 
 /// The zero-padded copies of a 64-step that runs past the data (`len` values, `at(t)` value t).
 #[inline(always)]
+#[cfg(target_arch = "x86_64")]
 fn padded64(base: usize, len: usize, at: impl Fn(usize) -> (f16, f32)) -> ([f16; 64], [f32; 64]) {
     let mut xb = [f16::ZERO; 64];
     let mut yb = [0f32; 64];
@@ -148,6 +168,7 @@ fn padded64(base: usize, len: usize, at: impl Fn(usize) -> (f16, f32)) -> ([f16;
 
 /// `dot_f16_single` on `L`'s registers.
 #[inline(always)]
+#[cfg(target_arch = "x86_64")]
 unsafe fn single_on<L: Lanes>(x: &[f16], y: &[f32], n: usize) -> f32 {
     let len = x.len();
     let np = n & !63;
@@ -173,6 +194,7 @@ unsafe fn single_on<L: Lanes>(x: &[f16], y: &[f32], n: usize) -> f32 {
 
 /// `dot_f16_tiled_paged` on `L`'s registers.
 #[inline(always)]
+#[cfg(target_arch = "x86_64")]
 unsafe fn tiled_paged_on<'a, L: Lanes>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32]) -> f32 {
     let n = y.len();
     let full = n & !15;
@@ -198,6 +220,7 @@ unsafe fn tiled_paged_on<'a, L: Lanes>(run: &dyn Fn(usize) -> &'a [f16], y: &[f3
 
 /// `dot_f16_single_paged` on `L`'s registers.
 #[inline(always)]
+#[cfg(target_arch = "x86_64")]
 unsafe fn single_paged_on<'a, L: Lanes>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32], n: usize) -> f32 {
     let len = y.len();
     let mut acc = L::zero64();
@@ -304,96 +327,34 @@ mod avx {
     }
 }
 
-/// NEON: 4-lane registers, four per 16 lanes (f16 widened by `fcvtl`).
-#[cfg(target_arch = "aarch64")]
-mod neon {
-    use std::arch::aarch64::*;
-
-    use half::f16;
-
-    use super::Lanes;
-    use crate::kernels::cpu::arm::load_f16x4;
-
-    pub struct Neon;
-
-    impl Lanes for Neon {
-        type Acc16 = [float32x4_t; 4];
-        type Acc64 = [float32x4_t; 16];
-
-        #[inline(always)]
-        unsafe fn zero16() -> Self::Acc16 {
-            [vdupq_n_f32(0.0); 4]
-        }
-
-        #[inline(always)]
-        unsafe fn zero64() -> Self::Acc64 {
-            [vdupq_n_f32(0.0); 16]
-        }
-
-        #[inline(always)]
-        unsafe fn step16(acc: &mut Self::Acc16, x: *const f16, y: *const f32) {
-            for (q, a) in acc.iter_mut().enumerate() {
-                *a = vfmaq_f32(*a, load_f16x4(x.add(4 * q) as *const u8), vld1q_f32(y.add(4 * q)));
-            }
-        }
-
-        /// Accumulator j is vectors 4j..4j+4.
-        #[inline(always)]
-        unsafe fn step64(acc: &mut Self::Acc64, x: *const f16, y: *const f32) {
-            for (v, a) in acc.iter_mut().enumerate() {
-                *a = vfmaq_f32(*a, load_f16x4(x.add(4 * v) as *const u8), vld1q_f32(y.add(4 * v)));
-            }
-        }
-
-        #[inline(always)]
-        unsafe fn lanes16(acc: &Self::Acc16) -> [f32; 16] {
-            let mut a = [0f32; 16];
-            for (q, &v) in acc.iter().enumerate() {
-                vst1q_f32(a.as_mut_ptr().add(4 * q), v);
-            }
-            a
-        }
-
-        #[inline(always)]
-        unsafe fn fold64(acc: &Self::Acc64) -> f32 {
-            let f: [float32x4_t; 4] = std::array::from_fn(|q| {
-                vaddq_f32(vaddq_f32(acc[q], acc[8 + q]), vaddq_f32(acc[4 + q], acc[12 + q]))
-            });
-            super::reduce16(&Self::lanes16(&f))
-        }
-    }
-
-    pub unsafe fn tiled(x: &[f16], y: &[f32]) -> f32 {
-        super::tiled_on::<Neon>(x, y)
-    }
-
-    pub unsafe fn single(x: &[f16], y: &[f32], n: usize) -> f32 {
-        super::single_on::<Neon>(x, y, n)
-    }
-
-    pub unsafe fn tiled_paged<'a>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32]) -> f32 {
-        super::tiled_paged_on::<Neon>(run, y)
-    }
-
-    pub unsafe fn single_paged<'a>(run: &dyn Fn(usize) -> &'a [f16], y: &[f32], n: usize) -> f32 {
-        super::single_paged_on::<Neon>(run, y, n)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The build's lanes: tinyBLAS's per output, and `ggml_vec_dot_f16`'s per accumulator
+    /// (four accumulators per step); `reduce`: its horizontal sum of them.
+    #[cfg(not(target_arch = "aarch64"))]
+    const LANES: usize = 16;
+    #[cfg(target_arch = "aarch64")]
+    const LANES: usize = 4;
+
+    fn reduce(a: &[f32; LANES]) -> f32 {
+        #[cfg(not(target_arch = "aarch64"))]
+        return reduce16(a);
+        #[cfg(target_arch = "aarch64")]
+        hsum4(*a)
+    }
+
     fn reference_tiled(x: &[f16], y: &[f32]) -> f32 {
-        let mut acc = [0f32; 16];
-        for base in (0..x.len()).step_by(16) {
-            for l in 0..16 {
+        let mut acc = [0f32; LANES];
+        for base in (0..x.len()).step_by(LANES) {
+            for l in 0..LANES {
                 let (a, b) =
                     if base + l < x.len() { (x[base + l].to_f32(), y[base + l]) } else { (0.0, 0.0) };
                 acc[l] = a.mul_add(b, acc[l]);
             }
         }
-        reduce16(&acc)
+        reduce(&acc)
     }
 
     #[test]
@@ -410,18 +371,19 @@ mod tests {
             for total in [n, n.div_ceil(64) * 64] {
                 let xv = |i: usize| if i < n { x[i].to_f32() } else { 0.0 };
                 let yv = |i: usize| if i < n { y[i] } else { 0.0 };
-                let np = total & !63;
-                let mut acc = [[0f32; 16]; 4];
-                for base in (0..np).step_by(64) {
+                let np = total / (4 * LANES) * (4 * LANES);
+                let mut acc = [[0f32; LANES]; 4];
+                for base in (0..np).step_by(4 * LANES) {
                     for j in 0..4 {
-                        for l in 0..16 {
-                            let i = base + 16 * j + l;
+                        for l in 0..LANES {
+                            let i = base + LANES * j + l;
                             acc[j][l] = xv(i).mul_add(yv(i), acc[j][l]);
                         }
                     }
                 }
-                let f: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-                let mut sum = reduce16(&f) as f64;
+                let f: [f32; LANES] =
+                    std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+                let mut sum = reduce(&f) as f64;
                 for i in np..total {
                     sum += (xv(i) * yv(i)) as f64;
                 }

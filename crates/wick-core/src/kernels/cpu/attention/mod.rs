@@ -15,6 +15,13 @@
 //!   `(float)(1/sum)`; probabilities rounded to f16 before meeting V (as ggml converts them
 //!   to the f16 cache's dot type).
 //!
+//! aarch64 follows llama.cpp's NEON build (armv8.2-a+dotprod, no FP16 arithmetic): `K·Q`
+//! always in `ggml_vec_dot_f16`'s NEON order (4 accumulators of 4 lanes over steps of 16,
+//! folded (a0+a2)+(a1+a3), `vaddvq_f32`, the n % 16 tail in f64); softmax with the 4-lane
+//! `expf`, one `vaddvq_f32` per 4 in f64; `V·P` for one new token in that NEON order on f16
+//! weights, for several in tinyBLAS's NEON order (4 lanes over chunks of 4, `vaddvq_f32`) on
+//! the f32 weights unrounded (`p_in_f16`, `kq_tiled`).
+//!
 //! Layout (as ggml's `ops.cpp` has one-chunk and tiled flash attention): `Plan` here decides a
 //! pass's tasks (paths, tiles, scratch, order); `single.rs` runs one new token per task,
 //! `tiled.rs` a tile of new tokens per task (AVX-512); `dots.rs` and `avx512.rs` hold the dots.
@@ -23,6 +30,8 @@
 pub mod avx512;
 mod bidirectional;
 mod dots;
+#[cfg(target_arch = "aarch64")]
+mod neon_dots;
 #[cfg(test)]
 mod reference;
 
@@ -33,7 +42,7 @@ use half::f16;
 pub use self::bidirectional::attention as bidirectional;
 use crate::cache::PagedView;
 use crate::kernels::cpu::blocks::reduce16;
-use crate::kernels::cpu::expf::{exp_variant, ggml_expf, ExpVariant};
+use crate::kernels::cpu::expf::{exp_variant, ggml_expf, vector_sum, ExpVariant};
 use crate::kernels::cpu::feats::with_avx2_codegen;
 use crate::runtime::pool::{self, SyncPtr};
 
@@ -50,9 +59,10 @@ fn round_to_f16(x: &[f32], out: &mut [f32]) {
 }
 
 /// Attention weights as llama.cpp's CPU `soft_max` makes them, rounded to f16 for the V
-/// product: `p = expf(w − max w)` over whole 16-chunks (masked −∞ → exactly 0), summed one
-/// `_mm512_reduce_add_ps` tree per chunk in f64, then `p·(1/Σ)`.
-fn softmax_f16(w: &[f32], p: &mut [f32], var: ExpVariant) {
+/// product where ggml's V product takes f16 (`p_in_f16`): `p = expf(w − max w)` over whole
+/// vectors (masked −∞ → exactly 0), summed one horizontal sum per vector in f64
+/// (`_mm512_reduce_add_ps` trees of 16 on x86, `vaddvq_f32` of 4 on aarch64), then `p·(1/Σ)`.
+fn softmax_f16(w: &[f32], p: &mut [f32], var: ExpVariant, round: bool) {
     #[cfg(target_arch = "x86_64")]
     if var == ExpVariant::Avx512 {
         // SAFETY: `Avx512` is only detected with AVX-512 F and DQ.
@@ -60,18 +70,40 @@ fn softmax_f16(w: &[f32], p: &mut [f32], var: ExpVariant) {
     }
     let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f64;
-    for (pc, wc) in p.chunks_mut(16).zip(w.chunks(16)) {
+    let width = if var == ExpVariant::Neon { 4 } else { 16 };
+    for (pc, wc) in p.chunks_mut(width).zip(w.chunks(width)) {
         let mut lanes = [0f32; 16];
         for ((e, &x), l) in pc.iter_mut().zip(wc).zip(lanes.iter_mut()) {
             *e = ggml_expf(x - max, var);
             *l = *e;
         }
-        sum += reduce16(&lanes) as f64;
+        sum += if var == ExpVariant::Neon { vector_sum(var, &lanes) } else { reduce16(&lanes) } as f64;
     }
     let inv = (1.0 / sum) as f32;
     for e in p.iter_mut() {
-        *e = f16::from_f32(*e * inv).to_f32();
+        *e *= inv;
+        if round {
+            *e = f16::from_f32(*e).to_f32();
+        }
     }
+}
+
+/// Whether ggml's V product takes the attention weights as f16 (`tiled`: several new tokens).
+/// x86: always (`ggml_vec_dot_f16`, and tinyBLAS's F16 kernels take f16 operands); aarch64
+/// without FP16 arithmetic: for one new token, while several go through tinyBLAS's
+/// f16 × f32 kernel on the f32 weights as they are.
+#[inline(always)]
+fn p_in_f16(tiled: bool) -> bool {
+    !(cfg!(target_arch = "aarch64") && tiled)
+}
+
+/// Whether `K·Q` of several new tokens (`tiled`) takes tinyBLAS's order. x86: yes. aarch64: no,
+/// `ggml_vec_dot_f16`'s as for one token — the permuted queries are not contiguous, so ggml
+/// converts them to f16 first, and tinyBLAS there has no f16 × f16 kernel without FP16
+/// arithmetic.
+#[inline(always)]
+fn kq_tiled(tiled: bool) -> bool {
+    tiled && !cfg!(target_arch = "aarch64")
 }
 
 /// `$out[..n] = $f::<N>(args…, [$x(0), …, $x(n − 1)])` for N = `n` in 1..=6.

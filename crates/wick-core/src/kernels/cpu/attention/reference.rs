@@ -3,9 +3,10 @@
 
 use half::f16;
 
+use super::{kq_tiled, p_in_f16};
 use crate::cache::PagedView;
 use crate::kernels::cpu::blocks::reduce16;
-use crate::kernels::cpu::expf::{exp_variant, ggml_expf};
+use crate::kernels::cpu::expf::{exp_variant, ggml_expf, vector_sum, ExpVariant};
 use crate::kernels::cpu::float_dots::{dot_single, dot_tiled};
 
 /// One sequence's attention as `attend` computes it, element by element.
@@ -22,7 +23,8 @@ pub(crate) fn attend_reference(
     let group = n_head / n_kv;
     let var = exp_variant();
     // ggml uses tinyBLAS only when more than one token is multiplied and rows split into
-    // 16-lane chunks; otherwise the single-token dot product.
+    // whole chunks (x86: for K·Q and V·P; aarch64: for V·P only, on unrounded weights);
+    // otherwise the single-token dot product.
     let tiled = len > 1;
     let mut out = vec![0f32; len * n_head * hd];
     let mut p16 = Vec::new();
@@ -37,7 +39,7 @@ pub(crate) fn attend_reference(
             let kq = |t: usize| {
                 let kt = kv.key(kvh, t);
                 let (x, y) = (|d: usize| kt[d].to_f32(), |d: usize| q16[d]);
-                if tiled && hd.is_multiple_of(16) {
+                if kq_tiled(tiled) && hd.is_multiple_of(16) {
                     dot_tiled(hd, x, y)
                 } else {
                     dot_single(hd, x, y)
@@ -50,20 +52,23 @@ pub(crate) fn attend_reference(
             let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut e = vec![0f32; padded];
             let mut sum = 0f64;
-            for (c, chunk) in e.chunks_mut(16).enumerate() {
+            // One horizontal sum per vector of ggml's `expf` (aarch64: `vaddvq_f32` of 4).
+            let width = if var == ExpVariant::Neon { 4 } else { 16 };
+            for (c, chunk) in e.chunks_mut(width).enumerate() {
                 let mut lanes = [0f32; 16];
                 for (l, v) in chunk.iter_mut().enumerate() {
-                    let t = c * 16 + l;
+                    let t = c * width + l;
                     if t < t_len {
                         *v = ggml_expf(w[t] - max, var);
                         lanes[l] = *v;
                     }
                 }
-                sum += reduce16(&lanes) as f64;
+                sum += if width == 4 { vector_sum(var, &lanes) } else { reduce16(&lanes) } as f64;
             }
             let inv = (1.0 / sum) as f32;
+            let round = p_in_f16(tiled);
             p16.clear();
-            p16.extend(e.iter().map(|&v| f16::from_f32(v * inv).to_f32()));
+            p16.extend(e.iter().map(|&v| if round { f16::from_f32(v * inv).to_f32() } else { v * inv }));
             let o = &mut out[(i * n_head + h) * hd..(i * n_head + h + 1) * hd];
             for (d, od) in o.iter_mut().enumerate() {
                 let x = |t: usize| if t < t_len { kv.value(kvh, d, t).to_f32() } else { 0.0 };

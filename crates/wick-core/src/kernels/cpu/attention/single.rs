@@ -1,13 +1,14 @@
 //! One new token per task (ggml's one-chunk path): the group's query heads against one KV
 //! head, scores, softmax, then V, in `ggml_vec_dot_f16`'s order (one new token in the
-//! sequence) or tinyBLAS's (several, without the AVX-512 tiles).
+//! sequence) or tinyBLAS's (several, without the AVX-512 tiles); on aarch64 as
+//! `super`'s module comment says (`kq_tiled`, `p_in_f16`).
 
 #[cfg(target_arch = "x86_64")]
 use super::avx512;
 use super::dots::{dot_f16_single, dot_f16_single_paged, dot_f16_tiled, dot_f16_tiled_paged};
+use super::{kq_tiled, p_in_f16, round_to_f16, softmax_f16, Plan, SeqAttn};
 #[cfg(target_arch = "x86_64")]
 use super::{prefetch, put_scores};
-use super::{round_to_f16, softmax_f16, Plan, SeqAttn};
 #[cfg(target_arch = "x86_64")]
 use crate::cache::BLOCK_SIZE;
 use crate::kernels::cpu::feats::with_avx2_codegen;
@@ -52,7 +53,7 @@ impl Plan<'_, '_> {
                 }
                 self.token_scores(tok, q16, w);
                 for (wh, ph) in w.chunks_exact(padded).zip(p16.chunks_exact_mut(padded)) {
-                    softmax_f16(wh, ph, self.var);
+                    softmax_f16(wh, ph, self.var, p_in_f16(tiled));
                 }
                 // SAFETY: row `row0[si] + i` is within the output's `n_rows` rows of
                 // `n_head · hd`; this task alone writes its heads' slices of it (the other
@@ -111,7 +112,7 @@ impl Plan<'_, '_> {
         for (h, wh) in w.chunks_exact_mut(padded).enumerate() {
             for (tt, wt) in wh.iter_mut().enumerate().take(t_len).skip(t) {
                 let kt = kv.key(g, tt);
-                let dot = if tok.tiled && hd.is_multiple_of(16) {
+                let dot = if kq_tiled(tok.tiled) && hd.is_multiple_of(16) {
                     dot_f16_tiled(kt, qs(h))
                 } else {
                     dot_f16_single(kt, qs(h), hd)

@@ -67,7 +67,7 @@ impl Plan<'_, '_> {
                 self.tile_scores(&tile, q16, w);
                 for (qi, (wq, pq)) in w.chunks_exact(row).zip(p16.chunks_exact_mut(row)).enumerate() {
                     let own = tile.t_len(qi).div_ceil(16) * 16;
-                    softmax_f16(&wq[..own], &mut pq[..own], self.var);
+                    softmax_f16(&wq[..own], &mut pq[..own], self.var, true);
                     // Past its own positions a row weighs the tile's later tokens by exact zeros (their
                     // values are stored and finite), which leaves every sum as its own positions make it.
                     pq[own..].fill(0.0);
