@@ -68,10 +68,11 @@ class ChoiceOutput {
     return { reasoning: s.reasoning, ...this.tools.push(s.content) };
   }
 
-  finish(): ChoiceDelta {
+  /** `cut`: generation hit its token limit. */
+  finish(cut: boolean): ChoiceDelta {
     const s = this.split?.finish() ?? { reasoning: "", content: "" };
     const head = this.tools.push(s.content);
-    const tail = this.tools.finish();
+    const tail = this.tools.finish(cut);
     return { reasoning: s.reasoning, content: head.content + tail.content, calls: [...head.calls, ...tail.calls] };
   }
 }
@@ -91,7 +92,7 @@ async function* answerEvents(choices: AsyncIterable<ChoiceEvent>, jobs: Job[], t
       if (event.text) yield* delta(index, out.push(event.text));
       continue;
     }
-    yield* delta(index, out.finish());
+    yield* delta(index, out.finish(event.finishReason === "length"));
     const { usage, timings } = event;
     yield { type: "done", index, finishReason: finishOf(event.finishReason, out.tools.called), usage, timings, logprobs: held[index].splice(0), tokens: tokens[index] };
   }
