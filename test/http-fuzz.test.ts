@@ -22,7 +22,10 @@ const { path: vlModel } = needs(fixture("tiny-lfm2-vl-q8_0.gguf"), vlProj);
 const served = serveModel(model, { contextSize: 64, maxSequences: 4 });
 // The image variants go to a vision model (LFM2-VL fixture + projector): images are then valid input.
 const vision = serveModel(vlModel, { contextSize: 512, maxSequences: 4, mmproj: (vlProj as { path: string }).path });
-const urlOf = (route: (typeof ROUTES)[number]) => (route.vision ? vision : served).server.url;
+// The tools variants: this model's template has no place for tools, so they are written into the
+// prompt (the generic tool prompt), which needs more than the short context.
+const tooled = serveModel(model, { contextSize: 512, maxSequences: 4 });
+const urlOf = (route: (typeof ROUTES)[number]) => (route.vision ? vision : route.variant === "tools" ? tooled : served).server.url;
 
 serial("the kept corpus of hostile bodies still gets clean answers", async (t) => {
   const corpus = keptCorpus();
