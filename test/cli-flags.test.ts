@@ -43,6 +43,7 @@ const SAMPLES: Record<string, [string, unknown] | undefined> = {
   toolCallParser: ["lfm2", "lfm2"],
   reasoningFormat: ["none", "none"],
   reasoningParser: ["deepseek-r1", "deepseek-r1"],
+  reasoningBudget: ["256", 256],
   logLevel: ["INFO", "info"],
   timeout: ["30", 30],
   maxConnections: ["64", 64],

@@ -43,6 +43,9 @@ let client: OpenAI;
 const engines: Engine[] = [];
 const registry = new ModelRegistry();
 const noneModels = new ModelManager({ load: { contextSize: 512, maxSequences: 2, reasoning: { format: "none" } } });
+/** `--reasoning-budget 2` and `--reasoning-budget 0`, through the same plumbing. */
+const budgetModels = [2, 0].map((reasoningBudget) => new ModelManager({ load: { contextSize: 512, maxSequences: 2, reasoningBudget } }));
+let budgetServers: RunningServer[] = [];
 
 test.before(async () => {
   if (!need.path) return;
@@ -60,11 +63,20 @@ test.before(async () => {
   noneModels.setDefault({ path: path.join(fixturesDir, THINKING) }, { id: "thinking-none" });
   await noneModels.loadDefault();
   noneServer = await startServer({ models: noneModels });
+  budgetServers = await Promise.all(
+    budgetModels.map(async (m) => {
+      m.setDefault({ path: path.join(fixturesDir, THINKING) }, { id: "thinking-budget" });
+      await m.loadDefault();
+      return startServer({ models: m });
+    }),
+  );
 });
 test.after.always(async () => {
   await server?.close();
   await noneServer?.close();
   await noneModels.close();
+  await Promise.all(budgetServers.map((b) => b.close()));
+  await Promise.all(budgetModels.map((m) => m.close()));
   await Promise.all(engines.map((e) => e.unload()));
 });
 
@@ -197,4 +209,34 @@ t_("bad think and reasoning_effort values are 400s naming the field", async (t) 
   const openai = await postJson(`${server.url}/v1/chat/completions`, { model: "thinking", messages: ask, reasoning_effort: "extreme" });
   t.is(openai.status, 400);
   t.is(openai.json.error.param, "reasoning_effort");
+});
+
+t_("a reasoning budget closes the think block after its tokens: the closing marker is forced and the answer follows", async (t) => {
+  const [two, zero] = budgetServers.map((b) => openaiClient(b.url));
+  const r = await chat(two, "thinking-budget");
+  const message = r.choices[0].message as Message;
+  t.is(message.reasoning_content, "Let me");
+  t.is(message.content, ANSWER);
+  t.is(r.usage!.completion_tokens, 11, "<think>, 2 thought tokens, the forced </think>, the answer and EOS");
+  const s = await chatStream(two, "thinking-budget");
+  t.deepEqual([s.reasoning, s.content], ["Let me", ANSWER]);
+  // 0: thinking off; the block this template opens anyway is closed at once.
+  const off = (await chat(zero, "thinking-budget")).choices[0].message as Message;
+  t.is(off.reasoning_content ?? "", "");
+  t.is(off.content, ANSWER);
+  // Without a budget the same file thinks its whole thought.
+  t.is(((await chat(client, "thinking")).choices[0].message as Message).reasoning_content, THOUGHT);
+});
+
+t_("Anthropic thinking.budget_tokens is the request's own budget", async (t) => {
+  const r = await postJson(`${server.url}/v1/messages`, { model: "thinking", max_tokens: 64, messages: ask, thinking: { type: "enabled", budget_tokens: 1 } });
+  t.is(r.status, 200, r.text);
+  const blocks = (r.json as { content: { type: string; thinking?: string; text?: string }[] }).content;
+  t.deepEqual(
+    blocks.map((b) => [b.type, b.thinking ?? b.text]),
+    [
+      ["thinking", "Let"],
+      ["text", ANSWER],
+    ],
+  );
 });

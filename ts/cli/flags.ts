@@ -53,6 +53,7 @@ export interface ServeFlags {
   toolCallParser?: string;
   reasoningFormat?: ReasoningFormat;
   reasoningParser?: string;
+  reasoningBudget?: number;
   logLevel?: string;
   imageMinTokens?: number;
   imageMaxTokens?: number;
@@ -224,6 +225,14 @@ export const SERVE_FLAGS: FlagSpec[] = [
     value: "<name>",
     description: `split thinking at this family's markers whatever the template says: ${REASONING_PARSERS.join(", ")} (instead of --reasoning-format)`,
     parse: choice(REASONING_PARSERS),
+  },
+  {
+    key: "reasoningBudget",
+    flags: ["--reasoning-budget"],
+    value: "<n>",
+    description:
+      "tokens a thinking block may run before its closing marker is forced and the answer follows: -1 = no limit (default), 0 = thinking off (the template's switch, and a block closed at once)",
+    parse: integer(-1, Number.MAX_SAFE_INTEGER, "a token count or -1"),
   },
   { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: nonEmpty },
   { key: "imageMinTokens", flags: ["--image-min-tokens"], value: "<n>", description: "image tokens per image at least (LFM2-VL default 64)", parse: positiveInt },

@@ -55,6 +55,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
       prefixCache: !flags.disablePrefixCache,
       toolCallParser: flags.toolCallParser,
       reasoning: reasoningMode(flags),
+      ...(flags.reasoningBudget !== undefined && flags.reasoningBudget >= 0 ? { reasoningBudget: flags.reasoningBudget } : {}),
       imageMinTokens: flags.imageMinTokens,
       imageMaxTokens: flags.imageMaxTokens,
     },

@@ -22,6 +22,7 @@ export type {
   GrammarKind,
   LogitBias,
   ImageInput,
+  ReasoningBudget,
 } from "../native/native.d.ts";
 
 const native = createRequire(import.meta.url)("../native/native.cjs") as typeof Native;

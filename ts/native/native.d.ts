@@ -165,6 +165,8 @@ export interface GenerateOptions {
   grammar?: Grammar
   /** Images in the prompt (needs a model loaded with `mmproj`), in prompt order. */
   images?: Array<ImageInput>
+  /** Ends the answer's thinking block after a number of tokens by forcing its closing marker. */
+  reasoningBudget?: ReasoningBudget
 }
 
 /** A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::GgufHeaderInfo). */
@@ -362,6 +364,18 @@ export interface QuantShare {
   dtype: string
   tensors: number
   bytes: number
+}
+
+/** A thinking block's budget and its markers as token ids. */
+export interface ReasoningBudget {
+  /** Tokens generated inside the block before its closing marker is forced (0: at once). */
+  tokens: number
+  /** The opening marker, when the answer (not the prompt) opens the block. */
+  start: Array<number>
+  /** The closing marker. */
+  end: Array<number>
+  /** The prompt already opened the block. */
+  inside: boolean
 }
 
 /** One event of a sequence, told apart by `type`. */

@@ -8,7 +8,7 @@ import type { ChatMessage } from "../schemas/chat.ts";
 import type { ContextParams, Job } from "./generation.ts";
 import type { ImageOptions } from "./images/index.ts";
 import { chatPrompt } from "./prompt.ts";
-import { choiceReasoning, type ThinkRequest } from "./reasoning-plan.ts";
+import { budgetThink, choiceBudget, choiceReasoning, type ThinkRequest } from "./reasoning-plan.ts";
 import type { ServedModel } from "./registry.ts";
 import { perChoice, type SamplingOptions } from "./sampling.ts";
 import { checkToolMessages, planTools, type Grammar, type ToolPlan, type ToolRequest } from "./tools/request.ts";
@@ -40,7 +40,8 @@ export interface ChatPlan {
 export async function planChat(model: ServedModel, input: ChatInput, names: ChatParams): Promise<ChatPlan> {
   checkToolMessages(input.messages);
   const tools = planTools(model, input);
-  const { text, tokens: promptTokens, images } = await chatPrompt(model, input.messages, { tools: input.tools, images: input.images, think: input.think });
+  const think = budgetThink(model.reasoning, input.think);
+  const { text, tokens: promptTokens, images } = await chatPrompt(model, input.messages, { tools: input.tools, images: input.images, think });
   // A forced call outranks the output format; a lazy call grammar yields to it.
   const forced = tools.grammar && tools.grammar.triggerToken === undefined;
   const grammar = forced ? tools.grammar : (input.format ?? tools.grammar);
@@ -49,6 +50,8 @@ export async function planChat(model: ServedModel, input: ChatInput, names: Chat
   const markerTokens = [...tools.markerTokens, ...model.reasoning.markerTokens];
   if (markerTokens.length) options.markerTokens = markerTokens;
   const reasoning = choiceReasoning(model.reasoning, text);
+  const budget = choiceBudget(model.reasoning, think, reasoning, (t) => model.engine.tokenize(t, { addSpecial: false, parseSpecial: true }));
+  if (budget) options.reasoningBudget = budget;
   const jobs = perChoice(options, input.n).map((o) => ({ options: { ...o, promptTokens, ...(images.length ? { images } : {}) }, promptIndex: 0, ...(reasoning ? { reasoning } : {}) }));
   const params = { prompt: "messages", maxTokens: names.maxTokens, grammar: grammar === input.format ? names.format : "tools" };
   return { jobs, tools, params };

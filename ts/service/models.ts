@@ -31,6 +31,8 @@ import type { ReasoningMode } from "./reasoning-plan.ts";
 export interface LoadDefaults extends Omit<LoadOptions, "modelPath" | "vocabOnly"> {
   toolCallParser?: string;
   reasoning?: ReasoningMode;
+  /** `--reasoning-budget` (tokens); undefined: no limit. */
+  reasoningBudget?: number;
 }
 
 export interface ModelManagerOptions {

@@ -8,6 +8,7 @@
  * request asked (`think`, `reasoning_effort`), which the template reads as `enable_thinking`
  * (Qwen3's and most thinking templates' switch) and `reasoning_effort`.
  */
+import type { ReasoningBudget } from "../engine/index.ts";
 import type { ReasoningMarkers } from "./reasoning.ts";
 
 const THINK: ReasoningMarkers = { open: "<think>", close: "</think>" };
@@ -56,6 +57,8 @@ export interface ModelReasoning {
   split: ReasoningMarkers | null;
   /** Marker control tokens the engine must leave in the text (also with `none`, as llama.cpp's preserved tokens). */
   markerTokens: number[];
+  /** Tokens a thinking block may run (`--reasoning-budget`); undefined: no limit. */
+  budget?: number;
 }
 
 export function modelReasoning(templateSource: string, mode: ReasoningMode, tokenId: (text: string) => number | undefined): ModelReasoning {
@@ -90,6 +93,8 @@ export interface ThinkRequest {
   enabled?: boolean;
   /** "low", "medium", "high" …, for templates that read `reasoning_effort` (gpt-oss). */
   effort?: string;
+  /** Tokens the thinking block may run before its end is forced (Anthropic's `budget_tokens`). */
+  budget?: number;
 }
 
 /** Ollama's `think`: a bool, or an effort ("low" | "medium" | "high" | "max"), which thinks. */
@@ -111,4 +116,20 @@ export function effortThink(effort: string | null | undefined): ThinkRequest | u
  */
 export function thinkTemplateVars(think: ThinkRequest | undefined): Record<string, unknown> {
   return { enable_thinking: think?.enabled ?? true, ...(think?.effort ? { reasoning_effort: think.effort } : {}) };
+}
+
+/**
+ * The engine's budget for one choice: the request's, else the server's; none without split markers.
+ * Markers are token ids (`tokenize` parses special tokens), the opening one for an answer that opens
+ * the block itself.
+ */
+export function choiceBudget(model: ModelReasoning, think: ThinkRequest | undefined, choice: ChoiceReasoning | undefined, tokenize: (text: string) => number[]): ReasoningBudget | undefined {
+  const tokens = think?.budget ?? model.budget;
+  if (tokens === undefined || !choice) return undefined;
+  return { tokens, start: tokenize(choice.markers.open), end: tokenize(choice.markers.close), inside: choice.inside };
+}
+
+/** A server budget of 0 means thinking off, as llama-server's: the template's switch too. */
+export function budgetThink(model: ModelReasoning, think: ThinkRequest | undefined): ThinkRequest | undefined {
+  return model.budget === 0 && think?.enabled === undefined ? { ...think, enabled: false } : think;
 }

@@ -38,6 +38,8 @@ export interface ServeOptions {
   toolCallParser?: string;
   /** `--reasoning-format` / `--reasoning-parser`; default: split at the template's markers. */
   reasoning?: ReasoningMode;
+  /** `--reasoning-budget`: tokens a thinking block may run; undefined: no limit. */
+  reasoningBudget?: number;
   profile?: ModelProfile;
 }
 
@@ -53,10 +55,10 @@ export class ModelRegistry {
   readonly metrics = new ServingMetrics(this);
 
   async load(opts: LoadModelOptions): Promise<ServedModel> {
-    const { id, toolCallParser, reasoning, profile, ...engineOpts } = opts;
+    const { id, toolCallParser, reasoning, reasoningBudget, profile, ...engineOpts } = opts;
     const engine = await Engine.load(engineOpts);
     try {
-      return this.add(engine, { path: opts.modelPath, id, toolCallParser, reasoning, profile });
+      return this.add(engine, { path: opts.modelPath, id, toolCallParser, reasoning, reasoningBudget, profile });
     } catch (err) {
       await engine.unload();
       throw err;
@@ -83,7 +85,10 @@ export class ModelRegistry {
       template: new ChatTemplate(source ?? CHATML_TEMPLATE, { bos_token: special(info.bosToken), eos_token: special(info.eosToken) }),
       templateIsFallback: source === undefined,
       toolParser: forced ?? detectParser(toolSource),
-      reasoning: modelReasoning(toolSource, opts.reasoning ?? { format: "auto" }, (t) => engine.tokenId(t) ?? undefined),
+      reasoning: {
+        ...modelReasoning(toolSource, opts.reasoning ?? { format: "auto" }, (t) => engine.tokenId(t) ?? undefined),
+        ...(opts.reasoningBudget !== undefined ? { budget: opts.reasoningBudget } : {}),
+      },
       ...(opts.profile ? { profile: opts.profile } : {}),
       generate: (o, signal) => this.metrics.track(id, engine.generate(o, signal)),
     };

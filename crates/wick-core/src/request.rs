@@ -30,6 +30,21 @@ pub struct GenerateRequest {
     pub grammar: Option<GrammarSpec>,
     /// Images placed in the prompt (needs a vision projector), in prompt order.
     pub images: Vec<PromptImage>,
+    /// Ends the answer's thinking block after so many tokens by forcing its closing marker.
+    pub reasoning_budget: Option<ReasoningBudget>,
+}
+
+/// How long a thinking block may run, and its markers as token ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReasoningBudget {
+    /// Tokens generated inside the block before its end is forced (0: closed at once).
+    pub tokens: usize,
+    /// The opening marker the answer starts with when the prompt did not open the block.
+    pub start: Vec<u32>,
+    /// The closing marker, forced token by token when the budget is spent.
+    pub end: Vec<u32>,
+    /// The prompt's generation prompt already opened the block.
+    pub inside: bool,
 }
 
 /// An image in a prompt: decoded RGB8 pixels (row-major, 3 bytes a pixel), placed before
@@ -56,6 +71,7 @@ impl GenerateRequest {
             marker_tokens: Vec::new(),
             grammar: None,
             images: Vec::new(),
+            reasoning_budget: None,
         }
     }
 }

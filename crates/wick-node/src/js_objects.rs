@@ -243,6 +243,21 @@ pub struct GenerateOptions {
     pub grammar: Option<Grammar>,
     /// Images in the prompt (needs a model loaded with `mmproj`), in prompt order.
     pub images: Option<Vec<ImageInput>>,
+    /// Ends the answer's thinking block after a number of tokens by forcing its closing marker.
+    pub reasoning_budget: Option<ReasoningBudget>,
+}
+
+/// A thinking block's budget and its markers as token ids.
+#[napi(object)]
+pub struct ReasoningBudget {
+    /// Tokens generated inside the block before its closing marker is forced (0: at once).
+    pub tokens: u32,
+    /// The opening marker, when the answer (not the prompt) opens the block.
+    pub start: Vec<u32>,
+    /// The closing marker.
+    pub end: Vec<u32>,
+    /// The prompt already opened the block.
+    pub inside: bool,
 }
 
 /// A decoded image placed in the prompt: RGB8 pixels, row-major, 3 bytes a pixel. The engine
@@ -325,6 +340,12 @@ impl From<GenerateOptions> for GenerateRequest {
             top_logprobs: o.top_logprobs.map(|n| n as usize),
             marker_tokens: o.marker_tokens.unwrap_or_default(),
             grammar: o.grammar.map(GrammarSpec::from),
+            reasoning_budget: o.reasoning_budget.map(|b| request::ReasoningBudget {
+                tokens: b.tokens as usize,
+                start: b.start,
+                end: b.end,
+                inside: b.inside,
+            }),
             images: o
                 .images
                 .unwrap_or_default()

@@ -278,6 +278,9 @@ impl Engine {
         let n_prompt = prompt.tokens.len();
         check_ids("logit_bias ", req.sampling.logit_bias.iter().map(|&(id, _)| id), n_vocab)?;
         check_ids("marker ", req.marker_tokens.iter().copied(), n_vocab)?;
+        if let Some(b) = &req.reasoning_budget {
+            check_ids("reasoning marker ", b.start.iter().chain(&b.end).copied(), n_vocab)?;
+        }
         check_ids("grammar trigger ", req.grammar.iter().filter_map(|g| g.trigger_token), n_vocab)?;
         req.sampling.validate().map_err(WickError::InvalidRequest)?;
         if req.max_tokens == Some(0) {

@@ -4,6 +4,7 @@
 //! newest sequences if the step needs more KV blocks than are left, runs the model once,
 //! samples, and streams events back.
 
+mod budget;
 mod faults;
 pub(crate) mod images;
 mod sequence;

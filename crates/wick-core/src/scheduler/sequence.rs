@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::budget::Budget;
 use super::images::{Expanded, SeqImage};
 use super::stop::{StopMatcher, StopScan};
 use crate::cache::SeqCache;
@@ -41,6 +42,8 @@ pub(crate) struct Sequence {
     sampler: Sampler,
     /// The request's grammar, compiled at submit.
     grammar: Option<Constraint>,
+    /// The thinking block's budget, when the request set one.
+    budget: Option<Budget>,
     /// Control tokens rendered as text (sorted).
     markers: Vec<u32>,
     detok: Detokenizer,
@@ -79,6 +82,7 @@ impl Sequence {
             ended: false,
             sampler: Sampler::new(req.sampling),
             grammar,
+            budget: req.reasoning_budget.map(Budget::new),
             markers,
             detok: Detokenizer::new(),
             stop: StopMatcher::new(req.stop),
@@ -152,8 +156,13 @@ impl Sequence {
             }
             None => None,
         };
-        let id = self.sampler.sample(logits, &self.tokens, generated, mask);
+        // A spent reasoning budget closes the block (never against a grammar holding the text).
+        let forced = self.budget.as_ref().and_then(Budget::forced).filter(|_| mask.is_none());
+        let id = forced.unwrap_or_else(|| self.sampler.sample(logits, &self.tokens, generated, mask));
         self.tokens.push(id);
+        if let Some(b) = self.budget.as_mut() {
+            b.observe(&self.tokens[self.n_prompt..]);
+        }
         // The model's own distribution: sampling never edits `logits`.
         let logprobs = self.top_logprobs.map(|n| vec![top_logprobs(logits, id, n)]).unwrap_or_default();
         if !self.ignore_eos && tok.is_eog(id) {

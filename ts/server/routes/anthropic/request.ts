@@ -116,12 +116,14 @@ function chatTools(tools: AnthropicTool[] | null | undefined, choice: AnthropicT
 
 /**
  * Anthropic models think only when asked: without `thinking` (or with it disabled) the template
- * renders with thinking off, where it has such a switch. The budget is not enforced.
+ * renders with thinking off, where it has such a switch. `budget_tokens` ends the thinking block
+ * after so many tokens (its closing marker is forced).
  */
 export function thinkOf({ thinking, output_config }: CountTokensRequest): ThinkRequest {
   if (!thinking || thinking.type === "disabled") return { enabled: false };
   const effort = output_config?.effort;
-  return { enabled: true, ...(effort ? { effort } : {}) };
+  const budget = thinking.type === "enabled" ? thinking.budget_tokens : undefined;
+  return { enabled: true, ...(effort ? { effort } : {}), ...(budget !== undefined ? { budget } : {}) };
 }
 
 /** A service error, its field and its sentence in the body's own paths. */
