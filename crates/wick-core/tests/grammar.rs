@@ -204,7 +204,7 @@ fn weather_grammar_accepts_the_reference_call() {
         c.ready().expect("mask");
         let mask = c.mask().expect("eager grammars always constrain");
         assert!(mask.is_allowed(id), "token {i} ({id}) refused");
-        let done = c.commit(id).expect("commit");
+        let done = c.commit(&[id]).expect("commit");
         assert_eq!(done == Commit::Complete, i == ids.len() - 1, "token {i}");
     }
     // A control token never matches text, even its own: a quoted "<|tool_call_start|>" is
@@ -221,7 +221,7 @@ fn weather_grammar_accepts_the_reference_call() {
         let mut accepted = true;
         for id in ids {
             c.ready().expect("mask");
-            accepted = c.mask().is_some_and(|m| m.is_allowed(id)) && c.commit(id).is_ok();
+            accepted = c.mask().is_some_and(|m| m.is_allowed(id)) && c.commit(&[id]).is_ok();
             if !accepted {
                 break;
             }
@@ -447,7 +447,8 @@ fn bpe_fixture_json_in_a_preempted_batch() {
 /// Forced spans come out as the tokenizer's own tokens (llguidance's fast-forward over a
 /// canonical, byte-level tokenizer): SmolLM2 writes a call the grammar fixes byte for byte in
 /// exactly the tokens `encode` gives the same text, sampling or not, never one sampled sliver
-/// at a time. A free span between forced ones is still the model's own choice.
+/// at a time, and the forced run costs one forward step, not one per token. A free span
+/// between forced ones is still the model's own choice.
 #[test]
 fn forced_spans_are_the_tokenizers_canonical_tokens() {
     let test = "forced_spans_are_the_tokenizers_canonical_tokens";
@@ -456,12 +457,24 @@ fn forced_spans_are_the_tokenizers_canonical_tokens() {
         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"celsius\"}}\n</tool_call>";
     let canonical = engine.tokenizer().encode(call, false, false).expect("encode");
     let prompt = chat(&engine, "What is the weather in Paris?");
-    for sampling in [GenerateRequest::greedy(vec![], 1).sampling, sampled(3)] {
+    for (sampling, logprobs) in
+        [(GenerateRequest::greedy(vec![], 1).sampling, None), (sampled(3), None), (sampled(3), Some(2))]
+    {
         let r = GenerateRequest {
             grammar: lark(&format!("start: {}", serde_json::json!(call)), None),
+            top_logprobs: logprobs,
             ..req(prompt.clone(), 80, sampling)
         };
+        let steps = engine.metrics().steps_total;
         let out = run(&engine, r);
+        // The run after the first forced token goes in with one forward; with logprobs asked
+        // for, each forced token is sampled (and reported) on its own.
+        let took = engine.metrics().steps_total - steps;
+        if logprobs.is_none() {
+            assert!(took <= 3, "{took} steps for a forced call of {} tokens", canonical.len());
+        } else {
+            assert!(took >= canonical.len(), "{took} steps");
+        }
         assert_eq!(out.text, call);
         assert_eq!(out.finish, FinishReason::Stop);
         let eos = out.ids.last().copied().filter(|&id| engine.tokenizer().is_eog(id));

@@ -136,7 +136,9 @@ impl Scheduler {
 
     /// Puts a running sequence (its cache released) back in the queue: ahead of later
     /// arrivals, behind none, as it was admitted before them.
-    pub(super) fn requeue(&mut self, seq: Box<Sequence>) {
+    pub(super) fn requeue(&mut self, mut seq: Box<Sequence>) {
+        // Its cache is gone: generated tokens are replayed one a step, a forced run too.
+        seq.feed_run = false;
         self.metrics.waiting.fetch_add(1, Ordering::Relaxed);
         let at = self.waiting.iter().position(|w| w.admitted == 0 || w.admitted > seq.admitted);
         self.waiting.insert(at.unwrap_or(self.waiting.len()), seq);

@@ -285,14 +285,14 @@ impl Scheduler {
         if let Some(i) = suspect {
             let seq = &self.running[i];
             let at = seq.n_cached();
-            take[i] = if at < seq.n_prompt { seq.chunk_end(at, c) - at } else { 1 };
+            take[i] = if at < seq.n_prompt { seq.chunk_end(at, c) - at } else { seq.decode_take() };
             return take;
         }
         let mut budget = self.cfg.step_tokens.max(1);
         for (i, seq) in self.running.iter().enumerate() {
             if seq.n_cached() >= seq.n_prompt {
-                take[i] = 1;
-                budget = budget.saturating_sub(1);
+                take[i] = seq.decode_take();
+                budget = budget.saturating_sub(take[i]);
             }
         }
         let mut any = take.iter().any(|&n| n > 0);
@@ -411,9 +411,12 @@ impl Scheduler {
             if seq.unfed() > 0 {
                 continue; // more prompt chunks, or generated tokens to replay, to go
             }
-            self.metrics.generation_tokens_total.fetch_add(1, Ordering::Relaxed);
+            seq.feed_run = false;
+            let before = seq.generated();
             let row = &logits[row * n_vocab..(row + 1) * n_vocab];
-            if let Some(end) = seq.on_logits(row, &self.tokenizer, &self.metrics).transpose() {
+            let end = seq.on_logits(row, &self.tokenizer, &self.metrics).transpose();
+            self.metrics.generation_tokens_total.fetch_add(seq.generated() - before, Ordering::Relaxed);
+            if let Some(end) = end {
                 finished.push((i, end));
             }
         }

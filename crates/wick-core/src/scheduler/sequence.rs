@@ -44,6 +44,9 @@ pub(crate) struct Sequence {
     grammar: Option<Constraint>,
     /// The thinking block's budget, when the request set one.
     budget: Option<Budget>,
+    /// The last sample appended a grammar's forced run: the next step feeds every unfed token
+    /// at once (a chunk, as a prompt's) rather than one.
+    pub feed_run: bool,
     /// Control tokens rendered as text (sorted).
     markers: Vec<u32>,
     detok: Detokenizer,
@@ -83,6 +86,7 @@ impl Sequence {
             sampler: Sampler::new(req.sampling),
             grammar,
             budget: req.reasoning_budget.map(Budget::new),
+            feed_run: false,
             markers,
             detok: Detokenizer::new(),
             stop: StopMatcher::new(req.stop),
@@ -132,6 +136,16 @@ impl Sequence {
         self.tokens.len() - self.n_cached()
     }
 
+    /// Tokens a step past the prompt feeds: the sampled one, with a grammar's forced run after
+    /// it when it has one (one forward for the whole run), else one (a replay, token by token).
+    pub fn decode_take(&self) -> usize {
+        if self.feed_run {
+            self.unfed()
+        } else {
+            1
+        }
+    }
+
     /// Samples from the logits of the last fed token and emits the event. Returns the finish
     /// reason when the sequence is done; an error (a grammar failing mid-way) ends it too.
     pub fn on_logits(
@@ -159,33 +173,66 @@ impl Sequence {
         // A spent reasoning budget closes the block (never against a grammar holding the text).
         let forced = self.budget.as_ref().and_then(Budget::forced).filter(|_| mask.is_none());
         let id = forced.unwrap_or_else(|| self.sampler.sample(logits, &self.tokens, generated, mask));
-        self.tokens.push(id);
-        if let Some(b) = self.budget.as_mut() {
-            b.observe(&self.tokens[self.n_prompt..]);
-        }
         // The model's own distribution: sampling never edits `logits`.
         let logprobs = self.top_logprobs.map(|n| vec![top_logprobs(logits, id, n)]).unwrap_or_default();
         if !self.ignore_eos && tok.is_eog(id) {
+            self.tokens.push(id);
             // The end token itself is not text; release what was held back for stop strings.
             let rest = self.stop.flush() + &self.detok.flush();
             self.send_token(vec![id], rest, logprobs);
             return Ok(Some(FinishReason::Stop));
         }
-        let rendered = self.markers.binary_search(&id).is_ok();
-        let delta = self.detok.push(tok, id, !rendered);
-        let (mut text, mut finished) = match self.stop.push(&delta) {
-            StopScan::Emit(text) => (text, None),
-            StopScan::Stopped(text) => (text, Some(FinishReason::Stop)),
-        };
+        let run = self.forced_run(id);
+        let (ids, mut text, mut finished) = self.push_tokens(std::iter::once(id).chain(run), tok);
+        self.feed_run = ids.len() > 1;
         if let (None, Some(g)) = (finished, self.grammar.as_mut()) {
             // Also starts the next mask on a helper thread, overlapping the next forward pass.
-            if g.commit(id)? == Commit::Complete {
+            if g.commit(&ids)? == Commit::Complete {
                 finished = Some(FinishReason::Stop);
                 text += &self.flush_held();
             }
         }
-        self.send_token(vec![id], text, logprobs);
+        self.send_token(ids, text, logprobs);
         Ok(finished.or_else(|| (self.tokens.len() >= self.limit).then_some(FinishReason::Length)))
+    }
+
+    /// The tokens the grammar forces after `id` (llguidance's fast-forward run, when `id` began
+    /// it), within the token limit. They go into the cache in one step, as a prompt chunk does;
+    /// with logprobs asked for they are sampled one by one instead, each with its own.
+    fn forced_run(&self, id: u32) -> Vec<u32> {
+        let Some(g) = self.grammar.as_ref().filter(|_| self.top_logprobs.is_none()) else {
+            return Vec::new();
+        };
+        match g.forced() {
+            [first, rest @ ..] if *first == id => {
+                rest.iter().copied().take(self.limit.saturating_sub(self.tokens.len() + 1)).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Appends `ids` to the sequence: their text through the detokenizer and the stop matcher,
+    /// up to a stop string. Returns the ids taken, their text, and Stop if a stop string ended it.
+    fn push_tokens(
+        &mut self,
+        ids: impl Iterator<Item = u32>,
+        tok: &Tokenizer,
+    ) -> (Vec<u32>, String, Option<FinishReason>) {
+        let (mut taken, mut text) = (Vec::new(), String::new());
+        for id in ids {
+            self.tokens.push(id);
+            taken.push(id);
+            if let Some(b) = self.budget.as_mut() {
+                b.observe(&self.tokens[self.n_prompt..]);
+            }
+            let rendered = self.markers.binary_search(&id).is_ok();
+            let delta = self.detok.push(tok, id, !rendered);
+            match self.stop.push(&delta) {
+                StopScan::Emit(t) => text += &t,
+                StopScan::Stopped(t) => return (taken, text + &t, Some(FinishReason::Stop)),
+            }
+        }
+        (taken, text, None)
     }
 
     fn send_token(&self, ids: Vec<u32>, text: String, logprobs: Vec<(TokenLogprob, Vec<TokenLogprob>)>) {

@@ -6,15 +6,15 @@ use std::time::Duration;
 use llguidance::Matcher;
 use toktrie::SimpleVob;
 
-use super::worker::{MaskWorker, PendingMask};
+use super::worker::{MaskWorker, Next, PendingMask};
 use crate::error::{Result, WickError};
 
 enum State {
     /// A lazy grammar waiting for its trigger: generation is free.
     Free,
-    /// Constraining, with the mask for the next token. (Boxed: a matcher is ~1.5 kB and
-    /// moves to a helper thread and back every token.)
-    Ready(Box<Matcher>, SimpleVob),
+    /// Constraining, with the mask (and forced run) for the next token. (Boxed: a matcher is
+    /// ~1.5 kB and moves to a helper thread and back every token.)
+    Ready(Box<Matcher>, Next),
     /// Constraining; the mask for the next token is being computed on a helper thread.
     Pending(PendingMask),
 }
@@ -33,17 +33,17 @@ pub struct Constraint {
     trigger: Option<u32>,
     /// Lazy grammars: the state right after the trigger token, and its mask, from which every
     /// block starts (computed once, at submit).
-    armed: Option<(Matcher, SimpleVob)>,
+    armed: Option<(Matcher, Next)>,
     state: State,
     worker: MaskWorker,
 }
 
 impl Constraint {
     /// `matcher` and `mask` are the grammar's start (after the trigger token for a lazy one).
-    pub(super) fn new(matcher: Matcher, mask: SimpleVob, trigger: Option<u32>, worker: MaskWorker) -> Self {
+    pub(super) fn new(matcher: Matcher, next: Next, trigger: Option<u32>, worker: MaskWorker) -> Self {
         match trigger {
-            None => Self { trigger, armed: None, state: State::Ready(Box::new(matcher), mask), worker },
-            Some(_) => Self { trigger, armed: Some((matcher, mask)), state: State::Free, worker },
+            None => Self { trigger, armed: None, state: State::Ready(Box::new(matcher), next), worker },
+            Some(_) => Self { trigger, armed: Some((matcher, next)), state: State::Free, worker },
         }
     }
 
@@ -57,10 +57,10 @@ impl Constraint {
     pub fn ready(&mut self) -> Result<Duration> {
         match std::mem::replace(&mut self.state, State::Free) {
             State::Pending(pending) => {
-                let (matcher, mask, took) = pending
+                let (matcher, next, took) = pending
                     .wait()
                     .ok_or_else(|| WickError::Internal("the grammar mask thread stopped".into()))?;
-                self.state = State::Ready(matcher, mask.map_err(WickError::InvalidGrammar)?);
+                self.state = State::Ready(matcher, next.map_err(WickError::InvalidGrammar)?);
                 Ok(took)
             }
             other => {
@@ -74,28 +74,46 @@ impl Constraint {
     /// trigger.
     pub fn mask(&self) -> Option<&SimpleVob> {
         match &self.state {
-            State::Ready(_, mask) => Some(mask),
+            State::Ready(_, next) => Some(&next.mask),
             _ => None,
         }
     }
 
-    /// Feeds the sampled token to the grammar and starts computing the next mask on a helper
-    /// thread, so it overlaps the next forward pass.
-    pub fn commit(&mut self, id: u32) -> Result<Commit> {
+    /// The tokens the grammar forces from the next one on (after `ready`; empty when the next
+    /// token is free or the vocabulary is not canonical): the mask allows only the first, and
+    /// the rest may be fed without sampling (`commit` takes them all at once).
+    pub fn forced(&self) -> &[u32] {
+        match &self.state {
+            State::Ready(_, next) => &next.forced,
+            _ => &[],
+        }
+    }
+
+    /// Feeds the sampled token — and the forced tokens after it, when `ids` has them — to the
+    /// grammar and starts computing the next mask on a helper thread, so it overlaps the next
+    /// forward pass.
+    pub fn commit(&mut self, ids: &[u32]) -> Result<Commit> {
         match std::mem::replace(&mut self.state, State::Free) {
             State::Free => {
-                if Some(id) == self.trigger {
-                    if let Some((m, mask)) = &self.armed {
+                let [id] = ids else {
+                    return Err(WickError::Internal(
+                        "a forced run while the grammar waits for its trigger".into(),
+                    ));
+                };
+                if Some(*id) == self.trigger {
+                    if let Some((m, next)) = &self.armed {
                         // A grammar that is just the trigger is complete at once: stay free.
                         if !m.is_stopped() {
-                            self.state = State::Ready(Box::new(m.clone()), mask.clone());
+                            self.state = State::Ready(Box::new(m.clone()), next.clone());
                         }
                     }
                 }
                 Ok(Commit::Continue)
             }
             State::Ready(mut m, _) => {
-                m.consume_token(id).map_err(|e| WickError::InvalidGrammar(e.to_string()))?;
+                for &id in ids {
+                    m.consume_token(id).map_err(|e| WickError::InvalidGrammar(e.to_string()))?;
+                }
                 if m.is_stopped() {
                     // Lazy: the block is done and generation is free again (state stays Free).
                     return Ok(if self.trigger.is_some() { Commit::Continue } else { Commit::Complete });

@@ -22,7 +22,7 @@ pub use toktrie::SimpleVob;
 
 use crate::error::{Result, WickError};
 use crate::tokenizer::Tokenizer;
-use worker::MaskWorker;
+use worker::{MaskWorker, Next};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GrammarKind {
@@ -166,18 +166,18 @@ impl GrammarCompiler {
                 )));
             }
         }
-        let mask = if matcher.is_stopped() {
+        let next = if matcher.is_stopped() {
             if spec.trigger_token.is_none() {
                 return Err(WickError::InvalidGrammar("the grammar matches only empty text".into()));
             }
-            SimpleVob::alloc(self.tokenizer.n_vocab())
+            Next { mask: SimpleVob::alloc(self.tokenizer.n_vocab()), forced: Vec::new() }
         } else {
-            let mask = matcher.compute_mask().map_err(|e| invalid(&e))?;
-            if mask.is_zero() {
+            let next = worker::next_step(&mut matcher).map_err(|e| invalid(&e))?;
+            if next.mask.is_zero() {
                 return Err(WickError::InvalidGrammar("the grammar allows no token at its start".into()));
             }
-            mask
+            next
         };
-        Ok(Constraint::new(matcher, mask, spec.trigger_token, shared.worker.clone()))
+        Ok(Constraint::new(matcher, next, spec.trigger_token, shared.worker.clone()))
     }
 }

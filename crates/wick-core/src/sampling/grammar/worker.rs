@@ -9,8 +9,24 @@ use std::time::{Duration, Instant};
 use llguidance::{CancellationHandle, Matcher};
 use toktrie::SimpleVob;
 
-/// The matcher back, with its mask (or llguidance's error message) and the time it took.
-type Reply = (Box<Matcher>, Result<SimpleVob, String>, Duration);
+/// The matcher back, with its next step (or llguidance's error message) and the time it took.
+type Reply = (Box<Matcher>, Result<Next, String>, Duration);
+
+/// What the grammar allows next: the mask, and the run of tokens it forces from here (llguidance's
+/// fast-forward tokens; empty when nothing is forced or the vocabulary is not canonical). When
+/// the run is not empty the mask holds its first token alone.
+#[derive(Clone)]
+pub(super) struct Next {
+    pub mask: SimpleVob,
+    pub forced: Vec<u32>,
+}
+
+/// The next step of `matcher`: the forced run first (llguidance keeps it for the mask).
+pub(super) fn next_step(matcher: &mut Matcher) -> Result<Next, String> {
+    let forced = matcher.compute_ff_tokens();
+    let mask = matcher.compute_mask().map_err(|e| e.to_string())?;
+    Ok(Next { mask, forced })
+}
 
 struct Job {
     matcher: Box<Matcher>,
@@ -72,8 +88,8 @@ impl MaskWorker {
 
 fn compute(mut matcher: Box<Matcher>) -> Reply {
     let t = Instant::now();
-    let mask = matcher.compute_mask().map_err(|e| e.to_string());
-    (matcher, mask, t.elapsed())
+    let next = next_step(&mut matcher);
+    (matcher, next, t.elapsed())
 }
 
 impl PendingMask {
