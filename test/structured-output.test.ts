@@ -108,7 +108,7 @@ lfm.serial("n = 3 with a forced call: each choice has its own valid call", async
     temperature: 1,
     seed: 7,
     n: 3,
-    max_tokens: 200,
+    max_tokens: 600, // room for MAX_CALLS calls
   } as never)) as OpenAI.ChatCompletion;
   t.is(r.choices.length, 3);
   for (const c of r.choices) {

@@ -2,10 +2,11 @@
  * Tool-call extraction from generated text, whole or streamed.
  *
  * Every supported format is "blocks between a start and an end marker": text outside blocks is
- * content, and each block holds one or more calls in the format's own syntax. So one block
- * scanner serves all formats, and a format only says what its markers are and how to read a
- * block's inside. A block that cannot be read (or that never ends) is given back as content with
- * its markers, so nothing the model wrote is lost and a bad call never becomes an error.
+ * content, and each block holds one or more calls in the format's own syntax (an end marker
+ * inside a quoted string does not end a block). So one block scanner serves all formats, and a
+ * format only says what its markers are and how to read a block's inside. A block that cannot
+ * be read (or that never ends) is given back as content with its markers, so nothing the model
+ * wrote is lost and a bad call never becomes an error.
  *
  * `parse` is `ToolStream` fed the whole text at once; the tests check that every other split of
  * the text gives the same result.
@@ -26,6 +27,16 @@ function holdFrom(text: string, marker: string): number {
     if (marker.startsWith(text.slice(i))) return i;
   }
   return text.length;
+}
+
+/** Whether `text` stops inside a double-quoted string (backslash escapes honoured). */
+function endsInString(text: string): boolean {
+  let inside = false;
+  for (let i = 0; i < text.length; i++) {
+    if (text[i] === "\\" && inside) i++;
+    else if (text[i] === '"') inside = !inside;
+  }
+  return inside;
 }
 
 function isHighSurrogate(code: number): boolean {
@@ -118,10 +129,16 @@ export class ToolStream {
         const close = this.buf.indexOf(end, this.scanFrom);
         if (close < 0) {
           // The end marker may already have begun in the text we have.
-          this.scanFrom = Math.max(0, this.buf.length - end.length + 1);
+          this.scanFrom = Math.max(this.scanFrom, this.buf.length - end.length + 1);
           break;
         }
         const inner = this.buf.slice(0, close);
+        // An end marker inside a quoted string (a value the model wrote, which a grammar allows)
+        // does not end the block: look for the next one.
+        if (endsInString(inner)) {
+          this.scanFrom = close + end.length;
+          continue;
+        }
         const found = this.parser.parseBlock(inner);
         if (found && this.accept(found)) calls.push(...found);
         else content += start + inner + end;
