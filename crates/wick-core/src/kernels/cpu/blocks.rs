@@ -207,6 +207,89 @@ pub fn fold_q2k(
     }
 }
 
+/// How llama.cpp's NEON row dots of the 32-value types add the weights' mins (`m·s`).
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mins {
+    /// Q8_0, Q5_0, Q4_0: none.
+    None,
+    /// Q4_1: one sum, `summs + fma(m0, s0, m1·s1)` per pair of blocks.
+    Paired,
+    /// Q5_1: one sum per block of the pair, `fma(m, s, summs_i)`.
+    Split,
+}
+
+/// The float steps of llama.cpp's NEON `ggml_vec_dot_{q8_0,q4_0,q5_0}_q8_0` and
+/// `ggml_vec_dot_{q4_1,q5_1}_q8_1` (arch/arm/quants.c, as GCC compiles them for the
+/// armv8.2-a+dotprod build), one output at a time: blocks in pairs, the even block's 4 lanes
+/// into one float accumulator and the odd one's into another, `acc + float(lane)·d` (the
+/// product rounded, then added: `vmlaq_n_f32` is not fused), lane h of a block being the exact
+/// `Σ_{t<4} x[4h+t]·y[4h+t] + x[16+4h+t]·y[16+4h+t]`; then `vaddvq_f32` of each, added, plus the
+/// mins (`Mins`); a last odd block in scalar code, `fma(float(Σ), d, sum)` without mins,
+/// `sum + fma(d, float(Σ), m·s)` with them.
+#[cfg(target_arch = "aarch64")]
+#[derive(Clone, Copy, Debug)]
+pub struct PairOrder {
+    mins: Mins,
+    nb: usize,
+    b: usize,
+    acc: [[f32; 4]; 2],
+    summs: [f32; 2],
+    /// The even block's `(m, s)` until its pair's odd block comes.
+    even_ms: (f32, f32),
+    /// A last odd block: `(Σ, d, m, s)`.
+    tail: Option<(i32, f32, f32, f32)>,
+}
+
+#[cfg(target_arch = "aarch64")]
+impl PairOrder {
+    pub fn new(mins: Mins, nb: usize) -> Self {
+        Self { mins, nb, b: 0, acc: [[0.0; 4]; 2], summs: [0.0; 2], even_ms: (0.0, 0.0), tail: None }
+    }
+
+    /// The next block: its four lane sums, `d = dw·dy` and the min term's `(m, s)`.
+    #[inline(always)]
+    pub fn block(&mut self, lanes: [i32; 4], d: f32, (m, s): (f32, f32)) {
+        let b = self.b;
+        self.b += 1;
+        if b + 1 == self.nb && self.nb % 2 == 1 {
+            self.tail = Some((lanes.iter().sum(), d, m, s));
+            return;
+        }
+        for (a, &l) in self.acc[b % 2].iter_mut().zip(&lanes) {
+            *a += l as f32 * d;
+        }
+        match (self.mins, b % 2) {
+            (Mins::None, _) => {}
+            (Mins::Paired, 0) => self.even_ms = (m, s),
+            (Mins::Paired, _) => self.summs[0] += self.even_ms.0.mul_add(self.even_ms.1, m * s),
+            (Mins::Split, p) => self.summs[p] = m.mul_add(s, self.summs[p]),
+        }
+    }
+
+    pub fn finish(self) -> f32 {
+        let mut sum = hsum4(self.acc[0]) + hsum4(self.acc[1]);
+        match self.mins {
+            Mins::None => {}
+            Mins::Paired => sum += self.summs[0],
+            Mins::Split => sum = (sum + self.summs[0]) + self.summs[1],
+        }
+        match (self.tail, self.mins) {
+            (None, _) => sum,
+            (Some((i, d, _, _)), Mins::None) => (i as f32).mul_add(d, sum),
+            (Some((i, d, m, s)), _) => sum + d.mul_add(i as f32, m * s),
+        }
+    }
+}
+
+/// A block's four NEON lane sums from its eight 4-value lane sums (`l[h]`: elements 4h..4h+4):
+/// lane h = `l[h] + l[4 + h]`.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+pub fn neon_lanes(l: [i32; 8]) -> [i32; 4] {
+    [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -340,5 +340,13 @@ fn q8_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, dtype: GgmlDType,
     });
     #[cfg(not(target_arch = "x86_64"))]
     let dot4 = None;
+    #[cfg(target_arch = "aarch64")]
+    if dtype == GgmlDType::Q8_0 && op.n.is_multiple_of(4) {
+        // ggml repacks these on aarch64 (`quants::dot_q8_0_repacked`).
+        let (rows, none) = (op.rows, None::<&fn(&[u8], usize) -> [f32; 4]>);
+        let one =
+            |wr: &[u8], r: usize| super::quants::dot_q8_0_repacked(wr, &acts[r], rows[r].in_gemm_group());
+        return tiled_rows(op.n, op.m, &|j| op.wrow(j), put, none, &one);
+    }
     rows_by_dot(op.n, op.m, &|j| op.wrow(j), put, &acts, dot, dot4);
 }

@@ -1,5 +1,6 @@
 //! Activation rows quantized the way ggml's x86 backend does before its integer dot products:
-//! q8_0 / q8_1 (blocks of 32) and q8_K (blocks of 256). Every quantized-weight kernel reads
+//! q8_0 / q8_1 (blocks of 32) and q8_K (blocks of 256); on aarch64 as its NEON backend does
+//! (q8_0 / q8_1 scaled by `1 / d`: `inverse_scale`). Every quantized-weight kernel reads
 //! these, so a row is quantized once per matmul whatever the weight layout.
 
 use half::f16;
@@ -73,11 +74,29 @@ pub fn quantize_q8k(x: &[f32]) -> Vec<Act256> {
     x.chunks_exact(256).map(q8k_block).collect()
 }
 
+/// The multiplier a q8_0 / q8_1 block's values are rounded from (`max`: the largest |x|,
+/// `d = max / 127`): ggml's x86 quantizers take `127 / max`, its NEON ones `1 / d`, which
+/// rounds differently and so moves some quants by one.
+#[inline(always)]
+fn inverse_scale(max: f32, d: f32) -> f32 {
+    if cfg!(target_arch = "aarch64") {
+        if d != 0.0 {
+            1.0 / d
+        } else {
+            0.0
+        }
+    } else if max != 0.0 {
+        127.0 / max
+    } else {
+        0.0
+    }
+}
+
 /// One q8_0 / q8_1 block (portable).
 fn q8_block(b: &[f32]) -> Act32 {
     let max = b.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = max / 127.0;
-    let id = if max != 0.0 { 127.0 / max } else { 0.0 };
+    let id = inverse_scale(max, d);
     let mut qs = [0i8; 32];
     let mut sum = 0i32;
     for (q, &v) in qs.iter_mut().zip(b) {
@@ -153,7 +172,7 @@ mod avx512 {
             [_mm512_and_ps(v[0], _mm512_castsi512_ps(abs)), _mm512_and_ps(v[1], _mm512_castsi512_ps(abs))];
         let max = _mm512_reduce_max_ps(_mm512_max_ps(a[0], a[1])).max(0.0);
         let d = max / 127.0;
-        let id = if max != 0.0 { 127.0 / max } else { 0.0 };
+        let id = super::inverse_scale(max, d);
         let mut qs = [0i8; 32];
         let mut sum = 0i32;
         for h in 0..2 {
@@ -246,7 +265,7 @@ mod neon {
     pub fn q8_block(b: &[f32]) -> Act32 {
         let max = amax(b);
         let d = max / 127.0;
-        let id = if max != 0.0 { 127.0 / max } else { 0.0 };
+        let id = super::inverse_scale(max, d);
         let mut qs = [0i8; 32];
         let mut sum = 0i32;
         for h in 0..2 {

@@ -6,10 +6,18 @@
 //! - Q8_0, Q5_0 (q8_0): 8 lanes of 4-byte dots, fma per lane and block, an 8-lane tree sum
 //!   (tinyBLAS rounds identically for several rows);
 //! - Q4_1, Q5_1 (q8_1): Q8_0's lanes plus the m·s terms accumulated with fma.
+//!
+//! On aarch64 Q8_0, Q5_0, Q4_1 and Q5_1 follow llama.cpp's NEON kernels instead (`neon_order`:
+//! blocks in pairs, 4 lanes each, `blocks::PairOrder`); Q4_0 keeps the order above (ggml
+//! repacks it there, and Wick packs it).
 
 #[cfg(target_arch = "aarch64")]
 use super::arm::quants as arm;
-use super::blocks::{f16_at, hsum8, u32_at, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+#[cfg(not(target_arch = "aarch64"))]
+use super::blocks::hsum8;
+use super::blocks::{f16_at, u32_at, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
+#[cfg(target_arch = "aarch64")]
+use super::blocks::{neon_lanes, Mins, PairOrder};
 use super::feats::has_avx2_fma;
 #[cfg(target_arch = "aarch64")]
 use super::feats::{isa, Isa};
@@ -63,16 +71,67 @@ pub fn dot_q8_0(w: &[u8], a: &[Act32]) -> f32 {
     if isa() >= Isa::Neon {
         return arm::dot_q8_0(w, a);
     }
-    let mut acc = [0f32; 8];
-    for (blk, y) in w.chunks_exact(Q8_0::BYTES).zip(a) {
-        let d = f16_at(blk, Q8_0::D) * y.d;
-        let qs = &blk[Q8_0::QS..];
-        for (l, a) in acc.iter_mut().enumerate() {
-            let s: i32 = (0..4).map(|t| qs[4 * l + t] as i8 as i32 * y.qs[4 * l + t] as i32).sum();
-            *a = d.mul_add(s as f32, *a);
+    dot_q8_0_ref(w, a)
+}
+
+/// `dot_q8_0`'s scalar statement (aarch64: `neon_order`).
+fn dot_q8_0_ref(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    return neon_order(w, a, Q8_0::BYTES, Mins::None, |blk| {
+        (std::array::from_fn(|i| blk[Q8_0::QS + i] as i8 as i32), f16_at(blk, Q8_0::D), 0.0)
+    });
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        let mut acc = [0f32; 8];
+        for (blk, y) in w.chunks_exact(Q8_0::BYTES).zip(a) {
+            let d = f16_at(blk, Q8_0::D) * y.d;
+            let qs = &blk[Q8_0::QS..];
+            for (l, a) in acc.iter_mut().enumerate() {
+                let s: i32 = (0..4).map(|t| qs[4 * l + t] as i8 as i32 * y.qs[4 * l + t] as i32).sum();
+                *a = d.mul_add(s as f32, *a);
+            }
         }
+        hsum8(acc)
     }
-    hsum8(acc)
+}
+
+/// Q8_0 as llama.cpp's aarch64 build multiplies the weights it repacks (`block_q8_0x4`, every
+/// Q8_0 weight with a multiple of 4 rows, a tied output head included): per block the exact
+/// `Σ_{32} q·y` and `d = dw·dy`; its GEMV (rows outside groups of four) `acc = fma(float(Σ), d,
+/// acc)`, its GEMM (`gemm`: rows in groups of four) `acc + d·float(Σ)` (not fused).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn dot_q8_0_repacked(w: &[u8], a: &[Act32], gemm: bool) -> f32 {
+    let mut acc = 0f32;
+    for (blk, y) in w.chunks_exact(Q8_0::BYTES).zip(a) {
+        let s: i32 = (0..32).map(|i| blk[Q8_0::QS + i] as i8 as i32 * y.qs[i] as i32).sum();
+        let d = f16_at(blk, Q8_0::D) * y.d;
+        acc = if gemm { acc + d * s as f32 } else { (s as f32).mul_add(d, acc) };
+    }
+    acc
+}
+
+/// llama.cpp's NEON row dot order (`blocks::PairOrder`) in scalar code: `values(blk)` gives a
+/// block's 32 values (as the weights' integer operand), its `d` and its `m` (0 without mins).
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn neon_order(
+    w: &[u8],
+    a: &[Act32],
+    bytes: usize,
+    mins: Mins,
+    values: impl Fn(&[u8]) -> ([i32; 32], f32, f32),
+) -> f32 {
+    let mut o = PairOrder::new(mins, (w.len() / bytes).min(a.len()));
+    for (blk, y) in w.chunks_exact(bytes).zip(a) {
+        let (x, dw, m) = values(blk);
+        let mut l = [0i32; 8];
+        for (h, s) in l.iter_mut().enumerate() {
+            for t in 0..4 {
+                *s += x[4 * h + t] * y.qs[4 * h + t] as i32;
+            }
+        }
+        o.block(neon_lanes(l), dw * y.d, (m, y.s));
+    }
+    o.finish()
 }
 
 /// The 32 values (q - 16) of a Q5_0 block (d, qh, 16 nibble bytes) in element order.
@@ -93,16 +152,26 @@ pub fn dot_q5_0(w: &[u8], a: &[Act32]) -> f32 {
     if isa() >= Isa::Neon {
         return arm::dot_q5_0(w, a);
     }
-    let mut acc = [0f32; 8];
-    for (blk, y) in w.chunks_exact(Q5_0::BYTES).zip(a) {
-        let d = f16_at(blk, Q5_0::D) * y.d;
-        let x = q5_0_values(blk);
-        for (l, a) in acc.iter_mut().enumerate() {
-            let s: i32 = (0..4).map(|t| x[4 * l + t] * y.qs[4 * l + t] as i32).sum();
-            *a = d.mul_add(s as f32, *a);
+    dot_q5_0_ref(w, a)
+}
+
+/// `dot_q5_0`'s scalar statement (aarch64: `neon_order`).
+fn dot_q5_0_ref(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    return neon_order(w, a, Q5_0::BYTES, Mins::None, |blk| (q5_0_values(blk), f16_at(blk, Q5_0::D), 0.0));
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        let mut acc = [0f32; 8];
+        for (blk, y) in w.chunks_exact(Q5_0::BYTES).zip(a) {
+            let d = f16_at(blk, Q5_0::D) * y.d;
+            let x = q5_0_values(blk);
+            for (l, a) in acc.iter_mut().enumerate() {
+                let s: i32 = (0..4).map(|t| x[4 * l + t] * y.qs[4 * l + t] as i32).sum();
+                *a = d.mul_add(s as f32, *a);
+            }
         }
+        hsum8(acc)
     }
-    hsum8(acc)
 }
 
 /// The 32 unsigned values (0..32) of a Q5_1 block (d, m, qh, 16 nibble bytes) in element order.
@@ -129,6 +198,16 @@ pub fn dot_q5_1(w: &[u8], a: &[Act32]) -> f32 {
 }
 
 fn dot_q5_1_ref(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    return neon_order(w, a, Q5_1::BYTES, Mins::Split, |blk| {
+        (q5_1_values(blk), f16_at(blk, Q5_1::D), f16_at(blk, Q5_1::M))
+    });
+    #[cfg(not(target_arch = "aarch64"))]
+    dot_q5_1_x86(w, a)
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn dot_q5_1_x86(w: &[u8], a: &[Act32]) -> f32 {
     let mut acc = [0f32; 8];
     let mut summs = 0f32;
     for (blk, y) in w.chunks_exact(Q5_1::BYTES).zip(a) {
@@ -153,6 +232,22 @@ pub fn dot_q4_1(w: &[u8], a: &[Act32]) -> f32 {
     if isa() >= Isa::Neon {
         return arm::dot_q4_1(w, a);
     }
+    dot_q4_1_ref(w, a)
+}
+
+/// `dot_q4_1`'s scalar statement (aarch64: `neon_order`).
+fn dot_q4_1_ref(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    return neon_order(w, a, Q4_1::BYTES, Mins::Paired, |blk| {
+        let q = nibbles(&blk[Q4_1::QS..]);
+        (std::array::from_fn(|i| q[i] as i32), f16_at(blk, Q4_1::D), f16_at(blk, Q4_1::M))
+    });
+    #[cfg(not(target_arch = "aarch64"))]
+    dot_q4_1_x86(w, a)
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn dot_q4_1_x86(w: &[u8], a: &[Act32]) -> f32 {
     let mut acc = [0f32; 8];
     let mut summs = 0f32;
     for (blk, y) in w.chunks_exact(Q4_1::BYTES).zip(a) {
@@ -225,16 +320,21 @@ mod tests {
                 let four = unsafe { simd::dot4_q5_0(&w, [&a, &a, &a, &a]) };
                 assert!(four.iter().all(|v| v.to_bits() == fast.to_bits()));
             }
-            let mut acc = [0f32; 8];
-            for (blk, y) in w.chunks_exact(Q5_0::BYTES).zip(&a) {
-                let d = f16_at(blk, Q5_0::D) * y.d;
-                let xv = q5_0_values(blk);
-                for (l, s) in acc.iter_mut().enumerate() {
-                    let v: i32 = (0..4).map(|t| xv[4 * l + t] * y.qs[4 * l + t] as i32).sum();
-                    *s = d.mul_add(v as f32, *s);
+            #[cfg(target_arch = "aarch64")]
+            assert_eq!(dot_q5_0_ref(&w, &a).to_bits(), fast.to_bits());
+            #[cfg(not(target_arch = "aarch64"))]
+            {
+                let mut acc = [0f32; 8];
+                for (blk, y) in w.chunks_exact(Q5_0::BYTES).zip(&a) {
+                    let d = f16_at(blk, Q5_0::D) * y.d;
+                    let xv = q5_0_values(blk);
+                    for (l, s) in acc.iter_mut().enumerate() {
+                        let v: i32 = (0..4).map(|t| xv[4 * l + t] * y.qs[4 * l + t] as i32).sum();
+                        *s = d.mul_add(v as f32, *s);
+                    }
                 }
+                assert_eq!(hsum8(acc).to_bits(), fast.to_bits());
             }
-            assert_eq!(hsum8(acc).to_bits(), fast.to_bits());
         }
     }
 
@@ -259,5 +359,39 @@ mod tests {
             dot_q5_1_ref,
             d4,
         );
+    }
+
+    /// Each row dot (its NEON kernel on aarch64) gives its scalar statement's bits, for odd
+    /// and even block counts (llama.cpp's NEON kernels take blocks in pairs).
+    #[test]
+    fn row_dots_match_their_scalar_statements() {
+        let mut r = crate::kernels::cpu::dot_checks::lcg(9);
+        type D = fn(&[u8], &[Act32]) -> f32;
+        let types: [(usize, &[usize], D, D); 4] = [
+            (Q8_0::BYTES, &[Q8_0::D], dot_q8_0, dot_q8_0_ref),
+            (Q5_0::BYTES, &[Q5_0::D], dot_q5_0, dot_q5_0_ref),
+            (Q4_1::BYTES, &[Q4_1::D, Q4_1::M], dot_q4_1, dot_q4_1_ref),
+            (Q5_1::BYTES, &[Q5_1::D, Q5_1::M], dot_q5_1, dot_q5_1_ref),
+        ];
+        for nb in [1usize, 2, 3, 7, 8] {
+            for &(bytes, scales, dot, reference) in &types {
+                for _ in 0..10 {
+                    let mut w: Vec<u8> = (0..nb * bytes).map(|_| r() as u8).collect();
+                    for blk in w.chunks_exact_mut(bytes) {
+                        for &o in scales {
+                            let d = f16::from_f32((r() % 1000) as f32 * 1e-4 - 0.03);
+                            blk[o..o + 2].copy_from_slice(&d.to_le_bytes());
+                        }
+                    }
+                    let x: Vec<f32> = (0..nb * QK).map(|_| (r() as f32 / (1 << 24) as f32) - 0.5).collect();
+                    let a = quantize_q8(&x);
+                    assert_eq!(
+                        dot(&w, &a).to_bits(),
+                        reference(&w, &a).to_bits(),
+                        "{bytes}-byte blocks, nb {nb}"
+                    );
+                }
+            }
+        }
     }
 }

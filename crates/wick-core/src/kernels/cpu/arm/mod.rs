@@ -10,6 +10,8 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
+use crate::kernels::cpu::blocks::Mins;
+
 /// `f::<true>` compiled with the dot-product instructions where the CPU has them (after the
 /// `WICK_ISA` cap), `f::<false>` otherwise.
 macro_rules! by_dot {
@@ -188,14 +190,78 @@ pub fn hsum8(lo: float32x4_t, hi: float32x4_t) -> f32 {
     }
 }
 
-/// ggml's 8-lane tree sum (`blocks::hsum8`) on vectors, one lane per output:
-/// `(a4+a0 + a6+a2) + (a5+a1 + a7+a3)`.
-#[inline(always)]
-pub fn hsum8_lanes(acc: &[float32x4_t; 8]) -> float32x4_t {
-    // SAFETY: NEON is baseline.
-    unsafe {
-        let h: [float32x4_t; 4] = std::array::from_fn(|i| vaddq_f32(acc[4 + i], acc[i]));
-        vaddq_f32(vaddq_f32(h[0], h[2]), vaddq_f32(h[1], h[3]))
+/// `blocks::PairOrder` for four outputs at once, one per lane (four columns of a panel): the
+/// same float operations lane by lane.
+#[derive(Clone, Copy)]
+pub struct PairOrder4 {
+    mins: Mins,
+    nb: usize,
+    b: usize,
+    acc: [[float32x4_t; 4]; 2],
+    summs: [float32x4_t; 2],
+    /// The even block's mins `m` and activation sum `s`, until its pair's odd block comes.
+    even: (float32x4_t, f32),
+    /// A last odd block's value (`fma(d, Σ, m·s)`, or Σ and d without mins).
+    tail: Option<(float32x4_t, float32x4_t)>,
+}
+
+impl PairOrder4 {
+    #[inline(always)]
+    pub fn new(mins: Mins, nb: usize) -> Self {
+        // SAFETY: NEON is baseline.
+        let z = unsafe { vdupq_n_f32(0.0) };
+        Self { mins, nb, b: 0, acc: [[z; 4]; 2], summs: [z; 2], even: (z, 0.0), tail: None }
+    }
+
+    /// The next block: lane h's sums of the four columns, `d = dw·dy`, the mins `m` and `s`.
+    #[inline(always)]
+    pub fn block(&mut self, lanes: [int32x4_t; 4], d: float32x4_t, m: float32x4_t, s: f32) {
+        let b = self.b;
+        self.b += 1;
+        // SAFETY: NEON is baseline.
+        unsafe {
+            if b + 1 == self.nb && self.nb % 2 == 1 {
+                let i =
+                    vcvtq_f32_s32(vaddq_s32(vaddq_s32(vaddq_s32(lanes[0], lanes[1]), lanes[2]), lanes[3]));
+                self.tail = Some(match self.mins {
+                    Mins::None => (i, d),
+                    _ => (vfmaq_f32(vmulq_n_f32(m, s), d, i), d),
+                });
+                return;
+            }
+            let p = b % 2;
+            for (a, &l) in self.acc[p].iter_mut().zip(&lanes) {
+                *a = vaddq_f32(*a, vmulq_f32(vcvtq_f32_s32(l), d));
+            }
+            match (self.mins, p) {
+                (Mins::None, _) => {}
+                (Mins::Paired, 0) => self.even = (m, s),
+                (Mins::Paired, _) => {
+                    let t = vfmaq_f32(vmulq_n_f32(m, s), self.even.0, vdupq_n_f32(self.even.1));
+                    self.summs[0] = vaddq_f32(self.summs[0], t);
+                }
+                (Mins::Split, p) => self.summs[p] = vfmaq_f32(self.summs[p], m, vdupq_n_f32(s)),
+            }
+        }
+    }
+
+    #[inline(always)]
+    pub fn finish(self) -> float32x4_t {
+        // SAFETY: NEON is baseline.
+        unsafe {
+            let h = |a: &[float32x4_t; 4]| vaddq_f32(vaddq_f32(a[0], a[1]), vaddq_f32(a[2], a[3]));
+            let mut sum = vaddq_f32(h(&self.acc[0]), h(&self.acc[1]));
+            match self.mins {
+                Mins::None => {}
+                Mins::Paired => sum = vaddq_f32(sum, self.summs[0]),
+                Mins::Split => sum = vaddq_f32(vaddq_f32(sum, self.summs[0]), self.summs[1]),
+            }
+            match (self.tail, self.mins) {
+                (None, _) => sum,
+                (Some((i, d)), Mins::None) => vfmaq_f32(sum, i, d),
+                (Some((t, _)), _) => vaddq_f32(sum, t),
+            }
+        }
     }
 }
 

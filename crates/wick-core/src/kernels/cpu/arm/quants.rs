@@ -1,9 +1,11 @@
 //! NEON twins of `quants`' portable row dots of the 32-value types against q8 rows: the same
-//! integer sums (exact) and the same float steps, so the portable kernel's bits.
+//! integer sums (exact) and the same float steps, so the portable kernel's bits. Q8_0, Q5_0,
+//! Q4_1 and Q5_1 follow llama.cpp's NEON kernels (`pair_lanes`), Q4_0 ggml's x86 order.
 
 use std::arch::aarch64::*;
 
-use super::{dot4, hsum8, with_dot};
+use super::{dot4, with_dot};
+use crate::kernels::cpu::blocks::Mins;
 use crate::kernels::cpu::blocks::{f16_at, u32_at, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 use crate::kernels::cpu::feats::{isa, Isa};
 use crate::kernels::cpu::q8::Act32;
@@ -60,29 +62,53 @@ fn lanes<const DOT: bool>(x: &Pair, y: &Pair) -> (int32x4_t, int32x4_t) {
     }
 }
 
-/// The 8-lane kernels (Q8_0, Q5_0, Q4_1, Q5_1): one fma per lane and block with `d`, the
-/// `summs` term (Q4_1, Q5_1: `m·s` by fma) added after the tree sum.
+/// llama.cpp's NEON kernels of Q8_0, Q5_0, Q4_1 and Q5_1 (`blocks::PairOrder`, which
+/// `quants::neon_order` states in scalar code): blocks in pairs, a block's 4 lanes `Σ lo + Σ hi`
+/// (two `sdot`s into one register), `acc + float(lane)·d` (not fused) into its parity's
+/// accumulator, the mins as `mins` says, `vaddvq_f32` of both; a last odd block in scalar.
 #[inline(always)]
-fn eight_lanes<const DOT: bool>(
+fn pair_lanes<const DOT: bool>(
     w: &[u8],
     a: &[Act32],
     bytes: usize,
-    block: impl Fn(&[u8], &Act32) -> (Pair, f32, Option<f32>),
+    mins: Mins,
+    block: impl Fn(&[u8], &Act32) -> (Pair, f32, f32),
 ) -> f32 {
+    let nb = (w.len() / bytes).min(a.len());
+    let lanes = |x: &Pair, y: &Act32| {
+        let y = acts(y);
+        // SAFETY: NEON is baseline; `dot4::<true>` only runs compiled with dotprod (`by_dot!`).
+        unsafe { dot4::<DOT>(dot4::<DOT>(vdupq_n_s32(0), x.lo, y.lo), x.hi, y.hi) }
+    };
     // SAFETY: NEON is baseline.
     unsafe {
-        let (mut acc_lo, mut acc_hi) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
-        let mut summs = 0f32;
-        for (blk, y) in w.chunks_exact(bytes).zip(a) {
+        let mut acc = [vdupq_n_f32(0.0); 2];
+        let mut summs = [0f32; 2];
+        let mut even_ms = (0f32, 0f32);
+        for (b, (blk, y)) in w.chunks_exact(bytes).zip(a).take(nb / 2 * 2).enumerate() {
             let (x, d, m) = block(blk, y);
-            if let Some(m) = m {
-                summs = m.mul_add(y.s, summs);
+            let p = b % 2;
+            acc[p] = vaddq_f32(acc[p], vmulq_n_f32(vcvtq_f32_s32(lanes(&x, y)), d));
+            match (mins, p) {
+                (Mins::None, _) => {}
+                (Mins::Paired, 0) => even_ms = (m, y.s),
+                (Mins::Paired, _) => summs[0] += even_ms.0.mul_add(even_ms.1, m * y.s),
+                (Mins::Split, p) => summs[p] = m.mul_add(y.s, summs[p]),
             }
-            let (s_lo, s_hi) = lanes::<DOT>(&x, &acts(y));
-            acc_lo = vfmaq_n_f32(acc_lo, vcvtq_f32_s32(s_lo), d);
-            acc_hi = vfmaq_n_f32(acc_hi, vcvtq_f32_s32(s_hi), d);
         }
-        hsum8(acc_lo, acc_hi) + summs
+        let mut sum = vaddvq_f32(acc[0]) + vaddvq_f32(acc[1]);
+        match mins {
+            Mins::None => {}
+            Mins::Paired => sum += summs[0],
+            Mins::Split => sum = (sum + summs[0]) + summs[1],
+        }
+        if nb % 2 == 1 {
+            let (blk, y) = (&w[(nb - 1) * bytes..nb * bytes], &a[nb - 1]);
+            let (x, d, m) = block(blk, y);
+            let i = vaddvq_s32(lanes(&x, y)) as f32;
+            sum = if mins == Mins::None { i.mul_add(d, sum) } else { sum + d.mul_add(i, m * y.s) };
+        }
+        sum
     }
 }
 
@@ -115,13 +141,13 @@ pub fn dot_q8_0(w: &[u8], a: &[Act32]) -> f32 {
 
 #[inline(always)]
 fn q8_0<const DOT: bool>(w: &[u8], a: &[Act32]) -> f32 {
-    eight_lanes::<DOT>(w, a, Q8_0::BYTES, |blk, y| {
+    pair_lanes::<DOT>(w, a, Q8_0::BYTES, Mins::None, |blk, y| {
         let qs = &blk[Q8_0::QS..Q8_0::QS + 32];
         // SAFETY: NEON is baseline; 32 bytes.
         let x = unsafe {
             Pair { lo: vld1q_s8(qs.as_ptr() as *const i8), hi: vld1q_s8(qs.as_ptr().add(16) as *const i8) }
         };
-        (x, f16_at(blk, Q8_0::D) * y.d, None)
+        (x, f16_at(blk, Q8_0::D) * y.d, 0.0)
     })
 }
 
@@ -132,14 +158,14 @@ pub fn dot_q5_0(w: &[u8], a: &[Act32]) -> f32 {
 
 #[inline(always)]
 fn q5_0<const DOT: bool>(w: &[u8], a: &[Act32]) -> f32 {
-    eight_lanes::<DOT>(w, a, Q5_0::BYTES, |blk, y| {
+    pair_lanes::<DOT>(w, a, Q5_0::BYTES, Mins::None, |blk, y| {
         let (q, h) = (nibbles(&blk[Q5_0::QS..]), fifth_bits(u32_at(blk, Q5_0::QH)));
         // SAFETY: NEON is baseline.
         let x = unsafe {
             let sixteen = vdupq_n_s8(16);
             Pair { lo: vsubq_s8(vorrq_s8(q.lo, h.lo), sixteen), hi: vsubq_s8(vorrq_s8(q.hi, h.hi), sixteen) }
         };
-        (x, f16_at(blk, Q5_0::D) * y.d, None)
+        (x, f16_at(blk, Q5_0::D) * y.d, 0.0)
     })
 }
 
@@ -150,8 +176,8 @@ pub fn dot_q4_1(w: &[u8], a: &[Act32]) -> f32 {
 
 #[inline(always)]
 fn q4_1<const DOT: bool>(w: &[u8], a: &[Act32]) -> f32 {
-    eight_lanes::<DOT>(w, a, Q4_1::BYTES, |blk, y| {
-        (nibbles(&blk[Q4_1::QS..]), y.d * f16_at(blk, Q4_1::D), Some(f16_at(blk, Q4_1::M)))
+    pair_lanes::<DOT>(w, a, Q4_1::BYTES, Mins::Paired, |blk, y| {
+        (nibbles(&blk[Q4_1::QS..]), f16_at(blk, Q4_1::D) * y.d, f16_at(blk, Q4_1::M))
     })
 }
 
@@ -162,10 +188,10 @@ pub fn dot_q5_1(w: &[u8], a: &[Act32]) -> f32 {
 
 #[inline(always)]
 fn q5_1<const DOT: bool>(w: &[u8], a: &[Act32]) -> f32 {
-    eight_lanes::<DOT>(w, a, Q5_1::BYTES, |blk, y| {
+    pair_lanes::<DOT>(w, a, Q5_1::BYTES, Mins::Split, |blk, y| {
         let (q, h) = (nibbles(&blk[Q5_1::QS..]), fifth_bits(u32_at(blk, Q5_1::QH)));
         // SAFETY: NEON is baseline.
         let x = unsafe { Pair { lo: vorrq_s8(q.lo, h.lo), hi: vorrq_s8(q.hi, h.hi) } };
-        (x, f16_at(blk, Q5_1::D) * y.d, Some(f16_at(blk, Q5_1::M)))
+        (x, f16_at(blk, Q5_1::D) * y.d, f16_at(blk, Q5_1::M))
     })
 }

@@ -6,7 +6,9 @@
 //! Per output, as `quants::dot_q4_1` (`ggml_vec_dot_q4_1_q8_1`): 8 float lanes, lane l
 //! of block b gets `acc_l = fma(dy·dw, float(Σ_{t<4} q[4l+t]·y[4l+t]), acc_l)`, the m·s terms
 //! go to `summs = fma(m, s, summs)`, and the output is ggml's 8-lane tree sum plus `summs`.
-//! The nibbles are unsigned, so `vpdpbusd` takes them as they are.
+//! The nibbles are unsigned, so `vpdpbusd` takes them as they are. On aarch64 each output
+//! follows llama.cpp's NEON `ggml_vec_dot_q4_1_q8_1` instead (`blocks::PairOrder`), as
+//! `quants::dot_q4_1` does there (ggml does not repack Q4_1 on ARM).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -103,6 +105,21 @@ impl TileKernels for Kernels {
     }
 }
 
+/// Column `c`'s eight 4-value lane sums of one block (`l`: elements 4l..4l+4).
+#[inline(always)]
+fn lane_sums(blk: &[u8], c: usize, y: &Act32) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for (l, s) in lanes.iter_mut().enumerate() {
+        for t in 0..4 {
+            let byte = blk[QUANTS + 64 * (l % 4) + 4 * c + t];
+            let q = if l < 4 { byte & 0x0F } else { byte >> 4 };
+            *s += q as i32 * y.qs[4 * l + t] as i32;
+        }
+    }
+    lanes
+}
+
+#[cfg(not(target_arch = "aarch64"))]
 fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: usize) {
     for (r, a) in acts.iter().enumerate() {
         let mut acc = [[0f32; 8]; PANEL];
@@ -112,13 +129,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
             for c in 0..PANEL {
                 summs[c] = f16_at(blk, 2 * PANEL + 2 * c).mul_add(y.s, summs[c]);
                 let d = y.d * f16_at(blk, 2 * c);
-                for (l, acc) in acc[c].iter_mut().enumerate() {
-                    let mut s = 0i32;
-                    for t in 0..4 {
-                        let byte = blk[QUANTS + 64 * (l % 4) + 4 * c + t];
-                        let q = if l < 4 { byte & 0x0F } else { byte >> 4 };
-                        s += q as i32 * y.qs[4 * l + t] as i32;
-                    }
+                for (acc, s) in acc[c].iter_mut().zip(lane_sums(blk, c, y)) {
                     *acc = d.mul_add(s as f32, *acc);
                 }
             }
@@ -128,6 +139,26 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: u
             let h = [a[4] + a[0], a[5] + a[1], a[6] + a[2], a[7] + a[3]];
             // SAFETY: the caller owns out[r·ldo..r·ldo + 16].
             unsafe { *out.add(r * ldo + c) = ((h[0] + h[2]) + (h[1] + h[3])) + summs[c] };
+        }
+    }
+}
+
+/// aarch64: llama.cpp's NEON order per column (`blocks::PairOrder`, as `quants::dot_q4_1`).
+#[cfg(target_arch = "aarch64")]
+fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act32]], out: *mut f32, ldo: usize) {
+    use crate::kernels::cpu::blocks::{neon_lanes, Mins, PairOrder};
+    for (r, a) in acts.iter().enumerate() {
+        let mut o = [PairOrder::new(Mins::Paired, nb); PANEL];
+        for (b, blk) in panel.chunks_exact(BLOCK_BYTES).take(nb).enumerate() {
+            let y = &a[b];
+            for (c, o) in o.iter_mut().enumerate() {
+                let m = f16_at(blk, 2 * PANEL + 2 * c);
+                o.block(neon_lanes(lane_sums(blk, c, y)), f16_at(blk, 2 * c) * y.d, (m, y.s));
+            }
+        }
+        for (c, o) in o.into_iter().enumerate() {
+            // SAFETY: the caller owns out[r·ldo..r·ldo + 16].
+            unsafe { *out.add(r * ldo + c) = o.finish() };
         }
     }
 }
@@ -223,7 +254,8 @@ unsafe fn tile_avx2(a: &[Act32], panel: &[u8], nb: usize, half: usize, out: *mut
     _mm256_storeu_ps(out, _mm256_add_ps(sum, summs));
 }
 
-/// NEON: as Q8_0's, four columns at a time with 8 lane accumulators and the m·s sum each.
+/// NEON: four columns at a time in llama.cpp's NEON order (`arm::PairOrder4`): lane h of a
+/// block is `sdot(sdot(0, lo, y[4h..]), hi, y[16 + 4h..])`, column by column.
 #[cfg(target_arch = "aarch64")]
 #[inline(always)]
 unsafe fn tile_neon<const R: usize, const DOT: bool>(
@@ -233,39 +265,33 @@ unsafe fn tile_neon<const R: usize, const DOT: bool>(
     out: *mut f32,
     ldo: usize,
 ) {
-    use crate::kernels::cpu::arm::{bcast4, dot4, hsum8_lanes, load_f16x4};
+    use crate::kernels::cpu::arm::{bcast4, dot4, load_f16x4, PairOrder4};
+    use crate::kernels::cpu::blocks::Mins;
     use std::arch::aarch64::*;
     let mask = vdupq_n_u8(0x0F);
     for q in 0..4 {
-        let mut acc = [[vdupq_n_f32(0.0); 8]; R];
-        let mut summs = [vdupq_n_f32(0.0); R];
+        let mut o = [PairOrder4::new(Mins::Paired, nb); R];
         for b in 0..nb {
             let p = panel.as_ptr().add(b * BLOCK_BYTES);
-            let mut ys = [acts[0].get_unchecked(b); R];
-            for r in 1..R {
-                ys[r] = acts[r].get_unchecked(b);
-            }
             let (dw, mw) = (load_f16x4(p.add(8 * q)), load_f16x4(p.add(2 * PANEL + 8 * q)));
-            let mut d = [dw; R];
-            for r in 0..R {
-                summs[r] = vfmaq_f32(summs[r], mw, vdupq_n_f32(ys[r].s));
-                d[r] = vmulq_n_f32(dw, ys[r].d);
-            }
+            let mut lanes = [[vdupq_n_s32(0); 4]; R];
             for h in 0..4 {
                 let raw = vld1q_u8(p.add(QUANTS + 64 * h + 16 * q));
                 let lo = vreinterpretq_s8_u8(vandq_u8(raw, mask));
                 let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw));
                 for r in 0..R {
-                    let qs = ys[r].qs.as_ptr();
-                    let s_lo = dot4::<DOT>(vdupq_n_s32(0), lo, bcast4(qs.add(4 * h)));
-                    let s_hi = dot4::<DOT>(vdupq_n_s32(0), hi, bcast4(qs.add(16 + 4 * h)));
-                    acc[r][h] = vfmaq_f32(acc[r][h], d[r], vcvtq_f32_s32(s_lo));
-                    acc[r][4 + h] = vfmaq_f32(acc[r][4 + h], d[r], vcvtq_f32_s32(s_hi));
+                    let qs = acts[r].get_unchecked(b).qs.as_ptr();
+                    let s = dot4::<DOT>(vdupq_n_s32(0), lo, bcast4(qs.add(4 * h)));
+                    lanes[r][h] = dot4::<DOT>(s, hi, bcast4(qs.add(16 + 4 * h)));
                 }
+            }
+            for r in 0..R {
+                let y = acts[r].get_unchecked(b);
+                o[r].block(lanes[r], vmulq_n_f32(dw, y.d), mw, y.s);
             }
         }
         for r in 0..R {
-            vst1q_f32(out.add(r * ldo + 4 * q), vaddq_f32(hsum8_lanes(&acc[r]), summs[r]));
+            vst1q_f32(out.add(r * ldo + 4 * q), o[r].finish());
         }
     }
 }

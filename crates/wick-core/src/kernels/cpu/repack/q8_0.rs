@@ -7,7 +7,11 @@
 //! of block b gets `acc_l = fma(dw·dy, float(Σ_{t<4} q[4l+t]·y[4l+t]), acc_l)`, then ggml's
 //! 8-lane tree sum. The integer lane sums are exact: with unsigned weights,
 //! `Σ (q+128)·y − 128·Σ y`, the second term precomputed per activation block and lane
-//! (`Act::off`) and used as the `vpdpbusd` accumulator's starting value.
+//! (`Act::off`) and used as the `vpdpbusd` accumulator's starting value. On aarch64 each
+//! output follows ggml's Q8_0 repack there instead (`block_q8_0x4`, armv8.2 dotprod: every Q8_0
+//! weight of 4k rows, a tied output head included): per block the exact Σ of all 32, `dw·dy`,
+//! GEMV rows `fma(float(Σ), d, acc)`, GEMM rows (groups of four) `acc + d·float(Σ)`, as
+//! `quants::dot_q8_0_repacked`; Q5_0 is not packed there (ggml does not repack it on ARM).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -15,9 +19,13 @@ use std::arch::x86_64::*;
 use candle_core::quantized::GgmlDType;
 
 use super::panel::PANEL;
-use super::{every_isa, quantized_tiles, PanelType, TileFn, TileKernels};
+#[cfg(not(target_arch = "aarch64"))]
+use super::quantized_tiles;
+use super::{every_isa, PanelType, TileFn, TileKernels};
 use crate::error::Result;
-use crate::kernels::cpu::blocks::{f16_at, hsum8, u32_at, Q5_0, Q8_0, QK};
+#[cfg(not(target_arch = "aarch64"))]
+use crate::kernels::cpu::blocks::hsum8;
+use crate::kernels::cpu::blocks::{f16_at, u32_at, Q5_0, Q8_0, QK};
 use crate::kernels::cpu::feats::Isa;
 use crate::kernels::cpu::matmul::RowPos;
 use crate::kernels::cpu::q8::{quantize_q8, Act32};
@@ -103,13 +111,31 @@ pub(super) const TYPE: PanelType = PanelType {
     tiles,
 };
 
-/// Q5_0 weights on Q8_0 panels (`q5_0_as_q8_0`): rows come back as Q8_0.
-pub(super) const FROM_Q5_0: PanelType =
-    PanelType { pack: |raw, n, k| pack(&q5_0_as_q8_0(raw), n, k), ..TYPE };
+/// Q5_0 weights on Q8_0 panels (`q5_0_as_q8_0`): rows come back as Q8_0. Not on aarch64,
+/// where Q8_0 panels sum as ggml's Q8_0 repack and Q5_0 (not repacked there) as its row dot.
+pub(super) const FROM_Q5_0: PanelType = PanelType {
+    pack: |raw, n, k| pack(&q5_0_as_q8_0(raw), n, k),
+    packs_on: |_| !cfg!(target_arch = "aarch64"),
+    ..TYPE
+};
 
-/// Activations as q8_0 blocks with their lane offsets, and the tile over them.
-fn tiles(isa: Isa, xs: &[f32], k: usize, _: &[RowPos]) -> Result<Box<TileFn>> {
-    quantized_tiles::<Kernels>(isa, xs, k, quantize)
+/// Activations as q8_0 blocks with their lane offsets, and the tile over them (on aarch64 with
+/// each row's GEMM-or-GEMV flag: ggml's Q8_0 repack there sums the two differently).
+fn tiles(isa: Isa, xs: &[f32], k: usize, rows: &[RowPos]) -> Result<Box<TileFn>> {
+    #[cfg(target_arch = "aarch64")]
+    {
+        let acts = super::quantize_rows(xs, k, quantize);
+        let gemm: Vec<bool> = rows.iter().map(|p| p.in_gemm_group()).collect();
+        Ok(Box::new(move |panel, r0, n_rows, out, ldo| {
+            let a = super::row_slices(&acts[r0..r0 + n_rows]);
+            super::tile::<Kernels>(isa, panel, &a[..n_rows], &gemm[r0..r0 + n_rows], out, ldo)
+        }))
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        let _ = rows;
+        quantized_tiles::<Kernels>(isa, xs, k, quantize)
+    }
 }
 
 /// Q8_0's tile kernels.
@@ -144,28 +170,58 @@ impl TileKernels for Kernels {
         }
     }
 
+    /// Two rows at a time, each with its GEMM-or-GEMV flag.
     #[cfg(target_arch = "aarch64")]
-    neon_in_row_pairs!(Act);
+    #[inline(always)]
+    unsafe fn neon<const DOT: bool>(
+        panel: &[u8],
+        nb: usize,
+        acts: &[&[Act]],
+        gemm: &[bool],
+        out: *mut f32,
+        ldo: usize,
+    ) {
+        crate::kernels::cpu::arm::with_dot::<DOT, _>(
+            #[inline(always)]
+            || {
+                for (i, two) in acts.chunks(2).enumerate() {
+                    let (o, g) = (out.add(2 * i * ldo), &gemm[2 * i..]);
+                    match two.len() {
+                        1 => tile_neon::<1, DOT>([two[0]], [g[0]], panel, nb, o, ldo),
+                        _ => tile_neon::<2, DOT>([two[0], two[1]], [g[0], g[1]], panel, nb, o, ldo),
+                    }
+                }
+            },
+        )
+    }
 
-    fn scalar(panel: &[u8], nb: usize, acts: &[&[Act]], _: &[bool], out: *mut f32, ldo: usize) {
-        tile_scalar(panel, nb, acts, out, ldo)
+    fn scalar(panel: &[u8], nb: usize, acts: &[&[Act]], gemm: &[bool], out: *mut f32, ldo: usize) {
+        tile_scalar(panel, nb, acts, gemm, out, ldo)
     }
 }
 
-fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act]], out: *mut f32, ldo: usize) {
+/// Column `c`'s eight 4-value lane sums of one block (`l`: elements 4l..4l+4).
+#[inline(always)]
+fn lane_sums(blk: &[u8], c: usize, y: &Act32) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for (l, s) in lanes.iter_mut().enumerate() {
+        for t in 0..4 {
+            let q = (blk[QUANTS + 64 * l + 4 * c + t] ^ 0x80) as i8;
+            *s += q as i32 * y.qs[4 * l + t] as i32;
+        }
+    }
+    lanes
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act]], _: &[bool], out: *mut f32, ldo: usize) {
     for (r, a) in acts.iter().enumerate() {
         let mut acc = [[0f32; 8]; PANEL];
         for (b, blk) in panel.chunks_exact(BLOCK_BYTES).take(nb).enumerate() {
             let y = &a[b].a;
             for (c, acc) in acc.iter_mut().enumerate() {
-                let dw = f16_at(blk, 2 * c);
-                let d = dw * y.d;
-                for (l, acc) in acc.iter_mut().enumerate() {
-                    let mut s = 0i32;
-                    for t in 0..4 {
-                        let q = (blk[QUANTS + 64 * l + 4 * c + t] ^ 0x80) as i8;
-                        s += q as i32 * y.qs[4 * l + t] as i32;
-                    }
+                let d = f16_at(blk, 2 * c) * y.d;
+                for (acc, s) in acc.iter_mut().zip(lane_sums(blk, c, y)) {
                     *acc = d.mul_add(s as f32, *acc);
                 }
             }
@@ -173,6 +229,28 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act]], out: *mut f32, ldo: usi
         for (c, lanes) in acc.into_iter().enumerate() {
             // SAFETY: the caller owns out[r·ldo..r·ldo + 16].
             unsafe { *out.add(r * ldo + c) = hsum8(lanes) };
+        }
+    }
+}
+
+/// aarch64: ggml's Q8_0 repack (`block_q8_0x4`) per column, as `quants::dot_q8_0_repacked`:
+/// per block the exact Σ and `d = dw·dy`, GEMV rows `fma(float(Σ), d, acc)`, GEMM rows (`gemm`)
+/// `acc + d·float(Σ)`.
+#[cfg(target_arch = "aarch64")]
+fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act]], gemm: &[bool], out: *mut f32, ldo: usize) {
+    for (r, a) in acts.iter().enumerate() {
+        let mut acc = [0f32; PANEL];
+        for (b, blk) in panel.chunks_exact(BLOCK_BYTES).take(nb).enumerate() {
+            let y = &a[b].a;
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let s = lane_sums(blk, c, y).iter().sum::<i32>() as f32;
+                let d = f16_at(blk, 2 * c) * y.d;
+                *acc = if gemm[r] { *acc + d * s } else { s.mul_add(d, *acc) };
+            }
+        }
+        for (c, v) in acc.into_iter().enumerate() {
+            // SAFETY: the caller owns out[r·ldo..r·ldo + 16].
+            unsafe { *out.add(r * ldo + c) = v };
         }
     }
 }
@@ -263,43 +341,42 @@ unsafe fn tile_avx2(a: &[Act], panel: &[u8], nb: usize, half: usize, out: *mut f
     _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3])));
 }
 
-/// NEON: 8 lane accumulators per column, so four columns (one register each) at a time over the
-/// whole panel, two rows at a time (16 accumulators). The weights get their sign back.
+/// NEON: four columns at a time in ggml's Q8_0 repack order (`tile_scalar`): a block's Σ of
+/// each column from eight `sdot`s, then one fma (GEMV) or a product and an add (GEMM, `gemm[r]`).
+/// The weights get their sign back.
 #[cfg(target_arch = "aarch64")]
 #[inline(always)]
 unsafe fn tile_neon<const R: usize, const DOT: bool>(
     acts: [&[Act]; R],
+    gemm: [bool; R],
     panel: &[u8],
     nb: usize,
     out: *mut f32,
     ldo: usize,
 ) {
-    use crate::kernels::cpu::arm::{bcast4, dot4, hsum8_lanes, load_f16x4};
+    use crate::kernels::cpu::arm::{bcast4, dot4, load_f16x4};
     use std::arch::aarch64::*;
     let flip = vdupq_n_u8(0x80);
     for q in 0..4 {
-        let mut acc = [[vdupq_n_f32(0.0); 8]; R];
+        let mut acc = [vdupq_n_f32(0.0); R];
         for b in 0..nb {
             let p = panel.as_ptr().add(b * BLOCK_BYTES);
-            let mut ys = [&acts[0].get_unchecked(b).a; R];
-            for r in 1..R {
-                ys[r] = &acts[r].get_unchecked(b).a;
-            }
             let dw = load_f16x4(p.add(8 * q));
-            let mut d = [dw; R];
-            for r in 0..R {
-                d[r] = vmulq_n_f32(dw, ys[r].d);
-            }
+            let mut sum = [vdupq_n_s32(0); R];
             for l in 0..8 {
                 let w = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(p.add(QUANTS + 64 * l + 16 * q)), flip));
                 for r in 0..R {
-                    let s = dot4::<DOT>(vdupq_n_s32(0), w, bcast4(ys[r].qs.as_ptr().add(4 * l)));
-                    acc[r][l] = vfmaq_f32(acc[r][l], d[r], vcvtq_f32_s32(s));
+                    sum[r] =
+                        dot4::<DOT>(sum[r], w, bcast4(acts[r].get_unchecked(b).a.qs.as_ptr().add(4 * l)));
                 }
+            }
+            for r in 0..R {
+                let (s, d) = (vcvtq_f32_s32(sum[r]), vmulq_n_f32(dw, acts[r].get_unchecked(b).a.d));
+                acc[r] = if gemm[r] { vaddq_f32(acc[r], vmulq_f32(d, s)) } else { vfmaq_f32(acc[r], s, d) };
             }
         }
         for r in 0..R {
-            vst1q_f32(out.add(r * ldo + 4 * q), hsum8_lanes(&acc[r]));
+            vst1q_f32(out.add(r * ldo + 4 * q), acc[r]);
         }
     }
 }
