@@ -11,9 +11,8 @@ import path from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
 import test from "ava";
 import { Engine } from "../ts/engine/index.ts";
-import { ModelRegistry } from "../ts/service/registry.ts";
 import { fixture, fixturesDir, needs } from "./helpers/assets.ts";
-import { postJson, startServer, type RunningServer } from "./helpers/server.ts";
+import { loadModels, postJson, startServer, type RunningServer } from "./helpers/server.ts";
 
 const NAMES = ["plain-answer", "json-call", "pythonic-call"] as const;
 type Script = (typeof NAMES)[number] | "thinking";
@@ -27,26 +26,21 @@ const KEY = "sk-ant-test-key";
 let server: RunningServer;
 let keyed: RunningServer;
 let client: Anthropic;
-const engines: Engine[] = [];
-const registry = new ModelRegistry();
+let models: Awaited<ReturnType<typeof loadModels>> | undefined;
+const registry = () => models!.registry;
 
 test.before(async () => {
   if (!need.path) return;
   const names: Script[] = [...NAMES, ...(needThinking.path ? (["thinking"] as const) : [])];
-  for (const s of names) {
-    const modelPath = path.join(fixturesDir, file(s));
-    const engine = await Engine.load({ modelPath, contextSize: 1024, maxSequences: 4 });
-    engines.push(engine);
-    registry.add(engine, { path: modelPath, id: s });
-  }
-  server = await startServer({ registry });
-  keyed = await startServer({ registry, apiKey: KEY });
+  models = await loadModels(Object.fromEntries(names.map((s) => [s, path.join(fixturesDir, file(s))])));
+  server = await startServer({ registry: registry() });
+  keyed = await startServer({ registry: registry(), apiKey: KEY });
   client = anthropic(server.url);
 });
 test.after.always(async () => {
   await server?.close();
   await keyed?.close();
-  await Promise.all(engines.map((e) => e.unload()));
+  await models?.unload();
 });
 
 function anthropic(url: string, auth: { apiKey?: string | null; authToken?: string | null } = { apiKey: "unused" }): Anthropic {
@@ -150,7 +144,7 @@ t_("the tool_result follow-up renders as LFM2's template has it, and count_token
     "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n" +
     '<|im_start|>assistant\n<|tool_call_start|>[get_weather(city="Paris", days=3)]<|tool_call_end|><|im_end|>\n' +
     '<|im_start|>tool\n<|tool_response_start|>{"temp": 21, "sky": "sunny"}<|tool_response_end|><|im_end|>\n<|im_start|>assistant\n';
-  const ids = registry.get("plain-answer")!.engine.tokenize(expected, { addSpecial: false, parseSpecial: true });
+  const ids = registry().get("plain-answer")!.engine.tokenize(expected, { addSpecial: false, parseSpecial: true });
   t.is(whole.usage.input_tokens, ids.length);
   const counted = await client.messages.countTokens({ model: "plain-answer", messages, tools: [weather], system: [{ type: "text", text: "Be brief." }] });
   t.deepEqual(counted, { input_tokens: whole.usage.input_tokens });
@@ -261,7 +255,7 @@ needTiny.serial("an engine failure mid-stream is an `error` event in Anthropic's
   // Random weights: it talks until max_tokens, long enough to be cut off.
   const modelPath = needTiny.path!;
   const engine = await Engine.load({ modelPath, contextSize: 1024, maxSequences: 1 });
-  registry.add(engine, { path: modelPath, id: "doomed" });
+  registry().add(engine, { path: modelPath, id: "doomed" });
   const stream = client.messages.stream({ model: "doomed", max_tokens: 500, messages: ask });
   let seen = 0;
   let unloading: Promise<void> | undefined;

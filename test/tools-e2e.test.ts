@@ -10,10 +10,8 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import test from "ava";
 import type OpenAI from "openai";
-import { Engine } from "../ts/engine/index.ts";
-import { ModelRegistry } from "../ts/service/registry.ts";
 import { fixture, fixturesDir, needs } from "./helpers/assets.ts";
-import { openaiClient, postJson, startServer, type RunningServer } from "./helpers/server.ts";
+import { loadModels, openaiClient, postJson, startServer, type RunningServer } from "./helpers/server.ts";
 
 const NAMES = ["pythonic-call", "json-call", "text-two-calls", "plain-answer", "control-leak"] as const;
 type Script = (typeof NAMES)[number];
@@ -23,23 +21,18 @@ const { test: t_, serial } = need;
 
 let server: RunningServer;
 let client: OpenAI;
-const engines: Engine[] = [];
-const registry = new ModelRegistry();
+let models: Awaited<ReturnType<typeof loadModels>> | undefined;
+const registry = () => models!.registry;
 
 test.before(async () => {
   if (!need.path) return;
-  for (const s of NAMES) {
-    const modelPath = path.join(fixturesDir, file(s));
-    const engine = await Engine.load({ modelPath, contextSize: 1024, maxSequences: 4 });
-    engines.push(engine);
-    registry.add(engine, { path: modelPath, id: s });
-  }
-  server = await startServer({ registry });
+  models = await loadModels(Object.fromEntries(NAMES.map((s) => [s, path.join(fixturesDir, file(s))])));
+  server = await startServer({ registry: registry() });
   client = openaiClient(server.url);
 });
 test.after.always(async () => {
   await server?.close();
-  await Promise.all(engines.map((e) => e.unload()));
+  await models?.unload();
 });
 
 const weather = {
@@ -200,7 +193,7 @@ t_("a follow-up turn: the assistant's call and the tool's result render as LFM2'
     "]<|tool_list_end|><|im_end|>\n<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n" +
     '<|im_start|>assistant\n<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|><|im_end|>\n' +
     '<|im_start|>tool\n<|tool_response_start|>{"temp": 21, "sky": "sunny"}<|tool_response_end|><|im_end|>\n<|im_start|>assistant\n';
-  const ids = registry.get("plain-answer")!.engine.tokenize(expected, { addSpecial: false, parseSpecial: true });
+  const ids = registry().get("plain-answer")!.engine.tokenize(expected, { addSpecial: false, parseSpecial: true });
   t.is(r.usage!.prompt_tokens, ids.length);
 });
 

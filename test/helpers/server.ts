@@ -78,6 +78,21 @@ export function serveModel(modelPath: string | null, options: Partial<LoadOption
   return served;
 }
 
+/**
+ * Loads models into one registry, each served under its id (`{id: path}`), for tests that talk
+ * to several fixtures through one server; `unload` frees them all.
+ */
+export async function loadModels(paths: Record<string, string>, options: Partial<LoadOptions> = {}): Promise<{ registry: ModelRegistry; unload(): Promise<void> }> {
+  const registry = new ModelRegistry();
+  const engines: Engine[] = [];
+  for (const [id, modelPath] of Object.entries(paths)) {
+    const engine = await Engine.load({ contextSize: 1024, maxSequences: 4, ...options, modelPath });
+    engines.push(engine);
+    registry.add(engine, { path: modelPath, id });
+  }
+  return { registry, unload: async () => void (await Promise.all(engines.map((e) => e.unload()))) };
+}
+
 /** A loopback port free right now, for a server started in a child process. */
 export async function freePort(): Promise<number> {
   const s = createServer().listen(0, "127.0.0.1");
