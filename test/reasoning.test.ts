@@ -122,6 +122,7 @@ t_("OpenAI chat: thinking in message.reasoning_content, the answer in content", 
   t.is(message.content, ANSWER);
   t.is(r.choices[0].finish_reason, "stop");
   t.is(r.usage!.completion_tokens, 14, "13 script tokens and EOS");
+  t.is(r.usage!.completion_tokens_details?.reasoning_tokens, 7, "<think>, five thought tokens, </think>");
 });
 
 t_("OpenAI chat streamed: reasoning_content deltas first, then content; they concatenate to the whole answer", async (t) => {

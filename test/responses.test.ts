@@ -268,6 +268,7 @@ thinking.test("a thinking model: a reasoning item with the thought, then the ans
   t.regex(reasoning.id, /^rs_/);
   t.is(itemText(reasoning).trim(), m![1].trim());
   t.is(r.output_text, m![2].trim());
+  t.is(r.usage!.output_tokens_details.reasoning_tokens, 7, "<think>, five thought tokens, </think>");
 });
 
 vision.test("an input_image part reaches the image path: the same prompt and answer as chat's image_url", async (t) => {

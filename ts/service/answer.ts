@@ -24,7 +24,17 @@ export type AnswerEvent =
    */
   | { type: "delta"; index: number; content: string; reasoning: string; calls: OutputCall[]; logprobs: TokenLogprobs[] }
   /** The choice's end; `logprobs` of tokens whose text never settled, `tokens` every id it generated. */
-  | { type: "done"; index: number; finishReason: FinishReason; usage: DoneEvent["usage"]; timings: DoneEvent["timings"]; logprobs: TokenLogprobs[]; tokens: number[] };
+  | {
+      type: "done";
+      index: number;
+      finishReason: FinishReason;
+      usage: DoneEvent["usage"];
+      timings: DoneEvent["timings"];
+      logprobs: TokenLogprobs[];
+      tokens: number[];
+      /** Generated tokens that were thinking: those the think block opened, held or closed with. */
+      reasoningTokens: number;
+    };
 
 export type DeltaEvent = Extract<AnswerEvent, { type: "delta" }>;
 export type AnswerDone = Extract<AnswerEvent, { type: "done" }>;
@@ -63,8 +73,14 @@ class ChoiceOutput {
     this.tools = new ToolOutput(tools);
   }
 
-  push(text: string): ChoiceDelta {
+  /** Tokens counted as thinking so far. */
+  reasoningTokens = 0;
+
+  /** `tokens`: how many generated tokens wrote `text`. */
+  push(text: string, tokens: number): ChoiceDelta {
+    const before = this.split?.thinking ?? false;
     const s: SplitDelta = this.split ? this.split.push(text) : { reasoning: "", content: text };
+    if (before || this.split?.thinking) this.reasoningTokens += tokens;
     return { reasoning: s.reasoning, ...this.tools.push(s.content) };
   }
 
@@ -89,12 +105,13 @@ async function* answerEvents(choices: AsyncIterable<ChoiceEvent>, jobs: Job[], t
     if (event.type === "token") {
       tokens[index].push(...event.ids);
       if (event.logprobs) held[index].push(...event.logprobs);
-      if (event.text) yield* delta(index, out.push(event.text));
+      if (event.text) yield* delta(index, out.push(event.text, event.ids.length));
       continue;
     }
     yield* delta(index, out.finish(event.finishReason === "length"));
     const { usage, timings } = event;
-    yield { type: "done", index, finishReason: finishOf(event.finishReason, out.tools.called), usage, timings, logprobs: held[index].splice(0), tokens: tokens[index] };
+    const finishReason = finishOf(event.finishReason, out.tools.called);
+    yield { type: "done", index, finishReason, usage, timings, logprobs: held[index].splice(0), tokens: tokens[index], reasoningTokens: out.reasoningTokens };
   }
 }
 

@@ -122,13 +122,16 @@ async function* drain(pending: Map<number, Promise<Pulled>>, pull: (index: numbe
 export class UsageTotals {
   private readonly prompts = new Map<number, { promptTokens: number; cachedTokens: number }>();
   private completion = 0;
+  /** Of the completion tokens, those that were thinking (answer events count them). */
+  reasoning = 0;
 
   constructor(private readonly jobs: Job[]) {}
 
-  add(index: number, done: Pick<DoneEvent, "usage">): void {
+  add(index: number, done: Pick<DoneEvent, "usage"> & { reasoningTokens?: number }): void {
     const p = this.jobs[index].promptIndex;
     if (!this.prompts.has(p)) this.prompts.set(p, { promptTokens: done.usage.promptTokens, cachedTokens: done.usage.cachedTokens });
     this.completion += done.usage.completionTokens;
+    this.reasoning += done.reasoningTokens ?? 0;
   }
 
   toOpenAI() {
@@ -143,6 +146,8 @@ export class UsageTotals {
       completion_tokens: this.completion,
       total_tokens: prompt + this.completion,
       prompt_tokens_details: { cached_tokens: cached },
+      // OpenAI's field; sent when the model thought, so other answers keep their usual shape.
+      ...(this.reasoning ? { completion_tokens_details: { reasoning_tokens: this.reasoning } } : {}),
     };
   }
 }

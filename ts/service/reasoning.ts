@@ -41,6 +41,11 @@ export class ReasoningSplit {
     this.trimLeading = inside;
   }
 
+  /** Inside the think block (its open marker seen, its close not yet). */
+  get thinking(): boolean {
+    return this.state === "thinking";
+  }
+
   push(text: string): SplitDelta {
     const out: SplitDelta = { reasoning: "", content: "" };
     this.buf += text;

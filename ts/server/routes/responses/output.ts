@@ -105,7 +105,7 @@ export class ResponseBuilder {
       input_tokens: promptTokens,
       input_tokens_details: { cached_tokens: cachedTokens },
       output_tokens: completionTokens,
-      output_tokens_details: { reasoning_tokens: 0 },
+      output_tokens_details: { reasoning_tokens: ev.reasoningTokens },
       total_tokens: promptTokens + completionTokens,
     };
     frames.push(this.frame(length ? "response.incomplete" : "response.completed", { response: this.response() }));
