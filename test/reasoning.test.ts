@@ -241,3 +241,18 @@ t_("Anthropic thinking.budget_tokens is the request's own budget", async (t) => 
     ],
   );
 });
+
+t_("/apply-template and /tokenize render the prompt chat would, thinking switch included", async (t) => {
+  const body = { model: "thinking-go", messages: ask };
+  const on = await postJson(`${server.url}/apply-template`, body);
+  const off = await postJson(`${server.url}/apply-template`, { ...body, chat_template_kwargs: { enable_thinking: false } });
+  const offEffort = await postJson(`${server.url}/apply-template`, { ...body, reasoning_effort: "none" });
+  t.is(on.status, 200, on.text);
+  const prompt = (r: typeof on) => (r.json as { prompt: string }).prompt;
+  t.false(prompt(on).includes("</think>"));
+  t.true(prompt(off).endsWith("<think>\n\n</think>\n\n"), JSON.stringify(prompt(off)));
+  t.is(prompt(offEffort), prompt(off));
+  const tokens = await postJson(`${server.url}/tokenize`, { ...body, chat_template_kwargs: { enable_thinking: false } });
+  const chatOff = await chat(client, "thinking-go", { chat_template_kwargs: { enable_thinking: false }, max_tokens: 1 });
+  t.is((tokens.json as { count: number }).count, chatOff.usage!.prompt_tokens);
+});

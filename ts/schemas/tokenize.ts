@@ -12,7 +12,13 @@ import { z } from "zod";
 import { chatCompletionRequest } from "./chat.ts";
 
 const tokenIds = z.array(z.number().int().min(0));
-const chat = { messages: chatCompletionRequest.shape.messages, tools: chatCompletionRequest.shape.tools };
+const chat = {
+  messages: chatCompletionRequest.shape.messages,
+  tools: chatCompletionRequest.shape.tools,
+  // Thinking on or off renders a different prompt: the same fields as chat completions.
+  reasoning_effort: chatCompletionRequest.shape.reasoning_effort,
+  chat_template_kwargs: chatCompletionRequest.shape.chat_template_kwargs,
+};
 
 export const tokenizeRequest = z.object({
   model: z.string().nullish(),
@@ -26,6 +32,8 @@ export const tokenizeRequest = z.object({
   /** vLLM's chat to render with the model's template, then tokenize. */
   messages: chat.messages.nullish(),
   tools: chat.tools,
+  reasoning_effort: chat.reasoning_effort,
+  chat_template_kwargs: chat.chat_template_kwargs,
   add_special_tokens: z.boolean().nullish(),
   return_token_strs: z.boolean().nullish(),
 });

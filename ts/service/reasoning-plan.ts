@@ -103,6 +103,11 @@ export function ollamaThink(think: boolean | string | null | undefined): ThinkRe
   return typeof think === "boolean" ? { enabled: think } : { enabled: true, effort: think };
 }
 
+/** OpenAI chat's fields: `chat_template_kwargs.enable_thinking` (vLLM, llama-server) wins over `reasoning_effort`. */
+export function chatThink(enable: boolean | null | undefined, effort: string | null | undefined): ThinkRequest | undefined {
+  return typeof enable === "boolean" ? { enabled: enable } : effortThink(effort);
+}
+
 /** OpenAI's `reasoning_effort` (and Responses' `reasoning.effort`): "none" turns thinking off. */
 export function effortThink(effort: string | null | undefined): ThinkRequest | undefined {
   if (effort == null) return undefined;

@@ -8,6 +8,7 @@ import { inspectModel } from "../engine/index.ts";
 import type { ChatMessage } from "../schemas/chat.ts";
 import { RequestError } from "./errors.ts";
 import { chatPromptText, chatPromptTokens } from "./prompt.ts";
+import { chatThink } from "./reasoning-plan.ts";
 import type { ServedModel } from "./registry.ts";
 
 export interface TokenizeOptions {
@@ -55,14 +56,18 @@ export function detokenizeIds(model: ServedModel, ids: number[], param = "tokens
 export interface ChatInput {
   messages: ChatMessage[];
   tools?: unknown[] | null;
+  reasoning_effort?: string | null;
+  chat_template_kwargs?: { enable_thinking?: boolean | null } | null;
 }
+
+const promptOptions = (input: ChatInput) => ({ tools: input.tools, think: chatThink(input.chat_template_kwargs?.enable_thinking, input.reasoning_effort) });
 
 /** The prompt text chat renders for these messages (the Modelfile's SYSTEM and MESSAGEs, tools, the generation prompt). */
 export function chatPromptOf(model: ServedModel, input: ChatInput): string {
-  return chatPromptText(model, input.messages, { tools: input.tools });
+  return chatPromptText(model, input.messages, promptOptions(input));
 }
 
 /** The prompt tokens chat counts for these messages (exactly one BOS, as llama.cpp). */
 export function chatTokensOf(model: ServedModel, input: ChatInput): number[] {
-  return chatPromptTokens(model, input.messages, { tools: input.tools });
+  return chatPromptTokens(model, input.messages, promptOptions(input));
 }

@@ -12,7 +12,7 @@ import { UsageTotals } from "../../../service/generation.ts";
 import { planChat } from "../../../service/chat.ts";
 import { responseFormatGrammar } from "../../../service/response-format.ts";
 import { withOpenAIDefaults } from "../../../service/profile.ts";
-import { effortThink, type ThinkRequest } from "../../../service/reasoning-plan.ts";
+import { chatThink } from "../../../service/reasoning-plan.ts";
 import { samplingOptions } from "../../../service/sampling.ts";
 import type { OutputCall } from "../../../service/tools/output.ts";
 import { SSE, sendStream } from "../../stream.ts";
@@ -63,10 +63,6 @@ export function chatRoutes(router: Router, { models, log, images }: RouteDeps): 
 }
 
 /** `chat_template_kwargs.enable_thinking` wins over `reasoning_effort` (it names the template's own switch). */
-function chatThink(enable: boolean | null | undefined, effort: string | null | undefined): ThinkRequest | undefined {
-  return typeof enable === "boolean" ? { enabled: enable } : effortThink(effort);
-}
-
 function openaiCall(c: OutputCall) {
   return { id: c.id, type: "function" as const, function: { name: c.name, arguments: c.arguments } };
 }

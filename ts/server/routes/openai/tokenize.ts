@@ -41,7 +41,7 @@ function llamaTokenize(model: ServedModel, req: TokenizeRequest, content: string
 /** vLLM: a prompt gets the tokenizer's specials by default; a chat is the prompt chat would send. */
 async function vllmTokenize(model: ServedModel, req: TokenizeRequest) {
   let tokens: number[];
-  if (req.messages) tokens = chatTokensOf(model, { messages: req.messages, tools: req.tools });
+  if (req.messages) tokens = chatTokensOf(model, { ...req, messages: req.messages });
   else if (req.prompt != null) tokens = tokenizeText(model, req.prompt, { addSpecial: req.add_special_tokens ?? true, parseSpecial: true });
   else throw new RequestError("INVALID_REQUEST", "Say what to tokenize: 'content' (llama-server), 'prompt' or 'messages' (vLLM).", "content", "missing_required_parameter");
   const out = { count: tokens.length, max_model_len: model.info.contextSize, tokens };
