@@ -64,6 +64,11 @@ export class Engine {
     return this.inner.detokenize(ids, opts.skipSpecial ?? false);
   }
 
+  /** Each token's bytes as it renders alone (a byte of a longer character stays that byte). */
+  tokenBytes(ids: number[]): Uint8Array[] {
+    return this.inner.tokenBytes(ids);
+  }
+
   tokenId(text: string): number | null {
     return this.inner.tokenId(text);
   }

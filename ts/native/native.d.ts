@@ -29,6 +29,11 @@ export declare class Engine {
   tokenize(text: string, addSpecial?: boolean | undefined | null, parseSpecial?: boolean | undefined | null): Array<number>
   /** Ids outside the vocabulary render as nothing (`Tokenizer::decode` checks them). */
   detokenize(ids: Array<number>, skipSpecial?: boolean | undefined | null): string
+  /**
+   * Each token's bytes as it renders alone (a byte of a longer character stays a byte, where
+   * `detokenize` would give U+FFFD); ids outside the vocabulary give no bytes.
+   */
+  tokenBytes(ids: Array<number>): Array<Buffer>
   /** Exact vocabulary lookup of a token's text (e.g. a template's special tokens). */
   tokenId(text: string): number | null
   /**

@@ -22,12 +22,17 @@ export function tokenizeText(model: ServedModel, text: string, opts: TokenizeOpt
   return model.engine.tokenize(text, opts);
 }
 
-/**
- * Each id with its text. A piece that is not whole UTF-8 on its own (a byte of a longer
- * character) reads as U+FFFD: the binding gives token text, not token bytes.
- */
-export function tokenPieces(model: ServedModel, ids: number[]): { id: number; piece: string }[] {
-  return ids.map((id) => ({ id, piece: model.engine.detokenize([id]) }));
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+/** Each id with its text, or its bytes when they are not whole UTF-8 on their own (llama-server's `with_pieces`). */
+export function tokenPieces(model: ServedModel, ids: number[]): { id: number; piece: string | number[] }[] {
+  return model.engine.tokenBytes(ids).map((bytes, i) => {
+    try {
+      return { id: ids[i], piece: utf8.decode(bytes) };
+    } catch {
+      return { id: ids[i], piece: [...bytes] };
+    }
+  });
 }
 
 const vocabularies = new WeakMap<ServedModel, Promise<unknown>>();

@@ -10,7 +10,7 @@ mod js_objects;
 
 use std::sync::Arc;
 
-use napi::bindgen_prelude::AsyncBlock;
+use napi::bindgen_prelude::{AsyncBlock, Buffer};
 use napi::Env;
 use tokio::sync::Mutex;
 use wick_core::request::EventReceiver;
@@ -86,6 +86,15 @@ impl Engine {
     #[napi(catch_unwind)]
     pub fn detokenize(&self, ids: Vec<u32>, skip_special: Option<bool>) -> Result<String> {
         guarded("detokenize", || Ok(self.inner.tokenizer().decode(&ids, skip_special.unwrap_or(false))))
+    }
+
+    /// Each token's bytes as it renders alone (a byte of a longer character stays a byte, where
+    /// `detokenize` would give U+FFFD); ids outside the vocabulary give no bytes.
+    #[napi(catch_unwind)]
+    pub fn token_bytes(&self, ids: Vec<u32>) -> Result<Vec<Buffer>> {
+        guarded("tokenBytes", || {
+            Ok(ids.iter().map(|&id| self.inner.tokenizer().token_bytes(id).into()).collect())
+        })
     }
 
     /// Exact vocabulary lookup of a token's text (e.g. a template's special tokens).
