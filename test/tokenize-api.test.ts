@@ -43,7 +43,10 @@ need.test("llama-server /tokenize: the engine's tokens (special text parsed, no 
   const bytes = entries.flatMap((e) => (typeof e.piece === "string" ? [...Buffer.from(e.piece)] : e.piece));
   t.is(Buffer.from(bytes).toString(), TEXT);
   t.true(entries.every((e) => typeof e.piece !== "string" || !e.piece.includes("\uFFFD")));
-  t.true(entries.some((e) => Array.isArray(e.piece)), "this vocabulary splits ü and 日 into byte tokens");
+  t.true(
+    entries.some((e) => Array.isArray(e.piece)),
+    "this vocabulary splits ü and 日 into byte tokens",
+  );
 
   const back = await post("/detokenize", { tokens: expected });
   t.is(back.status, 200);
