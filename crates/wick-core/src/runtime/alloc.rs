@@ -2,6 +2,11 @@
 //! FFN activations are large blocks; with glibc's defaults such blocks are mapped fresh and
 //! freed back to the kernel, so each step pays page faults and page clearing for them.
 //! Keeping freed memory in the process makes later steps reuse it.
+//!
+//! The scheduler runs on its own thread, so its blocks live in a thread arena, whose 64 MiB heaps
+//! glibc unmaps as soon as one is wholly free — whatever the trim threshold — and maps again on
+//! the next step: Gemma 3 270M's 512-token prefill took ~27k page faults a run so (`perf stat`),
+//! 10 % of its time at one thread. A 64 MiB top pad keeps a freed heap for the next step.
 
 /// Raises glibc's mmap and trim thresholds once per process (no-op elsewhere).
 pub fn keep_freed_memory() {
@@ -13,12 +18,14 @@ pub fn keep_freed_memory() {
                 fn mallopt(param: i32, value: i32) -> i32;
             }
             const M_TRIM_THRESHOLD: i32 = -1;
+            const M_TOP_PAD: i32 = -2;
             const M_MMAP_THRESHOLD: i32 = -3;
             // SAFETY: mallopt only changes allocator parameters; 32 MiB is glibc's maximum
-            // mmap threshold on 64-bit targets.
+            // mmap threshold on 64-bit targets, 64 MiB its thread-arena heap size.
             unsafe {
                 mallopt(M_MMAP_THRESHOLD, 32 << 20);
                 mallopt(M_TRIM_THRESHOLD, 512 << 20);
+                mallopt(M_TOP_PAD, 64 << 20);
             }
         });
     }
