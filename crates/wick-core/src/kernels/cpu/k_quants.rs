@@ -216,7 +216,8 @@ fn dot_q5k_ref(w: &[u8], a: &[Act256]) -> f32 {
 
 /// Q4_K·q8_K. The 8x8 GEMV (`per_pair == false`) folds a whole 256-value block into one
 /// fma; the 8x8 GEMM that ggml uses for rows in groups of four folds every pair of 32-value
-/// sub-blocks, so the two round differently.
+/// sub-blocks, so the two round differently. On aarch64 ggml's 8x4 repack (GEMV and GEMM
+/// alike) folds every pair by fma and subtracts the block's `float(Σ mins)·(dmin·dy)` once.
 pub fn dot_q4k(w: &[u8], a: &[Act256], per_pair: bool) -> f32 {
     let simd = has_avx2_fma();
     let (mut acc, mut acc_min) = (0f32, 0f32);
@@ -243,13 +244,19 @@ pub fn dot_q4k(w: &[u8], a: &[Act256], per_pair: bool) -> f32 {
             };
             isum += s * dot;
             imin += m * y.sums[j];
-            if per_pair && j % 2 == 1 {
+            if cfg!(target_arch = "aarch64") && j % 2 == 1 {
+                // ggml's aarch64 8x4 repack: each pair by fma, the block's mins subtracted once.
+                acc = (isum as f32).mul_add(d * y.d, acc);
+                isum = 0;
+            } else if per_pair && j % 2 == 1 {
                 acc = (isum as f32).mul_add(d * y.d, acc);
                 acc_min = (imin as f32).mul_add(dmin * y.d, acc_min);
                 (isum, imin) = (0, 0);
             }
         }
-        if !per_pair {
+        if cfg!(target_arch = "aarch64") {
+            acc -= imin as f32 * (dmin * y.d);
+        } else if !per_pair {
             acc = (isum as f32).mul_add(d * y.d, acc);
             acc_min = (imin as f32).mul_add(dmin * y.d, acc_min);
         }

@@ -195,6 +195,9 @@ impl TileKernels for Kernels {
 
 /// The float steps shared by every instruction set, on one column's integer sums (each
 /// argument is one of the sums or scales ggml folds there; a struct would only rename them).
+/// x86 (ggml's 8x8 repack): GEMM rows (`pair`) fold each sub-block pair, GEMV rows the block,
+/// the mins into their own sum by fma. aarch64 (ggml's 8x4 repack, GEMV and GEMM alike): each
+/// pair by fma into `acc`, then `acc − float(Σ mins)·(dmin·dy)` per block (`acc_min` stays 0).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn fold(
@@ -207,7 +210,12 @@ fn fold(
     acc: &mut f32,
     acc_min: &mut f32,
 ) {
-    if pair {
+    if cfg!(target_arch = "aarch64") {
+        for s in isum {
+            *acc = (s as f32).mul_add(d * dy, *acc);
+        }
+        *acc -= imin.iter().sum::<i32>() as f32 * (dmin * dy);
+    } else if pair {
         for p in 0..4 {
             *acc = (isum[p] as f32).mul_add(d * dy, *acc);
             *acc_min = (imin[p] as f32).mul_add(dmin * dy, *acc_min);

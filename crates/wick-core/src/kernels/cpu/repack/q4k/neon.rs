@@ -5,14 +5,14 @@ use std::arch::aarch64::*;
 use super::{mins_at, quants_at, scale_at, BLOCK_BYTES, PANEL};
 use crate::kernels::cpu::q8::Act256;
 
-/// NEON: four columns (one register) at a time over the whole panel, two rows at a time. A GEMM
-/// row folds each sub-block pair into its float sums as it goes; a GEMV row keeps the block's
-/// integer totals and folds them once. `pair_dots(block, p, q, rows)` gives each row's exact
+/// NEON: four columns (one register) at a time over the whole panel, two rows at a time, in the
+/// order of ggml's aarch64 Q4_K repack (`block_q4_Kx8`, 8x4 with dotprod; `super::fold`): every
+/// row, GEMV or GEMM, folds each sub-block pair's sum by fma and subtracts the block's mins once. `pair_dots(block, p, q, rows)` gives each row's exact
 /// `Σ q·y` of sub-blocks 2p (even) and 2p+1 (odd) for columns 4q..4q+4.
 #[inline(always)]
 unsafe fn tile_quads<const R: usize>(
     acts: [&[Act256]; R],
-    pairs: &[bool],
+    _pairs: &[bool],
     panel: &[u8],
     nb: usize,
     out: *mut f32,
@@ -23,7 +23,6 @@ unsafe fn tile_quads<const R: usize>(
     let zero = vdupq_n_s32(0);
     for q in 0..4 {
         let mut acc = [vdupq_n_f32(0.0); R];
-        let mut acc_min = [vdupq_n_f32(0.0); R];
         for b in 0..nb {
             let blk = panel.as_ptr().add(b * BLOCK_BYTES);
             let mut ys = [acts[0].get_unchecked(b); R];
@@ -36,7 +35,7 @@ unsafe fn tile_quads<const R: usize>(
                 dd[r] = vmulq_n_f32(d, ys[r].d);
                 dm[r] = vmulq_n_f32(dmin, ys[r].d);
             }
-            let (mut is_tot, mut im_tot) = ([zero; R], [zero; R]);
+            let mut im_tot = [zero; R];
             for p in 0..4 {
                 let [even, odd] = pair_dots(blk, p, q, &ys);
                 let (s0, s1) = (
@@ -50,24 +49,18 @@ unsafe fn tile_quads<const R: usize>(
                     let isum = vmlaq_s32(vmulq_s32(s0, even[r]), s1, odd[r]);
                     let sums = &ys[r].sums;
                     let imin = vmlaq_n_s32(vmulq_n_s32(m0, sums[2 * p]), m1, sums[2 * p + 1]);
-                    if *pairs.get_unchecked(r) {
-                        acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(isum), dd[r]);
-                        acc_min[r] = vfmaq_f32(acc_min[r], vcvtq_f32_s32(imin), dm[r]);
-                    } else {
-                        is_tot[r] = vaddq_s32(is_tot[r], isum);
-                        im_tot[r] = vaddq_s32(im_tot[r], imin);
-                    }
+                    // ggml's 8x4 GEMV and GEMM alike: each pair folded by fma, the mins summed.
+                    acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(isum), dd[r]);
+                    im_tot[r] = vaddq_s32(im_tot[r], imin);
                 }
             }
             for r in 0..R {
-                if !*pairs.get_unchecked(r) {
-                    acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(is_tot[r]), dd[r]);
-                    acc_min[r] = vfmaq_f32(acc_min[r], vcvtq_f32_s32(im_tot[r]), dm[r]);
-                }
+                // `acc − float(Σ mins)·(dmin·dy)`: a rounded product, then the subtraction.
+                acc[r] = vsubq_f32(acc[r], vmulq_f32(vcvtq_f32_s32(im_tot[r]), dm[r]));
             }
         }
         for r in 0..R {
-            vst1q_f32(out.add(r * ldo + 4 * q), vsubq_f32(acc[r], acc_min[r]));
+            vst1q_f32(out.add(r * ldo + 4 * q), acc[r]);
         }
     }
 }
