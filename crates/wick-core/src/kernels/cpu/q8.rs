@@ -1,6 +1,7 @@
 //! Activation rows quantized the way ggml's x86 backend does before its integer dot products:
 //! q8_0 / q8_1 (blocks of 32) and q8_K (blocks of 256); on aarch64 as its NEON backend does
-//! (q8_0 / q8_1 scaled by `1 / d`: `inverse_scale`). Every quantized-weight kernel reads
+//! (q8_0 / q8_1 scaled by `1 / d`: `inverse_scale`; q8_K rounding the exact products:
+//! `q8k_round`). Every quantized-weight kernel reads
 //! these, so a row is quantized once per matmul whatever the weight layout.
 
 use half::f16;
@@ -106,6 +107,19 @@ fn q8_block(b: &[f32]) -> Act32 {
     Act32 { d: f16::from_f32(d).to_f32(), s: f16::from_f32(d * sum as f32).to_f32(), qs, qsum: sum }
 }
 
+/// A q8_K value `iscale·v` rounded to nearest even. ggml's x86 build rounds the f32 product;
+/// its aarch64 build rounds the exact one: `quantize_row_q8_K_ref`'s `nearest_int(iscale·x)`
+/// (`x + 1.5·2²³`, then the low mantissa bits) is contracted there into one
+/// `fma(iscale, x, 1.5·2²³)`, as in ggml's `quantize_mat_q8_K` for its repacked GEMMs.
+#[inline(always)]
+fn q8k_round(iscale: f32, v: f32) -> i32 {
+    if cfg!(target_arch = "aarch64") {
+        (iscale.mul_add(v, 12_582_912.0).to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
+    } else {
+        (iscale * v).round_ties_even() as i32
+    }
+}
+
 /// One q8_K block (portable).
 fn q8k_block(b: &[f32]) -> Act256 {
     let (mut amax, mut max) = (0f32, 0f32);
@@ -121,7 +135,7 @@ fn q8k_block(b: &[f32]) -> Act256 {
     }
     let iscale = -127.0 / max;
     for (q, &v) in qs.iter_mut().zip(b) {
-        *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+        *q = q8k_round(iscale, v).min(127) as i8;
     }
     let mut sums = [0i32; 8];
     for (j, s) in sums.iter_mut().enumerate() {
@@ -249,6 +263,19 @@ mod neon {
         std::array::from_fn(|i| unsafe { vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(b.as_ptr().add(4 * i)), s)) })
     }
 
+    /// Sixteen values at `b` times `s`, the exact products rounded half to even (`q8k_round`:
+    /// `fma(s, v, 1.5·2²³) − 1.5·2²³` is that integer, exactly).
+    #[inline(always)]
+    fn scaled_exact(b: &[f32], s: f32) -> [int32x4_t; 4] {
+        debug_assert!(b.len() >= 16);
+        // SAFETY: NEON is baseline; `b` holds 16 values.
+        std::array::from_fn(|i| unsafe {
+            let magic = vdupq_n_f32(12_582_912.0);
+            let t = vfmaq_n_f32(magic, vld1q_f32(b.as_ptr().add(4 * i)), s);
+            vcvtnq_s32_f32(vsubq_f32(t, magic))
+        })
+    }
+
     /// |v| maximum of `b` (a multiple of 4 values).
     #[inline(always)]
     fn amax(b: &[f32]) -> f32 {
@@ -289,7 +316,7 @@ mod neon {
         let mut bsums = [0i16; 16];
         for i in 0..16 {
             // SAFETY: NEON is baseline.
-            let q = scaled(&b[16 * i..], iscale).map(|v| unsafe { vminq_s32(v, vdupq_n_s32(127)) });
+            let q = scaled_exact(&b[16 * i..], iscale).map(|v| unsafe { vminq_s32(v, vdupq_n_s32(127)) });
             // SAFETY: as above.
             bsums[i] = q.iter().map(|&v| unsafe { vaddvq_s32(v) }).sum::<i32>() as i16;
             narrow(q, &mut qs[16 * i..]);
