@@ -1,7 +1,9 @@
 //! The row-dot matmul for weights without packed panels (`repack`): F16, BF16, Q8_0, Q4_0,
 //! Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, rounding exactly as llama.cpp's x86 CPU
 //! backend does (the kernels it picks for these types on AVX2/AVX-512; BF16 and Q2_K only
-//! where llama.cpp loads an AVX512-BF16 / AVX-512 build, see `supported`).
+//! where llama.cpp loads an AVX512-BF16 / AVX-512 build, see `supported`). On aarch64 the
+//! orders are those of llama.cpp's armv8.2-a+dotprod NEON build (each kernel file says which:
+//! F16 through tinyBLAS's 4-lane f16 × f32 kernel, Q8_0 in its 4x4 repack order, …).
 //!
 //! Why: ggml re-quantizes every activation row to q8 blocks, so a one-ulp difference in one
 //! layer's output can flip a rounding in the next and change a greedy token (see

@@ -10,7 +10,9 @@
 //! Per output and block, as `quants::dot_q4k` (ggml's repacked Q4_K GEMM / GEMV):
 //! `isum_j = s_j·Σ q·y`, `imin_j = m_j·Σ y` over sub-block j (exact); the GEMM rows fold each
 //! pair of sub-blocks with `acc = fma(float(isum), d·dy, acc)` (and the same for the mins with
-//! dmin), the GEMV rows the whole block at once; the output is `acc − acc_min`.
+//! dmin), the GEMV rows the whole block at once; the output is `acc − acc_min`. On aarch64
+//! (ggml's 8x4 repack with dotprod, GEMV and GEMM alike) every row folds each pair into `acc`
+//! by fma and subtracts the block's `float(Σ imin)·(dmin·dy)` once (`fold`).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
