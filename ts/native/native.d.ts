@@ -386,7 +386,7 @@ export interface ReasoningBudget {
 /** One event of a sequence, told apart by `type`. */
 export type SequenceEvent =
   | { type: 'token'; ids: Array<number>; text: string; logprobs?: Array<TokenLogprobs> }
-  | { type: 'done'; finishReason: FinishReason; usage: Usage; timings: Timings }
+  | { type: 'done'; finishReason: FinishReason; usage: Usage; timings: Timings; stopSequence?: string }
   | { type: 'error'; code: string; message: string }
 
 /** Starts converting `opts.input` into `opts.outfile` on a new thread. */

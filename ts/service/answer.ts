@@ -34,6 +34,8 @@ export type AnswerEvent =
       tokens: number[];
       /** Generated tokens that were thinking: those the think block opened, held or closed with. */
       reasoningTokens: number;
+      /** The stop string that ended the choice, if one did (the engine's stop matcher says which). */
+      stopSequence: string | null;
     };
 
 export type DeltaEvent = Extract<AnswerEvent, { type: "delta" }>;
@@ -111,7 +113,8 @@ async function* answerEvents(choices: AsyncIterable<ChoiceEvent>, jobs: Job[], t
     yield* delta(index, out.finish(event.finishReason === "length"));
     const { usage, timings } = event;
     const finishReason = finishOf(event.finishReason, out.tools.called);
-    yield { type: "done", index, finishReason, usage, timings, logprobs: held[index].splice(0), tokens: tokens[index], reasoningTokens: out.reasoningTokens };
+    const stopSequence = event.stopSequence ?? null;
+    yield { type: "done", index, finishReason, usage, timings, logprobs: held[index].splice(0), tokens: tokens[index], reasoningTokens: out.reasoningTokens, stopSequence };
   }
 }
 

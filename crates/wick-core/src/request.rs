@@ -118,6 +118,8 @@ pub struct DoneEvent {
     pub finish_reason: FinishReason,
     pub usage: Usage,
     pub timings: Timings,
+    /// The stop string that ended generation (`Stop` by a stop string; Anthropic's `stop_sequence`).
+    pub stop: Option<String>,
 }
 
 #[derive(Debug)]

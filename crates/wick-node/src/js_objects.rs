@@ -413,7 +413,8 @@ pub enum SequenceEvent {
     /// Generated tokens and their text delta (stop strings and partial characters held back).
     Token { ids: Vec<u32>, text: String, logprobs: Option<Vec<TokenLogprobs>> },
     /// The last event of a sequence that ended normally.
-    Done { finish_reason: FinishReason, usage: Usage, timings: Timings },
+    /// `stop_sequence`: the stop string that ended it, when one did.
+    Done { finish_reason: FinishReason, usage: Usage, timings: Timings, stop_sequence: Option<String> },
     /// The last event of a sequence that failed; `code` is the engine's stable error code.
     Error { code: String, message: String },
 }
@@ -439,7 +440,8 @@ impl From<Event> for SequenceEvent {
                         .collect()
                 }),
             },
-            Event::Done(DoneEvent { finish_reason, usage, timings }) => Self::Done {
+            Event::Done(DoneEvent { finish_reason, usage, timings, stop }) => Self::Done {
+                stop_sequence: stop,
                 finish_reason: finish_reason.into(),
                 usage: Usage {
                     prompt_tokens: usage.prompt_tokens as u32,

@@ -44,6 +44,8 @@ pub(crate) struct Sequence {
     grammar: Option<Constraint>,
     /// The thinking block's budget, when the request set one.
     budget: Option<Budget>,
+    /// The stop string that ended the sequence, if one did.
+    stopped_by: Option<String>,
     /// The last sample appended a grammar's forced run: the next step feeds every unfed token
     /// at once (a chunk, as a prompt's) rather than one.
     pub feed_run: bool,
@@ -87,6 +89,7 @@ impl Sequence {
             grammar,
             budget: req.reasoning_budget.map(Budget::new),
             feed_run: false,
+            stopped_by: None,
             markers,
             detok: Detokenizer::new(),
             stop: StopMatcher::new(req.stop),
@@ -229,7 +232,10 @@ impl Sequence {
             let delta = self.detok.push(tok, id, !rendered);
             match self.stop.push(&delta) {
                 StopScan::Emit(t) => text += &t,
-                StopScan::Stopped(t) => return (taken, text + &t, Some(FinishReason::Stop)),
+                StopScan::Stopped(t, stop) => {
+                    self.stopped_by = Some(stop);
+                    return (taken, text + &t, Some(FinishReason::Stop));
+                }
             }
         }
         (taken, text, None)
@@ -244,7 +250,7 @@ impl Sequence {
     /// generation ended without a stop string.
     fn flush_held(&mut self) -> String {
         let rest = self.detok.flush();
-        let (StopScan::Emit(text) | StopScan::Stopped(text)) = self.stop.push(&rest);
+        let (StopScan::Emit(text) | StopScan::Stopped(text, _)) = self.stop.push(&rest);
         text + &self.stop.flush()
     }
 
@@ -271,6 +277,7 @@ impl Sequence {
                 prompt_ms: ms(admit, first),
                 decode_ms: ms(first, now),
             },
+            stop: self.stopped_by.take(),
         };
         let _ = self.tx.send(Event::Done(done));
         self.ended = true;

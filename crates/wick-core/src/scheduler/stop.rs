@@ -9,8 +9,9 @@ pub(crate) struct StopMatcher {
 pub(crate) enum StopScan {
     /// Text that is safe to emit now.
     Emit(String),
-    /// A stop string matched: emit this text, then finish.
-    Stopped(String),
+    /// A stop string matched (the second field, the one that matched first): emit this text,
+    /// then finish.
+    Stopped(String, String),
 }
 
 impl StopMatcher {
@@ -23,10 +24,15 @@ impl StopMatcher {
         if self.stops.is_empty() {
             return StopScan::Emit(std::mem::take(&mut self.pending));
         }
-        if let Some(at) = self.stops.iter().filter_map(|s| self.pending.find(s.as_str())).min() {
-            let out = self.pending[..at].to_string();
+        let first = self
+            .stops
+            .iter()
+            .filter_map(|s| self.pending.find(s.as_str()).map(|at| (at, s)))
+            .min_by_key(|m| m.0);
+        if let Some((at, stop)) = first {
+            let (out, stop) = (self.pending[..at].to_string(), stop.clone());
             self.pending.clear();
-            return StopScan::Stopped(out);
+            return StopScan::Stopped(out, stop);
         }
         let hold = self.held_suffix_len();
         let cut = self.pending.len() - hold;
@@ -60,7 +66,7 @@ mod tests {
         for d in deltas {
             match m.push(d) {
                 StopScan::Emit(t) => out += &t,
-                StopScan::Stopped(t) => return (out + &t, true),
+                StopScan::Stopped(t, _) => return (out + &t, true),
             }
         }
         (out + &m.flush(), false)
@@ -79,6 +85,11 @@ mod tests {
     #[test]
     fn earliest_of_several_stops_wins() {
         assert_eq!(run(&["world", "lo"], &["hello world"]), ("hel".into(), true));
+        let mut m = StopMatcher::new(vec!["world".into(), "lo".into()]);
+        assert!(
+            matches!(m.push("hello world"), StopScan::Stopped(_, s) if s == "lo"),
+            "it says which stop matched"
+        );
     }
 
     #[test]

@@ -15,30 +15,17 @@ import type { NamedFrame } from "../../stream.ts";
 export interface MessageMeta {
   id: string;
   model: string;
-  /** The stop sequence that ended the answer, if one did. */
-  stopSequence(done: AnswerDone): string | null;
 }
 
 /** `msg_…`, as Anthropic names messages. */
 export const messageId = () => `msg_${randomBytes(12).toString("hex")}`;
 
-/** Which of `stops` ended a generation: the engine stops at the earliest one in the text. */
-export function matchedStop(text: string, stops: readonly string[]): string | null {
-  let best: string | null = null;
-  let at = Infinity;
-  for (const s of stops) {
-    const i = s ? text.indexOf(s) : -1;
-    if (i >= 0 && i < at) [best, at] = [s, i];
-  }
-  return best;
-}
-
 type StopReason = "end_turn" | "max_tokens" | "stop_sequence" | "tool_use";
 
-function stopOf(meta: MessageMeta, done: AnswerDone): { stop_reason: StopReason; stop_sequence: string | null } {
+function stopOf(done: AnswerDone): { stop_reason: StopReason; stop_sequence: string | null } {
   if (done.finishReason === "length") return { stop_reason: "max_tokens", stop_sequence: null };
   if (done.finishReason === "tool_calls") return { stop_reason: "tool_use", stop_sequence: null };
-  const seq = meta.stopSequence(done);
+  const seq = done.stopSequence;
   return { stop_reason: seq === null ? "end_turn" : "stop_sequence", stop_sequence: seq };
 }
 
@@ -58,7 +45,7 @@ export function messageBody(meta: MessageMeta, whole: WholeAnswer) {
     ...c.calls.map((call) => ({ type: "tool_use", id: toolUseId(call), name: call.name, input: call.args })),
   ];
   const { usage } = c.done;
-  return { id: meta.id, type: "message", role: "assistant", model: meta.model, content, ...stopOf(meta, c.done), usage: usageOf(usage.promptTokens, usage.completionTokens) };
+  return { id: meta.id, type: "message", role: "assistant", model: meta.model, content, ...stopOf(c.done), usage: usageOf(usage.promptTokens, usage.completionTokens) };
 }
 
 const frame = (event: string, data: Record<string, unknown> = {}): NamedFrame => ({ event, data: { type: event, ...data } });
@@ -75,7 +62,7 @@ export async function* messageFrames(meta: MessageMeta, { events }: Answer, inpu
       continue;
     }
     yield* blocks.close();
-    yield frame("message_delta", { delta: stopOf(meta, ev), usage: usageOf(ev.usage.promptTokens, ev.usage.completionTokens) });
+    yield frame("message_delta", { delta: stopOf(ev), usage: usageOf(ev.usage.promptTokens, ev.usage.completionTokens) });
     yield frame("message_stop");
   }
 }

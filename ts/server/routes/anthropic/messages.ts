@@ -18,7 +18,7 @@ import { requestLog } from "../../request-log.ts";
 import { namedSSE, sendStream } from "../../stream.ts";
 import { parseBody } from "../../validate.ts";
 import { clientGoneSignal, useModel, type RouteDeps } from "../common.ts";
-import { matchedStop, messageBody, messageFrames, messageId, type MessageMeta } from "./message.ts";
+import { messageBody, messageFrames, messageId, type MessageMeta } from "./message.ts";
 import { anthropicParams, thinkOf, toChatRequest } from "./request.ts";
 
 /** The in-band error: `event: error` with the same body a non-streamed error has. */
@@ -33,13 +33,7 @@ export function anthropicRoutes(router: Router, { models, log, images }: RouteDe
     const model = await useModel(ctx, models, req.model);
     const { jobs, tools, params } = await planMessages(model, req, sampling(model, req), images);
     const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools);
-    const stops = jobs[0].options.stop ?? [];
-    const meta: MessageMeta = {
-      id: messageId(),
-      model: model.id,
-      // The engine ends at a stop string without saying which: it is the earliest in the text.
-      stopSequence: (done) => (stops.length ? matchedStop(model.engine.detokenize(done.tokens, { skipSpecial: true }), stops) : null),
-    };
+    const meta: MessageMeta = { id: messageId(), model: model.id };
     if (req.stream) {
       sendStream(ctx, messageFrames(meta, answer, jobs[0].options.promptTokens.length), ANTHROPIC_SSE, requestLog(ctx, log));
       return;
