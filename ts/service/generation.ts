@@ -38,7 +38,7 @@ export function startChoices(model: ServedModel, jobs: Job[], signal: AbortSigna
   signal.addEventListener("abort", onAbort, { once: true });
   const gens: AsyncGenerator<EngineEvent>[] = [];
   try {
-    for (const job of jobs) gens.push(wholeCharacters(model.generate(job.options, stop.signal)));
+    for (const job of jobs) gens.push(model.generate(job.options, stop.signal));
   } catch (err) {
     signal.removeEventListener("abort", onAbort);
     stop.abort();
@@ -51,23 +51,6 @@ export function startChoices(model: ServedModel, jobs: Job[], signal: AbortSigna
 }
 
 type Pulled = { index: number; result: IteratorResult<EngineEvent> };
-
-/**
- * A choice's text never ends in a broken character. When generation stops inside a multi-byte
- * character (max tokens, the end token), the engine flushes the bytes it held back as one
- * U+FFFD; that replacement character is dropped here, once for every API, whole answers and
- * streams alike. Only an event whose text ends in U+FFFD waits for the next one to know.
- */
-async function* wholeCharacters(events: AsyncGenerator<EngineEvent>): AsyncGenerator<EngineEvent> {
-  let held: Extract<EngineEvent, { type: "token" }> | undefined;
-  for await (const ev of events) {
-    if (held) yield ev.type === "done" ? { ...held, text: held.text.slice(0, -1) } : held;
-    held = undefined;
-    if (ev.type === "token" && ev.text.endsWith("\uFFFD")) held = ev;
-    else yield ev;
-  }
-  if (held) yield held;
-}
 
 /**
  * Names the request field behind a submit error: CONTEXT_LENGTH_EXCEEDED the prompt when it

@@ -181,7 +181,8 @@ impl Sequence {
         if !self.ignore_eos && tok.is_eog(id) {
             self.tokens.push(id);
             // The end token itself is not text; release what was held back for stop strings.
-            let rest = self.stop.flush() + &self.detok.flush();
+            self.detok.finish();
+            let rest = self.stop.flush();
             self.send_token(vec![id], rest, logprobs);
             return Ok(Some(FinishReason::Stop));
         }
@@ -246,12 +247,11 @@ impl Sequence {
         let _ = self.tx.send(Event::Token(TokenEvent { ids, text, logprobs }));
     }
 
-    /// The text still held back (a partial character, what could start a stop string), once
-    /// generation ended without a stop string.
+    /// The text still held back for a possible stop string, once generation ended without one
+    /// (an unfinished character is dropped: `Detokenizer::finish`).
     fn flush_held(&mut self) -> String {
-        let rest = self.detok.flush();
-        let (StopScan::Emit(text) | StopScan::Stopped(text, _)) = self.stop.push(&rest);
-        text + &self.stop.flush()
+        self.detok.finish();
+        self.stop.flush()
     }
 
     pub fn finish(mut self, reason: FinishReason) {

@@ -112,6 +112,13 @@ impl Detokenizer {
         out
     }
 
+    /// Ends a generation: the bytes still held back can only be an unfinished character (the
+    /// model stopped inside it), which is dropped rather than shown as U+FFFD, so answers never
+    /// end in a broken character. (Invalid bytes already came out of `push` as U+FFFD.)
+    pub fn finish(&mut self) {
+        self.pending.clear();
+    }
+
     /// Ends the stream: whatever is still held back comes out (lossily).
     pub fn flush(&mut self) -> String {
         let out = String::from_utf8_lossy(&self.pending).into_owned();
