@@ -94,7 +94,7 @@ async function fileTag(id: string, file: string): Promise<TagsModel | undefined>
     model: id,
     modified_at: stat.mtime.toISOString(),
     size: stat.size,
-    digest: await fileDigest(file),
+    digest: await fileDigest(file, stat),
     details: details(h?.architecture ?? "", h ? humanCount(h.parameterCount) : "", h?.fileType ?? ""),
   };
 }
@@ -103,8 +103,8 @@ async function fileTag(id: string, file: string): Promise<TagsModel | undefined>
  * A file model's `digest`: the sha256 of its path, size and modification time, not of its bytes
  * (hashing gigabytes on every listing would be too slow); it changes when the file does.
  */
-export async function fileDigest(file: string): Promise<string> {
-  const stat = await fsp.stat(file).catch(() => null);
+export async function fileDigest(file: string, known?: { size: number; mtimeMs: number }): Promise<string> {
+  const stat = known ?? (await fsp.stat(file).catch(() => null));
   return createHash("sha256")
     .update(`${path.resolve(file)}\0${stat?.size ?? 0}\0${stat?.mtimeMs ?? 0}`)
     .digest("hex");
