@@ -33,6 +33,11 @@ pub struct LoadOptions {
     /// `--image-max-tokens`; LFM2-VL's defaults are 64 and 256).
     pub image_min_tokens: Option<u32>,
     pub image_max_tokens: Option<u32>,
+    /// `auto` (default; `WICK_DEVICE` when set), `cpu`, `cuda`, `cuda:N`, `metal`, or
+    /// `cpu-candle` (the GPU code path on the CPU: a check, not a speed option).
+    pub device: Option<String>,
+    /// Layers on the GPU (llama-server's `-ngl`); 0 keeps the model on the CPU.
+    pub gpu_layers: Option<u32>,
 }
 
 /// What a loaded engine reports (`Engine.info()`, the `ModelInfo` type in JS): the model, its
@@ -66,6 +71,10 @@ pub struct EngineInfoJs {
     /// KV cache bytes one token takes (attention layers only; LFM2's conv layers hold none);
     /// 0 when vocab-only.
     pub kv_bytes_per_token: f64,
+    /// Where the model runs: `cpu`, `cpu-candle`, `cuda:0`, `metal`.
+    pub device: String,
+    /// Why that is not the device asked for (one line, e.g. no GPU), when it is not.
+    pub device_notice: Option<String>,
 }
 
 impl From<&EngineInfo> for EngineInfoJs {
@@ -93,6 +102,8 @@ impl From<&EngineInfo> for EngineInfoJs {
             max_sequences: i.max_sequences as u32,
             kv_tokens: i.kv_tokens as f64,
             kv_bytes_per_token: i.kv_bytes_per_token as f64,
+            device: i.device.clone(),
+            device_notice: i.device_notice.clone(),
         }
     }
 }

@@ -15,7 +15,7 @@ use napi::Env;
 use tokio::sync::Mutex;
 use wick_core::request::EventReceiver;
 
-use error::{blocking, guarded, guarded_core, promise, to_js, Result};
+use error::{blocking, guarded, guarded_core, js_error, promise, to_js, Result};
 use js_objects::{
     EngineHealth, EngineInfoJs, GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics,
     SequenceEvent,
@@ -55,6 +55,10 @@ impl Engine {
         o.mmproj = opts.mmproj.map(Into::into);
         o.vision.image_min_tokens = opts.image_min_tokens.map(|n| n as usize);
         o.vision.image_max_tokens = opts.image_max_tokens.map(|n| n as usize);
+        if let Some(d) = &opts.device {
+            o.device = d.parse().map_err(|e| js_error(env, e))?;
+        }
+        o.gpu_layers = opts.gpu_layers.map(|n| n as usize);
         promise(env, async move {
             let engine =
                 blocking(|| wick_core::Engine::load(o), WickError::load("the loader panicked")).await?;
@@ -159,6 +163,36 @@ impl Engine {
 #[napi]
 pub fn cpu_isa() -> String {
     wick_core::kernels::cpu::feats::isa().name().to_string()
+}
+
+/// The GPU backends this addon was built with (`cuda`, `metal`); empty for the CPU addon.
+#[napi]
+pub fn gpu_backends() -> Vec<String> {
+    wick_core::runtime::device::compiled_backends().into_iter().map(String::from).collect()
+}
+
+/// Where a model would run for a `--device` choice (`WICK_DEVICE` when absent), opening the GPU
+/// as a load would. The CUDA addon's loader asks this in a child process first, so that a
+/// broken driver takes down the probe, never the server.
+#[napi(object)]
+pub struct DeviceProbe {
+    /// `cpu`, `cpu-candle`, `cuda:0`, `metal`.
+    pub device: String,
+    /// Why that is not the device asked for, when it is not.
+    pub notice: Option<String>,
+}
+
+#[napi(catch_unwind)]
+pub fn probe_device(device: Option<String>) -> Result<DeviceProbe> {
+    use wick_core::runtime::device::{DeviceChoice, Placement};
+    guarded("probeDevice", || {
+        let choice = match device {
+            Some(d) => d.parse::<DeviceChoice>().map_err(to_js)?,
+            None => DeviceChoice::from_env().map_err(to_js)?,
+        };
+        let p = Placement::resolve(choice, None);
+        Ok(DeviceProbe { device: p.name(), notice: p.notice.clone() })
+    })
 }
 
 /// Reads a GGUF file's header (no weights) on a blocking worker thread: architecture,

@@ -4,6 +4,7 @@
 //! snapshots at block boundaries in the pool so a reused prefix restores it exactly.
 
 mod blocks;
+mod device_kv;
 mod paged;
 
 pub use blocks::{chain_hash, BlockId, BlockPool};

@@ -23,8 +23,10 @@ use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
 use super::blocks::{chain_hash, BlockId, BlockPool};
+use super::device_kv::DeviceKv;
 use super::{LayerKind, SeqCache};
 use crate::error::{Result, WickError};
+use crate::runtime::device::Placement;
 use crate::runtime::pool::{self, SyncPtr};
 
 /// Tokens per KV block (the prefix cache's granularity too).
@@ -56,10 +58,24 @@ pub struct KvPool {
     conv: Vec<Option<Zeroed<f32>>>,
     prefix_cache: bool,
     device: Device,
+    /// The device path's keys and values (`kv` then holds none).
+    on_device: Option<DeviceKv>,
 }
 
 impl KvPool {
+    /// A pool for a model on `device`'s usual path (`Placement::for_device`).
     pub fn new(layout: &[LayerKind], n_blocks: usize, prefix_cache: bool, device: &Device) -> Result<Self> {
+        Self::new_on(layout, n_blocks, prefix_cache, &Placement::for_device(device))
+    }
+
+    /// A pool for a model placed as `placement`: host blocks for the exact CPU path, device
+    /// tensors (`DeviceKv`) for the device path. Conv snapshots stay in host memory.
+    pub fn new_on(
+        layout: &[LayerKind],
+        n_blocks: usize,
+        prefix_cache: bool,
+        placement: &Placement,
+    ) -> Result<Self> {
         if n_blocks == 0 {
             return Err(WickError::InvalidRequest("the KV pool needs at least one block".into()));
         }
@@ -68,6 +84,7 @@ impl KvPool {
         let mut conv = Vec::with_capacity(layout.len());
         for l in layout {
             let (k, c) = match *l {
+                LayerKind::Attention { .. } if !placement.exact() => (None, None),
                 LayerKind::Attention { n_kv_head, head_dim } => {
                     let n = n_blocks
                         .checked_mul(n_kv_head * head_dim * bs)
@@ -93,7 +110,19 @@ impl KvPool {
             kv,
             conv,
             prefix_cache,
-            device: device.clone(),
+            device: placement.device().clone(),
+            on_device: (!placement.exact())
+                .then(|| DeviceKv::new(layout, n_blocks, placement.device()))
+                .transpose()?,
+        })
+    }
+
+    /// The device path's KV storage; an error for a pool made for the exact path.
+    pub(crate) fn on_device(&self) -> Result<&DeviceKv> {
+        self.on_device.as_ref().ok_or_else(|| {
+            WickError::InvalidRequest(
+                "the KV pool was made for the exact CPU path, not the device path".into(),
+            )
         })
     }
 

@@ -7,8 +7,6 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use candle_core::Device;
-
 use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
@@ -16,6 +14,7 @@ use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::vision::{VisionModel, VisionOptions};
 use crate::models::{self, ModelHparams};
 use crate::request::{event_channel, EventReceiver, GenerateRequest};
+use crate::runtime::device::{DeviceChoice, Placement};
 use crate::runtime::pool;
 use crate::sampling::grammar::GrammarCompiler;
 use crate::scheduler::images::{expand, Expanded};
@@ -65,6 +64,12 @@ pub struct EngineOptions {
     /// Events a sequence may have waiting for its reader before it is cancelled as abandoned
     /// (a client that stopped reading its stream).
     pub max_unread_events: usize,
+    /// Where the model runs (`--device`); `Auto` = `WICK_DEVICE` when set, else a GPU when
+    /// this build has one's backend and one answers, else the exact CPU path.
+    pub device: DeviceChoice,
+    /// Layers on the GPU (llama-server's `-ngl`); `Some(0)` keeps the model on the CPU.
+    /// Partial offload is not built: any other count places every layer.
+    pub gpu_layers: Option<usize>,
 }
 
 impl EngineOptions {
@@ -84,6 +89,8 @@ impl EngineOptions {
             vision: VisionOptions::default(),
             fault: None,
             max_unread_events: 4096,
+            device: DeviceChoice::Auto,
+            gpu_layers: None,
         }
     }
 }
@@ -112,6 +119,10 @@ pub struct EngineInfo {
     /// KV bytes one token takes in the pool (f16 keys and values of the attention layers;
     /// LFM2's conv layers hold none); 0 when vocab-only.
     pub kv_bytes_per_token: usize,
+    /// Where the model runs (`cpu`, `cpu-candle`, `cuda:0`, `metal`).
+    pub device: String,
+    /// Why that is not the device asked for (one line), when it is not.
+    pub device_notice: Option<String>,
 }
 
 /// A submitted request: its event stream and its cancel switch. Dropping the stream also
@@ -184,7 +195,11 @@ impl Engine {
         };
         let threads = kernel_threads(opts.threads)?;
         let gguf = GgufFile::open(&opts.model_path)?;
-        let device = Device::Cpu;
+        let choice = match opts.device {
+            DeviceChoice::Auto => DeviceChoice::from_env()?,
+            asked => asked,
+        };
+        let device = Placement::resolve(choice, opts.gpu_layers);
         let (tokenizer, model) = load_tokenizer_and_model(&gguf, &device, opts.vocab_only)?;
         let name = gguf.metadata.opt_str("general.name")?.map(str::to_string);
         let model_info = match &model {
@@ -222,6 +237,8 @@ impl Engine {
             max_sequences: max_seqs,
             kv_tokens: kv.as_ref().map_or(0, KvPool::capacity_tokens),
             kv_bytes_per_token: kv.as_ref().map_or(0, |p| kv_bytes_per_token(p.layout())),
+            device: device.name(),
+            device_notice: device.notice.clone(),
         };
         // The weights now live in the model's tensors: release the map, and the load's scratch
         // (candle copies, the tokenizer thread's arena) with it.
@@ -417,12 +434,12 @@ type LoadedModel = Box<dyn models::Model>;
 /// if any, is still the one reported first.
 fn load_tokenizer_and_model(
     gguf: &GgufFile,
-    device: &Device,
+    device: &Placement,
     vocab_only: bool,
 ) -> Result<(Arc<Tokenizer>, Option<LoadedModel>)> {
     std::thread::scope(|s| {
         let tokenizer = s.spawn(|| Tokenizer::from_gguf(&gguf.metadata));
-        let model = (!vocab_only).then(|| models::load(gguf, device));
+        let model = (!vocab_only).then(|| models::load_on(gguf, device));
         let tokenizer =
             tokenizer.join().map_err(|_| WickError::Internal("the tokenizer build panicked".into()))??;
         Ok::<_, WickError>((Arc::new(tokenizer), model.transpose()?))
@@ -464,14 +481,14 @@ fn kv_pool(
     opts: &EngineOptions,
     context_size: usize,
     max_seqs: usize,
-    device: &Device,
+    device: &Placement,
 ) -> Result<KvPool> {
     let tokens = opts.kv_tokens.unwrap_or(context_size.saturating_mul(max_seqs));
     if tokens < 2 {
         return Err(WickError::InvalidRequest(format!("a KV pool of {tokens} tokens is too small")));
     }
     let blocks = tokens.div_ceil(BLOCK_SIZE);
-    KvPool::new(&model.cache_layout(), blocks, opts.prefix_cache, device)
+    KvPool::new_on(&model.cache_layout(), blocks, opts.prefix_cache, device)
 }
 
 /// What the scheduler thread takes over from the load.

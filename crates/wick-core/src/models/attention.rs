@@ -2,7 +2,7 @@
 //! Projections, norms and RoPE run once on all tokens of the step; only the cache append and
 //! the attention product itself are per sequence.
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Tensor};
 
 use super::layers::{Linear, Linears, RmsNorm, Rope, RowPos};
 use super::StepSeq;
@@ -10,6 +10,7 @@ use crate::cache::{KvPool, KvWrite, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::{attend_many, with_host_f32, SeqAttn};
+use crate::runtime::device::Placement;
 
 /// Where one sequence's new tokens sit in the step.
 #[derive(Debug, Clone, Copy)]
@@ -32,10 +33,12 @@ pub struct BatchPlan {
     pub rows: Vec<RowPos>,
     /// The same for the last rows alone (one row per sequence).
     pub last_row_pos: Vec<RowPos>,
+    /// The exact CPU path runs the step (else the device path: `runtime::device`).
+    pub exact: bool,
 }
 
 impl BatchPlan {
-    pub fn new(batch: &[StepSeq<'_>], n_vocab: usize, dev: &Device) -> Result<Self> {
+    pub fn new(batch: &[StepSeq<'_>], n_vocab: usize, dev: &Placement) -> Result<Self> {
         if batch.is_empty() {
             return Err(WickError::InvalidRequest("empty batch".into()));
         }
@@ -75,6 +78,7 @@ impl BatchPlan {
             last_rows: Tensor::from_vec(last.clone(), last.len(), dev)?,
             last_row_pos: vec![RowPos::SINGLE; last.len()],
             rows,
+            exact: dev.exact(),
         })
     }
     pub fn n_tokens(&self) -> usize {
@@ -104,7 +108,7 @@ impl Attention {
         n_kv_head: usize,
         head_dim: usize,
         qk_norm_eps: Option<f32>,
-        dev: &Device,
+        dev: &Placement,
     ) -> Result<Self> {
         if n_kv_head == 0 || !n_head.is_multiple_of(n_kv_head) {
             return Err(WickError::load(format!(
@@ -168,9 +172,13 @@ impl Attention {
             q = qn.forward(&q)?;
             k = kn.forward(&k)?;
         }
-        let q = rope.apply(&q, cos, sin)?;
-        let k = rope.apply(&k, cos, sin)?;
+        let q = rope.apply(&q, cos, sin, plan.exact)?;
+        let k = rope.apply(&k, cos, sin, plan.exact)?;
         let scale = 1.0 / (hd as f64).sqrt();
+        if !plan.exact {
+            let o = self.attend_on_device(&q, &k, &v, plan, layer, kv, caches, window, scale)?;
+            return self.o.forward(&o, rows);
+        }
         let row = self.n_kv_head * hd;
         with_host_f32(&k, |kh| {
             with_host_f32(&v, |vh| {
@@ -206,4 +214,66 @@ impl Attention {
         let o = Tensor::from_vec(o, (n, q_row), x.device())?;
         self.o.forward(&o, rows)
     }
+
+    /// The device path's cache append and attention, sequence by sequence, on candle ops:
+    /// `softmax(q·Kᵀ·scale + mask)·V` with the causal (and sliding-window) mask. Rounds as
+    /// ggml's CPU backend does with flash attention off — keys and values stored f16, Q
+    /// rounded to f16 for `q·Kᵀ` and the probabilities for `·V`, f32 sums — so it follows
+    /// the exact path up to summation order. Returns `[n_tokens, n_head · head_dim]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_on_device(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        plan: &BatchPlan,
+        layer: usize,
+        kv: &KvPool,
+        caches: &[&SeqCache],
+        window: Option<usize>,
+        scale: f64,
+    ) -> Result<Tensor> {
+        let store = kv.on_device()?;
+        let (hd, group) = (self.head_dim, self.n_head / self.n_kv_head);
+        let mut outs = Vec::with_capacity(plan.spans.len());
+        for (span, seq) in plan.spans.iter().zip(caches) {
+            store.write(
+                layer,
+                seq,
+                span.pos0,
+                &k.narrow(0, span.start, span.len)?,
+                &v.narrow(0, span.start, span.len)?,
+            )?;
+            let total = span.pos0 + span.len;
+            let (ks, vs) = store.gather(layer, seq, total)?;
+            // [total, n_kv, hd] → [n_head, total, hd]: each KV head serves `group` query heads.
+            let per_head = |t: Tensor| -> Result<Tensor> {
+                let t = t.to_dtype(DType::F32)?.transpose(0, 1)?.unsqueeze(1)?;
+                Ok(t.broadcast_as((self.n_kv_head, group, total, hd))?.reshape((self.n_head, total, hd))?)
+            };
+            let (ks, vs) = (per_head(ks)?, per_head(vs)?);
+            let qs = q.narrow(0, span.start, span.len)?.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
+            let qs = qs.transpose(0, 1)?.contiguous()?;
+            let scores = (qs.matmul(&ks.t()?)? * scale)?;
+            let mask = causal_mask(span.pos0, span.len, window, q.device())?;
+            let p = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
+            let p = p.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
+            let o = p.matmul(&vs)?; // [n_head, len, hd]
+            outs.push(o.transpose(0, 1)?.reshape((span.len, self.n_head * hd))?);
+        }
+        Ok(Tensor::cat(&outs, 0)?)
+    }
+}
+
+/// `[len, pos0 + len]`: 0 where query `pos0 + i` may see key `j` (`j ≤ pos0 + i`, and within
+/// the last `window` positions when there is one), -∞ elsewhere.
+fn causal_mask(pos0: usize, len: usize, window: Option<usize>, dev: &candle_core::Device) -> Result<Tensor> {
+    let total = pos0 + len;
+    let mut m = vec![f32::NEG_INFINITY; len * total];
+    for i in 0..len {
+        let p = pos0 + i;
+        let from = window.map_or(0, |w| (p + 1).saturating_sub(w));
+        m[i * total + from..i * total + p + 1].fill(0.0);
+    }
+    Ok(Tensor::from_vec(m, (len, total), dev)?)
 }

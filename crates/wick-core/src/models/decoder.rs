@@ -6,7 +6,7 @@
 
 use std::sync::Mutex;
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 
 use super::attention::{Attention, BatchPlan};
 use super::ffn::Ffn;
@@ -15,6 +15,7 @@ use super::shortconv::ShortConv;
 use super::{Model, ModelHparams, StepSeq};
 use crate::cache::{KvPool, LayerKind, SeqCache};
 use crate::error::{Result, WickError};
+use crate::runtime::device::Placement;
 use crate::runtime::pool;
 
 pub enum Operator {
@@ -54,7 +55,7 @@ impl Block {
 
 pub struct Decoder {
     pub info: ModelHparams,
-    pub device: Device,
+    pub placement: Placement,
     pub embed: Embedding,
     pub blocks: Vec<Block>,
     pub norm: RmsNorm,
@@ -77,14 +78,14 @@ impl Decoder {
         norm: RmsNorm,
         rope: Rope,
         (d, n_head, n_kv): (usize, usize, &[usize]),
-        dev: &Device,
+        dev: &Placement,
     ) -> Result<Self> {
         let g = hp.gguf;
         let (embed, head) = if g.has("output.weight") {
             let head = Linear::load(g, "output", d, embed.n_vocab(), dev)?;
             (embed, head)
         } else {
-            embed.tie()?
+            embed.tie(dev)?
         };
         let info = ModelHparams {
             architecture: hp.arch.into(),
@@ -98,7 +99,7 @@ impl Decoder {
         };
         Ok(Self {
             info,
-            device: dev.clone(),
+            placement: dev.clone(),
             embed,
             blocks,
             norm,
@@ -153,13 +154,13 @@ impl Model for Decoder {
 
     fn forward(&self, batch: &mut [StepSeq<'_>], kv: &mut KvPool) -> Result<Tensor> {
         // Validate before reserving: a bad token must not leave blocks taken.
-        let plan = BatchPlan::new(batch, self.embed.n_vocab(), &self.device)?;
+        let plan = BatchPlan::new(batch, self.embed.n_vocab(), &self.placement)?;
         self.prepare_caches(batch, kv)?;
         let threads = pool::global().threads();
         // Not for a mixture of experts: each thread would stream every expert its share of
         // the tokens selects, where one pass over the batch streams each selected expert once.
         let moe = self.blocks.iter().any(|b| matches!(b.ffn, Ffn::Moe(_)));
-        if self.device.is_cpu() && threads > 1 && !moe && row_parallel(batch, threads) {
+        if self.placement.exact() && threads > 1 && !moe && row_parallel(batch, threads) {
             return self.forward_row_parallel(batch, kv, threads);
         }
         self.forward_prepared(batch, kv, plan)
@@ -186,7 +187,7 @@ impl Decoder {
         let logits: Vec<Mutex<Option<Result<Tensor>>>> = shares.iter().map(|_| Mutex::new(None)).collect();
         pool::run(shares.len(), &|i| {
             let mut share = shares[i].lock().unwrap_or_else(|e| e.into_inner());
-            let out = BatchPlan::new(&share, self.embed.n_vocab(), &self.device)
+            let out = BatchPlan::new(&share, self.embed.n_vocab(), &self.placement)
                 .and_then(|plan| self.forward_prepared(&mut share, kv, plan));
             *logits[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
         });
@@ -218,14 +219,14 @@ impl Decoder {
                 v[at..at + e.data.len()].copy_from_slice(e.data);
             }
         }
-        Ok(Tensor::from_vec(v, x.dims(), &self.device)?)
+        Ok(Tensor::from_vec(v, x.dims(), self.placement.device())?)
     }
 
     /// The forward pass of a batch whose caches are prepared (`plan` made from it).
     fn forward_prepared(&self, batch: &mut [StepSeq<'_>], kv: &KvPool, plan: BatchPlan) -> Result<Tensor> {
-        let (cos, sin) = self.rope.tables(&plan.positions, &self.device)?;
+        let (cos, sin) = self.rope.tables(&plan.positions, self.placement.device())?;
         let local = match &self.rope_local {
-            Some(r) => Some((r, r.tables(&plan.positions, &self.device)?)),
+            Some(r) => Some((r, r.tables(&plan.positions, self.placement.device())?)),
             None => None,
         };
         let mut x = self.embed.forward(&plan.ids)?;

@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use half::f16;
 
 use super::layers::{Linear, Linears, RowPos};
@@ -11,6 +11,7 @@ use super::moe::Moe;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
+use crate::runtime::device::Placement;
 
 pub enum Ffn {
     Dense(Mlp),
@@ -41,10 +42,11 @@ pub struct Mlp {
     gate_up: Linears,
     down: Linear,
     act: Gate,
+    exact: bool,
 }
 
 impl Mlp {
-    pub fn load(g: &GgufFile, prefix: &str, d: usize, ff: usize, act: Gate, dev: &Device) -> Result<Self> {
+    pub fn load(g: &GgufFile, prefix: &str, d: usize, ff: usize, act: Gate, dev: &Placement) -> Result<Self> {
         Ok(Self {
             gate_up: Linears::load(
                 g,
@@ -54,6 +56,7 @@ impl Mlp {
             )?,
             down: Linear::load(g, &format!("{prefix}.ffn_down"), ff, d, dev)?,
             act,
+            exact: dev.exact(),
         })
     }
     pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
@@ -62,9 +65,13 @@ impl Mlp {
             .forward(x, rows)?
             .try_into()
             .map_err(|_| WickError::Internal("mlp: gate and up expected".into()))?;
-        let h = match self.act {
-            Gate::Silu => swiglu(&g, &u)?,
-            Gate::GeluTanh => geglu(&g, &u)?,
+        let h = match (self.act, self.exact) {
+            (Gate::Silu, true) => swiglu(&g, &u)?,
+            (Gate::GeluTanh, true) => geglu(&g, &u)?,
+            // candle's kernels on any device: libm-style `exp` and an f32 tanh, where ggml's
+            // CPU backend uses its own `expf` and an f16 table.
+            (Gate::Silu, false) => (g.silu()? * u)?,
+            (Gate::GeluTanh, false) => (g.gelu()? * u)?,
         };
         self.down.forward(&h, rows)
     }

@@ -11,14 +11,13 @@
 //! mask). llama.cpp keeps those layers' KV in a ring of cells, so past the window its sums run
 //! in another order: outputs there agree to rounding, not bit for bit.
 
-use candle_core::Device;
-
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
 use super::ffn::{Ffn, Gate, Mlp};
 use super::layers::{load_rope, DenseShape, Embedding, Hparams, RmsNorm, Rope, RopeStyle};
 use crate::error::{Result, WickError};
 use crate::gguf::{GgufFile, MetaValue};
+use crate::runtime::device::Placement;
 
 /// Which layers are sliding-window ones, as llama.cpp's `set_swa_pattern` (dense last).
 fn swa_layers(g: &GgufFile, hp: &Hparams, n_layer: usize) -> Result<Vec<bool>> {
@@ -36,7 +35,7 @@ fn swa_layers(g: &GgufFile, hp: &Hparams, n_layer: usize) -> Result<Vec<bool>> {
     Ok((0..n_layer).map(|il| n == 0 || il % n < n - 1).collect())
 }
 
-pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
+pub fn load(g: &GgufFile, dev: &Placement) -> Result<Decoder> {
     let hp = Hparams { gguf: g, arch: "gemma3" };
     let DenseShape { d, n_layer, n_head, n_kv, ff, eps } = hp.dense_shape()?;
     if n_head == 0 {

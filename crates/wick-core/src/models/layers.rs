@@ -12,6 +12,7 @@ use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::{rms_norm, rope};
 use crate::kernels::cpu::matmul;
 use crate::kernels::{with_host_f32, PackedWeight};
+use crate::runtime::device::Placement;
 
 /// Width, depth, heads, KV heads per layer, FFN width and norm ε of a llama-style stack.
 pub struct DenseShape {
@@ -81,10 +82,11 @@ impl Hparams<'_> {
     }
 }
 
-/// A weight ready for matmul. On the CPU, types with a packed kernel are repacked at load
-/// (`kernels::cpu::repack`); the other types `matmul::supported` lists use its row-dot matmul
-/// (rounds as llama.cpp does); other quantized types stay `QTensor`s so candle converts activations to
-/// the weight's dot-product type (q8_K, ...) as ggml does; f32 weights become plain tensors.
+/// A weight ready for matmul. On the exact CPU path, types with a packed kernel are repacked at
+/// load (`kernels::cpu::repack`); the other types `matmul::supported` lists use its row-dot
+/// matmul (rounds as llama.cpp does); other quantized types stay `QTensor`s so candle converts
+/// activations to the weight's dot-product type (q8_K, ...) as ggml does; f32 weights become
+/// plain tensors. On the device path every weight is a candle `QMatMul` (`device_weight`).
 enum Weight {
     Candle(QMatMul),
     Ggml(Arc<QTensor>),
@@ -92,7 +94,10 @@ enum Weight {
     Packed(Arc<PackedWeight>),
 }
 
-fn weight(w: Arc<QTensor>) -> Result<Weight> {
+fn weight(w: Arc<QTensor>, dev: &Placement) -> Result<Weight> {
+    if !dev.exact() {
+        return device_weight(w);
+    }
     let n_out = w.shape().dims().first().copied().unwrap_or(0);
     if let Some(p) = PackedWeight::pack(&w)? {
         return Ok(Weight::Packed(Arc::new(p)));
@@ -104,16 +109,27 @@ fn weight(w: Arc<QTensor>) -> Result<Weight> {
     })
 }
 
-/// GGUF weight `name` of dims `{n_in, n_out}`: packed straight from the mapped file when a
-/// panel kernel takes its type (no candle copy first), else as `weight` makes it.
-fn gguf_weight(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Device) -> Result<Weight> {
+/// The device path's weight: candle's quantized matmul on the weight's device, whose CUDA and
+/// Metal kernels run every GGUF quant type. Half-precision weights stay half (f16 activations,
+/// as ggml converts them for an f16 weight) instead of doubling their memory as f32.
+fn device_weight(w: Arc<QTensor>) -> Result<Weight> {
+    Ok(Weight::Candle(match w.dtype() {
+        GgmlDType::F16 | GgmlDType::BF16 => QMatMul::TensorF16(w.dequantize_f16(&w.device())?),
+        _ => QMatMul::from_arc(w)?,
+    }))
+}
+
+/// GGUF weight `name` of dims `{n_in, n_out}`: on the exact path packed straight from the
+/// mapped file when a panel kernel takes its type (no candle copy first), else as `weight`
+/// makes it.
+fn gguf_weight(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Placement) -> Result<Weight> {
     g.expect_dims(name, &[n_in, n_out])?;
-    if let (true, Some(info)) = (dev.is_cpu(), g.info(name)) {
+    if let (true, Some(info)) = (dev.exact(), g.info(name)) {
         if let Some(p) = PackedWeight::pack_raw(g.bytes(name)?, info.dtype, n_out, n_in)? {
             return Ok(Weight::Packed(Arc::new(p)));
         }
     }
-    weight(Arc::new(g.qtensor(name, dev)?))
+    weight(Arc::new(g.qtensor(name, dev)?), dev)
 }
 
 pub use crate::kernels::RowPos;
@@ -125,7 +141,7 @@ pub struct Linear {
 }
 
 impl Linear {
-    pub fn load(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Device) -> Result<Self> {
+    pub fn load(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Placement) -> Result<Self> {
         let w = gguf_weight(g, &format!("{name}.weight"), n_in, n_out, dev)?;
         let bias_name = format!("{name}.bias");
         let bias = if g.has(&bias_name) {
@@ -137,8 +153,8 @@ impl Linear {
         Ok(Self { w, bias })
     }
 
-    pub fn from_qtensor(w: Arc<QTensor>) -> Result<Self> {
-        Ok(Self { w: weight(w)?, bias: None })
+    pub fn from_qtensor(w: Arc<QTensor>, dev: &Placement) -> Result<Self> {
+        Ok(Self { w: weight(w, dev)?, bias: None })
     }
 
     /// `x`: `[n, in]` f32 → `[n, out]` f32; `rows[i]` says where row i sits in its sequence's
@@ -170,7 +186,7 @@ pub enum Linears {
 
 impl Linears {
     /// `layers`: (GGUF name without `.weight`, output width), all with input width `n_in`.
-    pub fn load(g: &GgufFile, layers: &[(String, usize)], n_in: usize, dev: &Device) -> Result<Self> {
+    pub fn load(g: &GgufFile, layers: &[(String, usize)], n_in: usize, dev: &Placement) -> Result<Self> {
         let each = layers
             .iter()
             .map(|(name, n)| Linear::load(g, name, n_in, *n, dev))
@@ -224,19 +240,24 @@ impl Linears {
     }
 }
 
-/// RMSNorm over the last dim, in f32: `w ⊙ x / sqrt(mean(x²) + ε)`.
+/// RMSNorm over the last dim, in f32: `w ⊙ x / sqrt(mean(x²) + ε)`; ggml's rounding on the
+/// exact path, candle-nn's kernel on the device path.
 pub struct RmsNorm {
     w: Tensor,
     eps: f32,
+    exact: bool,
 }
 
 impl RmsNorm {
-    pub fn load(g: &GgufFile, name: &str, dim: usize, eps: f32, dev: &Device) -> Result<Self> {
+    pub fn load(g: &GgufFile, name: &str, dim: usize, eps: f32, dev: &Placement) -> Result<Self> {
         g.expect_dims(name, &[dim])?;
-        Ok(Self { w: g.f32_tensor(name, dev)?.to_dtype(DType::F32)?, eps })
+        Ok(Self { w: g.f32_tensor(name, dev)?.to_dtype(DType::F32)?, eps, exact: dev.exact() })
     }
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        rms_norm(x, &self.w, self.eps)
+        if self.exact {
+            return rms_norm(x, &self.w, self.eps);
+        }
+        Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.w, self.eps)?)
     }
 }
 
@@ -255,7 +276,7 @@ enum Table {
 }
 
 impl Embedding {
-    pub fn load(g: &GgufFile, name: &str, d: usize, dev: &Device) -> Result<Self> {
+    pub fn load(g: &GgufFile, name: &str, d: usize, dev: &Placement) -> Result<Self> {
         let info = g.info(name).ok_or_else(|| WickError::load(format!("missing tensor `{name}`")))?;
         if info.dims.len() != 2 || info.dims[0] != d {
             return Err(WickError::load(format!(
@@ -269,14 +290,14 @@ impl Embedding {
     pub fn n_vocab(&self) -> usize {
         self.n_vocab
     }
-    /// The same weights as the output head too (tied embeddings); when they pack, the
-    /// lookups read the head's panels from then on.
-    pub fn tie(self) -> Result<(Self, Linear)> {
+    /// The same weights as the output head too (tied embeddings); when they pack (exact
+    /// path), the lookups read the head's panels from then on.
+    pub fn tie(self, dev: &Placement) -> Result<(Self, Linear)> {
         let packed = match &self.table {
-            Table::Quant(q) => match PackedWeight::pack(q)? {
+            Table::Quant(q) => match dev.exact().then(|| PackedWeight::pack(q)).transpose()?.flatten() {
                 Some(p) => Arc::new(p),
                 None => {
-                    let head = Linear::from_qtensor(q.clone())?;
+                    let head = Linear::from_qtensor(q.clone(), dev)?;
                     return Ok((self, head));
                 }
             },
@@ -352,9 +373,21 @@ impl Rope {
         Ok((Tensor::from_vec(cos, shape, dev)?, Tensor::from_vec(sin, shape, dev)?))
     }
 
-    /// `x`: `[n, heads, head_dim]`, token i rotated by row i of the tables.
-    pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-        rope(x, cos, sin, self.style == RopeStyle::Interleaved)
+    /// `x`: `[n, heads, head_dim]`, token i rotated by row i of the tables; ggml's kernel on
+    /// the exact path, candle-nn's (any device) otherwise.
+    pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, exact: bool) -> Result<Tensor> {
+        if exact {
+            return rope(x, cos, sin, self.style == RopeStyle::Interleaved);
+        }
+        // Each token its own batch entry of one time step: candle's rope takes per-batch
+        // tables `[b, t, n_rot/2]`, which the ragged batch's positions need.
+        let (n, h, hd) = x.dims3()?;
+        let x = x.contiguous()?.reshape((n, h, 1, hd))?;
+        let y = match self.style {
+            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, cos, sin)?,
+            RopeStyle::Neox => candle_nn::rotary_emb::rope(&x, cos, sin)?,
+        };
+        Ok(y.reshape((n, h, hd))?)
     }
 }
 

@@ -5,8 +5,6 @@
 //! Architecture `lfm2moe` (LFM2-MoE) is the same stack whose FFNs, from layer
 //! `leading_dense_block_count` on, are sigmoid-routed experts (`moe.rs`).
 
-use candle_core::Device;
-
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
 use super::ffn::{Ffn, Gate, Mlp};
@@ -15,16 +13,17 @@ use super::moe::Moe;
 use super::shortconv::ShortConv;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::runtime::device::Placement;
 
-pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
+pub fn load(g: &GgufFile, dev: &Placement) -> Result<Decoder> {
     load_arch(g, dev, "lfm2")
 }
 
-pub fn load_moe(g: &GgufFile, dev: &Device) -> Result<Decoder> {
+pub fn load_moe(g: &GgufFile, dev: &Placement) -> Result<Decoder> {
     load_arch(g, dev, "lfm2moe")
 }
 
-fn load_arch(g: &GgufFile, dev: &Device, arch: &'static str) -> Result<Decoder> {
+fn load_arch(g: &GgufFile, dev: &Placement, arch: &'static str) -> Result<Decoder> {
     let hp = Hparams { gguf: g, arch };
     let d = hp.usize("embedding_length")?;
     let n_layer = hp.layers()?;

@@ -4,23 +4,22 @@
 //! The same stack serves Qwen 2 (NEOX RoPE, q/k/v biases, which `Linear` picks up) and
 //! Qwen 3 (NEOX RoPE, per-head Q/K RMSNorm): see `qwen.rs`.
 
-use candle_core::Device;
-
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
 use super::ffn::{Ffn, Gate, Mlp};
 use super::layers::{load_rope, DenseShape, Embedding, Hparams, RmsNorm, RopeStyle};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::runtime::device::Placement;
 
-pub fn load(g: &GgufFile, dev: &Device) -> Result<Decoder> {
+pub fn load(g: &GgufFile, dev: &Placement) -> Result<Decoder> {
     load_arch(g, dev, "llama", RopeStyle::Interleaved, false)
 }
 
 /// A llama-shaped attention stack for `arch`, with its RoPE style and optional Q/K norms.
 pub fn load_arch(
     g: &GgufFile,
-    dev: &Device,
+    dev: &Placement,
     arch: &'static str,
     style: RopeStyle,
     qk_norm: bool,

@@ -6,6 +6,7 @@ use candle_core::{Device, Tensor};
 use crate::cache::{KvPool, LayerKind, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::runtime::device::Placement;
 
 mod attention;
 mod decoder;
@@ -68,8 +69,14 @@ pub trait Model: Send + Sync {
     fn forward(&self, batch: &mut [StepSeq<'_>], kv: &mut KvPool) -> Result<Tensor>;
 }
 
-/// Builds the model named by `general.architecture`.
+/// Builds the model named by `general.architecture` for `device`'s usual path (the exact
+/// kernels on the CPU).
 pub fn load(gguf: &GgufFile, device: &Device) -> Result<Box<dyn Model>> {
+    load_on(gguf, &Placement::for_device(device))
+}
+
+/// Builds the model named by `general.architecture`, placed as `device` says.
+pub fn load_on(gguf: &GgufFile, device: &Placement) -> Result<Box<dyn Model>> {
     let arch = gguf.architecture()?;
     let model: Box<dyn Model> = match arch {
         "llama" => Box::new(llama::load(gguf, device)?),

@@ -29,6 +29,7 @@ use crate::kernels::cpu::expf;
 use crate::kernels::cpu::feats::with_avx2_codegen;
 use crate::kernels::cpu::float_dots::{dot_single, dot_tiled};
 use crate::kernels::PackedWeight;
+use crate::runtime::device::Placement;
 use crate::runtime::pool;
 
 /// llama.cpp's clamp on the sum of the selected weights (smallest normal f16).
@@ -62,6 +63,9 @@ pub struct Moe {
     experts: Experts,
     n_used: usize,
     d: usize,
+    /// The exact CPU path (else the device path: experts through candle's ops, the router
+    /// and the weighted sum on the host).
+    exact: bool,
 }
 
 /// Expert `e` of a stacked `{n_in, n_out, n_expert}` tensor as its own 2-D weight.
@@ -82,9 +86,9 @@ fn packed_experts(
     g: &GgufFile,
     prefix: &str,
     n_expert: usize,
-    dev: &Device,
+    dev: &Placement,
 ) -> Result<Option<Vec<PackedExpert>>> {
-    if !dev.is_cpu() {
+    if !dev.exact() {
         return Ok(None);
     }
     let stacked = |w: &str| -> Result<(&[u8], GgmlDType, usize, usize)> {
@@ -116,7 +120,7 @@ impl Moe {
         d: usize,
         n_expert: usize,
         n_used: usize,
-        dev: &Device,
+        dev: &Placement,
     ) -> Result<Self> {
         if n_used == 0 || n_used > n_expert {
             return Err(WickError::load(format!("{prefix}: {n_used} of {n_expert} experts per token")));
@@ -146,19 +150,17 @@ impl Moe {
                 (0..n_expert)
                     .map(|e| {
                         let l = |w: &str| {
-                            Linear::from_qtensor(expert_tensor(
-                                g,
-                                &format!("{prefix}.ffn_{w}_exps.weight"),
-                                e,
+                            Linear::from_qtensor(
+                                expert_tensor(g, &format!("{prefix}.ffn_{w}_exps.weight"), e, dev)?,
                                 dev,
-                            )?)
+                            )
                         };
                         Ok(Expert { gate: l("gate")?, up: l("up")?, down: l("down")? })
                     })
                     .collect::<Result<Vec<_>>>()?,
             ),
         };
-        Ok(Self { router, bias, experts, n_used, d })
+        Ok(Self { router, bias, experts, n_used, d, exact: dev.exact() })
     }
 
     /// Selected experts (best first) and their renormalised weights for one token.
@@ -315,7 +317,8 @@ impl Moe {
                     )?;
                     let xe = x.index_select(&idx, 0)?;
                     let single = vec![RowPos::SINGLE; members.len()];
-                    let h = swiglu(&ex.gate.forward(&xe, &single)?, &ex.up.forward(&xe, &single)?)?;
+                    let (g, u) = (ex.gate.forward(&xe, &single)?, ex.up.forward(&xe, &single)?);
+                    let h = if self.exact { swiglu(&g, &u)? } else { (g.silu()? * u)? };
                     let y = ex.down.forward(&h, &single)?.to_vec2::<f32>()?;
                     for ((t, slot), row) in members.into_iter().zip(y) {
                         outs[t][slot] = Some(row);

@@ -10,18 +10,21 @@ use crate::cache::{BlockId, ConvState, KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::{short_conv, with_host_f32};
+use crate::runtime::device::Placement;
 
 pub struct ShortConv {
     in_proj: Linear,
     out_proj: Linear,
     /// The kernel `[d, L]` row-major on the host; tap L-1 multiplies the current token.
     kernel: Vec<f32>,
+    /// The device path's copy: tap k's `[d]` weights on the model's device.
+    taps: Vec<Tensor>,
     pub l_cache: usize,
     pub d: usize,
 }
 
 impl ShortConv {
-    pub fn load(g: &GgufFile, prefix: &str, d: usize, l_cache: usize, dev: &Device) -> Result<Self> {
+    pub fn load(g: &GgufFile, prefix: &str, d: usize, l_cache: usize, dev: &Placement) -> Result<Self> {
         if l_cache < 2 {
             return Err(WickError::load(format!("shortconv.l_cache = {l_cache}, expected at least 2")));
         }
@@ -30,7 +33,14 @@ impl ShortConv {
         // ggml {L, d} is candle [d, L]: row c holds channel c's L taps.
         let w = g.f32_tensor(&name, dev)?.to_dtype(DType::F32)?;
         let kernel = w.flatten_all()?.to_vec1::<f32>()?;
+        let taps = match dev.exact() {
+            true => Vec::new(),
+            false => (0..l_cache)
+                .map(|k| w.narrow(1, k, 1)?.flatten_all()?.contiguous())
+                .collect::<candle_core::Result<_>>()?,
+        };
         Ok(Self {
+            taps,
             in_proj: Linear::load(g, &format!("{prefix}.shortconv.in_proj"), d, 3 * d, dev)?,
             out_proj: Linear::load(g, &format!("{prefix}.shortconv.out_proj"), d, d, dev)?,
             kernel,
@@ -52,6 +62,10 @@ impl ShortConv {
     ) -> Result<Tensor> {
         let d = self.d;
         let bcx = self.in_proj.forward(u, &plan.rows)?;
+        if !plan.exact {
+            let y = self.gated_conv_on_device(&bcx, plan, layer, kv, states)?;
+            return self.out_proj.forward(&y, &plan.rows);
+        }
         let y = with_host_f32(&bcx, |bcx| self.gated_conv_host(bcx, plan, layer, kv, states, u.device()))??;
         self.out_proj.forward(&Tensor::from_vec(y, (plan.n_tokens(), d), u.device())?, &plan.rows)
     }
@@ -94,5 +108,37 @@ impl ShortConv {
             state.set(Tensor::from_vec(full[span.len * d..].to_vec(), (l - 1, d), dev)?)?;
         }
         Ok(y)
+    }
+
+    /// `gated_conv_host` on candle ops, on the model's device: the taps summed in the same
+    /// order (tap 0 first), so the same bits where the products round the same. Block-boundary
+    /// snapshots are copied to the host pool (a few rows, only when a boundary is crossed).
+    fn gated_conv_on_device(
+        &self,
+        bcx: &Tensor,
+        plan: &BatchPlan,
+        layer: usize,
+        kv: &KvPool,
+        states: &mut [(&mut ConvState, &[BlockId])],
+    ) -> Result<Tensor> {
+        let (d, l) = (self.d, self.l_cache);
+        let (b, c, x) = (bcx.narrow(1, 0, d)?, bcx.narrow(1, d, d)?, bcx.narrow(1, 2 * d, d)?);
+        let bx = (b * x)?;
+        let mut ys = Vec::with_capacity(plan.spans.len());
+        for (span, (state, blocks)) in plan.spans.iter().zip(states.iter_mut()) {
+            let full = Tensor::cat(&[state.get(bcx.device())?, bx.narrow(0, span.start, span.len)?], 0)?;
+            let mut conv = full.narrow(0, 0, span.len)?.broadcast_mul(&self.taps[0])?;
+            for (k, tap) in self.taps.iter().enumerate().skip(1) {
+                conv = (conv + full.narrow(0, k, span.len)?.broadcast_mul(tap)?)?;
+            }
+            ys.push((c.narrow(0, span.start, span.len)? * conv)?);
+            let first = (span.pos0 / BLOCK_SIZE + 1) * BLOCK_SIZE;
+            for p in (first..=span.pos0 + span.len).step_by(BLOCK_SIZE) {
+                let snap = full.narrow(0, p - span.pos0, l - 1)?.flatten_all()?.to_vec1::<f32>()?;
+                kv.save_conv(layer, blocks[p / BLOCK_SIZE - 1], &snap)?;
+            }
+            state.set(full.narrow(0, span.len, l - 1)?.contiguous()?)?;
+        }
+        Ok(Tensor::cat(&ys, 0)?)
     }
 }
