@@ -38,6 +38,9 @@ pub struct LoadOptions {
     pub device: Option<String>,
     /// Layers on the GPU (llama-server's `-ngl`); 0 keeps the model on the CPU.
     pub gpu_layers: Option<u32>,
+    /// Share of the GPU's memory to fill (vLLM's `--gpu-memory-utilization`): sizes the KV
+    /// pool from what is left after the weights when `kvTokens` is absent. CUDA only.
+    pub gpu_memory_utilization: Option<f64>,
 }
 
 /// What a loaded engine reports (`Engine.info()`, the `ModelInfo` type in JS): the model, its

@@ -59,6 +59,7 @@ impl Engine {
             o.device = d.parse().map_err(|e| js_error(env, e))?;
         }
         o.gpu_layers = opts.gpu_layers.map(|n| n as usize);
+        o.gpu_memory_utilization = opts.gpu_memory_utilization.map(|u| u as f32);
         promise(env, async move {
             let engine =
                 blocking(|| wick_core::Engine::load(o), WickError::load("the loader panicked")).await?;

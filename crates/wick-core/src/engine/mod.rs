@@ -70,6 +70,10 @@ pub struct EngineOptions {
     /// Layers on the GPU (llama-server's `-ngl`); `Some(0)` keeps the model on the CPU.
     /// Partial offload is not built: any other count places every layer.
     pub gpu_layers: Option<usize>,
+    /// Share of the GPU's memory Wick may fill (vLLM's `--gpu-memory-utilization`, 0–1): the
+    /// KV pool gets what this share leaves after the weights, unless `kv_tokens` is set.
+    /// Ignored off CUDA.
+    pub gpu_memory_utilization: Option<f32>,
 }
 
 impl EngineOptions {
@@ -91,6 +95,7 @@ impl EngineOptions {
             max_unread_events: 4096,
             device: DeviceChoice::Auto,
             gpu_layers: None,
+            gpu_memory_utilization: None,
         }
     }
 }
@@ -483,12 +488,28 @@ fn kv_pool(
     max_seqs: usize,
     device: &Placement,
 ) -> Result<KvPool> {
-    let tokens = opts.kv_tokens.unwrap_or(context_size.saturating_mul(max_seqs));
+    let layout = model.cache_layout();
+    let tokens = match (opts.kv_tokens, opts.gpu_memory_utilization, device.free_memory()) {
+        (Some(t), _, _) => t,
+        (None, Some(util), Some(free)) => gpu_kv_tokens(util, free, kv_bytes_per_token(&layout))?,
+        _ => context_size.saturating_mul(max_seqs),
+    };
     if tokens < 2 {
         return Err(WickError::InvalidRequest(format!("a KV pool of {tokens} tokens is too small")));
     }
     let blocks = tokens.div_ceil(BLOCK_SIZE);
-    KvPool::new_on(&model.cache_layout(), blocks, opts.prefix_cache, device)
+    KvPool::new_on(&layout, blocks, opts.prefix_cache, device)
+}
+
+/// KV tokens that fit in `util` of the GPU's memory given `free` bytes left after the
+/// weights (vLLM sizes its pool the same way: what the share leaves once the model is in).
+fn gpu_kv_tokens(util: f32, free: usize, bytes_per_token: usize) -> Result<usize> {
+    if !(util > 0.0 && util <= 1.0) {
+        return Err(WickError::InvalidRequest(format!("gpu memory utilization {util} is not in (0, 1]")));
+    }
+    // The share counts against what is free now; a margin for activations stays unused.
+    let budget = (free as f64 * util as f64) as usize;
+    Ok(budget / bytes_per_token.max(1))
 }
 
 /// What the scheduler thread takes over from the load.

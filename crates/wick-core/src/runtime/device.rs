@@ -159,6 +159,18 @@ impl Placement {
     }
 }
 
+impl Placement {
+    /// Bytes of device memory free now (weights already loaded), where the backend says;
+    /// None on the CPU and on Metal (unified memory: the OS decides).
+    pub fn free_memory(&self) -> Option<usize> {
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(d) = &self.device {
+            return d.cuda_stream().context().mem_get_info().ok().map(|(free, _total)| free);
+        }
+        None
+    }
+}
+
 /// Why a GPU backend cannot be used.
 #[derive(Debug)]
 enum Unavailable {
