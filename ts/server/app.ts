@@ -33,6 +33,7 @@ import { nativeGenerateRoutes } from "./routes/native/generate.ts";
 import { nativeModelRoutes } from "./routes/native/models.ts";
 import { BLOB_PATH_PREFIX, nativeBlobRoutes } from "./routes/native/blobs.ts";
 import { showRoutes } from "./routes/native/show.ts";
+import { uiRoutes } from "./routes/ui.ts";
 
 export interface AppOptions {
   /** Models already loaded, served as they are (library use, tests); ignored when `models` is given. */
@@ -118,6 +119,7 @@ export function createApp(opts: AppOptions): Koa {
   const models = opts.models ?? new ModelManager({ registry: opts.registry });
   const registry = models.registry;
   const deps = { registry, models, log, images: { ...DEFAULT_IMAGE_OPTIONS, ...opts.images } };
+  uiRoutes(router); // before healthRoutes: a browser's GET / gets the chat page, other clients the heartbeat
   healthRoutes(router, registry);
   metricsRoutes(router, registry);
   modelsRoutes(router, deps);
