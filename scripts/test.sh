@@ -38,6 +38,9 @@ WICK_LLAMA_ONLY="llama-quantize llama-server" bash scripts/build-llama-server.sh
   echo "NOTICE: could not build llama-quantize / llama-server (cmake, ninja, g++); the quant-matrix and vision parity tests will say SKIPPED"
 bash scripts/build-mtmd-embd.sh >/dev/null ||
   echo "NOTICE: could not build the mtmd-embd reference; the vision embedding test will say SKIPPED"
+# The chat page (ui/ -> ui/build/index.html) and Debian's Chromium for its browser tests (test/ui.test.ts).
+npm run --silent build:ui >/dev/null || fail_check "could not build the chat page (npm run build:ui)"
+bash scripts/chromium.sh >/dev/null || echo "NOTICE: no Chromium (scripts/chromium.sh: apt-get install chromium, as root); the chat page's browser tests will say SKIPPED"
 
 step "rust tests"
 # Tests whose asset is missing append a line here (crates/wick-core/tests/common/mod.rs).
