@@ -18,6 +18,7 @@ import { buildUi } from "../scripts/build-ui.ts";
 import { fixture, fixturesDir, needs, repoRoot, smollm2, type Asset } from "./helpers/assets.ts";
 import { testImage } from "./helpers/images.ts";
 import { postJson, startServer, type RunningServer } from "./helpers/server.ts";
+import { startStoreServer } from "./helpers/store-server.ts";
 
 function chromium(): Asset {
   try {
@@ -89,6 +90,11 @@ async function open(t: ExecutionContext, url: string): Promise<Opened> {
   });
   const errors: string[] = [];
   page.on("pageerror", (e) => errors.push((e as Error).message));
+  // The page's CSP blocks other origins before a request is made: a blocked attempt is an error too.
+  await page.exposeFunction("cspViolation", (uri: string) => errors.push(`CSP blocked ${uri}`));
+  await page.evaluateOnNewDocument(() => {
+    document.addEventListener("securitypolicyviolation", (e) => void (window as unknown as { cspViolation(u: string): void }).cspViolation(`${e.violatedDirective} ${e.blockedURI}`));
+  });
   const res = await page.goto(url, { waitUntil: "load" });
   t.is(res?.status(), 200);
   await page.waitForSelector("body[data-ready]");
@@ -345,4 +351,45 @@ serial("behind --api-key the page loads, asks for the key, says clearly when it 
   await page.waitForSelector("body[data-ready]");
   t.true(await page.$eval("#key-form", (e) => (e as HTMLElement).hidden));
   sameOrigin(t, o, keyed.url);
+});
+
+serial("pulls a hub reference with a progress bar, lists it in the picker and chats with it", async (t) => {
+  const store = await startStoreServer();
+  t.teardown(() => store.close());
+  await store.hub.addRepo("wick-test/Smol-GGUF", [{ path: "Smol-Q4_1.gguf", source: (smol as { path: string }).path }]);
+  const o = await open(t, store.url);
+  const { page } = o;
+  t.regex(await page.$eval("#model", (e) => e.textContent), /No models/);
+  await page.click("#pull-box summary");
+  await page.evaluate(() => {
+    const w = window as unknown as { progress: number[] };
+    w.progress = [];
+    const bar = document.getElementById("pull-progress") as HTMLProgressElement;
+    new MutationObserver(() => w.progress.push(bar.value / bar.max)).observe(bar, { attributes: true });
+  });
+  await page.type("#pull-ref", "hf.co/wick-test/Smol-GGUF:Q4_1");
+  await page.click("#pull-form button");
+  await page.waitForFunction(() => /^pulled /.test(document.getElementById("pull-status")!.textContent), { timeout: 120_000 });
+  const progress = await page.evaluate(() => (window as unknown as { progress: number[] }).progress);
+  t.true(progress.filter((x) => x > 0 && x < 1).length >= 2, `the bar moved in steps: ${progress.map((x) => x.toFixed(2)).join(" ")}`);
+  t.is(progress.at(-1), 1);
+  const picked = await page.$eval("#model", (e) => (e as HTMLSelectElement).value);
+  t.is(picked, "hf.co/wick-test/Smol-GGUF:Q4_1");
+  await settings(page, { max_tokens: "4" });
+  await send(page, "Hi");
+  const m = await lastAnswer(page);
+  t.falsy(m.error);
+  t.is(m.model, picked);
+  t.true(m.usage.completion > 0);
+  await page.click("#pull-box summary"); // the list refreshes on the next pull or reload: reload marks it loaded
+  await page.reload({ waitUntil: "load" });
+  await page.waitForSelector("body[data-ready]");
+  t.regex(await page.$eval("#model option:checked", (e) => e.textContent), /loaded/);
+  // A reference the hub does not have is the API's error, in place.
+  await page.click("#pull-box summary");
+  await page.type("#pull-ref", "hf.co/wick-test/Nothing-GGUF");
+  await page.click("#pull-form button");
+  await page.waitForSelector("#pull-status.error");
+  t.regex(await page.$eval("#pull-status", (e) => e.textContent), /not found|404|does not exist/i);
+  sameOrigin(t, o, store.url);
 });
