@@ -7,7 +7,7 @@
  * went to the server's own origin.
  */
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import test, { type ExecutionContext } from "ava";
@@ -392,4 +392,40 @@ serial("pulls a hub reference with a progress bar, lists it in the picker and ch
   await page.waitForSelector("#pull-status.error");
   t.regex(await page.$eval("#pull-status", (e) => e.textContent), /not found|404|does not exist/i);
   sameOrigin(t, o, store.url);
+});
+
+serial("model and user text is only ever text; a narrow screen has a drawer; the theme toggle overrides the system's", async (t) => {
+  const o = await open(t, server.url);
+  const { page } = o;
+  await page.select("#model", SMOL);
+  await settings(page, { max_tokens: "4" });
+  const hostile = "<img src=x onerror=\"document.title='pwned'\"> <script>document.title='pwned'</script> **bold**";
+  await send(page, hostile);
+  t.is(await page.$eval("#messages article.user .body", (e) => e.textContent), hostile);
+  t.is(await page.$$eval("#messages img, #messages script", (es) => es.length), 0);
+  t.not(await page.title(), "pwned");
+  for (const f of ["api", "chat", "db", "main", "markdown", "models", "view"]) {
+    t.notRegex(readFileSync(path.join(repoRoot, "ui", `${f}.ts`), "utf8"), /\.(innerHTML|outerHTML)\s*=|insertAdjacentHTML\(|document\.write\(|createContextualFragment/, `ui/${f}.ts writes no HTML`);
+  }
+
+  await page.emulateMediaFeatures([{ name: "prefers-color-scheme", value: "dark" }]);
+  const bg = () => page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  t.is(await bg(), "rgb(22, 24, 28)");
+  await page.click("#theme"); // auto -> light
+  t.is(await bg(), "rgb(255, 255, 255)");
+  await page.click("#theme"); // light -> dark
+  t.is(await bg(), "rgb(22, 24, 28)");
+  await page.click("#theme"); // dark -> auto (the system's dark)
+  t.is(await bg(), "rgb(22, 24, 28)");
+
+  await page.setViewport({ width: 390, height: 844 });
+  // The list slides off screen (a short transition).
+  await page.waitForFunction(() => document.getElementById("side")!.getBoundingClientRect().right <= 0, { timeout: 2000 });
+  await page.click("#open-side");
+  await page.waitForFunction(() => document.getElementById("side")!.getBoundingClientRect().left >= 0);
+  await page.click("#conversations .conv > button:first-child");
+  await page.waitForFunction(() => document.getElementById("side")!.getBoundingClientRect().right <= 0);
+  const input = await page.$eval("#input", (e) => e.getBoundingClientRect().width);
+  t.true(input > 200, `the message box keeps its room (${input}px)`);
+  sameOrigin(t, o, server.url);
 });
