@@ -68,10 +68,9 @@ impl Mlp {
         let h = match (self.act, self.exact) {
             (Gate::Silu, true) => swiglu(&g, &u)?,
             (Gate::GeluTanh, true) => geglu(&g, &u)?,
-            // candle's kernels on any device: libm-style `exp` and an f32 tanh, where ggml's
-            // CPU backend uses its own `expf` and an f16 table.
+            // candle's kernel on any device: libm's `exp` where ggml has its own `expf`.
             (Gate::Silu, false) => (g.silu()? * u)?,
-            (Gate::GeluTanh, false) => (g.gelu()? * u)?,
+            (Gate::GeluTanh, false) => geglu_on_device(&g, &u)?,
         };
         self.down.forward(&h, rows)
     }
@@ -90,6 +89,20 @@ fn gelu_f32(x: f32) -> f32 {
 fn gelu_table() -> &'static [f16] {
     static T: OnceLock<Vec<f16>> = OnceLock::new();
     T.get_or_init(|| (0..=u16::MAX).map(|b| f16::from_f32(gelu_f32(f16::from_bits(b).to_f32()))).collect())
+}
+
+/// `geglu` on candle ops, any device: the table's values computed in place — the input rounded
+/// to f16, candle's tanh GELU (the same expression as `gelu_f32`), the result rounded to f16 —
+/// with the same ±10 cut-offs. Small models swing on that rounding: a tiny Gemma 3 parts from
+/// the exact path within a token with an unrounded GELU and agrees to the bit with this one.
+fn geglu_on_device(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    use candle_core::DType::{F16, F32};
+    let f16_round = |t: &Tensor| t.to_dtype(F16)?.to_dtype(F32);
+    let table = f16_round(&f16_round(gate)?.gelu()?)?;
+    let high = gate.ge(10f64)?;
+    let low = gate.le(-10f64)?;
+    let y = high.where_cond(gate, &low.where_cond(&gate.zeros_like()?, &table)?)?;
+    Ok((y * up)?)
 }
 
 /// ggml `geglu`: `gelu(g)·u`, with the table lookup and the ±10 cut-offs of the CPU backend.

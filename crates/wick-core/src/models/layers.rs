@@ -89,6 +89,14 @@ impl Hparams<'_> {
 /// plain tensors. On the device path every weight is a candle `QMatMul` (`device_weight`).
 enum Weight {
     Candle(QMatMul),
+    /// Device path, a half-precision weight (`dtype` F16 or BF16): inputs rounded to `dtype`
+    /// as ggml rounds them for such a weight, products summed in f32. On a GPU the weight
+    /// stays half (cuBLAS sums half GEMMs in f32); on candle's CPU device it is widened to
+    /// f32, since that device's half GEMM sums in half precision.
+    Half {
+        w: Tensor,
+        dtype: DType,
+    },
     Ggml(Arc<QTensor>),
     /// Shared with a tied embedding, which looks its rows up in the panels.
     Packed(Arc<PackedWeight>),
@@ -112,11 +120,22 @@ fn weight(w: Arc<QTensor>, dev: &Placement) -> Result<Weight> {
 /// The device path's weight: candle's quantized matmul on the weight's device, whose CUDA and
 /// Metal kernels run every GGUF quant type. Half-precision weights stay half (f16 activations,
 /// as ggml converts them for an f16 weight) instead of doubling their memory as f32.
+///
+/// One exception, on candle's CPU device only: its q8_1 activation blocks (for Q4_1 and Q5_1
+/// weights) round the block sum through f16 twice where ggml (and candle's CUDA kernels,
+/// ported from ggml's) round once, a 1e-3 relative error that moves SmolLM2's greedy text.
+/// There those types take Wick's row dots, which take tensors on that device as well.
 fn device_weight(w: Arc<QTensor>) -> Result<Weight> {
-    Ok(Weight::Candle(match w.dtype() {
-        GgmlDType::F16 | GgmlDType::BF16 => QMatMul::TensorF16(w.dequantize_f16(&w.device())?),
-        _ => QMatMul::from_arc(w)?,
-    }))
+    let dtype = match w.dtype() {
+        GgmlDType::F16 => DType::F16,
+        GgmlDType::BF16 => DType::BF16,
+        GgmlDType::Q4_1 | GgmlDType::Q5_1 if w.device().is_cpu() => return Ok(Weight::Ggml(w)),
+        _ => return Ok(Weight::Candle(QMatMul::from_arc(w)?)),
+    };
+    let dev = w.device();
+    let t = w.dequantize(&dev)?;
+    let t = if dev.is_cpu() { t } else { t.to_dtype(dtype)? };
+    Ok(Weight::Half { w: t, dtype })
 }
 
 /// GGUF weight `name` of dims `{n_in, n_out}`: on the exact path packed straight from the
@@ -163,6 +182,13 @@ impl Linear {
         let x = x.contiguous()?;
         let y = match &self.w {
             Weight::Candle(w) => w.forward(&x)?,
+            Weight::Half { w, dtype } => {
+                let xh = x.to_dtype(*dtype)?;
+                match w.dtype() {
+                    DType::F32 => xh.to_dtype(DType::F32)?.matmul(&w.t()?)?,
+                    _ => xh.matmul(&w.t()?)?.to_dtype(DType::F32)?,
+                }
+            }
             Weight::Ggml(w) => matmul::matmul(&x, w, rows)?,
             Weight::Packed(w) => {
                 let y = with_host_f32(&x, |xs| w.matmul(xs, rows))??;
@@ -257,7 +283,15 @@ impl RmsNorm {
         if self.exact {
             return rms_norm(x, &self.w, self.eps);
         }
-        Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.w, self.eps)?)
+        // ggml's steps on candle ops: squares rounded in f32, summed in f64 (in another order,
+        // which f64 absorbs), the mean rounded to f32, `1/sqrt(mean + ε)` in f32, `x·s·w`.
+        // Metal has no f64: there the sum stays f32.
+        let wide = if x.device().is_metal() { DType::F32 } else { DType::F64 };
+        let n = x.dim(candle_core::D::Minus1)? as f64;
+        let mean =
+            (x.sqr()?.to_dtype(wide)?.sum_keepdim(candle_core::D::Minus1)? / n)?.to_dtype(DType::F32)?;
+        let scale = (mean + self.eps as f64)?.sqrt()?.recip()?;
+        Ok(x.broadcast_mul(&scale)?.broadcast_mul(&self.w)?)
     }
 }
 

@@ -125,6 +125,10 @@ pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 
 /// RoPE as ggml's compiled `rotate_pairs` rounds it: the x1 products are rounded, the x0
 /// products fused — `y0 = fma(x0, cos, -(x1·sin))`, `y1 = fma(x0, sin, x1·cos)`.
+/// On aarch64 llama.cpp's build vectorizes the interleaved (`GGML_ROPE_TYPE_NORMAL`) loop
+/// four pairs at a time (`ld2`, `fmul`, `fmls`, `fmla`, `st2`), and there `y0` fuses the
+/// other product: `y0 = fma(-x1, sin, x0·cos)` for the first `⌊hd/8⌋·4` pairs, the
+/// scalar order for the rest (`interleaved_pair`).
 /// `x`: `[n, heads, hd]`; `cos`/`sin`: `[n, hd/2]`; pairs are adjacent (`interleaved`) or
 /// `hd/2` apart (NEOX).
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, interleaved: bool) -> Result<Tensor> {
@@ -143,6 +147,8 @@ fn rope_host(
     interleaved: bool,
 ) -> Vec<f32> {
     let half = d / 2;
+    // The pairs ggml's aarch64 build rotates in its 4-pair vector loop (none elsewhere).
+    let vector_pairs = if cfg!(target_arch = "aarch64") { half & !3 } else { 0 };
     let mut y = vec![0f32; xs.len()];
     let yp = SyncPtr(y.as_mut_ptr());
     pool::run(n, &|t| {
@@ -162,14 +168,34 @@ fn rope_host(
                             (base + i, base + i + half)
                         };
                         let (x0, x1) = (xt[i0], xt[i1]);
-                        yt[i0] = x0.mul_add(ct[i], -(x1 * st[i]));
-                        yt[i1] = x0.mul_add(st[i], x1 * ct[i]);
+                        (yt[i0], yt[i1]) = if interleaved {
+                            interleaved_pair(x0, x1, ct[i], st[i], i < vector_pairs)
+                        } else {
+                            scalar_pair(x0, x1, ct[i], st[i])
+                        };
                     }
                 }
             },
         )
     });
     y
+}
+
+/// One pair in `rotate_pairs`' scalar order: `(fma(x0, c, -(x1·s)), fma(x0, s, x1·c))`.
+#[inline(always)]
+fn scalar_pair(x0: f32, x1: f32, c: f32, s: f32) -> (f32, f32) {
+    (x0.mul_add(c, -(x1 * s)), x0.mul_add(s, x1 * c))
+}
+
+/// One interleaved pair; `vector`: in the order of ggml's aarch64 vector loop, where `y0` is
+/// `fmls(x0·c, x1, s)` = `fma(-x1, s, x0·c)` (`y1` the scalar one).
+#[inline(always)]
+fn interleaved_pair(x0: f32, x1: f32, c: f32, s: f32, vector: bool) -> (f32, f32) {
+    if vector {
+        ((-x1).mul_add(s, x0 * c), x0.mul_add(s, x1 * c))
+    } else {
+        scalar_pair(x0, x1, c, s)
+    }
 }
 
 /// `ggml_norm` over rows of `w.len()` values, then `· w + b`.
@@ -257,6 +283,45 @@ pub fn gelu(x: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Interleaved RoPE in the build's pair orders: on aarch64 the first `⌊hd/8⌋·4` pairs of
+    /// each head as ggml's vector loop (`y0 = fma(-x1, s, x0·c)`), the rest and every pair
+    /// elsewhere (and NEOX everywhere) as its scalar loop. The values make the two orders differ.
+    #[test]
+    fn rope_pairs_follow_the_build_orders() {
+        let (n, h, d) = (2, 3, 20);
+        let xs: Vec<f32> = (0..n * h * d).map(|i| (i as f32 * 0.731).sin() * 3.1).collect();
+        let c: Vec<f32> = (0..n * d / 2).map(|i| (i as f32 * 0.37 + 0.2).cos()).collect();
+        let s: Vec<f32> = (0..n * d / 2).map(|i| (i as f32 * 0.37 + 0.2).sin()).collect();
+        let vector = if cfg!(target_arch = "aarch64") { 8 } else { 0 };
+        let mut orders_differ = false;
+        for interleaved in [true, false] {
+            let y = rope_host(&xs, &c, &s, (n, h, d), interleaved);
+            for t in 0..n {
+                for head in 0..h {
+                    for i in 0..d / 2 {
+                        let base = (t * h + head) * d;
+                        let (i0, i1) = if interleaved {
+                            (base + 2 * i, base + 2 * i + 1)
+                        } else {
+                            (base + i, base + i + d / 2)
+                        };
+                        let (x0, x1, ct, st) = (xs[i0], xs[i1], c[t * d / 2 + i], s[t * d / 2 + i]);
+                        let scalar = (x0.mul_add(ct, -(x1 * st)), x0.mul_add(st, x1 * ct));
+                        let fmls = ((-x1).mul_add(st, x0 * ct), scalar.1);
+                        orders_differ |= scalar != fmls;
+                        let want = if interleaved && i < vector { fmls } else { scalar };
+                        assert_eq!(
+                            (y[i0], y[i1]),
+                            want,
+                            "interleaved {interleaved} token {t} head {head} pair {i}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(orders_differ, "no pair tells the two orders apart");
+    }
 
     #[test]
     fn gelu_is_tanh_gelu_and_layer_norm_has_unit_moments() {
