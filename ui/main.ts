@@ -250,6 +250,8 @@ async function answer(c: Conversation, parent: string | null): Promise<void> {
   running = null;
   setRunning(false);
   if (cur === c) refresh(m);
+  // The model may have just been loaded (or unloaded): mark the picker anew.
+  picker.refresh().catch(() => undefined);
   if (m.error?.startsWith("Wrong API key") || m.error?.startsWith("This server needs an API key")) askKey(m.error);
   await save(c);
 }

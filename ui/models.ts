@@ -88,7 +88,7 @@ export function pullForm(picker: Picker, onPulled: (name: string) => void): void
         }
         bar.max = 1;
         bar.value = 1;
-        status.textContent = `pulled ${ref}`;
+        status.textContent = "listing models";
         await picker.refresh();
         // The store names a hub pull hf.co/<org>/<repo>:<quant>; pick what the list has.
         const sel = document.getElementById("model") as HTMLSelectElement;
@@ -106,6 +106,7 @@ export function pullForm(picker: Picker, onPulled: (name: string) => void): void
           picker.select(match.value);
           onPulled(match.value);
         }
+        status.textContent = `pulled ${ref}`;
       } catch (err) {
         bar.hidden = true;
         status.className = "error";
