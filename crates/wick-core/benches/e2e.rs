@@ -1,17 +1,19 @@
 //! End-to-end prefill / decode tokens/s of one GGUF through `models::Model::forward`, the way
 //! llama-bench measures (pp512 / tg128): `cargo bench -p wick-core --bench e2e -- MODEL.gguf
-//! [--prompt 512] [--gen 128] [--repeats 3] [--same-token]`
-//! (`--same-token`: decode feeds one token over and over, as a model that echoes does). Threads: `WICK_THREADS` (default: all cores).
+//! [--prompt 512] [--gen 128] [--repeats 3] [--same-token] [--device cpu|cpu-candle|cuda|metal]`
+//! (`--same-token`: decode feeds one token over and over, as a model that echoes does;
+//! `--device`: where and how the model runs, `runtime::device`, default the exact CPU path).
+//! Threads: `WICK_THREADS` (default: all cores).
 //! Prints median and min–max per phase. With `WICK_THREADS=1` it also prints tokens per second
 //! of the thread's CPU time (`/proc/thread-self/schedstat`), which a loaded machine moves much
 //! less than wall time: the figure to compare two builds by on a shared machine.
 
 use std::time::Instant;
 
-use candle_core::Device;
-use wick_core::cache::KvPool;
+use wick_core::cache::{KvPool, BLOCK_SIZE};
 use wick_core::gguf::GgufFile;
 use wick_core::models::{self, StepSeq};
+use wick_core::runtime::device::{DeviceChoice, Placement};
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
@@ -42,17 +44,28 @@ fn main() {
     };
     let (np, ng, reps) = (arg(&args, "--prompt", 512), arg(&args, "--gen", 128), arg(&args, "--repeats", 3));
     let same_token = args.iter().any(|a| a == "--same-token");
+    let choice: DeviceChoice = args
+        .iter()
+        .position(|a| a == "--device")
+        .and_then(|i| args.get(i + 1))
+        .map_or(Ok(DeviceChoice::Cpu), |d| d.parse())
+        .expect("--device");
+    let placement = Placement::resolve(choice, None);
+    if let Some(n) = &placement.notice {
+        eprintln!("{n}");
+    }
     let loading = Instant::now();
     let g = GgufFile::open(path).expect("open");
-    let model = models::load(&g, &Device::Cpu).expect("load");
-    eprintln!("load: {:.0} ms", loading.elapsed().as_secs_f64() * 1e3);
+    let model = models::load_on(&g, &placement).expect("load");
+    eprintln!("load: {:.0} ms on {}", loading.elapsed().as_secs_f64() * 1e3, placement.name());
     let vocab = model.info().n_vocab as u32;
     let mut seed = 12345u64;
     let mut next = || {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((seed >> 33) as u32) % vocab
     };
-    let mut kv = KvPool::with_capacity(&model.cache_layout(), np + ng + 64, &Device::Cpu).expect("kv pool");
+    let blocks = (np + ng + 64).div_ceil(BLOCK_SIZE);
+    let mut kv = KvPool::new_on(&model.cache_layout(), blocks, true, &placement).expect("kv pool");
     let (mut pp, mut tg) = (vec![], vec![]);
     let (mut pp_cpu, mut tg_cpu) = (vec![], vec![]);
     for rep in 0..=reps {

@@ -18,9 +18,10 @@
 //!   LayerNorm, GELU; `cpu/image.rs`: image resampling and the vision tower's image ops
 //!   (`cpu/vit.rs` lists the vision tower's ops where they live).
 //!
-//! The CPU kernels run on `runtime::pool`. GPU kernels get their own directory beside `cpu/`
-//! (`cuda/`: `.cu` sources and their launchers) when they come; until then the models run on
-//! the CPU only (no build reaches another device, so no layer keeps a path for one).
+//! The CPU kernels run on `runtime::pool`. The device path (`runtime::device`) runs the models
+//! on candle's own CUDA, Metal and CPU kernels; kernels Wick adds for a device get their own
+//! directory beside `cpu/` (`cuda/`, `metal/`) when a GPU is there to test them against the
+//! CPU reference.
 //!
 //! Dependencies point one way: `feats` and `blocks` at the bottom, the row dots and panels on
 //! them, `matmul` and `attention` on those; kernels never import `models`.
