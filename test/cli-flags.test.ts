@@ -37,6 +37,7 @@ const SAMPLES: Record<string, [string, unknown] | undefined> = {
   chunkedPrefillSize: ["-1", -1],
   maxBatchedTokens: ["256", 256],
   maxTotalTokens: ["4096", 4096],
+  device: ["CUDA:1", "cuda:1"],
   nGpuLayers: ["all", 99],
   gpuMemoryUtilization: ["0.9", 0.9],
   dtype: ["auto", "auto"],

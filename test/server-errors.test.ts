@@ -1,12 +1,12 @@
 /** The error table: every code has a status and an OpenAI body; nothing leaks a stack. */
 import test from "ava";
 import { WickError } from "../ts/engine/index.ts";
-import { ENGINE_CODES } from "../ts/engine/errors.ts";
+import { engineCodes } from "../ts/engine/errors.ts";
 import { ERROR_TABLE, HttpError, toApiError } from "../ts/server/errors.ts";
 import { RequestError } from "../ts/service/errors.ts";
 
 test("every engine code maps to a status and an OpenAI error body", (t) => {
-  for (const code of ENGINE_CODES) {
+  for (const code of engineCodes()) {
     const api = toApiError(new WickError(code, `engine said ${code}`));
     t.is(api.status, ERROR_TABLE[code].status, code);
     t.deepEqual(Object.keys(api.body.error).sort(), ["code", "message", "param", "type"]);

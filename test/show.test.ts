@@ -12,7 +12,7 @@ import path from "node:path";
 import { GgmlType, GgufFileType, readGgufFileInfo } from "node-llama-cpp";
 import { Ollama } from "ollama";
 import { Engine, WickError, type GgufInfo } from "../ts/engine/index.ts";
-import { ENGINE_CODES } from "../ts/engine/errors.ts";
+import { engineCodes } from "../ts/engine/errors.ts";
 import { toApiError, toOllamaError } from "../ts/server/errors.ts";
 import type { ModelRegistry } from "../ts/service/registry.ts";
 import { humanCount } from "../ts/service/show.ts";
@@ -104,7 +104,7 @@ test("humanCount formats as Ollama's HumanNumber", (t) => {
 });
 
 test("native API errors keep the OpenAI table's status with Ollama's {error} body", (t) => {
-  for (const code of ENGINE_CODES) {
+  for (const code of engineCodes()) {
     const err = new WickError(code, `engine said ${code}`);
     const o = toOllamaError(err);
     t.is(o.status, toApiError(err).status, code);

@@ -11,7 +11,7 @@ import { REASONING_FORMATS, REASONING_PARSERS, type ReasoningFormat } from "../s
 import { TOOL_PARSER_NAMES } from "../service/tools/index.ts";
 import { CONVERT_OUT_TYPES } from "../engine/convert.ts";
 import { InvalidArgumentError } from "commander";
-import { choice, existingFile, fraction, gpuLayers, hubRepo, integer, keepAlive, modelRef, nonEmpty, number, outfile, port, positiveInt } from "./values.ts";
+import { choice, device, existingFile, fraction, gpuLayers, hubRepo, integer, keepAlive, modelRef, nonEmpty, number, outfile, port, positiveInt } from "./values.ts";
 
 export interface FlagSpec<F = ServeFlags> {
   /** Property name in the parsed options. */
@@ -23,8 +23,11 @@ export interface FlagSpec<F = ServeFlags> {
   description: string;
   parse?: (raw: string) => unknown;
   required?: boolean;
-  /** Printed (once, to stderr) when the flag is given: the flag is accepted but changes nothing here. */
-  notice?: string;
+  /**
+   * Printed (once, to stderr) when the flag is given: the flag is accepted but changes nothing
+   * here. A function decides by the parsed value (undefined: nothing to say).
+   */
+  notice?: string | ((value: unknown) => string | undefined);
   /** May be given several times; the values are collected in an array. */
   repeatable?: boolean;
 }
@@ -47,6 +50,7 @@ export interface ServeFlags {
   maxBatchedTokens?: number;
   maxTotalTokens?: number;
   disablePrefixCache?: boolean;
+  device?: string;
   nGpuLayers?: number;
   gpuMemoryUtilization?: number;
   dtype?: string;
@@ -80,7 +84,9 @@ function corsOrigins(raw: string): CorsOrigins {
   }
 }
 
-const CPU_ONLY = "this build runs on the CPU only, so it has no effect";
+/** `--dtype`: only `auto` is what the engine does (quantized weights, f32 activations); the others are accepted, not applied. */
+const dtypeNotice = (v: unknown): string | undefined =>
+  v === "auto" ? undefined : `${String(v)} is not applied: the engine computes in the weights' own types (quantized matmuls, f32 activations), as auto does`;
 const NO_VISION = "the image token budget is the server's: set it with wick serve --image-max-tokens";
 
 export const SERVE_FLAGS: FlagSpec[] = [
@@ -194,15 +200,35 @@ export const SERVE_FLAGS: FlagSpec[] = [
     flags: ["--disable-prefix-cache", "--disable-radix-cache", "--no-enable-prefix-caching"],
     description: "do not reuse the KV cache of equal prompt prefixes across requests",
   },
-  { key: "nGpuLayers", flags: ["--n-gpu-layers", "-ngl", "--gpu-layers"], value: "<n>", description: "layers on the GPU (99 or all = all, auto)", parse: gpuLayers, notice: CPU_ONLY },
-  { key: "gpuMemoryUtilization", flags: ["--gpu-memory-utilization", "--mem-fraction-static"], value: "<0..1>", description: "fraction of GPU memory to use", parse: fraction, notice: CPU_ONLY },
+  {
+    key: "device",
+    flags: ["--device"],
+    value: "<device>",
+    description:
+      "where models run: auto (a GPU when the addon has its backend and one answers, else the CPU), cpu, cuda, cuda:N, metal, cpu-candle (the GPU code path on the CPU: a check, not a speed option); default WICK_DEVICE, else auto. A GPU that cannot be had falls back to the CPU with a notice",
+    parse: device,
+  },
+  {
+    key: "nGpuLayers",
+    flags: ["--n-gpu-layers", "-ngl", "--gpu-layers"],
+    value: "<n>",
+    description: "layers on the GPU: 0 = the CPU; any other count (99, all, auto) places every layer on the GPU (partial offload is not built)",
+    parse: gpuLayers,
+  },
+  {
+    key: "gpuMemoryUtilization",
+    flags: ["--gpu-memory-utilization", "--mem-fraction-static"],
+    value: "<0..1>",
+    description: "share of the GPU's memory to fill: the KV cache gets what is left of it after the weights (CUDA; default: the KV cache --max-total-tokens asks for)",
+    parse: fraction,
+  },
   {
     key: "dtype",
     flags: ["--dtype"],
     value: "<type>",
-    description: "GPU compute type: auto, float16, bfloat16, float32",
+    description: "compute type: auto (the weights' own types); float16, bfloat16, float32 are accepted and not applied yet (a notice)",
     parse: choice(["auto", "float16", "bfloat16", "float32", "half", "float"]),
-    notice: CPU_ONLY,
+    notice: dtypeNotice,
   },
   {
     key: "toolCallParser",
@@ -480,7 +506,11 @@ export function normalizeArgv(args: string[]): Normalized {
 
 /** Notices for table flags that are accepted but change nothing on this build. */
 export function flagNotices<F>(specs: FlagSpec<F>[], given: Partial<F>): string[] {
-  return specs.filter((f) => f.notice && given[f.key] !== undefined).map((f) => `wick: note: ${f.flags[0]}: ${f.notice}`);
+  return specs.flatMap((f) => {
+    if (!f.notice || given[f.key] === undefined) return [];
+    const notice = typeof f.notice === "function" ? f.notice(given[f.key]) : f.notice;
+    return notice ? [`wick: note: ${f.flags[0]}: ${notice}`] : [];
+  });
 }
 
 /** Every flag a command's table knows (canonical, aliases, foreign), for "did you mean". */

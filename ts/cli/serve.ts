@@ -9,6 +9,7 @@
  */
 import type { AddressInfo } from "node:net";
 import { pino, type Logger } from "pino";
+import { isDevice, selectAddon } from "../engine/index.ts";
 import { createApp } from "../server/app.ts";
 import { createHttpServer, DEFAULT_TIMEOUT_S } from "../server/limits.ts";
 import { Shutdown } from "../server/shutdown.ts";
@@ -36,6 +37,15 @@ export async function serve(flags: ServeFlags): Promise<void> {
     process.stderr.write(`wick: warning: listening on ${host} without --api-key: anyone who can reach this address can use the API and manage the models\n`);
   }
 
+  const device = flags.device ?? (process.env.WICK_DEVICE?.trim() || undefined);
+  if (device !== undefined && !isDevice(device)) throw new CliError(`unknown device '${device}' in WICK_DEVICE (expected auto, cpu, cuda, cuda:N, metal or cpu-candle)`);
+  // -ngl auto (-1) is the engine's default: every layer on the GPU when there is one.
+  const gpuLayers = flags.nGpuLayers === undefined || flags.nGpuLayers < 0 ? undefined : flags.nGpuLayers;
+  // The addon (CPU, or CUDA when it is installed and finds a GPU) is chosen before anything loads.
+  const addon = selectAddon({ device, gpuLayers });
+  log.info({ device: addon.device, addon: addon.kind, ...(addon.cudaAddon ? { cudaAddon: addon.cudaAddon } : {}), ...(addon.notice ? { notice: addon.notice } : {}) }, "addon");
+  if (addon.notice) process.stderr.write(`wick: note: ${addon.notice}\n`);
+
   const store = new ModelStore();
   const hub = new HubClient(store);
   const models = new ModelManager({
@@ -58,6 +68,9 @@ export async function serve(flags: ServeFlags): Promise<void> {
       ...(flags.reasoningBudget !== undefined && flags.reasoningBudget >= 0 ? { reasoningBudget: flags.reasoningBudget } : {}),
       imageMinTokens: flags.imageMinTokens,
       imageMaxTokens: flags.imageMaxTokens,
+      ...(device !== undefined ? { device } : {}),
+      ...(gpuLayers !== undefined ? { gpuLayers } : {}),
+      ...(flags.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: flags.gpuMemoryUtilization } : {}),
     },
   });
   if (flags.mmproj && !flags.model) throw new CliError("--mmproj needs -m (the projector belongs to that model)");

@@ -6,6 +6,7 @@ import { existsSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { InvalidArgumentError } from "commander";
+import { DEVICES, isDevice } from "../engine/addon.ts";
 import { keepAliveMs } from "../service/keep-alive.ts";
 import { parseReference } from "../store/reference.ts";
 
@@ -54,6 +55,13 @@ export function gpuLayers(raw: string): number {
   if (raw === "all") return 99;
   if (raw === "auto") return -1;
   return integer(-1, Number.MAX_SAFE_INTEGER, "an integer, auto or all")(raw);
+}
+
+/** `--device`: auto, cpu, cuda, cuda:N, metal or cpu-candle (the engine's DeviceChoice). */
+export function device(raw: string): string {
+  const d = raw.trim().toLowerCase();
+  if (!isDevice(d)) throw new InvalidArgumentError(`Expected one of ${DEVICES.join(", ")} (N a device number).`);
+  return d;
 }
 
 /** A value that is a file path rather than a model name: it ends in .gguf, or starts like a path. */

@@ -3,15 +3,11 @@
  * of the addon's own. Progress is polled (a snapshot after each tensor); aborting the signal
  * cancels the conversion, and the partial output is removed.
  */
-import { createRequire } from "node:module";
 import type * as Native from "../native/native.d.ts";
+import { native } from "./addon.ts";
 import { fromNative } from "./errors.ts";
 
 export type { ConvertOptions, ConvertProgress, ConvertReport } from "../native/native.d.ts";
-
-/** Loaded on first use, so the CLI's flag table (which lists the output types) loads without it. */
-let addon: typeof Native | undefined;
-const native = () => (addon ??= createRequire(import.meta.url)("../native/native.cjs") as typeof Native);
 
 /**
  * The output types the converter writes (llama.cpp's --outtype spellings), as the addon's

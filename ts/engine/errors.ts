@@ -4,15 +4,17 @@
  * crates/wick-core/src/error.rs plus the converter's CONVERT_FAILED): a new Rust code arrives
  * here by itself instead of turning into INTERNAL.
  */
-import { createRequire } from "node:module";
 import type * as Native from "../native/native.d.ts";
-
-const native = createRequire(import.meta.url)("../native/native.cjs") as typeof Native;
+import { native } from "./addon.ts";
 
 export type EngineCode = Native.ErrorCode;
 
-/** Every engine code, in the engine's order, CONVERT_FAILED last. */
-export const ENGINE_CODES: readonly EngineCode[] = Object.freeze(native.errorCodes());
+let codes: readonly EngineCode[] | undefined;
+/**
+ * Every engine code, in the engine's order, CONVERT_FAILED last. Asked of the addon on first
+ * use, not at import: which addon runs is chosen later (./addon.ts).
+ */
+export const engineCodes = (): readonly EngineCode[] => (codes ??= Object.freeze(native().errorCodes()));
 
 /** The numbers a CONTEXT_LENGTH_EXCEEDED error carries (set by the binding, not parsed from text). */
 export interface ContextLengthDetails {
@@ -44,7 +46,7 @@ export class WickError extends Error {
   }
 }
 
-export const isEngineCode = (c: unknown): c is EngineCode => typeof c === "string" && (ENGINE_CODES as readonly string[]).includes(c);
+export const isEngineCode = (c: unknown): c is EngineCode => typeof c === "string" && (engineCodes() as readonly string[]).includes(c);
 
 const numberOr = (v: unknown): number | undefined => (typeof v === "number" ? v : undefined);
 

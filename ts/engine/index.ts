@@ -2,9 +2,11 @@
  * Typed wrapper over the native addon: the only module that touches it. Generation is an
  * async iterator; aborting the signal or leaving the loop cancels the sequence in the engine.
  */
-import { createRequire } from "node:module";
 import type * as Native from "../native/native.d.ts";
+import { native, selectAddon } from "./addon.ts";
 import { fromNative, isEngineCode, WickError } from "./errors.ts";
+
+export { addonChoice, DEVICES, isDevice, selectAddon, type AddonChoice } from "./addon.ts";
 
 export { WickError } from "./errors.ts";
 export type { EngineCode } from "./errors.ts";
@@ -25,8 +27,6 @@ export type {
   ReasoningBudget,
 } from "../native/native.d.ts";
 
-const native = createRequire(import.meta.url)("../native/native.cjs") as typeof Native;
-
 /** What a generation yields: the addon's token and done events (errors are thrown instead). */
 export type EngineEvent = Exclude<Native.SequenceEvent, { type: "error" }>;
 
@@ -38,18 +38,33 @@ export interface TokenizeOptions {
 }
 
 export class Engine {
-  private constructor(private readonly inner: Native.Engine) {}
+  private constructor(
+    private readonly inner: Native.Engine,
+    /** The addon choice's notice, when the CUDA addon was passed over for this model. */
+    private readonly notice?: string,
+  ) {}
 
+  /**
+   * Loads a model on the addon `selectAddon` chose (choosing it now from `opts.device` if
+   * nothing did). When the CUDA addon was installed but found no CUDA device, the model runs
+   * on the CPU addon's exact path and its `deviceNotice` says why.
+   */
   static async load(opts: Native.LoadOptions): Promise<Engine> {
+    const choice = selectAddon({ device: opts.device, gpuLayers: opts.gpuLayers });
+    const device = opts.device ?? (process.env.WICK_DEVICE || "auto");
+    const passedOver = choice.notice !== undefined && opts.gpuLayers !== 0 && (device === "auto" || device.startsWith("cuda"));
     try {
-      return new Engine(await native.Engine.load(opts));
+      const inner = await native().Engine.load(passedOver ? { ...opts, device: "cpu" } : opts);
+      return new Engine(inner, passedOver ? choice.notice : undefined);
     } catch (err) {
       throw fromNative(err);
     }
   }
 
+  /** `device` is where the model runs (`cpu`, `cpu-candle`, `cuda:0`, `metal`); `deviceNotice` why that is not what was asked. */
   info(): Native.ModelInfo {
-    return this.inner.info();
+    const info = this.inner.info();
+    return this.notice ? { ...info, deviceNotice: this.notice } : info;
   }
 
   tokenize(text: string, opts: TokenizeOptions = {}): number[] {
@@ -158,7 +173,7 @@ async function* stream(seq: Native.Sequence, signal?: AbortSignal): AsyncGenerat
  */
 export async function inspectModel(path: string, opts: { maxArrayLen?: number } = {}): Promise<Native.GgufInfo> {
   try {
-    return await native.inspectModel(path, opts);
+    return await native().inspectModel(path, opts);
   } catch (err) {
     throw fromNative(err);
   }
@@ -169,5 +184,10 @@ export async function inspectModel(path: string, opts: { maxArrayLen?: number } 
  * target baseline x86-64 and choose at run time; `WICK_ISA=scalar|avx2` caps the choice.
  */
 export function cpuIsa(): string {
-  return native.cpuIsa();
+  return native().cpuIsa();
+}
+
+/** The GPU backends the running addon was built with (`cuda`, `metal`); empty on the CPU addon. */
+export function gpuBackends(): string[] {
+  return native().gpuBackends();
 }

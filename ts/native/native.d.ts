@@ -107,6 +107,18 @@ export interface ConvertReport {
  */
 export declare function cpuIsa(): string
 
+/**
+ * Where a model would run for a `--device` choice (`WICK_DEVICE` when absent), opening the GPU
+ * as a load would. The CUDA addon's loader asks this in a child process first, so that a
+ * broken driver takes down the probe, never the server.
+ */
+export interface DeviceProbe {
+  /** `cpu`, `cpu-candle`, `cuda:0`, `metal`. */
+  device: string
+  /** Why that is not the device asked for, when it is not. */
+  notice?: string
+}
+
 /** `Engine::health`: false once the scheduler thread died (with why) or after unload. */
 export interface EngineHealth {
   ok: boolean
@@ -200,6 +212,9 @@ export interface GgufInfo {
   metadata: Record<string, any>
 }
 
+/** The GPU backends this addon was built with (`cuda`, `metal`); empty for the CPU addon. */
+export declare function gpuBackends(): Array<string>
+
 /** A grammar the output must follow. */
 export interface Grammar {
   /** How `source` is written. */
@@ -273,6 +288,18 @@ export interface LoadOptions {
    */
   imageMinTokens?: number
   imageMaxTokens?: number
+  /**
+   * `auto` (default; `WICK_DEVICE` when set), `cpu`, `cuda`, `cuda:N`, `metal`, or
+   * `cpu-candle` (the GPU code path on the CPU: a check, not a speed option).
+   */
+  device?: string
+  /** Layers on the GPU (llama-server's `-ngl`); 0 keeps the model on the CPU. */
+  gpuLayers?: number
+  /**
+   * Share of the GPU's memory to fill (vLLM's `--gpu-memory-utilization`): sizes the KV
+   * pool from what is left after the weights when `kvTokens` is absent. CUDA only.
+   */
+  gpuMemoryUtilization?: number
 }
 
 /** One `logit_bias` entry. */
@@ -362,7 +389,13 @@ export interface ModelInfo {
    * 0 when vocab-only.
    */
   kvBytesPerToken: number
+  /** Where the model runs: `cpu`, `cpu-candle`, `cuda:0`, `metal`. */
+  device: string
+  /** Why that is not the device asked for (one line, e.g. no GPU), when it is not. */
+  deviceNotice?: string
 }
+
+export declare function probeDevice(device?: string | undefined | null): DeviceProbe
 
 /** Tensors of one ggml type and their bytes in the file. */
 export interface QuantShare {

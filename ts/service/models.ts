@@ -349,7 +349,16 @@ export class ModelManager {
     entry.size = estimateSize(model);
     entry.lastUsed = Date.now();
     this.log.info(
-      { model: entry.id, isa: cpuIsa(), architecture: model.info.architecture, contextSize: model.info.contextSize, bytes: entry.size, ms: Math.round(performance.now() - started) },
+      {
+        model: entry.id,
+        device: model.info.device,
+        ...(model.info.deviceNotice ? { deviceNotice: model.info.deviceNotice } : {}),
+        isa: cpuIsa(),
+        architecture: model.info.architecture,
+        contextSize: model.info.contextSize,
+        bytes: entry.size,
+        ms: Math.round(performance.now() - started),
+      },
       "model loaded",
     );
     return model;

@@ -58,7 +58,11 @@ export function nativeModelRoutes(router: Router, { models, log }: RouteDeps): v
   }
 }
 
-/** One /api/ps entry (Ollama's ProcessModelResponse); everything runs on the CPU, so size_vram is 0. */
+/**
+ * One /api/ps entry (Ollama's ProcessModelResponse). size_vram: the model's bytes on a GPU — all
+ * of them on `cuda:N` or `metal` (every layer is placed there: no partial offload), 0 on the CPU
+ * (`cpu`, `cpu-candle`).
+ */
 async function psModel({ model, size, expiresAt }: LoadedModel) {
   const stored = model.profile?.store;
   const family = model.info.architecture;
@@ -77,7 +81,7 @@ async function psModel({ model, size, expiresAt }: LoadedModel) {
       quantization_level: stored?.config?.file_type ?? "",
     },
     expires_at: expiresAt.toISOString(),
-    size_vram: 0,
+    size_vram: /^(cuda|metal)/.test(model.info.device) ? size : 0,
     context_length: model.info.contextSize,
   };
 }
