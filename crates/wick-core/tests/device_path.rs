@@ -10,6 +10,10 @@
 //!
 //! Free-running greedy text is also compared up to the first such near-tie.
 //!
+//! `WICK_TEST_DEVICE=cuda` (or `metal`), in a build with that backend, runs the same checks on
+//! the GPU instead of candle's CPU device (`scripts/gpu-check.sh`); without the GPU or the
+//! backend those tests report themselves skipped.
+//!
 //! Why a tolerance and not bits: candle's kernels sum in their own orders (f32 RMSNorm sums
 //! where ggml sums in f64, libm `exp` in SiLU and softmax where ggml has its own `expf`,
 //! attention in GEMM order), and on SmolLM2 a one-ulp difference anywhere flips a q8 rounding
@@ -32,6 +36,21 @@ use common::engine::{repo, run, run_together};
 /// Largest |p_exact − p_device| allowed on any next-token probability (measured: ≤ 0.0 on
 /// the Q8_0 fixtures but two steps, ≤ 0.08 on K-quant fixtures and SmolLM2; see RESULTS.md).
 const PROB_TOL: f32 = 0.1;
+
+/// The device path under test: candle's CPU device, or the GPU `WICK_TEST_DEVICE` names; None
+/// (after reporting `test` skipped) when that GPU cannot be had.
+fn under_test(test: &str) -> Option<Placement> {
+    let Ok(asked) = std::env::var("WICK_TEST_DEVICE") else { return Some(Placement::generic(Device::Cpu)) };
+    let choice: DeviceChoice = asked.parse().expect("WICK_TEST_DEVICE");
+    let p = Placement::resolve(choice, None);
+    match (p.exact(), &p.notice) {
+        (false, _) => Some(p),
+        (true, why) => {
+            common::skip(test, why.as_deref().unwrap_or("WICK_TEST_DEVICE names the exact CPU path"));
+            None
+        }
+    }
+}
 
 fn fixture_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -164,17 +183,17 @@ fn prompt(n: usize) -> Vec<u32> {
 #[test]
 fn every_fixture_architecture_agrees_with_the_exact_path() {
     let p = prompt(80);
-    let cpu_candle = Placement::generic(Device::Cpu);
+    let Some(dev_at) = under_test("every_fixture_architecture_agrees_with_the_exact_path") else { return };
     let mut report = Vec::new();
     for spec in wick_fixtures::standard_specs() {
         let path = fixture_dir().join(&spec.file_name);
-        let (mut exact, mut dev) = (load(&path, &Placement::cpu()), load(&path, &cpu_candle));
+        let (mut exact, mut dev) = (load(&path, &Placement::cpu()), load(&path, &dev_at));
         // Chunks of 48 cross the block boundary inside a step (conv snapshots, two-block
         // gathers) and attend over a cached prefix.
         let a = compare(&mut exact, &mut dev, &p, 48, 16);
         report.push(check(&spec.file_name, &a));
     }
-    eprintln!("device path (cpu-candle) vs exact:\n  {}", report.join("\n  "));
+    eprintln!("device path ({}) vs exact:\n  {}", dev_at.name(), report.join("\n  "));
 }
 
 /// The real models: three prompts each, 32 tokens.
@@ -184,10 +203,10 @@ fn real_model_agrees(test: &str, file: &str) {
         common::skip(test, &format!("{} is missing (python3 scripts/fetch_models.py)", path.display()));
         return;
     }
+    let Some(dev_at) = under_test(test) else { return };
     let g = GgufFile::open(&path).expect("open");
     let tok = wick_core::tokenizer::Tokenizer::from_gguf(&g.metadata).expect("tokenizer");
-    let (mut exact, mut dev) =
-        (load(&path, &Placement::cpu()), load(&path, &Placement::generic(Device::Cpu)));
+    let (mut exact, mut dev) = (load(&path, &Placement::cpu()), load(&path, &dev_at));
     let mut report = vec![];
     for text in PROMPTS {
         let p = tok.encode(text, true, false).expect("encode");
@@ -198,11 +217,13 @@ fn real_model_agrees(test: &str, file: &str) {
 
 #[test]
 fn a_ragged_batch_equals_its_sequences_run_alone_on_the_device_path() {
-    let cpu_candle = Placement::generic(Device::Cpu);
+    let Some(dev_at) = under_test("a_ragged_batch_equals_its_sequences_run_alone_on_the_device_path") else {
+        return;
+    };
     for name in
         ["tiny-llama-q8_0.gguf", "tiny-lfm2-q4_k.gguf", "tiny-lfm2moe-e4-q8_0.gguf", "tiny-gemma3-q8_0.gguf"]
     {
-        let mut m = load(&fixture_dir().join(name), &cpu_candle);
+        let mut m = load(&fixture_dir().join(name), &dev_at);
         let (a, b) = (prompt(70), prompt(9));
         let alone: Vec<Vec<f32>> = [&a, &b]
             .iter()
@@ -231,8 +252,10 @@ fn a_ragged_batch_equals_its_sequences_run_alone_on_the_device_path() {
 fn a_reused_prefix_restores_the_same_state_on_the_device_path() {
     // 128 prompt tokens = two full blocks: the second request takes them from the prefix
     // cache (KV rows on the device, conv states from the snapshots) and feeds only the rest.
-    let cpu_candle = Placement::generic(Device::Cpu);
-    let mut m = load(&fixture_dir().join("tiny-lfm2-q8_0.gguf"), &cpu_candle);
+    let Some(dev_at) = under_test("a_reused_prefix_restores_the_same_state_on_the_device_path") else {
+        return;
+    };
+    let mut m = load(&fixture_dir().join("tiny-lfm2-q8_0.gguf"), &dev_at);
     let p = prompt(140);
     let mut first = SeqCache::default();
     let cold = rows(&m.model.forward(&mut [StepSeq::tokens(&p, &mut first)], &mut m.kv).unwrap()).remove(0);
