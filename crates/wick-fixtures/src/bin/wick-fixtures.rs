@@ -3,7 +3,7 @@
 //! models (random and scripted, with a built LFM2 vocabulary and chat template), LFM2-VL
 //! projectors (`mmproj-*.gguf`) with their text model, plus broken files for load-failure tests.
 //!
-//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-lfm2] [--hf] [--hf-bench]
+//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]
 //!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf and
 //!                    models/templates/LFM2-8B-A1B.jinja
 //!                    (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
@@ -15,6 +15,8 @@
 //!                    128k vocabulary and a 32k training context (bench_lfm2_specs)
 //!   --hf             instead of the standard set: synthetic Hugging Face checkpoints (one
 //!                    directory each, hf-<arch>[-k]) for `wick convert`
+//!   --gpu-check      instead of the standard set: the GPU check's LFM2-1.2B-shaped model in
+//!                    Q8_0 and F16 (gpu_check_specs, scripts/gpu-check.sh)
 //!   --hf-bench       instead of the standard set: the 0.9 GB checkpoint of the converter
 //!                    benchmark (hf-bench-lfm2, benches/convert.sh)
 
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
                     (wick_fixtures::bench_lfm2_specs(), false, Some(wick_fixtures::BENCH_CTX))
             }
             "--hf" => (specs, tools, hf) = (vec![], false, true),
+            "--gpu-check" => (specs, tools) = (wick_fixtures::gpu_check_specs(), false),
             "--hf-bench" => (specs, tools, hf_bench) = (vec![], false, true),
             "-h" | "--help" => return usage(""),
             _ if out.is_none() && !a.starts_with('-') => out = Some(PathBuf::from(a)),
@@ -100,7 +103,7 @@ fn usage(err: &str) -> ExitCode {
         eprintln!("wick-fixtures: {err}");
     }
     eprintln!(
-        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-lfm2] [--hf] [--hf-bench]"
+        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]"
     );
     if err.is_empty() {
         ExitCode::SUCCESS
