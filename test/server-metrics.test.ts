@@ -27,3 +27,25 @@ serial("metrics count tokens, observe latencies and show an idle engine afterwar
   t.is(sample(text, "wick:inter_token_latency_seconds_count"), 4);
   t.is(sample(text, "wick:request_success_total", 'finished_reason="length"'), 1);
 });
+
+serial("a stream the client abandons counts as a cancelled request", async (t) => {
+  const client = openaiClient(served.server.url);
+  const before = await (await fetch(`${served.server.url}/metrics`)).text();
+  const cancelledBefore = sample(before, "wick:request_success_total", 'finished_reason="cancelled"') || 0;
+  const stream = await client.chat.completions.create({
+    model: "m",
+    messages: [{ role: "user", content: "Count to a thousand." }],
+    max_tokens: 400,
+    stream: true,
+  });
+  // Leaving the loop aborts the HTTP request (the SDK closes its stream).
+  let seen = 0;
+  for await (const chunk of stream) {
+    if (chunk.choices[0]?.delta?.content) seen += 1;
+    if (seen === 3) break;
+  }
+  t.is(seen, 3);
+  t.true((await waitFor(() => served.engine.metrics().running === 0, 5000)) >= 0);
+  const text = await (await fetch(`${served.server.url}/metrics`)).text();
+  t.is(sample(text, "wick:request_success_total", 'finished_reason="cancelled"'), cancelledBefore + 1);
+});

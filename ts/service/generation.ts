@@ -79,22 +79,37 @@ function merge(gens: AsyncGenerator<EngineEvent>[], stop: AbortController, clean
     pending.set(index, p);
   };
   gens.forEach((_, i) => pull(i));
-  return drain(pending, pull, stop, cleanup);
+  return drain(gens, pending, pull, stop, cleanup);
 }
 
-async function* drain(pending: Map<number, Promise<Pulled>>, pull: (index: number) => void, stop: AbortController, cleanup: () => void): AsyncGenerator<ChoiceEvent> {
+async function* drain(
+  gens: AsyncGenerator<EngineEvent>[],
+  pending: Map<number, Promise<Pulled>>,
+  pull: (index: number) => void,
+  stop: AbortController,
+  cleanup: () => void,
+): AsyncGenerator<ChoiceEvent> {
+  const finished = new Set<number>();
   try {
     while (pending.size > 0) {
       const { index, result } = await Promise.race(pending.values());
       pending.delete(index);
-      if (result.done) continue;
+      if (result.done) {
+        finished.add(index);
+        continue;
+      }
       yield { index, event: result.value };
       pull(index);
     }
   } finally {
     cleanup();
-    // The consumer left early or one choice failed: stop the others in the engine now.
-    if (pending.size > 0) stop.abort();
+    // The consumer left early or one choice failed: stop the others in the engine now, and
+    // close their streams (queued behind the pull in flight) so that what wraps them — the
+    // serving metrics' count of cancelled requests — sees them end.
+    if (finished.size < gens.length) stop.abort();
+    gens.forEach((gen, index) => {
+      if (!finished.has(index)) gen.return(undefined).catch(() => {});
+    });
   }
 }
 

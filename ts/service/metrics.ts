@@ -76,24 +76,36 @@ export class ServingMetrics {
     const labels = { model_name: modelId };
     const start = performance.now();
     let last: number | undefined;
-    for await (const ev of events) {
-      const now = performance.now();
-      if (ev.type === "token" && ev.ids.length > 0) {
-        if (last === undefined) this.ttft.observe(labels, (now - start) / 1e3);
-        else this.itl.observe(labels, (now - last) / 1e3);
-        last = now;
-      } else if (ev.type === "done") {
-        this.e2e.observe(labels, (now - start) / 1e3);
-        this.queue.observe(labels, ev.timings.queueMs / 1e3);
-        this.prefill.observe(labels, ev.timings.promptMs / 1e3);
-        this.decode.observe(labels, ev.timings.decodeMs / 1e3);
-        this.promptLength.observe(labels, ev.usage.promptTokens);
-        this.generationLength.observe(labels, ev.usage.completionTokens);
-        this.promptTokens.inc(labels, ev.usage.promptTokens);
-        this.generationTokens.inc(labels, ev.usage.completionTokens);
-        this.finished.inc({ ...labels, finished_reason: ev.finishReason });
+    // A consumer that stops reading (a client that left, a stop button) closes this generator
+    // before the sequence's done event, and the engine cancels the sequence: counted as
+    // `cancelled`. An engine error ends it too, and is not a cancellation.
+    let ended = false;
+    try {
+      for await (const ev of events) {
+        const now = performance.now();
+        if (ev.type === "token" && ev.ids.length > 0) {
+          if (last === undefined) this.ttft.observe(labels, (now - start) / 1e3);
+          else this.itl.observe(labels, (now - last) / 1e3);
+          last = now;
+        } else if (ev.type === "done") {
+          ended = true;
+          this.e2e.observe(labels, (now - start) / 1e3);
+          this.queue.observe(labels, ev.timings.queueMs / 1e3);
+          this.prefill.observe(labels, ev.timings.promptMs / 1e3);
+          this.decode.observe(labels, ev.timings.decodeMs / 1e3);
+          this.promptLength.observe(labels, ev.usage.promptTokens);
+          this.generationLength.observe(labels, ev.usage.completionTokens);
+          this.promptTokens.inc(labels, ev.usage.promptTokens);
+          this.generationTokens.inc(labels, ev.usage.completionTokens);
+          this.finished.inc({ ...labels, finished_reason: ev.finishReason });
+        }
+        yield ev;
       }
-      yield ev;
+    } catch (e) {
+      ended = true;
+      throw e;
+    } finally {
+      if (!ended) this.finished.inc({ ...labels, finished_reason: "cancelled" });
     }
   }
 
