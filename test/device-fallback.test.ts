@@ -8,7 +8,7 @@
  */
 import test from "ava";
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { flagNotices, SERVE_FLAGS } from "../ts/cli/flags.ts";
@@ -161,6 +161,25 @@ withCuda.serial("with the CUDA addon installed and no GPU, wick serve falls back
     }
     t.true((await chat(s.url)).length > 0);
   });
+});
+
+const stubDriver = localFile(path.join(repoRoot, ".cache/cuda/lib/stubs/libcuda.so"), "bash scripts/cuda-toolkit.sh writes it");
+needs(cudaAddon, stubDriver).test("a driver that crashes the probe child (the link-time libcuda stub) is a notice", (t) => {
+  // The stub's cu* functions return garbage: the child dies in cuInit, this process does not.
+  const dir = mkdtempSync(path.join(os.tmpdir(), "wick-stub-driver-"));
+  symlinkSync((stubDriver as { path: string }).path, path.join(dir, "libcuda.so.1"));
+  const saved = process.env.LD_LIBRARY_PATH;
+  process.env.LD_LIBRARY_PATH = [dir, path.join(repoRoot, ".cache/cuda/lib")].join(":");
+  try {
+    const p = probeCudaAddon((cudaAddon as { path: string }).path, "auto");
+    t.log(p);
+    t.is(p.device, undefined);
+    t.regex(p.notice!, /^the CUDA (probe crashed \(SIG\w+\)|addon did not load \(.+\)); running on the CPU$/);
+  } finally {
+    if (saved === undefined) delete process.env.LD_LIBRARY_PATH;
+    else process.env.LD_LIBRARY_PATH = saved;
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 /**
