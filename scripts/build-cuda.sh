@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA addon (wick-node with the `cuda` feature) with the PyPI CUDA toolkit of
-# scripts/cuda-toolkit.sh, in its own target dir (target/cuda: candle's CUDA build shares nothing
-# with the CPU one) and copies it to ts/native/wick.linux-x64-gnu-cuda.node, where the control
+# scripts/cuda-toolkit.sh, in its own target dir (candle's CUDA build shares nothing with the CPU
+# one; WICK_CUDA_TARGET_DIR, default target/cuda) and copies it to ts/native/wick.linux-x64-gnu-cuda.node, where the control
 # plane finds it (ts/engine/addon.ts). No GPU is needed to build it.
 #
 #   bash scripts/build-cuda.sh            # dev profile, no debug info: the test suite's check
@@ -15,9 +15,10 @@ eval "$(bash scripts/cuda-toolkit.sh)"
 # A compile-and-link check: debug info would only make the link slower and the addon larger.
 export CARGO_PROFILE_DEV_DEBUG=0
 triple=$(rustc -vV | sed -n 's/^host: //p')
-cargo build -q --profile "$profile" --target "$triple" --target-dir target/cuda -p wick-node --features cuda
+target_dir=${WICK_CUDA_TARGET_DIR:-target/cuda}
+cargo build -q --profile "$profile" --target "$triple" --target-dir "$target_dir" -p wick-node --features cuda
 dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
 out=${WICK_CUDA_ADDON:-ts/native/wick.linux-x64-gnu-cuda.node}
 mkdir -p "$(dirname "$out")"
-cp "target/cuda/$triple/$dir/libwick_node.so" "$out"
+cp "$target_dir/$triple/$dir/libwick_node.so" "$out"
 echo "$out"

@@ -66,6 +66,25 @@ fi
 ap=${ap:-0} af=${af:-0}
 [ "$arm_rc" -eq 0 ] || [ "$arm_rc" -eq 2 ] || [ "$af" -gt 0 ] || fail_check "scripts/test-arm.sh did not run"
 
+# The GPU builds keep their own target dirs outside the checkout (CI clones afresh each run): a
+# cold CUDA build compiles candle's kernels with nvcc one file at a time (~10 min on 2 idle cores),
+# a warm one only what changed. Where they are: WICK_GPU_BUILD_CACHE (default ~/.cache/wick).
+gpu_cache=${WICK_GPU_BUILD_CACHE:-$HOME/.cache/wick}
+step "cuda build (compile, not run)"
+# The CUDA addon (wick-node --features cuda) from PyPI's CUDA toolkit, dev profile (docs/gpu.md):
+# it must compile and link here; no GPU runs it. test/device-fallback.test.ts loads it
+# (ts/native/wick.linux-x64-gnu-cuda.node) to check the fallback without a driver.
+t0=$SECONDS
+WICK_CUDA_TARGET_DIR="$gpu_cache/cuda-target" bash scripts/build-cuda.sh >/dev/null ||
+  fail_check "the CUDA addon does not build (bash scripts/build-cuda.sh)"
+echo "cuda build: $((SECONDS - t0)) s"
+
+step "metal check (aarch64-apple-darwin, compile only)"
+t0=$SECONDS
+WICK_METAL_TARGET_DIR="$gpu_cache/metal-check" bash scripts/check-metal.sh ||
+  fail_check "the Metal build does not compile (bash scripts/check-metal.sh)"
+echo "metal check: $((SECONDS - t0)) s"
+
 step "typescript tests"
 npx ava --tap "$@" 2>&1 | tee "$log/ava.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { grep -qE '^# fail [1-9]' "$log/ava.txt" || fail_check "ava did not run"; }
