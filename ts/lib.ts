@@ -20,7 +20,7 @@ import { ModelRegistry, type ServedModel } from "./service/registry.ts";
 import type { ToolRequest } from "./service/tools/request.ts";
 import type { ParseResult, ToolParserName } from "./service/tools/index.ts";
 
-export { Engine, WickError, inspectModel, cpuIsa } from "./engine/index.ts";
+export { Engine, WickError, inspectModel, cpuIsa, gpuBackends, selectAddon, addonChoice } from "./engine/index.ts";
 export type * from "./engine/index.ts";
 export { RequestError } from "./service/errors.ts";
 export { ToolStream, parserFor, TOOL_PARSER_NAMES } from "./service/tools/index.ts";
