@@ -215,7 +215,7 @@ impl Engine {
                 ..ModelHparams::default()
             },
         };
-        let vision = load_vision(&opts, &model_info)?;
+        let vision = load_vision(&opts, &model_info, &device)?;
         let mut context_size = requested_context_size(opts.context_size, &model_info)?;
         let max_seqs = opts.max_sequences.max(1);
         let kv = match &model {
@@ -453,11 +453,15 @@ fn load_tokenizer_and_model(
 
 /// The vision projector, when one is asked for and the engine generates; its embedding width
 /// must be the model's.
-fn load_vision(opts: &EngineOptions, model_info: &ModelHparams) -> Result<Option<Arc<VisionModel>>> {
+fn load_vision(
+    opts: &EngineOptions,
+    model_info: &ModelHparams,
+    device: &Placement,
+) -> Result<Option<Arc<VisionModel>>> {
     let (Some(p), false) = (&opts.mmproj, opts.vocab_only) else {
         return Ok(None);
     };
-    let v = VisionModel::load(p, opts.vision)?;
+    let v = VisionModel::load_on(p, opts.vision, device)?;
     if v.n_embd() != model_info.n_embd {
         return Err(WickError::load(format!(
             "the projector {} makes embeddings of width {}, the model's width is {}",

@@ -17,12 +17,7 @@ pub struct Projector {
 
 impl Projector {
     pub fn load(g: &GgufFile, d: usize) -> Result<Self> {
-        let factor = g.metadata.opt_usize("clip.vision.projector.scale_factor")?.unwrap_or(2);
-        if factor < 2 {
-            return Err(WickError::load(format!(
-                "clip: projector scale_factor {factor} (LFM2-VL needs 2 or more)"
-            )));
-        }
+        let factor = scale_factor(g)?;
         let merged = d * factor * factor;
         let input_norm = if g.has("mm.input_norm.weight") {
             Some(Norm::load(g, "mm.input_norm", merged, 1e-5)?)
@@ -51,11 +46,27 @@ impl Projector {
     }
 }
 
+/// `clip.vision.projector.scale_factor` (2 when absent), checked.
+pub fn scale_factor(g: &GgufFile) -> Result<usize> {
+    let factor = g.metadata.opt_usize("clip.vision.projector.scale_factor")?.unwrap_or(2);
+    if factor < 2 {
+        return Err(WickError::load(format!(
+            "clip: projector scale_factor {factor} (LFM2-VL needs 2 or more)"
+        )));
+    }
+    Ok(factor)
+}
+
+/// The unshuffled token grid of an `nx`×`ny` patch grid: (⌈nx/f⌉, ⌈ny/f⌉).
+pub fn unshuffle_dims(nx: usize, ny: usize, f: usize) -> (usize, usize) {
+    (nx.div_ceil(f), ny.div_ceil(f))
+}
+
 /// Token (i, j) = concat over dy, dx of X[f·i + dy, f·j + dx] (channel (dy·f + dx)·d + c),
 /// zero past the grid's edge; tokens row-major. Returns the tokens and their count.
 pub fn unshuffle(x: &[f32], nx: usize, ny: usize, f: usize) -> (Vec<f32>, usize) {
     let d = x.len() / (nx * ny);
-    let (ox, oy) = (nx.div_ceil(f), ny.div_ceil(f));
+    let (ox, oy) = unshuffle_dims(nx, ny, f);
     let w = d * f * f;
     let mut t = vec![0f32; ox * oy * w];
     for i in 0..oy {

@@ -1,16 +1,21 @@
 //! Vision: LFM2-VL's projector file (`mmproj`, `general.architecture = clip`,
 //! `clip.projector_type = lfm2`): the SigLIP2 tower (`siglip2.rs`), the pixel-unshuffle MLP
 //! projector (`lfm2_vl.rs`), llama.cpp's preprocessing plan (`preprocess.rs`), and the
-//! image's place in a prompt (`layout`). Numeric code is in `kernels::cpu::{vit, image}`.
+//! image's place in a prompt (`layout`). Numeric code is in `kernels::cpu::{vit, image}` on
+//! the exact path, and in `device.rs` (candle's device-generic ops) on the device path.
 
+mod device;
 mod lfm2_vl;
 pub mod preprocess;
 mod siglip2;
 
 use std::path::Path;
 
+use candle_core::{DType, Tensor};
+
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::runtime::device::Placement;
 use crate::tokenizer::Tokenizer;
 
 pub use crate::kernels::cpu::image::{Rgb8, RgbView};
@@ -25,13 +30,33 @@ pub struct VisionOptions {
 
 pub struct VisionModel {
     pub cfg: PreprocessConfig,
-    encoder: siglip2::Siglip2,
-    projector: lfm2_vl::Projector,
+    path: Encoders,
+    patch: usize,
+    n_embd: usize,
     pub file_size: usize,
 }
 
+/// The tower and projector on the path the placement picks.
+enum Encoders {
+    Exact(siglip2::Siglip2, lfm2_vl::Projector),
+    Device(device::Tower, device::Projector),
+}
+
+/// Output width of the matmul `name` (`{name}.weight` of dims `{in, out}`).
+fn out_width(g: &GgufFile, name: &str) -> Result<usize> {
+    let w = format!("{name}.weight");
+    let info = g.info(&w).ok_or_else(|| WickError::load(format!("missing tensor `{w}`")))?;
+    info.dims.get(1).copied().ok_or_else(|| WickError::load(format!("`{w}` has dims {:?}", info.dims)))
+}
+
 impl VisionModel {
+    /// On the exact CPU path.
     pub fn load(path: &Path, opts: VisionOptions) -> Result<Self> {
+        Self::load_on(path, opts, &Placement::cpu())
+    }
+
+    /// On `placement`: Wick's exact CPU kernels, or the device path on its device.
+    pub fn load_on(path: &Path, opts: VisionOptions, placement: &Placement) -> Result<Self> {
         let g = GgufFile::open(path)?;
         let arch = g.architecture().unwrap_or("");
         if arch != "clip" {
@@ -49,8 +74,18 @@ impl VisionModel {
         if g.metadata.opt_bool("clip.has_vision_encoder")? == Some(false) {
             return Err(WickError::load("the projector file has no vision encoder"));
         }
-        let encoder = siglip2::Siglip2::load(&g)?;
-        let projector = lfm2_vl::Projector::load(&g, encoder.d)?;
+        let shape = siglip2::Shape::read(&g)?;
+        let factor = lfm2_vl::scale_factor(&g)?;
+        let (path, n_embd) = if placement.exact() {
+            let projector = lfm2_vl::Projector::load(&g, shape.d)?;
+            let n = projector.n_embd();
+            (Encoders::Exact(siglip2::Siglip2::load(&g, &shape)?, projector), n)
+        } else {
+            let (hidden, n_embd) = (out_width(&g, "mm.1")?, out_width(&g, "mm.2")?);
+            let tower = device::Tower::load(&g, &shape, placement)?;
+            let projector = device::Projector::load(&g, shape.d, factor, hidden, n_embd, placement)?;
+            (Encoders::Device(tower, projector), n_embd)
+        };
         for (k, n) in
             [("image_min_tokens", opts.image_min_tokens), ("image_max_tokens", opts.image_max_tokens)]
         {
@@ -58,12 +93,8 @@ impl VisionModel {
                 return Err(WickError::InvalidRequest(format!("{k} must be at least 1")));
             }
         }
-        let mut cfg = PreprocessConfig::lfm2(
-            encoder.patch,
-            projector.factor,
-            opts.image_min_tokens,
-            opts.image_max_tokens,
-        );
+        let mut cfg =
+            PreprocessConfig::lfm2(shape.patch, factor, opts.image_min_tokens, opts.image_max_tokens);
         for (key, slot) in
             [("clip.vision.image_mean", &mut cfg.mean), ("clip.vision.image_std", &mut cfg.std)]
         {
@@ -74,12 +105,12 @@ impl VisionModel {
                 slot.copy_from_slice(&v[..3]);
             }
         }
-        Ok(Self { cfg, encoder, projector, file_size: g.file_size() })
+        Ok(Self { cfg, path, patch: shape.patch, n_embd, file_size: g.file_size() })
     }
 
     /// Width of the image embeddings (the text model's `n_embd`).
     pub fn n_embd(&self) -> usize {
-        self.projector.n_embd()
+        self.n_embd
     }
 
     pub fn plan(&self, width: usize, height: usize) -> Result<ImagePlan> {
@@ -88,15 +119,21 @@ impl VisionModel {
 
     /// One encoder input (planar normalised pixels of `w`×`h`) → `[tokens, n_embd]`.
     pub fn encode(&self, pixels: &[f32], w: usize, h: usize) -> Result<Vec<f32>> {
-        if pixels.len() != 3 * w * h
-            || !w.is_multiple_of(self.encoder.patch)
-            || !h.is_multiple_of(self.encoder.patch)
-        {
+        let p = self.patch;
+        if pixels.len() != 3 * w * h || w == 0 || h == 0 || !w.is_multiple_of(p) || !h.is_multiple_of(p) {
             return Err(WickError::Internal(format!("encoder input of {} values for {w}×{h}", pixels.len())));
         }
-        let feats = self.encoder.forward(pixels, w, h)?;
-        let p = self.encoder.patch;
-        self.projector.forward(&feats, w / p, h / p)
+        match &self.path {
+            Encoders::Exact(encoder, projector) => {
+                let feats = encoder.forward(pixels, w, h)?;
+                projector.forward(&feats, w / p, h / p)
+            }
+            Encoders::Device(tower, projector) => {
+                let px = Tensor::from_slice(pixels, 3 * w * h, tower.device())?;
+                let e = projector.forward(&tower.forward(&px, w, h)?, w / p, h / p)?;
+                Ok(e.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+            }
+        }
     }
 
     /// Every input of an image's plan, encoded, in prompt order.

@@ -121,21 +121,31 @@ struct Block {
 }
 
 pub struct Siglip2 {
-    pub d: usize,
-    n_head: usize,
-    pub patch: usize,
+    shape: Shape,
     /// Conv kernel as rows of 3·patch² per output channel.
     patch_w: Vec<f32>,
     patch_b: Option<Vec<f32>>,
     /// Learned positions, `side`×`side` rows of `d`.
     pos: Vec<f32>,
-    side: usize,
     blocks: Vec<Block>,
     post_ln: Option<Norm>,
 }
 
-impl Siglip2 {
-    pub fn load(g: &GgufFile) -> Result<Self> {
+/// The tower's hyperparameters, read and checked once for either path.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub d: usize,
+    pub n_head: usize,
+    pub ff: usize,
+    pub n_layer: usize,
+    pub eps: f32,
+    pub patch: usize,
+    /// The learned position grid is `side`×`side`.
+    pub side: usize,
+}
+
+impl Shape {
+    pub fn read(g: &GgufFile) -> Result<Self> {
         let m = &g.metadata;
         let d = m.usize("clip.vision.embedding_length")?;
         let n_head = m.usize("clip.vision.attention.head_count")?;
@@ -146,23 +156,46 @@ impl Siglip2 {
         if n_head == 0 || !d.is_multiple_of(n_head) || patch == 0 {
             return Err(WickError::load(format!("clip: width {d} with {n_head} heads, patch {patch}")));
         }
-        let kernel = "v.patch_embd.weight";
-        g.expect_dims(kernel, &[patch, patch, 3, d])?;
-        let patch_w =
-            g.qtensor(kernel, &Device::Cpu)?.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
-        let pinfo = g
-            .info("v.position_embd.weight")
-            .ok_or_else(|| WickError::load("missing tensor `v.position_embd.weight`"))?;
+        g.expect_dims(PATCH_KERNEL, &[patch, patch, 3, d])?;
+        let pinfo =
+            g.info(POSITIONS).ok_or_else(|| WickError::load(format!("missing tensor `{POSITIONS}`")))?;
         let n_pos = pinfo.dims.get(1).copied().unwrap_or(0);
         let side = (n_pos as f64).sqrt() as usize;
         if side * side != n_pos || pinfo.dims.first() != Some(&d) {
-            return Err(WickError::load(format!("`v.position_embd.weight` has dims {:?}", pinfo.dims)));
+            return Err(WickError::load(format!("`{POSITIONS}` has dims {:?}", pinfo.dims)));
         }
-        let pos = g
-            .qtensor("v.position_embd.weight", &Device::Cpu)?
-            .dequantize(&Device::Cpu)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
+        Ok(Self { d, n_head, ff, n_layer, eps, patch, side })
+    }
+
+    /// `1/sqrt(head_dim)`, the attention's scale.
+    pub fn scale(&self) -> f32 {
+        1.0 / ((self.d / self.n_head) as f32).sqrt()
+    }
+
+    /// The learned positions for an `nx`×`ny` patch grid: the table itself at its own size,
+    /// else resized (`ggml_interpolate`, bilinear antialiased) on the host.
+    pub fn positions(&self, table: &[f32], nx: usize, ny: usize) -> Vec<f32> {
+        if (nx, ny) == (self.side, self.side) {
+            table.to_vec()
+        } else {
+            resize_antialias(table, self.side, self.d, nx, ny)
+        }
+    }
+}
+
+pub const PATCH_KERNEL: &str = "v.patch_embd.weight";
+pub const POSITIONS: &str = "v.position_embd.weight";
+
+/// A tensor of the file as host f32 values (any stored type).
+pub fn host_f32(g: &GgufFile, name: &str) -> Result<Vec<f32>> {
+    Ok(g.qtensor(name, &Device::Cpu)?.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
+}
+
+impl Siglip2 {
+    pub fn load(g: &GgufFile, shape: &Shape) -> Result<Self> {
+        let Shape { d, ff, n_layer, eps, .. } = *shape;
+        let patch_w = host_f32(g, PATCH_KERNEL)?;
+        let pos = host_f32(g, POSITIONS)?;
         let blocks = (0..n_layer)
             .map(|il| {
                 let p = format!("v.blk.{il}");
@@ -181,13 +214,10 @@ impl Siglip2 {
         let post_ln =
             if g.has("v.post_ln.weight") { Some(Norm::load(g, "v.post_ln", d, eps)?) } else { None };
         Ok(Self {
-            d,
-            n_head,
-            patch,
+            shape: *shape,
             patch_w,
             patch_b: opt_vec(g, "v.patch_embd.bias", d)?,
             pos,
-            side,
             blocks,
             post_ln,
         })
@@ -195,15 +225,12 @@ impl Siglip2 {
 
     /// Planar `[3, h, w]` normalised pixels → `[(h/p)·(w/p), d]` features, row-major.
     pub fn forward(&self, pixels: &[f32], w: usize, h: usize) -> Result<Vec<f32>> {
-        let (nx, ny) = (w / self.patch, h / self.patch);
+        let Shape { d, n_head, patch, .. } = self.shape;
+        let (nx, ny) = (w / patch, h / patch);
         let n = nx * ny;
-        let mut x = patch_embed(pixels, w, h, self.patch, &self.patch_w);
-        let pos = if (nx, ny) == (self.side, self.side) {
-            self.pos.clone()
-        } else {
-            resize_antialias(&self.pos, self.side, self.d, nx, ny)
-        };
-        for (row, prow) in x.chunks_mut(self.d).zip(pos.chunks(self.d)) {
+        let mut x = patch_embed(pixels, w, h, patch, &self.patch_w);
+        let pos = self.shape.positions(&self.pos, nx, ny);
+        for (row, prow) in x.chunks_mut(d).zip(pos.chunks(d)) {
             if let Some(b) = &self.patch_b {
                 for (v, &bb) in row.iter_mut().zip(b) {
                     *v += bb;
@@ -213,11 +240,11 @@ impl Siglip2 {
                 *v += p;
             }
         }
-        let scale = 1.0 / ((self.d / self.n_head) as f32).sqrt();
+        let scale = self.shape.scale();
         for b in &self.blocks {
             let hcur = b.ln1.forward(&x);
             let (q, k, v) = (b.q.forward(&hcur, n)?, b.k.forward(&hcur, n)?, b.v.forward(&hcur, n)?);
-            let a = b.out.forward(&attention(&q, &k, &v, n, self.n_head, scale), n)?;
+            let a = b.out.forward(&attention(&q, &k, &v, n, n_head, scale), n)?;
             for (xv, av) in x.iter_mut().zip(&a) {
                 *xv += *av;
             }
