@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The GPU check of issue #28 in two halves, since a lent GPU host has no Rust toolchain and
+# nothing can be fetched there (/work/.library/device/README.md):
+#
+#   bash scripts/gpu-check.sh build   # here: the CUDA builds, with the PyPI toolkit of
+#                                     # scripts/cuda-toolkit.sh, into .gpu/ (gitignored)
+#   bash scripts/gpu-check.sh run     # on the GPU host, .gpu/ carried: builds nothing
+#
+# A dry run of the plumbing on a machine without a GPU: `build --cpu` (no CUDA feature) and
+# `WICK_GPU_CHECK_DEVICE=cpu-candle bash scripts/gpu-check.sh run --quick` (small sizes, the
+# device path on candle's CPU device).
+#
+# `run` writes the LFM2-1.2B-shaped model (d 2048, 16 layers in LFM2's conv/attention pattern,
+# 32/8 heads, FFN 8192, Q8_0 and F16: `wick-fixtures --gpu-check`), runs the device-path tests
+# on the GPU against the exact CPU path (tests/device_path.rs with WICK_TEST_DEVICE=cuda: greedy
+# tokens and probabilities on every fixture architecture), the same under compute-sanitizer
+# (memcheck), then the latency server's published benchmark (benches/serving.rs: 1024 input /
+# 128 output tokens, concurrency 1, 256 prompts after 128 warm-up; then 16/64/256) and prefill/
+# decode (benches/e2e.rs) on both files. Everything goes to stdout and, when $OUT is set (the
+# device runner's output folder), to $OUT/gpu-check.md, a section for benches/RESULTS.md.
+#
+# Published for comparison (SGLang, LFM2.5-1.2B): B300 TTFT 8.79 ms, TPOT 0.86 ms, 1100.92 tok/s;
+# H100 TTFT 18.9 ms, TPOT 2.08 ms. Bandwidth floor: the weights read once per decode step.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+gpu=.gpu
+
+build() {
+  set -e
+  local triple target=target/cuda features=(--features cuda)
+  if [ "${1:-}" = --cpu ]; then
+    # The main target dir's release build, as it is (a profile change would rebuild it all).
+    target=target features=()
+  else
+    eval "$(bash scripts/cuda-toolkit.sh)"
+    # Release, stripped: the binaries travel within the device runner's 64 MiB.
+    export CARGO_PROFILE_RELEASE_STRIP=symbols
+  fi
+  triple=$(rustc -vV | sed -n 's/^host: //p')
+  mkdir -p "$gpu/llama-src/models"
+  local json
+  json=$(cargo test --release --target "$triple" --target-dir "$target" -p wick-core "${features[@]}" \
+    --test device_path --no-run --message-format=json 2>/dev/null)
+  cp "$(sed -n 's/.*"executable":"\([^"]*device_path[^"]*\)".*/\1/p' <<<"$json" | tail -1)" "$gpu/device_path"
+  cargo build --release --target "$triple" --target-dir "$target" -p wick-core "${features[@]}" --bench serving --bench e2e -q
+  for b in serving e2e; do
+    cp "$(ls -t "$target/$triple/release/deps/$b-"* | grep -v '\.d$' | head -1)" "$gpu/$b"
+  done
+  # The fixture writer needs no GPU: the CPU build's.
+  cargo build --release --target "$triple" -q -p wick-fixtures
+  cp "target/$triple/release/wick-fixtures" "$gpu/"
+  ./scripts/llama-src.sh >/dev/null
+  cp .cache/llama.cpp/models/ggml-vocab-falcon.gguf "$gpu/llama-src/models/"
+  du -sh "$gpu"/* "$gpu"
+}
+
+run() {
+  local report=${OUT:-/tmp}/gpu-check.md models=/tmp/wick-gpu-models dev=${WICK_GPU_CHECK_DEVICE:-cuda}
+  # Full sizes, or a few seconds' worth for a dry run.
+  local e2e=(--prompt 1024 --gen 128 --repeats 3)
+  local serving=(--input-len 1024 --output-len 128 --num-prompts 256 --warmup 128 --concurrency 1,16,64,256)
+  local sanitizer=(compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9)
+  if [ "${1:-}" = --quick ]; then
+    e2e=(--prompt 32 --gen 4 --repeats 1)
+    serving=(--input-len 32 --output-len 4 --num-prompts 2 --warmup 1 --concurrency 1,2)
+    command -v compute-sanitizer >/dev/null || sanitizer=()
+  fi
+  : >"$report"
+  say() { echo "$*" | tee -a "$report"; }
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$report"
+  mkdir -p "$models"
+  "$gpu/wick-fixtures" "$models" --gpu-check --llama-src "$gpu/llama-src" >/dev/null || { say "FAIL: could not write the model"; return 1; }
+
+  say "## device-path tests on $dev (tests/device_path.rs, WICK_TEST_DEVICE=$dev)"
+  WICK_TEST_DEVICE=$dev "$gpu/device_path" --test-threads 1 --nocapture 2>&1 | tee -a "$report" | grep -E "^test |max \||SKIPPED|panicked"
+  say "## compute-sanitizer (memcheck) on the fixture tests"
+  WICK_TEST_DEVICE=$dev "${sanitizer[@]}" "$gpu/device_path" --test-threads 1 every_fixture a_ragged a_reused 2>&1 |
+    tail -5 | tee -a "$report"
+
+  for f in q8_0 f16; do
+    local m=$models/gpu-lfm2-1.2b-$f.gguf bytes
+    bytes=$(stat -c %s "$m")
+    say "## $(basename "$m"): $bytes bytes; decode floor at 3.0 TB/s: $(awk -v b="$bytes" 'BEGIN{printf "%.3f", b/3.0e12*1e3}') ms/token"
+    "$gpu/e2e" "$m" --device "$dev" "${e2e[@]}" 2>&1 | tail -2 | tee -a "$report"
+    "$gpu/serving" "$m" --device "$dev" "${serving[@]}" --gpu-memory-utilization 0.5 2>&1 | tee -a "$report"
+  done
+}
+
+case "${1:-}" in
+  build) build "${2:-}" ;;
+  run) run "${2:-}" ;;
+  *) echo "usage: bash scripts/gpu-check.sh build [--cpu] | run [--quick]"; exit 2 ;;
+esac
