@@ -266,8 +266,8 @@ impl Linears {
     }
 }
 
-/// RMSNorm over the last dim, in f32: `w ⊙ x / sqrt(mean(x²) + ε)`; ggml's rounding on the
-/// exact path, candle-nn's kernel on the device path.
+/// RMSNorm over the last dim, in f32: `w ⊙ x / sqrt(mean(x²) + ε)`; Wick's kernel on the exact
+/// path, ggml's steps on candle ops on the device path.
 pub struct RmsNorm {
     w: Tensor,
     eps: f32,
