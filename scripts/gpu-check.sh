@@ -67,6 +67,13 @@ run() {
   fi
   : >"$report"
   say() { echo "$*" | tee -a "$report"; }
+  # The CUDA build links cuBLAS, cuRAND, NVRTC and cudart dynamically (CUDA 13 sonames): the
+  # host's CUDA wheels (its PyTorch's nvidia-* packages) hold them.
+  local libs
+  libs=$(python3 -c 'import glob, os, site
+dirs = {os.path.dirname(p) for sp in site.getsitepackages() for p in glob.glob(sp + "/nvidia/**/lib*/lib*.so*", recursive=True)}
+print(":".join(sorted(dirs)))' 2>/dev/null)
+  export LD_LIBRARY_PATH=${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$report"
   mkdir -p "$models"
   "$gpu/wick-fixtures" "$models" --gpu-check --llama-src "$gpu/llama-src" >/dev/null || { say "FAIL: could not write the model"; return 1; }
