@@ -141,6 +141,8 @@ serial("wick serve (the real CLI): foreign flags noted, openai client served, AP
     "--trust-remote-code",
     "-ngl",
     "99",
+    "--dtype",
+    "float16",
     "--log-level",
     "warn",
   ]);
@@ -148,7 +150,8 @@ serial("wick serve (the real CLI): foreign flags noted, openai client served, AP
     t.regex(stderr(), /ignoring --enable-torch-compile/);
     t.regex(stderr(), /ignoring --ipc/);
     t.regex(stderr(), /ignoring --trust-remote-code/);
-    t.regex(stderr(), /--n-gpu-layers: this build runs on the CPU only/);
+    t.regex(stderr(), /--dtype: float16 is not applied/);
+    t.notRegex(stderr(), /--n-gpu-layers/, "-ngl reaches the engine: no notice");
     const client = openaiClient(url, "cli-key");
     const models = await client.models.list();
     t.is(models.data[0].id, "SmolLM2-135M-Instruct.Q4_1");

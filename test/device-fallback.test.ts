@@ -153,7 +153,7 @@ withCuda.serial("with the CUDA addon installed and no GPU, wick serve falls back
     } else {
       t.is(addon.addon, "cpu");
       t.regex(String(addon.notice), /^no CUDA (driver|device).*; running on the CPU$/);
-      t.true(s.stderr().includes(`wick: note: ${String(addon.notice)}\n`), s.stderr());
+      t.false(s.stderr().includes("wick: note:"), "under auto the notice is the log's, not the terminal's");
       t.is((await loaded(s)).device, "cpu");
       t.is((await loaded(s)).deviceNotice, addon.notice, "the model's own log line says why it is on the CPU");
       const ps = (await (await fetch(`${s.url}/api/ps`)).json()) as { models: { size_vram: number }[] };
@@ -180,6 +180,17 @@ needs(cudaAddon, stubDriver).test("a driver that crashes the probe child (the li
     else process.env.LD_LIBRARY_PATH = saved;
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+withCuda.serial("--device cuda without a GPU: the notice on stderr too, and a chat on the CPU", async (t) => {
+  await withServed(["--device", "cuda"], { WICK_CUDA_ADDON: (cudaAddon as { path: string }).path }, async (s) => {
+    const addon = s.logs().find((l) => l.msg === "addon")!;
+    if (addon.addon === "cuda") return t.pass("a GPU answered");
+    t.regex(s.stderr(), /^wick: note: no CUDA (driver|device).*; running on the CPU$/m);
+    t.is((await loaded(s)).device, "cpu");
+    t.is((await loaded(s)).deviceNotice, addon.notice, "the CPU addon's own 'no CUDA backend' is not what is reported");
+    t.true((await chat(s.url)).length > 0);
+  });
 });
 
 /**

@@ -44,7 +44,8 @@ export async function serve(flags: ServeFlags): Promise<void> {
   // The addon (CPU, or CUDA when it is installed and finds a GPU) is chosen before anything loads.
   const addon = selectAddon({ device, gpuLayers });
   log.info({ device: addon.device, addon: addon.kind, ...(addon.cudaAddon ? { cudaAddon: addon.cudaAddon } : {}), ...(addon.notice ? { notice: addon.notice } : {}) }, "addon");
-  if (addon.notice) process.stderr.write(`wick: note: ${addon.notice}\n`);
+  // On the terminal too when a GPU was asked for by name; under `auto` the log line says it.
+  if (addon.notice && device?.startsWith("cuda")) process.stderr.write(`wick: note: ${addon.notice}\n`);
 
   const store = new ModelStore();
   const hub = new HubClient(store);
