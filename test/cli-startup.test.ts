@@ -66,20 +66,20 @@ const LINES: { runtime: string; line: string; model: string; auth?: string; note
     runtime: "SGLang",
     line: "serve --model-path M --tool-call-parser lfm2 --port P --host 127.0.0.1 --enable-torch-compile --chunked-prefill-size -1 --mem-fraction-static 0.85 --context-length 4096 --max-running-requests 8 --trust-remote-code --log-level info",
     model: "default",
-    notes: [/^wick: ignoring --enable-torch-compile \(SGLang flag, no effect in Wick\)$/m, /^wick: note: --gpu-memory-utilization: this build runs on the CPU only/m],
+    notes: [/^wick: ignoring --enable-torch-compile \(SGLang flag, no effect in Wick\)$/m],
   },
   {
     runtime: "vLLM",
     line: "serve M --max-model-len 4096 --gpu-memory-utilization 0.9 --dtype auto --port P --served-model-name smollm2 --max-num-seqs 8 --enable-auto-tool-choice --tool-call-parser hermes --enable-prefix-caching --tensor-parallel-size 1",
     model: "smollm2",
-    notes: [/^wick: ignoring --enable-auto-tool-choice \(vLLM flag/m, /^wick: ignoring --tensor-parallel-size/m, /^wick: note: --dtype: this build runs on the CPU only/m],
+    notes: [/^wick: ignoring --enable-auto-tool-choice \(vLLM flag/m, /^wick: ignoring --tensor-parallel-size/m],
   },
   {
     runtime: "llama-server",
     line: "serve -m M -c 4096 -ngl 99 --port P --host 127.0.0.1 -np 2 -t 2 --jinja -fa on --api-key sk-test --metrics -a smol",
     model: "smol",
     auth: "sk-test",
-    notes: [/^wick: ignoring --jinja/m, /^wick: ignoring -fa \(llama\.cpp flag/m, /^wick: note: --n-gpu-layers: this build runs on the CPU only/m],
+    notes: [/^wick: ignoring --jinja/m, /^wick: ignoring -fa \(llama\.cpp flag/m],
   },
   {
     runtime: "llama-server -hf",
