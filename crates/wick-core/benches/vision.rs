@@ -3,7 +3,8 @@
 //! llama.cpp's time for the same tile comes from scripts/mtmd-embd.cpp (`ENCODE … ms`).
 //!
 //! Usage: WICK_BENCH_MMPROJ=<mmproj.gguf> [WICK_THREADS=n] [WICK_BENCH_REF=<mtmd-embd output>]
-//!        cargo bench --bench vision
+//!        cargo bench --bench vision [-- --device cpu|cpu-candle|cuda|metal]
+//! `--device`: where and how the encoder runs (`runtime::device`), default the exact CPU path.
 //! With `WICK_BENCH_REF` (scripts/mtmd-embd.cpp's output for the same 512×512 pattern, e.g.
 //! `mtmd-embd <text.gguf> <mmproj> tile.rgb 512 512 ref.txt`), it also prints the largest
 //! difference from llama.cpp's embeddings.
@@ -12,6 +13,7 @@
 use std::time::Instant;
 
 use wick_core::models::vision::{Rgb8, VisionModel, VisionOptions};
+use wick_core::runtime::device::{DeviceChoice, Placement};
 
 fn pattern(w: usize, h: usize, seed: usize) -> Rgb8 {
     let mut data = Vec::with_capacity(w * h * 3);
@@ -32,7 +34,19 @@ fn main() {
         eprintln!("vision bench: set WICK_BENCH_MMPROJ to a projector GGUF (wick-fixtures <dir> --bench)");
         return;
     };
-    let model = VisionModel::load(path.as_ref(), VisionOptions::default()).expect("load the projector");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let choice: DeviceChoice = args
+        .iter()
+        .position(|a| a == "--device")
+        .and_then(|i| args.get(i + 1))
+        .map_or(Ok(DeviceChoice::Cpu), |d| d.parse())
+        .expect("--device");
+    let placement = Placement::resolve(choice, None);
+    if let Some(n) = &placement.notice {
+        eprintln!("{n}");
+    }
+    let model = VisionModel::load_on(path.as_ref(), VisionOptions::default(), &placement)
+        .expect("load the projector");
     let rounds: usize = std::env::var("WICK_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
     let img = pattern(512, 512, 1);
     let plan = model.plan(512, 512).expect("plan");
@@ -59,5 +73,9 @@ fn main() {
         let worst = last.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         println!("largest difference from llama.cpp over {} values: {worst:e}", want.len());
     }
-    println!("vision encode, 512×512 tile: best {best:.1} ms ({})", std::path::Path::new(&path).display());
+    println!(
+        "vision encode, 512×512 tile on {}: best {best:.1} ms ({})",
+        placement.name(),
+        std::path::Path::new(&path).display()
+    );
 }

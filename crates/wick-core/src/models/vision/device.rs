@@ -64,7 +64,12 @@ impl LayerNorm {
         let mean = sum.broadcast_div(&Tensor::new(n as f32, dev)?)?;
         let v = x.broadcast_sub(&mean)?;
         let var = v.sqr()?.to_dtype(wide)?.sum_keepdim(D::Minus1)?;
-        let var = var.broadcast_div(&Tensor::new(n as f64, dev)?.to_dtype(wide)?)?.to_dtype(DType::F32)?;
+        // Metal has no f64 tensor at all: the divisor is made in the wide type itself.
+        let n_wide = match wide {
+            DType::F64 => Tensor::new(n as f64, dev)?,
+            _ => Tensor::new(n as f32, dev)?,
+        };
+        let var = var.broadcast_div(&n_wide)?.to_dtype(DType::F32)?;
         let scale = (var + self.eps as f64)?.sqrt()?.recip()?;
         Ok(v.broadcast_mul(&scale)?.broadcast_mul(&self.w)?.broadcast_add(&self.b)?)
     }
