@@ -111,12 +111,8 @@ fn patch_embed(pixels: &Tensor, w: usize, h: usize, p: usize, kernel: &Tensor) -
         .reshape((3, ny, p, nx, p))?
         .permute((1, 3, 0, 2, 4))?
         .contiguous()?
-        .reshape((nx * ny, 3 * p * p))?
-        .to_dtype(DType::F16)?;
-    Ok(match kernel.dtype() {
-        DType::F32 => cols.to_dtype(DType::F32)?.matmul(&kernel.t()?)?,
-        _ => cols.matmul(&kernel.t()?)?.to_dtype(DType::F32)?,
-    })
+        .reshape((nx * ny, 3 * p * p))?;
+    Ok(f16_round(&cols)?.matmul(&kernel.t()?)?)
 }
 
 struct Block {
@@ -133,8 +129,9 @@ struct Block {
 /// The SigLIP2 tower on a device.
 pub struct Tower {
     shape: Shape,
-    /// The conv kernel `[d, 3·p·p]`, rounded to f16: f16 on a GPU (its GEMM sums in f32),
-    /// widened to f32 on candle's CPU device (whose half GEMM sums in half).
+    /// The conv kernel `[d, 3·p·p]`, rounded to f16 and kept as f32: products of f16 values
+    /// are exact in f32, so an f32 GEMM sums them as ggml does, and its output stays f32 (a
+    /// half GEMM's would be rounded to f16; the kernel is small).
     kernel: Tensor,
     patch_b: Option<Tensor>,
     /// Learned positions on the host, `side`×`side` rows of `d` (resized per image size).
@@ -146,9 +143,7 @@ pub struct Tower {
 impl Tower {
     pub fn load(g: &GgufFile, shape: &Shape, dev: &Placement) -> Result<Self> {
         let Shape { d, ff, n_layer, eps, patch, .. } = *shape;
-        let kernel = Tensor::from_vec(host_f32(g, PATCH_KERNEL)?, (d, 3 * patch * patch), dev)?
-            .to_dtype(DType::F16)?;
-        let kernel = if dev.is_cpu() { kernel.to_dtype(DType::F32)? } else { kernel };
+        let kernel = f16_round(&Tensor::from_vec(host_f32(g, PATCH_KERNEL)?, (d, 3 * patch * patch), dev)?)?;
         let patch_b = if g.has("v.patch_embd.bias") {
             g.expect_dims("v.patch_embd.bias", &[d])?;
             Some(g.f32_tensor("v.patch_embd.bias", dev)?.to_dtype(DType::F32)?)
