@@ -16,7 +16,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import type { ExecutionContext } from "ava";
 import { needs, localFile, repoRoot, smollm2, type Asset } from "./helpers/assets.ts";
-import { freePort, loadModel, openaiClient, startServer } from "./helpers/server.ts";
+import { freePort, openaiClient } from "./helpers/server.ts";
 
 const run = promisify(execFile);
 const addon = path.join(repoRoot, "ts/native/wick.linux-x64-gnu.node");
@@ -230,7 +230,7 @@ function qemu(): Asset {
 
 const arm = needs(smollm2(), localFile(arm64Addon, "bash scripts/test-arm.sh cross-builds it"), localFile(arm64Node, "bash scripts/test-arm.sh fetches it"), qemu(), registry());
 
-arm.serial("the linux-arm64-gnu package under qemu-aarch64: wick serve answers a chat with the x86 build's greedy text, on NEON with and without dotprod", async (t) => {
+arm.serial("the linux-arm64-gnu package under qemu-aarch64: wick serve answers a chat with llama.cpp aarch64's greedy text, on NEON with and without dotprod", async (t) => {
   const model = arm.path!;
   const dir = mkdtempSync(path.join(os.tmpdir(), "wick-arm64-"));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -246,14 +246,13 @@ arm.serial("the linux-arm64-gnu package under qemu-aarch64: wick serve answers a
   t.true(existsSync(path.join(app, "node_modules/wick-linux-arm64-gnu/wick.linux-arm64-gnu.node")));
   t.log(`linux-arm64-gnu ${kib(platform)} KiB packed, addon ${kib(arm64Addon)} KiB`);
 
-  // The x86 build's answer, served in-process.
+  // What llama.cpp's own aarch64 build (armv8.2-a+dotprod, from the bundled source) answers to
+  // this request — recorded by `bash scripts/parity-arm64.sh` (.cache/parity-arm64), which serves
+  // it under qemu. The arm64 build follows that build's NEON float orders, which part from the x86
+  // build's at this prompt's first step: x86 answers "1. Red\n2. Blue\n3. Green" (p("1") 0.1191
+  // over 0.1072), aarch64 this (0.1158 under 0.1163).
   const request = { model: "m", messages: [{ role: "user" as const, content: "Name three colors." }], max_tokens: 16, temperature: 0 };
-  const x86 = await loadModel(model);
-  const x86Server = await startServer({ registry: x86.registry });
-  const want = (await openaiClient(x86Server.url).chat.completions.create(request)).choices[0].message.content;
-  await x86Server.close();
-  await x86.engine.unload();
-  t.truthy(want);
+  const want = "The most obvious color is indeed red, but there are many more. Some examples";
 
   // The same request to the arm64 package on two emulated CPUs: Neoverse-V-class (`max`: dotprod
   // and i8mm) and Cortex-A72 (NEON only, a Raspberry Pi 4).
@@ -267,7 +266,7 @@ arm.serial("the linux-arm64-gnu package under qemu-aarch64: wick serve answers a
     const started = performance.now();
     const got = await openaiClient(`http://127.0.0.1:${port}`).chat.completions.create(request);
     t.log(`${cpu}: ${((performance.now() - started) / 1000).toFixed(1)} s under qemu (emulated, not speed)`);
-    t.is(got.choices[0].message.content, want, `${cpu}: the arm64 build's greedy text is the x86 build's`);
+    t.is(got.choices[0].message.content, want, `${cpu}: the arm64 build's greedy text is llama.cpp aarch64's`);
     t.is(loadedIsa(serve.stdout()), isa, `${cpu}: the load log names the NEON level`);
     await serve.stop();
   }
