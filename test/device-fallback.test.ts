@@ -7,7 +7,6 @@
  * same greedy text as `--device cpu`; a bad device is a clear start-up error.
  */
 import test from "ava";
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -15,7 +14,7 @@ import { flagNotices, SERVE_FLAGS } from "../ts/cli/flags.ts";
 import { probeCudaAddon } from "../ts/engine/addon.ts";
 import { localFile, needs, repoRoot, smollm2 } from "./helpers/assets.ts";
 import { BIN, wick } from "./helpers/cli.ts";
-import { ended, type Ended } from "./helpers/process.ts";
+import { spawnServe, type ServedProcess } from "./helpers/process.ts";
 import { freePort } from "./helpers/server.ts";
 
 const cudaAddon = localFile(path.join(repoRoot, "ts/native/wick.linux-x64-gnu-cuda.node"), "build it with bash scripts/build-cuda.sh (npm test does)");
@@ -63,42 +62,17 @@ test("a bad --device or WICK_DEVICE is a start-up error that names the choices",
   t.regex(env.stderr, /unknown device 'gpu' in WICK_DEVICE \(expected auto, cpu, cuda, cuda:N, metal or cpu-candle\)/);
 });
 
-interface Served {
-  child: ChildProcess;
-  url: string;
-  exit: Promise<Ended>;
-  stderr: () => string;
-  logs: () => Record<string, unknown>[];
-}
+type Served = ServedProcess;
 
 const { path: smol, serial } = needs(smollm2());
 
 /** `wick serve -m SmolLM2` with `args` and `env`, once it listens. */
 async function serve(args: string[], env: NodeJS.ProcessEnv, home: string): Promise<Served> {
   const port = await freePort();
-  const child = spawn(process.execPath, [BIN, "serve", "-m", smol!, "--port", String(port), "-c", "512", ...args], {
+  return spawnServe(BIN, ["-m", smol!, "--port", String(port), "-c", "512", ...args], {
     cwd: repoRoot,
     env: { ...process.env, HF_TOKEN: "", WICK_HOME: home, WICK_HOST: "", WICK_DEVICE: "", WICK_CUDA_ADDON: "", ...env },
-    stdio: ["ignore", "pipe", "pipe"],
   });
-  let out = "";
-  let err = "";
-  child.stdout.setEncoding("utf8").on("data", (d: string) => (out += d));
-  const exit = ended(child);
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stderr.setEncoding("utf8").on("data", (d: string) => {
-      err += d;
-      const m = /wick: serving .* at (http:\/\/\S+)\/v1\n/.exec(err);
-      if (m) resolve(m[1]);
-    });
-    void exit.then(({ code }) => reject(new Error(`wick serve exited ${code}: ${err}`)));
-  });
-  const logs = () =>
-    out
-      .split("\n")
-      .filter((l) => l.startsWith("{"))
-      .map((l) => JSON.parse(l) as Record<string, unknown>);
-  return { child, url, exit, stderr: () => err, logs };
 }
 
 async function withServed<T>(args: string[], env: NodeJS.ProcessEnv, body: (s: Served) => Promise<T>): Promise<T> {

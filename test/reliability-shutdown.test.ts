@@ -4,55 +4,26 @@
  * --shutdown-timeout, are cancelled with a final `shutting_down` frame —, the logs are flushed
  * and the process exits 0. A second signal exits at once, non-zero.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fixture, needs, repoRoot } from "./helpers/assets.ts";
 import { BIN } from "./helpers/cli.ts";
-import { ended, type Ended } from "./helpers/process.ts";
+import { spawnServe, type ServedProcess } from "./helpers/process.ts";
 import { freePort } from "./helpers/server.ts";
 
 const { path: tiny, serial } = needs(fixture("tiny-llama-q8_0.gguf"));
 
-interface Served {
-  child: ChildProcess;
-  url: string;
-  /** The exit, once every line the child wrote has been read. */
-  exit: Promise<Ended>;
-  stdout: () => string;
-  stderr: () => string;
-  /** The JSON log lines on stdout. */
-  logs: () => Record<string, unknown>[];
-  home: string;
-}
+type Served = ServedProcess & { home: string };
 
 async function serve(args: string[]): Promise<Served> {
   const home = mkdtempSync(path.join(os.tmpdir(), "wick-shutdown-"));
   const port = await freePort();
-  const child = spawn(process.execPath, [BIN, "serve", "-m", tiny!, "--port", String(port), ...args], {
+  const s = await spawnServe(BIN, ["-m", tiny!, "--port", String(port), ...args], {
     cwd: repoRoot,
     env: { ...process.env, HF_TOKEN: "", WICK_HOME: home, WICK_HOST: "" },
-    stdio: ["ignore", "pipe", "pipe"],
   });
-  let out = "";
-  let err = "";
-  child.stdout.setEncoding("utf8").on("data", (d: string) => (out += d));
-  const exit = ended(child);
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stderr.setEncoding("utf8").on("data", (d: string) => {
-      err += d;
-      const m = /wick: serving .* at (http:\/\/\S+)\/v1\n/.exec(err);
-      if (m) resolve(m[1]);
-    });
-    void exit.then(({ code }) => reject(new Error(`wick serve exited ${code}: ${err}`)));
-  });
-  const logs = () =>
-    out
-      .split("\n")
-      .filter((l) => l.startsWith("{"))
-      .map((l) => JSON.parse(l) as Record<string, unknown>);
-  return { child, url, exit, stdout: () => out, stderr: () => err, logs, home };
+  return { ...s, home };
 }
 
 /** Runs `body` against a fresh `wick serve` with `args`; the server is killed (if still up) and its home removed after. */
