@@ -44,13 +44,7 @@ fn main() {
     };
     let (np, ng, reps) = (arg(&args, "--prompt", 512), arg(&args, "--gen", 128), arg(&args, "--repeats", 3));
     let same_token = args.iter().any(|a| a == "--same-token");
-    let choice: DeviceChoice = args
-        .iter()
-        .position(|a| a == "--device")
-        .and_then(|i| args.get(i + 1))
-        .map_or(Ok(DeviceChoice::Cpu), |d| d.parse())
-        .expect("--device");
-    let placement = Placement::resolve(choice, None);
+    let placement = Placement::resolve(DeviceChoice::from_args(&args).expect("--device"), None);
     if let Some(n) = &placement.notice {
         eprintln!("{n}");
     }

@@ -95,7 +95,7 @@ fn main() {
         .split(',')
         .filter_map(|c| c.trim().parse().ok())
         .collect();
-    let device: DeviceChoice = arg(&args, "--device", "cpu".to_string()).parse().expect("--device");
+    let device = DeviceChoice::from_args(&args).expect("--device");
     let max_c = levels.iter().copied().max().unwrap_or(1);
     let mut o = EngineOptions::new(path);
     o.device = device;

@@ -35,13 +35,7 @@ fn main() {
         return;
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let choice: DeviceChoice = args
-        .iter()
-        .position(|a| a == "--device")
-        .and_then(|i| args.get(i + 1))
-        .map_or(Ok(DeviceChoice::Cpu), |d| d.parse())
-        .expect("--device");
-    let placement = Placement::resolve(choice, None);
+    let placement = Placement::resolve(DeviceChoice::from_args(&args).expect("--device"), None);
     if let Some(n) = &placement.notice {
         eprintln!("{n}");
     }

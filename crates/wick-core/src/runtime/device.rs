@@ -67,6 +67,14 @@ impl fmt::Display for DeviceChoice {
 }
 
 impl DeviceChoice {
+    /// The value after `--device` in a command line (the benches'), `Cpu` when absent.
+    pub fn from_args(args: &[String]) -> Result<Self, WickError> {
+        match args.iter().position(|a| a == "--device").and_then(|i| args.get(i + 1)) {
+            Some(d) => d.parse(),
+            None => Ok(Self::Cpu),
+        }
+    }
+
     /// `WICK_DEVICE` when set (a bad value is an error, not ignored), else `Auto`.
     pub fn from_env() -> Result<Self, WickError> {
         match std::env::var("WICK_DEVICE") {
