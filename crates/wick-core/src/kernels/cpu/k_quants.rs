@@ -5,7 +5,8 @@
 //!   on x86), 8 integer lanes with one fma per lane and block;
 //! - Q4_K (output count % 8 == 0) and Q2_K (AVX-512 builds): the repacked 8x8 GEMV/GEMM — per
 //!   block (GEMV) or part of a block (GEMM) an exact integer dot, then
-//!   `acc = fma(float(isum), dx·dy, acc)`, minus the same for the mins.
+//!   `acc = fma(float(isum), dx·dy, acc)`, minus the same for the mins;
+//! - Q6_K on aarch64 (output count % 8 == 0): ggml's 8x4 repack there (`dot_q6k_repacked`).
 
 #[cfg(target_arch = "aarch64")]
 use super::arm::k_quants as arm;
@@ -69,6 +70,34 @@ fn dot_q6k_ref(w: &[u8], a: &[Act256]) -> f32 {
         }
     }
     hsum8(acc)
+}
+
+/// Q6_K·q8_K as ggml's aarch64 8x4 repack (`ggml_gemv_q6_K_8x4_q8_K` and
+/// `ggml_gemm_q6_K_8x4_q8_K`, armv8.2-a+dotprod builds, output count % 8 == 0): per block the
+/// exact integer `Σ scale·(q − 32)·y` of all 256 values, then `dx·dy` and one float step —
+/// GEMV rows `acc = fma(float(isum), dx·dy, acc)` (GCC fuses the kernel's `vmulq`+`vaddq`),
+/// GEMM rows (groups of four, `gemm`) `acc + float(isum)·(dx·dy)` (`vmlaq_f32`, not fused).
+/// No lanes and no tree sum: each output is one scalar chain over the blocks.
+#[cfg(any(target_arch = "aarch64", test))]
+pub fn dot_q6k_repacked(w: &[u8], a: &[Act256], gemm: bool) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    if isa() >= Isa::Neon {
+        return arm::dot_q6k_repacked(w, a, gemm);
+    }
+    dot_q6k_repacked_ref(w, a, gemm)
+}
+
+#[cfg(any(target_arch = "aarch64", test))]
+fn dot_q6k_repacked_ref(w: &[u8], a: &[Act256], gemm: bool) -> f32 {
+    let mut acc = 0f32;
+    for (blk, y) in w.chunks_exact(Q6K::BYTES).zip(a) {
+        let q = q6k_values(blk);
+        let isum: i32 =
+            (0..256).map(|e| (blk[Q6K::SCALES + e / 16] as i8 as i32) * (q[e] - 32) * y.qs[e] as i32).sum();
+        let d = f16_at(blk, Q6K::D) * y.d;
+        acc = if gemm { acc + isum as f32 * d } else { (isum as f32).mul_add(d, acc) };
+    }
+    acc
 }
 
 /// The 256 unsigned 2-bit values (0..4) of a Q2_K block (scales[16], qs[64], d, dmin): per
@@ -293,6 +322,32 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     unsafe fn q6k4(w: &[u8], a: [&[Act256]; 4]) -> [f32; 4] {
         simd::dotn_q6k::<4>(w, a)
+    }
+
+    /// ggml's aarch64 8x4 repack order, GEMV and GEMM rows: the NEON twin (on aarch64) bit for
+    /// bit against the scalar reference, both near the dequantized dot.
+    #[test]
+    fn q6k_repacked_matches_scalar_and_dequantized_reference() {
+        check_block_type(
+            Q6K::BYTES,
+            &[Q6K::D],
+            QK_K,
+            quantize_q8k,
+            deq_q6k,
+            |w, a| dot_q6k_repacked(w, a, false),
+            |w, a| dot_q6k_repacked_ref(w, a, false),
+            None,
+        );
+        check_block_type(
+            Q6K::BYTES,
+            &[Q6K::D],
+            QK_K,
+            quantize_q8k,
+            deq_q6k,
+            |w, a| dot_q6k_repacked(w, a, true),
+            |w, a| dot_q6k_repacked_ref(w, a, true),
+            None,
+        );
     }
 
     #[cfg(target_arch = "x86_64")]

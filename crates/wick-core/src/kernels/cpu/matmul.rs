@@ -44,8 +44,9 @@ pub struct RowPos {
 impl RowPos {
     pub const SINGLE: RowPos = RowPos { seq_len: 1, idx: 0 };
 
-    /// Whether ggml's repacked K-quant kernels (Q2_K, Q4_K) send this row through their GEMM:
-    /// rows go in groups of four, the remaining `len % 4` (all rows when len < 4) through the GEMV.
+    /// Whether ggml's repacked kernels (Q2_K, Q4_K; Q8_0 and Q6_K on aarch64) send this row
+    /// through their GEMM: rows go in groups of four, the remaining `len % 4` (all rows when
+    /// len < 4) through the GEMV.
     pub fn in_gemm_group(self) -> bool {
         self.seq_len > 3 && self.idx < self.seq_len - self.seq_len % 4
     }
@@ -304,8 +305,17 @@ fn bf16_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
 }
 
 /// Q3_K, Q5_K and Q6_K: one kernel for every row count (see `dot_q6k`, `dot_q5k`, `dot_q3k`).
+/// On aarch64 Q6_K with an output count % 8 == 0 follows ggml's 8x4 repack instead
+/// (`k_quants::dot_q6k_repacked`: GEMM rows in groups of four, the rest GEMV).
 fn k_quant_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, dtype: GgmlDType, put: &P) {
     let acts: Vec<Vec<Act256>> = quantize_rows(op.xs, op.k, quantize_q8k);
+    #[cfg(target_arch = "aarch64")]
+    if dtype == GgmlDType::Q6K && op.n.is_multiple_of(8) {
+        let (rows, none) = (op.rows, None::<&fn(&[u8], usize) -> [f32; 4]>);
+        let one =
+            |wr: &[u8], r: usize| super::k_quants::dot_q6k_repacked(wr, &acts[r], rows[r].in_gemm_group());
+        return tiled_rows(op.n, op.m, &|j| op.wrow(j), put, none, &one);
+    }
     let dot = match dtype {
         GgmlDType::Q6K => dot_q6k,
         GgmlDType::Q5K => dot_q5k,

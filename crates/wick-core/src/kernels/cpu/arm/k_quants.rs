@@ -1,6 +1,7 @@
 //! NEON twins of `k_quants`' portable row dots (Q2_K, Q3_K, Q5_K, Q6_K against q8_K rows: the
-//! types that stay on row kernels on aarch64). Each keeps its twin's integer lanes (exact
-//! whatever the order) and float steps, so the bits are the portable kernel's.
+//! types that stay on row kernels on aarch64; Q6_K also in ggml's aarch64 8x4 repack order).
+//! Each keeps its twin's integer lanes (exact whatever the order) and float steps, so the bits
+//! are the portable kernel's.
 
 use std::arch::aarch64::*;
 
@@ -33,61 +34,85 @@ pub fn dot_q6k(w: &[u8], a: &[Act256]) -> f32 {
 
 #[inline(always)]
 fn q6k<const DOT: bool>(w: &[u8], a: &[Act256]) -> f32 {
-    // SAFETY: NEON is baseline (every intrinsic below); `dot4::<true>` only runs compiled
-    // with dotprod (`by_dot!`).
+    // SAFETY: NEON is baseline (every intrinsic below).
     unsafe {
-        let (m15, m3) = (vdupq_n_u8(15), vdupq_n_u8(3));
         let (mut acc_lo, mut acc_hi) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
         for (blk, y) in w.chunks_exact(Q6K::BYTES).zip(a) {
             let d = y.d * f16_at(blk, Q6K::D);
-            let sc = &blk[Q6K::SCALES..Q6K::D];
-            let (mut s_lo, mut s_hi) = (vdupq_n_s32(0), vdupq_n_s32(0));
-            for n in 0..2 {
-                for half in 0..2 {
-                    let ql0 = w16(blk, Q6K::QL + 64 * n + 16 * half);
-                    let ql1 = w16(blk, Q6K::QL + 64 * n + 32 + 16 * half);
-                    let qh = w16(blk, Q6K::QH + 32 * n + 16 * half);
-                    let top = |v: uint8x16_t| vshlq_n_u8::<4>(vandq_u8(v, m3));
-                    let q = [
-                        vorrq_u8(vandq_u8(ql0, m15), top(qh)),
-                        vorrq_u8(vandq_u8(ql1, m15), top(vshrq_n_u8::<2>(qh))),
-                        vorrq_u8(vshrq_n_u8::<4>(ql0), top(vshrq_n_u8::<4>(qh))),
-                        vorrq_u8(vshrq_n_u8::<4>(ql1), top(vshrq_n_u8::<6>(qh))),
-                    ];
-                    for (g, q) in q.into_iter().enumerate() {
-                        // Chunk m = 4n + g; this half's lanes are 4·half..4·half + 4.
-                        let m = 4 * n + g;
-                        let dot = dot4::<DOT>(
-                            vdupq_n_s32(0),
-                            vreinterpretq_s8_u8(q),
-                            y16(&y.qs, 32 * m + 16 * half),
-                        );
-                        let s = sc[2 * m + half] as i8 as i32;
-                        if half == 0 {
-                            s_lo = vmlaq_n_s32(s_lo, dot, s);
-                        } else {
-                            s_hi = vmlaq_n_s32(s_hi, dot, s);
-                        }
-                    }
-                }
-            }
-            // 32·(bsum·scale) of groups 2l, 2l+1 per lane l.
-            let sc16 = vmovl_s8(vld1_s8(sc.as_ptr() as *const i8));
-            let sc16_hi = vmovl_s8(vld1_s8(sc.as_ptr().add(8) as *const i8));
-            let bs = vld1q_s16(y.bsums.as_ptr());
-            let bs_hi = vld1q_s16(y.bsums.as_ptr().add(8));
-            let off_lo =
-                vpaddq_s32(vmull_s16(vget_low_s16(bs), vget_low_s16(sc16)), vmull_high_s16(bs, sc16));
-            let off_hi = vpaddq_s32(
-                vmull_s16(vget_low_s16(bs_hi), vget_low_s16(sc16_hi)),
-                vmull_high_s16(bs_hi, sc16_hi),
-            );
-            s_lo = vsubq_s32(s_lo, vshlq_n_s32::<5>(off_lo));
-            s_hi = vsubq_s32(s_hi, vshlq_n_s32::<5>(off_hi));
+            let (s_lo, s_hi) = q6k_lanes::<DOT>(blk, y);
             acc_lo = vfmaq_n_f32(acc_lo, vcvtq_f32_s32(s_lo), d);
             acc_hi = vfmaq_n_f32(acc_hi, vcvtq_f32_s32(s_hi), d);
         }
         hsum8(acc_lo, acc_hi)
+    }
+}
+
+/// `k_quants::dot_q6k_repacked`'s order (ggml's aarch64 8x4 repack): per block the exact
+/// integer sum of `q6k_lanes`' eight lanes, `d = dx·dy`, then GEMV rows `fma(float(Σ), d,
+/// acc)`, GEMM rows `acc + float(Σ)·d`.
+pub fn dot_q6k_repacked(w: &[u8], a: &[Act256], gemm: bool) -> f32 {
+    by_dot!(q6k_repacked(w, a, gemm))
+}
+
+#[inline(always)]
+fn q6k_repacked<const DOT: bool>(w: &[u8], a: &[Act256], gemm: bool) -> f32 {
+    let mut acc = 0f32;
+    for (blk, y) in w.chunks_exact(Q6K::BYTES).zip(a) {
+        let (s_lo, s_hi) = q6k_lanes::<DOT>(blk, y);
+        // SAFETY: NEON is baseline.
+        let isum = unsafe { vaddvq_s32(vaddq_s32(s_lo, s_hi)) } as f32;
+        let d = f16_at(blk, Q6K::D) * y.d;
+        acc = if gemm { acc + isum * d } else { isum.mul_add(d, acc) };
+    }
+    acc
+}
+
+/// One Q6_K block's exact integer lanes against `y`: lane l (of `lo`, then `hi`) sums
+/// scale·q·y over elements 32m+4l..+4 of every chunk m, minus 32·(scale·bsum) of groups 2l
+/// and 2l+1.
+#[inline(always)]
+fn q6k_lanes<const DOT: bool>(blk: &[u8], y: &Act256) -> (int32x4_t, int32x4_t) {
+    // SAFETY: NEON is baseline (every intrinsic below); `dot4::<true>` only runs compiled
+    // with dotprod (`by_dot!`).
+    unsafe {
+        let (m15, m3) = (vdupq_n_u8(15), vdupq_n_u8(3));
+        let sc = &blk[Q6K::SCALES..Q6K::D];
+        let (mut s_lo, mut s_hi) = (vdupq_n_s32(0), vdupq_n_s32(0));
+        for n in 0..2 {
+            for half in 0..2 {
+                let ql0 = w16(blk, Q6K::QL + 64 * n + 16 * half);
+                let ql1 = w16(blk, Q6K::QL + 64 * n + 32 + 16 * half);
+                let qh = w16(blk, Q6K::QH + 32 * n + 16 * half);
+                let top = |v: uint8x16_t| vshlq_n_u8::<4>(vandq_u8(v, m3));
+                let q = [
+                    vorrq_u8(vandq_u8(ql0, m15), top(qh)),
+                    vorrq_u8(vandq_u8(ql1, m15), top(vshrq_n_u8::<2>(qh))),
+                    vorrq_u8(vshrq_n_u8::<4>(ql0), top(vshrq_n_u8::<4>(qh))),
+                    vorrq_u8(vshrq_n_u8::<4>(ql1), top(vshrq_n_u8::<6>(qh))),
+                ];
+                for (g, q) in q.into_iter().enumerate() {
+                    // Chunk m = 4n + g; this half's lanes are 4·half..4·half + 4.
+                    let m = 4 * n + g;
+                    let dot =
+                        dot4::<DOT>(vdupq_n_s32(0), vreinterpretq_s8_u8(q), y16(&y.qs, 32 * m + 16 * half));
+                    let s = sc[2 * m + half] as i8 as i32;
+                    if half == 0 {
+                        s_lo = vmlaq_n_s32(s_lo, dot, s);
+                    } else {
+                        s_hi = vmlaq_n_s32(s_hi, dot, s);
+                    }
+                }
+            }
+        }
+        // 32·(bsum·scale) of groups 2l, 2l+1 per lane l.
+        let sc16 = vmovl_s8(vld1_s8(sc.as_ptr() as *const i8));
+        let sc16_hi = vmovl_s8(vld1_s8(sc.as_ptr().add(8) as *const i8));
+        let bs = vld1q_s16(y.bsums.as_ptr());
+        let bs_hi = vld1q_s16(y.bsums.as_ptr().add(8));
+        let off_lo = vpaddq_s32(vmull_s16(vget_low_s16(bs), vget_low_s16(sc16)), vmull_high_s16(bs, sc16));
+        let off_hi =
+            vpaddq_s32(vmull_s16(vget_low_s16(bs_hi), vget_low_s16(sc16_hi)), vmull_high_s16(bs_hi, sc16_hi));
+        (vsubq_s32(s_lo, vshlq_n_s32::<5>(off_lo)), vsubq_s32(s_hi, vshlq_n_s32::<5>(off_hi)))
     }
 }
 
