@@ -12,22 +12,9 @@
 
 use std::time::Instant;
 
-use wick_core::models::vision::{Rgb8, VisionModel, VisionOptions};
+use wick_core::models::vision::{VisionModel, VisionOptions};
 use wick_core::runtime::device::{DeviceChoice, Placement};
-
-fn pattern(w: usize, h: usize, seed: usize) -> Rgb8 {
-    let mut data = Vec::with_capacity(w * h * 3);
-    for y in 0..h {
-        for x in 0..w {
-            data.extend([
-                ((x * 7 + y * 3 + seed * 40) % 256) as u8,
-                ((x * y / 7 + seed) % 256) as u8,
-                (255 + y as i64 - 2 * x as i64).rem_euclid(256) as u8,
-            ]);
-        }
-    }
-    Rgb8 { width: w, height: h, data }
-}
+use wick_fixtures::pattern;
 
 fn main() {
     let Some(path) = std::env::var_os("WICK_BENCH_MMPROJ") else {

@@ -17,6 +17,7 @@ use wick_core::{Engine, EngineOptions};
 use wick_core::gguf::GgufFile;
 use wick_core::models::vision::{layout, LayoutPart, Rgb8, VisionModel, VisionOptions};
 use wick_core::tokenizer::Tokenizer;
+use wick_fixtures::pattern;
 
 /// The LFM2-VL fixtures, written once per test binary into a temporary directory.
 fn fixtures() -> Option<&'static Path> {
@@ -28,21 +29,6 @@ fn fixtures() -> Option<&'static Path> {
         Some(dir)
     })
     .as_deref()
-}
-
-/// The test images: a deterministic colour pattern.
-pub fn pattern(w: usize, h: usize, seed: usize) -> Rgb8 {
-    let mut data = Vec::with_capacity(w * h * 3);
-    for y in 0..h {
-        for x in 0..w {
-            data.extend([
-                ((x * 7 + y * 3 + seed * 40) % 256) as u8,
-                ((x * y / 7 + seed) % 256) as u8,
-                (255 + y as i64 - 2 * x as i64).rem_euclid(256) as u8,
-            ]);
-        }
-    }
-    Rgb8 { width: w, height: h, data }
 }
 
 enum Chunk {

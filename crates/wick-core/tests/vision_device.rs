@@ -29,6 +29,7 @@ use wick_core::models::vision::{Rgb8, VisionModel, VisionOptions};
 use wick_core::request::{GenerateRequest, PromptImage};
 use wick_core::runtime::device::{DeviceChoice, Placement};
 use wick_core::{Engine, EngineOptions};
+use wick_fixtures::pattern;
 
 /// How close an encoder input's embeddings must be on the two paths: `rel` bounds the largest
 /// |e_device − e_exact| over the largest |e_exact|, `cos` the cosine similarity from below.
@@ -79,21 +80,6 @@ fn fixtures() -> Option<&'static Path> {
         Some(dir)
     })
     .as_deref()
-}
-
-/// The test images: a deterministic colour pattern (as tests/vision.rs draws it).
-fn pattern(w: usize, h: usize, seed: usize) -> Rgb8 {
-    let mut data = Vec::with_capacity(w * h * 3);
-    for y in 0..h {
-        for x in 0..w {
-            data.extend([
-                ((x * 7 + y * 3 + seed * 40) % 256) as u8,
-                ((x * y / 7 + seed) % 256) as u8,
-                (255 + y as i64 - 2 * x as i64).rem_euclid(256) as u8,
-            ]);
-        }
-    }
-    Rgb8 { width: w, height: h, data }
 }
 
 /// How far apart two encodings of one input are.

@@ -189,3 +189,19 @@ pub fn build_vision(spec: &VisionSpec) -> Result<(Meta, Vec<(String, QTensor)>)>
     put("mm.2.bias", &[spec.n_embd_text], 0.0, 0.1, f32)?;
     Ok((meta, out))
 }
+
+/// A deterministic colour pattern of `w × h` pixels (the vision tests' and bench's images):
+/// smooth ramps with a product term, so tiles and resizes differ visibly, varied by `seed`.
+pub fn pattern(w: usize, h: usize, seed: usize) -> wick_core::models::vision::Rgb8 {
+    let mut data = Vec::with_capacity(w * h * 3);
+    for y in 0..h {
+        for x in 0..w {
+            data.extend([
+                ((x * 7 + y * 3 + seed * 40) % 256) as u8,
+                ((x * y / 7 + seed) % 256) as u8,
+                (255 + y as i64 - 2 * x as i64).rem_euclid(256) as u8,
+            ]);
+        }
+    }
+    wick_core::models::vision::Rgb8 { width: w, height: h, data }
+}
