@@ -9,32 +9,16 @@
  *
  *   npx tsx benches/page-weight.ts [--runs 20] [--results benches/RESULTS.md]
  */
-import { execFileSync } from "node:child_process";
-import path from "node:path";
 import { parseArgs } from "node:util";
 import { gzipSync } from "node:zlib";
 import { readFileSync } from "node:fs";
-import puppeteer from "puppeteer-core";
-import { Engine } from "../ts/engine/index.ts";
-import { createApp } from "../ts/server/app.ts";
-import { ModelRegistry } from "../ts/service/registry.ts";
-import { buildUi, PAGE } from "../scripts/build-ui.ts";
+import { PAGE } from "../scripts/build-ui.ts";
+import { startPageServer } from "../scripts/page-server.ts";
 import { appendResults } from "./lib/provenance.ts";
 
 const { values: args } = parseArgs({ options: { runs: { type: "string", default: "20" }, results: { type: "string" } } });
 const runs = Number(args.runs);
-const root = path.resolve(import.meta.dirname, "..");
-const last = (cmd: string, a: string[]) => execFileSync(cmd, a, { cwd: root, encoding: "utf8" }).trim().split("\n").at(-1)!;
-
-const built = await buildUi();
-const modelPath = last("python3", ["scripts/fetch_models.py", "smollm2-135m"]);
-const engine = await Engine.load({ modelPath, contextSize: 2048, maxSequences: 2 });
-const registry = new ModelRegistry();
-registry.add(engine, { path: modelPath });
-const server = createApp({ registry }).listen(0, "127.0.0.1");
-await new Promise((r) => server.once("listening", r));
-const url = `http://127.0.0.1:${(server.address() as { port: number }).port}/`;
-const browser = await puppeteer.launch({ executablePath: last("bash", ["scripts/chromium.sh"]), headless: true, args: ["--no-sandbox", "--disable-gpu"] });
+const { url, browser, built, close } = await startPageServer();
 
 interface Run {
   bytes: number;
@@ -71,10 +55,7 @@ try {
     await ctx.close();
   }
 } finally {
-  await browser.close();
-  server.close();
-  server.closeAllConnections();
-  await engine.unload();
+  await close();
 }
 
 const stat = (k: keyof Run, digits = 0) => {

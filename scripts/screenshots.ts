@@ -4,27 +4,12 @@
  * SmolLM2 (scripts/fetch_models.py) answering greedily in Debian's Chromium
  * (scripts/chromium.sh). Run: `npx tsx scripts/screenshots.ts`.
  */
-import { execFileSync } from "node:child_process";
 import path from "node:path";
-import puppeteer, { type Page } from "puppeteer-core";
-import { Engine } from "../ts/engine/index.ts";
-import { createApp } from "../ts/server/app.ts";
-import { ModelRegistry } from "../ts/service/registry.ts";
-import { buildUi } from "./build-ui.ts";
+import type { Page } from "puppeteer-core";
+import { startPageServer } from "./page-server.ts";
 
 const root = path.resolve(import.meta.dirname, "..");
-const run = (cmd: string, args: string[]) => execFileSync(cmd, args, { cwd: root, encoding: "utf8" }).trim().split("\n").at(-1)!;
-
-await buildUi();
-const modelPath = run("python3", ["scripts/fetch_models.py", "smollm2-135m"]);
-const browserPath = run("bash", ["scripts/chromium.sh"]);
-const engine = await Engine.load({ modelPath, contextSize: 2048, maxSequences: 2 });
-const registry = new ModelRegistry();
-registry.add(engine, { path: modelPath });
-const server = createApp({ registry }).listen(0, "127.0.0.1");
-await new Promise((r) => server.once("listening", r));
-const url = `http://127.0.0.1:${(server.address() as { port: number }).port}/`;
-const browser = await puppeteer.launch({ executablePath: browserPath, headless: true, args: ["--no-sandbox", "--disable-gpu"] });
+const { url, browser, close } = await startPageServer();
 
 async function ask(page: Page, text: string, maxTokens: string): Promise<void> {
   await page.click("#settings-button");
@@ -59,8 +44,5 @@ try {
   await shot("chat-page-wide.png", 1280, 800, false);
   await shot("chat-page-narrow.png", 390, 844, true);
 } finally {
-  await browser.close();
-  server.close();
-  server.closeAllConnections();
-  await engine.unload();
+  await close();
 }
