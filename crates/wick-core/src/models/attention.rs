@@ -244,21 +244,20 @@ impl Attention {
                 &k.narrow(0, span.start, span.len)?,
                 &v.narrow(0, span.start, span.len)?,
             )?;
-            let total = span.pos0 + span.len;
+            let (total, len, n_kv) = (span.pos0 + span.len, span.len, self.n_kv_head);
             let (ks, vs) = store.gather(layer, seq, total)?;
-            // [total, n_kv, hd] → [n_head, total, hd]: each KV head serves `group` query heads.
-            let per_head = |t: Tensor| -> Result<Tensor> {
-                let t = t.to_dtype(DType::F32)?.transpose(0, 1)?.unsqueeze(1)?;
-                Ok(t.broadcast_as((self.n_kv_head, group, total, hd))?.reshape((self.n_head, total, hd))?)
-            };
-            let (ks, vs) = (per_head(ks)?, per_head(vs)?);
-            let qs = q.narrow(0, span.start, span.len)?.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
-            let qs = qs.transpose(0, 1)?.contiguous()?;
-            let scores = (qs.matmul(&ks.t()?)? * scale)?;
-            let mask = causal_mask(span.pos0, span.len, window, q.device())?;
+            // Grouped by KV head, no copy of K or V per query head: the `group` query heads of
+            // KV head g (adjacent in Q) are rows of one `[group · len, hd]` matrix against it.
+            let per_kv =
+                |t: Tensor| -> Result<Tensor> { Ok(t.to_dtype(DType::F32)?.transpose(0, 1)?.contiguous()?) };
+            let (ks, vs) = (per_kv(ks)?, per_kv(vs)?); // [n_kv, total, hd]
+            let qs = q.narrow(0, span.start, len)?.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
+            let qs = qs.transpose(0, 1)?.contiguous()?.reshape((n_kv, group * len, hd))?;
+            let scores = (qs.matmul(&ks.t()?)? * scale)?.reshape((n_kv, group, len, total))?;
+            let mask = causal_mask(span.pos0, len, window, q.device())?;
             let p = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
-            let p = p.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
-            let o = p.matmul(&vs)?; // [n_head, len, hd]
+            let p = p.to_dtype(DType::F16)?.to_dtype(DType::F32)?.reshape((n_kv, group * len, total))?;
+            let o = p.matmul(&vs)?.reshape((self.n_head, len, hd))?;
             outs.push(o.transpose(0, 1)?.reshape((span.len, self.n_head * hd))?);
         }
         Ok(Tensor::cat(&outs, 0)?)
