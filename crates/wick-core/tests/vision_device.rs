@@ -161,19 +161,15 @@ fn embeddings_agree_with_the_exact_path_on_every_projector_type() {
 #[test]
 fn bench_size_projectors_agree_with_the_exact_path() {
     let Some((_, dev)) = under_test("bench-size vision on the device path") else { return };
-    let bench = common::engine::repo().join(".cache/fixtures/bench");
+    // LFM2-VL-450M's shapes (0.3 GB, written in seconds), removed after the check.
+    let dir = std::env::temp_dir().join(format!("wick-vision-device-bench-{}", std::process::id()));
+    let paths = wick_fixtures::write_vision_specs(&wick_fixtures::bench_vision_specs(), &dir)
+        .expect("write the bench-size projectors");
     let mut report = vec![];
-    for proj in ["bench-mmproj-lfm2-vl-450m-f16.gguf", "bench-mmproj-lfm2-vl-450m-q8_0.gguf"] {
-        let path = bench.join(proj);
-        if !path.exists() {
-            common::skip(
-                "bench-size vision",
-                &format!("{} is missing (wick-fixtures <dir> --bench)", path.display()),
-            );
-            continue;
-        }
-        report.extend(compare(&path, &dev, &[pattern(512, 512, 1)]));
+    for path in &paths {
+        report.extend(compare(path, &dev, &[pattern(512, 512, 1)]));
     }
+    let _ = std::fs::remove_dir_all(&dir);
     check(&format!("vision device path ({}) vs exact, bench size", dev.name()), &report);
 }
 
