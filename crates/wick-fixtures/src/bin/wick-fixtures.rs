@@ -1,7 +1,9 @@
 //! Writes Wick's test fixtures: tiny random-weight GGUF models (llama, lfm2 in Q8_0, Q4_0,
 //! F16, Q4_K) with tokenizers copied from llama.cpp's vocab-only GGUFs, LFM2 tool-calling
 //! models (random and scripted, with a built LFM2 vocabulary and chat template), LFM2-VL
-//! projectors (`mmproj-*.gguf`) with their text model, plus broken files for load-failure tests.
+//! projectors (`mmproj-*.gguf`) with their text model, embedding / ColBERT / rerank models
+//! (`tiny-lfm2-embed`, `tiny-lfm2-colbert`, `tiny-qwen3-rerank`), plus broken files for
+//! load-failure tests.
 //!
 //! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]
 //!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf and
@@ -27,7 +29,7 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let (mut out, mut src, mut bad, mut bench) = (None, wick_fixtures::default_llama_src(), false, false);
     let mut specs = wick_fixtures::standard_specs();
-    // The LFM2 tool-calling and LFM2-VL fixtures belong to the standard set.
+    // The LFM2 tool-calling, LFM2-VL and embedding fixtures belong to the standard set.
     let mut tools = true;
     let mut hf = false;
     let mut hf_bench = false;
@@ -74,6 +76,9 @@ fn main() -> ExitCode {
                 println!("{}", p.display());
             }
             for p in wick_fixtures::write_vision_fixtures(&out, &src)? {
+                println!("{}", p.display());
+            }
+            for p in wick_fixtures::write_embedding_fixtures(&out, &src)? {
                 println!("{}", p.display());
             }
         }
