@@ -88,7 +88,7 @@ fn run(engine: &Engine, reqs: Vec<GenerateRequest>) -> (f64, usize, Vec<f64>) {
     for mut h in handles {
         while let Some(ev) = h.events.blocking_recv() {
             match ev {
-                Event::Token(_) => {}
+                Event::Token(_) | Event::Embedding(_) => {}
                 Event::Done(d) => {
                     tokens += d.usage.completion_tokens;
                     decode.push(d.timings.decode_ms / (d.usage.completion_tokens.max(2) - 1) as f64);

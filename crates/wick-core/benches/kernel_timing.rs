@@ -140,7 +140,7 @@ fn decode_step() {
     let views: Vec<_> = made.iter().map(|(pool, seq)| pool.view(0, seq).unwrap()).collect();
     let qs: Vec<Vec<f32>> = (0..8).map(|s| inputs(n_head * hd + s)[s..].to_vec()).collect();
     let seqs: Vec<SeqAttn<'_>> =
-        views.iter().zip(&qs).map(|(kv, q)| SeqAttn { q, kv, len: 1, pos0: t - 1 }).collect();
+        views.iter().zip(&qs).map(|(kv, q)| SeqAttn::causal(q, kv, 1, t - 1)).collect();
     for round in 0..3 {
         let s = Instant::now();
         for _ in 0..300 {
@@ -154,7 +154,7 @@ fn decode_step() {
         layers.iter().map(|l| l.iter().map(|(pool, seq)| pool.view(0, seq).unwrap()).collect()).collect();
     let steps: Vec<Vec<SeqAttn<'_>>> = views
         .iter()
-        .map(|vs| vs.iter().zip(&qs).map(|(kv, q)| SeqAttn { q, kv, len: 1, pos0: t - 1 }).collect())
+        .map(|vs| vs.iter().zip(&qs).map(|(kv, q)| SeqAttn::causal(q, kv, 1, t - 1)).collect())
         .collect();
     for round in 0..3 {
         let s = Instant::now();
@@ -179,7 +179,7 @@ fn long_decode() {
         let s = Instant::now();
         for _ in 0..20 {
             for kv in &views {
-                let seqs = [SeqAttn { q: &q, kv, len: 1, pos0: t - 1 }];
+                let seqs = [SeqAttn::causal(&q, kv, 1, t - 1)];
                 std::hint::black_box(attend_many(&seqs, n_head, 0.125, None));
             }
         }

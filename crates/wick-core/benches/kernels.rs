@@ -96,7 +96,7 @@ fn attention(c: &mut Criterion) {
     let views: Vec<_> = seqs.iter().map(|s| pool.view(0, s).unwrap()).collect();
     let qs: Vec<Vec<f32>> = (0..n_seq).map(|s| values(s + 7, n_head * hd)).collect();
     let step: Vec<SeqAttn<'_>> =
-        views.iter().zip(&qs).map(|(kv, q)| SeqAttn { q, kv, len: 1, pos0: t - 1 }).collect();
+        views.iter().zip(&qs).map(|(kv, q)| SeqAttn::causal(q, kv, 1, t - 1)).collect();
     // candle's path on contiguous caches (no gather in the timing).
     let dense: Vec<(Tensor, Tensor, Tensor)> = views
         .iter()
@@ -135,7 +135,7 @@ fn attention(c: &mut Criterion) {
         (0..LAYERS).map(|l| dseqs.iter().map(|s| deep.view(l, s).unwrap()).collect()).collect();
     let dsteps: Vec<Vec<SeqAttn<'_>>> = dviews
         .iter()
-        .map(|vs| vs.iter().zip(&qs).map(|(kv, q)| SeqAttn { q, kv, len: 1, pos0: t - 1 }).collect())
+        .map(|vs| vs.iter().zip(&qs).map(|(kv, q)| SeqAttn::causal(q, kv, 1, t - 1)).collect())
         .collect();
     let mut group = c.benchmark_group("attention decode 8x160 x96 layers");
     group.bench_function("wick-paged", |b| {
@@ -162,7 +162,7 @@ fn attention_prefill(c: &mut Criterion) {
     pool.write_many(0, &[KvWrite { seq: &seq, pos0: 0, k: &k, v: &v }]).unwrap();
     let view = pool.view(0, &seq).unwrap();
     let q = values(3, len * n_head * hd);
-    let step = [SeqAttn { q: &q, kv: &view, len, pos0 }];
+    let step = [SeqAttn::causal(&q, &view, len, pos0)];
     let mut group = c.benchmark_group("attention prefill 512 at 4k");
     group.throughput(Throughput::Elements(len as u64));
     group.bench_function("wick-paged", |b| b.iter(|| attend_many(&step, n_head, 0.125, None)));

@@ -46,7 +46,7 @@ fn run_one(engine: &Engine, prompt: Vec<u32>, out: usize) -> Timing {
                 ttft.get_or_insert_with(|| t0.elapsed().as_secs_f64());
                 n += t.ids.len();
             }
-            Event::Token(_) => {}
+            Event::Token(_) | Event::Embedding(_) => {}
             Event::Done(_) => break,
             Event::Error(e) => panic!("generation failed: {e}"),
         }

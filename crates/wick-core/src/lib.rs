@@ -2,6 +2,7 @@
 //! sampling and a scheduler thread per loaded model. Knows tensors, never HTTP.
 
 pub mod cache;
+pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod gguf;

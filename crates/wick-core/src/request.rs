@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc::error::{SendError, TryRecvError};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+use crate::embed::EmbedOptions;
 use crate::sampling::grammar::GrammarSpec;
 use crate::sampling::{SamplingParams, TokenLogprob};
 
@@ -32,6 +33,10 @@ pub struct GenerateRequest {
     pub images: Vec<PromptImage>,
     /// Ends the answer's thinking block after so many tokens by forcing its closing marker.
     pub reasoning_budget: Option<ReasoningBudget>,
+    /// Some: an embedding request. The whole prompt runs in one step, its final hidden states
+    /// come back pooled as one `Event::Embedding`, and nothing is generated (sampling,
+    /// `max_tokens` and the rest do not apply).
+    pub embed: Option<EmbedOptions>,
 }
 
 /// How long a thinking block may run, and its markers as token ids.
@@ -72,7 +77,13 @@ impl GenerateRequest {
             grammar: None,
             images: Vec::new(),
             reasoning_budget: None,
+            embed: None,
         }
+    }
+
+    /// An embedding request for `prompt`.
+    pub fn embedding(prompt: Vec<u32>, opts: EmbedOptions) -> Self {
+        Self { embed: Some(opts), ..Self::greedy(prompt, 1) }
     }
 }
 
@@ -125,6 +136,9 @@ pub struct DoneEvent {
 #[derive(Debug)]
 pub enum Event {
     Token(TokenEvent),
+    /// An embedding request's vectors: one pooled vector, or one per prompt token
+    /// (`Pooling::None`), or the classifier's scores (`Pooling::Rank`). Then `Done`.
+    Embedding(Vec<Vec<f32>>),
     Done(DoneEvent),
     Error(crate::WickError),
 }

@@ -190,7 +190,7 @@ fn exercise(path: &Path) -> Result<&'static str, String> {
         };
         while let Some(ev) = handle.events.blocking_recv() {
             match ev {
-                Event::Token(_) => {}
+                Event::Token(_) | Event::Embedding(_) => {}
                 Event::Done(_) | Event::Error(_) => return Ok("ran"),
             }
         }

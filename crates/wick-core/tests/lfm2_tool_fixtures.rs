@@ -66,6 +66,7 @@ fn generate(engine: &Engine, prompt: Vec<u32>) -> Vec<u32> {
                 return ids;
             }
             Event::Error(e) => panic!("generation failed: {e}"),
+            Event::Embedding(_) => panic!("an embedding from a generation"),
         }
     }
 }
@@ -198,6 +199,7 @@ fn tools_model_samples_from_its_vocabulary() {
     while let Some(ev) = handle.events.blocking_recv() {
         match ev {
             Event::Token(t) => n += t.ids.len(),
+            Event::Embedding(_) => panic!("an embedding from a generation"),
             Event::Done(d) => {
                 assert_eq!(d.finish_reason, FinishReason::Length);
                 break;

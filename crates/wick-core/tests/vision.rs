@@ -274,6 +274,7 @@ fn collect_usage(mut h: wick_core::engine::SequenceHandle) -> (Vec<u32>, wick_co
     while let Some(ev) = h.events.blocking_recv() {
         match ev {
             Event::Token(t) => ids.extend(t.ids),
+            Event::Embedding(_) => panic!("an embedding from a generation"),
             Event::Done(d) => return (ids, d.usage),
             Event::Error(e) => panic!("{e}"),
         }

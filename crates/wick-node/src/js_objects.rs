@@ -1,7 +1,8 @@
 //! Plain JS objects crossing the boundary, and their mapping to engine types.
 
-use napi::bindgen_prelude::Uint8Array;
-use wick_core::engine::EngineInfo;
+use napi::bindgen_prelude::{Float32Array, Uint8Array};
+use wick_core::embed::{EmbedOptions, Pooling as CorePooling};
+use wick_core::engine::{EmbeddingInfo as CoreEmbeddingInfo, EngineInfo};
 use wick_core::gguf::{info, MetaValue};
 use wick_core::metrics::MetricsSnapshot;
 use wick_core::request::{self, DoneEvent, Event, GenerateRequest, TokenEvent};
@@ -78,6 +79,98 @@ pub struct EngineInfoJs {
     pub device: String,
     /// Why that is not the device asked for (one line, e.g. no GPU), when it is not.
     pub device_notice: Option<String>,
+    /// What embedding requests get; absent when vocab-only.
+    pub embedding: Option<EmbeddingInfo>,
+}
+
+/// How hidden states become an embedding (llama.cpp's `pooling_type`).
+#[napi(string_enum = "lowercase")]
+pub enum Pooling {
+    /// One vector per token (ColBERT).
+    None,
+    Mean,
+    /// The first token's.
+    Cls,
+    /// The last token's.
+    Last,
+    /// The classifier head's scores (a cross-encoder reranker).
+    Rank,
+}
+
+impl From<Pooling> for CorePooling {
+    fn from(p: Pooling) -> Self {
+        match p {
+            Pooling::None => Self::None,
+            Pooling::Mean => Self::Mean,
+            Pooling::Cls => Self::Cls,
+            Pooling::Last => Self::Last,
+            Pooling::Rank => Self::Rank,
+        }
+    }
+}
+
+impl From<CorePooling> for Pooling {
+    fn from(p: CorePooling) -> Self {
+        match p {
+            CorePooling::None => Self::None,
+            CorePooling::Mean => Self::Mean,
+            CorePooling::Cls => Self::Cls,
+            CorePooling::Last => Self::Last,
+            CorePooling::Rank => Self::Rank,
+        }
+    }
+}
+
+/// A model's embeddings as its file describes them (`wick_core::engine::EmbeddingInfo`).
+#[napi(object)]
+pub struct EmbeddingInfo {
+    /// The pooling the file sets, if any.
+    pub pooling: Option<Pooling>,
+    /// What a request naming none gets: the file's, else mean.
+    pub default_pooling: Pooling,
+    /// Made for embeddings or ranking only: generation is refused.
+    pub only: bool,
+    /// Width of a pooled embedding.
+    pub n_out: u32,
+    /// Bidirectional attention (an embedding model such as LFM2.5-Embedding).
+    pub bidirectional: bool,
+    /// Has a classifier head: rank pooling gives relevance scores (a reranker).
+    pub ranks: bool,
+    /// The classifier's output labels.
+    pub labels: Vec<String>,
+}
+
+impl From<&CoreEmbeddingInfo> for EmbeddingInfo {
+    fn from(e: &CoreEmbeddingInfo) -> Self {
+        Self {
+            pooling: e.pooling.map(Into::into),
+            default_pooling: e.default_pooling.into(),
+            only: e.only,
+            n_out: e.n_out as u32,
+            bidirectional: e.bidirectional,
+            ranks: e.ranks,
+            labels: e.labels.clone(),
+        }
+    }
+}
+
+/// An embedding request (`Engine.embed`).
+#[napi(object)]
+pub struct EmbedRequest {
+    /// Token ids of one input, BOS (and EOS/SEP) included as the caller wants them.
+    pub prompt_tokens: Vec<u32>,
+    /// Default: the model's (`ModelInfo.embedding.defaultPooling`).
+    pub pooling: Option<Pooling>,
+    /// llama.cpp's `embd_normalize` for pooled vectors: -1 none, 0 max-abs (int16 range),
+    /// 2 Euclidean (default), p the p-norm. Per-token vectors (`none`) are never normalised.
+    pub normalize: Option<i32>,
+}
+
+impl From<EmbedRequest> for GenerateRequest {
+    fn from(r: EmbedRequest) -> Self {
+        let opts = EmbedOptions { pooling: r.pooling.map(Into::into), normalize: r.normalize.unwrap_or(2) };
+        GenerateRequest::embedding(r.prompt_tokens, opts)
+    }
 }
 
 impl From<&EngineInfo> for EngineInfoJs {
@@ -107,6 +200,7 @@ impl From<&EngineInfo> for EngineInfoJs {
             kv_bytes_per_token: i.kv_bytes_per_token as f64,
             device: i.device.clone(),
             device_notice: i.device_notice.clone(),
+            embedding: i.embedding.as_ref().map(Into::into),
         }
     }
 }
@@ -371,6 +465,7 @@ impl From<GenerateOptions> for GenerateRequest {
                     rgb: std::sync::Arc::from(&i.rgb[..]),
                 })
                 .collect(),
+            embed: None,
         }
     }
 }
@@ -426,6 +521,9 @@ impl From<request::FinishReason> for FinishReason {
 pub enum SequenceEvent {
     /// Generated tokens and their text delta (stop strings and partial characters held back).
     Token { ids: Vec<u32>, text: String, logprobs: Option<Vec<TokenLogprobs>> },
+    /// An embedding request's vectors (one pooled vector, one per token for `none`, or the
+    /// classifier's scores for `rank`); `done` follows.
+    Embedding { vectors: Vec<Float32Array> },
     /// The last event of a sequence that ended normally.
     /// `stop_sequence`: the stop string that ended it, when one did.
     Done { finish_reason: FinishReason, usage: Usage, timings: Timings, stop_sequence: Option<String> },
@@ -468,6 +566,9 @@ impl From<Event> for SequenceEvent {
                     decode_ms: timings.decode_ms,
                 },
             },
+            Event::Embedding(vectors) => {
+                Self::Embedding { vectors: vectors.into_iter().map(Float32Array::new).collect() }
+            }
             Event::Error(err) => Self::Error { code: err.code().into(), message: err.to_string() },
         }
     }

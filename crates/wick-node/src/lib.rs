@@ -17,8 +17,8 @@ use wick_core::request::EventReceiver;
 
 use error::{blocking, guarded, guarded_core, js_error, promise, to_js, Result};
 use js_objects::{
-    EngineHealth, EngineInfoJs, GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics,
-    SequenceEvent,
+    EmbedRequest, EngineHealth, EngineInfoJs, GenerateOptions, GgufInfo, InspectOptions, LoadOptions,
+    Metrics, SequenceEvent,
 };
 use wick_core::engine::Canceller;
 use wick_core::WickError;
@@ -114,6 +114,17 @@ impl Engine {
     pub fn submit(&self, env: &Env, opts: GenerateOptions) -> napi::Result<Sequence> {
         guarded_core(env, "submit", || {
             let handle = self.inner.submit(opts.into())?;
+            let canceller = handle.canceller();
+            Ok(Sequence { events: Arc::new(Mutex::new(handle.events)), canceller })
+        })
+    }
+
+    /// Queues an embedding request: its sequence yields one `embedding` event, then `done`.
+    /// Errors as `submit`'s (a generation-only option does not apply).
+    #[napi(catch_unwind)]
+    pub fn embed(&self, env: &Env, req: EmbedRequest) -> napi::Result<Sequence> {
+        guarded_core(env, "embed", || {
+            let handle = self.inner.submit(req.into())?;
             let canceller = handle.canceller();
             Ok(Sequence { events: Arc::new(Mutex::new(handle.events)), canceller })
         })

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
+use crate::embed::{EmbedHead, EmbedOptions, Pooling};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::metrics::{Metrics, MetricsSnapshot};
@@ -128,6 +129,41 @@ pub struct EngineInfo {
     pub device: String,
     /// Why that is not the device asked for (one line), when it is not.
     pub device_notice: Option<String>,
+    /// What embedding requests get; None when vocab-only.
+    pub embedding: Option<EmbeddingInfo>,
+}
+
+/// A model's embeddings, as its file describes them.
+#[derive(Debug, Clone)]
+pub struct EmbeddingInfo {
+    /// The pooling its file sets (`{arch}.pooling_type`), if any.
+    pub pooling: Option<Pooling>,
+    /// What a request naming none gets: the file's, else mean.
+    pub default_pooling: Pooling,
+    /// Made for embeddings or ranking only: generation requests are refused.
+    pub only: bool,
+    /// Width of a pooled embedding (after any dense layers).
+    pub n_out: usize,
+    /// Every token sees the whole input (bidirectional attention).
+    pub bidirectional: bool,
+    /// A classifier head for rank pooling (a cross-encoder reranker).
+    pub ranks: bool,
+    /// The classifier's output labels (`classifier.output_labels`).
+    pub labels: Vec<String>,
+}
+
+impl EmbeddingInfo {
+    fn of(h: &EmbedHead) -> Self {
+        Self {
+            pooling: h.pooling,
+            default_pooling: h.default_pooling(),
+            only: h.embedding_only(),
+            n_out: h.n_out,
+            bidirectional: !h.causal,
+            ranks: h.check(Pooling::Rank).is_ok(),
+            labels: h.labels.clone(),
+        }
+    }
 }
 
 /// A submitted request: its event stream and its cancel switch. Dropping the stream also
@@ -188,6 +224,7 @@ pub struct Engine {
     runner: Mutex<Option<Runner>>,
     health: Arc<Health>,
     vision: Option<Arc<VisionModel>>,
+    embed_head: Option<Arc<EmbedHead>>,
 }
 
 impl Engine {
@@ -214,6 +251,10 @@ impl Engine {
                 n_vocab: tokenizer.n_vocab(),
                 ..ModelHparams::default()
             },
+        };
+        let embed_head = match &model {
+            Some(m) => Some(Arc::new(EmbedHead::load(&gguf, m.info().n_embd, m.causal())?)),
+            None => None,
         };
         let vision = load_vision(&opts, &model_info, &device)?;
         let mut context_size = requested_context_size(opts.context_size, &model_info)?;
@@ -244,6 +285,7 @@ impl Engine {
             kv_bytes_per_token: kv.as_ref().map_or(0, |p| kv_bytes_per_token(p.layout())),
             device: device.name(),
             device_notice: device.notice.clone(),
+            embedding: embed_head.as_deref().map(EmbeddingInfo::of),
         };
         // The weights now live in the model's tensors: release the map, and the load's scratch
         // (candle copies, the tokenizer thread's arena) with it.
@@ -252,17 +294,22 @@ impl Engine {
         let metrics = Arc::new(Metrics::default());
         metrics.kv_block_size.store(BLOCK_SIZE, Ordering::Relaxed);
         let health = Arc::new(Health::default());
-        let runner = match model.zip(kv) {
+        let runner = match model.zip(kv).zip(embed_head.clone()) {
             None => None,
-            Some((model, kv)) => {
+            Some(((model, kv), embed_head)) => {
                 let cfg = SchedulerConfig {
                     max_seqs,
                     step_tokens: opts.step_tokens,
                     prefill_chunk: opts.prefill_chunk,
                     fault,
                 };
-                let parts =
-                    SchedulerParts { model, kv, tokenizer: tokenizer.clone(), vision: vision.clone() };
+                let parts = SchedulerParts {
+                    model,
+                    embed_head,
+                    kv,
+                    tokenizer: tokenizer.clone(),
+                    vision: vision.clone(),
+                };
                 Some(start_scheduler(parts, cfg, metrics.clone(), health.clone())?)
             }
         };
@@ -277,6 +324,7 @@ impl Engine {
             runner: Mutex::new(runner),
             health,
             vision,
+            embed_head,
         })
     }
 
@@ -290,7 +338,6 @@ impl Engine {
 
     /// Validates and queues a request. Errors here are the request's fault (or a full queue).
     pub fn submit(&self, mut req: GenerateRequest) -> Result<SequenceHandle> {
-        let ctx = self.info.context_size;
         if req.prompt.is_empty() && req.images.is_empty() {
             return Err(WickError::InvalidRequest("the prompt is empty".into()));
         }
@@ -305,23 +352,15 @@ impl Engine {
         }
         check_ids("grammar trigger ", req.grammar.iter().filter_map(|g| g.trigger_token), n_vocab)?;
         req.sampling.validate().map_err(WickError::InvalidRequest)?;
-        if req.max_tokens == Some(0) {
-            return Err(WickError::InvalidRequest("max_tokens must be at least 1".into()));
-        }
-        let wanted = n_prompt + req.max_tokens.unwrap_or(1);
-        if n_prompt >= ctx || wanted > ctx {
-            return Err(WickError::ContextLengthExceeded {
-                prompt_tokens: n_prompt,
-                context_size: ctx,
-                max_tokens: req.max_tokens,
-            });
-        }
-        let limit = req.max_tokens.map_or(ctx, |m| n_prompt + m);
         if self.info.vocab_only {
             return Err(WickError::InvalidRequest(
                 "this engine was loaded vocab-only and cannot generate".into(),
             ));
         }
+        let limit = match &req.embed {
+            Some(opts) => self.check_embedding(&req, opts, n_prompt)?,
+            None => self.check_generation(&req, n_prompt)?,
+        };
         // Before taking the runner lock: compiling a large grammar takes a while.
         let grammar = req.grammar.as_ref().map(|g| self.grammars.compile(g)).transpose()?;
         let guard = self.runner.lock().map_err(|_| WickError::EngineStopped)?;
@@ -345,6 +384,46 @@ impl Engine {
         }
         drop(dead);
         Ok(SequenceHandle { id, events, canceller: Canceller { cancel, wake: runner.tx.clone() } })
+    }
+
+    /// A generation request's token limit, once its lengths and the model allow it.
+    fn check_generation(&self, req: &GenerateRequest, n_prompt: usize) -> Result<usize> {
+        let ctx = self.info.context_size;
+        if let Some(e) = self.info.embedding.as_ref().filter(|e| e.only) {
+            let what = if e.ranks { "ranks documents" } else { "makes embeddings" };
+            return Err(WickError::InvalidRequest(format!("this model {what} and does not generate text")));
+        }
+        if req.max_tokens == Some(0) {
+            return Err(WickError::InvalidRequest("max_tokens must be at least 1".into()));
+        }
+        let wanted = n_prompt + req.max_tokens.unwrap_or(1);
+        if n_prompt >= ctx || wanted > ctx {
+            return Err(WickError::ContextLengthExceeded {
+                prompt_tokens: n_prompt,
+                context_size: ctx,
+                max_tokens: req.max_tokens,
+            });
+        }
+        Ok(req.max_tokens.map_or(ctx, |m| n_prompt + m))
+    }
+
+    /// An embedding request's token limit (its prompt: nothing is generated): the whole input
+    /// must fit the context, in one step.
+    fn check_embedding(&self, req: &GenerateRequest, opts: &EmbedOptions, n_prompt: usize) -> Result<usize> {
+        if !req.images.is_empty() {
+            return Err(WickError::InvalidRequest("images cannot be embedded".into()));
+        }
+        if let (Some(p), Some(head)) = (opts.pooling, &self.embed_head) {
+            head.check(p)?;
+        }
+        if n_prompt > self.info.context_size {
+            return Err(WickError::ContextLengthExceeded {
+                prompt_tokens: n_prompt,
+                context_size: self.info.context_size,
+                max_tokens: None,
+            });
+        }
+        Ok(n_prompt)
     }
 
     /// The request's prompt with its images laid out (placeholder positions for their
@@ -519,6 +598,7 @@ fn gpu_kv_tokens(util: f32, free: usize, bytes_per_token: usize) -> Result<usize
 /// What the scheduler thread takes over from the load.
 struct SchedulerParts {
     model: LoadedModel,
+    embed_head: Arc<EmbedHead>,
     kv: KvPool,
     tokenizer: Arc<Tokenizer>,
     vision: Option<Arc<VisionModel>>,
@@ -532,8 +612,8 @@ fn start_scheduler(
     health: Arc<Health>,
 ) -> Result<Runner> {
     let (tx, rx) = channel();
-    let SchedulerParts { model, kv, tokenizer, vision } = parts;
-    let sched = Scheduler::new(model, tokenizer, rx, cfg, kv, metrics, vision);
+    let SchedulerParts { model, embed_head, kv, tokenizer, vision } = parts;
+    let sched = Scheduler::new(model, embed_head, tokenizer, rx, cfg, kv, metrics, vision);
     let thread = std::thread::Builder::new()
         .name("wick-scheduler".into())
         .spawn(move || {

@@ -1,4 +1,5 @@
-//! The ragged batch layout and causal GQA attention over each sequence's KV cache.
+//! The ragged batch layout and GQA attention over each sequence's KV cache (causal, or
+//! bidirectional for an embedding model).
 //! Projections, norms and RoPE run once on all tokens of the step; only the cache append and
 //! the attention product itself are per sequence.
 
@@ -27,12 +28,17 @@ pub struct BatchPlan {
     pub spans: Vec<SeqSpan>,
     pub ids: Tensor,
     pub positions: Vec<usize>,
-    /// Row index of each sequence's last token, `[batch]` u32.
-    pub last_rows: Tensor,
     /// Each row's place in its sequence's part of the step (kernel choice per sequence).
     pub rows: Vec<RowPos>,
-    /// The same for the last rows alone (one row per sequence).
+    /// The same for each sequence's last row alone (one row per sequence).
     pub last_row_pos: Vec<RowPos>,
+    /// The rows the last layer's FFN and the output norm run on: every row of a sequence that
+    /// wants hidden states (as llama.cpp outputs every token of an embedding batch), the last
+    /// row of the others.
+    pub out_rows: Tensor,
+    pub out_row_pos: Vec<RowPos>,
+    /// Where in `out_rows` each sequence's part starts, and whether it is hidden states.
+    pub outs: Vec<(usize, bool)>,
     /// The exact CPU path runs the step (else the device path: `runtime::device`).
     pub exact: bool,
 }
@@ -71,18 +77,41 @@ impl BatchPlan {
             spans.push(span);
         }
         let n = ids.len();
+        let (mut out, mut out_row_pos, mut outs) = (vec![], vec![], vec![]);
+        for (s, span) in batch.iter().zip(&spans) {
+            outs.push((out.len(), s.hidden));
+            if s.hidden {
+                out.extend((span.start..span.start + span.len).map(|r| r as u32));
+                out_row_pos.extend_from_slice(&rows[span.start..span.start + span.len]);
+            } else {
+                out.push((span.start + span.len - 1) as u32);
+                out_row_pos.push(RowPos::SINGLE);
+            }
+        }
+        // Each sequence's last row, unless one wants hidden states.
+        let out_rows = match batch.iter().any(|s| s.hidden) {
+            true => Tensor::from_vec(out, out_row_pos.len(), dev)?,
+            false => Tensor::from_vec(last.clone(), last.len(), dev)?,
+        };
         Ok(Self {
             spans,
             ids: Tensor::from_vec(ids, n, dev)?,
             positions,
-            last_rows: Tensor::from_vec(last.clone(), last.len(), dev)?,
             last_row_pos: vec![RowPos::SINGLE; last.len()],
+            out_rows,
+            out_row_pos,
+            outs,
             rows,
             exact: dev.exact(),
         })
     }
     pub fn n_tokens(&self) -> usize {
         self.positions.len()
+    }
+
+    /// Some sequence of the step wants hidden states.
+    pub fn any_hidden(&self) -> bool {
+        self.outs.iter().any(|&(_, h)| h)
     }
 }
 
@@ -96,6 +125,9 @@ pub struct Attention {
     pub n_head: usize,
     pub n_kv_head: usize,
     pub head_dim: usize,
+    /// False for a bidirectional model (`{arch}.attention.causal = false`): every token of a
+    /// step sees all of it.
+    pub causal: bool,
 }
 
 impl Attention {
@@ -139,6 +171,7 @@ impl Attention {
             n_head,
             n_kv_head,
             head_dim,
+            causal: true,
         })
     }
 
@@ -207,6 +240,7 @@ impl Attention {
                     kv: view,
                     len: span.len,
                     pos0: span.pos0,
+                    causal: self.causal,
                 })
                 .collect();
             attend_many(&seqs, self.n_head, scale as f32, window)
@@ -254,8 +288,11 @@ impl Attention {
             let qs = q.narrow(0, span.start, len)?.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
             let qs = qs.transpose(0, 1)?.contiguous()?.reshape((n_kv, group * len, hd))?;
             let scores = (qs.matmul(&ks.t()?)? * scale)?.reshape((n_kv, group, len, total))?;
-            let mask = causal_mask(span.pos0, len, window, q.device())?;
-            let p = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
+            let scores = match self.causal {
+                true => scores.broadcast_add(&causal_mask(span.pos0, len, window, q.device())?)?,
+                false => scores,
+            };
+            let p = candle_nn::ops::softmax_last_dim(&scores)?;
             let p = p.to_dtype(DType::F16)?.to_dtype(DType::F32)?.reshape((n_kv, group * len, total))?;
             let o = p.matmul(&vs)?.reshape((self.n_head, len, hd))?;
             outs.push(o.transpose(0, 1)?.reshape((span.len, self.n_head * hd))?);

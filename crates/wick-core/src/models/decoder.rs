@@ -10,9 +10,9 @@ use candle_core::Tensor;
 
 use super::attention::{Attention, BatchPlan};
 use super::ffn::Ffn;
-use super::layers::{Embedding, Hparams, Linear, RmsNorm, Rope};
+use super::layers::{Embedding, Hparams, Linear, RmsNorm, Rope, RowPos};
 use super::shortconv::ShortConv;
-use super::{Model, ModelHparams, StepSeq};
+use super::{Model, ModelHparams, StepOutput, StepSeq};
 use crate::cache::{KvPool, LayerKind, SeqCache};
 use crate::error::{Result, WickError};
 use crate::runtime::device::Placement;
@@ -65,6 +65,8 @@ pub struct Decoder {
     pub rope_local: Option<Rope>,
     /// Multiplies the token embeddings (Gemma 3: √d, as ggml_scale rounds it).
     pub embed_scale: Option<f32>,
+    /// `{arch}.attention.causal` (default true): false for a bidirectional embedding model.
+    pub causal: bool,
 }
 
 impl Decoder {
@@ -87,6 +89,20 @@ impl Decoder {
         } else {
             embed.tie(dev)?
         };
+        let causal = g.metadata.opt_bool(&hp.key("attention.causal"))?.unwrap_or(true);
+        let mut blocks = blocks;
+        for b in &mut blocks {
+            match &mut b.op {
+                Operator::Attention(a) => a.causal = causal,
+                Operator::Conv(c) if !causal && c.l_cache.is_multiple_of(2) => {
+                    return Err(WickError::load(format!(
+                        "a bidirectional short conv needs an odd window (shortconv.l_cache = {})",
+                        c.l_cache
+                    )))
+                }
+                Operator::Conv(c) => c.centred = !causal,
+            }
+        }
         let info = ModelHparams {
             architecture: hp.arch.into(),
             n_vocab: embed.n_vocab(),
@@ -107,6 +123,7 @@ impl Decoder {
             rope,
             rope_local: None,
             embed_scale: None,
+            causal,
         })
     }
 
@@ -152,7 +169,11 @@ impl Model for Decoder {
             .collect()
     }
 
-    fn forward(&self, batch: &mut [StepSeq<'_>], kv: &mut KvPool) -> Result<Tensor> {
+    fn causal(&self) -> bool {
+        self.causal
+    }
+
+    fn step(&self, batch: &mut [StepSeq<'_>], kv: &mut KvPool) -> Result<StepOutput> {
         // Validate before reserving: a bad token must not leave blocks taken.
         let plan = BatchPlan::new(batch, self.embed.n_vocab(), &self.placement)?;
         self.prepare_caches(batch, kv)?;
@@ -160,8 +181,10 @@ impl Model for Decoder {
         // Not for a mixture of experts: each thread would stream every expert its share of
         // the tokens selects, where one pass over the batch streams each selected expert once.
         let moe = self.blocks.iter().any(|b| matches!(b.ffn, Ffn::Moe(_)));
-        if self.placement.exact() && threads > 1 && !moe && row_parallel(batch, threads) {
-            return self.forward_row_parallel(batch, kv, threads);
+        if self.placement.exact() && threads > 1 && !moe && !plan.any_hidden() && row_parallel(batch, threads)
+        {
+            let logits = self.forward_row_parallel(batch, kv, threads)?;
+            return Ok(StepOutput { logits: Some(logits), hidden: Vec::new() });
         }
         self.forward_prepared(batch, kv, plan)
     }
@@ -188,7 +211,10 @@ impl Decoder {
         pool::run(shares.len(), &|i| {
             let mut share = shares[i].lock().unwrap_or_else(|e| e.into_inner());
             let out = BatchPlan::new(&share, self.embed.n_vocab(), &self.placement)
-                .and_then(|plan| self.forward_prepared(&mut share, kv, plan));
+                .and_then(|plan| self.forward_prepared(&mut share, kv, plan))
+                .and_then(|o| {
+                    o.logits.ok_or_else(|| WickError::Internal("a row-parallel share gave no logits".into()))
+                });
             *logits[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(out);
         });
         let parts = logits
@@ -223,7 +249,12 @@ impl Decoder {
     }
 
     /// The forward pass of a batch whose caches are prepared (`plan` made from it).
-    fn forward_prepared(&self, batch: &mut [StepSeq<'_>], kv: &KvPool, plan: BatchPlan) -> Result<Tensor> {
+    fn forward_prepared(
+        &self,
+        batch: &mut [StepSeq<'_>],
+        kv: &KvPool,
+        plan: BatchPlan,
+    ) -> Result<StepOutput> {
         let (cos, sin) = self.rope.tables(&plan.positions, self.placement.device())?;
         let local = match &self.rope_local {
             Some(r) => Some((r, r.tables(&plan.positions, self.placement.device())?)),
@@ -261,11 +292,11 @@ impl Decoder {
             x = (x + y)?;
             let mut rows = &plan.rows;
             if il + 1 == n_blocks {
-                // Only the last token of each sequence is read out: skip the rest of the
-                // last FFN. llama.cpp does the same, so those rows go through its
-                // single-row kernels.
-                x = x.index_select(&plan.last_rows, 0)?;
-                rows = &plan.last_row_pos;
+                // Only the last token of each sequence is read out (every token of one that
+                // wants hidden states): skip the rest of the last FFN. llama.cpp does the
+                // same, so those rows go through its single-row kernels.
+                x = x.index_select(&plan.out_rows, 0)?;
+                rows = &plan.out_row_pos;
             }
             let h = b.ffn_norm.forward(&x)?;
             let y = b.ffn.forward(&h, rows)?;
@@ -276,11 +307,30 @@ impl Decoder {
             x = (x + y)?;
         }
         if n_blocks == 0 {
-            x = x.index_select(&plan.last_rows, 0)?;
+            x = x.index_select(&plan.out_rows, 0)?;
         }
         for s in batch.iter_mut() {
             s.cache.advance(s.tokens.len());
         }
-        self.head.forward(&self.norm.forward(&x)?, &plan.last_row_pos)
+        let x = self.norm.forward(&x)?;
+        if !plan.any_hidden() {
+            let logits = self.head.forward(&x, &plan.last_row_pos)?;
+            return Ok(StepOutput { logits: Some(logits), hidden: Vec::new() });
+        }
+        let (mut hidden, mut logit_rows) = (vec![], vec![]);
+        for ((at, wants_hidden), span) in plan.outs.iter().zip(&plan.spans) {
+            match wants_hidden {
+                true => hidden.push(x.narrow(0, *at, span.len)?.to_dtype(candle_core::DType::F32)?),
+                false => logit_rows.push(*at as u32),
+            }
+        }
+        let logits = match logit_rows.len() {
+            0 => None,
+            n => {
+                let rows = Tensor::from_vec(logit_rows, n, x.device())?;
+                Some(self.head.forward(&x.index_select(&rows, 0)?, &vec![RowPos::SINGLE; n])?)
+            }
+        };
+        Ok(StepOutput { logits, hidden })
     }
 }

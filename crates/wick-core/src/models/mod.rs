@@ -42,6 +42,9 @@ pub struct StepSeq<'a> {
     /// Rows of `tokens` fed as input embeddings instead of token ids (image positions).
     pub embeds: Vec<RowEmbeds<'a>>,
     pub cache: &'a mut SeqCache,
+    /// Return the final hidden states of every row of the step (after the output norm)
+    /// instead of the last token's logits: an embedding request.
+    pub hidden: bool,
 }
 
 /// `rows` input embeddings (`rows × n_embd` values) for `tokens[at..at + rows]`.
@@ -55,18 +58,36 @@ pub struct RowEmbeds<'a> {
 impl<'a> StepSeq<'a> {
     /// A step of plain tokens.
     pub fn tokens(tokens: &'a [u32], cache: &'a mut SeqCache) -> Self {
-        Self { tokens, embeds: Vec::new(), cache }
+        Self { tokens, embeds: Vec::new(), cache, hidden: false }
     }
+}
+
+/// What one step returns.
+pub struct StepOutput {
+    /// f32 logits of the last token of each sequence that did not ask for hidden states, in
+    /// batch order, `[n, n_vocab]`; None when every sequence asked for them.
+    pub logits: Option<Tensor>,
+    /// `[len, n_embd]` f32 final hidden states of each sequence that asked (`StepSeq::hidden`),
+    /// in batch order.
+    pub hidden: Vec<Tensor>,
 }
 
 pub trait Model: Send + Sync {
     fn info(&self) -> &ModelHparams;
     /// The per-layer state this model keeps (what a `KvPool` for it holds).
     fn cache_layout(&self) -> Vec<LayerKind>;
+    /// False for a bidirectional (embedding) model: a sequence's whole input must come in one
+    /// step, and it cannot generate.
+    fn causal(&self) -> bool;
     /// Runs one step over a ragged batch: takes KV blocks from `kv` for every sequence's new
-    /// tokens, appends them to its cache, and returns the f32 logits of each sequence's last
-    /// token, shape `[batch.len(), n_vocab]`.
-    fn forward(&self, batch: &mut [StepSeq<'_>], kv: &mut KvPool) -> Result<Tensor>;
+    /// tokens, appends them to its cache, and returns each sequence's logits or hidden states.
+    fn step(&self, batch: &mut [StepSeq<'_>], kv: &mut KvPool) -> Result<StepOutput>;
+    /// `step` of sequences that all want logits: `[batch.len(), n_vocab]`.
+    fn forward(&self, batch: &mut [StepSeq<'_>], kv: &mut KvPool) -> Result<Tensor> {
+        self.step(batch, kv)?
+            .logits
+            .ok_or_else(|| WickError::Internal("no sequence of the step asked for logits".into()))
+    }
 }
 
 /// Builds the model named by `general.architecture` for `device`'s usual path (the exact

@@ -21,6 +21,9 @@ pub struct ShortConv {
     taps: Vec<Tensor>,
     pub l_cache: usize,
     pub d: usize,
+    /// A bidirectional model's window, centred on each token (llama.cpp pads `(L-1)/2` of the
+    /// state before the step and as many zeros after), instead of ending at it.
+    pub centred: bool,
 }
 
 impl ShortConv {
@@ -46,6 +49,7 @@ impl ShortConv {
             kernel,
             l_cache,
             d,
+            centred: false,
         })
     }
 
@@ -92,7 +96,16 @@ impl ShortConv {
             for row in bcx[span.start * 3 * d..(span.start + span.len) * 3 * d].chunks_exact(3 * d) {
                 full.extend(row[..d].iter().zip(&row[2 * d..]).map(|(b, x)| b * x));
             }
-            let conv = short_conv(&full, &self.kernel, span.len, d, l);
+            let conv = match self.centred {
+                // The state's last `pad` rows, the step, `pad` zero rows: still `len + L - 1`.
+                true => {
+                    let pad = (l - 1) / 2;
+                    let mut c = full[(l - 1 - pad) * d..].to_vec();
+                    c.resize((span.len + l - 1) * d, 0.0);
+                    short_conv(&c, &self.kernel, span.len, d, l)
+                }
+                false => short_conv(&full, &self.kernel, span.len, d, l),
+            };
             for (t, yt) in y[span.start * d..(span.start + span.len) * d].chunks_exact_mut(d).enumerate() {
                 let c = &bcx[(span.start + t) * 3 * d + d..][..d];
                 for ((o, &ci), &v) in yt.iter_mut().zip(c).zip(&conv[t * d..(t + 1) * d]) {
@@ -127,9 +140,17 @@ impl ShortConv {
         let mut ys = Vec::with_capacity(plan.spans.len());
         for (span, (state, blocks)) in plan.spans.iter().zip(states.iter_mut()) {
             let full = Tensor::cat(&[state.get(bcx.device())?, bx.narrow(0, span.start, span.len)?], 0)?;
-            let mut conv = full.narrow(0, 0, span.len)?.broadcast_mul(&self.taps[0])?;
+            let window = match self.centred {
+                true => {
+                    let pad = (l - 1) / 2;
+                    let zeros = Tensor::zeros((pad, d), full.dtype(), full.device())?;
+                    Tensor::cat(&[full.narrow(0, l - 1 - pad, pad + span.len)?, zeros], 0)?
+                }
+                false => full.clone(),
+            };
+            let mut conv = window.narrow(0, 0, span.len)?.broadcast_mul(&self.taps[0])?;
             for (k, tap) in self.taps.iter().enumerate().skip(1) {
-                conv = (conv + full.narrow(0, k, span.len)?.broadcast_mul(tap)?)?;
+                conv = (conv + window.narrow(0, k, span.len)?.broadcast_mul(tap)?)?;
             }
             ys.push((c.narrow(0, span.start, span.len)? * conv)?);
             let first = (span.pos0 / BLOCK_SIZE + 1) * BLOCK_SIZE;

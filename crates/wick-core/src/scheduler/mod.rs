@@ -19,6 +19,7 @@ pub use faults::{Fault, Health};
 pub(crate) use sequence::Sequence;
 
 use crate::cache::KvPool;
+use crate::embed::EmbedHead;
 use crate::error::WickError;
 use crate::kernels::with_host_f32;
 use crate::metrics::Metrics;
@@ -54,6 +55,8 @@ pub(crate) struct SchedulerConfig {
 
 pub(crate) struct Scheduler {
     model: Box<dyn Model>,
+    /// Pools embedding requests' hidden states.
+    embed_head: Arc<EmbedHead>,
     tokenizer: Arc<Tokenizer>,
     rx: Receiver<Command>,
     cfg: SchedulerConfig,
@@ -74,8 +77,10 @@ pub(crate) struct Scheduler {
 }
 
 impl Scheduler {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         model: Box<dyn Model>,
+        embed_head: Arc<EmbedHead>,
         tokenizer: Arc<Tokenizer>,
         rx: Receiver<Command>,
         cfg: SchedulerConfig,
@@ -86,6 +91,7 @@ impl Scheduler {
         metrics.kv_blocks_total.store(kv.n_blocks(), Ordering::Relaxed);
         Self {
             model,
+            embed_head,
             tokenizer,
             rx,
             cfg,
@@ -219,7 +225,8 @@ impl Scheduler {
         while self.running.len() < self.cfg.max_seqs {
             let Some(mut seq) = self.waiting.pop_front() else { break };
             let mut cache = self.kv.new_seq();
-            let skippable = self.skippable(&seq);
+            // An embedding needs every prompt token's hidden state: nothing can be skipped.
+            let skippable = if seq.embed.is_some() { 0 } else { self.skippable(&seq) };
             let reused = match self.kv.reuse_prefix(&mut cache, &seq.tokens[..skippable]) {
                 Ok(n) => n,
                 Err(e) => {
@@ -348,21 +355,27 @@ impl Scheduler {
         }
         self.inject_step_fault(&take);
         let n_embd = self.model.info().n_embd;
-        let logits = {
+        let out = {
             let mut batch: Vec<StepSeq<'_>> = Vec::with_capacity(self.running.len());
             for (seq, &n) in self.running.iter_mut().zip(&take) {
                 if n > 0 {
-                    let Sequence { tokens, cache, images, .. } = &mut **seq;
+                    let Sequence { tokens, cache, images, embed, .. } = &mut **seq;
                     let at = cache.len();
                     let embeds = images::row_embeds(images, at, at + n, n_embd);
-                    batch.push(StepSeq { tokens: &tokens[at..at + n], embeds, cache });
+                    let hidden = embed.is_some();
+                    batch.push(StepSeq { tokens: &tokens[at..at + n], embeds, cache, hidden });
                 }
             }
-            self.model.forward(&mut batch, &mut self.kv)?
+            self.model.step(&mut batch, &mut self.kv)?
         };
-        let n_vocab = logits.dim(1)?;
-        // Read in place: a copy of every row's logits is megabytes per step at batch 8.
-        with_host_f32(&logits, |logits| self.sample_rows(&take, logits, n_vocab))?
+        match &out.logits {
+            // Read in place: a copy of every row's logits is megabytes per step at batch 8.
+            Some(logits) => {
+                let n_vocab = logits.dim(1)?;
+                with_host_f32(logits, |logits| self.sample_rows(&take, logits, n_vocab, &out.hidden))?
+            }
+            None => self.sample_rows(&take, &[], 0, &out.hidden),
+        }
     }
 
     /// Encodes the images whose positions this step feeds (the encoder runs inside the step,
@@ -397,23 +410,39 @@ impl Scheduler {
     }
 
     /// Samples every sequence whose step ended its unfed tokens, from its row of `logits`,
-    /// and retires those that finished.
-    fn sample_rows(&mut self, take: &[usize], logits: &[f32], n_vocab: usize) -> crate::Result<()> {
+    /// pools the embedding requests' `hidden` states, and retires those that finished.
+    fn sample_rows(
+        &mut self,
+        take: &[usize],
+        logits: &[f32],
+        n_vocab: usize,
+        hidden: &[candle_core::Tensor],
+    ) -> crate::Result<()> {
         self.metrics.steps_total.fetch_add(1, Ordering::Relaxed);
         let mut finished: Vec<(usize, Result<FinishReason, WickError>)> = Vec::new();
         let planned = take.iter().enumerate().filter(|(_, &n)| n > 0);
-        for (row, (i, &n)) in planned.enumerate() {
+        let (mut row, mut hidden) = (0, hidden.iter());
+        for (i, &n) in planned {
             let seq = &mut self.running[i];
             let at = seq.n_cached();
             let prompt_fed = at.min(seq.n_prompt) - (at - n).min(seq.n_prompt);
             self.metrics.prompt_tokens_total.fetch_add(prompt_fed, Ordering::Relaxed);
+            if seq.embed.is_some() {
+                // Never shared: a bidirectional model's KV depends on the whole input.
+                let h = hidden.next().ok_or_else(|| WickError::Internal("missing hidden states".into()))?;
+                let end = with_host_f32(h, |h| seq.on_hidden(h, &self.embed_head))?;
+                finished.push((i, end));
+                continue;
+            }
+            let row_now = row;
+            row += 1;
             self.kv.register_full(&mut seq.cache, &seq.tokens);
             if seq.unfed() > 0 {
                 continue; // more prompt chunks, or generated tokens to replay, to go
             }
             seq.feed_run = false;
             let before = seq.generated();
-            let row = &logits[row * n_vocab..(row + 1) * n_vocab];
+            let row = &logits[row_now * n_vocab..(row_now + 1) * n_vocab];
             let end = seq.on_logits(row, &self.tokenizer, &self.metrics).transpose();
             self.metrics.generation_tokens_total.fetch_add(seq.generated() - before, Ordering::Relaxed);
             if let Some(end) = end {

@@ -9,6 +9,7 @@ use super::budget::Budget;
 use super::images::{Expanded, SeqImage};
 use super::stop::{StopMatcher, StopScan};
 use crate::cache::SeqCache;
+use crate::embed::{EmbedHead, EmbedOptions};
 use crate::metrics::Metrics;
 use crate::request::{
     DoneEvent, Event, EventSender, FinishReason, GenerateRequest, Timings, TokenEvent, Usage,
@@ -46,6 +47,8 @@ pub(crate) struct Sequence {
     budget: Option<Budget>,
     /// The stop string that ended the sequence, if one did.
     stopped_by: Option<String>,
+    /// An embedding request: the prompt's hidden states are pooled, nothing is generated.
+    pub embed: Option<EmbedOptions>,
     /// The last sample appended a grammar's forced run: the next step feeds every unfed token
     /// at once (a chunk, as a prompt's) rather than one.
     pub feed_run: bool,
@@ -90,6 +93,7 @@ impl Sequence {
             budget: req.reasoning_budget.map(Budget::new),
             feed_run: false,
             stopped_by: None,
+            embed: req.embed,
             markers,
             detok: Detokenizer::new(),
             stop: StopMatcher::new(req.stop),
@@ -120,6 +124,11 @@ impl Sequence {
     /// positions counted from the start of `at`'s segment (the prompt is cut into segments
     /// at its images' edges), at the segment's end, or at the prompt's end.
     pub fn chunk_end(&self, at: usize, chunk: usize) -> usize {
+        // An embedding reads every prompt token's hidden state at once (and a bidirectional
+        // model's tokens see each other): one chunk.
+        if self.embed.is_some() {
+            return self.n_prompt;
+        }
         let seg = self.breaks.iter().rev().find(|&&b| b <= at).copied().unwrap_or(0);
         let next = self.breaks.iter().find(|&&b| b > at).copied().unwrap_or(self.n_prompt);
         // Saturating: `chunk` is usize::MAX when prompts go in one piece.
@@ -198,6 +207,19 @@ impl Sequence {
         }
         self.send_token(ids, text, logprobs);
         Ok(finished.or_else(|| (self.tokens.len() >= self.limit).then_some(FinishReason::Length)))
+    }
+
+    /// Pools the prompt's final hidden states (`rows × n_embd`) into the request's embedding
+    /// and sends it; the sequence is then done.
+    pub fn on_hidden(&mut self, hidden: &[f32], head: &EmbedHead) -> crate::Result<FinishReason> {
+        self.t_first = Some(Instant::now());
+        let opts = self
+            .embed
+            .as_ref()
+            .ok_or_else(|| crate::WickError::Internal("hidden states for a generation".into()))?;
+        let vectors = head.embed(hidden, opts)?;
+        let _ = self.tx.send(Event::Embedding(vectors));
+        Ok(FinishReason::Stop)
     }
 
     /// The tokens the grammar forces after `id` (llguidance's fast-forward run, when `id` began

@@ -74,6 +74,8 @@ pub struct Output {
     pub text: String,
     pub finish: FinishReason,
     pub cached_tokens: usize,
+    /// An embedding request's vectors.
+    pub vectors: Vec<Vec<f32>>,
 }
 
 pub fn collect(mut h: wick_core::engine::SequenceHandle) -> Result<Output, WickError> {
@@ -82,14 +84,20 @@ pub fn collect(mut h: wick_core::engine::SequenceHandle) -> Result<Output, WickE
 
 /// A sequence's events, up to its last, as one output.
 pub fn fold(events: impl IntoIterator<Item = Event>) -> Result<Output, WickError> {
-    let mut out =
-        Output { ids: vec![], text: String::new(), finish: FinishReason::Cancelled, cached_tokens: 0 };
+    let mut out = Output {
+        ids: vec![],
+        text: String::new(),
+        finish: FinishReason::Cancelled,
+        cached_tokens: 0,
+        vectors: vec![],
+    };
     for ev in events {
         match ev {
             Event::Token(t) => {
                 out.ids.extend(t.ids);
                 out.text += &t.text;
             }
+            Event::Embedding(v) => out.vectors = v,
             Event::Done(d) => {
                 out.finish = d.finish_reason;
                 out.cached_tokens = d.usage.cached_tokens;

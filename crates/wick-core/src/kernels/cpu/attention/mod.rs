@@ -166,6 +166,26 @@ pub struct SeqAttn<'a> {
     pub kv: &'a PagedView<'a>,
     pub len: usize,
     pub pos0: usize,
+    /// Each new token sees the positions up to its own (else all of the step's: a
+    /// bidirectional embedding model, whose whole input is one step).
+    pub causal: bool,
+}
+
+impl<'a> SeqAttn<'a> {
+    /// A causal sequence's part.
+    pub fn causal(q: &'a [f32], kv: &'a PagedView<'a>, len: usize, pos0: usize) -> Self {
+        Self { q, kv, len, pos0, causal: true }
+    }
+
+    /// Positions new token `i` attends.
+    #[inline(always)]
+    fn seen(&self, i: usize) -> usize {
+        if self.causal {
+            self.pos0 + i + 1
+        } else {
+            self.pos0 + self.len
+        }
+    }
 }
 
 /// One layer's attention for one sequence, the arithmetic of
@@ -179,7 +199,7 @@ pub fn attend(
     scale: f32,
     window: Option<usize>,
 ) -> Vec<f32> {
-    attend_many(&[SeqAttn { q, kv, len, pos0 }], n_head, scale, window)
+    attend_many(&[SeqAttn::causal(q, kv, len, pos0)], n_head, scale, window)
 }
 
 /// Scratch of one `attend_many` pass at most (more only when a wave of 4 tasks per thread needs it).
@@ -346,7 +366,7 @@ impl<'s, 'a> Plan<'s, 'a> {
         let mut order: Vec<u32> = (0..self.n_tasks as u32).collect();
         order.sort_by_key(|&t| {
             let (si, tokens, _) = self.locate(t as usize);
-            std::cmp::Reverse(self.seqs[si].pos0 + tokens.end)
+            std::cmp::Reverse(self.seqs[si].seen(tokens.end - 1))
         });
         order
     }

@@ -3,7 +3,7 @@
 
 use half::f16;
 
-use super::{kq_tiled, p_in_f16};
+use super::{kq_tiled, p_in_f16, SeqAttn};
 use crate::cache::PagedView;
 use crate::kernels::cpu::blocks::reduce16;
 use crate::kernels::cpu::expf::{exp_variant, ggml_expf, vector_sum, ExpVariant};
@@ -19,6 +19,17 @@ pub(crate) fn attend_reference(
     scale: f32,
     window: Option<usize>,
 ) -> Vec<f32> {
+    attend_reference_seq(&SeqAttn::causal(q, kv, len, pos0), n_head, scale, window)
+}
+
+/// `attend_reference` of a causal or bidirectional sequence (`SeqAttn::causal`).
+pub(crate) fn attend_reference_seq(
+    s: &SeqAttn<'_>,
+    n_head: usize,
+    scale: f32,
+    window: Option<usize>,
+) -> Vec<f32> {
+    let (q, kv, len) = (s.q, s.kv, s.len);
     let (n_kv, hd) = (kv.n_kv_head, kv.head_dim);
     let group = n_head / n_kv;
     let var = exp_variant();
@@ -29,7 +40,7 @@ pub(crate) fn attend_reference(
     let mut out = vec![0f32; len * n_head * hd];
     let mut p16 = Vec::new();
     for i in 0..len {
-        let t_len = pos0 + i + 1;
+        let t_len = s.seen(i);
         // Masked (future and padding) cells are -inf in ggml and contribute exact zeros.
         let padded = t_len.div_ceil(16) * 16;
         for h in 0..n_head {
@@ -173,7 +184,7 @@ mod tests {
                     .iter()
                     .zip(&views)
                     .zip(&qs)
-                    .map(|((&(len, pos0), kv), q)| SeqAttn { q, kv, len, pos0 })
+                    .map(|((&(len, pos0), kv), q)| SeqAttn::causal(q, kv, len, pos0))
                     .collect();
                 let together = attend_many(&seqs, n_head, 0.125, window);
                 let alone: Vec<f32> = seqs
@@ -194,6 +205,45 @@ mod tests {
                     .collect();
                 assert!(same(&together, &reference), "{n_head}/{n_kv} heads, window {window:?}: reference");
             }
+        }
+    }
+
+    #[test]
+    fn bidirectional_sequences_see_the_whole_step() {
+        // A bidirectional embedding model's sequences: each token attends every position of
+        // its step, alone and batched with causal ones, in the kernels' orders.
+        for (n_kv, n_head) in [(2usize, 6usize), (2, 4)] {
+            let hd = 64;
+            let mut r = rng(17);
+            let shapes =
+                [(1usize, 0usize, false), (7, 0, false), (20, 0, true), (45, 0, false), (3, 40, true)];
+            let made: Vec<_> =
+                shapes.iter().map(|&(len, pos0, _)| filled(n_kv, hd, pos0 + len, &mut r)).collect();
+            let views: Vec<_> = made.iter().map(|(pool, seq)| pool.view(0, seq).unwrap()).collect();
+            let qs: Vec<Vec<f32>> = shapes
+                .iter()
+                .map(|&(len, _, _)| (0..len * n_head * hd).map(|_| r() * 3.0).collect())
+                .collect();
+            let seqs: Vec<SeqAttn<'_>> = shapes
+                .iter()
+                .zip(&views)
+                .zip(&qs)
+                .map(|((&(len, pos0, causal), kv), q)| SeqAttn { q, kv, len, pos0, causal })
+                .collect();
+            let together = attend_many(&seqs, n_head, 0.125, None);
+            let reference: Vec<f32> =
+                seqs.iter().flat_map(|s| attend_reference_seq(s, n_head, 0.125, None)).collect();
+            assert_eq!(together.len(), reference.len());
+            assert!(
+                together.iter().zip(&reference).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{n_head}/{n_kv} heads"
+            );
+            // The first token of a bidirectional sequence differs from its causal self (it sees
+            // the later ones): the flag is not ignored.
+            let causal = attend(seqs[1].q, seqs[1].kv, 7, 0, n_head, 0.125, None);
+            let row = n_head * hd;
+            let bidir = &together[row..2 * row];
+            assert!(causal[..row].iter().zip(bidir).any(|(a, b)| a != b));
         }
     }
 

@@ -6,7 +6,7 @@
 #[cfg(target_arch = "x86_64")]
 use super::avx512;
 use super::dots::{dot_f16_single, dot_f16_single_paged, dot_f16_tiled, dot_f16_tiled_paged};
-use super::{kq_tiled, p_in_f16, round_to_f16, softmax_f16, Plan, SeqAttn};
+use super::{kq_tiled, p_in_f16, round_to_f16, softmax_f16, Plan};
 #[cfg(target_arch = "x86_64")]
 use super::{prefetch, put_scores};
 #[cfg(target_arch = "x86_64")]
@@ -36,14 +36,15 @@ impl Plan<'_, '_> {
         with_avx2_codegen(
             #[inline(always)]
             || {
-                let SeqAttn { q, len, pos0, .. } = self.seqs[si];
+                let seq = &self.seqs[si];
+                let (q, len) = (seq.q, seq.len);
                 let (hd, group, n_head) = (self.hd, self.group, self.n_head);
                 let tiled = len > 1;
                 #[cfg(target_arch = "x86_64")]
                 let wide = !tiled && hd.is_multiple_of(64) && avx512::available();
                 #[cfg(not(target_arch = "x86_64"))]
                 let wide = false;
-                let t_len = pos0 + i + 1;
+                let t_len = seq.seen(i);
                 let padded = t_len.div_ceil(16) * 16;
                 let tok = Token { si, g, t_len, padded, tiled, wide };
                 let (q16, rest) = scratch[..group * (hd + 2 * padded)].split_at_mut(group * hd);

@@ -20,13 +20,19 @@ struct Tile {
     pos0: usize,
     group: usize,
     window: Option<usize>,
+    /// Every query sees all `t_hi` positions (a bidirectional sequence).
+    all: bool,
 }
 
 impl Tile {
     /// Positions query `qi` attends.
     #[inline(always)]
     fn t_len(&self, qi: usize) -> usize {
-        self.pos0 + self.i0 + qi / self.group + 1
+        if self.all {
+            self.t_hi
+        } else {
+            self.pos0 + self.i0 + qi / self.group + 1
+        }
     }
 
     /// Query `qi`'s window start.
@@ -52,12 +58,12 @@ impl Plan<'_, '_> {
         with_avx2_codegen(
             #[inline(always)]
             || {
-                let SeqAttn { q, pos0, .. } = self.seqs[si];
+                let SeqAttn { q, pos0, causal, .. } = self.seqs[si];
                 let (hd, group, n_head) = (self.hd, self.group, self.n_head);
                 let (i0, nq) = (tokens.start, tokens.len() * group);
-                let t_hi = pos0 + tokens.end;
+                let t_hi = self.seqs[si].seen(tokens.end - 1);
                 let row = t_hi.div_ceil(16) * 16;
-                let tile = Tile { si, g, i0, nq, t_hi, row, pos0, group, window: self.window };
+                let tile = Tile { si, g, i0, nq, t_hi, row, pos0, group, window: self.window, all: !causal };
                 let (q16, rest) = scratch[..nq * (hd + 2 * row)].split_at_mut(nq * hd);
                 let (w, p16) = rest.split_at_mut(nq * row);
                 for (qi, qd) in q16.chunks_exact_mut(hd).enumerate() {
