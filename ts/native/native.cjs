@@ -846,5 +846,6 @@ module.exports.FinishReason = nativeBinding.FinishReason
 module.exports.gpuBackends = nativeBinding.gpuBackends
 module.exports.GrammarKind = nativeBinding.GrammarKind
 module.exports.inspectModel = nativeBinding.inspectModel
+module.exports.Pooling = nativeBinding.Pooling
 module.exports.probeDevice = nativeBinding.probeDevice
 module.exports.startConversion = nativeBinding.startConversion

@@ -41,6 +41,11 @@ export declare class Engine {
    * `contextSize` and (when set) `maxTokens` beside its code and message.
    */
   submit(opts: GenerateOptions): Sequence
+  /**
+   * Queues an embedding request: its sequence yields one `embedding` event, then `done`.
+   * Errors as `submit`'s (a generation-only option does not apply).
+   */
+  embed(req: EmbedRequest): Sequence
   metrics(): Metrics
   /**
    * `{ ok: false, reason }` once the scheduler thread died (every request then fails with
@@ -117,6 +122,40 @@ export interface DeviceProbe {
   device: string
   /** Why that is not the device asked for, when it is not. */
   notice?: string
+}
+
+/** A model's embeddings as its file describes them (`wick_core::engine::EmbeddingInfo`). */
+export interface EmbeddingInfo {
+  /** The pooling the file sets, if any. */
+  pooling?: Pooling
+  /**
+   * What a request naming none gets: the file's; else `none` for a model made for
+   * embeddings (ColBERT), `mean` for a generative one.
+   */
+  defaultPooling: Pooling
+  /** Made for embeddings or ranking only: generation is refused. */
+  only: boolean
+  /** Width of a pooled embedding. */
+  nOut: number
+  /** Bidirectional attention (an embedding model such as LFM2.5-Embedding). */
+  bidirectional: boolean
+  /** Has a classifier head: rank pooling gives relevance scores (a reranker). */
+  ranks: boolean
+  /** The classifier's output labels. */
+  labels: Array<string>
+}
+
+/** An embedding request (`Engine.embed`). */
+export interface EmbedRequest {
+  /** Token ids of one input, BOS (and EOS/SEP) included as the caller wants them. */
+  promptTokens: Array<number>
+  /** Default: the model's (`ModelInfo.embedding.defaultPooling`). */
+  pooling?: Pooling
+  /**
+   * llama.cpp's `embd_normalize` for pooled vectors: -1 none, 0 max-abs (int16 range),
+   * 2 Euclidean (default), p the p-norm. Per-token vectors (`none`) are never normalised.
+   */
+  normalize?: number
 }
 
 /** `Engine::health`: false once the scheduler thread died (with why) or after unload. */
@@ -393,7 +432,12 @@ export interface ModelInfo {
   device: string
   /** Why that is not the device asked for (one line, e.g. no GPU), when it is not. */
   deviceNotice?: string
+  /** What embedding requests get; absent when vocab-only. */
+  embedding?: EmbeddingInfo
 }
+
+/** How hidden states become an embedding (llama.cpp's `pooling_type`). */
+export type Pooling = 'none' | 'mean' | 'cls' | 'last' | 'rank'
 
 export declare function probeDevice(device?: string | undefined | null): DeviceProbe
 
@@ -419,6 +463,7 @@ export interface ReasoningBudget {
 /** One event of a sequence, told apart by `type`. */
 export type SequenceEvent =
   | { type: 'token'; ids: Array<number>; text: string; logprobs?: Array<TokenLogprobs> }
+  | { type: 'embedding'; vectors: Array<Float32Array> }
   | { type: 'done'; finishReason: FinishReason; usage: Usage; timings: Timings; stopSequence?: string }
   | { type: 'error'; code: string; message: string }
 

@@ -126,7 +126,8 @@ impl From<CorePooling> for Pooling {
 pub struct EmbeddingInfo {
     /// The pooling the file sets, if any.
     pub pooling: Option<Pooling>,
-    /// What a request naming none gets: the file's, else mean.
+    /// What a request naming none gets: the file's; else `none` for a model made for
+    /// embeddings (ColBERT), `mean` for a generative one.
     pub default_pooling: Pooling,
     /// Made for embeddings or ranking only: generation is refused.
     pub only: bool,

@@ -67,7 +67,7 @@ pub struct EmbedOptions {
     pub pooling: Option<Pooling>,
     /// llama.cpp's `embd_normalize`: -1 none, 0 max-abs scaled to int16's range, 2 Euclidean
     /// (llama-server's and Ollama's default), any other p > 0 the p-norm. Pooled vectors only:
-    /// per-token vectors come as the model makes them, as llama-server returns them.
+    /// per-token vectors and rank scores come as the model makes them, as llama-server's.
     pub normalize: i32,
 }
 
@@ -195,10 +195,15 @@ impl EmbedHead {
         })
     }
 
-    /// The pooling an embedding request gets when it names none: the model's, else mean (a
-    /// generative model's hidden states, averaged, as sentence-transformers does by default).
+    /// The pooling an embedding request gets when it names none: the model's; else, for a
+    /// model made for embeddings, none (per-token vectors, as llama.cpp gives a ColBERT model);
+    /// else mean (a generative model's hidden states averaged, sentence-transformers' default).
     pub fn default_pooling(&self) -> Pooling {
-        self.pooling.unwrap_or(Pooling::Mean)
+        match (self.pooling, self.embedding_only()) {
+            (Some(p), _) => p,
+            (None, true) => Pooling::None,
+            (None, false) => Pooling::Mean,
+        }
     }
 
     /// The model is made for embeddings or ranking (its file sets a pooling type, or it is
@@ -238,11 +243,11 @@ impl EmbedHead {
             Pooling::Last => last.to_vec(),
             Pooling::Rank => self.rank(if self.qwen3 { last } else { first }),
         };
-        let v = match pooling {
+        // Scores are not normalised (llama-server ranks by the raw first value).
+        Ok(vec![match pooling {
             Pooling::Rank => pooled,
-            _ => through_dense(pooled),
-        };
-        Ok(vec![normalize(&v, opts.normalize)])
+            _ => normalize(&through_dense(pooled), opts.normalize),
+        }])
     }
 
     /// The classifier head on the ranked token's hidden state (llama.cpp: `cls` then tanh,

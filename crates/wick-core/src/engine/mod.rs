@@ -138,7 +138,7 @@ pub struct EngineInfo {
 pub struct EmbeddingInfo {
     /// The pooling its file sets (`{arch}.pooling_type`), if any.
     pub pooling: Option<Pooling>,
-    /// What a request naming none gets: the file's, else mean.
+    /// What a request naming none gets (`EmbedHead::default_pooling`).
     pub default_pooling: Pooling,
     /// Made for embeddings or ranking only: generation requests are refused.
     pub only: bool,
