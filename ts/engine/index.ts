@@ -28,7 +28,17 @@ export type {
 } from "../native/native.d.ts";
 
 /** What a generation yields: the addon's token and done events (errors are thrown instead). */
-export type EngineEvent = Exclude<Native.SequenceEvent, { type: "error" }>;
+export type EngineEvent = Exclude<Native.SequenceEvent, { type: "error" } | { type: "embedding" }>;
+
+/** A sequence's events as `stream` yields them (errors thrown instead). */
+type StreamEvent = Exclude<Native.SequenceEvent, { type: "error" }>;
+
+/** What `Engine.embed` returns. */
+export interface Embedding {
+  vectors: Float32Array[];
+  promptTokens: number;
+  timings: Native.Timings;
+}
 
 export interface TokenizeOptions {
   /** Add BOS/EOS as llama.cpp does for this vocabulary (default true). */
@@ -135,7 +145,27 @@ export class Engine {
     } catch (err) {
       throw fromNative(err);
     }
-    return stream(seq, signal);
+    // A generation's sequence never yields an embedding event.
+    return stream(seq, signal) as AsyncGenerator<EngineEvent>;
+  }
+
+  /**
+   * Embeds one input (token ids): one pooled vector, one per token (`pooling: "none"`), or
+   * the classifier's scores (`"rank"`). Runs in the scheduler's steps beside generation.
+   */
+  async embed(req: Native.EmbedRequest, signal?: AbortSignal): Promise<Embedding> {
+    let seq: Native.Sequence;
+    try {
+      seq = this.inner.embed(req);
+    } catch (err) {
+      throw fromNative(err);
+    }
+    let vectors: Float32Array[] = [];
+    for await (const ev of stream(seq, signal)) {
+      if (ev.type === "embedding") vectors = ev.vectors;
+      else if (ev.type === "done") return { vectors, promptTokens: ev.usage.promptTokens, timings: ev.timings };
+    }
+    throw new WickError("CANCELLED", "the embedding request was cancelled");
   }
 
   async unload(): Promise<void> {
@@ -147,7 +177,7 @@ export class Engine {
   }
 }
 
-async function* stream(seq: Native.Sequence, signal?: AbortSignal): AsyncGenerator<EngineEvent> {
+async function* stream(seq: Native.Sequence, signal?: AbortSignal): AsyncGenerator<StreamEvent> {
   const cancel = () => seq.cancel();
   if (signal?.aborted) cancel();
   signal?.addEventListener("abort", cancel, { once: true });
