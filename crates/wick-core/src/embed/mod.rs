@@ -6,12 +6,13 @@
 
 use std::str::FromStr;
 
-use candle_core::quantized::GgmlDType;
-use candle_core::{DType, Device};
-use half::f16;
+use candle_core::{Device, Tensor};
 
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::kernels::RowPos;
+use crate::models::layers::Linear;
+use crate::runtime::device::Placement;
 
 /// How a sequence's hidden states become its embedding (llama.cpp's `pooling_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,54 +78,39 @@ impl Default for EmbedOptions {
     }
 }
 
-/// A dense layer `y = W·x (+ b)`, `W` `[n_out, n_in]` row-major.
+/// A dense layer `y = W·x (+ b)` on the exact CPU kernels, so each product rounds as ggml's
+/// `mul_mat` does for the weight's type (the input quantized to the weight's dot type).
 struct Dense {
-    w: Vec<f32>,
-    b: Option<Vec<f32>>,
-    n_in: usize,
+    linear: Linear,
     n_out: usize,
-    /// The weight is f16 in the file: ggml rounds the input to f16 for the product.
-    f16_input: bool,
 }
 
 impl Dense {
     fn load(g: &GgufFile, name: &str, n_in: usize) -> Result<Option<Self>> {
         let weight = format!("{name}.weight");
         let Some(info) = g.info(&weight) else { return Ok(None) };
-        let (rows_in, n_out) = match info.dims[..] {
-            [i, o] => (i, o),
-            [i] => (i, 1),
-            _ => return Err(WickError::load(format!("`{weight}` has {} dimensions", info.dims.len()))),
-        };
-        if rows_in != n_in {
-            return Err(WickError::load(format!(
-                "`{weight}` takes {rows_in} inputs, the hidden state has {n_in}"
-            )));
-        }
-        let w = g.f32_tensor(&weight, &Device::Cpu)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-        let bias = format!("{name}.bias");
-        let b = match g.has(&bias) {
-            true => {
-                g.expect_dims(&bias, &[n_out])?;
-                Some(g.f32_tensor(&bias, &Device::Cpu)?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+        let n_out = match info.dims[..] {
+            [i, o] if i == n_in => o,
+            _ => {
+                return Err(WickError::load(format!(
+                    "`{weight}` has dims {:?}, expected [{n_in}, outputs]",
+                    info.dims
+                )))
             }
-            false => None,
         };
-        Ok(Some(Self { w, b, n_in, n_out, f16_input: info.dtype == GgmlDType::F16 }))
+        let linear = Linear::load(g, name, n_in, n_out, &Placement::for_device(&Device::Cpu))?;
+        Ok(Some(Self { linear, n_out }))
     }
 
-    fn apply(&self, x: &[f32]) -> Vec<f32> {
-        let x: Vec<f32> = match self.f16_input {
-            true => x.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
-            false => x.to_vec(),
+    /// `rows` inputs of one sequence (`rows × n_in`), each row placed as llama.cpp's batch
+    /// places it (its kernel choice).
+    fn apply(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
+        let pos: Vec<RowPos> = match rows {
+            1 => vec![RowPos::SINGLE],
+            n => (0..n).map(|idx| RowPos { seq_len: n as u32, idx: idx as u32 }).collect(),
         };
-        (0..self.n_out)
-            .map(|o| {
-                let row = &self.w[o * self.n_in..(o + 1) * self.n_in];
-                let dot = row.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
-                dot + self.b.as_ref().map_or(0.0, |b| b[o])
-            })
-            .collect()
+        let x = Tensor::from_slice(x, (rows, x.len() / rows), &Device::Cpu)?;
+        Ok(self.linear.forward(&x, &pos)?.flatten_all()?.to_vec1::<f32>()?)
     }
 }
 
@@ -228,37 +214,42 @@ impl EmbedHead {
         let pooling = opts.pooling.unwrap_or_else(|| self.default_pooling());
         self.check(pooling)?;
         let d = self.n_embd;
-        let rows: Vec<&[f32]> = hidden.chunks_exact(d).collect();
-        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        let n = hidden.len() / d;
+        if n == 0 {
             return Err(WickError::InvalidRequest("nothing to embed".into()));
+        }
+        let row = |i: usize| &hidden[i * d..(i + 1) * d];
+        let through_dense = |v: Vec<f32>, rows: usize| -> Result<Vec<f32>> {
+            self.dense.iter().try_fold(v, |v, l| l.apply(&v, rows))
         };
-        let through_dense = |v: Vec<f32>| self.dense.iter().fold(v, |v, l| l.apply(&v));
         let pooled = match pooling {
-            Pooling::None => return Ok(rows.iter().map(|r| through_dense(r.to_vec())).collect()),
-            Pooling::Mean => {
-                let n = rows.len() as f64;
-                (0..d).map(|i| (rows.iter().map(|r| r[i] as f64).sum::<f64>() / n) as f32).collect()
+            Pooling::None => {
+                let all = through_dense(hidden[..n * d].to_vec(), n)?;
+                return Ok(all.chunks_exact(self.n_out).map(<[f32]>::to_vec).collect());
             }
-            Pooling::Cls => first.to_vec(),
-            Pooling::Last => last.to_vec(),
-            Pooling::Rank => self.rank(if self.qwen3 { last } else { first }),
+            Pooling::Mean => {
+                (0..d).map(|i| ((0..n).map(|t| row(t)[i] as f64).sum::<f64>() / n as f64) as f32).collect()
+            }
+            Pooling::Cls => row(0).to_vec(),
+            Pooling::Last => row(n - 1).to_vec(),
+            Pooling::Rank => self.rank(row(if self.qwen3 { n - 1 } else { 0 }))?,
         };
         // Scores are not normalised (llama-server ranks by the raw first value).
         Ok(vec![match pooling {
             Pooling::Rank => pooled,
-            _ => normalize(&through_dense(pooled), opts.normalize),
+            _ => normalize(&through_dense(pooled, 1)?, opts.normalize),
         }])
     }
 
     /// The classifier head on the ranked token's hidden state (llama.cpp: `cls` then tanh,
     /// `cls.output`, a softmax for Qwen3 rerankers).
-    fn rank(&self, h: &[f32]) -> Vec<f32> {
+    fn rank(&self, h: &[f32]) -> Result<Vec<f32>> {
         let mut v = h.to_vec();
         if let Some(c) = &self.cls {
-            v = c.apply(&v).into_iter().map(f32::tanh).collect();
+            v = c.apply(&v, 1)?.into_iter().map(f32::tanh).collect();
         }
         if let Some(c) = &self.cls_out {
-            v = c.apply(&v);
+            v = c.apply(&v, 1)?;
         }
         if self.qwen3 {
             let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -266,7 +257,7 @@ impl EmbedHead {
             let sum: f64 = e.iter().sum();
             v = e.iter().map(|&x| (x / sum) as f32).collect();
         }
-        v
+        Ok(v)
     }
 }
 
