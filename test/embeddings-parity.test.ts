@@ -7,7 +7,6 @@
  * llama-server's `/v1/rerank`), a causal LFM2 and SmolLM2 with mean (and last) pooling.
  * Every vector: cosine ≥ 0.99999 to llama.cpp's, and the rerank order the same.
  */
-import test from "ava";
 import { Engine } from "../ts/engine/index.ts";
 import { fixture, needs, smollm2, type Asset } from "./helpers/assets.ts";
 import { llamaServerBin, startLlamaServer } from "./helpers/llama-server.ts";
