@@ -41,10 +41,7 @@ import { appendFileSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileS
 import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import {
-  fmt, intList, makePrompts, markdownTable, num, parseArgs, promptsNeeded, runServing, servingTable, stat,
-  type ServingOptions, type ServingResult,
-} from "./serving.ts";
+import { fmt, intList, makePrompts, markdownTable, num, parseArgs, promptsNeeded, runServing, servingTable, stat, type ServingOptions, type ServingResult } from "./serving.ts";
 
 import { engineSample, summarize, type Summary } from "../ts/cli/bench.ts";
 import { appendResults as appendProvenance, commit, machine } from "./lib/provenance.ts";
@@ -63,7 +60,7 @@ const BENCH_FILES: Record<string, string> = {
   "lfm2-350m": "bench-lfm2-350m-v128k-q4_0.gguf",
   "lfm2-350m-q4km": "bench-lfm2-350m-v128k-q4_k_m.gguf",
   "lfm2-350m-s05": "bench-lfm2-350m-v128k-s05-q4_0.gguf",
-  "lfm2moe": "bench-lfm2moe-v128k-e32-top4-q4_0.gguf",
+  lfm2moe: "bench-lfm2moe-v128k-e32-top4-q4_0.gguf",
 };
 
 function benchDir(flags: Map<string, string>): string {
@@ -111,33 +108,34 @@ for (const sig of ["SIGINT", "SIGTERM"] as const) {
   });
 }
 
-
-interface Server {
+export interface Server {
   name: string;
   url: string;
   proc: ChildProcess;
   log: string;
 }
 
-type PeerKind = "wick" | "llama";
+export type PeerKind = "wick" | "llama";
 
 /** Extra `wick serve` flags for every Wick peer (`--wick-args="--chunked-prefill-size 128"`). */
 let wickArgs: string[] = [];
 
-function serverCommand(kind: PeerKind, model: string, port: number, threads: number, parallel: number, ctx: number): [string, string[]] {
+function serverCommand(kind: PeerKind, model: string, port: number, threads: number, parallel: number, ctx: number, extra: string[]): [string, string[]] {
   if (kind === "wick") {
-    return [process.execPath, [join(ROOT, "bin/wick.js"), "serve", "-m", model, "--host", "127.0.0.1", "--port", String(port),
-      "-t", String(threads), "-np", String(parallel), "-c", String(ctx), ...wickArgs]];
+    return [
+      process.execPath,
+      [join(ROOT, "bin/wick.js"), "serve", "-m", model, "--host", "127.0.0.1", "--port", String(port), "-t", String(threads), "-np", String(parallel), "-c", String(ctx), ...wickArgs, ...extra],
+    ];
   }
   if (!existsSync(LLAMA_SERVER)) throw new Error(`${LLAMA_SERVER} missing: run bash scripts/build-llama-server.sh`);
   // llama-server's -c is the total KV size, split over the -np slots; Wick's -c is per sequence.
-  return [LLAMA_SERVER, ["-m", model, "--host", "127.0.0.1", "--port", String(port), "-t", String(threads),
-    "-np", String(parallel), "-c", String(ctx * parallel), "--no-webui"]];
+  return [LLAMA_SERVER, ["-m", model, "--host", "127.0.0.1", "--port", String(port), "-t", String(threads), "-np", String(parallel), "-c", String(ctx * parallel), "--no-webui", ...extra]];
 }
 
-async function startServer(kind: PeerKind, name: string, model: string, threads: number, parallel: number, ctx: number): Promise<Server> {
+/** `kind`'s server on `model`, healthy; `extra` flags go after the usual ones. */
+export async function startServer(kind: PeerKind, name: string, model: string, threads: number, parallel: number, ctx: number, extra: string[] = []): Promise<Server> {
   const port = await freePort();
-  const [cmd, args] = serverCommand(kind, model, port, threads, parallel, ctx);
+  const [cmd, args] = serverCommand(kind, model, port, threads, parallel, ctx, extra);
   mkdirSync(LOG_DIR, { recursive: true });
   const log = join(LOG_DIR, `${name}-${basename(model, ".gguf")}.log`);
   const fd = openSync(log, "w");
@@ -162,7 +160,7 @@ async function startServer(kind: PeerKind, name: string, model: string, threads:
   throw new Error(`${name} not healthy after 180 s; see ${log}`);
 }
 
-async function stopServer(s: Server): Promise<void> {
+export async function stopServer(s: Server): Promise<void> {
   if (s.proc.exitCode !== null) return;
   const exited = new Promise<void>((r) => s.proc.once("exit", () => r()));
   s.proc.kill("SIGTERM");
@@ -309,9 +307,14 @@ function sideBySide(a: ServingResult, b: ServingResult): string {
       String(la.concurrency),
       `${fmt(la.outputThroughput)} / ${fmt(lb.outputThroughput)} = ${ratio(la.outputThroughput, lb.outputThroughput)}`,
       ratio(la.requestThroughput, lb.requestThroughput),
-      ratio(la.ttftMs.mean, lb.ttftMs.mean), ratio(la.ttftMs.median, lb.ttftMs.median), ratio(la.ttftMs.p99, lb.ttftMs.p99),
-      ratio(la.tpotMs.mean, lb.tpotMs.mean), ratio(la.tpotMs.median, lb.tpotMs.median), ratio(la.tpotMs.p99, lb.tpotMs.p99),
-      ratio(la.itlMs.median, lb.itlMs.median), ratio(la.itlMs.p99, lb.itlMs.p99),
+      ratio(la.ttftMs.mean, lb.ttftMs.mean),
+      ratio(la.ttftMs.median, lb.ttftMs.median),
+      ratio(la.ttftMs.p99, lb.ttftMs.p99),
+      ratio(la.tpotMs.mean, lb.tpotMs.mean),
+      ratio(la.tpotMs.median, lb.tpotMs.median),
+      ratio(la.tpotMs.p99, lb.tpotMs.p99),
+      ratio(la.itlMs.median, lb.itlMs.median),
+      ratio(la.itlMs.p99, lb.itlMs.p99),
     ];
   });
   return markdownTable(head, rows);
@@ -429,12 +432,16 @@ async function coldMode(flags: Map<string, string>, models: string[]): Promise<v
       const g = got[p]!;
       return [p, fmt(stat(g.health).median), fmt(stat(g.first).median), fmt(stat(g.rssLoad).median), fmt(stat(g.rssFirst).median)];
     });
-    const lines = [`### ${basename(model)} — cold start, threads=${threads}, ${repeats} repeats (median)`, "",
-      markdownTable(["server", "spawn → /health (ms)", "spawn → first token (ms)", "RSS at /health (MiB)", "RSS after the first token (MiB)"], rows)];
+    const lines = [
+      `### ${basename(model)} — cold start, threads=${threads}, ${repeats} repeats (median)`,
+      "",
+      markdownTable(["server", "spawn → /health (ms)", "spawn → first token (ms)", "RSS at /health (MiB)", "RSS after the first token (MiB)"], rows),
+    ];
     sections.push(lines.join("\n"));
     console.log(`\n${lines.join("\n")}`);
   }
-  const notes = "Spawn to /health and to the end of a one-token, non-streaming /v1/completions request sent right after; RSS from /proc/PID/status (Wick: the Node process with the addon). The GGUF is in the page cache (the runs before warm it).";
+  const notes =
+    "Spawn to /health and to the end of a one-token, non-streaming /v1/completions request sent right after; RSS from /proc/PID/status (Wick: the Node process with the addon). The GGUF is in the page cache (the runs before warm it).";
   if (flags.get("results")) appendResults(flags.get("results")!, `cold start: ${peers.join(" vs ")}`, `${notes}\n\n${sections.join("\n")}`);
 }
 
@@ -547,8 +554,12 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
         const c2 = procCpuS(pid);
         if (!t) throw new Error("llama-server /completion: no timings in the stream");
         samples.push({
-          prefillTps: t.prompt_per_second, decodeTps: t.predicted_per_second, promptTokens: t.prompt_n, genTokens: t.predicted_n,
-          prefillCpuTps: t.prompt_n / (c1 - c0), decodeCpuTps: (t.predicted_n - 1) / (c2 - c1),
+          prefillTps: t.prompt_per_second,
+          decodeTps: t.predicted_per_second,
+          promptTokens: t.prompt_n,
+          genTokens: t.predicted_n,
+          prefillCpuTps: t.prompt_n / (c1 - c0),
+          decodeCpuTps: (t.predicted_n - 1) / (c2 - c1),
         });
       }
     } finally {
@@ -565,8 +576,24 @@ function cell(s: Summary | undefined): string {
 }
 
 async function runWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number, prefillChunk = 0): Promise<Sample[]> {
-  const args = ["--import", "tsx", fileURLToPath(import.meta.url), "micro-worker", "--engine", engine, "--model", model,
-    "--prompts", promptsFile, "--gen-len", String(genLen), "--threads", String(threads), "--prefill-chunk", String(prefillChunk)];
+  const args = [
+    "--import",
+    "tsx",
+    fileURLToPath(import.meta.url),
+    "micro-worker",
+    "--engine",
+    engine,
+    "--model",
+    model,
+    "--prompts",
+    promptsFile,
+    "--gen-len",
+    String(genLen),
+    "--threads",
+    String(threads),
+    "--prefill-chunk",
+    String(prefillChunk),
+  ];
   return new Promise((res, rej) => {
     const proc = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
     children.add(proc);
@@ -627,8 +654,11 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
     }
     for (const [e, samples] of pooled) {
       res[e] = {
-        prefill: summarize(samples.map((s) => s.prefillTps)), decode: summarize(samples.map((s) => s.decodeTps)), samples,
-        prefillCpu: summarize(samples.map((s) => s.prefillCpuTps ?? NaN)), decodeCpu: summarize(samples.map((s) => s.decodeCpuTps ?? NaN)),
+        prefill: summarize(samples.map((s) => s.prefillTps)),
+        decode: summarize(samples.map((s) => s.decodeTps)),
+        samples,
+        prefillCpu: summarize(samples.map((s) => s.prefillCpuTps ?? NaN)),
+        decodeCpu: summarize(samples.map((s) => s.decodeCpuTps ?? NaN)),
       };
       process.stderr.write(`  ${e}: prefill ${cell(res[e].prefill)} tok/s, decode ${cell(res[e].decode)} tok/s; per CPU-s prefill ${cell(res[e].prefillCpu)}, decode ${cell(res[e].decodeCpu)}\n`);
     }
@@ -637,17 +667,34 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
     for (const e of engines) {
       const r = res[e];
       rows.push([
-        basename(model), e, cell(r?.prefill), cell(r?.decode),
+        basename(model),
+        e,
+        cell(r?.prefill),
+        cell(r?.decode),
         e === "wick" ? "" : ratio(w?.prefill.median ?? NaN, r?.prefill.median ?? NaN),
         e === "wick" ? "" : ratio(w?.decode.median ?? NaN, r?.decode.median ?? NaN),
-        cell(r?.prefillCpu), cell(r?.decodeCpu),
+        cell(r?.prefillCpu),
+        cell(r?.decodeCpu),
         e === "wick" ? "" : ratio(w?.prefillCpu?.median ?? NaN, r?.prefillCpu?.median ?? NaN),
         e === "wick" ? "" : ratio(w?.decodeCpu?.median ?? NaN, r?.decodeCpu?.median ?? NaN),
       ]);
     }
   }
-  const table = markdownTable(["model", "engine", `prefill tok/s (${promptLen})`, `decode tok/s (${genLen})`, "wick/this prefill", "wick/this decode",
-    "prefill tok/CPU-s", "decode tok/CPU-s", "wick/this prefill (CPU)", "wick/this decode (CPU)"], rows);
+  const table = markdownTable(
+    [
+      "model",
+      "engine",
+      `prefill tok/s (${promptLen})`,
+      `decode tok/s (${genLen})`,
+      "wick/this prefill",
+      "wick/this decode",
+      "prefill tok/CPU-s",
+      "decode tok/CPU-s",
+      "wick/this prefill (CPU)",
+      "wick/this decode (CPU)",
+    ],
+    rows,
+  );
   const notes =
     `Median (min–max, ±half-range %) over ${repeats} repeats after 1 warm-up${flags.has("warmup-len") ? ` of ${flags.get("warmup-len")} tokens` : ""}${rounds > 1 ? `, × ${rounds} rounds alternating the engines' order` : ""}, threads=${threads}, distinct random prompts of exactly ${promptLen} tokens. ` +
     "prefill = prompt tokens / time to the first sampled token; decode = (generated − 1) / time from the first to the last token. " +
@@ -663,7 +710,12 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
  * the warm-up is a prompt of the same length, so it costs as much as a measured one). */
 async function longMode(flags: Map<string, string>, models: string[]): Promise<void> {
   const lens = intList(flags.get("prompt-lens") ?? "4096,16384");
-  for (const [k, v] of [["repeats", "1"], ["gen-len", "32"], ["engines", "wick,llama-server"], ["worker-timeout-s", "1800"]]) {
+  for (const [k, v] of [
+    ["repeats", "1"],
+    ["gen-len", "32"],
+    ["engines", "wick,llama-server"],
+    ["worker-timeout-s", "1800"],
+  ]) {
     if (!flags.has(k!)) flags.set(k!, v!);
   }
   for (const len of lens) {

@@ -160,6 +160,29 @@ pub fn write_embedding_fixtures(out_dir: &Path, llama_src: &Path) -> Result<Vec<
     Ok(written)
 }
 
+/// The embedding benchmark's model: LFM2-350M's bench shape (`bench_specs`, Q8_0) made an
+/// LFM2.5-Embedding (bidirectional, CLS pooling), written into `out_dir` by `--bench`.
+pub fn write_bench_embedding(out_dir: &Path, llama_src: &Path) -> Result<PathBuf> {
+    use gguf_file::Value as V;
+    let mut spec = crate::bench_specs()
+        .into_iter()
+        .find(|s| s.file_name == "bench-lfm2-350m-q8_0.gguf")
+        .ok_or_else(|| WickError::Internal("no bench-lfm2-350m-q8_0 spec".into()))?;
+    spec.file_name = "bench-lfm2-embed-350m-q8_0.gguf".into();
+    let (mut meta, tensors) = build_fixture(&spec, &vocab_meta(llama_src, spec.vocab_file)?)?;
+    insert_arch_keys(
+        &mut meta,
+        vec![
+            ("lfm2.attention.causal".into(), V::Bool(false)),
+            ("lfm2.pooling_type".into(), V::U32(POOLING_CLS)),
+        ],
+    );
+    std::fs::create_dir_all(out_dir).map_err(io_err)?;
+    let path = out_dir.join(&spec.file_name);
+    write_gguf(&path, &meta, &refs(&tensors))?;
+    Ok(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,14 +5,15 @@
 //! (`tiny-lfm2-embed`, `tiny-lfm2-colbert`, `tiny-qwen3-rerank`), plus broken files for
 //! load-failure tests.
 //!
-//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]
+//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-embed] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]
 //!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf and
 //!                    models/templates/LFM2-8B-A1B.jinja
 //!                    (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
 //!   --bad            also write the broken files (bad-*.gguf)
 //!   --quant-sources  instead of the standard set: F32 llama/lfm2 sources for llama-quantize
-//!   --bench          instead of the standard set: benchmark-sized LFM2 / lfm2moe models and
-//!                    LFM2-VL-450M-shaped projectors
+//!   --bench          instead of the standard set: benchmark-sized LFM2 / lfm2moe models,
+//!                    LFM2-VL-450M-shaped projectors and an LFM2.5-Embedding-shaped model
+//!   --bench-embed    instead of the standard set: only that embedding model (benches/embeddings.ts)
 //!   --bench-lfm2     instead of the standard set: the LFM2 benchmark shapes with llama-bpe's
 //!                    128k vocabulary and a 32k training context (bench_lfm2_specs)
 //!   --hf             instead of the standard set: synthetic Hugging Face checkpoints (one
@@ -33,6 +34,7 @@ fn main() -> ExitCode {
     let mut tools = true;
     let mut hf = false;
     let mut hf_bench = false;
+    let mut bench_embed = false;
     let mut n_ctx = None;
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
             "--bad" => bad = true,
             "--quant-sources" => (specs, tools) = (wick_fixtures::quant_source_specs(), false),
             "--bench" => (specs, tools, bench) = (wick_fixtures::bench_specs(), false, true),
+            "--bench-embed" => (specs, tools, bench_embed) = (vec![], false, true),
             "--bench-lfm2" => {
                 (specs, tools, n_ctx) =
                     (wick_fixtures::bench_lfm2_specs(), false, Some(wick_fixtures::BENCH_CTX))
@@ -87,6 +90,9 @@ fn main() -> ExitCode {
                 println!("{}", p.display());
             }
         }
+        if bench || bench_embed {
+            println!("{}", wick_fixtures::write_bench_embedding(&out, &src)?.display());
+        }
         if bad {
             for b in wick_fixtures::write_bad_files(&out)? {
                 println!("{}", b.path.display());
@@ -108,7 +114,7 @@ fn usage(err: &str) -> ExitCode {
         eprintln!("wick-fixtures: {err}");
     }
     eprintln!(
-        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]"
+        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-embed] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]"
     );
     if err.is_empty() {
         ExitCode::SUCCESS
