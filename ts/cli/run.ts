@@ -36,7 +36,8 @@ export async function run(model: string, promptArgs: string[], flags: RunFlags):
       messages: [],
       images: flags.image ?? [],
     };
-    if (interactive) await repl(session);
+    if (isEmbeddingModel(session.info.capabilities)) await embedOnce(session, [piped, flags.prompt, ...promptArgs]);
+    else if (interactive) await repl(session);
     else await oneShot(session, [piped, flags.prompt, ...promptArgs]);
   } finally {
     await backend.close();
@@ -76,6 +77,33 @@ async function oneShot(s: Session, parts: (string | undefined)[]): Promise<void>
   const res = await chatTurn(s.client, chatRequest(s, [user]), process.stdout);
   if (!res.content.endsWith("\n")) process.stdout.write("\n");
   if (s.verbose && res.stats) process.stderr.write(formatStats(res.stats));
+}
+
+/** A model made for embeddings only (`/api/show` lists "embedding" and not "completion"). */
+function isEmbeddingModel(capabilities: string[] | undefined): boolean {
+  return !!capabilities?.includes("embedding") && !capabilities.includes("completion");
+}
+
+/**
+ * `ollama run` on an embedding model: the input (stdin, then the prompt words) embedded through
+ * /api/embed, its vector printed as one JSON array of floats; no chat.
+ */
+async function embedOnce(s: Session, parts: (string | undefined)[]): Promise<void> {
+  const text = parts.filter((p): p is string => !!p).join(" ");
+  if (!text.trim()) throw new CliError(`embedding models require input text. Usage: wick run ${s.model} "your text here"`);
+  const res = await s.client.json<{ embeddings?: number[][] }>("POST", "/api/embed", { model: s.model, input: text, ...(s.keepAlive !== undefined ? { keep_alive: s.keepAlive } : {}) });
+  if (!res.embeddings?.length) throw new CliError("no embeddings generated");
+  for (const e of res.embeddings) process.stdout.write(`[${e.map(float32Text).join(",")}]\n`);
+}
+
+/** The shortest decimal that reads back as the same float32 (how Go's encoding/json writes a float32). */
+export function float32Text(x: number): string {
+  const f = Math.fround(x);
+  for (let p = 1; p < 9; p++) {
+    const s = Number(f.toPrecision(p));
+    if (Math.fround(s) === f) return String(s);
+  }
+  return String(Number(f.toPrecision(9)));
 }
 
 async function readAll(stream: NodeJS.ReadableStream): Promise<string> {

@@ -25,6 +25,9 @@ export type {
   LogitBias,
   ImageInput,
   ReasoningBudget,
+  EmbeddingInfo,
+  EmbedRequest,
+  Pooling,
 } from "../native/native.d.ts";
 
 /** What a generation yields: the addon's token and done events (errors are thrown instead). */
@@ -52,6 +55,8 @@ export class Engine {
     private readonly inner: Native.Engine,
     /** The addon choice's notice, when the CUDA addon was passed over for this model. */
     private readonly notice?: string,
+    /** The GGUF it was loaded from (its metadata holds what `info()` leaves out, e.g. a rerank template). */
+    readonly modelPath?: string,
   ) {}
 
   /**
@@ -65,7 +70,7 @@ export class Engine {
     const passedOver = choice.notice !== undefined && opts.gpuLayers !== 0 && (device === "auto" || device.startsWith("cuda"));
     try {
       const inner = await native().Engine.load(passedOver ? { ...opts, device: "cpu" } : opts);
-      return new Engine(inner, passedOver ? choice.notice : undefined);
+      return new Engine(inner, passedOver ? choice.notice : undefined, opts.modelPath);
     } catch (err) {
       throw fromNative(err);
     }

@@ -26,11 +26,13 @@ import { chatRoutes } from "./routes/openai/chat.ts";
 import { completionsRoutes } from "./routes/openai/completions.ts";
 import { modelsRoutes } from "./routes/openai/models.ts";
 import { tokenizeRoutes } from "./routes/openai/tokenize.ts";
+import { embeddingsRoutes } from "./routes/openai/embeddings.ts";
 import { responsesRoutes } from "./routes/responses/responses.ts";
 import { anthropicRoutes } from "./routes/anthropic/messages.ts";
 import { nativeChatRoutes } from "./routes/native/chat.ts";
 import { nativeGenerateRoutes } from "./routes/native/generate.ts";
 import { nativeModelRoutes } from "./routes/native/models.ts";
+import { nativeEmbedRoutes } from "./routes/native/embed.ts";
 import { BLOB_PATH_PREFIX, nativeBlobRoutes } from "./routes/native/blobs.ts";
 import { showRoutes } from "./routes/native/show.ts";
 import { uiRoutes } from "./routes/ui.ts";
@@ -126,12 +128,14 @@ export function createApp(opts: AppOptions): Koa {
   chatRoutes(router, deps);
   completionsRoutes(router, deps);
   tokenizeRoutes(router, deps);
+  embeddingsRoutes(router, deps);
   responsesRoutes(router, deps);
   anthropicRoutes(router, deps);
   showRoutes(router, deps);
   nativeChatRoutes(router, deps);
   nativeGenerateRoutes(router, deps);
   nativeModelRoutes(router, deps);
+  nativeEmbedRoutes(router, deps);
   nativeBlobRoutes(router, deps, opts.blobLimit ?? DEFAULT_BLOB_LIMIT);
   app.use(router.routes());
   app.use(

@@ -79,14 +79,32 @@ function showResponse(found: ModelDescription, info: GgufInfo): OllamaShowRespon
       quantization_level: info.quantization,
     },
     model_info: modelInfo(info),
-    // Ollama lists "tools" when the template renders them, "vision" when the model has a projector (loaded or not).
-    capabilities: ["completion", ...(tools ? ["tools"] : []), ...((model ? model.info.vision : !!found.projector) ? ["vision"] : [])],
+    // Ollama lists "tools" when the template renders them, "vision" when the model has a projector (loaded or not);
+    // a model made for embeddings (or ranking) only is "embedding" alone.
+    capabilities: embeddingOnly(found, info) ? ["embedding"] : ["completion", ...(tools ? ["tools"] : []), ...((model ? model.info.vision : !!found.projector) ? ["vision"] : [])],
     modified_at: (stored?.modifiedAt ?? statSync(found.path).mtime).toISOString(),
   };
   if (profile?.system !== undefined) out.system = profile.system;
   if (stored?.license?.length) out.license = stored.license.join("\n");
   if (profile?.messages.length) out.messages = profile.messages;
   return out;
+}
+
+/**
+ * Made for embeddings or ranking only (generation is refused): what the loaded engine says, or
+ * what it would say from the file's keys — a pooling type, bidirectional attention, a dense
+ * output projection or a classifier head (wick_core's `EmbedHead::embedding_only`).
+ */
+function embeddingOnly(found: ModelDescription, info: GgufInfo): boolean {
+  if (found.model?.info.embedding) return found.model.info.embedding.only;
+  const arch = info.architecture;
+  const meta = info.metadata;
+  return (
+    meta[`${arch}.pooling_type`] !== undefined ||
+    meta[`${arch}.attention.causal`] === false ||
+    meta[`${arch}.embedding_length_out`] !== undefined ||
+    meta[`${arch}.classifier.output_labels`] !== undefined
+  );
 }
 
 /** The GGUF key/value map as Ollama reports it: sorted, name and template left out (they have their own fields). */

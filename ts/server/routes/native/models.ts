@@ -1,7 +1,7 @@
 /**
  * Ollama's model-management routes: GET|HEAD /api/tags (the store), GET /api/ps (loaded
  * models), POST /api/create and /api/pull (progress streams), DELETE /api/delete, POST
- * /api/copy; POST /api/push and the embedding routes answer 501 with a reason.
+ * /api/copy; POST /api/push answers 501 with a reason (embeddings: embed.ts).
  */
 import type Router from "@koa/router";
 import { copyRequest, createRequest, deleteRequest, pullRequest } from "../../../schemas/ollama-models.ts";
@@ -51,11 +51,6 @@ export function nativeModelRoutes(router: Router, { models, log }: RouteDeps): v
   router.post("/api/push", () => {
     throw new RequestError("NOT_IMPLEMENTED", "push is not supported: Wick has no registry to push to (models come from Hugging Face with /api/pull, or from a GGUF with /api/create)");
   });
-  for (const route of ["/api/embed", "/api/embeddings"]) {
-    router.post(route, () => {
-      throw new RequestError("NOT_IMPLEMENTED", `${route} is not built yet: Wick does not serve embedding models yet`);
-    });
-  }
 }
 
 /**
