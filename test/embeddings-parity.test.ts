@@ -61,6 +61,10 @@ const cases: Case[] = [
   { name: "bidirectional LFM2, CLS pooling (LFM2.5-Embedding's shape)", asset: () => fixture("tiny-lfm2-embed-q8_0.gguf"), flags: [] },
   { name: "LFM2 with dense_2, per-token vectors (LFM2.5-ColBERT's shape)", asset: () => fixture("tiny-lfm2-colbert-q8_0.gguf"), flags: ["--pooling", "none"] },
   { name: "causal LFM2, mean pooling", asset: () => fixture("tiny-lfm2-q8_0.gguf"), flags: ["--pooling", "mean"], pooling: "mean" },
+  { name: "llama, mean pooling", asset: () => fixture("tiny-llama-q8_0.gguf"), flags: ["--pooling", "mean"], pooling: "mean" },
+  { name: "qwen2, last-token pooling", asset: () => fixture("tiny-qwen2-q8_0.gguf"), flags: ["--pooling", "last"], pooling: "last" },
+  { name: "Gemma 3, mean pooling", asset: () => fixture("tiny-gemma3-q8_0.gguf"), flags: ["--pooling", "mean"], pooling: "mean" },
+  { name: "LFM2-MoE, mean pooling", asset: () => fixture("tiny-lfm2moe-e8-lead2-q8_0.gguf"), flags: ["--pooling", "mean"], pooling: "mean" },
   { name: "SmolLM2, mean pooling", asset: smollm2, flags: ["--pooling", "mean"], pooling: "mean" },
   { name: "SmolLM2, last-token pooling", asset: smollm2, flags: ["--pooling", "last"], pooling: "last" },
 ];

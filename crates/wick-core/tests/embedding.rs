@@ -17,6 +17,16 @@ const FIXTURES: [&str; 4] = [
     "tiny-lfm2-q8_0.gguf",
 ];
 
+/// Every other architecture Wick serves, embedded with its default (mean) pooling.
+const GENERATIVE: [&str; 6] = [
+    "tiny-llama-q8_0.gguf",
+    "tiny-qwen2-q8_0.gguf",
+    "tiny-qwen3-q8_0.gguf",
+    "tiny-gemma3-q8_0.gguf",
+    "tiny-lfm2moe-e8-lead2-q8_0.gguf",
+    "tiny-lfm2-q4_k.gguf",
+];
+
 fn embed_req(prompt: Vec<u32>, pooling: Option<Pooling>) -> GenerateRequest {
     GenerateRequest::embedding(prompt, EmbedOptions { pooling, ..EmbedOptions::default() })
 }
@@ -36,7 +46,7 @@ fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
 
 #[test]
 fn embeddings_batched_with_generation_and_each_other_equal_their_runs_alone() {
-    for name in FIXTURES {
+    for name in FIXTURES.into_iter().chain(GENERATIVE) {
         let Some(engine) = cached_fixture("embedding batching", name, |_| {}) else { return };
         let only = engine.info().embedding.as_ref().is_some_and(|e| e.only);
         let ps = prompts(&engine, &[1, 5, 37, 130, 16]);
