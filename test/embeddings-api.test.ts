@@ -10,6 +10,8 @@
  */
 import OpenAI from "openai";
 import { Ollama } from "ollama";
+import { Engine } from "../ts/engine/index.ts";
+import { embed, rerank } from "../ts/lib.ts";
 import { fixture, needs } from "./helpers/assets.ts";
 import { cliHome } from "./helpers/cli.ts";
 import { loadModels, openaiClient, postJson, startServer, type RunningServer } from "./helpers/server.ts";
@@ -321,5 +323,34 @@ serial("wick run on an embedding model prints its vector as a JSON array, as oll
     t.regex(none.stderr, /embedding models require input text/);
   } finally {
     await h.close();
+  }
+});
+
+serial("library: embed(engine, …) and rerank(engine, …) answer what the routes answer", async (t) => {
+  const embedEngine = await Engine.load({ modelPath: path(embedAsset), contextSize: CTX, maxSequences: 4 });
+  const rerankEngine = await Engine.load({ modelPath: path(rerankAsset), contextSize: CTX, maxSequences: 4 });
+  const colbertEngine = await Engine.load({ modelPath: path(colbertAsset), contextSize: CTX, maxSequences: 4 });
+  try {
+    const lib = await embed(embedEngine, { input: TEXTS, dimensions: 16 });
+    const http = await s.client.embeddings.create({ model: "embed", input: TEXTS, encoding_format: "float", dimensions: 16 });
+    t.deepEqual(
+      lib.embeddings.map((v) => Array.from(v)),
+      http.data.map((d) => d.embedding),
+    );
+    t.is(lib.promptTokens, http.usage.prompt_tokens);
+    const perToken = await embed(colbertEngine, { input: "hello world" });
+    t.deepEqual(perToken.embeddings, []);
+    t.is(perToken.tokenEmbeddings![0][0].length, 32);
+
+    const query = "What is the capital of France?";
+    const ranked = await rerank(rerankEngine, { query, documents: DOCS, topN: 3 });
+    const served = (await post("/v1/rerank", { model: "rerank", query, documents: DOCS, top_n: 3 })).json.results as { index: number; relevance_score: number }[];
+    t.deepEqual(
+      ranked.results.map((r) => [r.index, r.score, r.document]),
+      served.map((r) => [r.index, r.relevance_score, DOCS[r.index]]),
+    );
+    await t.throwsAsync(rerank(embedEngine, { query, documents: DOCS }), { message: /cannot rank/ });
+  } finally {
+    await Promise.all([embedEngine.unload(), rerankEngine.unload(), colbertEngine.unload()]);
   }
 });

@@ -130,15 +130,13 @@ serial("pull: a repo without GGUF files, an unknown repo or quant, and an Ollama
   t.regex(err.message, /has no GGUF model files/);
 });
 
-serial("delete, copy, push, embeddings: 404 / 400 / 501 with a reason", async (t) => {
+serial("delete, copy, push: 404 / 400 / 501 with a reason", async (t) => {
   await expectError(t, await send(`${s.url}/api/delete`, { model: "nope" }, "DELETE"), 404, /^model 'nope' not found$/, "delete unknown");
   await expectError(t, await send(`${s.url}/api/delete`, { model: "../a" }, "DELETE"), 400, /invalid model name/, "delete ../");
   await expectError(t, await send(`${s.url}/api/delete`, {}, "DELETE"), 400, /model is required/, "delete without a name");
   await expectError(t, await send(`${s.url}/api/copy`, { source: "a", destination: "x/../../y" }), 400, /invalid model name/, "copy to ../");
   await expectError(t, await send(`${s.url}/api/copy`, { source: "a" }), 400, /destination/, "copy without a destination");
   await expectError(t, await send(`${s.url}/api/push`, { model: "a" }), 501, /push is not supported/, "push");
-  await expectError(t, await send(`${s.url}/api/embed`, { model: "a", input: "x" }), 501, /\/api\/embed is not built yet/, "embed");
-  await expectError(t, await send(`${s.url}/api/embeddings`, { model: "a", prompt: "x" }), 501, /\/api\/embeddings is not built yet/, "embeddings");
   const escaped = await fsp.readdir(path.dirname(s.home));
   t.false(
     escaped.some((e) => e === "evil" || e === "y"),

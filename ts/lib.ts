@@ -10,12 +10,13 @@
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
-import { Engine, type GenerateOptions } from "./engine/index.ts";
+import { Engine, type GenerateOptions, type Pooling } from "./engine/index.ts";
 import type { ChatMessage } from "./schemas/chat.ts";
 import { createApp } from "./server/app.ts";
 import { planChat } from "./service/chat.ts";
 import { startAnswer, type FinishReason } from "./service/answer.ts";
 import { chatPromptText } from "./service/prompt.ts";
+import { embedInputs, inputList, rankDocuments, rankOrder } from "./service/embeddings.ts";
 import { ModelRegistry, type ServedModel } from "./service/registry.ts";
 import type { ToolRequest } from "./service/tools/request.ts";
 import type { ParseResult, ToolParserName } from "./service/tools/index.ts";
@@ -76,7 +77,7 @@ function model(engine: Engine): ServedModel {
   let m = served.get(engine);
   if (!m) {
     const info = engine.info();
-    m = new ModelRegistry().add(engine, { path: info.name ?? "model", id: info.name ?? "model" });
+    m = new ModelRegistry().add(engine, { path: engine.modelPath ?? info.name ?? "model", id: info.name ?? "model" });
     served.set(engine, m);
   }
   return m;
@@ -139,6 +140,64 @@ export async function chat(engine: Engine, opts: ChatOptions): Promise<ChatResul
     }
   }
   return result;
+}
+
+export interface EmbedOptions {
+  /** A text, texts, one input's token ids, or several inputs' token ids. */
+  input: string | string[] | number[] | number[][];
+  /** Default: the model's (`engine.info().embedding.defaultPooling`). */
+  pooling?: Pooling;
+  /** llama.cpp's `embd_normalize`: -1 none, 0 max-abs int16, 2 euclidean (default), p p-norm. */
+  normalize?: number;
+  /** Keep the first N dimensions and L2-normalise them again (Matryoshka). */
+  dimensions?: number;
+  /** Cut an input longer than the context to fit; default: such an input throws. */
+  truncate?: boolean;
+  signal?: AbortSignal;
+}
+
+export interface EmbedResult {
+  /** One pooled vector per input, in input order (empty with pooling "none": see `tokenEmbeddings`). */
+  embeddings: Float32Array[];
+  /** With pooling "none" (ColBERT): per input, one vector per token. */
+  tokenEmbeddings?: Float32Array[][];
+  promptTokens: number;
+}
+
+/**
+ * Embeds texts (or token ids) as the server's embedding routes do: the vocabulary's BOS/EOS
+ * added, special-token text parsed, every input submitted at once (the engine batches them).
+ */
+export async function embed(engine: Engine, opts: EmbedOptions): Promise<EmbedResult> {
+  const { input, signal, ...rest } = opts;
+  const m = model(engine);
+  const outs = await embedInputs(m, inputList(input), { ...rest, signal });
+  const promptTokens = outs.reduce((n, o) => n + o.promptTokens, 0);
+  const perToken = (opts.pooling ?? m.info.embedding?.defaultPooling) === "none";
+  return perToken ? { embeddings: [], tokenEmbeddings: outs.map((o) => o.vectors), promptTokens } : { embeddings: outs.map((o) => o.vectors[0]), promptTokens };
+}
+
+export interface RerankOptions {
+  query: string;
+  documents: string[];
+  /** Keep the N best (default: all). */
+  topN?: number;
+  signal?: AbortSignal;
+}
+
+export interface RerankResult {
+  /** Highest score first: each document's index in `documents`, its score and text. */
+  results: { index: number; score: number; document: string }[];
+  promptTokens: number;
+}
+
+/**
+ * Ranks documents against a query as /v1/rerank does: a cross-encoder's classifier score (the
+ * GGUF's rerank template) or ColBERT's MaxSim; any other model throws.
+ */
+export async function rerank(engine: Engine, opts: RerankOptions): Promise<RerankResult> {
+  const ranked = await rankDocuments(model(engine), opts.query, opts.documents, opts.signal);
+  return { results: rankOrder(ranked.scores, opts.topN).map(({ index, score }) => ({ index, score, document: opts.documents[index] })), promptTokens: ranked.promptTokens };
 }
 
 export interface ServerOptions {
