@@ -354,3 +354,15 @@ serial("library: embed(engine, …) and rerank(engine, …) answer what the rout
     await Promise.all([embedEngine.unload(), rerankEngine.unload(), colbertEngine.unload()]);
   }
 });
+
+serial("a request with many inputs never fills the engine's queue; order kept", async (t) => {
+  const input = Array.from({ length: 600 }, (_, i) => `text number ${i}`);
+  const res = await s.client.embeddings.create({ model: "embed", input, encoding_format: "float" });
+  t.is(res.data.length, 600);
+  t.deepEqual(
+    res.data.map((d) => d.index),
+    input.map((_, i) => i),
+  );
+  const one = await s.client.embeddings.create({ model: "embed", input: input[417], encoding_format: "float" });
+  t.deepEqual(res.data[417].embedding, one.data[0].embedding);
+});

@@ -3,15 +3,16 @@
  * llama-server's /embeddings, Ollama's /api/embed and /api/embeddings, /v1/rerank, vLLM's
  * /score, the library). As llama-server: a text input is tokenized with the vocabulary's
  * specials (BOS/EOS as it wants them) and special-token text parsed; token-id inputs go in as
- * they are. Every input is its own engine request, all submitted at once (the scheduler batches
- * them beside generation). An input over the context is a 400, or cut to fit when the request
- * asks (Ollama's `truncate`), never silently.
+ * they are. Every input is its own engine request, up to twice the model's sequences in flight
+ * at once (the scheduler batches them beside generation; thousands of inputs never fill the
+ * shared queue). An input over the context is a 400, or cut to fit when the request asks
+ * (Ollama's `truncate`), never silently.
  *
  * Ranking: a cross-encoder (a classifier head, `rank` pooling) scores each (query, document)
  * prompt written as llama-server's `format_prompt_rerank` writes it, score = the classifier's
  * first output; a ColBERT model (per-token vectors) by MaxSim over L2-normalised token vectors.
  */
-import { inspectModel, type EmbeddingInfo, type Pooling } from "../engine/index.ts";
+import { inspectModel, WickError, type EmbeddingInfo, type Pooling } from "../engine/index.ts";
 import { RequestError } from "./errors.ts";
 import type { ServedModel } from "./registry.ts";
 
@@ -113,16 +114,28 @@ export async function embedInputs(model: ServedModel, items: EmbedItem[], opts: 
   const stop = () => ac.abort();
   opts.signal?.addEventListener("abort", stop, { once: true });
   try {
-    const results = tokens.map((promptTokens) => model.engine.embed({ promptTokens, pooling, ...(opts.normalize != null ? { normalize: opts.normalize } : {}) }, ac.signal));
+    // A bounded number in flight (enough to fill the engine's batches): a request with thousands
+    // of inputs must not fill the engine's queue, which other requests share.
+    const embedOne = (promptTokens: number[]) => model.engine.embed({ promptTokens, pooling, ...(opts.normalize != null ? { normalize: opts.normalize } : {}) }, ac.signal);
+    const out = new Array<Awaited<ReturnType<typeof embedOne>>>(tokens.length);
+    let next = 0;
+    const worker = async () => {
+      while (next < tokens.length && !ac.signal.aborted) {
+        const i = next++;
+        out[i] = await embedOne(tokens[i]);
+      }
+    };
+    const width = Math.min(tokens.length, Math.max(1, model.info.maxSequences) * 2);
     // One failure cancels the others: no work left running for an answer that is an error.
-    const out = await Promise.all(
-      results.map((p) =>
-        p.catch((err: unknown) => {
+    await Promise.all(
+      Array.from({ length: width }, () =>
+        worker().catch((err: unknown) => {
           ac.abort();
           throw err;
         }),
       ),
     );
+    if (ac.signal.aborted) throw new WickError("CANCELLED", "the embedding request was cancelled");
     return out.map((r) => ({
       vectors: opts.dimensions != null ? r.vectors.map((v) => shorten(v, opts.dimensions!, opts.normalize ?? 2)) : r.vectors,
       promptTokens: r.promptTokens,
