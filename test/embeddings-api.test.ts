@@ -12,6 +12,8 @@ import OpenAI from "openai";
 import { Ollama } from "ollama";
 import { Engine } from "../ts/engine/index.ts";
 import { embed, rerank } from "../ts/lib.ts";
+import { ModelManager } from "../ts/service/models.ts";
+import { showModel } from "../ts/service/show.ts";
 import { fixture, needs } from "./helpers/assets.ts";
 import { cliHome } from "./helpers/cli.ts";
 import { loadModels, openaiClient, postJson, startServer, type RunningServer } from "./helpers/server.ts";
@@ -365,4 +367,23 @@ serial("a request with many inputs never fills the engine's queue; order kept", 
   );
   const one = await s.client.embeddings.create({ model: "embed", input: input[417], encoding_format: "float" });
   t.deepEqual(res.data[417].embedding, one.data[0].embedding);
+});
+
+serial("/api/show before the model loads: the file's keys give the same capabilities", async (t) => {
+  for (const [asset, want] of [
+    [embedAsset, ["embedding"]],
+    [colbertAsset, ["embedding"]],
+    [rerankAsset, ["embedding"]],
+    [lfm2Asset, ["completion"]],
+  ] as const) {
+    const models = new ModelManager({});
+    models.setDefault({ path: path(asset) }, { id: "m" });
+    const shown = await showModel(models, { model: "m" });
+    t.deepEqual(
+      shown.capabilities.filter((c) => c !== "tools"),
+      [...want],
+      path(asset),
+    );
+    t.deepEqual(models.loaded(), [], "show loads nothing");
+  }
 });
