@@ -173,3 +173,34 @@ fn the_device_path_embeds_as_the_exact_path_does() {
         }
     }
 }
+
+/// An embedding larger than what a step's decodes leave of the token budget still runs while a
+/// generation goes on (sharing the time), and the generation keeps going meanwhile.
+#[test]
+fn an_embedding_over_the_step_budget_is_not_held_back_by_a_generation() {
+    let Some(engine) = cached_fixture("embedding beside a generation", "tiny-lfm2-q8_0.gguf", |o| {
+        o.step_tokens = 16;
+    }) else {
+        return;
+    };
+    let ps = prompts(&engine, &[8, 100, 120, 90]);
+    engine.pause().expect("pause");
+    let gen =
+        engine.submit(GenerateRequest { ignore_eos: true, ..GenerateRequest::greedy(ps[0].clone(), 400) });
+    let embeds: Vec<_> =
+        ps[1..].iter().map(|p| engine.submit(embed_req(p.clone(), None)).expect("submit")).collect();
+    engine.resume().expect("resume");
+    let gen = std::thread::spawn(move || {
+        let out = collect(gen.expect("submit")).expect("generation");
+        (out.ids.len(), std::time::Instant::now())
+    });
+    let mut last_embedding = std::time::Instant::now();
+    for h in embeds {
+        let out = collect(h).expect("embedding");
+        assert_eq!(out.vectors.len(), 1);
+        last_embedding = std::time::Instant::now();
+    }
+    let (generated, gen_done) = gen.join().expect("generation thread");
+    assert_eq!(generated, 400);
+    assert!(last_embedding < gen_done, "the embeddings waited for the generation to end");
+}

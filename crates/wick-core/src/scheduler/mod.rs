@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub use faults::{Fault, Health};
 pub(crate) use sequence::Sequence;
@@ -74,6 +75,9 @@ pub(crate) struct Scheduler {
     image_cache: images::ImageCache,
     /// The sequences (by admission order) the current step feeds; who failed if it fails.
     in_step: Vec<u64>,
+    /// Time steps that ran an embedding beside decodes took, not yet given back to decodes
+    /// alone (see `plan`).
+    embed_debt: Duration,
 }
 
 impl Scheduler {
@@ -104,6 +108,7 @@ impl Scheduler {
             vision,
             image_cache: images::ImageCache::new(8),
             in_step: Vec::new(),
+            embed_debt: Duration::ZERO,
         }
     }
 
@@ -303,11 +308,18 @@ impl Scheduler {
             }
         }
         let mut any = take.iter().any(|&n| n > 0);
+        let mut first_prompt = true;
         for (i, seq) in self.running.iter().enumerate() {
             let at = seq.n_cached();
             if at < seq.n_prompt {
                 let n = seq.chunk_end(at, c) - at;
-                if any && n > budget {
+                // An embedding's input is one chunk, which may exceed what the decodes leave.
+                // The first prompt in line then runs over the budget — else a steady
+                // generation load would hold it back forever — once the decodes have had as
+                // much time alone as such steps took: half the time each while both wait.
+                let whole = first_prompt && seq.embed.is_some() && self.embed_debt.is_zero();
+                first_prompt = false;
+                if any && n > budget && !whole {
                     break; // FIFO: later prompts wait rather than overtake this one
                 }
                 take[i] = n;
@@ -354,10 +366,25 @@ impl Scheduler {
             }
         }
         self.inject_step_fault(&take);
+        let fed = |s: &Sequence, n: usize| n > 0 && (s.n_cached() >= s.n_prompt || s.embed.is_some());
+        let decodes = self.running.iter().zip(&take).any(|(s, &n)| fed(s, n) && s.embed.is_none());
+        let embeds = self.running.iter().zip(&take).any(|(s, &n)| fed(s, n) && s.embed.is_some());
+        let t0 = Instant::now();
+        let result = self.forward_and_sample(&take);
+        match (decodes, embeds) {
+            (true, true) => self.embed_debt += t0.elapsed(),
+            (true, false) => self.embed_debt = self.embed_debt.saturating_sub(t0.elapsed()),
+            _ => {}
+        }
+        result
+    }
+
+    /// Runs the model over the step `take` plans and samples (or pools) its outputs.
+    fn forward_and_sample(&mut self, take: &[usize]) -> crate::Result<()> {
         let n_embd = self.model.info().n_embd;
         let out = {
             let mut batch: Vec<StepSeq<'_>> = Vec::with_capacity(self.running.len());
-            for (seq, &n) in self.running.iter_mut().zip(&take) {
+            for (seq, &n) in self.running.iter_mut().zip(take) {
                 if n > 0 {
                     let Sequence { tokens, cache, images, embed, .. } = &mut **seq;
                     let at = cache.len();
@@ -372,9 +399,9 @@ impl Scheduler {
             // Read in place: a copy of every row's logits is megabytes per step at batch 8.
             Some(logits) => {
                 let n_vocab = logits.dim(1)?;
-                with_host_f32(logits, |logits| self.sample_rows(&take, logits, n_vocab, &out.hidden))?
+                with_host_f32(logits, |logits| self.sample_rows(take, logits, n_vocab, &out.hidden))?
             }
-            None => self.sample_rows(&take, &[], 0, &out.hidden),
+            None => self.sample_rows(take, &[], 0, &out.hidden),
         }
     }
 
