@@ -25,7 +25,10 @@ const vision = serveModel(vlModel, { contextSize: 512, maxSequences: 4, mmproj: 
 // The tools variants: this model's template has no place for tools, so they are written into the
 // prompt (the generic tool prompt), which needs more than the short context.
 const tooled = serveModel(model, { contextSize: 512, maxSequences: 4 });
-const urlOf = (route: (typeof ROUTES)[number]) => (route.vision ? vision : route.variant === "tools" ? tooled : served).server.url;
+// Rerank goes to a reranker (a classifier head): other models cannot rank.
+const { path: rerankModel } = needs(fixture("tiny-qwen3-rerank-q8_0.gguf"));
+const reranker = serveModel(rerankModel, { contextSize: 512, maxSequences: 4 });
+const urlOf = (route: (typeof ROUTES)[number]) => (route.vision ? vision : route.rerank ? reranker : route.variant === "tools" ? tooled : served).server.url;
 
 serial("the kept corpus of hostile bodies still gets clean answers", async (t) => {
   const corpus = keptCorpus();

@@ -11,7 +11,7 @@ import fc from "fast-check";
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
 /** A route and the valid body its cases start from; a `variant` is a second base on the same path (tools, images). */
-export type Route = { path: string; native: boolean; base: Record<string, unknown>; variant?: string; vision?: boolean };
+export type Route = { path: string; native: boolean; base: Record<string, unknown>; variant?: string; vision?: boolean; rerank?: boolean };
 /** A 1×1 PNG: a valid image for the vision variants. */
 const PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
 const TOOLS = [{ type: "function", function: { name: "get_weather", description: "Weather", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
@@ -31,6 +31,10 @@ export const ROUTES: Route[] = [
     base: { model: "m", messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: `data:image/png;base64,${PNG_1X1}` } }, { type: "text", text: "hi" }] }], max_tokens: 4 },
   },
   { path: "/api/generate", variant: "image", vision: true, native: true, base: { model: "m", prompt: "hi", images: [PNG_1X1], options: { num_predict: 4 } } },
+  { path: "/v1/embeddings", native: false, base: { model: "m", input: ["hi", "there"] } },
+  { path: "/api/embed", native: true, base: { model: "m", input: ["hi", "there"] } },
+  { path: "/api/embeddings", native: true, base: { model: "m", prompt: "hi" } },
+  { path: "/v1/rerank", rerank: true, native: false, base: { model: "m", query: "hi", documents: ["a", "b"] } },
 ];
 
 /** How tests and tables name a route. */
