@@ -46,6 +46,14 @@ export declare class Engine {
    * Errors as `submit`'s (a generation-only option does not apply).
    */
   embed(req: EmbedRequest): Sequence
+  /** Loads a LoRA adapter beside the loaded ones (off the JS thread); resolves to its id. */
+  loadAdapter(spec: LoraAdapterSpec): Promise<number>
+  /** Unloads the adapter named `name` (running sequences finish with it). */
+  unloadAdapter(name: string): void
+  /** The loaded LoRA adapters, by id. */
+  adapters(): Array<LoraAdapter>
+  /** Sets the scales requests that name no adapters get (llama-server's `POST /lora-adapters`). */
+  setAdapterScales(scales: Array<LoraScale>): void
   metrics(): Metrics
   /**
    * `{ ok: false, reason }` once the scheduler thread died (every request then fails with
@@ -223,6 +231,11 @@ export interface GenerateOptions {
   images?: Array<ImageInput>
   /** Ends the answer's thinking block after a number of tokens by forcing its closing marker. */
   reasoningBudget?: ReasoningBudget
+  /**
+   * LoRA adapters for this request with their scales (adapters left out are off); absent:
+   * the engine's default scales.
+   */
+  lora?: Array<LoraScale>
 }
 
 /** A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::GgufHeaderInfo). */
@@ -339,6 +352,8 @@ export interface LoadOptions {
    * pool from what is left after the weights when `kvTokens` is absent. CUDA only.
    */
   gpuMemoryUtilization?: number
+  /** LoRA adapters loaded with the model, in id order (llama-server's `--lora`). */
+  lora?: Array<LoraAdapterSpec>
 }
 
 /** One `logit_bias` entry. */
@@ -352,6 +367,33 @@ export interface LogitBias {
 export interface Logprob {
   id: number
   logprob: number
+}
+
+/** A loaded LoRA adapter (`Engine.adapters()`). */
+export interface LoraAdapter {
+  /** llama-server's adapter id (what requests' `lora: [{ id, scale }]` name). */
+  id: number
+  name: string
+  path: string
+  /** The scale requests that name no adapters get. */
+  scale: number
+  /** Base weights it changes. */
+  targets: number
+}
+
+/** A LoRA adapter to load (a GGUF adapter as llama.cpp writes it). */
+export interface LoraAdapterSpec {
+  path: string
+  /** Default: the file's stem. */
+  name?: string
+  /** The scale requests that name no adapters get (default 1; 0 = loaded, not applied). */
+  scale?: number
+}
+
+/** An adapter and its scale for one request (llama-server's `lora` field). */
+export interface LoraScale {
+  id: number
+  scale: number
 }
 
 /** Engine gauges and counters (wick_core::metrics). */

@@ -48,7 +48,13 @@ fn wick_logits(path: &std::path::Path) -> Vec<f32> {
     let mut cache = kv.new_seq();
     let t = model
         .forward(
-            &mut [StepSeq { tokens: &PROMPT, embeds: Vec::new(), cache: &mut cache, hidden: false }],
+            &mut [StepSeq {
+                tokens: &PROMPT,
+                embeds: Vec::new(),
+                cache: &mut cache,
+                hidden: false,
+                lora: None,
+            }],
             &mut kv,
         )
         .expect("forward");

@@ -7,6 +7,7 @@ pub mod engine;
 pub mod error;
 pub mod gguf;
 pub mod kernels;
+pub mod lora;
 pub mod metrics;
 pub mod models;
 pub mod request;

@@ -37,6 +37,9 @@ pub struct GenerateRequest {
     /// come back pooled as one `Event::Embedding`, and nothing is generated (sampling,
     /// `max_tokens` and the rest do not apply).
     pub embed: Option<EmbedOptions>,
+    /// LoRA adapters by id (`Engine::adapters`) with their scales; None: the engine's
+    /// defaults (llama-server's global scales, `Engine::set_adapter_scales`).
+    pub lora: Option<Vec<(usize, f32)>>,
 }
 
 /// How long a thinking block may run, and its markers as token ids.
@@ -78,6 +81,7 @@ impl GenerateRequest {
             images: Vec::new(),
             reasoning_budget: None,
             embed: None,
+            lora: None,
         }
     }
 

@@ -262,7 +262,7 @@ fn a_reused_prefix_restores_the_same_state_on_the_device_path() {
     m.kv.register_full(&mut first, &p);
     m.kv.release(&mut first);
     let mut second = m.kv.new_seq();
-    let reused = m.kv.reuse_prefix(&mut second, &p[..p.len() - 1]).unwrap();
+    let reused = m.kv.reuse_prefix(&mut second, &p[..p.len() - 1], 0).unwrap();
     assert_eq!(reused, 128);
     let warm = rows(&m.model.forward(&mut [StepSeq::tokens(&p[reused..], &mut second)], &mut m.kv).unwrap())
         .remove(0);

@@ -42,6 +42,56 @@ pub struct LoadOptions {
     /// Share of the GPU's memory to fill (vLLM's `--gpu-memory-utilization`): sizes the KV
     /// pool from what is left after the weights when `kvTokens` is absent. CUDA only.
     pub gpu_memory_utilization: Option<f64>,
+    /// LoRA adapters loaded with the model, in id order (llama-server's `--lora`).
+    pub lora: Option<Vec<LoraAdapterSpec>>,
+}
+
+/// A LoRA adapter to load (a GGUF adapter as llama.cpp writes it).
+#[napi(object)]
+pub struct LoraAdapterSpec {
+    pub path: String,
+    /// Default: the file's stem.
+    pub name: Option<String>,
+    /// The scale requests that name no adapters get (default 1; 0 = loaded, not applied).
+    pub scale: Option<f64>,
+}
+
+impl From<LoraAdapterSpec> for wick_core::engine::LoraSpec {
+    fn from(s: LoraAdapterSpec) -> Self {
+        Self { path: s.path.into(), name: s.name, scale: s.scale.unwrap_or(1.0) as f32 }
+    }
+}
+
+/// A loaded LoRA adapter (`Engine.adapters()`).
+#[napi(object)]
+pub struct LoraAdapter {
+    /// llama-server's adapter id (what requests' `lora: [{ id, scale }]` name).
+    pub id: u32,
+    pub name: String,
+    pub path: String,
+    /// The scale requests that name no adapters get.
+    pub scale: f64,
+    /// Base weights it changes.
+    pub targets: u32,
+}
+
+impl From<wick_core::engine::AdapterInfo> for LoraAdapter {
+    fn from(a: wick_core::engine::AdapterInfo) -> Self {
+        Self {
+            id: a.id as u32,
+            name: a.name,
+            path: a.path.display().to_string(),
+            scale: a.scale as f64,
+            targets: a.targets as u32,
+        }
+    }
+}
+
+/// An adapter and its scale for one request (llama-server's `lora` field).
+#[napi(object)]
+pub struct LoraScale {
+    pub id: u32,
+    pub scale: f64,
 }
 
 /// What a loaded engine reports (`Engine.info()`, the `ModelInfo` type in JS): the model, its
@@ -354,6 +404,9 @@ pub struct GenerateOptions {
     pub images: Option<Vec<ImageInput>>,
     /// Ends the answer's thinking block after a number of tokens by forcing its closing marker.
     pub reasoning_budget: Option<ReasoningBudget>,
+    /// LoRA adapters for this request with their scales (adapters left out are off); absent:
+    /// the engine's default scales.
+    pub lora: Option<Vec<LoraScale>>,
 }
 
 /// A thinking block's budget and its markers as token ids.
@@ -467,6 +520,7 @@ impl From<GenerateOptions> for GenerateRequest {
                 })
                 .collect(),
             embed: None,
+            lora: o.lora.map(|l| l.iter().map(|x| (x.id as usize, x.scale as f32)).collect()),
         }
     }
 }

@@ -18,7 +18,7 @@ use wick_core::request::EventReceiver;
 use error::{blocking, guarded, guarded_core, js_error, promise, to_js, Result};
 use js_objects::{
     EmbedRequest, EngineHealth, EngineInfoJs, GenerateOptions, GgufInfo, InspectOptions, LoadOptions,
-    Metrics, SequenceEvent,
+    LoraAdapter, LoraAdapterSpec, LoraScale, Metrics, SequenceEvent,
 };
 use wick_core::engine::Canceller;
 use wick_core::WickError;
@@ -60,6 +60,7 @@ impl Engine {
         }
         o.gpu_layers = opts.gpu_layers.map(|n| n as usize);
         o.gpu_memory_utilization = opts.gpu_memory_utilization.map(|u| u as f32);
+        o.lora = opts.lora.unwrap_or_default().into_iter().map(Into::into).collect();
         promise(env, async move {
             let engine =
                 blocking(|| wick_core::Engine::load(o), WickError::load("the loader panicked")).await?;
@@ -127,6 +128,36 @@ impl Engine {
             let handle = self.inner.submit(req.into())?;
             let canceller = handle.canceller();
             Ok(Sequence { events: Arc::new(Mutex::new(handle.events)), canceller })
+        })
+    }
+
+    /// Loads a LoRA adapter beside the loaded ones (off the JS thread); resolves to its id.
+    #[napi(catch_unwind)]
+    pub fn load_adapter(&self, env: &Env, spec: LoraAdapterSpec) -> napi::Result<AsyncBlock<u32>> {
+        let inner = self.inner.clone();
+        let spec: wick_core::engine::LoraSpec = spec.into();
+        let load = move || inner.load_adapter(&spec).map(|id| id as u32);
+        promise(env, blocking(load, WickError::load("loading the adapter panicked")))
+    }
+
+    /// Unloads the adapter named `name` (running sequences finish with it).
+    #[napi(catch_unwind)]
+    pub fn unload_adapter(&self, env: &Env, name: String) -> napi::Result<()> {
+        guarded_core(env, "unloadAdapter", || self.inner.unload_adapter(&name))
+    }
+
+    /// The loaded LoRA adapters, by id.
+    #[napi(catch_unwind)]
+    pub fn adapters(&self) -> Result<Vec<LoraAdapter>> {
+        guarded("adapters", || Ok(self.inner.adapters().into_iter().map(Into::into).collect()))
+    }
+
+    /// Sets the scales requests that name no adapters get (llama-server's `POST /lora-adapters`).
+    #[napi(catch_unwind)]
+    pub fn set_adapter_scales(&self, env: &Env, scales: Vec<LoraScale>) -> napi::Result<()> {
+        guarded_core(env, "setAdapterScales", || {
+            let s: Vec<(usize, f32)> = scales.iter().map(|x| (x.id as usize, x.scale as f32)).collect();
+            self.inner.set_adapter_scales(&s)
         })
     }
 

@@ -100,10 +100,11 @@ impl BlockPool {
     }
 
     /// The cached blocks holding the longest prefix of `tokens` made of whole blocks, each
-    /// with a new reference taken, and the hash chain up to their end.
-    pub fn lookup(&mut self, tokens: &[u32]) -> (Vec<BlockId>, u64) {
+    /// with a new reference taken, and the hash chain up to their end. The chain starts at
+    /// `salt` (what else the KV depends on: the LoRA adapters; 0 for none).
+    pub fn lookup(&mut self, tokens: &[u32], salt: u64) -> (Vec<BlockId>, u64) {
         let mut found = Vec::new();
-        let mut h = 0u64;
+        let mut h = salt;
         for chunk in tokens.chunks_exact(self.block_size) {
             let next = chain_hash(h, chunk);
             let Some(&b) = self.by_hash.get(&next) else { break };
@@ -170,12 +171,12 @@ mod tests {
             p.register(*b, h);
         }
         p.release(&blocks);
-        let (found, _) = p.lookup(&toks);
+        let (found, _) = p.lookup(&toks, 0);
         assert_eq!(found, blocks[..2].to_vec(), "10 tokens = 2 whole blocks");
         let mut other = toks.clone();
         other[5] = 99;
         p.release(&found);
-        assert_eq!(p.lookup(&other).0, blocks[..1].to_vec(), "diverges in block 2");
+        assert_eq!(p.lookup(&other, 0).0, blocks[..1].to_vec(), "diverges in block 2");
     }
 
     #[test]
@@ -198,7 +199,7 @@ mod tests {
         p.register(a, 7);
         assert_eq!(p.allocate(), None);
         p.release(&[a]);
-        let (found, _) = p.lookup(&[0, 0]);
+        let (found, _) = p.lookup(&[0, 0], 0);
         assert!(found.is_empty(), "hash of [0,0] is not 7");
     }
 }

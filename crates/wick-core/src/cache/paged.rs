@@ -187,11 +187,13 @@ impl KvPool {
     /// Starts an empty `seq` on the longest cached prefix of `tokens` made of whole blocks:
     /// takes those blocks, restores the conv states saved at the prefix's end, and returns
     /// the number of tokens reused. The caller passes only tokens it may skip.
-    pub fn reuse_prefix(&mut self, seq: &mut SeqCache, tokens: &[u32]) -> Result<usize> {
+    pub fn reuse_prefix(&mut self, seq: &mut SeqCache, tokens: &[u32], salt: u64) -> Result<usize> {
         if !self.prefix_cache || !seq.is_empty() || !seq.blocks.is_empty() {
             return Ok(0);
         }
-        let (found, chain) = self.alloc.lookup(tokens);
+        // The blocks it fills are registered on the same chain.
+        seq.chain = salt;
+        let (found, chain) = self.alloc.lookup(tokens, salt);
         let Some(&last) = found.last() else { return Ok(0) };
         for (layer, snaps) in self.conv.iter_mut().enumerate() {
             let (Some(snaps), Some(Some(state))) = (snaps, seq.layers.get_mut(layer)) else { continue };
@@ -515,7 +517,7 @@ mod tests {
         assert_eq!((pool.n_used(), pool.n_cached()), (0, 2));
 
         let mut again = pool.new_seq();
-        assert_eq!(pool.reuse_prefix(&mut again, &tokens[..149]).unwrap(), 128);
+        assert_eq!(pool.reuse_prefix(&mut again, &tokens[..149], 0).unwrap(), 128);
         assert_eq!(again.len(), 128);
         let (state, _) = again.conv_mut(1).unwrap();
         let s = state.get(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
@@ -523,7 +525,7 @@ mod tests {
         let mut diverged = tokens.clone();
         diverged[70] = 999;
         let mut third = pool.new_seq();
-        assert_eq!(pool.reuse_prefix(&mut third, &diverged).unwrap(), 64, "block 1 differs");
+        assert_eq!(pool.reuse_prefix(&mut third, &diverged, 0).unwrap(), 64, "block 1 differs");
     }
 
     #[test]

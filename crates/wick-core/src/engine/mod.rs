@@ -11,6 +11,7 @@ use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
 use crate::embed::{EmbedHead, EmbedOptions, Pooling};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::lora::{Adapter, BaseTensors, LoraMix};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::vision::{VisionModel, VisionOptions};
 use crate::models::{self, ModelHparams};
@@ -75,6 +76,39 @@ pub struct EngineOptions {
     /// KV pool gets what this share leaves after the weights, unless `kv_tokens` is set.
     /// Ignored off CUDA.
     pub gpu_memory_utilization: Option<f32>,
+    /// LoRA adapters loaded with the model (llama-server's `--lora` / `--lora-scaled`, vLLM's
+    /// `--lora-modules`), in id order.
+    pub lora: Vec<LoraSpec>,
+}
+
+/// An adapter to load: its GGUF, its name (the file stem when None), and the scale requests
+/// that name no adapters get it at (llama-server's global scale; 0 = loaded, not applied).
+#[derive(Debug, Clone)]
+pub struct LoraSpec {
+    pub path: PathBuf,
+    pub name: Option<String>,
+    pub scale: f32,
+}
+
+/// A loaded adapter as the APIs list it.
+#[derive(Debug, Clone)]
+pub struct AdapterInfo {
+    pub id: usize,
+    pub name: String,
+    pub path: PathBuf,
+    /// The scale requests that name no adapters get.
+    pub scale: f32,
+    /// Base weights it changes.
+    pub targets: usize,
+}
+
+/// The engine's adapters by id (an unloaded adapter's id is not reused) with their default
+/// scales, and what they are checked against.
+struct Adapters {
+    list: Vec<Option<(Arc<Adapter>, f32)>>,
+    base: BaseTensors,
+    arch: String,
+    placement: Placement,
 }
 
 impl EngineOptions {
@@ -97,6 +131,7 @@ impl EngineOptions {
             device: DeviceChoice::Auto,
             gpu_layers: None,
             gpu_memory_utilization: None,
+            lora: Vec::new(),
         }
     }
 }
@@ -225,6 +260,7 @@ pub struct Engine {
     health: Arc<Health>,
     vision: Option<Arc<VisionModel>>,
     embed_head: Option<Arc<EmbedHead>>,
+    adapters: std::sync::RwLock<Adapters>,
 }
 
 impl Engine {
@@ -252,6 +288,20 @@ impl Engine {
                 ..ModelHparams::default()
             },
         };
+        let mut adapters = Adapters {
+            list: vec![],
+            base: gguf.tensors.iter().map(|t| (t.name.clone(), t.dims.clone())).collect(),
+            arch: model_info.architecture.clone(),
+            placement: device.clone(),
+        };
+        if opts.vocab_only && !opts.lora.is_empty() {
+            return Err(WickError::InvalidRequest(
+                "LoRA adapters need the model's weights (not vocab-only)".into(),
+            ));
+        }
+        for spec in &opts.lora {
+            adapters.load(spec)?;
+        }
         let embed_head = match &model {
             Some(m) => Some(Arc::new(EmbedHead::load(&gguf, m.info().n_embd, m.causal())?)),
             None => None,
@@ -325,6 +375,7 @@ impl Engine {
             health,
             vision,
             embed_head,
+            adapters: std::sync::RwLock::new(adapters),
         })
     }
 
@@ -361,6 +412,7 @@ impl Engine {
             Some(opts) => self.check_embedding(&req, opts, n_prompt)?,
             None => self.check_generation(&req, n_prompt)?,
         };
+        let lora = self.lora_mix(req.lora.as_deref())?;
         // Before taking the runner lock: compiling a large grammar takes a while.
         let grammar = req.grammar.as_ref().map(|g| self.grammars.compile(g)).transpose()?;
         let guard = self.runner.lock().map_err(|_| WickError::EngineStopped)?;
@@ -376,7 +428,7 @@ impl Engine {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, events) = event_channel(self.max_unread_events);
         let cancel = Arc::new(AtomicBool::new(false));
-        let seq = Sequence::new(req, prompt, grammar, limit, tx, cancel.clone());
+        let seq = Sequence::new(req, prompt, grammar, lora, limit, tx, cancel.clone());
         self.metrics.waiting.fetch_add(1, Ordering::Relaxed);
         if runner.tx.send(Command::Submit(Box::new(seq))).is_err() {
             self.metrics.waiting.fetch_sub(1, Ordering::Relaxed);
@@ -384,6 +436,93 @@ impl Engine {
         }
         drop(dead);
         Ok(SequenceHandle { id, events, canceller: Canceller { cancel, wake: runner.tx.clone() } })
+    }
+
+    /// The adapters a request runs with: those it names, else the engine's defaults; in id
+    /// order, scale-0 ones left out.
+    fn lora_mix(&self, asked: Option<&[(usize, f32)]>) -> Result<LoraMix> {
+        let set =
+            self.adapters.read().map_err(|_| WickError::Internal("the adapter list is poisoned".into()))?;
+        let mut mix: LoraMix = match asked {
+            None => set.list.iter().flatten().map(|(a, s)| (a.clone(), *s)).collect(),
+            Some(list) => list
+                .iter()
+                .map(|&(id, scale)| match set.list.get(id).and_then(Option::as_ref) {
+                    Some((a, _)) if scale.is_finite() => Ok((a.clone(), scale)),
+                    Some(_) => Err(WickError::InvalidRequest(format!(
+                        "LoRA adapter {id}: scale {scale} is not finite"
+                    ))),
+                    None => Err(WickError::InvalidRequest(format!("there is no LoRA adapter with id {id}"))),
+                })
+                .collect::<Result<_>>()?,
+        };
+        mix.retain(|(_, s)| *s != 0.0);
+        mix.sort_by_key(|(a, _)| a.id);
+        mix.dedup_by_key(|(a, _)| a.id);
+        Ok(mix)
+    }
+
+    /// Loads an adapter beside the running ones (vLLM's `/v1/load_lora_adapter`); its id.
+    pub fn load_adapter(&self, spec: &LoraSpec) -> Result<usize> {
+        if self.info.vocab_only {
+            return Err(WickError::InvalidRequest(
+                "LoRA adapters need the model's weights (not vocab-only)".into(),
+            ));
+        }
+        let mut set =
+            self.adapters.write().map_err(|_| WickError::Internal("the adapter list is poisoned".into()))?;
+        set.load(spec)
+    }
+
+    /// Unloads the adapter named `name`; sequences running with it finish with it.
+    pub fn unload_adapter(&self, name: &str) -> Result<()> {
+        let mut set =
+            self.adapters.write().map_err(|_| WickError::Internal("the adapter list is poisoned".into()))?;
+        let slot = set.list.iter_mut().find(|e| e.as_ref().is_some_and(|(a, _)| a.name == name));
+        match slot {
+            Some(e) => {
+                *e = None;
+                Ok(())
+            }
+            None => Err(WickError::InvalidRequest(format!("there is no LoRA adapter named `{name}`"))),
+        }
+    }
+
+    /// The loaded adapters, by id.
+    pub fn adapters(&self) -> Vec<AdapterInfo> {
+        let Ok(set) = self.adapters.read() else { return vec![] };
+        set.list
+            .iter()
+            .flatten()
+            .map(|(a, scale)| AdapterInfo {
+                id: a.id,
+                name: a.name.clone(),
+                path: a.path.clone(),
+                scale: *scale,
+                targets: a.n_targets(),
+            })
+            .collect()
+    }
+
+    /// Sets the scales requests that name no adapters get (llama-server's `POST
+    /// /lora-adapters`); adapters left out keep theirs.
+    pub fn set_adapter_scales(&self, scales: &[(usize, f32)]) -> Result<()> {
+        let mut set =
+            self.adapters.write().map_err(|_| WickError::Internal("the adapter list is poisoned".into()))?;
+        for &(id, scale) in scales {
+            if !scale.is_finite() {
+                return Err(WickError::InvalidRequest(format!(
+                    "LoRA adapter {id}: scale {scale} is not finite"
+                )));
+            }
+            match set.list.get_mut(id).and_then(Option::as_mut) {
+                Some((_, s)) => *s = scale,
+                None => {
+                    return Err(WickError::InvalidRequest(format!("there is no LoRA adapter with id {id}")))
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A generation request's token limit, once its lengths and the model allow it.
@@ -528,6 +667,30 @@ fn load_tokenizer_and_model(
             tokenizer.join().map_err(|_| WickError::Internal("the tokenizer build panicked".into()))??;
         Ok::<_, WickError>((Arc::new(tokenizer), model.transpose()?))
     })
+}
+
+impl Adapters {
+    fn load(&mut self, spec: &LoraSpec) -> Result<usize> {
+        let name = match &spec.name {
+            Some(n) => n.clone(),
+            None => spec.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        };
+        if !spec.scale.is_finite() {
+            return Err(WickError::InvalidRequest(format!(
+                "LoRA adapter `{name}`: scale {} is not finite",
+                spec.scale
+            )));
+        }
+        if self.list.iter().flatten().any(|(a, _)| a.name == name) {
+            return Err(WickError::InvalidRequest(format!(
+                "a LoRA adapter named `{name}` is already loaded"
+            )));
+        }
+        let id = self.list.len();
+        let a = Adapter::load(&spec.path, id, &name, &self.arch, &self.base, &self.placement)?;
+        self.list.push(Some((Arc::new(a), spec.scale)));
+        Ok(id)
+    }
 }
 
 /// The vision projector, when one is asked for and the engine generates; its embedding width

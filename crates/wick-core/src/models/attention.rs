@@ -11,6 +11,7 @@ use crate::cache::{KvPool, KvWrite, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::{attend_many, with_host_f32, SeqAttn};
+use crate::lora::{LoraMix, LoraRows};
 use crate::runtime::device::Placement;
 
 /// Where one sequence's new tokens sit in the step.
@@ -39,6 +40,11 @@ pub struct BatchPlan {
     pub out_row_pos: Vec<RowPos>,
     /// Where in `out_rows` each sequence's part starts, and whether it is hidden states.
     pub outs: Vec<(usize, bool)>,
+    /// The step's LoRA work on all rows, on the read-out rows, and on the rows whose logits are
+    /// taken (a subset of those when some sequence wants hidden states); None without adapters.
+    pub lora: Option<LoraRows>,
+    pub lora_out: Option<LoraRows>,
+    pub lora_logits: Option<LoraRows>,
     /// The exact CPU path runs the step (else the device path: `runtime::device`).
     pub exact: bool,
 }
@@ -88,6 +94,33 @@ impl BatchPlan {
                 out_row_pos.push(RowPos::SINGLE);
             }
         }
+        let mixes: Vec<Option<&LoraMix>> = batch.iter().map(|s| s.lora.filter(|m| !m.is_empty())).collect();
+        let (lora, lora_out, lora_logits) = match mixes.iter().any(Option::is_some) {
+            false => (None, None, None),
+            true => {
+                let rows = &rows;
+                let all: Vec<(usize, RowPos)> = spans
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(si, sp)| (sp.start..sp.start + sp.len).map(move |r| (si, rows[r])))
+                    .collect();
+                let mut out = vec![];
+                let mut logits = vec![];
+                for (si, (s, sp)) in batch.iter().zip(&spans).enumerate() {
+                    if s.hidden {
+                        out.extend((0..sp.len).map(|i| (si, rows[sp.start + i])));
+                    } else {
+                        out.push((si, RowPos::SINGLE));
+                        logits.push((si, RowPos::SINGLE));
+                    }
+                }
+                (
+                    LoraRows::new(&all, &mixes, dev)?,
+                    LoraRows::new(&out, &mixes, dev)?,
+                    LoraRows::new(&logits, &mixes, dev)?,
+                )
+            }
+        };
         // Each sequence's last row, unless one wants hidden states.
         let out_rows = match batch.iter().any(|s| s.hidden) {
             true => Tensor::from_vec(out, out_row_pos.len(), dev)?,
@@ -101,6 +134,9 @@ impl BatchPlan {
             out_rows,
             out_row_pos,
             outs,
+            lora,
+            lora_out,
+            lora_logits,
             rows,
             exact: dev.exact(),
         })
@@ -195,7 +231,7 @@ impl Attention {
         let rows = &plan.rows;
         let [q, k, v]: [Tensor; 3] = self
             .qkv
-            .forward(x, rows)?
+            .forward(x, rows, plan.lora.as_ref())?
             .try_into()
             .map_err(|_| WickError::Internal("attention: Q, K and V expected".into()))?;
         let mut q = q.reshape((n, self.n_head, hd))?;
@@ -210,7 +246,7 @@ impl Attention {
         let scale = 1.0 / (hd as f64).sqrt();
         if !plan.exact {
             let o = self.attend_on_device(&q, &k, &v, plan, layer, kv, caches, window, scale)?;
-            return self.o.forward(&o, rows);
+            return self.o.forward_lora(&o, rows, plan.lora.as_ref());
         }
         let row = self.n_kv_head * hd;
         with_host_f32(&k, |kh| {
@@ -246,7 +282,7 @@ impl Attention {
             attend_many(&seqs, self.n_head, scale as f32, window)
         })?;
         let o = Tensor::from_vec(o, (n, q_row), x.device())?;
-        self.o.forward(&o, rows)
+        self.o.forward_lora(&o, rows, plan.lora.as_ref())
     }
 
     /// The device path's cache append and attention, sequence by sequence, on candle ops:

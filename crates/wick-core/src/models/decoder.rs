@@ -181,8 +181,9 @@ impl Model for Decoder {
         // Not for a mixture of experts: each thread would stream every expert its share of
         // the tokens selects, where one pass over the batch streams each selected expert once.
         let moe = self.blocks.iter().any(|b| matches!(b.ffn, Ffn::Moe(_)));
-        if self.placement.exact() && threads > 1 && !moe && !plan.any_hidden() && row_parallel(batch, threads)
-        {
+        // Nor with adapters: a share's rows would need their own LoRA groups.
+        let plain = !plan.any_hidden() && plan.lora.is_none();
+        if self.placement.exact() && threads > 1 && !moe && plain && row_parallel(batch, threads) {
             let logits = self.forward_row_parallel(batch, kv, threads)?;
             return Ok(StepOutput { logits: Some(logits), hidden: Vec::new() });
         }
@@ -290,16 +291,16 @@ impl Decoder {
                 None => y,
             };
             x = (x + y)?;
-            let mut rows = &plan.rows;
+            let (mut rows, mut lora) = (&plan.rows, plan.lora.as_ref());
             if il + 1 == n_blocks {
                 // Only the last token of each sequence is read out (every token of one that
                 // wants hidden states): skip the rest of the last FFN. llama.cpp does the
                 // same, so those rows go through its single-row kernels.
                 x = x.index_select(&plan.out_rows, 0)?;
-                rows = &plan.out_row_pos;
+                (rows, lora) = (&plan.out_row_pos, plan.lora_out.as_ref());
             }
             let h = b.ffn_norm.forward(&x)?;
-            let y = b.ffn.forward(&h, rows)?;
+            let y = b.ffn.forward(&h, rows, lora)?;
             let y = match &b.post_ffn_norm {
                 Some(n) => n.forward(&y)?,
                 None => y,
@@ -314,7 +315,7 @@ impl Decoder {
         }
         let x = self.norm.forward(&x)?;
         if !plan.any_hidden() {
-            let logits = self.head.forward(&x, &plan.last_row_pos)?;
+            let logits = self.head.forward_lora(&x, &plan.last_row_pos, plan.lora_out.as_ref())?;
             return Ok(StepOutput { logits: Some(logits), hidden: Vec::new() });
         }
         let (mut hidden, mut logit_rows) = (vec![], vec![]);
@@ -328,7 +329,8 @@ impl Decoder {
             0 => None,
             n => {
                 let rows = Tensor::from_vec(logit_rows, n, x.device())?;
-                Some(self.head.forward(&x.index_select(&rows, 0)?, &vec![RowPos::SINGLE; n])?)
+                let x = x.index_select(&rows, 0)?;
+                Some(self.head.forward_lora(&x, &vec![RowPos::SINGLE; n], plan.lora_logits.as_ref())?)
             }
         };
         Ok(StepOutput { logits, hidden })

@@ -11,6 +11,7 @@ use super::moe::Moe;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
+use crate::lora::LoraRows;
 use crate::runtime::device::Placement;
 
 pub enum Ffn {
@@ -19,9 +20,11 @@ pub enum Ffn {
 }
 
 impl Ffn {
-    pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
+    /// `lora`: the step's adapters on these rows (a mixture of experts takes none: its
+    /// adapters are refused at load).
+    pub fn forward(&self, x: &Tensor, rows: &[RowPos], lora: Option<&LoraRows>) -> Result<Tensor> {
         match self {
-            Ffn::Dense(m) => m.forward(x, rows),
+            Ffn::Dense(m) => m.forward(x, rows, lora),
             Ffn::Moe(m) => m.forward(x, rows),
         }
     }
@@ -59,10 +62,10 @@ impl Mlp {
             exact: dev.exact(),
         })
     }
-    pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, rows: &[RowPos], lora: Option<&LoraRows>) -> Result<Tensor> {
         let [g, u]: [Tensor; 2] = self
             .gate_up
-            .forward(x, rows)?
+            .forward(x, rows, lora)?
             .try_into()
             .map_err(|_| WickError::Internal("mlp: gate and up expected".into()))?;
         let h = match (self.act, self.exact) {
@@ -72,7 +75,7 @@ impl Mlp {
             (Gate::Silu, false) => (g.silu()? * u)?,
             (Gate::GeluTanh, false) => geglu_on_device(&g, &u)?,
         };
-        self.down.forward(&h, rows)
+        self.down.forward_lora(&h, rows, lora)
     }
 }
 

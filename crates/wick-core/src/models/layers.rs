@@ -12,6 +12,7 @@ use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::{rms_norm, rope};
 use crate::kernels::cpu::matmul;
 use crate::kernels::{with_host_f32, PackedWeight};
+use crate::lora::LoraRows;
 use crate::runtime::device::Placement;
 
 /// Width, depth, heads, KV heads per layer, FFN width and norm ε of a llama-style stack.
@@ -157,11 +158,14 @@ pub use crate::kernels::RowPos;
 pub struct Linear {
     w: Weight,
     bias: Option<Tensor>,
+    /// The weight's GGUF name, which LoRA adapters name their targets by.
+    name: Option<Arc<str>>,
 }
 
 impl Linear {
     pub fn load(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Placement) -> Result<Self> {
-        let w = gguf_weight(g, &format!("{name}.weight"), n_in, n_out, dev)?;
+        let weight_name = format!("{name}.weight");
+        let w = gguf_weight(g, &weight_name, n_in, n_out, dev)?;
         let bias_name = format!("{name}.bias");
         let bias = if g.has(&bias_name) {
             g.expect_dims(&bias_name, &[n_out])?;
@@ -169,16 +173,27 @@ impl Linear {
         } else {
             None
         };
-        Ok(Self { w, bias })
+        Ok(Self { w, bias, name: Some(weight_name.into()) })
+    }
+
+    /// GGUF tensor `name` (the whole name) as a weight of dims `{n_in, n_out}`, no bias.
+    pub fn load_weight(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Placement) -> Result<Self> {
+        Ok(Self { w: gguf_weight(g, name, n_in, n_out, dev)?, bias: None, name: None })
     }
 
     pub fn from_qtensor(w: Arc<QTensor>, dev: &Placement) -> Result<Self> {
-        Ok(Self { w: weight(w, dev)?, bias: None })
+        Ok(Self { w: weight(w, dev)?, bias: None, name: None })
     }
 
     /// `x`: `[n, in]` f32 → `[n, out]` f32; `rows[i]` says where row i sits in its sequence's
     /// part of the step (it picks llama.cpp's single- or multi-row kernel for that row).
     pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
+        self.forward_lora(x, rows, None)
+    }
+
+    /// `forward` with the step's LoRA adapters added on their rows before the bias, as
+    /// llama.cpp's `build_lora_mm` adds them.
+    pub fn forward_lora(&self, x: &Tensor, rows: &[RowPos], lora: Option<&LoraRows>) -> Result<Tensor> {
         let x = x.contiguous()?;
         let y = match &self.w {
             Weight::Candle(w) => w.forward(&x)?,
@@ -195,6 +210,10 @@ impl Linear {
                 Tensor::from_vec(y, (rows.len(), w.dims().0), x.device())?
             }
         };
+        let y = match (lora, &self.name) {
+            (Some(l), Some(name)) => l.add(name, &x, y)?,
+            _ => y,
+        };
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
@@ -206,7 +225,7 @@ impl Linear {
 /// one type run as one concatenated weight (`PackedWeight::concat`): the input is quantized
 /// once and the pool makes one pass for all of them; each output is what its own layer gives.
 pub enum Linears {
-    Fused { w: PackedWeight, biases: Vec<Option<Tensor>> },
+    Fused { w: PackedWeight, biases: Vec<Option<Tensor>>, names: Vec<Option<Arc<str>>> },
     Apart(Vec<Linear>),
 }
 
@@ -221,6 +240,7 @@ impl Linears {
             return Ok(Self::Apart(each));
         }
         // Freshly loaded, so each `Arc` is the only one.
+        let names: Vec<Option<Arc<str>>> = each.iter().map(|l| l.name.clone()).collect();
         let (ws, biases): (Vec<PackedWeight>, Vec<Option<Tensor>>) = each
             .into_iter()
             .filter_map(|l| match l.w {
@@ -232,29 +252,35 @@ impl Linears {
             return Err(WickError::Internal("a packed weight was shared while loading".into()));
         }
         Ok(match PackedWeight::concat(ws) {
-            Ok(w) => Self::Fused { w, biases },
+            Ok(w) => Self::Fused { w, biases, names },
             Err(ws) => Self::Apart(
                 ws.into_iter()
                     .zip(biases)
-                    .map(|(p, bias)| Linear { w: Weight::Packed(Arc::new(p)), bias })
+                    .zip(names)
+                    .map(|((p, bias), name)| Linear { w: Weight::Packed(Arc::new(p)), bias, name })
                     .collect(),
             ),
         })
     }
 
-    /// Each layer's `[n, out]` for `x`: `[n, in]` (see `Linear::forward`).
-    pub fn forward(&self, x: &Tensor, rows: &[RowPos]) -> Result<Vec<Tensor>> {
+    /// Each layer's `[n, out]` for `x`: `[n, in]` (see `Linear::forward_lora`).
+    pub fn forward(&self, x: &Tensor, rows: &[RowPos], lora: Option<&LoraRows>) -> Result<Vec<Tensor>> {
         match self {
-            Self::Apart(ls) => ls.iter().map(|l| l.forward(x, rows)).collect(),
-            Self::Fused { w, biases } => {
+            Self::Apart(ls) => ls.iter().map(|l| l.forward_lora(x, rows, lora)).collect(),
+            Self::Fused { w, biases, names } => {
                 let x = x.contiguous()?;
                 let parts = with_host_f32(&x, |xs| w.matmul_parts(xs, rows))??;
                 parts
                     .into_iter()
                     .zip(biases)
-                    .map(|(y, b)| {
+                    .zip(names)
+                    .map(|((y, b), name)| {
                         let n = y.len() / rows.len().max(1);
                         let y = Tensor::from_vec(y, (rows.len(), n), x.device())?;
+                        let y = match (lora, name) {
+                            (Some(l), Some(name)) => l.add(name, &x, y)?,
+                            _ => y,
+                        };
                         Ok(match b {
                             Some(b) => y.broadcast_add(b)?,
                             None => y,
@@ -337,7 +363,8 @@ impl Embedding {
             },
             Table::Panels(p) => p.clone(),
         };
-        let head = Linear { w: Weight::Packed(packed.clone()), bias: None };
+        // Tied: llama.cpp's head is the embedding tensor, which adapters cannot target.
+        let head = Linear { w: Weight::Packed(packed.clone()), bias: None, name: None };
         Ok((Self { table: Table::Panels(packed), ..self }, head))
     }
     /// `ids`: `[n]` u32 → `[n, d]` f32.

@@ -6,6 +6,7 @@ use candle_core::{Device, Tensor};
 use crate::cache::{KvPool, LayerKind, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::lora::LoraMix;
 use crate::runtime::device::Placement;
 
 mod attention;
@@ -45,6 +46,8 @@ pub struct StepSeq<'a> {
     /// Return the final hidden states of every row of the step (after the output norm)
     /// instead of the last token's logits: an embedding request.
     pub hidden: bool,
+    /// The LoRA adapters this sequence runs with.
+    pub lora: Option<&'a LoraMix>,
 }
 
 /// `rows` input embeddings (`rows × n_embd` values) for `tokens[at..at + rows]`.
@@ -58,7 +61,7 @@ pub struct RowEmbeds<'a> {
 impl<'a> StepSeq<'a> {
     /// A step of plain tokens.
     pub fn tokens(tokens: &'a [u32], cache: &'a mut SeqCache) -> Self {
-        Self { tokens, embeds: Vec::new(), cache, hidden: false }
+        Self { tokens, embeds: Vec::new(), cache, hidden: false, lora: None }
     }
 }
 

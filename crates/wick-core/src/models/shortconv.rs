@@ -65,13 +65,14 @@ impl ShortConv {
         states: &mut [(&mut ConvState, &[BlockId])],
     ) -> Result<Tensor> {
         let d = self.d;
-        let bcx = self.in_proj.forward(u, &plan.rows)?;
+        let lora = plan.lora.as_ref();
+        let bcx = self.in_proj.forward_lora(u, &plan.rows, lora)?;
         if !plan.exact {
             let y = self.gated_conv_on_device(&bcx, plan, layer, kv, states)?;
-            return self.out_proj.forward(&y, &plan.rows);
+            return self.out_proj.forward_lora(&y, &plan.rows, lora);
         }
         let y = with_host_f32(&bcx, |bcx| self.gated_conv_host(bcx, plan, layer, kv, states, u.device()))??;
-        self.out_proj.forward(&Tensor::from_vec(y, (plan.n_tokens(), d), u.device())?, &plan.rows)
+        self.out_proj.forward_lora(&Tensor::from_vec(y, (plan.n_tokens(), d), u.device())?, &plan.rows, lora)
     }
 
     /// The step between the projections in one pass over host memory (no tensor op per

@@ -232,7 +232,7 @@ impl Scheduler {
             let mut cache = self.kv.new_seq();
             // An embedding needs every prompt token's hidden state: nothing can be skipped.
             let skippable = if seq.embed.is_some() { 0 } else { self.skippable(&seq) };
-            let reused = match self.kv.reuse_prefix(&mut cache, &seq.tokens[..skippable]) {
+            let reused = match self.kv.reuse_prefix(&mut cache, &seq.tokens[..skippable], seq.lora_salt) {
                 Ok(n) => n,
                 Err(e) => {
                     self.metrics.waiting.fetch_sub(1, Ordering::Relaxed);
@@ -386,11 +386,12 @@ impl Scheduler {
             let mut batch: Vec<StepSeq<'_>> = Vec::with_capacity(self.running.len());
             for (seq, &n) in self.running.iter_mut().zip(take) {
                 if n > 0 {
-                    let Sequence { tokens, cache, images, embed, .. } = &mut **seq;
+                    let Sequence { tokens, cache, images, embed, lora, .. } = &mut **seq;
                     let at = cache.len();
                     let embeds = images::row_embeds(images, at, at + n, n_embd);
                     let hidden = embed.is_some();
-                    batch.push(StepSeq { tokens: &tokens[at..at + n], embeds, cache, hidden });
+                    let lora = Some(&*lora).filter(|l| !l.is_empty());
+                    batch.push(StepSeq { tokens: &tokens[at..at + n], embeds, cache, hidden, lora });
                 }
             }
             self.model.step(&mut batch, &mut self.kv)?

@@ -10,6 +10,7 @@ use super::images::{Expanded, SeqImage};
 use super::stop::{StopMatcher, StopScan};
 use crate::cache::SeqCache;
 use crate::embed::{EmbedHead, EmbedOptions};
+use crate::lora::LoraMix;
 use crate::metrics::Metrics;
 use crate::request::{
     DoneEvent, Event, EventSender, FinishReason, GenerateRequest, Timings, TokenEvent, Usage,
@@ -49,6 +50,9 @@ pub(crate) struct Sequence {
     stopped_by: Option<String>,
     /// An embedding request: the prompt's hidden states are pooled, nothing is generated.
     pub embed: Option<EmbedOptions>,
+    /// The LoRA adapters it runs with, and the prefix cache's salt for them (0: none).
+    pub lora: LoraMix,
+    pub lora_salt: u64,
     /// The last sample appended a grammar's forced run: the next step feeds every unfed token
     /// at once (a chunk, as a prompt's) rather than one.
     pub feed_run: bool,
@@ -64,10 +68,12 @@ pub(crate) struct Sequence {
 }
 
 impl Sequence {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         req: GenerateRequest,
         prompt: Expanded,
         grammar: Option<Constraint>,
+        lora: LoraMix,
         limit: usize,
         tx: EventSender,
         cancel: Arc<AtomicBool>,
@@ -94,6 +100,8 @@ impl Sequence {
             feed_run: false,
             stopped_by: None,
             embed: req.embed,
+            lora_salt: lora_salt(&lora),
+            lora,
             markers,
             detok: Detokenizer::new(),
             stop: StopMatcher::new(req.stop),
@@ -309,6 +317,15 @@ impl Sequence {
         let _ = self.tx.send(Event::Error(err));
         self.ended = true;
     }
+}
+
+/// What the prefix cache keys a sequence's blocks by besides its tokens: its adapters (ids and
+/// scales), so no KV is shared across adapters. 0 without any.
+fn lora_salt(mix: &LoraMix) -> u64 {
+    mix.iter().fold(0u64, |h, (a, scale)| {
+        let h = (h ^ a.id as u64 ^ 0xA5A5_0000_0000_0000).wrapping_mul(0x0000_0100_0000_01B3);
+        (h ^ scale.to_bits() as u64).wrapping_mul(0x0000_0100_0000_01B3)
+    })
 }
 
 /// The last guard: a sequence dropped without its last event (still in the channel when the

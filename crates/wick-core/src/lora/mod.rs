@@ -1,0 +1,184 @@
+//! LoRA adapters as llama.cpp writes and applies them: a GGUF with `general.type = adapter`,
+//! `adapter.type = lora`, `adapter.lora.alpha` and, per adapted base weight `W` (`{in, out}`),
+//! `W.lora_a` (`{in, r}`) and `W.lora_b` (`{r, out}`). Applied beside the base weights, never
+//! merged: `y = W·x + s·B·(A·x)` (then the bias), `s = scale·alpha/r` (`scale` when alpha is
+//! 0), as `build_lora_mm` computes it — so one loaded model serves many adapters, and the
+//! rows of a step that use different adapters (or none) share the base matmul.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::{Device, Tensor};
+
+use crate::error::{Result, WickError};
+use crate::gguf::GgufFile;
+use crate::kernels::RowPos;
+use crate::models::layers::Linear;
+use crate::runtime::device::Placement;
+
+/// One adapted weight: `A` (`in → r`) and `B` (`r → out`).
+struct LoraWeight {
+    a: Linear,
+    b: Linear,
+    rank: usize,
+}
+
+/// A loaded adapter.
+pub struct Adapter {
+    /// Its place in the engine's list (llama-server's adapter `id`): a sequence with several
+    /// adapters adds them in this order, alone or batched.
+    pub id: usize,
+    /// Its name (a model id for vLLM's API; the file stem by default).
+    pub name: String,
+    pub path: PathBuf,
+    pub alpha: f32,
+    weights: HashMap<String, LoraWeight>,
+}
+
+/// The base model's tensors an adapter is checked against: name → ggml dims.
+pub type BaseTensors = HashMap<String, Vec<usize>>;
+
+impl std::fmt::Debug for Adapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adapter").field("name", &self.name).field("path", &self.path).finish()
+    }
+}
+
+impl Adapter {
+    /// Loads `path` for a base of architecture `arch` whose tensors are `base`, on `dev`.
+    pub fn load(
+        path: &Path,
+        id: usize,
+        name: &str,
+        arch: &str,
+        base: &BaseTensors,
+        dev: &Placement,
+    ) -> Result<Self> {
+        let g = GgufFile::open(path)?;
+        let bad = |why: String| WickError::load(format!("LoRA adapter {}: {why}", path.display()));
+        let m = &g.metadata;
+        if m.opt_str("general.type")? != Some("adapter") || m.opt_str("adapter.type")? != Some("lora") {
+            return Err(bad("not a LoRA adapter (general.type = adapter, adapter.type = lora)".into()));
+        }
+        let own = g.architecture()?;
+        if own != arch {
+            return Err(bad(format!("made for a `{own}` model, the loaded model is `{arch}`")));
+        }
+        let alpha = m.opt_f32("adapter.lora.alpha")?.unwrap_or(0.0);
+        let mut weights = HashMap::new();
+        for t in &g.tensors {
+            let Some(target) = t.name.strip_suffix(".lora_a") else {
+                if !t.name.ends_with(".lora_b") {
+                    return Err(bad(format!("tensor `{}` is neither a lora_a nor a lora_b", t.name)));
+                }
+                continue;
+            };
+            let b_name = format!("{target}.lora_b");
+            let b_info = g.info(&b_name).ok_or_else(|| bad(format!("`{}` has no `{b_name}`", t.name)))?;
+            if target.contains("_exps") || target.contains("ffn_gate_inp") || target == "token_embd.weight" {
+                return Err(bad(format!(
+                    "`{target}`: LoRA on experts, routers and embeddings is not supported"
+                )));
+            }
+            let dims =
+                base.get(target).ok_or_else(|| bad(format!("the base model has no tensor `{target}`")))?;
+            let (&[n_in, rank], &[b_rank, n_out], &[w_in, w_out]) =
+                (&t.dims[..], &b_info.dims[..], &dims[..])
+            else {
+                return Err(bad(format!("`{target}`: lora_a, lora_b and the base weight must be matrices")));
+            };
+            if (n_in, n_out) != (w_in, w_out) || rank != b_rank || rank == 0 {
+                return Err(bad(format!(
+                    "`{target}` is {w_in}→{w_out}, the adapter has lora_a {n_in}→{rank} and lora_b {b_rank}→{n_out} (another base model?)"
+                )));
+            }
+            let a = Linear::load_weight(&g, &t.name, n_in, rank, dev)?;
+            let b = Linear::load_weight(&g, &b_name, rank, n_out, dev)?;
+            weights.insert(target.to_string(), LoraWeight { a, b, rank });
+        }
+        if weights.is_empty() {
+            return Err(bad("it adapts no tensor".into()));
+        }
+        Ok(Self { id, name: name.to_string(), path: path.to_path_buf(), alpha, weights })
+    }
+
+    /// Base weights this adapter changes.
+    pub fn n_targets(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// `build_lora_mm`'s scale for `w` at the request's `scale`.
+    fn scale(&self, w: &LoraWeight, scale: f32) -> f32 {
+        if self.alpha != 0.0 {
+            scale * self.alpha / w.rank as f32
+        } else {
+            scale
+        }
+    }
+}
+
+/// The adapters one sequence runs with, each at its scale, in id order (scale 0 entries dropped).
+pub type LoraMix = Vec<(Arc<Adapter>, f32)>;
+
+/// One step's LoRA work over a set of rows (all the step's, or those read out): per (adapter,
+/// scale), the rows that use it.
+pub struct LoraRows {
+    groups: Vec<Group>,
+}
+
+/// A group's adapter, scale, rows and their places while a step's rows are gathered.
+type Gathered<'a> = (&'a Arc<Adapter>, f32, Vec<u32>, Vec<RowPos>);
+
+struct Group {
+    adapter: Arc<Adapter>,
+    scale: f32,
+    idx: Tensor,
+    pos: Vec<RowPos>,
+}
+
+impl LoraRows {
+    /// `rows[i]` = (the sequence of row i, its `RowPos`); `mixes[s]` = sequence s's adapters.
+    /// None when no row uses one.
+    pub fn new(rows: &[(usize, RowPos)], mixes: &[Option<&LoraMix>], dev: &Device) -> Result<Option<Self>> {
+        // Per (adapter, scale): its rows and their places.
+        let mut found: Vec<Gathered<'_>> = vec![];
+        for (r, &(s, pos)) in rows.iter().enumerate() {
+            for (adapter, scale) in mixes.get(s).copied().flatten().into_iter().flatten() {
+                let at = found.iter().position(|g| Arc::ptr_eq(g.0, adapter) && g.1 == *scale);
+                let i = at.unwrap_or_else(|| {
+                    found.push((adapter, *scale, vec![], vec![]));
+                    found.len() - 1
+                });
+                found[i].2.push(r as u32);
+                found[i].3.push(pos);
+            }
+        }
+        if found.is_empty() {
+            return Ok(None);
+        }
+        // Adapters added in id order on every row, whatever else shares the step.
+        found.sort_by_key(|g| (g.0.id, g.1.to_bits()));
+        let groups = found
+            .into_iter()
+            .map(|(adapter, scale, idx, pos)| {
+                let n = idx.len();
+                Ok(Group { adapter: adapter.clone(), scale, idx: Tensor::from_vec(idx, n, dev)?, pos })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Some(Self { groups }))
+    }
+
+    /// `y` (`W·x` of base weight `name`, before any bias) plus each adapter's `s·B·(A·x)` on
+    /// its rows.
+    pub fn add(&self, name: &str, x: &Tensor, mut y: Tensor) -> Result<Tensor> {
+        for g in &self.groups {
+            let Some(w) = g.adapter.weights.get(name) else { continue };
+            let xs = x.index_select(&g.idx, 0)?;
+            let ab = w.b.forward(&w.a.forward(&xs, &g.pos)?, &g.pos)?;
+            let ab = (ab * g.adapter.scale(w, g.scale) as f64)?;
+            y = y.index_add(&g.idx, &ab, 0)?;
+        }
+        Ok(y)
+    }
+}
