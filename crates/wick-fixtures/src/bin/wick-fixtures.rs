@@ -2,14 +2,15 @@
 //! F16, Q4_K) with tokenizers copied from llama.cpp's vocab-only GGUFs, LFM2 tool-calling
 //! models (random and scripted, with a built LFM2 vocabulary and chat template), LFM2-VL
 //! projectors (`mmproj-*.gguf`) with their text model, embedding / ColBERT / rerank models
-//! (`tiny-lfm2-embed`, `tiny-lfm2-colbert`, `tiny-qwen3-rerank`), plus broken files for
+//! (`tiny-lfm2-embed`, `tiny-lfm2-colbert`, `tiny-qwen3-rerank`), LoRA adapters for tiny-llama
+//! and tiny-lfm2 (`lora-*.gguf`, llama.cpp's GGUF adapter format), plus broken files for
 //! load-failure tests.
 //!
 //! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-embed] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]
 //!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf and
 //!                    models/templates/LFM2-8B-A1B.jinja
 //!                    (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
-//!   --bad            also write the broken files (bad-*.gguf)
+//!   --bad            also write the broken files (bad-*.gguf, bad-lora-*.gguf)
 //!   --quant-sources  instead of the standard set: F32 llama/lfm2 sources for llama-quantize
 //!   --bench          instead of the standard set: benchmark-sized LFM2 / lfm2moe models,
 //!                    LFM2-VL-450M-shaped projectors and an LFM2.5-Embedding-shaped model
@@ -17,7 +18,8 @@
 //!   --bench-lfm2     instead of the standard set: the LFM2 benchmark shapes with llama-bpe's
 //!                    128k vocabulary and a 32k training context (bench_lfm2_specs)
 //!   --hf             instead of the standard set: synthetic Hugging Face checkpoints (one
-//!                    directory each, hf-<arch>[-k]) for `wick convert`
+//!                    directory each, hf-<arch>[-k]) for `wick convert`, and PEFT LoRA
+//!                    adapters for hf-llama and hf-lfm2 (hf-<arch>-lora)
 //!   --gpu-check      instead of the standard set: the GPU check's LFM2-1.2B-shaped model in
 //!                    Q8_0 and F16 (gpu_check_specs, scripts/gpu-check.sh)
 //!   --hf-bench       instead of the standard set: the 0.9 GB checkpoint of the converter
@@ -84,6 +86,9 @@ fn main() -> ExitCode {
             for p in wick_fixtures::write_embedding_fixtures(&out, &src)? {
                 println!("{}", p.display());
             }
+            for p in wick_fixtures::write_lora_fixtures(&out, &src)? {
+                println!("{}", p.display());
+            }
         }
         if bench {
             for p in wick_fixtures::write_vision_specs(&wick_fixtures::bench_vision_specs(), &out)? {
@@ -95,6 +100,9 @@ fn main() -> ExitCode {
         }
         if bad {
             for b in wick_fixtures::write_bad_files(&out)? {
+                println!("{}", b.path.display());
+            }
+            for b in wick_fixtures::write_bad_lora_files(&out)? {
                 println!("{}", b.path.display());
             }
         }
