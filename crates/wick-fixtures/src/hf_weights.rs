@@ -25,6 +25,11 @@ pub struct HfTensor {
 }
 
 impl HfTensor {
+    /// A tensor whose values are drawn from N(mean, σ) when written.
+    pub(super) fn drawn(name: String, shape: Vec<usize>, mean: f32, sigma: f32) -> Self {
+        Self { name, shape, mean, sigma }
+    }
+
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
@@ -149,7 +154,12 @@ pub(super) fn write_weights(spec: &HfSpec, n_vocab: usize, dir: &Path) -> Result
 
 /// A safetensors file: 8-byte header length, JSON header, data (tensors in the order given,
 /// values drawn from `rng` as they are written).
-fn write_safetensors(path: &Path, tensors: &[HfTensor], dtype: HfDtype, rng: &mut Gaussian) -> Result<()> {
+pub(super) fn write_safetensors(
+    path: &Path,
+    tensors: &[HfTensor],
+    dtype: HfDtype,
+    rng: &mut Gaussian,
+) -> Result<()> {
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), json!({"format": "pt"}));
     let mut offset = 0;

@@ -72,6 +72,9 @@ fn main() -> ExitCode {
             for spec in wick_fixtures::hf_specs() {
                 println!("{}", wick_fixtures::write_hf_checkpoint(&spec, &out, &src)?.display());
             }
+            for spec in wick_fixtures::hf_lora_specs() {
+                println!("{}", wick_fixtures::write_hf_lora(&spec, &out)?.display());
+            }
         }
         for p in wick_fixtures::write_specs_ctx(&specs, &out, &src, n_ctx)? {
             println!("{}", p.display());
