@@ -81,8 +81,9 @@ impl Adapter {
                     "`{target}`: LoRA on experts, routers and embeddings is not supported"
                 )));
             }
-            let dims =
-                base.get(target).ok_or_else(|| bad(format!("the base model has no tensor `{target}`")))?;
+            let dims = base.get(target).ok_or_else(|| {
+                bad(format!("the base model has no tensor `{target}` (an adapter for another base model?)"))
+            })?;
             let (&[n_in, rank], &[b_rank, n_out], &[w_in, w_out]) =
                 (&t.dims[..], &b_info.dims[..], &dims[..])
             else {
