@@ -7,12 +7,15 @@
 //!
 //! Layout: `config` (config.json), `safetensors` (the shards), `arch` (names, shapes,
 //! hyperparameter keys), `vocab` (tokenizer keys), `meta` (general.* keys), `quant` (types
-//! and quantizers), `gguf` (the writer), `rows` (a tensor's values), `write` (the pipeline).
+//! and quantizers), `gguf` (the writer), `rows` (a tensor's values), `write` (the pipeline),
+//! `lora` (PEFT LoRA adapters → GGUF adapters; `convert` routes a directory with
+//! `adapter_config.json` there).
 
 pub mod arch;
 pub mod config;
 pub mod error;
 pub mod gguf;
+pub mod lora;
 pub mod meta;
 pub mod quant;
 mod rows;
@@ -21,6 +24,7 @@ pub mod vocab;
 mod write;
 
 pub use error::{ConvertError, Result};
+pub use lora::{convert_lora, is_peft_dir, LoraOptions};
 pub use quant::mix::OutType;
 pub use quant::GgmlType;
 pub use write::{convert, inspect, ConvertOptions, Progress, Report};

@@ -9,7 +9,7 @@ use crate::safetensors::Checkpoint;
 
 /// HF's rotary layout → llama.cpp's (`LlamaModel.permute`): within each head of `2·half`
 /// rows, row `i·2 + j` of the output is row `j·half + i` of the input.
-fn permuted_row(r: usize, rows: usize, n_head: usize) -> usize {
+pub(crate) fn permuted_row(r: usize, rows: usize, n_head: usize) -> usize {
     let per_head = rows / n_head;
     let half = per_head / 2;
     let (h, rem) = (r / per_head, r % per_head);

@@ -170,8 +170,20 @@ fn auto_type(ck: &Checkpoint) -> GgmlType {
     }
 }
 
-/// Converts `opts.input` into `opts.outfile`, calling `progress` after each tensor.
+/// Converts `opts.input` into `opts.outfile`, calling `progress` after each tensor. A PEFT
+/// adapter directory (`adapter_config.json`) becomes a GGUF adapter (`lora::convert_lora`,
+/// the base model from its `base_model_name_or_path`).
 pub fn convert(opts: &ConvertOptions, mut progress: impl FnMut(&Progress)) -> Result<Report> {
+    if crate::lora::is_peft_dir(&opts.input) {
+        let lora = crate::lora::LoraOptions {
+            input: opts.input.clone(),
+            outfile: opts.outfile.clone(),
+            base: None,
+            outtype: opts.outtype,
+            cancel: opts.cancel.clone(),
+        };
+        return crate::lora::convert_lora(&lora, progress);
+    }
     let start = Instant::now();
     let prep = inspect(&opts.input, opts.outtype)?;
     let out = &opts.outfile;

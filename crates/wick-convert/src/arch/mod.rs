@@ -3,7 +3,7 @@
 //! tensor, possibly with rows permuted or a constant added; stacked experts; generated
 //! values). Names and shapes are checked against config.json before anything is written.
 
-mod names;
+pub(crate) mod names;
 pub mod params;
 
 use std::collections::BTreeMap;
