@@ -11,7 +11,26 @@ import { REASONING_FORMATS, REASONING_PARSERS, type ReasoningFormat } from "../s
 import { TOOL_PARSER_NAMES } from "../service/tools/index.ts";
 import { CONVERT_OUT_TYPES } from "../engine/convert.ts";
 import { InvalidArgumentError } from "commander";
-import { choice, device, existingFile, fraction, gpuLayers, hubRepo, integer, keepAlive, modelRef, nonEmpty, number, outfile, port, positiveInt } from "./values.ts";
+import {
+  choice,
+  device,
+  existingFile,
+  fraction,
+  gpuLayers,
+  hubRepo,
+  integer,
+  keepAlive,
+  loraFiles,
+  loraModule,
+  loraScaled,
+  modelRef,
+  nonEmpty,
+  number,
+  outfile,
+  port,
+  positiveInt,
+  type LoraFlag,
+} from "./values.ts";
 
 export interface FlagSpec<F = ServeFlags> {
   /** Property name in the parsed options. */
@@ -30,6 +49,11 @@ export interface FlagSpec<F = ServeFlags> {
   notice?: string | ((value: unknown) => string | undefined);
   /** May be given several times; the values are collected in an array. */
   repeatable?: boolean;
+  /**
+   * Takes every following argument this test accepts as another value (vLLM's `nargs='+'`:
+   * `--lora-modules a=x b=y`); each is rewritten as its own repeated flag.
+   */
+  variadic?: (next: string) => boolean;
 }
 
 export interface ServeFlags {
@@ -73,6 +97,11 @@ export interface ServeFlags {
   shutdownTimeout?: number;
   cors?: CorsOrigins;
   metricsPublic?: boolean;
+  /** One array per flag given (a flag may name several adapters); ids follow --lora, --lora-scaled, --lora-modules. */
+  lora?: LoraFlag[][];
+  loraScaled?: LoraFlag[][];
+  loraModules?: LoraFlag[][];
+  loraInitWithoutApply?: boolean;
 }
 
 /** `--cors`: the origins, or the reason they do not parse as the flag's error. */
@@ -260,6 +289,38 @@ export const SERVE_FLAGS: FlagSpec[] = [
       "tokens a thinking block may run before its closing marker is forced and the answer follows: -1 = no limit (default), 0 = thinking off (the template's switch, and a block closed at once)",
     parse: integer(-1, Number.MAX_SAFE_INTEGER, "a token count or -1"),
   },
+  {
+    key: "lora",
+    flags: ["--lora"],
+    value: "<file>",
+    description:
+      "LoRA adapter (a GGUF adapter as llama.cpp writes it) for the -m model, applied to every request at scale 1 unless a request's lora field says otherwise; repeatable, or comma-separated",
+    parse: loraFiles,
+    repeatable: true,
+  },
+  {
+    key: "loraScaled",
+    flags: ["--lora-scaled"],
+    value: "<file:scale>",
+    description: "LoRA adapter with its own default scale, FNAME:SCALE (repeatable, or comma-separated)",
+    parse: loraScaled,
+    repeatable: true,
+  },
+  {
+    key: "loraModules",
+    flags: ["--lora-modules"],
+    value: "<name=path>",
+    description:
+      'LoRA adapter served as the model <name> (vLLM): a request naming it gets the -m model with that adapter alone, requests naming the base do not get it; name=path or {"name":…,"path":…}, several after one flag or repeated; listed by /v1/models',
+    parse: loraModule,
+    repeatable: true,
+    variadic: (next) => !next.startsWith("-") && (next.includes("=") || next.trim().startsWith("{")),
+  },
+  {
+    key: "loraInitWithoutApply",
+    flags: ["--lora-init-without-apply"],
+    description: "load the LoRA adapters at scale 0: requests pick them with lora: [{id, scale}], or POST /lora-adapters sets the default",
+  },
   { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: nonEmpty },
   { key: "imageMinTokens", flags: ["--image-min-tokens"], value: "<n>", description: "image tokens per image at least (LFM2-VL default 64)", parse: positiveInt },
   {
@@ -403,6 +464,13 @@ export const FOREIGN_FLAGS: ForeignFlag[] = [
     arity: "none",
     from: "vLLM",
   },
+  { flags: ["--enable-lora"], arity: "none", from: "vLLM", why: "LoRA adapters are always on: --lora, --lora-modules, /v1/load_lora_adapter" },
+  {
+    flags: ["--max-loras", "--max-lora-rank", "--max-cpu-loras", "--lora-dtype", "--lora-extra-vocab-size"],
+    arity: "required",
+    from: "vLLM",
+    why: "adapters are held beside the base weights at their own rank, as many as are loaded",
+  },
   {
     flags: [
       "--tensor-parallel-size",
@@ -489,6 +557,7 @@ export function normalizeArgv(args: string[]): Normalized {
       // A value is taken as it is, even one that looks like a flag (`--seed -1`, `-p "-x"`).
       const spec = table.specs.find((f) => f.flags[0] === canonical)!;
       if (spec.value && !inline && i + 1 < args.length) out.push(args[++i]);
+      if (spec.variadic && spec.value) while (i + 1 < args.length && spec.variadic(args[i + 1])) out.push(canonical, args[++i]);
       continue;
     }
     const foreign = foreignByName.get(name);

@@ -41,7 +41,7 @@ export function isHubRef(name: string): boolean {
 /**
  * `create <name> -f Modelfile`: the Modelfile is read and checked here (errors name its line),
  * a FROM path is taken relative to the Modelfile's folder, and the server gets Ollama's JSON
- * create request (from + template, system, parameters, messages, license).
+ * create request (from + template, system, parameters, messages, license; ADAPTER lines with absolute paths in `modelfile`).
  */
 export async function create(name: string, flags: CreateFlags): Promise<void> {
   const file = path.resolve(flags.file ?? "Modelfile");
@@ -62,6 +62,9 @@ export async function create(name: string, flags: CreateFlags): Promise<void> {
   let from = mf.from;
   if (looksLikePath(from)) from = path.resolve(path.dirname(file), from.startsWith("~/") ? path.join(os.homedir(), from.slice(2)) : from);
   const body: Record<string, unknown> = { model: name, from };
+  // ADAPTER paths, like FROM's, are taken relative to the Modelfile's folder; the server reads them from a Modelfile.
+  const abs = (p: string) => path.resolve(path.dirname(file), p.startsWith("~/") ? path.join(os.homedir(), p.slice(2)) : p);
+  if (mf.adapters?.length) body.modelfile = [`FROM ${from}`, ...mf.adapters.map((a) => `ADAPTER ${abs(a.path)}`)].join("\n") + "\n";
   if (mf.template !== undefined) body.template = mf.template;
   if (mf.system !== undefined) body.system = mf.system;
   if (Object.keys(mf.parameters).length) body.parameters = mf.parameters;

@@ -9,7 +9,7 @@
  */
 import type { AddressInfo } from "node:net";
 import { pino, type Logger } from "pino";
-import { isDevice, selectAddon } from "../engine/index.ts";
+import { isDevice, selectAddon, type LoraAdapterSpec } from "../engine/index.ts";
 import { createApp } from "../server/app.ts";
 import { createHttpServer, DEFAULT_TIMEOUT_S } from "../server/limits.ts";
 import { Shutdown } from "../server/shutdown.ts";
@@ -75,6 +75,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
     },
   });
   if (flags.mmproj && !flags.model) throw new CliError("--mmproj needs -m (the projector belongs to that model)");
+  if (loraSpecs(flags).length && !flags.model) throw new CliError("--lora, --lora-scaled and --lora-modules need -m (the adapters belong to that model)");
   const model = flags.model ? await loadStartModel(models, flags, log) : undefined;
 
   const images = {
@@ -137,7 +138,8 @@ export async function serve(flags: ServeFlags): Promise<void> {
 /** The -m model: a path as is, a store name from the store, a hub reference pulled first. Loaded before listening. */
 async function loadStartModel(models: ModelManager, flags: ServeFlags, log: Logger): Promise<ServedModel> {
   const ref = flags.model!;
-  const opts = { id: flags.alias, keepAliveMs: flags.keepAlive, mmproj: flags.mmproj };
+  const lora = loraSpecs(flags);
+  const opts = { id: flags.alias, keepAliveMs: flags.keepAlive, mmproj: flags.mmproj, ...(lora.length ? { lora } : {}) };
   try {
     if (looksLikePath(ref) || ref.startsWith("/")) {
       models.setDefault({ path: ref }, opts);
@@ -166,6 +168,22 @@ async function pullWithProgress(models: ModelManager, hub: HubRef) {
   } finally {
     progress.end();
   }
+}
+
+/**
+ * The -m model's LoRA adapters, ids in this order: --lora, --lora-scaled, --lora-modules (named:
+ * served as models of their own, off for requests naming the base); all at scale 0 with
+ * --lora-init-without-apply.
+ */
+function loraSpecs(flags: ServeFlags): LoraAdapterSpec[] {
+  const all = [...(flags.lora ?? []), ...(flags.loraScaled ?? []), ...(flags.loraModules ?? [])].flat();
+  const names = new Set<string>();
+  for (const a of all) {
+    if (!a.name) continue;
+    if (names.has(a.name)) throw new CliError(`--lora-modules: the name '${a.name}' is given twice`);
+    names.add(a.name);
+  }
+  return all.map((a) => ({ path: a.path, scale: flags.loraInitWithoutApply ? 0 : a.scale, ...(a.name ? { name: a.name } : {}) }));
 }
 
 /** `--reasoning-format` or `--reasoning-parser` (one of them: they answer the same question). */

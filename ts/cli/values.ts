@@ -169,3 +169,51 @@ export function hostPort(raw: string): { host?: string; port?: number } {
   const host = m[1].replace(/^\[|\]$/g, "");
   return { ...(host ? { host } : {}), ...(m[2] !== undefined ? { port: port(m[2]) } : {}) };
 }
+
+/** A LoRA adapter from the serve flags: its file, the scale requests naming no adapters get, and its model id (`--lora-modules`). */
+export interface LoraFlag {
+  path: string;
+  scale: number;
+  name?: string;
+}
+
+/** `--lora FNAME[,FNAME…]` (llama-server): adapters at scale 1. */
+export function loraFiles(raw: string): LoraFlag[] {
+  const files = raw.split(",").filter((f) => f.trim());
+  if (!files.length) throw new InvalidArgumentError("Expected a LoRA adapter file.");
+  return files.map((f) => ({ path: existingFile(f.trim()), scale: 1 }));
+}
+
+/** `--lora-scaled FNAME:SCALE[,FNAME:SCALE…]` (llama-server's form): adapters at their own scales. */
+export function loraScaled(raw: string): LoraFlag[] {
+  return raw
+    .split(",")
+    .filter((item) => item.trim())
+    .map((item) => {
+      const at = item.lastIndexOf(":");
+      const scale = at > 0 ? Number(item.slice(at + 1)) : NaN;
+      if (at <= 0 || !item.slice(at + 1).trim() || !Number.isFinite(scale)) throw new InvalidArgumentError(`Expected FNAME:SCALE (a file and a number), got ${JSON.stringify(item)}.`);
+      return { path: existingFile(item.slice(0, at).trim()), scale };
+    });
+}
+
+/**
+ * `--lora-modules name=path` (vLLM), or vLLM's JSON form `{"name": …, "path": …}`: an adapter
+ * served as the model `name`. As in vLLM, requests naming the base model do not get it (scale 0).
+ */
+export function loraModule(raw: string): LoraFlag[] {
+  let name: unknown;
+  let file: unknown;
+  if (raw.trim().startsWith("{")) {
+    try {
+      ({ name, path: file } = JSON.parse(raw) as { name?: unknown; path?: unknown });
+    } catch {
+      throw new InvalidArgumentError('Expected name=path or {"name": "…", "path": "…"} (the JSON does not parse).');
+    }
+  } else {
+    const eq = raw.indexOf("=");
+    [name, file] = eq > 0 ? [raw.slice(0, eq).trim(), raw.slice(eq + 1).trim()] : [undefined, undefined];
+  }
+  if (typeof name !== "string" || !name || typeof file !== "string" || !file) throw new InvalidArgumentError('Expected name=path or {"name": "…", "path": "…"}.');
+  return [{ path: existingFile(file), scale: 0, name }];
+}

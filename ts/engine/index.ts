@@ -28,6 +28,9 @@ export type {
   EmbeddingInfo,
   EmbedRequest,
   Pooling,
+  LoraAdapter,
+  LoraAdapterSpec,
+  LoraScale,
 } from "../native/native.d.ts";
 
 /** What a generation yields: the addon's token and done events (errors are thrown instead). */
@@ -105,6 +108,42 @@ export class Engine {
 
   metrics(): Native.Metrics {
     return this.inner.metrics();
+  }
+
+  /** Loads a LoRA adapter beside the loaded ones (off the JS thread); resolves to its id. A file that does not fit the model is MODEL_LOAD_FAILED. */
+  async loadAdapter(spec: Native.LoraAdapterSpec): Promise<number> {
+    try {
+      return await this.inner.loadAdapter(spec);
+    } catch (err) {
+      throw fromNative(err);
+    }
+  }
+
+  /** Unloads the adapter named `name` (running sequences finish with it). */
+  unloadAdapter(name: string): void {
+    try {
+      this.inner.unloadAdapter(name);
+    } catch (err) {
+      throw fromNative(err);
+    }
+  }
+
+  /** The loaded LoRA adapters, by id. */
+  adapters(): Native.LoraAdapter[] {
+    try {
+      return this.inner.adapters();
+    } catch (err) {
+      throw fromNative(err);
+    }
+  }
+
+  /** Sets the scales requests that name no adapters get (llama-server's `POST /lora-adapters`); an unknown id or a non-finite scale is INVALID_REQUEST. */
+  setAdapterScales(scales: Native.LoraScale[]): void {
+    try {
+      this.inner.setAdapterScales(scales);
+    } catch (err) {
+      throw fromNative(err);
+    }
   }
 
   /**

@@ -33,6 +33,11 @@ export const samplingFields = {
   ignore_eos: z.boolean().nullish(),
   /** Token id (as a string key, OpenAI's shape) → bias added to its logit, -100 bans, 100 forces. */
   logit_bias: z.record(z.string().regex(/^\d+$/, "keys must be token ids"), z.number().min(-100).max(100)).nullish(),
+  /** llama-server's per-request LoRA adapters: `[{ id, scale }]` (ids from GET /lora-adapters); adapters left out are off. */
+  lora: z
+    .array(z.object({ id: z.number().int().min(0), scale: z.number() }))
+    .max(256)
+    .nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.looseObject({ include_usage: z.boolean().nullish() }).nullish(),
 };

@@ -26,6 +26,7 @@ import { chatRoutes } from "./routes/openai/chat.ts";
 import { completionsRoutes } from "./routes/openai/completions.ts";
 import { modelsRoutes } from "./routes/openai/models.ts";
 import { tokenizeRoutes } from "./routes/openai/tokenize.ts";
+import { loraRoutes } from "./routes/openai/lora.ts";
 import { embeddingsRoutes } from "./routes/openai/embeddings.ts";
 import { responsesRoutes } from "./routes/responses/responses.ts";
 import { anthropicRoutes } from "./routes/anthropic/messages.ts";
@@ -128,6 +129,7 @@ export function createApp(opts: AppOptions): Koa {
   chatRoutes(router, deps);
   completionsRoutes(router, deps);
   tokenizeRoutes(router, deps);
+  loraRoutes(router, deps);
   embeddingsRoutes(router, deps);
   responsesRoutes(router, deps);
   anthropicRoutes(router, deps);

@@ -78,11 +78,32 @@ async function ggufKind(file: string, name: string, param: string): Promise<"mod
     if (err instanceof StoreError && err.code === "CORRUPT_MODEL") throw new RequestError("INVALID_REQUEST", `${name} is not a usable GGUF file: ${err.message.replace(file, "the file")}`, param);
     throw err;
   }
-  if (kind === "adapter") throw loraUnsupported(`${name} is a LoRA adapter`);
+  if (kind === "adapter") throw new RequestError("INVALID_REQUEST", `${name} is a LoRA adapter: send it in 'adapters', not 'files'`, param);
   return kind === "projector" || kind === "mmproj" ? "projector" : "model";
 }
 
-/** Ollama's `adapters` and adapter files: LoRA is not served yet. */
-export function loraUnsupported(what: string): StoreError {
-  return new StoreError("UNSUPPORTED", `${what}: LoRA adapters are not supported yet; create the model from its base GGUF alone`);
+/**
+ * /api/create's `adapters` ({file name: digest}) → adapter layers: each an uploaded blob whose
+ * GGUF header says LoRA adapter (its fit to the base is checked when the model is created).
+ */
+export async function adapterLayers(store: ModelStore, adapters: Record<string, string>): Promise<Layer[]> {
+  const out: Layer[] = [];
+  for (const name of Object.keys(adapters).sort()) {
+    const param = `adapters.${name}`;
+    if (/\.safetensors$|\.bin$/i.test(name)) throw new StoreError("UNSUPPORTED", `${name}: only GGUF LoRA adapters can be imported; convert a PEFT adapter to GGUF first`);
+    const digest = parseDigest(adapters[name], param);
+    const size = await store.blobSize(digest);
+    if (size === null) throw new RequestError("INVALID_REQUEST", `blob ${digest} (${name}) is not in the store: upload it first with POST /api/blobs/${digest}`, param);
+    let kind: string;
+    try {
+      kind = (await readGgufHeader(store.blobPath(digest))).kind;
+    } catch (err) {
+      if (err instanceof StoreError && err.code === "CORRUPT_MODEL")
+        throw new RequestError("INVALID_REQUEST", `${name} is not a usable GGUF file: ${err.message.replace(store.blobPath(digest), "the file")}`, param);
+      throw err;
+    }
+    if (kind !== "adapter") throw new RequestError("INVALID_REQUEST", `${name} is not a LoRA adapter (its general.type is ${JSON.stringify(kind)})`, param);
+    out.push({ mediaType: MEDIA.adapter, digest, size });
+  }
+  return out;
 }

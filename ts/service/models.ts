@@ -19,11 +19,12 @@ import { promises as fsp } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { pino, type Logger } from "pino";
-import { cpuIsa, inspectModel, type LoadOptions } from "../engine/index.ts";
+import { cpuIsa, inspectModel, type LoadOptions, type LoraAdapter, type LoraAdapterSpec, type LoraScale } from "../engine/index.ts";
 import { formatName, nameKey, StoreError, type HubClient, type ModelName, type ModelStore } from "../store/index.ts";
 import { RequestError } from "./errors.ts";
 import { DEFAULT_KEEP_ALIVE_MS } from "./keep-alive.ts";
 import { profileOf, type ModelProfile } from "./profile.ts";
+import { adapterView, loraError } from "./lora.ts";
 import { modelIdFromPath, ModelRegistry, type ServedModel } from "./registry.ts";
 import type { ReasoningMode } from "./reasoning-plan.ts";
 
@@ -71,6 +72,14 @@ interface Entry {
   stale?: boolean;
   /** A vision projector loaded with it (`--mmproj` for the `-m` model). */
   mmproj?: string;
+  /** LoRA adapters loaded with it (the `-m` model's --lora flags, and adapters loaded at run time, so a reload keeps them). */
+  lora?: LoraAdapterSpec[];
+}
+
+/** An adapter served under its own model id (vLLM's `--lora-modules`, `/v1/load_lora_adapter`; llama-server's `--lora`). */
+export interface AdapterModel {
+  adapter: LoraAdapter;
+  base: ServedModel;
 }
 
 export interface Lease {
@@ -128,13 +137,14 @@ export class ModelManager {
    * The `-m` model: a GGUF path or a store name. It keeps `keepAliveMs` (default: forever) and
    * takes every request whose name matches nothing else.
    */
-  setDefault(ref: { path: string } | { name: ModelName }, opts: { id?: string; keepAliveMs?: number; mmproj?: string } = {}): void {
+  setDefault(ref: { path: string } | { name: ModelName }, opts: { id?: string; keepAliveMs?: number; mmproj?: string; lora?: LoraAdapterSpec[] } = {}): void {
     const source: Source = "path" in ref ? { kind: "path", path: path.resolve(ref.path) } : { kind: "store", name: ref.name };
     const id = opts.id ?? (source.kind === "path" ? modelIdFromPath(source.path) : formatName(source.name));
     const key = this.keyOf(source, id);
     const entry = this.entry(key, id, source);
     entry.defaultKeepAliveMs = entry.keepAliveMs = opts.keepAliveMs ?? Infinity;
     if (opts.mmproj) entry.mmproj = path.resolve(opts.mmproj);
+    if (opts.lora?.length) entry.lora = opts.lora.map((a) => ({ ...a, path: path.resolve(a.path) }));
     this.defaultKey = key;
   }
 
@@ -147,6 +157,17 @@ export class ModelManager {
 
   /** Waits until `name`'s model is loaded (loading it if needed) and holds it until `release`. */
   async acquire(name: string | null | undefined, opts: { keepAliveMs?: number } = {}): Promise<Lease> {
+    // An adapter's name (vLLM's rule) picks its base model with that adapter alone, unless a model has the name.
+    const adapter = name && !this.registry.find(name) ? this.adapterModel(name) : undefined;
+    if (adapter) {
+      const lease = await this.acquire(adapter.base.id, opts);
+      const now = this.adapterModel(name!);
+      if (!now || now.base !== lease.model) {
+        lease.release();
+        throw new RequestError("MODEL_NOT_FOUND", `The model '${name}' does not exist (its LoRA adapter was unloaded).`, "model");
+      }
+      return { model: adapterView(lease.model, now.adapter), release: () => lease.release() };
+    }
     const entry = await this.find(name);
     for (;;) {
       if (entry.unloading) {
@@ -245,6 +266,76 @@ export class ModelManager {
       });
   }
 
+  // --- LoRA adapters (llama-server's /lora-adapters, vLLM's load/unload routes) ---
+
+  /** The loaded adapter named `name` that is served as a model of its own (a store model's ADAPTER layers are not). */
+  adapterModel(name: string): AdapterModel | undefined {
+    return this.adapterModels().find((a) => a.adapter.name === name);
+  }
+
+  /** Every adapter served under its own name, with its base model: what /v1/models lists beside the models. */
+  adapterModels(): AdapterModel[] {
+    return this.registry.list().flatMap((base) => {
+      const baked = new Set(base.profile?.store?.adapters ?? []);
+      return base.engine
+        .adapters()
+        .filter((a) => !baked.has(a.path))
+        .map((adapter) => ({ adapter, base }));
+    });
+  }
+
+  /**
+   * The model the adapter routes act on (they name none): the `-m` model, else the one loaded
+   * model; loaded if need be and held until `release`.
+   */
+  adapterBase(): Promise<Lease> {
+    return this.acquire(undefined);
+  }
+
+  /** `/v1/load_lora_adapter`: loads a GGUF adapter beside the base's (kept across reloads); returns its id. */
+  async loadAdapter(spec: LoraAdapterSpec): Promise<{ id: number; base: ServedModel }> {
+    const name = spec.name ?? modelIdFromPath(spec.path);
+    if (this.adapterModel(name) || this.registry.find(name)) throw new RequestError("INVALID_REQUEST", `The lora adapter '${name}' has already been loaded.`, "lora_name");
+    const lease = await this.adapterBase();
+    try {
+      const file = path.resolve(spec.path);
+      const stat = await fsp.stat(file).catch(() => null);
+      if (!stat?.isFile()) throw new RequestError("INVALID_REQUEST", `LoRA adapter ${spec.path}: no such file`, "lora_path");
+      const id = await lease.model.engine.loadAdapter({ ...spec, path: file, name }).catch((err: unknown) => {
+        throw loraError(err, "lora_path");
+      });
+      const entry = this.entryOfLoaded(lease.model);
+      if (entry.source.kind !== "given") entry.lora = [...(entry.lora ?? []), { ...spec, path: file, name }];
+      this.log.info({ model: lease.model.id, adapter: name, id, path: file }, "LoRA adapter loaded");
+      return { id, base: lease.model };
+    } finally {
+      lease.release();
+    }
+  }
+
+  /** `/v1/unload_lora_adapter`: unloads the adapter named `name` (requests running with it finish with it). */
+  unloadAdapter(name: string): void {
+    const found = this.adapterModel(name);
+    if (!found) throw new RequestError("MODEL_NOT_FOUND", `The lora adapter '${name}' cannot be found.`, "lora_name");
+    found.base.engine.unloadAdapter(name);
+    const entry = this.entryOfLoaded(found.base);
+    if (entry.lora) entry.lora = entry.lora.filter((a) => (a.name ?? modelIdFromPath(a.path)) !== name);
+    this.log.info({ model: found.base.id, adapter: name }, "LoRA adapter unloaded");
+  }
+
+  /** llama-server's `POST /lora-adapters`: the scales requests naming no adapters get (kept across reloads). */
+  async setAdapterScales(scales: LoraScale[]): Promise<void> {
+    const lease = await this.adapterBase();
+    try {
+      lease.model.engine.setAdapterScales(scales);
+      const entry = this.entryOfLoaded(lease.model);
+      const now = lease.model.engine.adapters();
+      if (entry.lora) entry.lora = entry.lora.map((a) => ({ ...a, scale: now.find((x) => x.name === (a.name ?? modelIdFromPath(a.path)))?.scale ?? a.scale }));
+    } finally {
+      lease.release();
+    }
+  }
+
   /** Unloads everything (shutdown). */
   async close(): Promise<void> {
     for (const e of this.entries.values()) clearTimeout(e.timer);
@@ -337,14 +428,22 @@ export class ModelManager {
     const numCtx = resolved?.params.num_ctx;
     // A store model pulled with a vision projector loads it, when Wick reads that projector kind.
     const mmproj = entry.mmproj ?? (resolved?.projectorPath ? await this.pairedProjector(resolved.projectorPath, entry.id) : undefined);
-    const model = await this.registry.load({
-      ...this.loadDefaults,
-      ...(typeof numCtx === "number" && numCtx > 0 ? { contextSize: numCtx } : {}),
-      modelPath,
-      ...(mmproj ? { mmproj } : {}),
-      id: entry.id,
-      profile,
-    });
+    // The store model's ADAPTER layers first (scale 1), then the -m model's --lora flags and run-time loads.
+    const lora: LoraAdapterSpec[] = [...(resolved?.adapterPaths ?? []).map((p) => ({ path: p })), ...(entry.lora ?? [])];
+    let model: ServedModel;
+    try {
+      model = await this.registry.load({
+        ...this.loadDefaults,
+        ...(typeof numCtx === "number" && numCtx > 0 ? { contextSize: numCtx } : {}),
+        modelPath,
+        ...(mmproj ? { mmproj } : {}),
+        ...(lora.length ? { lora } : {}),
+        id: entry.id,
+        profile,
+      });
+    } catch (err) {
+      throw loraError(err);
+    }
     entry.model = model;
     entry.size = estimateSize(model);
     entry.lastUsed = Date.now();

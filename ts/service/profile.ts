@@ -47,6 +47,8 @@ export interface StoreFacts {
   config?: ModelConfig;
   license?: string[];
   template?: string;
+  /** The model's LoRA adapter files (its ADAPTER layers), loaded with it at scale 1. */
+  adapters: string[];
 }
 
 export const EMPTY_PROFILE: ModelProfile = { params: {}, messages: [] };
@@ -58,7 +60,7 @@ export function profileOf(r: ResolvedModel): ModelProfile {
     system: r.system,
     messages: r.messages,
     goTemplate: r.template === undefined ? undefined : GoTemplate.parse(r.template),
-    store: { name: r.name, digest: r.digest, size: r.size, modifiedAt: r.modifiedAt, config: r.config, license: r.license, template: r.template },
+    store: { name: r.name, digest: r.digest, size: r.size, modifiedAt: r.modifiedAt, config: r.config, license: r.license, template: r.template, adapters: r.adapterPaths },
   };
 }
 

@@ -30,6 +30,7 @@ export function samplingOptions(req: SamplingRequest & { max_completion_tokens?:
   if (topLogprobs !== undefined) out.topLogprobs = topLogprobs;
   const bias = logitBias(req.logit_bias, nVocab);
   if (bias.length) out.logitBias = bias;
+  if (req.lora) out.lora = req.lora.map(({ id, scale }) => ({ id, scale }));
   return out;
 }
 

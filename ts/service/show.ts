@@ -66,7 +66,15 @@ function showResponse(found: ModelDescription, info: GgufInfo): OllamaShowRespon
   const tools = profile?.goTemplate ? profile.goTemplate.identifiers().includes("tools") : /\btools\b/.test(template);
   const out: OllamaShowResponse = {
     modelfile: stored
-      ? renderModelfile(found.id, { modelPath: found.path, template: stored.template, system: profile.system, params: profile.params, messages: profile.messages, license: stored.license })
+      ? renderModelfile(found.id, {
+          modelPath: found.path,
+          adapters: stored.adapters,
+          template: stored.template,
+          system: profile.system,
+          params: profile.params,
+          messages: profile.messages,
+          license: stored.license,
+        })
       : modelfile(found.id, found.path),
     parameters: formatParameters(profile?.params ?? {}),
     template,

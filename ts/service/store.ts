@@ -10,6 +10,7 @@ import { createHash } from "node:crypto";
 import { promises as fsp } from "node:fs";
 import path from "node:path";
 import {
+  checkAdapter,
   readGgufHeader,
   humanCount,
   createModel,
@@ -27,7 +28,7 @@ import {
   type PullProgress,
 } from "../store/index.ts";
 import type { CreateRequest } from "../schemas/ollama-models.ts";
-import { filesLayers, loraUnsupported } from "./blobs.ts";
+import { adapterLayers, filesLayers } from "./blobs.ts";
 import { RequestError } from "./errors.ts";
 import type { ModelManager } from "./models.ts";
 import type { OllamaModelDetails } from "./show.ts";
@@ -163,15 +164,29 @@ function hubRef(raw: string): HubRef {
 export async function planCreate(models: ModelManager, req: CreateRequest): Promise<Run> {
   const store = requireStore(models);
   const name = parseModelName(bodyName(req));
-  if (req.adapters && Object.keys(req.adapters).length) throw loraUnsupported("'adapters' was given");
   if (req.quantize) throw new StoreError("UNSUPPORTED", "quantize is not supported by Wick; create from a GGUF that already has the quantization you want");
   // `from` wins over `files`, as in Ollama; `files` are blobs uploaded through /api/blobs.
   const baseLayers = !req.from && req.files && Object.keys(req.files).length ? await filesLayers(store, req.files) : undefined;
+  const adapters = req.adapters && Object.keys(req.adapters).length ? await adapterLayers(store, req.adapters) : undefined;
   const mf = modelfileOf(req, baseLayers !== undefined);
+  if (mf.adapters?.some((a) => !path.isAbsolute(a.path))) {
+    throw new StoreError("INVALID_MODELFILE", "an ADAPTER path sent to the server must be absolute (the server cannot resolve it against your folder)");
+  }
   if (mf.template !== undefined) GoTemplate.parse(mf.template);
-  if (!baseLayers) await checkFrom(models, store, mf);
+  const baseFile = baseLayers ? store.blobPath(baseLayers[0].digest) : await checkFrom(models, store, mf);
+  // Adapters are checked against the base before anything streams, so a wrong one is a 400.
+  if (baseFile && (mf.adapters?.length || adapters?.length)) {
+    const arch = (await readGgufHeader(baseFile)).architecture;
+    for (const a of mf.adapters ?? []) {
+      const at = `Modelfile (line ${a.line}): ADAPTER ${a.path}`;
+      const stat = await fsp.stat(a.path).catch(() => null);
+      if (!stat?.isFile()) throw new StoreError("FILE_NOT_FOUND", `${at}: no such file`);
+      await checkAdapter(a.path, arch, at);
+    }
+    for (const l of adapters ?? []) await checkAdapter(store.blobPath(l.digest), arch, `adapters: blob ${l.digest}`);
+  }
   return async (emit) => {
-    await createModel(store, formatName(name), mf, { hub: models.hub, baseLayers, onProgress: emit });
+    await createModel(store, formatName(name), mf, { hub: models.hub, baseLayers, adapterLayers: adapters, onProgress: emit });
     await models.forget(name);
   };
 }
@@ -195,7 +210,8 @@ function modelfileOf(req: CreateRequest, fromFiles: boolean): Modelfile {
   return mf;
 }
 
-async function checkFrom(models: ModelManager, store: ModelStore, mf: Modelfile): Promise<void> {
+/** Checks FROM; returns the base GGUF's file when it is already here (a path or a store model), for the adapters' check. */
+async function checkFrom(models: ModelManager, store: ModelStore, mf: Modelfile): Promise<string | undefined> {
   const at = mf.fromLine > 0 ? `Modelfile (line ${mf.fromLine}): FROM ${mf.from}` : `from ${JSON.stringify(mf.from)}`;
   let located;
   try {
@@ -217,9 +233,12 @@ async function checkFrom(models: ModelManager, store: ModelStore, mf: Modelfile)
       if (err instanceof StoreError && err.code === "CORRUPT_MODEL") throw new StoreError("INVALID_MODELFILE", `${at}: ${err.message.replace(located.path, "the file")}`);
       throw err;
     });
+    return located.path;
   } else if (located.kind === "store") {
     if (!(await store.readManifest(located.name))) throw new StoreError("MODEL_NOT_FOUND", `${at}: model '${formatName(located.name)}' not found (and it is not a path to a .gguf file)`);
+    return (await store.resolve(located.name)).modelPath;
   } else if (!models.hub) {
     throw new StoreError("MODEL_NOT_FOUND", `${at}: model '${formatName(located.name)}' is not in the store; pull it first`);
   }
+  return undefined;
 }

@@ -6,6 +6,7 @@
  * last: a failure anywhere leaves no model under the new name.
  */
 import { promises as fsp } from "node:fs";
+import path from "node:path";
 import { manifestFor } from "./config.ts";
 import { StoreError } from "./errors.ts";
 import { readGgufHeader } from "./gguf-header.ts";
@@ -25,6 +26,8 @@ export interface CreateOptions {
    * the model layer first, a projector after it.
    */
   baseLayers?: Layer[];
+  /** LoRA adapter layers already in the store (Ollama's `adapters`), added after the Modelfile's ADAPTERs. */
+  adapterLayers?: Layer[];
   onProgress?: ProgressFn;
 }
 
@@ -69,8 +72,29 @@ async function build(store: ModelStore, target: ModelName, mf: Modelfile, opts: 
   if (mf.messages.length) await add(MEDIA.messages, JSON.stringify(mf.messages));
   for (const l of mf.license) await add(MEDIA.license, l);
 
-  // The base's model/projector layers first, then each text kind: the Modelfile's, else the base's.
-  const layers: Layer[] = base.filter((l) => !(TEXT_LAYERS as readonly string[]).includes(l.mediaType));
+  // LoRA adapters: each checked against the base's architecture, then stored as an adapter layer.
+  const adapters: Layer[] = [];
+  if (mf.adapters?.length || opts.adapterLayers?.length) {
+    const arch = (await readGgufHeader(modelFile)).architecture;
+    for (const a of mf.adapters ?? []) {
+      const at = `Modelfile (line ${a.line}): ADAPTER ${a.path}`;
+      const file = path.resolve(opts.baseDir ?? process.cwd(), a.path.replace(/^~(?=\/|$)/, process.env.HOME ?? "~"));
+      const stat = await fsp.stat(file).catch(() => null);
+      if (!stat?.isFile()) throw new StoreError("FILE_NOT_FOUND", `${at}: no such file ${file}`);
+      await checkAdapter(file, arch, at);
+      emit({ status: `copying adapter ${file}` });
+      const blob = await store.importBlob(file);
+      pin([blob.digest]);
+      adapters.push({ mediaType: MEDIA.adapter, ...blob });
+    }
+    for (const l of opts.adapterLayers ?? []) {
+      await checkAdapter(store.blobPath(l.digest), arch, `adapter ${l.digest}`);
+      adapters.push(l);
+    }
+  }
+
+  // The base's model/projector (and adapter) layers first, then the new adapters, then each text kind: the Modelfile's, else the base's.
+  const layers: Layer[] = [...base.filter((l) => !(TEXT_LAYERS as readonly string[]).includes(l.mediaType)), ...adapters];
   for (const kind of TEXT_LAYERS) layers.push(...(own.get(kind) ?? base.filter((l) => l.mediaType === kind)));
   for (const l of layers) if (!own.has(l.mediaType)) emit({ status: `using existing layer ${l.digest}` });
 
@@ -118,6 +142,19 @@ async function fromLayers(store: ModelStore, mf: Modelfile, opts: CreateOptions,
     throw err;
   });
   return { base: resolved.manifest.layers, baseParams: resolved.params, modelFile: resolved.modelPath };
+}
+
+/** A LoRA adapter must be a GGUF adapter made for the base's architecture (its shapes are checked when it loads). */
+export async function checkAdapter(file: string, baseArch: string, at: string): Promise<void> {
+  let header;
+  try {
+    header = await readGgufHeader(file);
+  } catch (err) {
+    throw new StoreError("INVALID_MODELFILE", `${at}: not a GGUF LoRA adapter: ${(err as Error).message.replace(file, "the file")}`);
+  }
+  if (header.kind !== "adapter")
+    throw new StoreError("INVALID_MODELFILE", `${at}: not a LoRA adapter (its general.type is ${JSON.stringify(header.kind)}; a GGUF adapter as llama.cpp writes it is needed)`);
+  if (header.architecture !== baseArch) throw new StoreError("INVALID_MODELFILE", `${at}: LoRA adapter made for a \`${header.architecture}\` model, the base model is \`${baseArch}\``);
 }
 
 /** JSON with sorted keys, as Go marshals a map: the same parameters give the same blob. */

@@ -23,7 +23,7 @@ export { MEDIA, type Layer, type Manifest, type ModelConfig } from "./manifest.t
 export { HubClient, type HubOptions, type ProgressFn, type PullProgress, type PullResult } from "./hub.ts";
 export { DEFAULT_QUANT, pickFiles, quantOf, type HubChoice, type HubFile } from "./hub-files.ts";
 export { formatParameters, parseModelfile, parseParameters, renderModelfile, type Modelfile, type ModelfileMessage } from "./modelfile.ts";
-export { createModel, type CreateOptions, type CreateResult } from "./create.ts";
+export { checkAdapter, createModel, type CreateOptions, type CreateResult } from "./create.ts";
 export { GoTemplate, renderGoTemplate } from "./go-template.ts";
 export { collate, renderOllamaPrompt, type PromptMessage, type PromptValues } from "./ollama-template.ts";
 export { humanCount, readGgufHeader, type GgufHeader } from "./gguf-header.ts";

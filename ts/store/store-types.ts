@@ -32,6 +32,8 @@ export interface ResolvedModel {
   digest: string;
   modelPath: string;
   projectorPath?: string;
+  /** LoRA adapters baked in (Modelfile ADAPTER, /api/create `adapters`), loaded with the model at scale 1. */
+  adapterPaths: string[];
   template?: string;
   system?: string;
   license?: string[];

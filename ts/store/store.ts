@@ -305,6 +305,7 @@ export class ModelStore {
       digest: m.digest,
       modelPath: this.blobPath(model.digest),
       projectorPath: projector && this.blobPath(projector.digest),
+      adapterPaths: layer(MEDIA.adapter).map((l) => this.blobPath(l.digest)),
       template: template && (await text(template)),
       system: system && (await text(system)),
       license: layer(MEDIA.license).length ? await Promise.all(layer(MEDIA.license).map(text)) : undefined,

@@ -7,6 +7,7 @@
 import { promises as fsp } from "node:fs";
 import type Router from "@koa/router";
 import { RequestError, StoreError } from "../../../service/errors.ts";
+import type { AdapterModel } from "../../../service/models.ts";
 import type { ServedModel } from "../../../service/registry.ts";
 import { listTags, type TagsModel } from "../../../service/store.ts";
 import type { RouteDeps } from "../common.ts";
@@ -15,11 +16,18 @@ export function modelsRoutes(router: Router, { registry, models }: RouteDeps): v
   router.get("/v1/models", async (ctx) => {
     const loaded = registry.list();
     const ids = new Set(loaded.map((m) => m.id));
-    const stored = (await listTags(models)).filter((m) => !ids.has(m.name));
-    ctx.body = { object: "list", data: [...loaded.map(modelObject), ...stored.map(storeObject)] };
+    // Adapters served under their own names (vLLM lists them after their base, `parent` naming it).
+    const adapters = models.adapterModels().filter((a) => !ids.has(a.adapter.name));
+    const stored = (await listTags(models)).filter((m) => !ids.has(m.name) && !adapters.some((a) => a.adapter.name === m.name));
+    ctx.body = { object: "list", data: [...loaded.map(modelObject), ...adapters.map(adapterObject), ...stored.map(storeObject)] };
   });
   router.get("/v1/models/{*id}", async (ctx) => {
     const id = String(ctx.params.id);
+    const adapter = registry.find(id) ? undefined : models.adapterModel(id);
+    if (adapter) {
+      ctx.body = adapterObject(adapter);
+      return;
+    }
     // Every name that picks a model exactly (served name, `:latest`, store and hub spellings);
     // not the any-name fallback to the `-m` model, so an unknown id is still a 404.
     const found = await models.describe(id).catch((err: unknown) => {
@@ -52,6 +60,11 @@ function modelObject(m: ServedModel) {
       size: m.info.fileSize,
     },
   };
+}
+
+/** vLLM's model card of a LoRA adapter: `root` its file, `parent` the base model's id. */
+function adapterObject({ adapter, base }: AdapterModel) {
+  return { id: adapter.name, object: "model", created: base.created, owned_by: "wick", root: adapter.path, parent: base.id, max_model_len: base.info.contextSize };
 }
 
 /** A store model not loaded yet: `created` is when it was written to the store. */
