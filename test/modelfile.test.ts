@@ -73,7 +73,6 @@ const errors: [string, string, string, RegExp][] = [
   ["an integer with a fraction", "FROM m\n# c\nPARAMETER top_k 4.5", "INVALID_MODELFILE", /^Modelfile \(line 3\): invalid integer value for top_k: "4\.5"$/],
   ["an unknown message role", "FROM m\nMESSAGE tool hi", "INVALID_MODELFILE", /^Modelfile \(line 2\): message role must be one of "system", "user", or "assistant" \(got "tool"\)$/],
   ['an unclosed """', 'FROM m\nTEMPLATE """{{ .Prompt }}\nmore', "INVALID_MODELFILE", /^Modelfile \(line 2\): """ is not closed before the end of the file$/],
-  ["ADAPTER", "FROM m\nADAPTER ./lora.gguf", "UNSUPPORTED", /^Modelfile \(line 2\): ADAPTER \(LoRA adapters\) is not supported by Wick$/],
   ["FROM twice", "FROM a\nFROM b", "INVALID_MODELFILE", /^Modelfile \(line 2\): FROM is given twice \(first on line 1\)$/],
   ["an instruction without a value", "FROM m\nSYSTEM", "INVALID_MODELFILE", /^Modelfile \(line 2\): SYSTEM needs a value$/],
   ["PARAMETER without a value", "FROM m\nPARAMETER seed", "INVALID_MODELFILE", /^Modelfile \(line 2\): PARAMETER seed needs a value$/],
@@ -86,6 +85,13 @@ for (const [title, text, code, why] of errors) {
     t.regex(err?.message ?? "", why);
   });
 }
+
+test("ADAPTER lines: LoRA adapter files in order, with their lines", (t) => {
+  t.deepEqual(parseModelfile("FROM m\nADAPTER ./a.gguf\nadapter /x/b.gguf").adapters, [
+    { path: "./a.gguf", line: 2 },
+    { path: "/x/b.gguf", line: 3 },
+  ]);
+});
 
 test("parameters print as /api/show prints them", (t) => {
   t.is(formatParameters({ temperature: 0.7, stop: ["<|im_end|>", "</s>"] }), `${"stop".padEnd(30)} "<|im_end|>"\n${"stop".padEnd(30)} "</s>"\n${"temperature".padEnd(30)} 0.7`);
