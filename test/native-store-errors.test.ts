@@ -75,7 +75,7 @@ serial("create: malformed Modelfiles and fields are 400 naming the line or field
     ["JSON parameters of the wrong type", { from: "a", parameters: { temperature: "hot" } }, 400, /parameters\.temperature: expected a number, got "hot"/],
     ["an unknown JSON parameter", { from: "a", parameters: { temprature: 1 } }, 400, /unknown parameter 'temprature'/],
     ["a TEMPLATE that does not parse", { from: "a", template: "{{ .Prompt " }, 400, /template/i],
-    ["ADAPTER", { modelfile: "FROM a\nADAPTER ./lora.gguf" }, 400, /ADAPTER.*not supported/],
+    ["an ADAPTER path that is not absolute", { modelfile: "FROM a\nADAPTER ./lora.gguf" }, 400, /ADAPTER path sent to the server must be absolute/],
     ["quantize", { from: "a", quantize: "q4_K_M" }, 400, /quantize is not supported/],
     ["files naming a blob the store lacks", { files: { "m.gguf": `sha256:${"0".repeat(64)}` } }, 400, /is not in the store: upload it first with POST \/api\/blobs/],
     ["FROM a model that does not exist", { from: "nope" }, 404, /^from "nope": model 'nope:latest' not found/],
