@@ -10,6 +10,8 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import test from "ava";
+import { normalizeArgv } from "../ts/cli/flags.ts";
+import { loraModule, loraScaled } from "../ts/cli/values.ts";
 import { fixture, needs, writeFixtures } from "./helpers/assets.ts";
 import { BIN, cliHome, type CliHome } from "./helpers/cli.ts";
 import { spawnServe, type ServedProcess } from "./helpers/process.ts";
@@ -228,4 +230,27 @@ need.serial("Ollama: a wrong-base or missing ADAPTER is a 400 in Ollama's shape 
     t.is(wrongBase.status, 400);
   }
   t.truthy((await chat()).text);
+});
+
+test("flags: --lora-modules takes several values after one flag (vLLM's nargs), JSON too; --lora-scaled is FNAME:SCALE", (t) => {
+  const { args } = normalizeArgv(["serve", "-m", "m.gguf", "--lora-modules", "a=/x.gguf", '{"name":"b","path":"/y.gguf"}', "--port", "1", "--lora-scaled", "/z.gguf:0.5"]);
+  t.deepEqual(args, ["serve", "--model", "m.gguf", "--lora-modules", "a=/x.gguf", "--lora-modules", '{"name":"b","path":"/y.gguf"}', "--port", "1", "--lora-scaled", "/z.gguf:0.5"]);
+  t.throws(() => loraScaled("/z.gguf"), { message: /FNAME:SCALE/ });
+  t.throws(() => loraModule("noequals"), { message: /name=path/ });
+});
+
+need.serial("flags: --lora-scaled FNAME:SCALE sets the default scale; --lora-init-without-apply loads everything at 0", async (t) => {
+  for (const [extra, scale] of [[[], 0.5] as const, [["--lora-init-without-apply"], 0] as const]) {
+    const other = await spawnServe(BIN, ["-m", need.path!, "--port", "0", "-c", "512", "--lora-scaled", `${file(ATTN)}:0.5`, ...extra], { cwd: home.home, env: home.env });
+    try {
+      const listed = (await (await fetch(`${other.url}/lora-adapters`)).json()) as { id: number; scale: number }[];
+      t.deepEqual(
+        listed.map(({ id, scale }) => ({ id, scale })),
+        [{ id: 0, scale }],
+      );
+    } finally {
+      other.child.kill("SIGTERM");
+      await other.exit;
+    }
+  }
 });
