@@ -178,12 +178,15 @@ fn tiled_order<const R: usize>(
     out
 }
 
-/// `ggml_vec_dot_f32` (AVX-512): the head as `dot_head64`, then the tail (n % 64) added in f32
-/// (not fused).
+/// `ggml_vec_dot_f32`: the head as `dot_single`'s (x86 `dot_head64`, aarch64 `head16_order`),
+/// then the tail added in f32 (not fused).
 #[inline(always)]
 pub fn dot_single_f32(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
-    let mut sum = dot_head64(n, &x, &y);
-    for i in n & !63..n {
+    #[cfg(not(target_arch = "aarch64"))]
+    let (mut sum, np) = (dot_head64(n, &x, &y), n & !63);
+    #[cfg(target_arch = "aarch64")]
+    let (mut sum, np) = (head16_order(n, &x, &y), n & !15);
+    for i in np..n {
         sum += x(i) * y(i);
     }
     sum

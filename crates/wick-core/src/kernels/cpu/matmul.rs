@@ -21,7 +21,7 @@ use super::blocks::f16_at;
 #[cfg(target_arch = "x86_64")]
 use super::feats::has_avx2_fma;
 use super::feats::{has_avx512, has_avx512bf16, with_avx2_codegen};
-use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single, dot_tiled, to_bf16};
+use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single, dot_single_f32, dot_tiled, to_bf16};
 use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
 use super::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};
 use super::quants::{dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0};
@@ -55,7 +55,12 @@ impl RowPos {
 /// Whether `matmul` handles this weight type (with this output count).
 pub fn supported(dtype: GgmlDType, n_out: usize) -> bool {
     match dtype {
-        GgmlDType::F16 | GgmlDType::Q8_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 => true,
+        GgmlDType::F32
+        | GgmlDType::F16
+        | GgmlDType::Q8_0
+        | GgmlDType::Q4_1
+        | GgmlDType::Q5_0
+        | GgmlDType::Q5_1 => true,
         GgmlDType::Q3K | GgmlDType::Q5K | GgmlDType::Q6K => true,
         // Only llama.cpp's AVX512-BF16 builds are matched (others sum BF16 in other orders).
         GgmlDType::BF16 => has_avx512bf16(),
@@ -202,6 +207,7 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
     // task owning the column, and `y` is not read until the pass ends.
     let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
     match dtype {
+        GgmlDType::F32 => f32_rows(&op, &put),
         GgmlDType::F16 => f16_rows(&op, &put),
         GgmlDType::Q2K | GgmlDType::Q4K => gemm_group_rows(&op, dtype == GgmlDType::Q2K, &put),
         GgmlDType::BF16 => bf16_rows(&op, &put),
@@ -209,6 +215,38 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
         _ => q8_rows(&op, dtype, &put),
     }
     Ok(Tensor::from_vec(y, (m, n), x.device())?)
+}
+
+/// F32 weights (LoRA adapters, F32 files): tinyBLAS for several rows when k splits into whole
+/// chunks (16 lanes on x86, 4 on aarch64, which also wants at least 4 rows) and the outputs
+/// into tiles of 4, else `ggml_vec_dot_f32`; the activations as they are (f32 is the weights'
+/// dot type).
+fn f32_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
+    let (n, k, m, rows) = (op.n, op.k, op.m, op.rows);
+    let (chunk, min_rows) = if cfg!(target_arch = "aarch64") { (4, 4) } else { (16, 2) };
+    let shapes_ok = k.is_multiple_of(chunk) && n.is_multiple_of(4);
+    for_cols(n, m, &|j0, j1| {
+        with_avx2_codegen(
+            #[inline(always)]
+            || {
+                for j in j0..j1 {
+                    let wr = &op.data[j * op.row_bytes..(j + 1) * op.row_bytes];
+                    let wv = |i: usize| {
+                        f32::from_le_bytes([wr[4 * i], wr[4 * i + 1], wr[4 * i + 2], wr[4 * i + 3]])
+                    };
+                    for r in 0..m {
+                        let xr = &op.xs[r * k..(r + 1) * k];
+                        let v = if shapes_ok && rows[r].seq_len as usize >= min_rows {
+                            dot_tiled(k, wv, |i| xr[i])
+                        } else {
+                            dot_single_f32(k, wv, |i| xr[i])
+                        };
+                        put(r, j, v);
+                    }
+                }
+            },
+        )
+    });
 }
 
 /// F16 weights: tinyBLAS for several rows when k splits into whole chunks and the output count
