@@ -241,7 +241,8 @@ export function realGgufs(count: number): Asset[] {
     .filter((d) => existsSync(d))
     .flatMap((d) =>
       readdirSync(d)
-        .filter((n) => n.endsWith(".gguf") && !n.startsWith("bad-"))
+        // Models only: the LoRA adapters there are GGUFs too, but not models.
+        .filter((n) => n.endsWith(".gguf") && !n.startsWith("bad-") && !n.startsWith("lora-"))
         .map((n) => path.join(d, n)),
     )
     .map((p) => ({ p, size: statSync(p).size }))
