@@ -227,6 +227,30 @@ pub fn write_lora_fixtures(out_dir: &Path, llama_src: &Path) -> Result<Vec<PathB
     Ok(written)
 }
 
+/// The LoRA benchmark's adapters (`benches/lora.ts`): `n` adapters of every linear layer of
+/// LFM2-350M's bench shape (`bench-lfm2-350m-q4_0.gguf`, `bench_specs`), r = 16, alpha = 32,
+/// F16, as fine-tunes of small models usually are; `bench-lora-lfm2-350m-<i>.gguf`.
+pub fn write_bench_loras(out_dir: &Path, n: usize) -> Result<Vec<PathBuf>> {
+    let base = crate::bench_specs()
+        .into_iter()
+        .find(|s| s.file_name == "bench-lfm2-350m-q4_0.gguf")
+        .ok_or_else(|| WickError::Internal("no bench-lfm2-350m-q4_0 spec".into()))?;
+    let targets = lora_targets(&base, LoraTargets::All, 0);
+    std::fs::create_dir_all(out_dir).map_err(io_err)?;
+    let (rank, alpha) = (16, 32.0);
+    (0..n)
+        .map(|i| {
+            let name = format!("bench-lora-lfm2-350m-{i}");
+            let meta = lora_meta(base.arch.name(), &name, alpha);
+            let tensors =
+                lora_tensors(&targets, rank, alpha / rank as f32, 0.3, GgmlDType::F16, 400 + i as u64)?;
+            let path = out_dir.join(format!("{name}.gguf"));
+            write_gguf(&path, &meta, &refs(&tensors))?;
+            Ok(path)
+        })
+        .collect()
+}
+
 /// An adapter that does not fit its base: a loader must refuse it.
 #[derive(Clone, Debug)]
 pub struct BadLora {

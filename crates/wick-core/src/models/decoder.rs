@@ -181,9 +181,9 @@ impl Model for Decoder {
         // Not for a mixture of experts: each thread would stream every expert its share of
         // the tokens selects, where one pass over the batch streams each selected expert once.
         let moe = self.blocks.iter().any(|b| matches!(b.ffn, Ffn::Moe(_)));
-        // Nor with adapters: a share's rows would need their own LoRA groups.
-        let plain = !plan.any_hidden() && plan.lora.is_none();
-        if self.placement.exact() && threads > 1 && !moe && plain && row_parallel(batch, threads) {
+        // Each share plans its own rows (LoRA groups included).
+        if self.placement.exact() && threads > 1 && !moe && !plan.any_hidden() && row_parallel(batch, threads)
+        {
             let logits = self.forward_row_parallel(batch, kv, threads)?;
             return Ok(StepOutput { logits: Some(logits), hidden: Vec::new() });
         }

@@ -101,6 +101,13 @@ enum Weight {
     Ggml(Arc<QTensor>),
     /// Shared with a tied embedding, which looks its rows up in the panels.
     Packed(Arc<PackedWeight>),
+    /// A small F16 weight widened to f32 once (`[n, k]`, f16-exact): LoRA adapters, whose
+    /// matmuls are too small to convert their weights on every call.
+    WideF16 {
+        w: Vec<f32>,
+        n: usize,
+        k: usize,
+    },
 }
 
 fn weight(w: Arc<QTensor>, dev: &Placement) -> Result<Weight> {
@@ -176,8 +183,15 @@ impl Linear {
         Ok(Self { w, bias, name: Some(weight_name.into()) })
     }
 
-    /// GGUF tensor `name` (the whole name) as a weight of dims `{n_in, n_out}`, no bias.
+    /// GGUF tensor `name` (the whole name) as a weight of dims `{n_in, n_out}`, no bias; an
+    /// F16 one kept widened on the exact path (small weights: LoRA adapters).
     pub fn load_weight(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Placement) -> Result<Self> {
+        let f16 = g.info(name).is_some_and(|t| t.dtype == GgmlDType::F16);
+        if f16 && dev.exact() {
+            g.expect_dims(name, &[n_in, n_out])?;
+            let w = g.f32_tensor(name, dev)?.flatten_all()?.to_vec1::<f32>()?;
+            return Ok(Self { w: Weight::WideF16 { w, n: n_out, k: n_in }, bias: None, name: None });
+        }
         Ok(Self { w: gguf_weight(g, name, n_in, n_out, dev)?, bias: None, name: None })
     }
 
@@ -205,6 +219,7 @@ impl Linear {
                 }
             }
             Weight::Ggml(w) => matmul::matmul(&x, w, rows)?,
+            Weight::WideF16 { w, n, k } => matmul::matmul_f16_widened(&x, w, *n, *k, rows)?,
             Weight::Packed(w) => {
                 let y = with_host_f32(&x, |xs| w.matmul(xs, rows))??;
                 Tensor::from_vec(y, (rows.len(), w.dims().0), x.device())?

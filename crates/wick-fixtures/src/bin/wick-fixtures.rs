@@ -6,7 +6,7 @@
 //! and tiny-lfm2 (`lora-*.gguf`, llama.cpp's GGUF adapter format), plus broken files for
 //! load-failure tests.
 //!
-//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-embed] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]
+//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-embed] [--bench-lora] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]
 //!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf and
 //!                    models/templates/LFM2-8B-A1B.jinja
 //!                    (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
@@ -15,6 +15,8 @@
 //!   --bench          instead of the standard set: benchmark-sized LFM2 / lfm2moe models,
 //!                    LFM2-VL-450M-shaped projectors and an LFM2.5-Embedding-shaped model
 //!   --bench-embed    instead of the standard set: only that embedding model (benches/embeddings.ts)
+//!   --bench-lora     instead of the standard set: only the four LFM2-350M-shaped LoRA adapters
+//!                    (benches/lora.ts; also written by --bench)
 //!   --bench-lfm2     instead of the standard set: the LFM2 benchmark shapes with llama-bpe's
 //!                    128k vocabulary and a 32k training context (bench_lfm2_specs)
 //!   --hf             instead of the standard set: synthetic Hugging Face checkpoints (one
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
     let mut hf = false;
     let mut hf_bench = false;
     let mut bench_embed = false;
+    let mut bench_lora = false;
     let mut n_ctx = None;
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
             "--quant-sources" => (specs, tools) = (wick_fixtures::quant_source_specs(), false),
             "--bench" => (specs, tools, bench) = (wick_fixtures::bench_specs(), false, true),
             "--bench-embed" => (specs, tools, bench_embed) = (vec![], false, true),
+            "--bench-lora" => (specs, tools, bench_lora) = (vec![], false, true),
             "--bench-lfm2" => {
                 (specs, tools, n_ctx) =
                     (wick_fixtures::bench_lfm2_specs(), false, Some(wick_fixtures::BENCH_CTX))
@@ -101,6 +105,11 @@ fn main() -> ExitCode {
         if bench || bench_embed {
             println!("{}", wick_fixtures::write_bench_embedding(&out, &src)?.display());
         }
+        if bench || bench_lora {
+            for p in wick_fixtures::write_bench_loras(&out, 4)? {
+                println!("{}", p.display());
+            }
+        }
         if bad {
             for b in wick_fixtures::write_bad_files(&out)? {
                 println!("{}", b.path.display());
@@ -125,7 +134,7 @@ fn usage(err: &str) -> ExitCode {
         eprintln!("wick-fixtures: {err}");
     }
     eprintln!(
-        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-embed] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]"
+        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-embed] [--bench-lora] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]"
     );
     if err.is_empty() {
         ExitCode::SUCCESS

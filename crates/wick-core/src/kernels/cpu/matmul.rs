@@ -226,14 +226,15 @@ fn f32_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
     let (chunk, min_rows) = if cfg!(target_arch = "aarch64") { (4, 4) } else { (16, 2) };
     let shapes_ok = k.is_multiple_of(chunk) && n.is_multiple_of(4);
     for_cols(n, m, &|j0, j1| {
+        let mut wide = vec![0f32; k];
         with_avx2_codegen(
             #[inline(always)]
             || {
                 for j in j0..j1 {
-                    let wr = &op.data[j * op.row_bytes..(j + 1) * op.row_bytes];
-                    let wv = |i: usize| {
-                        f32::from_le_bytes([wr[4 * i], wr[4 * i + 1], wr[4 * i + 2], wr[4 * i + 3]])
-                    };
+                    for (w, b) in wide.iter_mut().zip(op.wrow(j).chunks_exact(4)) {
+                        *w = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    }
+                    let wv = |i: usize| wide[i];
                     for r in 0..m {
                         let xr = &op.xs[r * k..(r + 1) * k];
                         let v = if shapes_ok && rows[r].seq_len as usize >= min_rows {
@@ -256,31 +257,107 @@ fn f32_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
 /// k in 4-lane chunks, and tinyBLAS's f16 × f32 kernel takes the activations as they are
 /// (ggml tries it before converting); `ggml_vec_dot_f16` sees them rounded.
 fn f16_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
-    let (n, k, m, rows) = (op.n, op.k, op.m, op.rows);
-    let x16: Vec<f32> = op.xs.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
-    let (chunk, tiled_xs) = if cfg!(target_arch = "aarch64") { (4, op.xs) } else { (16, &x16[..]) };
+    let widen = |j: usize, out: &mut [f32]| {
+        let wr = op.wrow(j);
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = f16_at(wr, 2 * i);
+        }
+    };
+    f16_core(op.n, op.k, op.xs, op.rows, &widen, put);
+}
+
+/// F16 weights kept widened to f32 (`[n, k]` row-major, f16-exact values: small weights such
+/// as LoRA adapters, converted once at load): what `matmul` gives for the F16 tensor.
+pub fn matmul_f16_widened(x: &Tensor, w: &[f32], n: usize, k: usize, rows: &[RowPos]) -> Result<Tensor> {
+    let (m, kx) = x.dims2()?;
+    if kx != k || w.len() != n * k || rows.len() != m {
+        return Err(WickError::Internal(format!("f16 matmul: input [{m}, {kx}], weight [{n}, {k}]")));
+    }
+    let xs = x.flatten_all()?.to_vec1::<f32>()?;
+    let mut y = vec![0f32; m * n];
+    let yp = SyncPtr(y.as_mut_ptr());
+    // SAFETY: as in `matmul`: r < m, j < n, one writer per (row, column), read after the pass.
+    let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
+    f16_core(n, k, &xs, rows, &|j, out: &mut [f32]| out.copy_from_slice(&w[j * k..(j + 1) * k]), &put);
+    Ok(Tensor::from_vec(y, (m, n), x.device())?)
+}
+
+/// `f16_rows` with column j's weights given by `widen(j, out)` (`k` values).
+fn f16_core<W, P>(n: usize, k: usize, xs: &[f32], rows: &[RowPos], widen: &W, put: &P)
+where
+    W: Fn(usize, &mut [f32]) + Sync,
+    P: Fn(usize, usize, f32) + Sync,
+{
+    let m = rows.len();
+    let x16: Vec<f32> = xs.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+    let (chunk, tiled_xs) = if cfg!(target_arch = "aarch64") { (4, xs) } else { (16, &x16[..]) };
     let shapes_ok = k.is_multiple_of(chunk) && n.is_multiple_of(4);
+    let tiled = |r: usize| shapes_ok && rows[r].seq_len > 1;
+    // A dot shorter than one vector step of `ggml_vec_dot_f16` is its f64 tail alone (a
+    // LoRA adapter's B, k = its rank): sequential per output, a chain of dependent adds, so
+    // eight outputs run side by side instead — each the same sum.
+    let short = k < if cfg!(target_arch = "aarch64") { 16 } else { 64 };
     for_cols(n, m, &|j0, j1| {
+        let mut wide = vec![0f32; k];
+        let mut wt = vec![0f32; if short { k * SHORT } else { 0 }];
         with_avx2_codegen(
             #[inline(always)]
             || {
+                if short {
+                    for jb in (j0..j1).step_by(SHORT) {
+                        let cols = SHORT.min(j1 - jb);
+                        wt.fill(0.0);
+                        for c in 0..cols {
+                            widen(jb + c, &mut wide);
+                            for (i, &w) in wide.iter().enumerate() {
+                                wt[i * SHORT + c] = w;
+                            }
+                        }
+                        for r in 0..m {
+                            if tiled(r) {
+                                let xr = &tiled_xs[r * k..(r + 1) * k];
+                                for c in 0..cols {
+                                    put(r, jb + c, dot_tiled(k, |i| wt[i * SHORT + c], |i| xr[i]));
+                                }
+                                continue;
+                            }
+                            let mut acc = [0f64; SHORT];
+                            for (i, &xi) in x16[r * k..(r + 1) * k].iter().enumerate() {
+                                for (a, &w) in acc.iter_mut().zip(&wt[i * SHORT..(i + 1) * SHORT]) {
+                                    *a += (w * xi) as f64;
+                                }
+                            }
+                            for (c, a) in acc.iter().take(cols).enumerate() {
+                                put(r, jb + c, *a as f32);
+                            }
+                        }
+                    }
+                    return;
+                }
                 for j in j0..j1 {
-                    let wr = op.wrow(j);
-                    let wv = |i: usize| f16_at(wr, 2 * i);
+                    widen(j, &mut wide);
                     for r in 0..m {
-                        let v = if shapes_ok && rows[r].seq_len > 1 {
-                            let xr = &tiled_xs[r * k..(r + 1) * k];
-                            dot_tiled(k, wv, |i| xr[i])
-                        } else {
-                            let xr = &x16[r * k..(r + 1) * k];
-                            dot_single(k, wv, |i| xr[i])
-                        };
-                        put(r, j, v);
+                        let (txr, xr) = (&tiled_xs[r * k..(r + 1) * k], &x16[r * k..(r + 1) * k]);
+                        put(r, j, f16_dot(k, tiled(r), |i| wide[i], txr, xr));
                     }
                 }
             },
         )
     });
+}
+
+/// Columns a short-dot pass of `f16_core` runs side by side.
+const SHORT: usize = 8;
+
+/// One output of `f16_rows`: tinyBLAS's order on `txr` when `tiled`, else `ggml_vec_dot_f16`'s
+/// on `xr` (the activations rounded to f16).
+#[inline(always)]
+fn f16_dot(k: usize, tiled: bool, wv: impl Fn(usize) -> f32, txr: &[f32], xr: &[f32]) -> f32 {
+    if tiled {
+        dot_tiled(k, wv, |i| txr[i])
+    } else {
+        dot_single(k, wv, |i| xr[i])
+    }
 }
 
 /// Q2_K and Q4_K: ggml's repacked kernels run rows in groups of four through the GEMM and the
