@@ -63,7 +63,8 @@ async function level(mix: (i: number) => { id: number; scale: number }[]): Promi
     Array.from({ length: c }, async () => {
       while (next < requests) {
         const i = next++;
-        tokens += await complete(i, mix(i));
+        const got = await complete(i, mix(i)); // not `tokens += await …`: that reads `tokens` before the wait
+        tokens += got;
       }
     }),
   );
