@@ -356,16 +356,7 @@ pub fn convert_lora(opts: &LoraOptions, mut progress: impl FnMut(&Progress)) -> 
     ];
 
     let out = &opts.outfile;
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !parent.is_dir() {
-        return Err(ConvertError::InvalidArgument(format!("{}: no such directory", parent.display())));
-    }
-    let file_name =
-        out.file_name().ok_or_else(|| ConvertError::InvalidArgument("--outfile needs a file name".into()))?;
-    let tmp = parent.join(format!(".{}.tmp{}", file_name.to_string_lossy(), std::process::id()));
+    let tmp = crate::write::temp_beside(out)?;
     let written = write_adapter(&ck, &pairs, &kv, &entries, &tmp, opts.cancel.as_deref(), &mut progress);
     let bytes_written = match written {
         Ok(n) => n,

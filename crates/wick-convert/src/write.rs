@@ -187,16 +187,7 @@ pub fn convert(opts: &ConvertOptions, mut progress: impl FnMut(&Progress)) -> Re
     let start = Instant::now();
     let prep = inspect(&opts.input, opts.outtype)?;
     let out = &opts.outfile;
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !parent.is_dir() {
-        return Err(ConvertError::InvalidArgument(format!("{}: no such directory", parent.display())));
-    }
-    let file_name =
-        out.file_name().ok_or_else(|| ConvertError::InvalidArgument("--outfile needs a file name".into()))?;
-    let tmp = parent.join(format!(".{}.tmp{}", file_name.to_string_lossy(), std::process::id()));
+    let tmp = temp_beside(out)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.threads.unwrap_or(0))
         .build()
@@ -307,4 +298,19 @@ fn encode_slab(
             ty.encode(xs, os);
             Ok(())
         })
+}
+
+/// The temporary file an output is written to before it is renamed into place: beside it (so
+/// the rename stays on one file system), hidden, named by this process.
+pub(crate) fn temp_beside(out: &Path) -> Result<PathBuf> {
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(ConvertError::InvalidArgument(format!("{}: no such directory", parent.display())));
+    }
+    let file_name =
+        out.file_name().ok_or_else(|| ConvertError::InvalidArgument("--outfile needs a file name".into()))?;
+    Ok(parent.join(format!(".{}.tmp{}", file_name.to_string_lossy(), std::process::id())))
 }

@@ -20,8 +20,8 @@ fn fixture_path(name: &str) -> PathBuf {
 }
 
 /// The base model with its three fixture adapters loaded (ids 0, 1, 2), default scale 0 so a
-/// request that names none runs the base.
-fn with_adapters(test: &str, base: &str) -> Option<Engine> {
+/// request that names none runs the base; `opts` as the test needs.
+fn with_adapters(test: &str, base: &str, opts: impl FnOnce(&mut wick_core::EngineOptions)) -> Option<Engine> {
     let stem = base.trim_end_matches(".gguf");
     let specs: Vec<LoraSpec> = ["attn-f16", "ffn-f32", "all-q8_0"]
         .iter()
@@ -38,6 +38,7 @@ fn with_adapters(test: &str, base: &str) -> Option<Engine> {
     cached_fixture(test, base, |o| {
         o.lora = specs;
         o.max_sequences = 8;
+        opts(o);
     })
 }
 
@@ -50,7 +51,7 @@ const BASES: [&str; 2] = ["tiny-llama-q8_0.gguf", "tiny-lfm2-q8_0.gguf"];
 #[test]
 fn a_batch_mixing_adapters_gives_each_sequence_its_tokens_alone() {
     for base in BASES {
-        let Some(engine) = with_adapters("LoRA batching", base) else { return };
+        let Some(engine) = with_adapters("LoRA batching", base, |_| {}) else { return };
         let prompts: [&[u32]; 5] =
             [&[1, 20, 30, 40], &[1, 50, 60], &[1, 70, 80, 90, 100, 110], &[1, 5], &[1, 200, 201]];
         let mixes: [Option<Vec<(usize, f32)>>; 5] = [
@@ -79,7 +80,7 @@ fn a_batch_mixing_adapters_gives_each_sequence_its_tokens_alone() {
 #[test]
 fn scale_zero_is_the_base_model_and_defaults_apply_when_none_is_named() {
     for base in BASES {
-        let Some(engine) = with_adapters("LoRA scales", base) else { return };
+        let Some(engine) = with_adapters("LoRA scales", base, |_| {}) else { return };
         let Some(plain) = cached_fixture("LoRA scales", base, |_| {}) else { return };
         let p = [1u32, 33, 44, 55];
         let base_ids = run(&plain, req(&p, None)).ids;
@@ -95,7 +96,7 @@ fn scale_zero_is_the_base_model_and_defaults_apply_when_none_is_named() {
 #[test]
 fn the_prefix_cache_never_shares_kv_across_adapters() {
     let base = BASES[0];
-    let Some(engine) = with_adapters("LoRA prefix cache", base) else { return };
+    let Some(engine) = with_adapters("LoRA prefix cache", base, |_| {}) else { return };
     let p: Vec<u32> = (0..150).map(|i| 1 + (i * 37) % 250).collect();
     let first = run(&engine, req(&p, Some(vec![(0, 1.0)])));
     // Same tokens, other adapter: nothing cached for it; its own run again: cached, same tokens.
@@ -149,18 +150,9 @@ fn adapters_that_do_not_fit_are_refused() {
 #[test]
 fn the_device_path_applies_adapters_as_the_exact_path_does() {
     for base in BASES {
-        let Some(exact) = with_adapters("LoRA on the device path", base) else { return };
-        let stem = base.trim_end_matches(".gguf");
-        let Some(dev) = cached_fixture("LoRA on the device path", base, |o| {
+        let Some(exact) = with_adapters("LoRA on the device path", base, |_| {}) else { return };
+        let Some(dev) = with_adapters("LoRA on the device path", base, |o| {
             o.device = wick_core::runtime::device::DeviceChoice::CpuCandle;
-            o.lora = ["attn-f16", "ffn-f32", "all-q8_0"]
-                .iter()
-                .map(|k| LoraSpec {
-                    path: fixture_path(&format!("lora-{stem}-{k}.gguf")),
-                    name: None,
-                    scale: 0.0,
-                })
-                .collect();
         }) else {
             return;
         };
