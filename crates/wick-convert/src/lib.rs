@@ -17,6 +17,7 @@ pub mod error;
 pub mod gguf;
 pub mod lora;
 pub mod meta;
+mod output;
 pub mod quant;
 mod rows;
 pub mod safetensors;
@@ -25,6 +26,7 @@ mod write;
 
 pub use error::{ConvertError, Result};
 pub use lora::{convert_lora, is_peft_dir, LoraOptions};
+pub use output::{Progress, Report};
 pub use quant::mix::OutType;
 pub use quant::GgmlType;
-pub use write::{convert, inspect, ConvertOptions, Progress, Report};
+pub use write::{convert, inspect, ConvertOptions};

@@ -25,11 +25,11 @@ use crate::arch::{names, params, Arch};
 use crate::config::{read_json, HfConfig};
 use crate::error::{ConvertError, Result};
 use crate::gguf::{self, TensorEntry, Value};
+use crate::output::{Progress, Report};
 use crate::quant::mix::OutType;
 use crate::quant::GgmlType;
 use crate::rows::permuted_row;
 use crate::safetensors::{Checkpoint, Dtype};
-use crate::write::{Progress, Report};
 
 pub const ADAPTER_CONFIG: &str = "adapter_config.json";
 pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
@@ -356,7 +356,7 @@ pub fn convert_lora(opts: &LoraOptions, mut progress: impl FnMut(&Progress)) -> 
     ];
 
     let out = &opts.outfile;
-    let tmp = crate::write::temp_beside(out)?;
+    let tmp = crate::output::temp_beside(out)?;
     let written = write_adapter(&ck, &pairs, &kv, &entries, &tmp, opts.cancel.as_deref(), &mut progress);
     let bytes_written = match written {
         Ok(n) => n,

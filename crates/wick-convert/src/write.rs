@@ -16,6 +16,7 @@ use crate::config::HfConfig;
 use crate::error::{ConvertError, Result};
 use crate::gguf::{self, TensorEntry, Value};
 use crate::meta::{self, ParamCount};
+use crate::output::{Progress, Report};
 use crate::quant::mix::{self, ModelShape, OutType, TensorRef};
 use crate::quant::GgmlType;
 use crate::rows;
@@ -33,33 +34,6 @@ pub struct ConvertOptions {
     pub threads: Option<usize>,
     /// Set to stop early; the partial output is removed.
     pub cancel: Option<std::sync::Arc<AtomicBool>>,
-}
-
-/// Where the conversion is, after each tensor.
-#[derive(Clone, Debug)]
-pub struct Progress {
-    pub tensor: String,
-    pub tensors_done: usize,
-    pub tensors_total: usize,
-    pub bytes_written: u64,
-    pub bytes_total: u64,
-}
-
-/// What was written.
-#[derive(Clone, Debug)]
-pub struct Report {
-    pub outfile: PathBuf,
-    pub architecture: String,
-    pub outtype: OutType,
-    pub tensors: usize,
-    pub bytes_written: u64,
-    /// Bytes of weights read from the checkpoint.
-    pub bytes_read: u64,
-    pub seconds: f64,
-    /// The largest tensor of the checkpoint, in bytes (the memory bound's unit).
-    pub largest_tensor_bytes: u64,
-    /// Tensor name → type, in file order.
-    pub types: Vec<(String, GgmlType)>,
 }
 
 /// Everything decided before writing: the header and each tensor's type and source.
@@ -187,7 +161,7 @@ pub fn convert(opts: &ConvertOptions, mut progress: impl FnMut(&Progress)) -> Re
     let start = Instant::now();
     let prep = inspect(&opts.input, opts.outtype)?;
     let out = &opts.outfile;
-    let tmp = temp_beside(out)?;
+    let tmp = crate::output::temp_beside(out)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.threads.unwrap_or(0))
         .build()
@@ -298,19 +272,4 @@ fn encode_slab(
             ty.encode(xs, os);
             Ok(())
         })
-}
-
-/// The temporary file an output is written to before it is renamed into place: beside it (so
-/// the rename stays on one file system), hidden, named by this process.
-pub(crate) fn temp_beside(out: &Path) -> Result<PathBuf> {
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !parent.is_dir() {
-        return Err(ConvertError::InvalidArgument(format!("{}: no such directory", parent.display())));
-    }
-    let file_name =
-        out.file_name().ok_or_else(|| ConvertError::InvalidArgument("--outfile needs a file name".into()))?;
-    Ok(parent.join(format!(".{}.tmp{}", file_name.to_string_lossy(), std::process::id())))
 }

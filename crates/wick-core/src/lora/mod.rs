@@ -14,7 +14,7 @@ use candle_core::{Device, Tensor};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::RowPos;
-use crate::models::layers::Linear;
+use crate::models::layers::{Linear, WeightDeltas};
 use crate::runtime::device::Placement;
 
 /// One adapted weight: `A` (`in → r`) and `B` (`r → out`).
@@ -169,10 +169,12 @@ impl LoraRows {
             .collect::<Result<_>>()?;
         Ok(Some(Self { groups }))
     }
+}
 
+impl WeightDeltas for LoraRows {
     /// `y` (`W·x` of base weight `name`, before any bias) plus each adapter's `s·B·(A·x)` on
     /// its rows.
-    pub fn add(&self, name: &str, x: &Tensor, mut y: Tensor) -> Result<Tensor> {
+    fn add(&self, name: &str, x: &Tensor, mut y: Tensor) -> Result<Tensor> {
         for g in &self.groups {
             let Some(w) = g.adapter.weights.get(name) else { continue };
             let xs = x.index_select(&g.idx, 0)?;

@@ -5,7 +5,7 @@
 
 use candle_core::{DType, Tensor};
 
-use super::layers::{Linear, Linears, RmsNorm, Rope, RowPos};
+use super::layers::{Linear, Linears, RmsNorm, Rope, RowPos, WeightDeltas};
 use super::StepSeq;
 use crate::cache::{KvPool, KvWrite, SeqCache};
 use crate::error::{Result, WickError};
@@ -149,6 +149,17 @@ impl BatchPlan {
     pub fn any_hidden(&self) -> bool {
         self.outs.iter().any(|&(_, h)| h)
     }
+
+    /// The step's LoRA additions on all rows, on the read-out rows, on the logit rows.
+    pub fn deltas(&self) -> Option<&dyn WeightDeltas> {
+        self.lora.as_ref().map(|l| l as &dyn WeightDeltas)
+    }
+    pub fn deltas_out(&self) -> Option<&dyn WeightDeltas> {
+        self.lora_out.as_ref().map(|l| l as &dyn WeightDeltas)
+    }
+    pub fn deltas_logits(&self) -> Option<&dyn WeightDeltas> {
+        self.lora_logits.as_ref().map(|l| l as &dyn WeightDeltas)
+    }
 }
 
 /// Multi-head attention with grouped KV heads, optional per-head Q/K RMSNorm (LFM2), RoPE.
@@ -231,7 +242,7 @@ impl Attention {
         let rows = &plan.rows;
         let [q, k, v]: [Tensor; 3] = self
             .qkv
-            .forward(x, rows, plan.lora.as_ref())?
+            .forward(x, rows, plan.deltas())?
             .try_into()
             .map_err(|_| WickError::Internal("attention: Q, K and V expected".into()))?;
         let mut q = q.reshape((n, self.n_head, hd))?;
@@ -246,7 +257,7 @@ impl Attention {
         let scale = 1.0 / (hd as f64).sqrt();
         if !plan.exact {
             let o = self.attend_on_device(&q, &k, &v, plan, layer, kv, caches, window, scale)?;
-            return self.o.forward_lora(&o, rows, plan.lora.as_ref());
+            return self.o.forward_lora(&o, rows, plan.deltas());
         }
         let row = self.n_kv_head * hd;
         with_host_f32(&k, |kh| {
@@ -282,7 +293,7 @@ impl Attention {
             attend_many(&seqs, self.n_head, scale as f32, window)
         })?;
         let o = Tensor::from_vec(o, (n, q_row), x.device())?;
-        self.o.forward_lora(&o, rows, plan.lora.as_ref())
+        self.o.forward_lora(&o, rows, plan.deltas())
     }
 
     /// The device path's cache append and attention, sequence by sequence, on candle ops:

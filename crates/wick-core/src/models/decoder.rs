@@ -291,13 +291,13 @@ impl Decoder {
                 None => y,
             };
             x = (x + y)?;
-            let (mut rows, mut lora) = (&plan.rows, plan.lora.as_ref());
+            let (mut rows, mut lora) = (&plan.rows, plan.deltas());
             if il + 1 == n_blocks {
                 // Only the last token of each sequence is read out (every token of one that
                 // wants hidden states): skip the rest of the last FFN. llama.cpp does the
                 // same, so those rows go through its single-row kernels.
                 x = x.index_select(&plan.out_rows, 0)?;
-                (rows, lora) = (&plan.out_row_pos, plan.lora_out.as_ref());
+                (rows, lora) = (&plan.out_row_pos, plan.deltas_out());
             }
             let h = b.ffn_norm.forward(&x)?;
             let y = b.ffn.forward(&h, rows, lora)?;
@@ -315,7 +315,7 @@ impl Decoder {
         }
         let x = self.norm.forward(&x)?;
         if !plan.any_hidden() {
-            let logits = self.head.forward_lora(&x, &plan.last_row_pos, plan.lora_out.as_ref())?;
+            let logits = self.head.forward_lora(&x, &plan.last_row_pos, plan.deltas_out())?;
             return Ok(StepOutput { logits: Some(logits), hidden: Vec::new() });
         }
         let (mut hidden, mut logit_rows) = (vec![], vec![]);
@@ -330,7 +330,7 @@ impl Decoder {
             n => {
                 let rows = Tensor::from_vec(logit_rows, n, x.device())?;
                 let x = x.index_select(&rows, 0)?;
-                Some(self.head.forward_lora(&x, &vec![RowPos::SINGLE; n], plan.lora_logits.as_ref())?)
+                Some(self.head.forward_lora(&x, &vec![RowPos::SINGLE; n], plan.deltas_logits())?)
             }
         };
         Ok(StepOutput { logits, hidden })

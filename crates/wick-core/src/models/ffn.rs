@@ -6,12 +6,12 @@ use std::sync::OnceLock;
 use candle_core::Tensor;
 use half::f16;
 
-use super::layers::{Linear, Linears, RowPos};
+use super::layers::{Linear, Linears, RowPos, WeightDeltas};
 use super::moe::Moe;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
-use crate::lora::LoraRows;
+
 use crate::runtime::device::Placement;
 
 pub enum Ffn {
@@ -22,7 +22,7 @@ pub enum Ffn {
 impl Ffn {
     /// `lora`: the step's adapters on these rows (a mixture of experts takes none: its
     /// adapters are refused at load).
-    pub fn forward(&self, x: &Tensor, rows: &[RowPos], lora: Option<&LoraRows>) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, rows: &[RowPos], lora: Option<&dyn WeightDeltas>) -> Result<Tensor> {
         match self {
             Ffn::Dense(m) => m.forward(x, rows, lora),
             Ffn::Moe(m) => m.forward(x, rows),
@@ -62,7 +62,7 @@ impl Mlp {
             exact: dev.exact(),
         })
     }
-    pub fn forward(&self, x: &Tensor, rows: &[RowPos], lora: Option<&LoraRows>) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, rows: &[RowPos], lora: Option<&dyn WeightDeltas>) -> Result<Tensor> {
         let [g, u]: [Tensor; 2] = self
             .gate_up
             .forward(x, rows, lora)?

@@ -12,7 +12,6 @@ use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::{rms_norm, rope};
 use crate::kernels::cpu::matmul;
 use crate::kernels::{with_host_f32, PackedWeight};
-use crate::lora::LoraRows;
 use crate::runtime::device::Placement;
 
 /// Width, depth, heads, KV heads per layer, FFN width and norm ε of a llama-style stack.
@@ -161,6 +160,13 @@ fn gguf_weight(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Placem
 
 pub use crate::kernels::RowPos;
 
+/// Additions to linear layers' outputs, by weight name, for the rows of a step: the LoRA
+/// adapters (`lora::LoraRows`).
+pub trait WeightDeltas {
+    /// `y` (`W·x` of weight `name`, before its bias) with the additions for `name`.
+    fn add(&self, name: &str, x: &Tensor, y: Tensor) -> Result<Tensor>;
+}
+
 /// `y = x Wᵀ (+ b)`: a GGUF weight of ggml dims `{in, out}` with an optional bias `{out}`.
 pub struct Linear {
     w: Weight,
@@ -207,7 +213,12 @@ impl Linear {
 
     /// `forward` with the step's LoRA adapters added on their rows before the bias, as
     /// llama.cpp's `build_lora_mm` adds them.
-    pub fn forward_lora(&self, x: &Tensor, rows: &[RowPos], lora: Option<&LoraRows>) -> Result<Tensor> {
+    pub fn forward_lora(
+        &self,
+        x: &Tensor,
+        rows: &[RowPos],
+        lora: Option<&dyn WeightDeltas>,
+    ) -> Result<Tensor> {
         let x = x.contiguous()?;
         let y = match &self.w {
             Weight::Candle(w) => w.forward(&x)?,
@@ -279,7 +290,12 @@ impl Linears {
     }
 
     /// Each layer's `[n, out]` for `x`: `[n, in]` (see `Linear::forward_lora`).
-    pub fn forward(&self, x: &Tensor, rows: &[RowPos], lora: Option<&LoraRows>) -> Result<Vec<Tensor>> {
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rows: &[RowPos],
+        lora: Option<&dyn WeightDeltas>,
+    ) -> Result<Vec<Tensor>> {
         match self {
             Self::Apart(ls) => ls.iter().map(|l| l.forward_lora(x, rows, lora)).collect(),
             Self::Fused { w, biases, names } => {

@@ -65,7 +65,7 @@ impl ShortConv {
         states: &mut [(&mut ConvState, &[BlockId])],
     ) -> Result<Tensor> {
         let d = self.d;
-        let lora = plan.lora.as_ref();
+        let lora = plan.deltas();
         let bcx = self.in_proj.forward_lora(u, &plan.rows, lora)?;
         if !plan.exact {
             let y = self.gated_conv_on_device(&bcx, plan, layer, kv, states)?;
