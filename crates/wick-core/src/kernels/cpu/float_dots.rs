@@ -76,7 +76,8 @@ fn tiled4_order(n: usize, x: &impl Fn(usize) -> f32, y: &impl Fn(usize) -> f32) 
 }
 
 /// The first `n & !63` terms as ggml's AVX-512 vector dots sum them (`head64_order`). The f16
-/// and f32 dots differ only in how they add the tail.
+/// and f32 dots differ only in how they add the tail. (aarch64 sums its own head.)
+#[cfg(not(target_arch = "aarch64"))]
 #[inline(always)]
 pub fn dot_head64(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
     head64_order(
@@ -122,6 +123,7 @@ fn lanes(s: &[f32], i: usize) -> [f32; 16] {
 }
 
 /// `f(i)..f(i + 15)`.
+#[cfg(not(target_arch = "aarch64"))]
 #[inline(always)]
 fn lanes_of(f: &impl Fn(usize) -> f32, i: usize) -> [f32; 16] {
     let mut a = [0f32; 16];
