@@ -205,18 +205,7 @@ pub fn convert_lora(opts: &LoraOptions, mut progress: impl FnMut(&Progress)) -> 
     if !dir.is_dir() {
         return Err(ConvertError::Missing { path: dir.clone(), what: "the adapter directory" });
     }
-    let float = match opts.outtype {
-        OutType::F32 => GgmlType::F32,
-        OutType::F16 => GgmlType::F16,
-        OutType::Bf16 => GgmlType::Bf16,
-        OutType::Q8_0 => GgmlType::Q8_0,
-        t => {
-            return Err(ConvertError::InvalidArgument(format!(
-                "a LoRA adapter converts to f32, f16, bf16 or q8_0, not {}",
-                t.name()
-            )))
-        }
-    };
+    let float = adapter_type(opts.outtype)?;
     let cfg = peft_config(dir)?;
     let weights = dir.join(ADAPTER_WEIGHTS);
     if !weights.is_file() {
@@ -231,34 +220,7 @@ pub fn convert_lora(opts: &LoraOptions, mut progress: impl FnMut(&Progress)) -> 
     let base = BaseModel::open(&base_path)?;
     let ck = Checkpoint::open(dir)?;
 
-    // Pair up lora_A / lora_B by module.
-    let mut modules: BTreeMap<String, (Option<String>, Option<String>)> = BTreeMap::new();
-    for name in ck.tensors.keys() {
-        let short = name.strip_prefix("base_model.model.").unwrap_or(name);
-        if short.ends_with(".base_layer.weight") {
-            continue;
-        }
-        let (module, is_a) = if let Some(m) = short.strip_suffix(".lora_A.weight") {
-            (m, true)
-        } else if let Some(m) = short.strip_suffix(".lora_B.weight") {
-            (m, false)
-        } else if short.contains("lora_embedding_") {
-            return Err(ConvertError::tensor(format!(
-                "`{name}`: embedding adapters (new or retrained tokens) are not supported"
-            )));
-        } else {
-            return Err(ConvertError::tensor(format!("`{name}`: not a lora_A or lora_B weight")));
-        };
-        let e = modules.entry(module.to_string()).or_default();
-        if is_a {
-            e.0 = Some(name.clone());
-        } else {
-            e.1 = Some(name.clone());
-        }
-    }
-    if modules.is_empty() {
-        return Err(ConvertError::tensor(format!("{}: no lora_A/lora_B tensors", weights.display())));
-    }
+    let modules = lora_modules(&ck, &weights)?;
     let mut pairs = vec![];
     for (module, (a, b)) in modules {
         let (Some(a), Some(b)) = (a, b) else {
@@ -266,62 +228,7 @@ pub fn convert_lora(opts: &LoraOptions, mut progress: impl FnMut(&Progress)) -> 
                 "module `{module}`: lora_A and lora_B must come in pairs"
             )));
         };
-        let hf = names::canonical(base.arch, &base.hf_arch, &format!("{module}.weight"));
-        let gguf = names::gguf_name(base.arch, &hf).ok_or_else(|| {
-            ConvertError::tensor(format!(
-                "module `{module}`: no {} tensor to adapt (wick convert maps the model converter's names only)",
-                base.arch.name()
-            ))
-        })?;
-        let Some(ne) = base.tensors.get(&gguf) else {
-            let hint = if gguf == "output.weight" { " (its head is tied to token_embd)" } else { "" };
-            return Err(ConvertError::tensor(format!(
-                "module `{module}`: the base model has no `{gguf}`{hint}"
-            )));
-        };
-        let (sa, sb) = (&ck.tensors[&a].shape, &ck.tensors[&b].shape);
-        for (n, t) in [(&a, sa), (&b, sb)] {
-            if t.len() != 2 {
-                return Err(ConvertError::tensor(format!("`{n}`: shape {t:?}, expected 2 dimensions")));
-            }
-            if let Dtype::Other(d, _) = ck.tensors[n].dtype {
-                return Err(ConvertError::Dtype { name: n.clone(), dtype: d.into() });
-            }
-        }
-        let r = sa[0];
-        if sb[1] != r {
-            return Err(ConvertError::tensor(format!(
-                "module `{module}`: rank mismatch: lora_A has {r} rows, lora_B {} columns",
-                sb[1]
-            )));
-        }
-        if let Some(cr) = cfg.rank {
-            if cr != r {
-                return Err(ConvertError::tensor(format!(
-                    "module `{module}`: rank mismatch: the tensors have rank {r}, adapter_config.json's r is {cr}"
-                )));
-            }
-        }
-        let (n_in, n_out) = (ne[0], ne.get(1).copied().unwrap_or(1));
-        if ne.len() != 2 || sa[1] != n_in || sb[0] != n_out {
-            return Err(ConvertError::ShapeMismatch {
-                name: format!("{module} (base `{gguf}` is [{n_out}, {n_in}])"),
-                got: vec![sb[0], sa[1]],
-                want: vec![n_out, n_in],
-            });
-        }
-        let permute = (base.arch == Arch::Llama)
-            .then(|| {
-                if hf.ends_with("q_proj.weight") {
-                    Some(base.n_head)
-                } else if hf.ends_with("k_proj.weight") {
-                    names::split_layer(&hf).map(|(il, _)| base.n_kv[il.min(base.n_kv.len() - 1)])
-                } else {
-                    None
-                }
-            })
-            .flatten();
-        pairs.push(Pair { gguf, a, b, permute });
+        pairs.push(plan_pair(&module, a, b, &base, &ck, &cfg)?);
     }
     pairs.sort_by_key(|p| {
         let layer: i64 = p
@@ -341,19 +248,7 @@ pub fn convert_lora(opts: &LoraOptions, mut progress: impl FnMut(&Progress)) -> 
             entries.push(TensorEntry { name: format!("{}.{suffix}", p.gguf), ne, ty });
         }
     }
-    let name = dir
-        .canonicalize()
-        .ok()
-        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "lora".into());
-    let kv = vec![
-        ("general.architecture".to_string(), Value::Str(base.arch.name().into())),
-        ("general.type".to_string(), Value::Str("adapter".into())),
-        ("general.name".to_string(), Value::Str(name)),
-        ("adapter.type".to_string(), Value::Str("lora".into())),
-        ("adapter.lora.alpha".to_string(), Value::F32(cfg.alpha)),
-        ("general.quantization_version".to_string(), Value::U32(2)),
-    ];
+    let kv = adapter_kv(dir, base.arch.name(), cfg.alpha);
 
     let out = &opts.outfile;
     let tmp = crate::output::temp_beside(out)?;
@@ -381,6 +276,141 @@ pub fn convert_lora(opts: &LoraOptions, mut progress: impl FnMut(&Progress)) -> 
         largest_tensor_bytes: sizes.max().unwrap_or(0),
         types: entries.iter().map(|e| (e.name.clone(), e.ty)).collect(),
     })
+}
+
+/// The GGUF type an adapter's tensors take for `--outtype` (float types and q8_0 only).
+fn adapter_type(t: OutType) -> Result<GgmlType> {
+    Ok(match t {
+        OutType::F32 => GgmlType::F32,
+        OutType::F16 => GgmlType::F16,
+        OutType::Bf16 => GgmlType::Bf16,
+        OutType::Q8_0 => GgmlType::Q8_0,
+        t => {
+            return Err(ConvertError::InvalidArgument(format!(
+                "a LoRA adapter converts to f32, f16, bf16 or q8_0, not {}",
+                t.name()
+            )))
+        }
+    })
+}
+
+/// The checkpoint's lora_A / lora_B tensor names paired by module.
+#[allow(clippy::type_complexity)]
+fn lora_modules(
+    ck: &Checkpoint,
+    weights: &Path,
+) -> Result<BTreeMap<String, (Option<String>, Option<String>)>> {
+    let mut modules: BTreeMap<String, (Option<String>, Option<String>)> = BTreeMap::new();
+    for name in ck.tensors.keys() {
+        let short = name.strip_prefix("base_model.model.").unwrap_or(name);
+        if short.ends_with(".base_layer.weight") {
+            continue;
+        }
+        let (module, is_a) = if let Some(m) = short.strip_suffix(".lora_A.weight") {
+            (m, true)
+        } else if let Some(m) = short.strip_suffix(".lora_B.weight") {
+            (m, false)
+        } else if short.contains("lora_embedding_") {
+            return Err(ConvertError::tensor(format!(
+                "`{name}`: embedding adapters (new or retrained tokens) are not supported"
+            )));
+        } else {
+            return Err(ConvertError::tensor(format!("`{name}`: not a lora_A or lora_B weight")));
+        };
+        let e = modules.entry(module.to_string()).or_default();
+        if is_a {
+            e.0 = Some(name.clone());
+        } else {
+            e.1 = Some(name.clone());
+        }
+    }
+    if modules.is_empty() {
+        return Err(ConvertError::tensor(format!("{}: no lora_A/lora_B tensors", weights.display())));
+    }
+    Ok(modules)
+}
+
+/// Module `module`'s pair (`a`, `b`) checked against the base and the config, named as the
+/// base's tensor it adapts.
+fn plan_pair(
+    module: &str,
+    a: String,
+    b: String,
+    base: &BaseModel,
+    ck: &Checkpoint,
+    cfg: &PeftConfig,
+) -> Result<Pair> {
+    let hf = names::canonical(base.arch, &base.hf_arch, &format!("{module}.weight"));
+    let gguf = names::gguf_name(base.arch, &hf).ok_or_else(|| {
+        ConvertError::tensor(format!(
+            "module `{module}`: no {} tensor to adapt (wick convert maps the model converter's names only)",
+            base.arch.name()
+        ))
+    })?;
+    let Some(ne) = base.tensors.get(&gguf) else {
+        let hint = if gguf == "output.weight" { " (its head is tied to token_embd)" } else { "" };
+        return Err(ConvertError::tensor(format!("module `{module}`: the base model has no `{gguf}`{hint}")));
+    };
+    let (sa, sb) = (&ck.tensors[&a].shape, &ck.tensors[&b].shape);
+    for (n, t) in [(&a, sa), (&b, sb)] {
+        if t.len() != 2 {
+            return Err(ConvertError::tensor(format!("`{n}`: shape {t:?}, expected 2 dimensions")));
+        }
+        if let Dtype::Other(d, _) = ck.tensors[n].dtype {
+            return Err(ConvertError::Dtype { name: n.clone(), dtype: d.into() });
+        }
+    }
+    let r = sa[0];
+    if sb[1] != r {
+        return Err(ConvertError::tensor(format!(
+            "module `{module}`: rank mismatch: lora_A has {r} rows, lora_B {} columns",
+            sb[1]
+        )));
+    }
+    if let Some(cr) = cfg.rank {
+        if cr != r {
+            return Err(ConvertError::tensor(format!(
+                "module `{module}`: rank mismatch: the tensors have rank {r}, adapter_config.json's r is {cr}"
+            )));
+        }
+    }
+    let (n_in, n_out) = (ne[0], ne.get(1).copied().unwrap_or(1));
+    if ne.len() != 2 || sa[1] != n_in || sb[0] != n_out {
+        return Err(ConvertError::ShapeMismatch {
+            name: format!("{module} (base `{gguf}` is [{n_out}, {n_in}])"),
+            got: vec![sb[0], sa[1]],
+            want: vec![n_out, n_in],
+        });
+    }
+    let permute = (base.arch == Arch::Llama)
+        .then(|| {
+            if hf.ends_with("q_proj.weight") {
+                Some(base.n_head)
+            } else if hf.ends_with("k_proj.weight") {
+                names::split_layer(&hf).map(|(il, _)| base.n_kv[il.min(base.n_kv.len() - 1)])
+            } else {
+                None
+            }
+        })
+        .flatten();
+    Ok(Pair { gguf, a, b, permute })
+}
+
+/// The adapter's header keys, as `convert_lora_to_gguf.py` writes them.
+fn adapter_kv(dir: &Path, arch: &str, alpha: f32) -> Vec<(String, Value)> {
+    let name = dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "lora".into());
+    vec![
+        ("general.architecture".to_string(), Value::Str(arch.into())),
+        ("general.type".to_string(), Value::Str("adapter".into())),
+        ("general.name".to_string(), Value::Str(name)),
+        ("adapter.type".to_string(), Value::Str("lora".into())),
+        ("adapter.lora.alpha".to_string(), Value::F32(alpha)),
+        ("general.quantization_version".to_string(), Value::U32(2)),
+    ]
 }
 
 fn write_adapter(

@@ -6,6 +6,8 @@ extern crate napi_derive;
 
 pub mod conversion;
 mod error;
+mod js_embed;
+mod js_lora;
 mod js_objects;
 
 use std::sync::Arc;
@@ -16,9 +18,11 @@ use tokio::sync::Mutex;
 use wick_core::request::EventReceiver;
 
 use error::{blocking, guarded, guarded_core, js_error, promise, to_js, Result};
+use js_embed::EmbedRequest;
+use js_lora::{LoraAdapter, LoraAdapterSpec, LoraScale};
 use js_objects::{
-    EmbedRequest, EngineHealth, EngineInfoJs, GenerateOptions, GgufInfo, InspectOptions, LoadOptions,
-    LoraAdapter, LoraAdapterSpec, LoraScale, Metrics, SequenceEvent,
+    EngineHealth, EngineInfoJs, GenerateOptions, GgufInfo, InspectOptions, LoadOptions, Metrics,
+    SequenceEvent,
 };
 use wick_core::engine::Canceller;
 use wick_core::WickError;

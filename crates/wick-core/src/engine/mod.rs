@@ -8,13 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
-use crate::embed::{EmbedHead, EmbedOptions, Pooling};
+use crate::embed::EmbedHead;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
-use crate::lora::{Adapter, BaseTensors, LoraMix};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::vision::{VisionModel, VisionOptions};
-use crate::models::{self, ModelHparams};
+use crate::models::ModelHparams;
 use crate::request::{event_channel, EventReceiver, GenerateRequest};
 use crate::runtime::device::{DeviceChoice, Placement};
 use crate::runtime::pool;
@@ -22,6 +21,15 @@ use crate::sampling::grammar::GrammarCompiler;
 use crate::scheduler::images::{expand, Expanded};
 use crate::scheduler::{Command, Fault, Health, Scheduler, SchedulerConfig, Sequence};
 use crate::tokenizer::Tokenizer;
+
+mod adapters;
+mod embedding;
+mod load;
+
+use adapters::Adapters;
+pub use adapters::{AdapterInfo, LoraSpec};
+pub use embedding::EmbeddingInfo;
+use load::{kv_pool, load_tokenizer_and_model, load_vision, requested_context_size, LoadedModel};
 
 /// Tokens per sequence when `EngineOptions::context_size` is None and the model does not say
 /// how long it was trained (else the smaller of the two).
@@ -81,36 +89,6 @@ pub struct EngineOptions {
     pub lora: Vec<LoraSpec>,
 }
 
-/// An adapter to load: its GGUF, its name (the file stem when None), and the scale requests
-/// that name no adapters get it at (llama-server's global scale; 0 = loaded, not applied).
-#[derive(Debug, Clone)]
-pub struct LoraSpec {
-    pub path: PathBuf,
-    pub name: Option<String>,
-    pub scale: f32,
-}
-
-/// A loaded adapter as the APIs list it.
-#[derive(Debug, Clone)]
-pub struct AdapterInfo {
-    pub id: usize,
-    pub name: String,
-    pub path: PathBuf,
-    /// The scale requests that name no adapters get.
-    pub scale: f32,
-    /// Base weights it changes.
-    pub targets: usize,
-}
-
-/// The engine's adapters by id (an unloaded adapter's id is not reused) with their default
-/// scales, and what they are checked against.
-struct Adapters {
-    list: Vec<Option<(Arc<Adapter>, f32)>>,
-    base: BaseTensors,
-    arch: String,
-    placement: Placement,
-}
-
 impl EngineOptions {
     pub fn new(model_path: impl Into<PathBuf>) -> Self {
         Self {
@@ -166,39 +144,6 @@ pub struct EngineInfo {
     pub device_notice: Option<String>,
     /// What embedding requests get; None when vocab-only.
     pub embedding: Option<EmbeddingInfo>,
-}
-
-/// A model's embeddings, as its file describes them.
-#[derive(Debug, Clone)]
-pub struct EmbeddingInfo {
-    /// The pooling its file sets (`{arch}.pooling_type`), if any.
-    pub pooling: Option<Pooling>,
-    /// What a request naming none gets (`EmbedHead::default_pooling`).
-    pub default_pooling: Pooling,
-    /// Made for embeddings or ranking only: generation requests are refused.
-    pub only: bool,
-    /// Width of a pooled embedding (after any dense layers).
-    pub n_out: usize,
-    /// Every token sees the whole input (bidirectional attention).
-    pub bidirectional: bool,
-    /// A classifier head for rank pooling (a cross-encoder reranker).
-    pub ranks: bool,
-    /// The classifier's output labels (`classifier.output_labels`).
-    pub labels: Vec<String>,
-}
-
-impl EmbeddingInfo {
-    fn of(h: &EmbedHead) -> Self {
-        Self {
-            pooling: h.pooling,
-            default_pooling: h.default_pooling(),
-            only: h.embedding_only(),
-            n_out: h.n_out,
-            bidirectional: !h.causal,
-            ranks: h.check(Pooling::Rank).is_ok(),
-            labels: h.labels.clone(),
-        }
-    }
 }
 
 /// A submitted request: its event stream and its cancel switch. Dropping the stream also
@@ -438,93 +383,6 @@ impl Engine {
         Ok(SequenceHandle { id, events, canceller: Canceller { cancel, wake: runner.tx.clone() } })
     }
 
-    /// The adapters a request runs with: those it names, else the engine's defaults; in id
-    /// order, scale-0 ones left out.
-    fn lora_mix(&self, asked: Option<&[(usize, f32)]>) -> Result<LoraMix> {
-        let set =
-            self.adapters.read().map_err(|_| WickError::Internal("the adapter list is poisoned".into()))?;
-        let mut mix: LoraMix = match asked {
-            None => set.list.iter().flatten().map(|(a, s)| (a.clone(), *s)).collect(),
-            Some(list) => list
-                .iter()
-                .map(|&(id, scale)| match set.list.get(id).and_then(Option::as_ref) {
-                    Some((a, _)) if scale.is_finite() => Ok((a.clone(), scale)),
-                    Some(_) => Err(WickError::InvalidRequest(format!(
-                        "LoRA adapter {id}: scale {scale} is not finite"
-                    ))),
-                    None => Err(WickError::InvalidRequest(format!("there is no LoRA adapter with id {id}"))),
-                })
-                .collect::<Result<_>>()?,
-        };
-        mix.retain(|(_, s)| *s != 0.0);
-        mix.sort_by_key(|(a, _)| a.id);
-        mix.dedup_by_key(|(a, _)| a.id);
-        Ok(mix)
-    }
-
-    /// Loads an adapter beside the running ones (vLLM's `/v1/load_lora_adapter`); its id.
-    pub fn load_adapter(&self, spec: &LoraSpec) -> Result<usize> {
-        if self.info.vocab_only {
-            return Err(WickError::InvalidRequest(
-                "LoRA adapters need the model's weights (not vocab-only)".into(),
-            ));
-        }
-        let mut set =
-            self.adapters.write().map_err(|_| WickError::Internal("the adapter list is poisoned".into()))?;
-        set.load(spec)
-    }
-
-    /// Unloads the adapter named `name`; sequences running with it finish with it.
-    pub fn unload_adapter(&self, name: &str) -> Result<()> {
-        let mut set =
-            self.adapters.write().map_err(|_| WickError::Internal("the adapter list is poisoned".into()))?;
-        let slot = set.list.iter_mut().find(|e| e.as_ref().is_some_and(|(a, _)| a.name == name));
-        match slot {
-            Some(e) => {
-                *e = None;
-                Ok(())
-            }
-            None => Err(WickError::InvalidRequest(format!("there is no LoRA adapter named `{name}`"))),
-        }
-    }
-
-    /// The loaded adapters, by id.
-    pub fn adapters(&self) -> Vec<AdapterInfo> {
-        let Ok(set) = self.adapters.read() else { return vec![] };
-        set.list
-            .iter()
-            .flatten()
-            .map(|(a, scale)| AdapterInfo {
-                id: a.id,
-                name: a.name.clone(),
-                path: a.path.clone(),
-                scale: *scale,
-                targets: a.n_targets(),
-            })
-            .collect()
-    }
-
-    /// Sets the scales requests that name no adapters get (llama-server's `POST
-    /// /lora-adapters`); adapters left out keep theirs.
-    pub fn set_adapter_scales(&self, scales: &[(usize, f32)]) -> Result<()> {
-        let mut set =
-            self.adapters.write().map_err(|_| WickError::Internal("the adapter list is poisoned".into()))?;
-        for &(id, scale) in scales {
-            if !scale.is_finite() {
-                return Err(WickError::InvalidRequest(format!(
-                    "LoRA adapter {id}: scale {scale} is not finite"
-                )));
-            }
-            match set.list.get_mut(id).and_then(Option::as_mut) {
-                Some((_, s)) => *s = scale,
-                None => {
-                    return Err(WickError::InvalidRequest(format!("there is no LoRA adapter with id {id}")))
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// A generation request's token limit, once its lengths and the model allow it.
     fn check_generation(&self, req: &GenerateRequest, n_prompt: usize) -> Result<usize> {
         let ctx = self.info.context_size;
@@ -544,25 +402,6 @@ impl Engine {
             });
         }
         Ok(req.max_tokens.map_or(ctx, |m| n_prompt + m))
-    }
-
-    /// An embedding request's token limit (its prompt: nothing is generated): the whole input
-    /// must fit the context, in one step.
-    fn check_embedding(&self, req: &GenerateRequest, opts: &EmbedOptions, n_prompt: usize) -> Result<usize> {
-        if !req.images.is_empty() {
-            return Err(WickError::InvalidRequest("images cannot be embedded".into()));
-        }
-        if let (Some(p), Some(head)) = (opts.pooling, &self.embed_head) {
-            head.check(p)?;
-        }
-        if n_prompt > self.info.context_size {
-            return Err(WickError::ContextLengthExceeded {
-                prompt_tokens: n_prompt,
-                context_size: self.info.context_size,
-                max_tokens: None,
-            });
-        }
-        Ok(n_prompt)
     }
 
     /// The request's prompt with its images laid out (placeholder positions for their
@@ -648,114 +487,6 @@ fn check_ids(what: &str, mut ids: impl Iterator<Item = u32>, n_vocab: usize) -> 
         ))),
         None => Ok(()),
     }
-}
-
-type LoadedModel = Box<dyn models::Model>;
-
-/// The tokenizer and (unless vocab-only) the model's weights. The tokenizer builds on its own
-/// thread while the weights pack (a large vocabulary and its merges take a while); its error,
-/// if any, is still the one reported first.
-fn load_tokenizer_and_model(
-    gguf: &GgufFile,
-    device: &Placement,
-    vocab_only: bool,
-) -> Result<(Arc<Tokenizer>, Option<LoadedModel>)> {
-    std::thread::scope(|s| {
-        let tokenizer = s.spawn(|| Tokenizer::from_gguf(&gguf.metadata));
-        let model = (!vocab_only).then(|| models::load_on(gguf, device));
-        let tokenizer =
-            tokenizer.join().map_err(|_| WickError::Internal("the tokenizer build panicked".into()))??;
-        Ok::<_, WickError>((Arc::new(tokenizer), model.transpose()?))
-    })
-}
-
-impl Adapters {
-    fn load(&mut self, spec: &LoraSpec) -> Result<usize> {
-        let name = match &spec.name {
-            Some(n) => n.clone(),
-            None => spec.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
-        };
-        if !spec.scale.is_finite() {
-            return Err(WickError::InvalidRequest(format!(
-                "LoRA adapter `{name}`: scale {} is not finite",
-                spec.scale
-            )));
-        }
-        if self.list.iter().flatten().any(|(a, _)| a.name == name) {
-            return Err(WickError::InvalidRequest(format!(
-                "a LoRA adapter named `{name}` is already loaded"
-            )));
-        }
-        let id = self.list.len();
-        let a = Adapter::load(&spec.path, id, &name, &self.arch, &self.base, &self.placement)?;
-        self.list.push(Some((Arc::new(a), spec.scale)));
-        Ok(id)
-    }
-}
-
-/// The vision projector, when one is asked for and the engine generates; its embedding width
-/// must be the model's.
-fn load_vision(
-    opts: &EngineOptions,
-    model_info: &ModelHparams,
-    device: &Placement,
-) -> Result<Option<Arc<VisionModel>>> {
-    let (Some(p), false) = (&opts.mmproj, opts.vocab_only) else {
-        return Ok(None);
-    };
-    let v = VisionModel::load_on(p, opts.vision, device)?;
-    if v.n_embd() != model_info.n_embd {
-        return Err(WickError::load(format!(
-            "the projector {} makes embeddings of width {}, the model's width is {}",
-            p.display(),
-            v.n_embd(),
-            model_info.n_embd
-        )));
-    }
-    Ok(Some(Arc::new(v)))
-}
-
-/// The context size asked for, else min(`DEFAULT_CONTEXT_SIZE`, the model's training
-/// context); before the KV pool caps it.
-fn requested_context_size(asked: Option<usize>, model_info: &ModelHparams) -> Result<usize> {
-    let train_ctx = if model_info.n_ctx_train > 0 { model_info.n_ctx_train } else { DEFAULT_CONTEXT_SIZE };
-    let context_size = asked.unwrap_or(DEFAULT_CONTEXT_SIZE.min(train_ctx));
-    if context_size < 2 {
-        return Err(WickError::InvalidRequest(format!("context size {context_size} is too small")));
-    }
-    Ok(context_size)
-}
-
-/// The shared KV pool: `kv_tokens` if given, else room for every sequence's full context.
-fn kv_pool(
-    model: &dyn models::Model,
-    opts: &EngineOptions,
-    context_size: usize,
-    max_seqs: usize,
-    device: &Placement,
-) -> Result<KvPool> {
-    let layout = model.cache_layout();
-    let tokens = match (opts.kv_tokens, opts.gpu_memory_utilization, device.free_memory()) {
-        (Some(t), _, _) => t,
-        (None, Some(util), Some(free)) => gpu_kv_tokens(util, free, kv_bytes_per_token(&layout))?,
-        _ => context_size.saturating_mul(max_seqs),
-    };
-    if tokens < 2 {
-        return Err(WickError::InvalidRequest(format!("a KV pool of {tokens} tokens is too small")));
-    }
-    let blocks = tokens.div_ceil(BLOCK_SIZE);
-    KvPool::new_on(&layout, blocks, opts.prefix_cache, device)
-}
-
-/// KV tokens that fit in `util` of the GPU's memory given `free` bytes left after the
-/// weights (vLLM sizes its pool the same way: what the share leaves once the model is in).
-fn gpu_kv_tokens(util: f32, free: usize, bytes_per_token: usize) -> Result<usize> {
-    if !(util > 0.0 && util <= 1.0) {
-        return Err(WickError::InvalidRequest(format!("gpu memory utilization {util} is not in (0, 1]")));
-    }
-    // The share counts against what is free now; a margin for activations stays unused.
-    let budget = (free as f64 * util as f64) as usize;
-    Ok(budget / bytes_per_token.max(1))
 }
 
 /// What the scheduler thread takes over from the load.

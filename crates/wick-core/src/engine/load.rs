@@ -1,0 +1,97 @@
+//! What `Engine::load` builds before the scheduler starts: tokenizer and weights, the vision
+//! projector, the context size and the KV pool.
+
+use std::sync::Arc;
+
+use super::{EngineOptions, DEFAULT_CONTEXT_SIZE};
+use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
+use crate::error::{Result, WickError};
+use crate::gguf::GgufFile;
+use crate::models::vision::VisionModel;
+use crate::models::{self, ModelHparams};
+use crate::runtime::device::Placement;
+use crate::tokenizer::Tokenizer;
+
+pub(super) type LoadedModel = Box<dyn models::Model>;
+
+/// The tokenizer and (unless vocab-only) the model's weights. The tokenizer builds on its own
+/// thread while the weights pack (a large vocabulary and its merges take a while); its error,
+/// if any, is still the one reported first.
+pub(super) fn load_tokenizer_and_model(
+    gguf: &GgufFile,
+    device: &Placement,
+    vocab_only: bool,
+) -> Result<(Arc<Tokenizer>, Option<LoadedModel>)> {
+    std::thread::scope(|s| {
+        let tokenizer = s.spawn(|| Tokenizer::from_gguf(&gguf.metadata));
+        let model = (!vocab_only).then(|| models::load_on(gguf, device));
+        let tokenizer =
+            tokenizer.join().map_err(|_| WickError::Internal("the tokenizer build panicked".into()))??;
+        Ok::<_, WickError>((Arc::new(tokenizer), model.transpose()?))
+    })
+}
+
+/// The vision projector, when one is asked for and the engine generates; its embedding width
+/// must be the model's.
+pub(super) fn load_vision(
+    opts: &EngineOptions,
+    model_info: &ModelHparams,
+    device: &Placement,
+) -> Result<Option<Arc<VisionModel>>> {
+    let (Some(p), false) = (&opts.mmproj, opts.vocab_only) else {
+        return Ok(None);
+    };
+    let v = VisionModel::load_on(p, opts.vision, device)?;
+    if v.n_embd() != model_info.n_embd {
+        return Err(WickError::load(format!(
+            "the projector {} makes embeddings of width {}, the model's width is {}",
+            p.display(),
+            v.n_embd(),
+            model_info.n_embd
+        )));
+    }
+    Ok(Some(Arc::new(v)))
+}
+
+/// The context size asked for, else min(`DEFAULT_CONTEXT_SIZE`, the model's training
+/// context); before the KV pool caps it.
+pub(super) fn requested_context_size(asked: Option<usize>, model_info: &ModelHparams) -> Result<usize> {
+    let train_ctx = if model_info.n_ctx_train > 0 { model_info.n_ctx_train } else { DEFAULT_CONTEXT_SIZE };
+    let context_size = asked.unwrap_or(DEFAULT_CONTEXT_SIZE.min(train_ctx));
+    if context_size < 2 {
+        return Err(WickError::InvalidRequest(format!("context size {context_size} is too small")));
+    }
+    Ok(context_size)
+}
+
+/// The shared KV pool: `kv_tokens` if given, else room for every sequence's full context.
+pub(super) fn kv_pool(
+    model: &dyn models::Model,
+    opts: &EngineOptions,
+    context_size: usize,
+    max_seqs: usize,
+    device: &Placement,
+) -> Result<KvPool> {
+    let layout = model.cache_layout();
+    let tokens = match (opts.kv_tokens, opts.gpu_memory_utilization, device.free_memory()) {
+        (Some(t), _, _) => t,
+        (None, Some(util), Some(free)) => gpu_kv_tokens(util, free, kv_bytes_per_token(&layout))?,
+        _ => context_size.saturating_mul(max_seqs),
+    };
+    if tokens < 2 {
+        return Err(WickError::InvalidRequest(format!("a KV pool of {tokens} tokens is too small")));
+    }
+    let blocks = tokens.div_ceil(BLOCK_SIZE);
+    KvPool::new_on(&layout, blocks, opts.prefix_cache, device)
+}
+
+/// KV tokens that fit in `util` of the GPU's memory given `free` bytes left after the
+/// weights (vLLM sizes its pool the same way: what the share leaves once the model is in).
+fn gpu_kv_tokens(util: f32, free: usize, bytes_per_token: usize) -> Result<usize> {
+    if !(util > 0.0 && util <= 1.0) {
+        return Err(WickError::InvalidRequest(format!("gpu memory utilization {util} is not in (0, 1]")));
+    }
+    // The share counts against what is free now; a margin for activations stays unused.
+    let budget = (free as f64 * util as f64) as usize;
+    Ok(budget / bytes_per_token.max(1))
+}
