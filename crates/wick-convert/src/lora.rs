@@ -251,19 +251,9 @@ pub fn convert_lora(opts: &LoraOptions, mut progress: impl FnMut(&Progress)) -> 
     let kv = adapter_kv(dir, base.arch.name(), cfg.alpha);
 
     let out = &opts.outfile;
-    let tmp = crate::output::temp_beside(out)?;
-    let written = write_adapter(&ck, &pairs, &kv, &entries, &tmp, opts.cancel.as_deref(), &mut progress);
-    let bytes_written = match written {
-        Ok(n) => n,
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-    };
-    if let Err(e) = std::fs::rename(&tmp, out) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(ConvertError::io(out, e));
-    }
+    let bytes_written = crate::output::write_then_rename(out, |tmp| {
+        write_adapter(&ck, &pairs, &kv, &entries, tmp, opts.cancel.as_deref(), &mut progress)
+    })?;
     let sizes = ck.tensors.values().map(|t| (t.numel() * t.dtype.size()) as u64);
     Ok(Report {
         outfile: out.clone(),

@@ -36,7 +36,7 @@ pub struct Report {
 
 /// The temporary file an output is written to before it is renamed into place: beside it (so
 /// the rename stays on one file system), hidden, named by this process.
-pub(crate) fn temp_beside(out: &Path) -> Result<PathBuf> {
+fn temp_beside(out: &Path) -> Result<PathBuf> {
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -47,4 +47,22 @@ pub(crate) fn temp_beside(out: &Path) -> Result<PathBuf> {
     let file_name =
         out.file_name().ok_or_else(|| ConvertError::InvalidArgument("--outfile needs a file name".into()))?;
     Ok(parent.join(format!(".{}.tmp{}", file_name.to_string_lossy(), std::process::id())))
+}
+
+/// Writes `out` through `write` into its temporary file (`temp_beside`) and renames it into
+/// place; the temporary file is removed on any failure. Returns what `write` returns.
+pub(crate) fn write_then_rename<T>(out: &Path, write: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+    let tmp = temp_beside(out)?;
+    let written = match write(&tmp) {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    if let Err(e) = std::fs::rename(&tmp, out) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(ConvertError::io(out, e));
+    }
+    Ok(written)
 }

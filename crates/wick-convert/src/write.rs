@@ -161,23 +161,13 @@ pub fn convert(opts: &ConvertOptions, mut progress: impl FnMut(&Progress)) -> Re
     let start = Instant::now();
     let prep = inspect(&opts.input, opts.outtype)?;
     let out = &opts.outfile;
-    let tmp = crate::output::temp_beside(out)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.threads.unwrap_or(0))
         .build()
         .map_err(|e| ConvertError::InvalidArgument(format!("threads: {e}")))?;
-    let result = write_file(&prep, &tmp, &pool, opts.cancel.as_deref(), &mut progress);
-    let bytes_written = match result {
-        Ok(n) => n,
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-    };
-    if let Err(e) = std::fs::rename(&tmp, out) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(ConvertError::io(out, e));
-    }
+    let bytes_written = crate::output::write_then_rename(out, |tmp| {
+        write_file(&prep, tmp, &pool, opts.cancel.as_deref(), &mut progress)
+    })?;
     let bytes_read: u64 = prep.ck.tensors.values().map(|t| (t.numel() * t.dtype.size()) as u64).sum();
     let largest = prep.ck.tensors.values().map(|t| (t.numel() * t.dtype.size()) as u64).max().unwrap_or(0);
     Ok(Report {

@@ -158,36 +158,45 @@ pub fn hf_small_specs() -> Vec<HfSpec> {
     ]
 }
 
-/// Writes the checkpoint of `spec` into `out_dir/spec.dir_name` (replacing it); returns the
-/// directory.
-pub fn write_hf_checkpoint(spec: &HfSpec, out_dir: &Path, llama_src: &Path) -> Result<PathBuf> {
-    let dir = out_dir.join(&spec.dir_name);
-    let tmp = out_dir.join(format!(".{}.tmp{}", spec.dir_name, std::process::id()));
+/// `out_dir/name` written by `write` into a temporary directory beside it and renamed into
+/// place (replacing it), so a half-written directory is never seen; returns the directory.
+pub(crate) fn write_dir(
+    out_dir: &Path,
+    name: &str,
+    write: impl FnOnce(&Path) -> Result<()>,
+) -> Result<PathBuf> {
+    let dir = out_dir.join(name);
+    let tmp = out_dir.join(format!(".{name}.tmp{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(io_err)?;
-    let written = (|| {
-        let mut vocab = VocabFile::read(llama_src, spec.vocab_file)?;
-        if matches!(spec.arch, FixtureArch::Lfm2 | FixtureArch::Lfm2Moe) {
-            vocab = vocab.with_control_tokens(&LFM2_SPECIAL);
-        }
-        let template = std::fs::read_to_string(llama_src.join("models/templates").join(spec.template))
-            .map_err(io_err)?;
-        write_tokenizer(spec, &vocab, &template, &tmp)?;
-        let n_vocab = vocab.tokens.len();
-        write_json(&tmp.join("config.json"), &config(spec, &vocab, n_vocab))?;
-        write_json(
-            &tmp.join("generation_config.json"),
-            &json!({"do_sample": true, "temperature": 0.3, "top_p": 0.9, "top_k": 40, "repetition_penalty": 1.05}),
-        )?;
-        write_weights(spec, n_vocab, &tmp)
-    })();
-    if let Err(e) = written {
+    if let Err(e) = write(&tmp) {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::rename(&tmp, &dir).map_err(io_err)?;
     Ok(dir)
+}
+
+/// Writes the checkpoint of `spec` into `out_dir/spec.dir_name` (replacing it); returns the
+/// directory.
+pub fn write_hf_checkpoint(spec: &HfSpec, out_dir: &Path, llama_src: &Path) -> Result<PathBuf> {
+    write_dir(out_dir, &spec.dir_name, |tmp| {
+        let mut vocab = VocabFile::read(llama_src, spec.vocab_file)?;
+        if matches!(spec.arch, FixtureArch::Lfm2 | FixtureArch::Lfm2Moe) {
+            vocab = vocab.with_control_tokens(&LFM2_SPECIAL);
+        }
+        let template = std::fs::read_to_string(llama_src.join("models/templates").join(spec.template))
+            .map_err(io_err)?;
+        write_tokenizer(spec, &vocab, &template, tmp)?;
+        let n_vocab = vocab.tokens.len();
+        write_json(&tmp.join("config.json"), &config(spec, &vocab, n_vocab))?;
+        write_json(
+            &tmp.join("generation_config.json"),
+            &json!({"do_sample": true, "temperature": 0.3, "top_p": 0.9, "top_k": 40, "repetition_penalty": 1.05}),
+        )?;
+        write_weights(spec, n_vocab, tmp)
+    })
 }
 
 fn write_tokenizer(spec: &HfSpec, v: &VocabFile, template: &str, dir: &Path) -> Result<()> {

@@ -19,7 +19,7 @@ use serde_json::json;
 use wick_core::error::Result;
 
 use super::build::Gaussian;
-use super::gguf_write::io_err;
+use super::hf::write_dir;
 use super::hf_spec::{HfDtype, HfSpec};
 use super::hf_weights::{write_json, write_safetensors, HfTensor};
 use crate::{hf_small_specs, FixtureArch};
@@ -115,11 +115,7 @@ pub fn hf_lora_tensors(spec: &HfLoraSpec) -> Vec<HfTensor> {
 /// Writes the adapter of `spec` into `out_dir/spec.dir_name` (replacing it); returns the
 /// directory.
 pub fn write_hf_lora(spec: &HfLoraSpec, out_dir: &Path) -> Result<PathBuf> {
-    let dir = out_dir.join(&spec.dir_name);
-    let tmp = out_dir.join(format!(".{}.tmp{}", spec.dir_name, std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).map_err(io_err)?;
-    let written = (|| {
+    write_dir(out_dir, &spec.dir_name, |tmp| {
         let config = json!({
             "peft_type": "LORA",
             "task_type": "CAUSAL_LM",
@@ -142,19 +138,13 @@ pub fn write_hf_lora(spec: &HfLoraSpec, out_dir: &Path) -> Result<PathBuf> {
             HfDtype::F32,
             &mut Gaussian::new(spec.seed),
         )
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::rename(&tmp, &dir).map_err(io_err)?;
-    Ok(dir)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io_err;
 
     #[test]
     fn peft_adapters_name_the_base_modules() -> Result<()> {

@@ -31,8 +31,6 @@ pub struct BatchPlan {
     pub positions: Vec<usize>,
     /// Each row's place in its sequence's part of the step (kernel choice per sequence).
     pub rows: Vec<RowPos>,
-    /// The same for each sequence's last row alone (one row per sequence).
-    pub last_row_pos: Vec<RowPos>,
     /// The rows the last layer's FFN and the output norm run on: every row of a sequence that
     /// wants hidden states (as llama.cpp outputs every token of an embedding batch), the last
     /// row of the others.
@@ -40,8 +38,9 @@ pub struct BatchPlan {
     pub out_row_pos: Vec<RowPos>,
     /// Where in `out_rows` each sequence's part starts, and whether it is hidden states.
     pub outs: Vec<(usize, bool)>,
-    /// The step's LoRA work on all rows, on the read-out rows, and on the rows whose logits are
-    /// taken (a subset of those when some sequence wants hidden states); None without adapters.
+    /// The step's LoRA work on all rows, on the read-out rows, and (only beside hidden states,
+    /// else those are the read-out rows) on the rows whose logits are taken; None without
+    /// adapters.
     pub lora: Option<LoraRows>,
     pub lora_out: Option<LoraRows>,
     pub lora_logits: Option<LoraRows>,
@@ -54,8 +53,7 @@ impl BatchPlan {
         if batch.is_empty() {
             return Err(WickError::InvalidRequest("empty batch".into()));
         }
-        let (mut spans, mut ids, mut positions, mut last, mut rows) =
-            (vec![], vec![], vec![], vec![], vec![]);
+        let (mut spans, mut ids, mut positions, mut rows) = (vec![], vec![], vec![], vec![]);
         for s in batch {
             if s.tokens.is_empty() {
                 return Err(WickError::InvalidRequest("a sequence in the batch has no tokens".into()));
@@ -79,59 +77,54 @@ impl BatchPlan {
             ids.extend(s.tokens.iter().zip(&fed).map(|(&t, &f)| if f { 0 } else { t }));
             positions.extend(span.pos0..span.pos0 + span.len);
             rows.extend((0..span.len).map(|i| RowPos { seq_len: span.len as u32, idx: i as u32 }));
-            last.push((span.start + span.len - 1) as u32);
             spans.push(span);
         }
         let n = ids.len();
-        let (mut out, mut out_row_pos, mut outs) = (vec![], vec![], vec![]);
-        for (s, span) in batch.iter().zip(&spans) {
+        // The read-out rows, and the sequence each belongs to.
+        let (mut out, mut out_row_pos, mut out_seq, mut outs) = (vec![], vec![], vec![], vec![]);
+        for (si, (s, span)) in batch.iter().zip(&spans).enumerate() {
             outs.push((out.len(), s.hidden));
-            if s.hidden {
-                out.extend((span.start..span.start + span.len).map(|r| r as u32));
-                out_row_pos.extend_from_slice(&rows[span.start..span.start + span.len]);
-            } else {
-                out.push((span.start + span.len - 1) as u32);
-                out_row_pos.push(RowPos::SINGLE);
+            let read = match s.hidden {
+                true => span.start..span.start + span.len,
+                false => span.start + span.len - 1..span.start + span.len,
+            };
+            for r in read {
+                out.push(r as u32);
+                out_row_pos.push(if s.hidden { rows[r] } else { RowPos::SINGLE });
+                out_seq.push(si);
             }
         }
+        let any_hidden = batch.iter().any(|s| s.hidden);
         let mixes: Vec<Option<&LoraMix>> = batch.iter().map(|s| s.lora.filter(|m| !m.is_empty())).collect();
         let (lora, lora_out, lora_logits) = match mixes.iter().any(Option::is_some) {
             false => (None, None, None),
             true => {
-                let rows = &rows;
-                let all: Vec<(usize, RowPos)> = spans
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(si, sp)| (sp.start..sp.start + sp.len).map(move |r| (si, rows[r])))
-                    .collect();
-                let mut out = vec![];
-                let mut logits = vec![];
-                for (si, (s, sp)) in batch.iter().zip(&spans).enumerate() {
-                    if s.hidden {
-                        out.extend((0..sp.len).map(|i| (si, rows[sp.start + i])));
-                    } else {
-                        out.push((si, RowPos::SINGLE));
-                        logits.push((si, RowPos::SINGLE));
-                    }
-                }
+                let seq_of_row =
+                    spans.iter().enumerate().flat_map(|(si, sp)| std::iter::repeat_n(si, sp.len));
+                let all: Vec<(usize, RowPos)> = seq_of_row.zip(rows.iter().copied()).collect();
+                let read: Vec<(usize, RowPos)> =
+                    out_seq.iter().copied().zip(out_row_pos.iter().copied()).collect();
+                // The logit rows differ from the read-out rows only beside hidden states.
+                let logits: Vec<(usize, RowPos)> = match any_hidden {
+                    true => (0..batch.len())
+                        .filter(|&si| !batch[si].hidden)
+                        .map(|si| (si, RowPos::SINGLE))
+                        .collect(),
+                    false => vec![],
+                };
                 (
                     LoraRows::new(&all, &mixes, dev)?,
-                    LoraRows::new(&out, &mixes, dev)?,
+                    LoraRows::new(&read, &mixes, dev)?,
                     LoraRows::new(&logits, &mixes, dev)?,
                 )
             }
         };
-        // Each sequence's last row, unless one wants hidden states.
-        let out_rows = match batch.iter().any(|s| s.hidden) {
-            true => Tensor::from_vec(out, out_row_pos.len(), dev)?,
-            false => Tensor::from_vec(last.clone(), last.len(), dev)?,
-        };
+        let n_out = out.len();
         Ok(Self {
             spans,
             ids: Tensor::from_vec(ids, n, dev)?,
             positions,
-            last_row_pos: vec![RowPos::SINGLE; last.len()],
-            out_rows,
+            out_rows: Tensor::from_vec(out, n_out, dev)?,
             out_row_pos,
             outs,
             lora,

@@ -315,7 +315,7 @@ impl Decoder {
         }
         let x = self.norm.forward(&x)?;
         if !plan.any_hidden() {
-            let logits = self.head.forward_lora(&x, &plan.last_row_pos, plan.deltas_out())?;
+            let logits = self.head.forward_lora(&x, &plan.out_row_pos, plan.deltas_out())?;
             return Ok(StepOutput { logits: Some(logits), hidden: Vec::new() });
         }
         let (mut hidden, mut logit_rows) = (vec![], vec![]);

@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::budget::Budget;
 use super::images::{Expanded, SeqImage};
 use super::stop::{StopMatcher, StopScan};
-use crate::cache::SeqCache;
+use crate::cache::{chain_hash, SeqCache};
 use crate::embed::{EmbedHead, EmbedOptions};
 use crate::lora::LoraMix;
 use crate::metrics::Metrics;
@@ -320,12 +320,13 @@ impl Sequence {
 }
 
 /// What the prefix cache keys a sequence's blocks by besides its tokens: its adapters (ids and
-/// scales), so no KV is shared across adapters. 0 without any.
+/// scales), hashed as a block of tokens is, so no KV is shared across adapters. 0 without any.
 fn lora_salt(mix: &LoraMix) -> u64 {
-    mix.iter().fold(0u64, |h, (a, scale)| {
-        let h = (h ^ a.id as u64 ^ 0xA5A5_0000_0000_0000).wrapping_mul(0x0000_0100_0000_01B3);
-        (h ^ scale.to_bits() as u64).wrapping_mul(0x0000_0100_0000_01B3)
-    })
+    if mix.is_empty() {
+        return 0;
+    }
+    let words: Vec<u32> = mix.iter().flat_map(|(a, scale)| [a.id as u32, scale.to_bits()]).collect();
+    chain_hash(0, &words)
 }
 
 /// The last guard: a sequence dropped without its last event (still in the channel when the
