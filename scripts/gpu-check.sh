@@ -8,7 +8,10 @@
 #
 # A dry run of the plumbing on a machine without a GPU: `build --cpu` (no CUDA feature) and
 # `WICK_GPU_CHECK_DEVICE=cpu-candle bash scripts/gpu-check.sh run --quick` (small sizes, the
-# device path on candle's CPU device).
+# device path on candle's CPU device). `run --lease` keeps the published shape (1024 in / 128
+# out) but fewer prompts (64 after 16 warm-up at concurrency 1, 4 × concurrency above), so the
+# whole check fits the device runner's 15-minute lease with its start; every step runs under
+# its own `timeout`, and a row printed before a step is cut off still reaches the report.
 #
 # `run` writes the LFM2-1.2B-shaped model (d 2048, 16 layers in LFM2's conv/attention pattern,
 # 32/8 heads, FFN 8192, Q8_0 and F16: `wick-fixtures --gpu-check`), runs the device-path tests
@@ -62,13 +65,19 @@ run() {
   local report=${OUT:-/tmp}/gpu-check.md models=/tmp/wick-gpu-models dev=${WICK_GPU_CHECK_DEVICE:-cuda}
   # Full sizes, or a few seconds' worth for a dry run.
   local e2e=(--prompt 1024 --gen 128 --repeats 3)
-  local serving=(--input-len 1024 --output-len 128 --num-prompts 256 --warmup 128 --concurrency 1,16,64,256)
+  local serving=(--input-len 1024 --output-len 128 --num-prompts 256) warmup=128
   local sanitizer=(compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9)
-  if [ "${1:-}" = --quick ]; then
-    e2e=(--prompt 32 --gen 4 --repeats 1)
-    serving=(--input-len 32 --output-len 4 --num-prompts 2 --warmup 1 --concurrency 1,2)
-    command -v compute-sanitizer >/dev/null || sanitizer=()
-  fi
+  # Seconds per step: device tests, sanitizer, e2e, serving at concurrency 1, serving above.
+  local t_tests=900 t_san=900 t_e2e=600 t_one=1800 t_many=1800 many=16,64,256 f16_serving=1
+  case "${1:-}" in
+    --quick)
+      e2e=(--prompt 32 --gen 4 --repeats 1)
+      serving=(--input-len 32 --output-len 4 --num-prompts 2) warmup=1 many=2
+      command -v compute-sanitizer >/dev/null || sanitizer=() ;;
+    --lease)
+      serving=(--input-len 1024 --output-len 128 --num-prompts 64) warmup=16
+      t_tests=90 t_san=50 t_e2e=45 t_one=100 t_many=110 f16_serving=0 ;;
+  esac
   : >"$report"
   say() { echo "$*" | tee -a "$report"; }
   if [ -e "$gpu/bin.tar.xz" ] && [ ! -x "$gpu/device_path" ]; then
@@ -80,28 +89,38 @@ run() {
   libs=$(python3 -c 'import glob, os, site
 dirs = {os.path.dirname(p) for sp in site.getsitepackages() for p in glob.glob(sp + "/nvidia/**/lib*/lib*.so*", recursive=True)}
 print(":".join(sorted(dirs)))' 2>/dev/null)
-  export LD_LIBRARY_PATH=${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LD_LIBRARY_PATH=${libs}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # candle's PTX is JIT-compiled for the GPU once; the driver's cache keeps it for later processes.
+  export CUDA_CACHE_MAXSIZE=4294967296
+  ldd "$gpu/device_path" | grep -E "not found|cu(da|blas|rand)" | sed 's/^/lib: /' | tee -a "$report"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$report"
   mkdir -p "$models"
   "$gpu/wick-fixtures" "$models" --gpu-check --llama-src "$gpu/llama-src" >/dev/null || { say "FAIL: could not write the model"; return 1; }
 
   say "## device-path tests on $dev (tests/device_path.rs, WICK_TEST_DEVICE=$dev)"
-  WICK_TEST_DEVICE=$dev "$gpu/device_path" --test-threads 1 --nocapture 2>&1 | tee -a "$report" | grep -E "^test |max \||SKIPPED|panicked"
+  WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/device_path" --test-threads 1 --nocapture 2>&1 | tee -a "$report" |
+    grep -E "^test |max \||SKIPPED|panicked"
   say "## compute-sanitizer (memcheck) on the fixture tests"
-  WICK_TEST_DEVICE=$dev "${sanitizer[@]}" "$gpu/device_path" --test-threads 1 every_fixture a_ragged a_reused 2>&1 |
+  WICK_TEST_DEVICE=$dev timeout "$t_san" "${sanitizer[@]}" "$gpu/device_path" --test-threads 1 every_fixture a_ragged a_reused 2>&1 |
     tail -5 | tee -a "$report"
+  say "(exit ${PIPESTATUS[0]}: 124 is the step's timeout)"
 
   for f in q8_0 f16; do
     local m=$models/gpu-lfm2-1.2b-$f.gguf bytes
     bytes=$(stat -c %s "$m")
     say "## $(basename "$m"): $bytes bytes; decode floor at 3.0 TB/s: $(awk -v b="$bytes" 'BEGIN{printf "%.3f", b/3.0e12*1e3}') ms/token"
-    "$gpu/e2e" "$m" --device "$dev" "${e2e[@]}" 2>&1 | tail -2 | tee -a "$report"
-    "$gpu/serving" "$m" --device "$dev" "${serving[@]}" --gpu-memory-utilization 0.5 2>&1 | tee -a "$report"
+    timeout "$t_e2e" "$gpu/e2e" "$m" --device "$dev" "${e2e[@]}" 2>&1 | tail -2 | tee -a "$report"
+    [ "$f" = f16 ] && [ "$f16_serving" = 0 ] && continue
+    # Concurrency 1 alone after its warm-up, then the higher levels (the driver's JIT cache is warm).
+    timeout "$t_one" "$gpu/serving" "$m" --device "$dev" "${serving[@]}" --warmup "$warmup" --concurrency 1 --gpu-memory-utilization 0.5 2>&1 |
+      tee -a "$report"
+    timeout "$t_many" "$gpu/serving" "$m" --device "$dev" "${serving[@]}" --warmup 0 --concurrency "$many" \
+      --gpu-memory-utilization 0.5 2>&1 | tee -a "$report"
   done
 }
 
 case "${1:-}" in
   build) build "${2:-}" ;;
   run) run "${2:-}" ;;
-  *) echo "usage: bash scripts/gpu-check.sh build [--cpu] | run [--quick]"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu-check.sh build [--cpu] | run [--quick|--lease]"; exit 2 ;;
 esac
