@@ -22,8 +22,9 @@
 #
 # CUDA_COMPUTE_CAP=80: there is no GPU here to ask, so the kernels are built for sm_80. candle's
 # PTX kernels are JIT-compiled by the driver for the GPU it runs on (PTX for 8.0 runs on 8.0 and
-# every later architecture: A100 8.0, L4/RTX 40 8.9, H100/H200 9.0); the static libmoe.a carries
-# sm_80 SASS plus its compute_80 PTX, JIT-compiled the same way on newer GPUs. Older GPUs
+# every later architecture: A100 8.0, L4/RTX 40 8.9, H100/H200 9.0). The static libmoe.a (candle's
+# fast GGUF matmuls) gets sm_80 and sm_90 machine code plus compute_80 PTX through $NVCC,
+# scripts/nvcc-multiarch.sh: cudaforge alone gives it sm_80 machine code only. Older GPUs
 # (Turing, 7.5, and before) are not covered by this build: set CUDA_COMPUTE_CAP before building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,4 +74,5 @@ export CUDA_PATH="$root"
 export CUDA_HOME="$root"
 export PATH="$root/bin:\$PATH"
 export CUDA_COMPUTE_CAP=\${CUDA_COMPUTE_CAP:-80}
+export NVCC="$PWD/scripts/nvcc-multiarch.sh"
 EOF

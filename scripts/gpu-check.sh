@@ -9,12 +9,13 @@
 # A dry run of the plumbing on a machine without a GPU: `build --cpu` (no CUDA feature) and
 # `WICK_GPU_CHECK_DEVICE=cpu-candle bash scripts/gpu-check.sh run --quick` (small sizes, the
 # device path on candle's CPU device). `run --lease` keeps the published shape (1024 in / 128
-# out) but fewer prompts (64 after 16 warm-up at concurrency 1, 4 × concurrency above), so the
+# out) but fewer prompts (32 after 8 warm-up at concurrency 1, 4 × concurrency at 16 and 64), so the
 # whole check fits the device runner's 15-minute lease with its start; every step runs under
 # its own `timeout`, and a row printed before a step is cut off still reaches the report.
 #
 # `run` writes the LFM2-1.2B-shaped model (d 2048, 16 layers in LFM2's conv/attention pattern,
-# 32/8 heads, FFN 8192, Q8_0 and F16: `wick-fixtures --gpu-check`), runs the device-path tests
+# 32/8 heads, FFN 8192, Q8_0 and F16: `wick-fixtures --gpu-check`), checks candle's quantized
+# matmul kernels against the CPU (tests/device_kernels.rs), runs the device-path tests
 # on the GPU against the exact CPU path (tests/device_path.rs with WICK_TEST_DEVICE=cuda: greedy
 # tokens and probabilities on every fixture architecture), the same under compute-sanitizer
 # (memcheck), then the latency server's published benchmark (benches/serving.rs: 1024 input /
@@ -43,8 +44,10 @@ build() {
   mkdir -p "$gpu/llama-src/models"
   local json
   json=$(cargo test --release --target "$triple" --target-dir "$target" -p wick-core "${features[@]}" \
-    --test device_path --no-run --message-format=json 2>/dev/null)
-  cp "$(sed -n 's/.*"executable":"\([^"]*device_path[^"]*\)".*/\1/p' <<<"$json" | tail -1)" "$gpu/device_path"
+    --test device_path --test device_kernels --no-run --message-format=json 2>/dev/null)
+  for t in device_path device_kernels; do
+    cp "$(sed -n "s/.*\"executable\":\"\([^\"]*$t-[^\"]*\)\".*/\1/p" <<<"$json" | tail -1)" "$gpu/$t"
+  done
   cargo build --release --target "$triple" --target-dir "$target" -p wick-core "${features[@]}" --bench serving --bench e2e -q
   for b in serving e2e; do
     cp "$(ls -t "$target/$triple/release/deps/$b-"* | grep -v '\.d$' | head -1)" "$gpu/$b"
@@ -54,10 +57,12 @@ build() {
   cp "target/$triple/release/wick-fixtures" "$gpu/"
   ./scripts/llama-src.sh >/dev/null
   cp .cache/llama.cpp/models/ggml-vocab-falcon.gguf "$gpu/llama-src/models/"
-  # Each CUDA binary holds candle's ~50 MB of PTX: one xz stream over all three stores it once
-  # (~10 MB), inside the device runner's 64 MiB.
-  tar -cf - -C "$gpu" device_path e2e serving | xz -9 -T2 >"$gpu/bin.tar.xz"
-  rm -f "$gpu/device_path" "$gpu/e2e" "$gpu/serving"
+  # Each CUDA binary holds candle's ~50 MB of PTX and its fast kernels' machine code (~90 MB in
+  # all): one xz stream whose window spans all four stores that once (~22 MB), inside the
+  # device runner's 64 MiB.
+  tar -cf - -C "$gpu" device_path device_kernels e2e serving |
+    xz -T2 --lzma2=preset=6,dict=512MiB >"$gpu/bin.tar.xz"
+  rm -f "$gpu/device_path" "$gpu/device_kernels" "$gpu/e2e" "$gpu/serving"
   du -sh "$gpu"/*
 }
 
@@ -68,15 +73,15 @@ run() {
   local serving=(--input-len 1024 --output-len 128 --num-prompts 256) warmup=128
   local sanitizer=(compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9)
   # Seconds per step: device tests, sanitizer, e2e, serving at concurrency 1, serving above.
-  local t_tests=900 t_san=900 t_e2e=600 t_one=1800 t_many=1800 many=16,64,256 f16_serving=1
+  local t_kern=900 t_tests=900 t_san=900 t_e2e=600 t_one=1800 t_many=1800 many=16,64,256 f16_serving=1
   case "${1:-}" in
     --quick)
       e2e=(--prompt 32 --gen 4 --repeats 1)
       serving=(--input-len 32 --output-len 4 --num-prompts 2) warmup=1 many=2
       command -v compute-sanitizer >/dev/null || sanitizer=() ;;
     --lease)
-      serving=(--input-len 1024 --output-len 128 --num-prompts 64) warmup=16
-      t_tests=90 t_san=50 t_e2e=45 t_one=100 t_many=110 f16_serving=0 ;;
+      serving=(--input-len 1024 --output-len 128 --num-prompts 32) warmup=8 many=16,64
+      t_kern=60 t_tests=50 t_san=40 t_e2e=40 t_one=60 t_many=75 f16_serving=0 ;;
   esac
   : >"$report"
   say() { echo "$*" | tee -a "$report"; }
@@ -97,6 +102,9 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
   mkdir -p "$models"
   "$gpu/wick-fixtures" "$models" --gpu-check --llama-src "$gpu/llama-src" >/dev/null || { say "FAIL: could not write the model"; return 1; }
 
+  say "## candle's quantized matmuls on $dev against the CPU (tests/device_kernels.rs)"
+  WICK_TEST_DEVICE=$dev timeout "$t_kern" "$gpu/device_kernels" --nocapture 2>&1 | tee -a "$report" |
+    grep -E "^test |off:|NaN" | head -20
   say "## device-path tests on $dev (tests/device_path.rs, WICK_TEST_DEVICE=$dev)"
   WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/device_path" --test-threads 1 --nocapture 2>&1 | tee -a "$report" |
     grep -E "^test |max \||SKIPPED|panicked"

@@ -164,15 +164,23 @@ fn compare(exact: &mut Loaded, dev: &mut Loaded, prompt: &[u32], chunk: usize, n
     Agreement { max_dp, clear_flips, equal_prefix, tie_first, n }
 }
 
+/// The report line for `name`, or why it fails.
+fn verdict(name: &str, a: &Agreement) -> Result<String, String> {
+    let line = format!("{name}: max |Δp| {:.1e}, greedy equal for {}/{} tokens", a.max_dp, a.equal_prefix, a.n);
+    if a.max_dp > PROB_TOL {
+        return Err(format!("{line}: max |Δp| > {PROB_TOL}"));
+    }
+    if a.clear_flips > 0 {
+        return Err(format!("{line}: {} greedy choices differ where the exact path's lead was clear", a.clear_flips));
+    }
+    if a.equal_prefix < a.n && !a.tie_first {
+        return Err(format!("{line}: free-running greedy text parts with no near-tie before"));
+    }
+    Ok(line)
+}
+
 fn check(name: &str, a: &Agreement) -> String {
-    assert!(a.max_dp <= PROB_TOL, "{name}: max |Δp| {:.2e} > {PROB_TOL}", a.max_dp);
-    assert_eq!(a.clear_flips, 0, "{name}: a greedy choice differs where the exact path's lead was clear");
-    assert!(
-        a.equal_prefix == a.n || a.tie_first,
-        "{name}: free-running greedy text parts after {} tokens with no near-tie before",
-        a.equal_prefix
-    );
-    format!("{name}: max |Δp| {:.1e}, greedy equal for {}/{} tokens", a.max_dp, a.equal_prefix, a.n)
+    verdict(name, a).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A prompt of `n` byte-vocabulary tokens that crosses KV block boundaries (64 tokens).
@@ -191,9 +199,12 @@ fn every_fixture_architecture_agrees_with_the_exact_path() {
         // Chunks of 48 cross the block boundary inside a step (conv snapshots, two-block
         // gathers) and attend over a cached prefix.
         let a = compare(&mut exact, &mut dev, &p, 48, 16);
-        report.push(check(&spec.file_name, &a));
+        report.push(verdict(&spec.file_name, &a));
     }
-    eprintln!("device path ({}) vs exact:\n  {}", dev_at.name(), report.join("\n  "));
+    let lines: Vec<&str> = report.iter().map(|r| r.as_deref().unwrap_or_else(|e| e)).collect();
+    eprintln!("device path ({}) vs exact:\n  {}", dev_at.name(), lines.join("\n  "));
+    let failed: Vec<&String> = report.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(failed.is_empty(), "{} fixtures off:\n{}", failed.len(), lines.join("\n"));
 }
 
 /// The real models: three prompts each, 32 tokens.
@@ -242,8 +253,7 @@ fn a_ragged_batch_equals_its_sequences_run_alone_on_the_device_path() {
                 .unwrap(),
         );
         for (i, (x, y)) in alone.iter().zip(&together).enumerate() {
-            let d = x.iter().zip(y).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max);
-            assert!(d == 0.0, "{name}: sequence {i} differs in a batch by {d:e}");
+            invariant(&dev_at, x, y, &format!("{name}: sequence {i} in a batch"));
         }
     }
 }
@@ -266,7 +276,23 @@ fn a_reused_prefix_restores_the_same_state_on_the_device_path() {
     assert_eq!(reused, 128);
     let warm = rows(&m.model.forward(&mut [StepSeq::tokens(&p[reused..], &mut second)], &mut m.kv).unwrap())
         .remove(0);
-    assert_eq!(cold, warm);
+    invariant(&dev_at, &cold, &warm, "tiny-lfm2-q8_0.gguf: a reused prefix");
+}
+
+/// Logits of one sequence computed two ways (alone and batched; cold and from the prefix
+/// cache). On candle's CPU device they are bit-equal. On a GPU cuBLAS picks its GEMM kernel by
+/// shape, so the same row summed in a taller product may round differently: there the greedy
+/// token must be the same and the logits within 1e-3 of their largest magnitude (printed).
+fn invariant(dev: &Placement, a: &[f32], b: &[f32], what: &str) {
+    let d = a.iter().zip(b).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max);
+    if dev.device().is_cpu() {
+        assert!(d == 0.0, "{what} differs by {d:e}");
+        return;
+    }
+    let scale = a.iter().fold(0f32, |m, x| m.max(x.abs()));
+    eprintln!("{what}: max |Δlogit| {d:.1e} of {scale:.1}");
+    assert!(d.is_finite() && d <= 1e-3 * scale, "{what} differs by {d:e} (largest logit {scale})");
+    assert_eq!(argmax(a), argmax(b), "{what}: the greedy token differs");
 }
 
 /// The engine on `cpu-candle`: it reports the device, and continuous batching gives each

@@ -133,6 +133,10 @@ fn weight(w: Arc<QTensor>, dev: &Placement) -> Result<Weight> {
 /// ported from ggml's) round once, a 1e-3 relative error that moves SmolLM2's greedy text.
 /// There those types take Wick's row dots, which take tensors on that device as well.
 fn device_weight(w: Arc<QTensor>) -> Result<Weight> {
+    if QMatMulPath::get() == QMatMulPath::Dmmv {
+        #[cfg(feature = "cuda")]
+        candle_core::quantized::cuda::set_force_dmmv(true);
+    }
     let dtype = match w.dtype() {
         GgmlDType::F16 => DType::F16,
         GgmlDType::BF16 => DType::BF16,
@@ -143,6 +147,46 @@ fn device_weight(w: Arc<QTensor>) -> Result<Weight> {
     let t = w.dequantize(&dev)?;
     let t = if dev.is_cpu() { t } else { t.to_dtype(dtype)? };
     Ok(Weight::Half { w: t, dtype })
+}
+
+/// How the device path multiplies by a quantized weight. `WICK_DEVICE_QMATMUL` picks one, as a
+/// check (tests/device_kernels.rs compares all three against the CPU on a GPU):
+/// - `candle` (the default): candle's choice — on CUDA ggml's MMVQ kernels up to 8 rows and
+///   MMQ above, both on q8_1-quantized activations as llama.cpp's CUDA backend runs them (and
+///   so closest to the exact path's q8 activations); on candle's CPU device its q8 kernels;
+/// - `f16`: above 8 rows the weight dequantized to f16 for a GEMM (cuBLAS on CUDA), as
+///   llama.cpp does without MMQ; f16 activations part further from the exact path on the
+///   fixtures (RESULTS.md, GPU section);
+/// - `dmmv`: candle's older CUDA kernels (dequantize-and-dot, f32 GEMM above one row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QMatMulPath {
+    Candle,
+    F16,
+    Dmmv,
+}
+
+impl QMatMulPath {
+    /// Rows up to which candle's vector kernels take the product.
+    pub const VECTOR_ROWS: usize = 8;
+
+    pub fn get() -> Self {
+        static PATH: std::sync::OnceLock<QMatMulPath> = std::sync::OnceLock::new();
+        *PATH.get_or_init(|| match std::env::var("WICK_DEVICE_QMATMUL").as_deref() {
+            Ok("f16") => Self::F16,
+            Ok("dmmv") => Self::Dmmv,
+            _ => Self::Candle,
+        })
+    }
+}
+
+/// `x · wᵀ` for a quantized weight on the device path, by `QMatMulPath` (the same choice on
+/// candle's CPU device, so that the check device runs the GPU's graph).
+fn device_qmatmul(w: &QMatMul, x: &Tensor) -> Result<Tensor> {
+    let gemm = x.dim(0)? > QMatMulPath::VECTOR_ROWS;
+    Ok(match (w, QMatMulPath::get()) {
+        (QMatMul::QTensor(_), QMatMulPath::F16) if gemm => w.forward_via_f16(x)?,
+        _ => w.forward(x)?,
+    })
 }
 
 /// GGUF weight `name` of dims `{n_in, n_out}`: on the exact path packed straight from the
@@ -221,7 +265,7 @@ impl Linear {
     ) -> Result<Tensor> {
         let x = x.contiguous()?;
         let y = match &self.w {
-            Weight::Candle(w) => w.forward(&x)?,
+            Weight::Candle(w) => device_qmatmul(w, &x)?,
             Weight::Half { w, dtype } => {
                 let xh = x.to_dtype(*dtype)?;
                 match w.dtype() {

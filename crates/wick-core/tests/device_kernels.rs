@@ -1,0 +1,142 @@
+//! candle's quantized matmul kernels on the device `WICK_TEST_DEVICE` names (`cuda`), against
+//! the CPU reference (the weight dequantized on the CPU, products summed in f64), for every
+//! GGUF type the fixtures and the real models use and row counts on both sides of candle's
+//! vector-kernel limit (8). Three ways of running one product:
+//! - `candle`: `QMatMul::forward` as candle picks (fast MMVQ up to 8 rows, MMQ above);
+//! - `f16 gemm`: the weight dequantized to f16 for a cuBLAS GEMM (`forward_via_f16`);
+//! - `dmmv` (CUDA builds): candle's older kernels (`set_force_dmmv`).
+//!
+//! Wick's device path takes `candle` by default (`models::layers::QMatMulPath`; the others are
+//! check knobs). All three must agree within tolerance; the whole table is printed. This test
+//! found candle's fast kernels returning garbage on an H100 when built for sm_80 alone (no
+//! image for the GPU, the launch error unchecked; scripts/nvcc-multiarch.sh). Without
+//! `WICK_TEST_DEVICE` it runs on candle's CPU device (where it checks the harness itself).
+
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
+use candle_core::{Device, Module, Tensor};
+use wick_core::runtime::device::{DeviceChoice, Placement};
+
+mod common;
+
+/// Largest error allowed, relative to the product's largest magnitude: q8_1 activations
+/// (MMVQ, MMQ) or f16 weights and activations (GEMM) round each term by ~2⁻⁸ at worst. On the
+/// H100: candle 1.0e-2, f16 gemm 6.3e-4, dmmv 9.7e-7 at most (RESULTS.md, GPU section).
+const REL_TOL: f32 = 2e-2;
+
+fn device(test: &str) -> Option<Device> {
+    let Ok(asked) = std::env::var("WICK_TEST_DEVICE") else { return Some(Device::Cpu) };
+    let p = Placement::resolve(asked.parse::<DeviceChoice>().expect("WICK_TEST_DEVICE"), None);
+    if p.exact() {
+        common::skip(test, p.notice.as_deref().unwrap_or("WICK_TEST_DEVICE names the exact CPU path"));
+        return None;
+    }
+    Some(p.device().clone())
+}
+
+/// Deterministic values in about [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// max |got − want| / max |want|, and how many of `got` are not finite.
+fn error(got: &[f32], want: &[f64]) -> (f32, usize) {
+    let scale = want.iter().fold(0f64, |m, w| m.max(w.abs())).max(1e-30);
+    let bad = got.iter().filter(|g| !g.is_finite()).count();
+    let err = got.iter().zip(want).map(|(&g, &w)| ((g as f64 - w).abs() / scale) as f32).fold(0f32, f32::max);
+    (err, bad)
+}
+
+struct Case {
+    dtype: GgmlDType,
+    k: usize,
+    n: usize,
+}
+
+fn cases() -> Vec<Case> {
+    use GgmlDType::*;
+    let mut out = vec![];
+    for dtype in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K] {
+        let ks: &[usize] = if dtype.block_size() == 256 { &[256, 2048] } else { &[64, 256, 2048] };
+        for &k in ks {
+            for n in [64, 200, 2048] {
+                out.push(Case { dtype, k, n });
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn quantized_matmuls_agree_with_the_cpu_reference() {
+    let test = "quantized_matmuls_agree_with_the_cpu_reference";
+    let Some(dev) = device(test) else { return };
+    let mut failures = vec![];
+    let mut table = vec![format!("{:<6} {:>5} {:>5} {:>4} | {:>16} | {:>16} | {:>16}", "type", "k", "n", "m", "candle", "f16 gemm", "dmmv")];
+    // On candle's CPU device (the harness check) the small shapes do.
+    let cases: Vec<Case> = cases().into_iter().filter(|c| !dev.is_cpu() || (c.k <= 256 && c.n <= 200)).collect();
+    for (ci, c) in cases.iter().enumerate() {
+        let w_cpu = Tensor::from_vec(values(c.n * c.k, ci as u64), (c.n, c.k), &Device::Cpu).unwrap();
+        let q = QTensor::quantize(&w_cpu, c.dtype).unwrap();
+        let wq = q.dequantize(&Device::Cpu).unwrap().to_vec2::<f32>().unwrap();
+        let bytes = q.data().unwrap();
+        let on_dev = || {
+            let s = QStorage::from_data(bytes.clone(), &dev, c.dtype).unwrap();
+            QMatMul::from_qtensor(QTensor::new(s, (c.n, c.k)).unwrap()).unwrap()
+        };
+        let mm = on_dev();
+        for m in [1usize, 2, 8, 9, 70, 300] {
+            let x = values(m * c.k, 1000 + ci as u64 * 7 + m as u64);
+            let want: Vec<f64> = (0..m)
+                .flat_map(|i| {
+                    let row = &x[i * c.k..(i + 1) * c.k];
+                    wq.iter().map(move |w| row.iter().zip(w).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>())
+                })
+                .collect();
+            let xt = Tensor::from_vec(x.clone(), (m, c.k), &dev).unwrap();
+            let run = |y: Tensor| error(&y.flatten_all().unwrap().to_vec1::<f32>().unwrap(), &want);
+            let fast = run(mm.forward(&xt).unwrap());
+            let gemm = run(mm.forward_via_f16(&xt).unwrap());
+            let dmmv = dmmv(&on_dev, &xt).map(run);
+            let show = |(e, bad): (f32, usize)| match bad {
+                0 => format!("{e:.1e}"),
+                _ => format!("{e:.1e} {bad} NaN/inf"),
+            };
+            table.push(format!(
+                "{:<6} {:>5} {:>5} {:>4} | {:>16} | {:>16} | {:>16}",
+                format!("{:?}", c.dtype),
+                c.k,
+                c.n,
+                m,
+                show(fast),
+                show(gemm),
+                dmmv.map_or("-".into(), show)
+            ));
+            for (name, r) in [("candle", Some(fast)), ("f16 gemm", Some(gemm)), ("dmmv", dmmv)] {
+                if let Some((e, bad)) = r.filter(|&(e, bad)| bad > 0 || e > REL_TOL) {
+                    failures.push(format!("{:?} k {} n {} m {m}: {name} {}", c.dtype, c.k, c.n, show((e, bad))));
+                }
+            }
+        }
+    }
+    eprintln!("{}", table.join("\n"));
+    assert!(failures.is_empty(), "{} products off:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The product through candle's older CUDA kernels, when this build has CUDA and `dev` is a GPU.
+#[allow(unused_variables)]
+fn dmmv(make: &dyn Fn() -> QMatMul, x: &Tensor) -> Option<Tensor> {
+    #[cfg(feature = "cuda")]
+    if x.device().is_cuda() {
+        candle_core::quantized::cuda::set_force_dmmv(true);
+        let y = make().forward(x).ok();
+        candle_core::quantized::cuda::set_force_dmmv(false);
+        return y;
+    }
+    None
+}
