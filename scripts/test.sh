@@ -67,7 +67,7 @@ ap=${ap:-0} af=${af:-0}
 [ "$arm_rc" -eq 0 ] || [ "$arm_rc" -eq 2 ] || [ "$af" -gt 0 ] || fail_check "scripts/test-arm.sh did not run"
 
 # The GPU builds keep their own target dirs outside the checkout (CI clones afresh each run): a
-# cold CUDA build compiles candle's kernels with nvcc one file at a time (~10 min on 2 idle cores),
+# cold CUDA build compiles candle's kernels with nvcc one file at a time (~14 min on 2 idle cores, sm_80 and sm_90),
 # a warm one only what changed. Where they are: WICK_GPU_BUILD_CACHE (default ~/.cache/wick).
 gpu_cache=${WICK_GPU_BUILD_CACHE:-$HOME/.cache/wick}
 step "cuda build (compile, not run)"

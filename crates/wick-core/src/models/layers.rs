@@ -102,11 +102,7 @@ enum Weight {
     Packed(Arc<PackedWeight>),
     /// A small F16 weight widened to f32 once (`[n, k]`, f16-exact): LoRA adapters, whose
     /// matmuls are too small to convert their weights on every call.
-    WideF16 {
-        w: Vec<f32>,
-        n: usize,
-        k: usize,
-    },
+    WideF16(matmul::WideF16),
 }
 
 fn weight(w: Arc<QTensor>, dev: &Placement) -> Result<Weight> {
@@ -240,7 +236,8 @@ impl Linear {
         if f16 && dev.exact() {
             g.expect_dims(name, &[n_in, n_out])?;
             let w = g.f32_tensor(name, dev)?.flatten_all()?.to_vec1::<f32>()?;
-            return Ok(Self { w: Weight::WideF16 { w, n: n_out, k: n_in }, bias: None, name: None });
+            let w = Weight::WideF16(matmul::WideF16::new(w, n_out, n_in)?);
+            return Ok(Self { w, bias: None, name: None });
         }
         Ok(Self { w: gguf_weight(g, name, n_in, n_out, dev)?, bias: None, name: None })
     }
@@ -274,7 +271,7 @@ impl Linear {
                 }
             }
             Weight::Ggml(w) => matmul::matmul(&x, w, rows)?,
-            Weight::WideF16 { w, n, k } => matmul::matmul_f16_widened(&x, w, *n, *k, rows)?,
+            Weight::WideF16(w) => w.matmul(&x, rows)?,
             Weight::Packed(w) => {
                 let y = with_host_f32(&x, |xs| w.matmul(xs, rows))??;
                 Tensor::from_vec(y, (rows.len(), w.dims().0), x.device())?

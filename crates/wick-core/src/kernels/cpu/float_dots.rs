@@ -23,6 +23,18 @@ use super::feats::has_avx2_fma;
 #[cfg(target_arch = "x86_64")]
 use super::x86::bf16 as simd;
 
+/// `xs` rounded to f16 (nearest, ties to even) and widened back: the activations of an f16
+/// weight's matmul, as ggml converts them. Through `half`'s slice conversions (F16C eight
+/// lanes at a time where the CPU has it): a call per value was most of a LoRA adapter's cost.
+pub fn round_to_f16(xs: &[f32]) -> Vec<f32> {
+    use half::slice::HalfFloatSliceExt;
+    let mut h = vec![half::f16::ZERO; xs.len()];
+    h.convert_from_f32_slice(xs);
+    let mut out = vec![0f32; xs.len()];
+    h.convert_to_f32_slice(&mut out);
+    out
+}
+
 /// `ggml_vec_dot_f16`: `x(i)·y(i)` for i < n; values are f16-exact f32s. x86 (AVX-512): the
 /// `dot_head64` head, the tail (n % 64) added in f64; aarch64 (NEON without FP16 arithmetic):
 /// the `head16_order` head, the tail (n % 16) added in f64.
@@ -192,6 +204,27 @@ pub fn dot_single_f32(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f
         sum += x(i) * y(i);
     }
     sum
+}
+
+/// `dot_single` on two slices of one length (whole 16-lane loads: a closure per index keeps
+/// each lane a bounds-checked scalar load).
+#[inline(always)]
+pub fn dot_single_sl(x: &[f32], y: &[f32]) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    return dot_single(x.len(), |i| x[i], |i| y[i]);
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        let np = x.len() & !63;
+        let mut sum = head64_order(
+            x.len(),
+            #[inline(always)]
+            |i| (lanes(x, i), lanes(y, i)),
+        ) as f64;
+        for (a, b) in x[np..].iter().zip(&y[np..]) {
+            sum += (a * b) as f64;
+        }
+        sum as f32
+    }
 }
 
 /// `dot_single_f32` on two slices of one length.

@@ -82,7 +82,7 @@ pub(crate) fn tiled_matmul<'w>(
 /// and `n % 4 == 0` (else ggml takes other kernels: `matmul::matmul` has them). Each weight
 /// row is widened once per task.
 pub fn matmul_f16w(x: &[f32], m: usize, w: &[u8], n: usize, k: usize) -> Vec<f32> {
-    let x16: Vec<f32> = x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+    let x16: Vec<f32> = super::float_dots::round_to_f16(x);
     let widen = |j0: usize, j1: usize| {
         let v: Vec<f32> = w[j0 * k * 2..j1 * k * 2]
             .chunks_exact(2)

@@ -15,13 +15,12 @@
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Tensor;
-use half::f16;
 
 use super::blocks::f16_at;
 #[cfg(target_arch = "x86_64")]
 use super::feats::has_avx2_fma;
 use super::feats::{has_avx512, has_avx512bf16, with_avx2_codegen};
-use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single, dot_single_f32, dot_tiled, to_bf16};
+use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single_f32, dot_single_sl, dot_tiled, to_bf16};
 use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
 use super::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};
 use super::quants::{dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0};
@@ -266,20 +265,81 @@ fn f16_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
     f16_core(op.n, op.k, op.xs, op.rows, &widen, put);
 }
 
-/// F16 weights kept widened to f32 (`[n, k]` row-major, f16-exact values: small weights such
-/// as LoRA adapters, converted once at load): what `matmul` gives for the F16 tensor.
-pub fn matmul_f16_widened(x: &Tensor, w: &[f32], n: usize, k: usize, rows: &[RowPos]) -> Result<Tensor> {
-    let (m, kx) = x.dims2()?;
-    if kx != k || w.len() != n * k || rows.len() != m {
-        return Err(WickError::Internal(format!("f16 matmul: input [{m}, {kx}], weight [{n}, {k}]")));
+/// Dots shorter than one vector step of `ggml_vec_dot_f16` are its f64 tail alone.
+const SHORT_DOT: usize = if cfg!(target_arch = "aarch64") { 16 } else { 64 };
+
+/// F16 weights kept widened to f32 (f16-exact values: small weights such as LoRA adapters,
+/// converted once at load): what `matmul` gives for the F16 tensor.
+pub struct WideF16 {
+    /// `[n, k]` row-major.
+    w: Vec<f32>,
+    /// `[k, n]`, kept when k is a short dot (a LoRA adapter's B, k = its rank): each output is
+    /// then a sequential f64 sum over k, and with the weights by input the single-token rows
+    /// run all their outputs side by side over contiguous weights.
+    t: Vec<f32>,
+    n: usize,
+    k: usize,
+}
+
+impl WideF16 {
+    pub fn new(w: Vec<f32>, n: usize, k: usize) -> Result<Self> {
+        if w.len() != n * k {
+            return Err(WickError::Internal(format!("f16 weight of {} values for [{n}, {k}]", w.len())));
+        }
+        let t = match k < SHORT_DOT {
+            true => (0..k).flat_map(|i| (0..n).map(move |j| (i, j))).map(|(i, j)| w[j * k + i]).collect(),
+            false => vec![],
+        };
+        Ok(Self { w, t, n, k })
     }
-    let xs = x.flatten_all()?.to_vec1::<f32>()?;
-    let mut y = vec![0f32; m * n];
-    let yp = SyncPtr(y.as_mut_ptr());
-    // SAFETY: as in `matmul`: r < m, j < n, one writer per (row, column), read after the pass.
-    let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
-    f16_core(n, k, &xs, rows, &|j, out: &mut [f32]| out.copy_from_slice(&w[j * k..(j + 1) * k]), &put);
-    Ok(Tensor::from_vec(y, (m, n), x.device())?)
+
+    /// `x`: `[m, k]` → `[m, n]`.
+    pub fn matmul(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
+        let (n, k) = (self.n, self.k);
+        let (m, kx) = x.dims2()?;
+        if kx != k || rows.len() != m {
+            return Err(WickError::Internal(format!("f16 matmul: input [{m}, {kx}], weight [{n}, {k}]")));
+        }
+        let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        let mut y = vec![0f32; m * n];
+        let yp = SyncPtr(y.as_mut_ptr());
+        // SAFETY: as in `matmul`: r < m, j < n, one writer per (row, column), read after the pass.
+        let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
+        if !self.t.is_empty() && rows.iter().all(|r| r.seq_len == 1) {
+            short_single_rows(&self.t, n, k, &xs, m, &put);
+        } else {
+            let w = &self.w;
+            f16_core(n, k, &xs, rows, &|j, out: &mut [f32]| out.copy_from_slice(&w[j * k..(j + 1) * k]), &put);
+        }
+        Ok(Tensor::from_vec(y, (m, n), x.device())?)
+    }
+}
+
+/// `ggml_vec_dot_f16` with k below one vector step, for single-token rows: per output the f64
+/// sum over i in order of `(w·x16) as f64` — `f16_core`'s short dots, each the same sum —
+/// with `t` (`[k, n]`) read a row of outputs at a time.
+fn short_single_rows<P: Fn(usize, usize, f32) + Sync>(t: &[f32], n: usize, k: usize, xs: &[f32], m: usize, put: &P) {
+    let x16 = super::float_dots::round_to_f16(xs);
+    for_cols(n, m, &|j0, j1| {
+        let mut acc = vec![0f64; j1 - j0];
+        with_avx2_codegen(
+            #[inline(always)]
+            || {
+                for r in 0..m {
+                    acc.fill(0.0);
+                    for i in 0..k {
+                        let xi = x16[r * k + i];
+                        for (a, &w) in acc.iter_mut().zip(&t[i * n + j0..i * n + j1]) {
+                            *a += (w * xi) as f64;
+                        }
+                    }
+                    for (j, a) in acc.iter().enumerate() {
+                        put(r, j0 + j, *a as f32);
+                    }
+                }
+            },
+        )
+    });
 }
 
 /// `f16_rows` with column j's weights given by `widen(j, out)` (`k` values).
@@ -289,14 +349,15 @@ where
     P: Fn(usize, usize, f32) + Sync,
 {
     let m = rows.len();
-    let x16: Vec<f32> = xs.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+    let x16: Vec<f32> = super::float_dots::round_to_f16(xs);
     let (chunk, tiled_xs) = if cfg!(target_arch = "aarch64") { (4, xs) } else { (16, &x16[..]) };
     let shapes_ok = k.is_multiple_of(chunk) && n.is_multiple_of(4);
     let tiled = |r: usize| shapes_ok && rows[r].seq_len > 1;
     // A dot shorter than one vector step of `ggml_vec_dot_f16` is its f64 tail alone (a
     // LoRA adapter's B, k = its rank): sequential per output, a chain of dependent adds, so
     // eight outputs run side by side instead — each the same sum.
-    let short = k < if cfg!(target_arch = "aarch64") { 16 } else { 64 };
+    let short = k < SHORT_DOT;
+    let singles: Vec<usize> = (0..m).filter(|&r| !tiled(r)).collect();
     for_cols(n, m, &|j0, j1| {
         let mut wide = vec![0f32; k];
         let mut wt = vec![0f32; if short { k * SHORT } else { 0 }];
@@ -313,22 +374,29 @@ where
                                 wt[i * SHORT + c] = w;
                             }
                         }
-                        for r in 0..m {
-                            if tiled(r) {
-                                let xr = &tiled_xs[r * k..(r + 1) * k];
-                                for c in 0..cols {
-                                    put(r, jb + c, dot_tiled(k, |i| wt[i * SHORT + c], |i| xr[i]));
-                                }
-                                continue;
+                        for r in (0..m).filter(|&r| tiled(r)) {
+                            let xr = &tiled_xs[r * k..(r + 1) * k];
+                            for c in 0..cols {
+                                put(r, jb + c, dot_tiled(k, |i| wt[i * SHORT + c], |i| xr[i]));
                             }
-                            let mut acc = [0f64; SHORT];
-                            for (i, &xi) in x16[r * k..(r + 1) * k].iter().enumerate() {
-                                for (a, &w) in acc.iter_mut().zip(&wt[i * SHORT..(i + 1) * SHORT]) {
-                                    *a += (w * xi) as f64;
+                        }
+                        // Four rows at a time: four independent chains of adds per column
+                        // (one chain alone waits on each add's latency).
+                        for quad in singles.chunks(4) {
+                            let mut acc = [[0f64; SHORT]; 4];
+                            for i in 0..k {
+                                let w = &wt[i * SHORT..(i + 1) * SHORT];
+                                for (a, &r) in acc.iter_mut().zip(quad) {
+                                    let xi = x16[r * k + i];
+                                    for c in 0..SHORT {
+                                        a[c] += (w[c] * xi) as f64;
+                                    }
                                 }
                             }
-                            for (c, a) in acc.iter().take(cols).enumerate() {
-                                put(r, jb + c, *a as f32);
+                            for (a, &r) in acc.iter().zip(quad) {
+                                for (c, v) in a.iter().take(cols).enumerate() {
+                                    put(r, jb + c, *v as f32);
+                                }
                             }
                         }
                     }
@@ -338,7 +406,7 @@ where
                     widen(j, &mut wide);
                     for r in 0..m {
                         let (txr, xr) = (&tiled_xs[r * k..(r + 1) * k], &x16[r * k..(r + 1) * k]);
-                        put(r, j, f16_dot(k, tiled(r), |i| wide[i], txr, xr));
+                        put(r, j, f16_dot(k, tiled(r), &wide, txr, xr));
                     }
                 }
             },
@@ -352,11 +420,11 @@ const SHORT: usize = 8;
 /// One output of `f16_rows`: tinyBLAS's order on `txr` when `tiled`, else `ggml_vec_dot_f16`'s
 /// on `xr` (the activations rounded to f16).
 #[inline(always)]
-fn f16_dot(k: usize, tiled: bool, wv: impl Fn(usize) -> f32, txr: &[f32], xr: &[f32]) -> f32 {
+fn f16_dot(k: usize, tiled: bool, wide: &[f32], txr: &[f32], xr: &[f32]) -> f32 {
     if tiled {
-        dot_tiled(k, wv, |i| txr[i])
+        dot_tiled(k, |i| wide[i], |i| txr[i])
     } else {
-        dot_single(k, wv, |i| xr[i])
+        dot_single_sl(&wide[..k], &xr[..k])
     }
 }
 
