@@ -13,9 +13,10 @@ use candle_core::{Device, Tensor};
 
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
-use crate::kernels::RowPos;
+use crate::kernels::{with_host_f32, RowPos};
 use crate::models::layers::{Linear, WeightDeltas};
 use crate::runtime::device::Placement;
+use crate::runtime::pool;
 
 /// One adapted weight: `A` (`in → r`) and `B` (`r → out`).
 struct LoraWeight {
@@ -34,6 +35,9 @@ pub struct Adapter {
     pub path: PathBuf,
     pub alpha: f32,
     weights: HashMap<String, LoraWeight>,
+    /// Every weight is an F16 one widened on the host (the exact path): `LoraRows` applies
+    /// them there.
+    host: bool,
 }
 
 /// The base model's tensors an adapter is checked against: name → ggml dims.
@@ -101,7 +105,8 @@ impl Adapter {
         if weights.is_empty() {
             return Err(bad("it adapts no tensor".into()));
         }
-        Ok(Self { id, name: name.to_string(), path: path.to_path_buf(), alpha, weights })
+        let host = weights.values().all(|w| w.a.wide_f16().is_some() && w.b.wide_f16().is_some());
+        Ok(Self { id, name: name.to_string(), path: path.to_path_buf(), alpha, weights, host })
     }
 
     /// Base weights this adapter changes.
@@ -134,6 +139,7 @@ type Gathered<'a> = (&'a Arc<Adapter>, f32, Vec<u32>, Vec<RowPos>);
 struct Group {
     adapter: Arc<Adapter>,
     scale: f32,
+    rows: Vec<u32>,
     idx: Tensor,
     pos: Vec<RowPos>,
 }
@@ -164,7 +170,7 @@ impl LoraRows {
             .into_iter()
             .map(|(adapter, scale, idx, pos)| {
                 let n = idx.len();
-                Ok(Group { adapter: adapter.clone(), scale, idx: Tensor::from_vec(idx, n, dev)?, pos })
+                Ok(Group { adapter: adapter.clone(), scale, idx: Tensor::from_vec(idx.clone(), n, dev)?, rows: idx, pos })
             })
             .collect::<Result<_>>()?;
         Ok(Some(Self { groups }))
@@ -175,6 +181,9 @@ impl WeightDeltas for LoraRows {
     /// `y` (`W·x` of base weight `name`, before any bias) plus each adapter's `s·B·(A·x)` on
     /// its rows.
     fn add(&self, name: &str, x: &Tensor, mut y: Tensor) -> Result<Tensor> {
+        if x.device().is_cpu() && self.groups.iter().all(|g| g.adapter.host) {
+            return self.add_on_host(name, x, y);
+        }
         for g in &self.groups {
             let Some(w) = g.adapter.weights.get(name) else { continue };
             let xs = x.index_select(&g.idx, 0)?;
@@ -183,5 +192,58 @@ impl WeightDeltas for LoraRows {
             y = y.index_add(&g.idx, &ab, 0)?;
         }
         Ok(y)
+    }
+}
+
+impl LoraRows {
+    /// `add` on the exact path: the adapters' F16 weights widened on the host, each group's
+    /// rows through A and B there — the groups spread over the pool when there are as many as
+    /// threads (a row's result does not depend on the rows beside it) — then added into `y` in place in
+    /// group order with the same operations as the tensor path (`s·B·(A·x)` as `u·s + 0`, as
+    /// candle's affine computes it, then the add), without a copy of `y` per group.
+    fn add_on_host(&self, name: &str, x: &Tensor, y: Tensor) -> Result<Tensor> {
+        let (m, n) = y.dims2()?;
+        let k = x.dim(1)?;
+        let mut work: Vec<(&Group, &LoraWeight, std::ops::Range<usize>)> = vec![];
+        let adapted: Vec<(&Group, &LoraWeight)> =
+            self.groups.iter().filter_map(|g| Some((g, g.adapter.weights.get(name)?))).collect();
+        // Fewer groups than threads: one at a time, each product's columns over the pool (a
+        // task per row chunk would read every weight once per chunk).
+        let spread = adapted.len() >= pool::global().threads();
+        for (g, w) in adapted {
+            if w.a.wide_f16().is_none() || w.b.wide_f16().is_none() {
+                return Err(WickError::Internal(format!("LoRA `{name}`: weights not on the host")));
+            }
+            work.push((g, w, 0..g.rows.len()));
+        }
+        let outs: Vec<std::sync::Mutex<Vec<f32>>> = work.iter().map(|_| Default::default()).collect();
+        with_host_f32(x, |xs| {
+            let run = |t: usize| {
+                let (g, w, range) = &work[t];
+                let (Some(a), Some(b)) = (w.a.wide_f16(), w.b.wide_f16()) else { return };
+                let mut xg = Vec::with_capacity(range.len() * k);
+                for &r in &g.rows[range.clone()] {
+                    xg.extend_from_slice(&xs[r as usize * k..(r as usize + 1) * k]);
+                }
+                let pos = &g.pos[range.clone()];
+                let u = b.matmul_host(&a.matmul_host(&xg, pos), pos);
+                *outs[t].lock().unwrap_or_else(|e| e.into_inner()) = u;
+            };
+            match spread {
+                true => pool::run(work.len(), &run),
+                false => (0..work.len()).for_each(run),
+            }
+        })?;
+        let mut yv = y.flatten_all()?.to_vec1::<f32>()?;
+        for ((g, w, range), u) in work.iter().zip(outs) {
+            let u = u.into_inner().unwrap_or_else(|e| e.into_inner());
+            let s = g.adapter.scale(w, g.scale);
+            for (ur, &r) in u.chunks_exact(n).zip(&g.rows[range.clone()]) {
+                for (yj, &uj) in yv[r as usize * n..(r as usize + 1) * n].iter_mut().zip(ur) {
+                    *yj += uj * s + 0.0;
+                }
+            }
+        }
+        Ok(Tensor::from_vec(yv, (m, n), y.device())?)
     }
 }

@@ -242,6 +242,14 @@ impl Linear {
         Ok(Self { w: gguf_weight(g, name, n_in, n_out, dev)?, bias: None, name: None })
     }
 
+    /// The weight, when it is an F16 one kept widened on the host (`load_weight`).
+    pub fn wide_f16(&self) -> Option<&matmul::WideF16> {
+        match &self.w {
+            Weight::WideF16(w) => Some(w),
+            _ => None,
+        }
+    }
+
     pub fn from_qtensor(w: Arc<QTensor>, dev: &Placement) -> Result<Self> {
         Ok(Self { w: weight(w, dev)?, bias: None, name: None })
     }

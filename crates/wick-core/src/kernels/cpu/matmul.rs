@@ -19,6 +19,7 @@ use candle_core::Tensor;
 use super::blocks::f16_at;
 #[cfg(target_arch = "x86_64")]
 use super::feats::has_avx2_fma;
+use super::elementwise::with_host_f32;
 use super::feats::{has_avx512, has_avx512bf16, with_avx2_codegen};
 use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single_f32, dot_single_sl, dot_tiled, to_bf16};
 use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
@@ -295,23 +296,48 @@ impl WideF16 {
 
     /// `x`: `[m, k]` → `[m, n]`.
     pub fn matmul(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
-        let (n, k) = (self.n, self.k);
         let (m, kx) = x.dims2()?;
-        if kx != k || rows.len() != m {
-            return Err(WickError::Internal(format!("f16 matmul: input [{m}, {kx}], weight [{n}, {k}]")));
+        if kx != self.k || rows.len() != m {
+            return Err(WickError::Internal(format!(
+                "f16 matmul: input [{m}, {kx}], weight [{}, {}]",
+                self.n, self.k
+            )));
         }
-        let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        let y = with_host_f32(x, |xs| self.matmul_host(xs, rows))?;
+        Ok(Tensor::from_vec(y, (m, self.n), x.device())?)
+    }
+
+    /// `matmul` on host rows: `xs` holds `rows.len()` rows of k values.
+    pub fn matmul_host(&self, xs: &[f32], rows: &[RowPos]) -> Vec<f32> {
+        let (n, k, m) = (self.n, self.k, rows.len());
         let mut y = vec![0f32; m * n];
         let yp = SyncPtr(y.as_mut_ptr());
         // SAFETY: as in `matmul`: r < m, j < n, one writer per (row, column), read after the pass.
         let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
-        if !self.t.is_empty() && rows.iter().all(|r| r.seq_len == 1) {
-            short_single_rows(&self.t, n, k, &xs, m, &put);
+        let single = rows.iter().all(|r| r.seq_len == 1);
+        if single && !self.t.is_empty() {
+            short_single_rows(&self.t, n, k, xs, m, &put);
+        } else if single {
+            // `f16_core`'s single-row dots, straight from the widened rows (no copy per column).
+            let x16 = super::float_dots::round_to_f16(xs);
+            let w = &self.w;
+            for_cols(n, m, &|j0, j1| {
+                with_avx2_codegen(
+                    #[inline(always)]
+                    || {
+                        for j in j0..j1 {
+                            for r in 0..m {
+                                put(r, j, dot_single_sl(&w[j * k..(j + 1) * k], &x16[r * k..(r + 1) * k]));
+                            }
+                        }
+                    },
+                )
+            });
         } else {
             let w = &self.w;
-            f16_core(n, k, &xs, rows, &|j, out: &mut [f32]| out.copy_from_slice(&w[j * k..(j + 1) * k]), &put);
+            f16_core(n, k, xs, rows, &|j, out: &mut [f32]| out.copy_from_slice(&w[j * k..(j + 1) * k]), &put);
         }
-        Ok(Tensor::from_vec(y, (m, n), x.device())?)
+        y
     }
 }
 
