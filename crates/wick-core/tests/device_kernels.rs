@@ -77,9 +77,13 @@ fn quantized_matmuls_agree_with_the_cpu_reference() {
     let test = "quantized_matmuls_agree_with_the_cpu_reference";
     let Some(dev) = device(test) else { return };
     let mut failures = vec![];
-    let mut table = vec![format!("{:<6} {:>5} {:>5} {:>4} | {:>16} | {:>16} | {:>16}", "type", "k", "n", "m", "candle", "f16 gemm", "dmmv")];
+    let mut table = vec![format!(
+        "{:<6} {:>5} {:>5} {:>4} | {:>16} | {:>16} | {:>16}",
+        "type", "k", "n", "m", "candle", "f16 gemm", "dmmv"
+    )];
     // On candle's CPU device (the harness check) the small shapes do.
-    let cases: Vec<Case> = cases().into_iter().filter(|c| !dev.is_cpu() || (c.k <= 256 && c.n <= 200)).collect();
+    let cases: Vec<Case> =
+        cases().into_iter().filter(|c| !dev.is_cpu() || (c.k <= 256 && c.n <= 200)).collect();
     for (ci, c) in cases.iter().enumerate() {
         let w_cpu = Tensor::from_vec(values(c.n * c.k, ci as u64), (c.n, c.k), &Device::Cpu).unwrap();
         let q = QTensor::quantize(&w_cpu, c.dtype).unwrap();
@@ -119,7 +123,13 @@ fn quantized_matmuls_agree_with_the_cpu_reference() {
             ));
             for (name, r) in [("candle", Some(fast)), ("f16 gemm", Some(gemm)), ("dmmv", dmmv)] {
                 if let Some((e, bad)) = r.filter(|&(e, bad)| bad > 0 || e > REL_TOL) {
-                    failures.push(format!("{:?} k {} n {} m {m}: {name} {}", c.dtype, c.k, c.n, show((e, bad))));
+                    failures.push(format!(
+                        "{:?} k {} n {} m {m}: {name} {}",
+                        c.dtype,
+                        c.k,
+                        c.n,
+                        show((e, bad))
+                    ));
                 }
             }
         }

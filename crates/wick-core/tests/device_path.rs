@@ -166,12 +166,16 @@ fn compare(exact: &mut Loaded, dev: &mut Loaded, prompt: &[u32], chunk: usize, n
 
 /// The report line for `name`, or why it fails.
 fn verdict(name: &str, a: &Agreement) -> Result<String, String> {
-    let line = format!("{name}: max |Δp| {:.1e}, greedy equal for {}/{} tokens", a.max_dp, a.equal_prefix, a.n);
+    let line =
+        format!("{name}: max |Δp| {:.1e}, greedy equal for {}/{} tokens", a.max_dp, a.equal_prefix, a.n);
     if a.max_dp > PROB_TOL {
         return Err(format!("{line}: max |Δp| > {PROB_TOL}"));
     }
     if a.clear_flips > 0 {
-        return Err(format!("{line}: {} greedy choices differ where the exact path's lead was clear", a.clear_flips));
+        return Err(format!(
+            "{line}: {} greedy choices differ where the exact path's lead was clear",
+            a.clear_flips
+        ));
     }
     if a.equal_prefix < a.n && !a.tie_first {
         return Err(format!("{line}: free-running greedy text parts with no near-tie before"));

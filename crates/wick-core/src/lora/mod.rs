@@ -170,7 +170,13 @@ impl LoraRows {
             .into_iter()
             .map(|(adapter, scale, idx, pos)| {
                 let n = idx.len();
-                Ok(Group { adapter: adapter.clone(), scale, idx: Tensor::from_vec(idx.clone(), n, dev)?, rows: idx, pos })
+                Ok(Group {
+                    adapter: adapter.clone(),
+                    scale,
+                    idx: Tensor::from_vec(idx.clone(), n, dev)?,
+                    rows: idx,
+                    pos,
+                })
             })
             .collect::<Result<_>>()?;
         Ok(Some(Self { groups }))

@@ -17,9 +17,9 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Tensor;
 
 use super::blocks::f16_at;
+use super::elementwise::with_host_f32;
 #[cfg(target_arch = "x86_64")]
 use super::feats::has_avx2_fma;
-use super::elementwise::with_host_f32;
 use super::feats::{has_avx512, has_avx512bf16, with_avx2_codegen};
 use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single_f32, dot_single_sl, dot_tiled, to_bf16};
 use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
@@ -344,7 +344,14 @@ impl WideF16 {
 /// `ggml_vec_dot_f16` with k below one vector step, for single-token rows: per output the f64
 /// sum over i in order of `(w·x16) as f64` — `f16_core`'s short dots, each the same sum —
 /// with `t` (`[k, n]`) read a row of outputs at a time.
-fn short_single_rows<P: Fn(usize, usize, f32) + Sync>(t: &[f32], n: usize, k: usize, xs: &[f32], m: usize, put: &P) {
+fn short_single_rows<P: Fn(usize, usize, f32) + Sync>(
+    t: &[f32],
+    n: usize,
+    k: usize,
+    xs: &[f32],
+    m: usize,
+    put: &P,
+) {
     let x16 = super::float_dots::round_to_f16(xs);
     for_cols(n, m, &|j0, j1| {
         let mut acc = vec![0f64; j1 - j0];
