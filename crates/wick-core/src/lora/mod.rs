@@ -13,6 +13,7 @@ use candle_core::{Device, Tensor};
 
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::kernels::cpu::matmul::WideF16;
 use crate::kernels::{with_host_f32, RowPos};
 use crate::models::layers::{Linear, WeightDeltas};
 use crate::runtime::device::Placement;
@@ -204,47 +205,42 @@ impl WeightDeltas for LoraRows {
 impl LoraRows {
     /// `add` on the exact path: the adapters' F16 weights widened on the host, each group's
     /// rows through A and B there — the groups spread over the pool when there are as many as
-    /// threads (a row's result does not depend on the rows beside it) — then added into `y` in place in
-    /// group order with the same operations as the tensor path (`s·B·(A·x)` as `u·s + 0`, as
+    /// threads (a row's result does not depend on the rows beside it) — then added into `y` in
+    /// place in group order with the same operations as the tensor path (`s·B·(A·x)` as `u·s + 0`, as
     /// candle's affine computes it, then the add), without a copy of `y` per group.
     fn add_on_host(&self, name: &str, x: &Tensor, y: Tensor) -> Result<Tensor> {
         let (m, n) = y.dims2()?;
         let k = x.dim(1)?;
-        let mut work: Vec<(&Group, &LoraWeight, std::ops::Range<usize>)> = vec![];
-        let adapted: Vec<(&Group, &LoraWeight)> =
-            self.groups.iter().filter_map(|g| Some((g, g.adapter.weights.get(name)?))).collect();
-        // Fewer groups than threads: one at a time, each product's columns over the pool (a
-        // task per row chunk would read every weight once per chunk).
-        let spread = adapted.len() >= pool::global().threads();
-        for (g, w) in adapted {
-            if w.a.wide_f16().is_none() || w.b.wide_f16().is_none() {
+        // Per adapted group: its A, B and scale (the adapters are `host`, so both are widened).
+        let mut work: Vec<(&Group, &WideF16, &WideF16, f32)> = vec![];
+        for g in &self.groups {
+            let Some(w) = g.adapter.weights.get(name) else { continue };
+            let (Some(a), Some(b)) = (w.a.wide_f16(), w.b.wide_f16()) else {
                 return Err(WickError::Internal(format!("LoRA `{name}`: weights not on the host")));
-            }
-            work.push((g, w, 0..g.rows.len()));
+            };
+            work.push((g, a, b, g.adapter.scale(w, g.scale)));
         }
         let outs: Vec<std::sync::Mutex<Vec<f32>>> = work.iter().map(|_| Default::default()).collect();
         with_host_f32(x, |xs| {
             let run = |t: usize| {
-                let (g, w, range) = &work[t];
-                let (Some(a), Some(b)) = (w.a.wide_f16(), w.b.wide_f16()) else { return };
-                let mut xg = Vec::with_capacity(range.len() * k);
-                for &r in &g.rows[range.clone()] {
+                let (g, a, b, _) = work[t];
+                let mut xg = Vec::with_capacity(g.rows.len() * k);
+                for &r in &g.rows {
                     xg.extend_from_slice(&xs[r as usize * k..(r as usize + 1) * k]);
                 }
-                let pos = &g.pos[range.clone()];
-                let u = b.matmul_host(&a.matmul_host(&xg, pos), pos);
+                let u = b.matmul_host(&a.matmul_host(&xg, &g.pos), &g.pos);
                 *outs[t].lock().unwrap_or_else(|e| e.into_inner()) = u;
             };
-            match spread {
+            // Fewer groups than threads: one at a time, each product's columns over the pool.
+            match work.len() >= pool::global().threads() {
                 true => pool::run(work.len(), &run),
                 false => (0..work.len()).for_each(run),
             }
         })?;
         let mut yv = y.flatten_all()?.to_vec1::<f32>()?;
-        for ((g, w, range), u) in work.iter().zip(outs) {
+        for (&(g, _, _, s), u) in work.iter().zip(outs) {
             let u = u.into_inner().unwrap_or_else(|e| e.into_inner());
-            let s = g.adapter.scale(w, g.scale);
-            for (ur, &r) in u.chunks_exact(n).zip(&g.rows[range.clone()]) {
+            for (ur, &r) in u.chunks_exact(n).zip(&g.rows) {
                 for (yj, &uj) in yv[r as usize * n..(r as usize + 1) * n].iter_mut().zip(ur) {
                     *yj += uj * s + 0.0;
                 }

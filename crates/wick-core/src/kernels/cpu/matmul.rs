@@ -257,13 +257,32 @@ fn f32_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
 /// k in 4-lane chunks, and tinyBLAS's f16 × f32 kernel takes the activations as they are
 /// (ggml tries it before converting); `ggml_vec_dot_f16` sees them rounded.
 fn f16_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
-    let widen = |j: usize, out: &mut [f32]| {
-        let wr = op.wrow(j);
-        for (i, o) in out.iter_mut().enumerate() {
+    f16_core(op.n, op.k, op.xs, op.rows, &GgufF16(op), put);
+}
+
+/// An F16 weight's rows as f32 for `f16_core`.
+trait F16Rows: Sync {
+    /// Row j (k values): converted into `buf` and returned, or returned as it is kept.
+    fn row<'a>(&'a self, j: usize, buf: &'a mut [f32]) -> &'a [f32];
+}
+
+/// A GGUF F16 tensor's rows, widened on the way.
+struct GgufF16<'a, 'o>(&'a Operands<'o>);
+
+impl F16Rows for GgufF16<'_, '_> {
+    fn row<'a>(&'a self, j: usize, buf: &'a mut [f32]) -> &'a [f32] {
+        let wr = self.0.wrow(j);
+        for (i, o) in buf.iter_mut().enumerate() {
             *o = f16_at(wr, 2 * i);
         }
-    };
-    f16_core(op.n, op.k, op.xs, op.rows, &widen, put);
+        buf
+    }
+}
+
+impl F16Rows for WideF16 {
+    fn row<'a>(&'a self, j: usize, _: &'a mut [f32]) -> &'a [f32] {
+        &self.w[j * self.k..(j + 1) * self.k]
+    }
 }
 
 /// Dots shorter than one vector step of `ggml_vec_dot_f16` are its f64 tail alone.
@@ -314,28 +333,10 @@ impl WideF16 {
         let yp = SyncPtr(y.as_mut_ptr());
         // SAFETY: as in `matmul`: r < m, j < n, one writer per (row, column), read after the pass.
         let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
-        let single = rows.iter().all(|r| r.seq_len == 1);
-        if single && !self.t.is_empty() {
+        if !self.t.is_empty() && rows.iter().all(|r| r.seq_len == 1) {
             short_single_rows(&self.t, n, k, xs, m, &put);
-        } else if single {
-            // `f16_core`'s single-row dots, straight from the widened rows (no copy per column).
-            let x16 = super::float_dots::round_to_f16(xs);
-            let w = &self.w;
-            for_cols(n, m, &|j0, j1| {
-                with_avx2_codegen(
-                    #[inline(always)]
-                    || {
-                        for j in j0..j1 {
-                            for r in 0..m {
-                                put(r, j, dot_single_sl(&w[j * k..(j + 1) * k], &x16[r * k..(r + 1) * k]));
-                            }
-                        }
-                    },
-                )
-            });
         } else {
-            let w = &self.w;
-            f16_core(n, k, xs, rows, &|j, out: &mut [f32]| out.copy_from_slice(&w[j * k..(j + 1) * k]), &put);
+            f16_core(n, k, xs, rows, self, &put);
         }
         y
     }
@@ -375,10 +376,10 @@ fn short_single_rows<P: Fn(usize, usize, f32) + Sync>(
     });
 }
 
-/// `f16_rows` with column j's weights given by `widen(j, out)` (`k` values).
-fn f16_core<W, P>(n: usize, k: usize, xs: &[f32], rows: &[RowPos], widen: &W, put: &P)
+/// `f16_rows` with column j's weights given by `w.row(j, buf)` (`k` values).
+fn f16_core<W, P>(n: usize, k: usize, xs: &[f32], rows: &[RowPos], w: &W, put: &P)
 where
-    W: Fn(usize, &mut [f32]) + Sync,
+    W: F16Rows + ?Sized,
     P: Fn(usize, usize, f32) + Sync,
 {
     let m = rows.len();
@@ -402,9 +403,8 @@ where
                         let cols = SHORT.min(j1 - jb);
                         wt.fill(0.0);
                         for c in 0..cols {
-                            widen(jb + c, &mut wide);
-                            for (i, &w) in wide.iter().enumerate() {
-                                wt[i * SHORT + c] = w;
+                            for (i, &v) in w.row(jb + c, &mut wide).iter().enumerate() {
+                                wt[i * SHORT + c] = v;
                             }
                         }
                         for r in (0..m).filter(|&r| tiled(r)) {
@@ -436,10 +436,10 @@ where
                     return;
                 }
                 for j in j0..j1 {
-                    widen(j, &mut wide);
+                    let wv = w.row(j, &mut wide);
                     for r in 0..m {
                         let (txr, xr) = (&tiled_xs[r * k..(r + 1) * k], &x16[r * k..(r + 1) * k]);
-                        put(r, j, f16_dot(k, tiled(r), &wide, txr, xr));
+                        put(r, j, f16_dot(k, tiled(r), wv, txr, xr));
                     }
                 }
             },
