@@ -13,7 +13,7 @@ use candle_core::{Device, Tensor};
 
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
-use crate::kernels::cpu::matmul::WideF16;
+use crate::kernels::cpu::host_f16::HostF16;
 use crate::kernels::{with_host_f32, RowPos};
 use crate::models::layers::{Linear, WeightDeltas};
 use crate::runtime::device::Placement;
@@ -36,7 +36,7 @@ pub struct Adapter {
     pub path: PathBuf,
     pub alpha: f32,
     weights: HashMap<String, LoraWeight>,
-    /// Every weight is an F16 one widened on the host (the exact path): `LoraRows` applies
+    /// Every weight is an F16 one kept on the host (the exact path): `LoraRows` applies
     /// them there.
     host: bool,
 }
@@ -106,7 +106,7 @@ impl Adapter {
         if weights.is_empty() {
             return Err(bad("it adapts no tensor".into()));
         }
-        let host = weights.values().all(|w| w.a.wide_f16().is_some() && w.b.wide_f16().is_some());
+        let host = weights.values().all(|w| w.a.host_f16().is_some() && w.b.host_f16().is_some());
         Ok(Self { id, name: name.to_string(), path: path.to_path_buf(), alpha, weights, host })
     }
 
@@ -203,7 +203,7 @@ impl WeightDeltas for LoraRows {
 }
 
 impl LoraRows {
-    /// `add` on the exact path: the adapters' F16 weights widened on the host, each group's
+    /// `add` on the exact path: the adapters' F16 weights kept on the host, each group's
     /// rows through A and B there — the groups spread over the pool when there are as many as
     /// threads (a row's result does not depend on the rows beside it) — then added into `y` in
     /// place in group order with the same operations as the tensor path (`s·B·(A·x)` as `u·s + 0`, as
@@ -211,11 +211,11 @@ impl LoraRows {
     fn add_on_host(&self, name: &str, x: &Tensor, y: Tensor) -> Result<Tensor> {
         let (m, n) = y.dims2()?;
         let k = x.dim(1)?;
-        // Per adapted group: its A, B and scale (the adapters are `host`, so both are widened).
-        let mut work: Vec<(&Group, &WideF16, &WideF16, f32)> = vec![];
+        // Per adapted group: its A, B and scale (the adapters are `host`, so both are there).
+        let mut work: Vec<(&Group, &HostF16, &HostF16, f32)> = vec![];
         for g in &self.groups {
             let Some(w) = g.adapter.weights.get(name) else { continue };
-            let (Some(a), Some(b)) = (w.a.wide_f16(), w.b.wide_f16()) else {
+            let (Some(a), Some(b)) = (w.a.host_f16(), w.b.host_f16()) else {
                 return Err(WickError::Internal(format!("LoRA `{name}`: weights not on the host")));
             };
             work.push((g, a, b, g.adapter.scale(w, g.scale)));

@@ -10,7 +10,7 @@ use candle_core::{DType, Device, Module, Tensor};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::{rms_norm, rope};
-use crate::kernels::cpu::matmul;
+use crate::kernels::cpu::{host_f16, matmul};
 use crate::kernels::{with_host_f32, PackedWeight};
 use crate::runtime::device::Placement;
 
@@ -100,9 +100,9 @@ enum Weight {
     Ggml(Arc<QTensor>),
     /// Shared with a tied embedding, which looks its rows up in the panels.
     Packed(Arc<PackedWeight>),
-    /// A small F16 weight widened to f32 once (`[n, k]`, f16-exact): LoRA adapters, whose
-    /// matmuls are too small to convert their weights on every call.
-    WideF16(matmul::WideF16),
+    /// A small F16 weight held on the host in its own layout: LoRA adapters, whose matmuls
+    /// are too small for candle's tensor path per call.
+    HostF16(host_f16::HostF16),
 }
 
 fn weight(w: Arc<QTensor>, dev: &Placement) -> Result<Weight> {
@@ -230,22 +230,23 @@ impl Linear {
     }
 
     /// GGUF tensor `name` (the whole name) as a weight of dims `{n_in, n_out}`, no bias; an
-    /// F16 one kept widened on the exact path (small weights: LoRA adapters).
+    /// F16 one kept as f16 on the host on the exact path (small weights: LoRA adapters).
     pub fn load_weight(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Placement) -> Result<Self> {
         let f16 = g.info(name).is_some_and(|t| t.dtype == GgmlDType::F16);
         if f16 && dev.exact() {
             g.expect_dims(name, &[n_in, n_out])?;
             let w = g.f32_tensor(name, dev)?.flatten_all()?.to_vec1::<f32>()?;
-            let w = Weight::WideF16(matmul::WideF16::new(w, n_out, n_in)?);
+            let w = w.into_iter().map(half::f16::from_f32).collect(); // f16 values: exact
+            let w = Weight::HostF16(host_f16::HostF16::new(w, n_out, n_in)?);
             return Ok(Self { w, bias: None, name: None });
         }
         Ok(Self { w: gguf_weight(g, name, n_in, n_out, dev)?, bias: None, name: None })
     }
 
-    /// The weight, when it is an F16 one kept widened on the host (`load_weight`).
-    pub fn wide_f16(&self) -> Option<&matmul::WideF16> {
+    /// The weight, when it is an F16 one kept on the host (`load_weight`).
+    pub fn host_f16(&self) -> Option<&host_f16::HostF16> {
         match &self.w {
-            Weight::WideF16(w) => Some(w),
+            Weight::HostF16(w) => Some(w),
             _ => None,
         }
     }
@@ -279,7 +280,7 @@ impl Linear {
                 }
             }
             Weight::Ggml(w) => matmul::matmul(&x, w, rows)?,
-            Weight::WideF16(w) => w.matmul(&x, rows)?,
+            Weight::HostF16(w) => w.matmul(&x, rows)?,
             Weight::Packed(w) => {
                 let y = with_host_f32(&x, |xs| w.matmul(xs, rows))??;
                 Tensor::from_vec(y, (rows.len(), w.dims().0), x.device())?

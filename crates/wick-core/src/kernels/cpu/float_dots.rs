@@ -24,15 +24,66 @@ use super::feats::has_avx2_fma;
 use super::x86::bf16 as simd;
 
 /// `xs` rounded to f16 (nearest, ties to even) and widened back: the activations of an f16
-/// weight's matmul, as ggml converts them. Through `half`'s slice conversions (F16C eight
-/// lanes at a time where the CPU has it): a call per value was most of a LoRA adapter's cost.
+/// weight's matmul, as ggml converts them.
 pub fn round_to_f16(xs: &[f32]) -> Vec<f32> {
-    use half::slice::HalfFloatSliceExt;
-    let mut h = vec![half::f16::ZERO; xs.len()];
-    h.convert_from_f32_slice(xs);
     let mut out = vec![0f32; xs.len()];
-    h.convert_to_f32_slice(&mut out);
+    round_to_f16_into(xs, &mut out);
     out
+}
+
+/// `round_to_f16` into `out` (as many values as both hold). F16C eight lanes at a time, inline
+/// (`half`'s slice conversions call a function per eight values).
+pub fn round_to_f16_into(xs: &[f32], out: &mut [f32]) {
+    let n = xs.len().min(out.len());
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::feats::has_avx2() {
+        // SAFETY: AVX2 and F16C checked; the kernel stays within the first n of both.
+        done = unsafe { f16c::round(&xs[..n], &mut out[..n]) };
+    }
+    for (o, &v) in out[done..n].iter_mut().zip(&xs[done..n]) {
+        *o = half::f16::from_f32(v).to_f32();
+    }
+}
+
+/// f16 values widened to f32 into `out` (as many as both hold; exact).
+pub fn widen_f16(src: &[half::f16], out: &mut [f32]) {
+    let n = src.len().min(out.len());
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::feats::has_avx2() {
+        // SAFETY: AVX2 and F16C checked; the kernel stays within the first n of both.
+        done = unsafe { f16c::widen(&src[..n], &mut out[..n]) };
+    }
+    for (o, v) in out[done..n].iter_mut().zip(&src[done..n]) {
+        *o = v.to_f32();
+    }
+}
+
+/// F16C conversions of whole groups of eight; each returns how many values it converted.
+#[cfg(target_arch = "x86_64")]
+mod f16c {
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn round(xs: &[f32], out: &mut [f32]) -> usize {
+        let n = xs.len() / 8 * 8;
+        for i in (0..n).step_by(8) {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(xs.as_ptr().add(i)));
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        }
+        n
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn widen(src: &[half::f16], out: &mut [f32]) -> usize {
+        let n = src.len() / 8 * 8;
+        for i in (0..n).step_by(8) {
+            let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        }
+        n
+    }
 }
 
 /// `ggml_vec_dot_f16`: `x(i)·y(i)` for i < n; values are f16-exact f32s. x86 (AVX-512): the

@@ -17,7 +17,6 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Tensor;
 
 use super::blocks::f16_at;
-use super::elementwise::with_host_f32;
 #[cfg(target_arch = "x86_64")]
 use super::feats::has_avx2_fma;
 use super::feats::{has_avx512, has_avx512bf16, with_avx2_codegen};
@@ -87,7 +86,7 @@ fn cols_per_task(n: usize, m: usize) -> usize {
 const ROW_BLOCK: usize = 64;
 
 /// Runs `f(j0, j1)` over column ranges covering `0..n`, spread over the pool.
-fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+pub(super) fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
     let c = cols_per_task(n, m);
     pool::run(n.div_ceil(c), &|t| f(t * c, ((t + 1) * c).min(n)));
 }
@@ -261,7 +260,7 @@ fn f16_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
 }
 
 /// An F16 weight's rows as f32 for `f16_core`.
-trait F16Rows: Sync {
+pub(super) trait F16Rows: Sync {
     /// Row j (k values): converted into `buf` and returned, or returned as it is kept.
     fn row<'a>(&'a self, j: usize, buf: &'a mut [f32]) -> &'a [f32];
 }
@@ -279,105 +278,11 @@ impl F16Rows for GgufF16<'_, '_> {
     }
 }
 
-impl F16Rows for WideF16 {
-    fn row<'a>(&'a self, j: usize, _: &'a mut [f32]) -> &'a [f32] {
-        &self.w[j * self.k..(j + 1) * self.k]
-    }
-}
-
 /// Dots shorter than one vector step of `ggml_vec_dot_f16` are its f64 tail alone.
-const SHORT_DOT: usize = if cfg!(target_arch = "aarch64") { 16 } else { 64 };
-
-/// F16 weights kept widened to f32 (f16-exact values: small weights such as LoRA adapters,
-/// converted once at load): what `matmul` gives for the F16 tensor.
-pub struct WideF16 {
-    /// `[n, k]` row-major.
-    w: Vec<f32>,
-    /// `[k, n]`, kept when k is a short dot (a LoRA adapter's B, k = its rank): each output is
-    /// then a sequential f64 sum over k, and with the weights by input the single-token rows
-    /// run all their outputs side by side over contiguous weights.
-    t: Vec<f32>,
-    n: usize,
-    k: usize,
-}
-
-impl WideF16 {
-    pub fn new(w: Vec<f32>, n: usize, k: usize) -> Result<Self> {
-        if w.len() != n * k {
-            return Err(WickError::Internal(format!("f16 weight of {} values for [{n}, {k}]", w.len())));
-        }
-        let t = match k < SHORT_DOT {
-            true => (0..k).flat_map(|i| (0..n).map(move |j| (i, j))).map(|(i, j)| w[j * k + i]).collect(),
-            false => vec![],
-        };
-        Ok(Self { w, t, n, k })
-    }
-
-    /// `x`: `[m, k]` → `[m, n]`.
-    pub fn matmul(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
-        let (m, kx) = x.dims2()?;
-        if kx != self.k || rows.len() != m {
-            return Err(WickError::Internal(format!(
-                "f16 matmul: input [{m}, {kx}], weight [{}, {}]",
-                self.n, self.k
-            )));
-        }
-        let y = with_host_f32(x, |xs| self.matmul_host(xs, rows))?;
-        Ok(Tensor::from_vec(y, (m, self.n), x.device())?)
-    }
-
-    /// `matmul` on host rows: `xs` holds `rows.len()` rows of k values.
-    pub fn matmul_host(&self, xs: &[f32], rows: &[RowPos]) -> Vec<f32> {
-        let (n, k, m) = (self.n, self.k, rows.len());
-        let mut y = vec![0f32; m * n];
-        let yp = SyncPtr(y.as_mut_ptr());
-        // SAFETY: as in `matmul`: r < m, j < n, one writer per (row, column), read after the pass.
-        let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
-        if !self.t.is_empty() && rows.iter().all(|r| r.seq_len == 1) {
-            short_single_rows(&self.t, n, k, xs, m, &put);
-        } else {
-            f16_core(n, k, xs, rows, self, &put);
-        }
-        y
-    }
-}
-
-/// `ggml_vec_dot_f16` with k below one vector step, for single-token rows: per output the f64
-/// sum over i in order of `(w·x16) as f64` — `f16_core`'s short dots, each the same sum —
-/// with `t` (`[k, n]`) read a row of outputs at a time.
-fn short_single_rows<P: Fn(usize, usize, f32) + Sync>(
-    t: &[f32],
-    n: usize,
-    k: usize,
-    xs: &[f32],
-    m: usize,
-    put: &P,
-) {
-    let x16 = super::float_dots::round_to_f16(xs);
-    for_cols(n, m, &|j0, j1| {
-        let mut acc = vec![0f64; j1 - j0];
-        with_avx2_codegen(
-            #[inline(always)]
-            || {
-                for r in 0..m {
-                    acc.fill(0.0);
-                    for i in 0..k {
-                        let xi = x16[r * k + i];
-                        for (a, &w) in acc.iter_mut().zip(&t[i * n + j0..i * n + j1]) {
-                            *a += (w * xi) as f64;
-                        }
-                    }
-                    for (j, a) in acc.iter().enumerate() {
-                        put(r, j0 + j, *a as f32);
-                    }
-                }
-            },
-        )
-    });
-}
+pub(super) const SHORT_DOT: usize = if cfg!(target_arch = "aarch64") { 16 } else { 64 };
 
 /// `f16_rows` with column j's weights given by `w.row(j, buf)` (`k` values).
-fn f16_core<W, P>(n: usize, k: usize, xs: &[f32], rows: &[RowPos], w: &W, put: &P)
+pub(super) fn f16_core<W, P>(n: usize, k: usize, xs: &[f32], rows: &[RowPos], w: &W, put: &P)
 where
     W: F16Rows + ?Sized,
     P: Fn(usize, usize, f32) + Sync,

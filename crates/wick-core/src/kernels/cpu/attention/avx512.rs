@@ -349,23 +349,6 @@ pub(super) unsafe fn reduce16(x: __m512) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)))
 }
 
-/// `super::round_to_f16`, sixteen at a time.
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
-pub(super) unsafe fn round_to_f16(x: &[f32], out: &mut [f32]) {
-    let n = x.len().min(out.len());
-    let mut i = 0;
-    while i + 16 <= n {
-        let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_loadu_ps(
-            x.as_ptr().add(i),
-        ));
-        _mm512_storeu_ps(out.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
-        i += 16;
-    }
-    for j in i..n {
-        out[j] = f16::from_f32(x[j]).to_f32();
-    }
-}
-
 /// `super::softmax_f16` for the AVX-512 `expf` (lengths are whole 16-chunks).
 #[target_feature(enable = "avx512f,avx512dq,f16c")]
 pub(super) unsafe fn softmax_f16(w: &[f32], p: &mut [f32]) {

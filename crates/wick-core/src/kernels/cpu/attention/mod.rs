@@ -47,16 +47,7 @@ use crate::kernels::cpu::feats::with_avx2_codegen;
 use crate::runtime::pool::{self, SyncPtr};
 
 /// `x` rounded to f16 and back (the query as ggml converts it to the cache's type).
-fn round_to_f16(x: &[f32], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx512::available() {
-        // SAFETY: AVX-512 F checked.
-        return unsafe { avx512::round_to_f16(x, out) };
-    }
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = f16::from_f32(v).to_f32();
-    }
-}
+use crate::kernels::cpu::float_dots::round_to_f16_into as round_to_f16;
 
 /// Attention weights as llama.cpp's CPU `soft_max` makes them, rounded to f16 for the V
 /// product where ggml's V product takes f16 (`p_in_f16`): `p = expf(w − max w)` over whole

@@ -1,0 +1,375 @@
+//! F16 weights held on the host as f16 (LoRA adapters: small, and read by every group of rows
+//! that uses them each step), multiplied in the orders llama.cpp's CPU backend uses for an F16
+//! weight: `ggml_vec_dot_f16` for single-token rows — a short dot (k below one vector step, an
+//! adapter's B) as its f64 tail alone, a long one (A) as its 64-step head — and `f16_core`
+//! (the GGUF F16 path) for the rest. The kernels here widen each weight once for up to four
+//! rows and read f16 directly: a widened copy per call was most of an adapter's cost.
+
+use candle_core::Tensor;
+use half::f16;
+
+use super::blocks::reduce16;
+use super::elementwise::with_host_f32;
+use super::float_dots::{round_to_f16, widen_f16};
+use super::matmul::{f16_core, F16Rows, SHORT_DOT};
+use crate::error::{Result, WickError};
+use crate::kernels::RowPos;
+use crate::runtime::pool::{self, SyncPtr};
+
+/// F16 weights kept on the host as stored (small weights such as LoRA adapters, read every
+/// step by every group that uses them: half the bytes of widened ones), widened as they are
+/// read: what `matmul` gives for the F16 tensor.
+pub struct HostF16 {
+    /// `[n, k]` row-major.
+    w: Vec<f16>,
+    /// Kept when k is a short dot (a LoRA adapter's B, k = its rank), where each output is a
+    /// sequential f64 sum over k: panels of `SHORT_BLOCK` outputs, each `[k, SHORT_BLOCK]`
+    /// (the last zero-padded), so single-token rows sum a panel's outputs side by side over
+    /// one contiguous read.
+    t: Vec<f16>,
+    n: usize,
+    k: usize,
+}
+
+impl HostF16 {
+    pub fn new(w: Vec<f16>, n: usize, k: usize) -> Result<Self> {
+        if w.len() != n * k {
+            return Err(WickError::Internal(format!("f16 weight of {} values for [{n}, {k}]", w.len())));
+        }
+        let mut t = vec![];
+        if k < SHORT_DOT {
+            for p in 0..n.div_ceil(SHORT_BLOCK) {
+                for i in 0..k {
+                    for j in p * SHORT_BLOCK..(p + 1) * SHORT_BLOCK {
+                        t.push(if j < n { w[j * k + i] } else { f16::ZERO });
+                    }
+                }
+            }
+        }
+        Ok(Self { w, t, n, k })
+    }
+
+    /// `x`: `[m, k]` → `[m, n]`.
+    pub fn matmul(&self, x: &Tensor, rows: &[RowPos]) -> Result<Tensor> {
+        let (m, kx) = x.dims2()?;
+        if kx != self.k || rows.len() != m {
+            return Err(WickError::Internal(format!(
+                "f16 matmul: input [{m}, {kx}], weight [{}, {}]",
+                self.n, self.k
+            )));
+        }
+        let y = with_host_f32(x, |xs| self.matmul_host(xs, rows))?;
+        Ok(Tensor::from_vec(y, (m, self.n), x.device())?)
+    }
+
+    /// `matmul` on host rows: `xs` holds `rows.len()` rows of k values.
+    pub fn matmul_host(&self, xs: &[f32], rows: &[RowPos]) -> Vec<f32> {
+        let (n, k, m) = (self.n, self.k, rows.len());
+        let mut y = vec![0f32; m * n];
+        let yp = SyncPtr(y.as_mut_ptr());
+        // SAFETY: as in `matmul`: r < m, j < n, one writer per (row, column), read after the pass.
+        let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
+        let single = rows.iter().all(|r| r.seq_len == 1);
+        if single && !self.t.is_empty() {
+            short_single_rows(&self.t, n, k, xs, m, &put);
+        } else if single && long_dots_simd() {
+            long_single_rows(&self.w, n, k, xs, m, &put);
+        } else {
+            f16_core(n, k, xs, rows, self, &put);
+        }
+        y
+    }
+}
+
+/// `ggml_vec_dot_f16` with k below one vector step, for single-token rows: per output the f64
+/// sum over i in order of `(w·x16) as f64` — `f16_core`'s short dots, each the same sum —
+/// a panel of `t` (`HostF16::t`) at a time through `short_sums`: the panel stays in L1 across
+/// the rows and its sums in registers across i.
+fn short_single_rows<P: Fn(usize, usize, f32) + Sync>(
+    t: &[f16],
+    n: usize,
+    k: usize,
+    xs: &[f32],
+    m: usize,
+    put: &P,
+) {
+    let x16 = round_to_f16(xs);
+    pool::run(n.div_ceil(SHORT_BLOCK), &|p| {
+        let (jb, panel) = (p * SHORT_BLOCK, &t[p * k * SHORT_BLOCK..(p + 1) * k * SHORT_BLOCK]);
+        let cols = SHORT_BLOCK.min(n - jb);
+        let x = |r: usize| &x16[r * k..(r + 1) * k];
+        let out = |r: usize, sums: &[f64; SHORT_BLOCK]| {
+            for (c, v) in sums.iter().take(cols).enumerate() {
+                put(r, jb + c, *v as f32);
+            }
+        };
+        // Four rows at a time share each weight's widening.
+        let mut r = 0;
+        while r + 4 <= m {
+            let sums = short_sums(panel, [x(r), x(r + 1), x(r + 2), x(r + 3)]);
+            sums.iter().enumerate().for_each(|(i, s)| out(r + i, s));
+            r += 4;
+        }
+        match m - r {
+            3 => short_sums(panel, [x(r), x(r + 1), x(r + 2)])
+                .iter()
+                .enumerate()
+                .for_each(|(i, s)| out(r + i, s)),
+            2 => short_sums(panel, [x(r), x(r + 1)]).iter().enumerate().for_each(|(i, s)| out(r + i, s)),
+            1 => out(r, &short_sums(panel, [x(r)])[0]),
+            _ => {}
+        }
+    });
+}
+
+impl F16Rows for HostF16 {
+    fn row<'a>(&'a self, j: usize, buf: &'a mut [f32]) -> &'a [f32] {
+        widen_f16(&self.w[j * self.k..(j + 1) * self.k], buf);
+        &buf[..self.k]
+    }
+}
+
+/// Long dots for single-token rows (`long_dots`): x86 with AVX-512 F. Elsewhere `f16_core`.
+fn long_dots_simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return super::feats::has_avx512();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// `ggml_vec_dot_f16` (one token, x86) for every output of `w` (`[n, k]`, k ≥ 64) and each of
+/// the m rows of `xs`: outputs spread over the pool, rows four at a time per weight row.
+fn long_single_rows<P: Fn(usize, usize, f32) + Sync>(
+    w: &[f16],
+    n: usize,
+    k: usize,
+    xs: &[f32],
+    m: usize,
+    put: &P,
+) {
+    let x16 = round_to_f16(xs);
+    let x = |r: usize| &x16[r * k..(r + 1) * k];
+    pool::run(n, &|j| {
+        let wr = &w[j * k..(j + 1) * k];
+        let mut r = 0;
+        while r + 4 <= m {
+            let d = long_dots(wr, [x(r), x(r + 1), x(r + 2), x(r + 3)]);
+            d.iter().enumerate().for_each(|(i, v)| put(r + i, j, *v));
+            r += 4;
+        }
+        match m - r {
+            3 => long_dots(wr, [x(r), x(r + 1), x(r + 2)])
+                .iter()
+                .enumerate()
+                .for_each(|(i, v)| put(r + i, j, *v)),
+            2 => long_dots(wr, [x(r), x(r + 1)]).iter().enumerate().for_each(|(i, v)| put(r + i, j, *v)),
+            1 => put(r, j, long_dots(wr, [x(r)])[0]),
+            _ => {}
+        }
+    });
+}
+
+/// `ggml_vec_dot_f16` on x86 of the f16 row `w` with each of R rows `xs` of f16-exact values:
+/// the `dot_single_sl` order (4 accumulators of 16 lanes over steps of 64, folded
+/// (a0+a2)+(a1+a3), the 16-lane tree sum, the tail added in f64), each row summed as alone.
+#[inline]
+pub fn long_dots<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32; R] {
+    #[cfg(target_arch = "x86_64")]
+    if xs.iter().all(|x| x.len() == w.len()) && super::feats::has_avx512() {
+        // SAFETY: AVX-512 F checked; every row is as long as `w`.
+        return unsafe { long_dots_avx512(w, xs) };
+    }
+    let mut wide = vec![0f32; w.len()];
+    widen_f16(w, &mut wide);
+    xs.map(|x| super::float_dots::dot_single_sl(&wide, x))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn long_dots_avx512<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32; R] {
+    use std::arch::x86_64::*;
+    let (k, np) = (w.len(), w.len() & !63);
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    for base in (0..np).step_by(64) {
+        for j in 0..4 {
+            let wv = _mm512_cvtph_ps(_mm256_loadu_si256(w.as_ptr().add(base + 16 * j) as *const __m256i));
+            for (a, x) in acc.iter_mut().zip(&xs) {
+                a[j] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x.as_ptr().add(base + 16 * j)), a[j]);
+            }
+        }
+    }
+    let mut out = [0f32; R];
+    for ((o, a), x) in out.iter_mut().zip(&acc).zip(&xs) {
+        let folded = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+        let mut lanes = [0f32; 16];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), folded);
+        let mut sum = reduce16(&lanes) as f64;
+        for i in np..k {
+            sum += (w[i].to_f32() * x[i]) as f64;
+        }
+        *o = sum as f32;
+    }
+    out
+}
+
+/// Outputs `short_sums` runs side by side (eight AVX2 registers of f64).
+const SHORT_BLOCK: usize = 32;
+
+/// `ggml_vec_dot_f16` of k below one vector step (its f64 tail alone) for `SHORT_BLOCK`
+/// outputs side by side, over a panel `w` of `[k, SHORT_BLOCK]` f16 weights, for R rows `xs`
+/// of k f16-exact values: output c of row r is the sum over i in order of
+/// `(w[i][c] · xs[r][i]) as f64` — the product in f32 (exact: two 11-bit significands), the
+/// sum in f64 from zero.
+#[inline]
+pub fn short_sums<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) -> [[f64; SHORT_BLOCK]; R] {
+    #[cfg(target_arch = "x86_64")]
+    if xs.iter().all(|x| w.len() >= x.len() * SHORT_BLOCK) {
+        if super::feats::has_avx512() {
+            // SAFETY: AVX-512 F checked; the panel holds every row's weights.
+            return unsafe { short_sums_avx512(w, xs) };
+        }
+        if super::feats::has_avx2() {
+            // SAFETY: AVX2 and F16C checked; as above.
+            return xs.map(|x| unsafe { short_sums_avx2(w, x) });
+        }
+    }
+    xs.map(|x| {
+        let mut acc = [0f64; SHORT_BLOCK];
+        for (row, &xi) in w.chunks_exact(SHORT_BLOCK).zip(x) {
+            for (a, wv) in acc.iter_mut().zip(row) {
+                *a += (wv.to_f32() * xi) as f64;
+            }
+        }
+        acc
+    })
+}
+
+/// `short_sums` with the weights widened to f64 once for all R rows: since each product is
+/// exact, `fma(w, x, acc)` rounds `acc + w·x` once, as the f32 product widened and added does.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn short_sums_avx512<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) -> [[f64; SHORT_BLOCK]; R] {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_pd(); SHORT_BLOCK / 8]; R];
+    let k = xs.iter().map(|x| x.len()).min().unwrap_or(0);
+    for i in 0..k {
+        let row = w.as_ptr().add(i * SHORT_BLOCK) as *const __m256i;
+        let mut wv = [_mm512_setzero_pd(); SHORT_BLOCK / 8];
+        for h in 0..SHORT_BLOCK / 16 {
+            let f = _mm512_cvtph_ps(_mm256_loadu_si256(row.add(h)));
+            wv[2 * h] = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+            wv[2 * h + 1] =
+                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(f))));
+        }
+        for (a, x) in acc.iter_mut().zip(&xs) {
+            let xv = _mm512_set1_pd(x[i] as f64);
+            for (aq, &wq) in a.iter_mut().zip(&wv) {
+                *aq = _mm512_fmadd_pd(wq, xv, *aq);
+            }
+        }
+    }
+    acc.map(|a| {
+        let mut out = [0f64; SHORT_BLOCK];
+        for (q, v) in a.iter().enumerate() {
+            _mm512_storeu_pd(out.as_mut_ptr().add(8 * q), *v);
+        }
+        out
+    })
+}
+
+/// `short_sums` over a whole block: per i, 32 f16 weights widened (F16C, exact), multiplied
+/// by `x[i]` in f32, widened to f64 and added, eight registers of four sums.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn short_sums_avx2(w: &[half::f16], x: &[f32]) -> [f64; SHORT_BLOCK] {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_pd(); SHORT_BLOCK / 4];
+    for (i, &xi) in x.iter().enumerate() {
+        let xv = _mm256_set1_ps(xi);
+        let row = w.as_ptr().add(i * SHORT_BLOCK) as *const __m128i;
+        for q in 0..SHORT_BLOCK / 8 {
+            let p = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(row.add(q))), xv);
+            acc[2 * q] = _mm256_add_pd(acc[2 * q], _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
+            acc[2 * q + 1] = _mm256_add_pd(acc[2 * q + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+        }
+    }
+    let mut out = [0f64; SHORT_BLOCK];
+    for (q, a) in acc.iter().enumerate() {
+        _mm256_storeu_pd(out.as_mut_ptr().add(4 * q), *a);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::cpu::dot_checks::lcg;
+    use crate::kernels::cpu::float_dots::dot_single_sl;
+
+    /// The SIMD short sums (one to four rows; f16-exact activations over a wide exponent
+    /// range, subnormal and huge values, infinities) equal the scalar order bit for bit, and
+    /// the F16C conversions equal `half`'s.
+    #[test]
+    fn short_sums_and_f16_conversions_match_the_scalar_order() {
+        let mut r = lcg(9);
+        let mut f = move || {
+            let v = (r() as f32 / (1 << 24) as f32) - 0.5;
+            let e = (r() % 40) as i32 - 24;
+            v * 2f32.powi(e)
+        };
+        let k = 16;
+        let mut w: Vec<half::f16> = (0..k * SHORT_BLOCK).map(|_| half::f16::from_f32(f())).collect();
+        w[3] = half::f16::from_f32(65504.0);
+        w[40] = half::f16::from_bits(1); // the smallest subnormal
+        w[70] = half::f16::ZERO;
+        let mut xs: Vec<f32> = round_to_f16(&(0..4 * k).map(|_| f()).collect::<Vec<_>>());
+        xs[2] = 65504.0;
+        xs[20] = f32::INFINITY;
+        let reference = |x: &[f32]| {
+            let mut acc = [0f64; SHORT_BLOCK];
+            for i in 0..k {
+                for c in 0..SHORT_BLOCK {
+                    acc[c] += (w[i * SHORT_BLOCK + c].to_f32() * x[i]) as f64;
+                }
+            }
+            acc
+        };
+        let x = |r: usize| &xs[r * k..(r + 1) * k];
+        let want: Vec<[f64; SHORT_BLOCK]> = (0..4).map(|r| reference(x(r))).collect();
+        let bits = |a: &[[f64; SHORT_BLOCK]]| a.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&short_sums(&w, [x(0)])), bits(&want[..1]));
+        assert_eq!(bits(&short_sums(&w, [x(0), x(1), x(2)])), bits(&want[..3]));
+        assert_eq!(bits(&short_sums(&w, [x(0), x(1), x(2), x(3)])), bits(&want));
+
+        let raw: Vec<f32> = (0..1003).map(|_| f() * 1e3).collect();
+        let rounded = round_to_f16(&raw);
+        for (a, b) in raw.iter().zip(&rounded) {
+            assert_eq!(half::f16::from_f32(*a).to_f32().to_bits(), b.to_bits());
+        }
+        let mut wide = vec![0f32; w.len() - 3];
+        widen_f16(&w[3..], &mut wide);
+        for (a, b) in w[3..].iter().zip(&wide) {
+            assert_eq!(a.to_f32().to_bits(), b.to_bits());
+        }
+    }
+
+    /// The long dots (one to four rows, k with and without a tail) equal `dot_single_sl` over
+    /// the widened row bit for bit.
+    #[test]
+    fn long_dots_match_the_single_token_order() {
+        let mut r = lcg(11);
+        let mut f = move || (r() as f32 / (1 << 24) as f32) - 0.5;
+        for k in [64, 1024, 4608, 200] {
+            let w: Vec<f16> = (0..k).map(|_| f16::from_f32(f())).collect();
+            let xs = round_to_f16(&(0..4 * k).map(|_| f() * 8.0).collect::<Vec<_>>());
+            let x = |r: usize| &xs[r * k..(r + 1) * k];
+            let mut wide = vec![0f32; k];
+            widen_f16(&w, &mut wide);
+            let want: Vec<u32> = (0..4).map(|r| dot_single_sl(&wide, x(r)).to_bits()).collect();
+            let bits = |d: &[f32]| d.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&long_dots(&w, [x(0)])), want[..1], "k {k}");
+            assert_eq!(bits(&long_dots(&w, [x(0), x(1)])), want[..2], "k {k}");
+            assert_eq!(bits(&long_dots(&w, [x(0), x(1), x(2), x(3)])), want, "k {k}");
+        }
+    }
+}
