@@ -8,7 +8,10 @@
  * each, `--requests` per level.
  *
  *   npx tsx benches/lora.ts [--model .cache/fixtures/bench/bench-lfm2-350m-q4_0.gguf] \
- *       [--adapters 4] [--concurrency 8] [--requests 16] [--gen-len 64] [--threads 2] [--results benches/RESULTS.md]
+ *       [--adapters 4] [--concurrency 8] [--requests 16] [--gen-len 64] [--threads 2] [--rounds 3] [--results benches/RESULTS.md]
+ *
+ * The three levels run in turn `--rounds` times and each reports its median: a shared
+ * machine's speed drifts over seconds, and levels measured far apart compare that drift.
  *
  * The adapters: `wick-fixtures .cache/fixtures/bench --bench-lora` (every linear layer of the
  * LFM2-350M bench shape, r = 16, F16).
@@ -28,6 +31,7 @@ const { values: a } = parseArgs({
     requests: { type: "string", default: "16" },
     "gen-len": { type: "string", default: "64" },
     threads: { type: "string", default: "2" },
+    rounds: { type: "string", default: "3" },
     results: { type: "string" },
   },
 });
@@ -73,9 +77,16 @@ async function level(mix: (i: number) => { id: number; scale: number }[]): Promi
 
 try {
   await complete(0, []); // warmup
-  const none = await level(() => []);
-  const one = await level(() => [{ id: 0, scale: 1 }]);
-  const many = await level((i) => [{ id: i % n, scale: 1 }]);
+  const runs: number[][] = [[], [], []];
+  for (let r = 0; r < Number(a.rounds); r++) {
+    runs[0]!.push(await level(() => []));
+    runs[1]!.push(await level(() => [{ id: 0, scale: 1 }]));
+    runs[2]!.push(await level((i) => [{ id: i % n, scale: 1 }]));
+  }
+  const median = (v: number[]) => [...v].sort((x, y) => x - y)[Math.floor(v.length / 2)]!;
+  const [none, one, many] = runs.map(median) as [number, number, number];
+  // Each round's ratios, for the spread.
+  const spread = (l: number) => runs[l]!.map((v, r) => (v / runs[0]![r]!).toFixed(2)).join(", ");
   // Load time: the same file under new names, loaded and unloaded three times.
   const loads: number[] = [];
   for (let k = 0; k < 3; k++) {
@@ -90,7 +101,7 @@ try {
     await fetch(`${server.url}/v1/unload_lora_adapter`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ lora_name: `extra-${k}` }) });
   }
   const body = [
-    `Model ${basename(a.model!)}, adapters ${basename(files[0]!)}… (every linear layer, r = 16, F16), ${c} in flight, ${requests} requests × ${gen} tokens, ${a.threads} threads; ${machine()}.`,
+    `Model ${basename(a.model!)}, adapters ${basename(files[0]!)}… (every linear layer, r = 16, F16), ${c} in flight, ${requests} requests × ${gen} tokens, ${a.threads} threads, median of ${a.rounds} rounds; ${machine()}.`,
     "",
     markdownTable(
       ["adapters in the batch", "output tok/s", "vs no adapter"],
@@ -100,6 +111,8 @@ try {
         [`${n} distinct`, many.toFixed(1), (many / none).toFixed(2)],
       ],
     ),
+    "",
+    `Per round vs no adapter: 1 adapter ${spread(1)}; ${n} distinct ${spread(2)}.`,
     "",
     `Adapter load into the running server (\`/v1/load_lora_adapter\`, 12 MB F16): ${loads.map((t) => t.toFixed(0)).join(", ")} ms.`,
   ].join("\n");

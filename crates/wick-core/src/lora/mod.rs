@@ -188,8 +188,10 @@ impl WeightDeltas for LoraRows {
     /// `y` (`W·x` of base weight `name`, before any bias) plus each adapter's `s·B·(A·x)` on
     /// its rows.
     fn add(&self, name: &str, x: &Tensor, mut y: Tensor) -> Result<Tensor> {
-        if x.device().is_cpu() && self.groups.iter().all(|g| g.adapter.host) {
-            return self.add_on_host(name, x, y);
+        if x.device().is_cpu() && self.on_host() {
+            let mut yv = y.flatten_all()?.to_vec1::<f32>()?;
+            with_host_f32(x, |xs| self.add_in_place(name, xs, &mut yv))??;
+            return Ok(Tensor::from_vec(yv, y.dims(), y.device())?);
         }
         for g in &self.groups {
             let Some(w) = g.adapter.weights.get(name) else { continue };
@@ -200,18 +202,17 @@ impl WeightDeltas for LoraRows {
         }
         Ok(y)
     }
-}
 
-impl LoraRows {
-    /// `add` on the exact path: the adapters' F16 weights kept on the host, each group's
-    /// rows through A and B there — the groups spread over the pool when there are as many as
+    /// On the exact path: the adapters' F16 weights kept on the host, each group's rows
+    /// through A and B there — the groups spread over the pool when there are as many as
     /// threads (a row's result does not depend on the rows beside it) — then added into `y` in
-    /// place in group order with the same operations as the tensor path (`s·B·(A·x)` as `u·s + 0`, as
-    /// candle's affine computes it, then the add), without a copy of `y` per group.
-    fn add_on_host(&self, name: &str, x: &Tensor, y: Tensor) -> Result<Tensor> {
-        let (m, n) = y.dims2()?;
-        let k = x.dim(1)?;
-        // Per adapted group: its A, B and scale (the adapters are `host`, so both are there).
+    /// group order with the same operations as the tensor path (`s·B·(A·x)` as `u·s + 0`, as
+    /// candle's affine computes it, then the add).
+    fn add_in_place(&self, name: &str, xs: &[f32], y: &mut [f32]) -> Result<bool> {
+        if !self.on_host() {
+            return Ok(false);
+        }
+        // Per adapted group: its A, B and scale.
         let mut work: Vec<(&Group, &HostF16, &HostF16, f32)> = vec![];
         for g in &self.groups {
             let Some(w) = g.adapter.weights.get(name) else { continue };
@@ -220,32 +221,46 @@ impl LoraRows {
             };
             work.push((g, a, b, g.adapter.scale(w, g.scale)));
         }
+        let Some(&(_, a0, b0, _)) = work.first() else { return Ok(true) };
+        let (k, n) = (a0.dims().1, b0.dims().0);
+        let m = y.len() / n.max(1);
+        if xs.len() != m * k || y.len() != m * n {
+            return Err(WickError::Internal(format!(
+                "LoRA `{name}`: {} inputs and {} outputs for {m} rows of {k} → {n}",
+                xs.len(),
+                y.len()
+            )));
+        }
         let outs: Vec<std::sync::Mutex<Vec<f32>>> = work.iter().map(|_| Default::default()).collect();
-        with_host_f32(x, |xs| {
-            let run = |t: usize| {
-                let (g, a, b, _) = work[t];
-                let mut xg = Vec::with_capacity(g.rows.len() * k);
-                for &r in &g.rows {
-                    xg.extend_from_slice(&xs[r as usize * k..(r as usize + 1) * k]);
-                }
-                let u = b.matmul_host(&a.matmul_host(&xg, &g.pos), &g.pos);
-                *outs[t].lock().unwrap_or_else(|e| e.into_inner()) = u;
-            };
-            // Fewer groups than threads: one at a time, each product's columns over the pool.
-            match work.len() >= pool::global().threads() {
-                true => pool::run(work.len(), &run),
-                false => (0..work.len()).for_each(run),
+        let run = |t: usize| {
+            let (g, a, b, _) = work[t];
+            let mut xg = Vec::with_capacity(g.rows.len() * k);
+            for &r in &g.rows {
+                xg.extend_from_slice(&xs[r as usize * k..(r as usize + 1) * k]);
             }
-        })?;
-        let mut yv = y.flatten_all()?.to_vec1::<f32>()?;
+            let u = b.matmul_host(&a.matmul_host(&xg, &g.pos), &g.pos);
+            *outs[t].lock().unwrap_or_else(|e| e.into_inner()) = u;
+        };
+        // Fewer groups than threads: one at a time, each product's columns over the pool.
+        match work.len() >= pool::global().threads() {
+            true => pool::run(work.len(), &run),
+            false => (0..work.len()).for_each(run),
+        }
         for (&(g, _, _, s), u) in work.iter().zip(outs) {
             let u = u.into_inner().unwrap_or_else(|e| e.into_inner());
             for (ur, &r) in u.chunks_exact(n).zip(&g.rows) {
-                for (yj, &uj) in yv[r as usize * n..(r as usize + 1) * n].iter_mut().zip(ur) {
+                for (yj, &uj) in y[r as usize * n..(r as usize + 1) * n].iter_mut().zip(ur) {
                     *yj += uj * s + 0.0;
                 }
             }
         }
-        Ok(Tensor::from_vec(yv, (m, n), y.device())?)
+        Ok(true)
+    }
+}
+
+impl LoraRows {
+    /// Every group's adapter is held on the host (`Adapter::host`).
+    fn on_host(&self) -> bool {
+        self.groups.iter().all(|g| g.adapter.host)
     }
 }

@@ -205,6 +205,11 @@ pub use crate::kernels::RowPos;
 pub trait WeightDeltas {
     /// `y` (`W·x` of weight `name`, before its bias) with the additions for `name`.
     fn add(&self, name: &str, x: &Tensor, y: Tensor) -> Result<Tensor>;
+
+    /// `add` on host rows in place (`xs`: `[m, in]`, `y`: `[m, out]`), where a weight's product
+    /// is a host vector before it becomes a tensor: no copy of `y`. False, with `y`
+    /// untouched, when the additions are not on the host (then `add`).
+    fn add_in_place(&self, name: &str, xs: &[f32], y: &mut [f32]) -> Result<bool>;
 }
 
 /// `y = x Wᵀ (+ b)`: a GGUF weight of ggml dims `{in, out}` with an optional bias `{out}`.
@@ -270,6 +275,8 @@ impl Linear {
         lora: Option<&dyn WeightDeltas>,
     ) -> Result<Tensor> {
         let x = x.contiguous()?;
+        let lora = lora.zip(self.name.as_deref());
+        let mut added = false;
         let y = match &self.w {
             Weight::Candle(w) => device_qmatmul(w, &x)?,
             Weight::Half { w, dtype } => {
@@ -282,12 +289,18 @@ impl Linear {
             Weight::Ggml(w) => matmul::matmul(&x, w, rows)?,
             Weight::HostF16(w) => w.matmul(&x, rows)?,
             Weight::Packed(w) => {
-                let y = with_host_f32(&x, |xs| w.matmul(xs, rows))??;
+                let y = with_host_f32(&x, |xs| -> Result<Vec<f32>> {
+                    let mut y = w.matmul(xs, rows)?;
+                    if let Some((l, name)) = lora {
+                        added = l.add_in_place(name, xs, &mut y)?;
+                    }
+                    Ok(y)
+                })??;
                 Tensor::from_vec(y, (rows.len(), w.dims().0), x.device())?
             }
         };
-        let y = match (lora, &self.name) {
-            (Some(l), Some(name)) => l.add(name, &x, y)?,
+        let y = match lora {
+            Some((l, name)) if !added => l.add(name, &x, y)?,
             _ => y,
         };
         Ok(match &self.bias {
@@ -350,16 +363,30 @@ impl Linears {
             Self::Apart(ls) => ls.iter().map(|l| l.forward_lora(x, rows, lora)).collect(),
             Self::Fused { w, biases, names } => {
                 let x = x.contiguous()?;
-                let parts = with_host_f32(&x, |xs| w.matmul_parts(xs, rows))??;
+                // Each part with its additions applied on the host where they are (and whether).
+                let parts = with_host_f32(&x, |xs| -> Result<Vec<(Vec<f32>, bool)>> {
+                    let parts = w.matmul_parts(xs, rows)?;
+                    parts
+                        .into_iter()
+                        .zip(names)
+                        .map(|(mut y, name)| {
+                            let added = match (lora, name) {
+                                (Some(l), Some(name)) => l.add_in_place(name, xs, &mut y)?,
+                                _ => false,
+                            };
+                            Ok((y, added))
+                        })
+                        .collect()
+                })??;
                 parts
                     .into_iter()
                     .zip(biases)
                     .zip(names)
-                    .map(|((y, b), name)| {
+                    .map(|(((y, added), b), name)| {
                         let n = y.len() / rows.len().max(1);
                         let y = Tensor::from_vec(y, (rows.len(), n), x.device())?;
                         let y = match (lora, name) {
-                            (Some(l), Some(name)) => l.add(name, &x, y)?,
+                            (Some(l), Some(name)) if !added => l.add(name, &x, y)?,
                             _ => y,
                         };
                         Ok(match b {

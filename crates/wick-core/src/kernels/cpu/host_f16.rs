@@ -62,14 +62,42 @@ impl HostF16 {
         Ok(Tensor::from_vec(y, (m, self.n), x.device())?)
     }
 
-    /// `matmul` on host rows: `xs` holds `rows.len()` rows of k values.
+    /// `(n, k)`: outputs and inputs.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+
+    /// `matmul` on host rows: `xs` holds `rows.len()` rows of k values. Single-token rows go
+    /// through the kernels here and the others through `f16_core`, apart when a step mixes
+    /// them (a row's result never depends on the rows beside it).
     pub fn matmul_host(&self, xs: &[f32], rows: &[RowPos]) -> Vec<f32> {
+        let (n, k) = (self.n, self.k);
+        let (singles, others): (Vec<usize>, Vec<usize>) =
+            (0..rows.len()).partition(|&r| rows[r].seq_len == 1);
+        if singles.is_empty() || others.is_empty() {
+            return self.products(xs, rows, !singles.is_empty());
+        }
+        let part = |idx: &[usize], single: bool| {
+            let x: Vec<f32> = idx.iter().flat_map(|&r| &xs[r * k..(r + 1) * k]).copied().collect();
+            let pos: Vec<RowPos> = idx.iter().map(|&r| rows[r]).collect();
+            self.products(&x, &pos, single)
+        };
+        let mut y = vec![0f32; rows.len() * n];
+        for (idx, single) in [(&singles, true), (&others, false)] {
+            for (yr, &r) in part(idx, single).chunks_exact(n).zip(idx.iter()) {
+                y[r * n..(r + 1) * n].copy_from_slice(yr);
+            }
+        }
+        y
+    }
+
+    /// The products of rows that are all single-token ones (`single`) or none.
+    fn products(&self, xs: &[f32], rows: &[RowPos], single: bool) -> Vec<f32> {
         let (n, k, m) = (self.n, self.k, rows.len());
         let mut y = vec![0f32; m * n];
         let yp = SyncPtr(y.as_mut_ptr());
         // SAFETY: as in `matmul`: r < m, j < n, one writer per (row, column), read after the pass.
         let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
-        let single = rows.iter().all(|r| r.seq_len == 1);
         if single && !self.t.is_empty() {
             short_single_rows(&self.t, n, k, xs, m, &put);
         } else if single && long_dots_simd() {
