@@ -212,6 +212,10 @@ pub fn long_dots<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32; R] {
     xs.map(|x| super::float_dots::dot_single_sl(&wide, x))
 }
 
+/// How far ahead of its reads a kernel here prefetches an adapter's weights.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH: usize = 1024;
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn long_dots_avx512<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32; R] {
@@ -219,6 +223,9 @@ unsafe fn long_dots_avx512<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32; 
     let (k, np) = (w.len(), w.len() & !63);
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
     for base in (0..np).step_by(64) {
+        let ahead = (w.as_ptr().add(base) as *const i8).wrapping_add(PREFETCH);
+        _mm_prefetch::<_MM_HINT_T0>(ahead);
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
         for j in 0..4 {
             let wv = _mm512_cvtph_ps(_mm256_loadu_si256(w.as_ptr().add(base + 16 * j) as *const __m256i));
             for (a, x) in acc.iter_mut().zip(&xs) {
@@ -282,6 +289,8 @@ unsafe fn short_sums_avx512<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) ->
     let k = xs.iter().map(|x| x.len()).min().unwrap_or(0);
     for i in 0..k {
         let row = w.as_ptr().add(i * SHORT_BLOCK) as *const __m256i;
+        // Adapters stream from memory: ask for the line PREFETCH bytes ahead (a hint; never faults).
+        _mm_prefetch::<_MM_HINT_T0>((row as *const i8).wrapping_add(PREFETCH));
         let mut wv = [_mm512_setzero_pd(); SHORT_BLOCK / 8];
         for h in 0..SHORT_BLOCK / 16 {
             let f = _mm512_cvtph_ps(_mm256_loadu_si256(row.add(h)));
