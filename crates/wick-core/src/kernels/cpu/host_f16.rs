@@ -10,7 +10,7 @@ use half::f16;
 
 use super::blocks::reduce16;
 use super::elementwise::with_host_f32;
-use super::float_dots::{round_to_f16, widen_f16};
+use super::float_dots::{dots16_blocks, round_to_f16, widen_f16};
 use super::matmul::{f16_core, F16Rows, SHORT_DOT};
 use crate::error::{Result, WickError};
 use crate::kernels::RowPos;
@@ -98,7 +98,12 @@ impl HostF16 {
         let yp = SyncPtr(y.as_mut_ptr());
         // SAFETY: as in `matmul`: r < m, j < n, one writer per (row, column), read after the pass.
         let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
-        if single && !self.t.is_empty() {
+        // tinyBLAS's order for prompt rows where f16_core takes it (x86: k in chunks of 16,
+        // outputs in fours), else ggml_vec_dot_f16's.
+        let tiled = !single && cfg!(target_arch = "x86_64") && k.is_multiple_of(16) && n.is_multiple_of(4);
+        if !self.t.is_empty() && tiled {
+            short_tiled_rows(&self.t, n, k, xs, m, &put);
+        } else if !self.t.is_empty() && (single || !cfg!(target_arch = "aarch64")) {
             short_single_rows(&self.t, n, k, xs, m, &put);
         } else if single && long_dots_simd() {
             long_single_rows(&self.w, n, k, xs, m, &put);
@@ -107,6 +112,37 @@ impl HostF16 {
         }
         y
     }
+}
+
+/// tinyBLAS's order (`dot_tiled`: 16 lanes over chunks of 16, the 16-lane tree sum) for
+/// prompt rows of a short dot: a panel's two halves widened to `dots16_blocks`' layout, then
+/// each row's sixteen outputs at a time.
+fn short_tiled_rows<P: Fn(usize, usize, f32) + Sync>(
+    t: &[f16],
+    n: usize,
+    k: usize,
+    xs: &[f32],
+    m: usize,
+    put: &P,
+) {
+    let x16 = round_to_f16(xs);
+    pool::run(n.div_ceil(SHORT_BLOCK), &|p| {
+        let (jb, panel) = (p * SHORT_BLOCK, &t[p * k * SHORT_BLOCK..(p + 1) * k * SHORT_BLOCK]);
+        let mut halves = vec![0f32; SHORT_BLOCK * k];
+        for (i, row) in panel.chunks_exact(SHORT_BLOCK).enumerate() {
+            for (h, part) in row.chunks_exact(16).enumerate() {
+                widen_f16(part, &mut halves[(h * k + i) * 16..(h * k + i + 1) * 16]);
+            }
+        }
+        for r in 0..m {
+            for (h, half) in halves.chunks_exact(16 * k).enumerate() {
+                let sums = dots16_blocks(k, true, half, &x16[r * k..(r + 1) * k]);
+                for (c, &v) in sums.iter().enumerate().filter(|&(c, _)| jb + 16 * h + c < n) {
+                    put(r, jb + 16 * h + c, v);
+                }
+            }
+        }
+    });
 }
 
 /// `ggml_vec_dot_f16` with k below one vector step, for single-token rows: per output the f64
@@ -126,9 +162,9 @@ fn short_single_rows<P: Fn(usize, usize, f32) + Sync>(
         let (jb, panel) = (p * SHORT_BLOCK, &t[p * k * SHORT_BLOCK..(p + 1) * k * SHORT_BLOCK]);
         let cols = SHORT_BLOCK.min(n - jb);
         let x = |r: usize| &x16[r * k..(r + 1) * k];
-        let out = |r: usize, sums: &[f64; SHORT_BLOCK]| {
-            for (c, v) in sums.iter().take(cols).enumerate() {
-                put(r, jb + c, *v as f32);
+        let out = |r: usize, sums: &[f32; SHORT_BLOCK]| {
+            for (c, &v) in sums[..cols].iter().enumerate() {
+                put(r, jb + c, v);
             }
         };
         // Four rows at a time share each weight's widening.
@@ -254,9 +290,9 @@ const SHORT_BLOCK: usize = 32;
 /// outputs side by side, over a panel `w` of `[k, SHORT_BLOCK]` f16 weights, for R rows `xs`
 /// of k f16-exact values: output c of row r is the sum over i in order of
 /// `(w[i][c] · xs[r][i]) as f64` — the product in f32 (exact: two 11-bit significands), the
-/// sum in f64 from zero.
+/// sum in f64 from zero, rounded to f32 at the end.
 #[inline]
-pub fn short_sums<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) -> [[f64; SHORT_BLOCK]; R] {
+pub fn short_sums<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) -> [[f32; SHORT_BLOCK]; R] {
     #[cfg(target_arch = "x86_64")]
     if xs.iter().all(|x| w.len() >= x.len() * SHORT_BLOCK) {
         if super::feats::has_avx512() {
@@ -275,15 +311,15 @@ pub fn short_sums<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) -> [[f64; SH
                 *a += (wv.to_f32() * xi) as f64;
             }
         }
-        acc
+        acc.map(|a| a as f32)
     })
 }
 
 /// `short_sums` with the weights widened to f64 once for all R rows: since each product is
 /// exact, `fma(w, x, acc)` rounds `acc + w·x` once, as the f32 product widened and added does.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn short_sums_avx512<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) -> [[f64; SHORT_BLOCK]; R] {
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn short_sums_avx512<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) -> [[f32; SHORT_BLOCK]; R] {
     use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_pd(); SHORT_BLOCK / 8]; R];
     let k = xs.iter().map(|x| x.len()).min().unwrap_or(0);
@@ -292,11 +328,8 @@ unsafe fn short_sums_avx512<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) ->
         // Adapters stream from memory: ask for the line PREFETCH bytes ahead (a hint; never faults).
         _mm_prefetch::<_MM_HINT_T0>((row as *const i8).wrapping_add(PREFETCH));
         let mut wv = [_mm512_setzero_pd(); SHORT_BLOCK / 8];
-        for h in 0..SHORT_BLOCK / 16 {
-            let f = _mm512_cvtph_ps(_mm256_loadu_si256(row.add(h)));
-            wv[2 * h] = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
-            wv[2 * h + 1] =
-                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(f))));
+        for (q, v) in wv.iter_mut().enumerate() {
+            *v = _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((row as *const __m128i).add(q))));
         }
         for (a, x) in acc.iter_mut().zip(&xs) {
             let xv = _mm512_set1_pd(x[i] as f64);
@@ -306,9 +339,9 @@ unsafe fn short_sums_avx512<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) ->
         }
     }
     acc.map(|a| {
-        let mut out = [0f64; SHORT_BLOCK];
+        let mut out = [0f32; SHORT_BLOCK];
         for (q, v) in a.iter().enumerate() {
-            _mm512_storeu_pd(out.as_mut_ptr().add(8 * q), *v);
+            _mm256_storeu_ps(out.as_mut_ptr().add(8 * q), _mm512_cvtpd_ps(*v));
         }
         out
     })
@@ -318,7 +351,7 @@ unsafe fn short_sums_avx512<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) ->
 /// by `x[i]` in f32, widened to f64 and added, eight registers of four sums.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn short_sums_avx2(w: &[half::f16], x: &[f32]) -> [f64; SHORT_BLOCK] {
+unsafe fn short_sums_avx2(w: &[half::f16], x: &[f32]) -> [f32; SHORT_BLOCK] {
     use std::arch::x86_64::*;
     let mut acc = [_mm256_setzero_pd(); SHORT_BLOCK / 4];
     for (i, &xi) in x.iter().enumerate() {
@@ -330,9 +363,9 @@ unsafe fn short_sums_avx2(w: &[half::f16], x: &[f32]) -> [f64; SHORT_BLOCK] {
             acc[2 * q + 1] = _mm256_add_pd(acc[2 * q + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
         }
     }
-    let mut out = [0f64; SHORT_BLOCK];
+    let mut out = [0f32; SHORT_BLOCK];
     for (q, a) in acc.iter().enumerate() {
-        _mm256_storeu_pd(out.as_mut_ptr().add(4 * q), *a);
+        _mm_storeu_ps(out.as_mut_ptr().add(4 * q), _mm256_cvtpd_ps(*a));
     }
     out
 }
@@ -369,11 +402,11 @@ mod tests {
                     acc[c] += (w[i * SHORT_BLOCK + c].to_f32() * x[i]) as f64;
                 }
             }
-            acc
+            acc.map(|a| a as f32)
         };
         let x = |r: usize| &xs[r * k..(r + 1) * k];
-        let want: Vec<[f64; SHORT_BLOCK]> = (0..4).map(|r| reference(x(r))).collect();
-        let bits = |a: &[[f64; SHORT_BLOCK]]| a.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let want: Vec<[f32; SHORT_BLOCK]> = (0..4).map(|r| reference(x(r))).collect();
+        let bits = |a: &[[f32; SHORT_BLOCK]]| a.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&short_sums(&w, [x(0)])), bits(&want[..1]));
         assert_eq!(bits(&short_sums(&w, [x(0), x(1), x(2)])), bits(&want[..3]));
         assert_eq!(bits(&short_sums(&w, [x(0), x(1), x(2), x(3)])), bits(&want));
@@ -407,6 +440,35 @@ mod tests {
             assert_eq!(bits(&long_dots(&w, [x(0)])), want[..1], "k {k}");
             assert_eq!(bits(&long_dots(&w, [x(0), x(1)])), want[..2], "k {k}");
             assert_eq!(bits(&long_dots(&w, [x(0), x(1), x(2), x(3)])), want, "k {k}");
+        }
+    }
+
+    /// `matmul_host` — single-token and prompt rows mixed, short and long dots, outputs not a
+    /// whole number of panels — equals `f16_core` (the GGUF F16 path) bit for bit.
+    #[test]
+    fn host_products_match_the_f16_path() {
+        let mut r = lcg(13);
+        let mut f = move || (r() as f32 / (1 << 24) as f32) - 0.5;
+        let rows: Vec<RowPos> = [1, 1, 6, 6, 6, 6, 6, 6, 1]
+            .iter()
+            .enumerate()
+            .map(|(i, &seq_len)| RowPos { seq_len, idx: if seq_len == 1 { 0 } else { i as u32 - 2 } })
+            .collect();
+        for (n, k) in [(100, 16), (96, 8), (16, 1024), (12, 200)] {
+            let w: Vec<f16> = (0..n * k).map(|_| f16::from_f32(f())).collect();
+            let xs: Vec<f32> = (0..rows.len() * k).map(|_| f() * 4.0).collect();
+            let host = HostF16::new(w, n, k).unwrap();
+            for rows in [&rows[..], &rows[..2], &rows[2..8]] {
+                let xs = &xs[..rows.len() * k];
+                let mut want = vec![0f32; rows.len() * n];
+                let yp = SyncPtr(want.as_mut_ptr());
+                // SAFETY: one writer per (row, column) of `want`, read after the pass.
+                let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
+                f16_core(n, k, xs, rows, &host, &put);
+                let got = host.matmul_host(xs, rows);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "[{n}, {k}], {} rows", rows.len());
+            }
         }
     }
 }
