@@ -10,7 +10,8 @@ use half::f16;
 
 use super::blocks::reduce16;
 use super::elementwise::with_host_f32;
-use super::float_dots::{dots16_blocks, round_to_f16, widen_f16};
+use super::feats::with_avx2_codegen;
+use super::float_dots::{dot_tiled_sl, dot_tiled_sl4, dots16_blocks, round_to_f16, widen_f16};
 use super::matmul::{f16_core, F16Rows, SHORT_DOT};
 use crate::error::{Result, WickError};
 use crate::kernels::RowPos;
@@ -105,7 +106,10 @@ impl HostF16 {
             short_tiled_rows(&self.t, n, k, xs, m, &put);
         } else if !self.t.is_empty() && (single || !cfg!(target_arch = "aarch64")) {
             short_single_rows(&self.t, n, k, xs, m, &put);
-        } else if single && long_dots_simd() {
+        } else if tiled {
+            long_tiled_rows(&self.w, n, k, xs, m, &put);
+        } else if long_dots_simd() {
+            // ggml_vec_dot_f16's order, for single-token rows and prompt rows alike here.
             long_single_rows(&self.w, n, k, xs, m, &put);
         } else {
             f16_core(n, k, xs, rows, self, &put);
@@ -230,6 +234,40 @@ fn long_single_rows<P: Fn(usize, usize, f32) + Sync>(
             1 => put(r, j, long_dots(wr, [x(r)])[0]),
             _ => {}
         }
+    });
+}
+
+/// tinyBLAS's order for prompt rows of a long dot (x86): each weight row widened once, the
+/// rows four at a time through `dot_tiled_sl4`.
+fn long_tiled_rows<P: Fn(usize, usize, f32) + Sync>(
+    w: &[f16],
+    n: usize,
+    k: usize,
+    xs: &[f32],
+    m: usize,
+    put: &P,
+) {
+    let x16 = round_to_f16(xs);
+    let x = |r: usize| &x16[r * k..(r + 1) * k];
+    pool::run(n, &|j| {
+        let mut wide = vec![0f32; k];
+        widen_f16(&w[j * k..(j + 1) * k], &mut wide);
+        with_avx2_codegen(
+            #[inline(always)]
+            || {
+                let mut r = 0;
+                while r + 4 <= m {
+                    let d = dot_tiled_sl4(&wide, [x(r), x(r + 1), x(r + 2), x(r + 3)]);
+                    for (i, v) in d.into_iter().enumerate() {
+                        put(r + i, j, v);
+                    }
+                    r += 4;
+                }
+                for r in r..m {
+                    put(r, j, dot_tiled_sl(&wide, x(r)));
+                }
+            },
+        )
     });
 }
 
