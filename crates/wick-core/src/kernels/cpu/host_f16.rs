@@ -96,16 +96,15 @@ impl HostF16 {
     fn products(&self, xs: &[f32], rows: &[RowPos], single: bool) -> Vec<f32> {
         let (n, k, m) = (self.n, self.k, rows.len());
         let mut y = vec![0f32; m * n];
-        let yp = SyncPtr(y.as_mut_ptr());
-        // SAFETY: as in `matmul`: r < m, j < n, one writer per (row, column), read after the pass.
-        let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
+        let out = Out { y: SyncPtr(y.as_mut_ptr()), n };
+        let put = move |r: usize, j: usize, v: f32| out.put(r, j, v);
         // tinyBLAS's order for prompt rows where f16_core takes it (x86: k in chunks of 16,
         // outputs in fours), else ggml_vec_dot_f16's.
         let tiled = !single && cfg!(target_arch = "x86_64") && k.is_multiple_of(16) && n.is_multiple_of(4);
         if !self.t.is_empty() && tiled {
             short_tiled_rows(&self.t, n, k, xs, m, &put);
         } else if !self.t.is_empty() && (single || !cfg!(target_arch = "aarch64")) {
-            short_single_rows(&self.t, n, k, xs, m, &put);
+            short_single_rows(&self.t, n, k, xs, m, out);
         } else if tiled {
             long_tiled_rows(&self.w, n, k, xs, m, &put);
         } else if long_dots_simd() {
@@ -115,6 +114,29 @@ impl HostF16 {
             f16_core(n, k, xs, rows, self, &put);
         }
         y
+    }
+}
+
+/// A product's `[m, n]` output, written by the pool's tasks at disjoint (row, column)s and
+/// read after the pass.
+#[derive(Clone, Copy)]
+struct Out {
+    y: SyncPtr<f32>,
+    n: usize,
+}
+
+impl Out {
+    #[inline(always)]
+    fn put(self, r: usize, j: usize, v: f32) {
+        // SAFETY: callers keep r < m and j < n, one writer per (row, column).
+        unsafe { *self.y.get().add(r * self.n + j) = v }
+    }
+
+    /// Row r's outputs from column j0 on.
+    #[inline(always)]
+    fn put_run(self, r: usize, j0: usize, v: &[f32]) {
+        // SAFETY: callers keep r < m and j0 + v.len() ≤ n, one writer per (row, column).
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.y.get().add(r * self.n + j0), v.len()) }
     }
 }
 
@@ -153,24 +175,13 @@ fn short_tiled_rows<P: Fn(usize, usize, f32) + Sync>(
 /// sum over i in order of `(w·x16) as f64` — `f16_core`'s short dots, each the same sum —
 /// a panel of `t` (`HostF16::t`) at a time through `short_sums`: the panel stays in L1 across
 /// the rows and its sums in registers across i.
-fn short_single_rows<P: Fn(usize, usize, f32) + Sync>(
-    t: &[f16],
-    n: usize,
-    k: usize,
-    xs: &[f32],
-    m: usize,
-    put: &P,
-) {
+fn short_single_rows(t: &[f16], n: usize, k: usize, xs: &[f32], m: usize, out: Out) {
     let x16 = round_to_f16(xs);
     pool::run(n.div_ceil(SHORT_BLOCK), &|p| {
         let (jb, panel) = (p * SHORT_BLOCK, &t[p * k * SHORT_BLOCK..(p + 1) * k * SHORT_BLOCK]);
         let cols = SHORT_BLOCK.min(n - jb);
         let x = |r: usize| &x16[r * k..(r + 1) * k];
-        let out = |r: usize, sums: &[f32; SHORT_BLOCK]| {
-            for (c, &v) in sums[..cols].iter().enumerate() {
-                put(r, jb + c, v);
-            }
-        };
+        let out = |r: usize, sums: &[f32; SHORT_BLOCK]| out.put_run(r, jb, &sums[..cols]);
         // Four rows at a time share each weight's widening.
         let mut r = 0;
         while r + 4 <= m {
