@@ -154,21 +154,61 @@ fn short_tiled_rows<P: Fn(usize, usize, f32) + Sync>(
     let x16 = round_to_f16(xs);
     pool::run(n.div_ceil(SHORT_BLOCK), &|p| {
         let (jb, panel) = (p * SHORT_BLOCK, &t[p * k * SHORT_BLOCK..(p + 1) * k * SHORT_BLOCK]);
-        let mut halves = vec![0f32; SHORT_BLOCK * k];
-        for (i, row) in panel.chunks_exact(SHORT_BLOCK).enumerate() {
-            for (h, part) in row.chunks_exact(16).enumerate() {
-                widen_f16(part, &mut halves[(h * k + i) * 16..(h * k + i + 1) * 16]);
-            }
-        }
         for r in 0..m {
-            for (h, half) in halves.chunks_exact(16 * k).enumerate() {
-                let sums = dots16_blocks(k, true, half, &x16[r * k..(r + 1) * k]);
+            for h in 0..SHORT_BLOCK / 16 {
+                let sums = tiled16(panel, h, &x16[r * k..(r + 1) * k]);
                 for (c, &v) in sums.iter().enumerate().filter(|&(c, _)| jb + 16 * h + c < n) {
                     put(r, jb + 16 * h + c, v);
                 }
             }
         }
     });
+}
+
+/// `dot_tiled` of x (k values, k % 16 = 0) with each of the sixteen outputs of half `h` of a
+/// panel (`[k, SHORT_BLOCK]` f16), lane-parallel over the outputs.
+fn tiled16(panel: &[f16], h: usize, x: &[f32]) -> [f32; 16] {
+    let k = x.len();
+    #[cfg(target_arch = "x86_64")]
+    if super::feats::has_avx512() && k.is_multiple_of(16) && panel.len() >= k * SHORT_BLOCK {
+        // SAFETY: AVX-512 F checked; every row of the panel is inside it.
+        return unsafe { tiled16_avx512(panel, h, x) };
+    }
+    tiled16_widened(panel, h, x)
+}
+
+/// `tiled16` on the half widened to `dots16_blocks`' layout.
+fn tiled16_widened(panel: &[f16], h: usize, x: &[f32]) -> [f32; 16] {
+    let k = x.len();
+    let mut half = vec![0f32; 16 * k];
+    for (i, row) in panel.chunks_exact(SHORT_BLOCK).take(k).enumerate() {
+        widen_f16(&row[16 * h..16 * (h + 1)], &mut half[16 * i..16 * (i + 1)]);
+    }
+    dots16_blocks(k, true, &half, x)
+}
+
+/// `tiled16` reading the f16 panel directly: per output 16 lanes over chunks of 16 (FMA), then
+/// `reduce16`'s tree, the outputs side by side.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tiled16_avx512(panel: &[f16], h: usize, x: &[f32]) -> [f32; 16] {
+    use std::arch::x86_64::*;
+    let mut f = [_mm512_setzero_ps(); 16];
+    for base in (0..x.len()).step_by(16) {
+        for (l, a) in f.iter_mut().enumerate() {
+            let i = base + l;
+            let w = _mm512_cvtph_ps(_mm256_loadu_si256(
+                panel.as_ptr().add(i * SHORT_BLOCK + 16 * h) as *const __m256i
+            ));
+            *a = _mm512_fmadd_ps(w, _mm512_set1_ps(x[i]), *a);
+        }
+    }
+    let t: [__m512; 8] = std::array::from_fn(|i| _mm512_add_ps(f[i + 8], f[i]));
+    let q: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(t[i + 4], t[i]));
+    let sum = _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3]));
+    let mut out = [0f32; 16];
+    _mm512_storeu_ps(out.as_mut_ptr(), sum);
+    out
 }
 
 /// `ggml_vec_dot_f16` with k below one vector step, for single-token rows: per output the f64
@@ -507,6 +547,13 @@ mod tests {
             let w: Vec<f16> = (0..n * k).map(|_| f16::from_f32(f())).collect();
             let xs: Vec<f32> = (0..rows.len() * k).map(|_| f() * 4.0).collect();
             let host = HostF16::new(w, n, k).unwrap();
+            if k % 16 == 0 && k < SHORT_DOT {
+                let x16 = round_to_f16(&xs[..k]);
+                for h in 0..2 {
+                    let (a, b) = (tiled16(&host.t, h, &x16), tiled16_widened(&host.t, h, &x16));
+                    assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits));
+                }
+            }
             for rows in [&rows[..], &rows[..2], &rows[2..8]] {
                 let xs = &xs[..rows.len() * k];
                 let mut want = vec![0f32; rows.len() * n];
