@@ -11,12 +11,14 @@
  *       [--adapters 4] [--concurrency 8] [--requests 16] [--gen-len 64] [--threads 2] [--rounds 3] [--results benches/RESULTS.md]
  *
  * The three levels run in turn `--rounds` times and each reports its median: a shared
- * machine's speed drifts over seconds, and levels measured far apart compare that drift.
+ * machine's speed drifts over seconds, and levels measured far apart compare that drift. The
+ * server's CPU time per output token is reported beside (its ratio is the throughput ratio
+ * the CPU-bound server would have on a quiet machine).
  *
  * The adapters: `wick-fixtures .cache/fixtures/bench --bench-lora` (every linear layer of the
  * LFM2-350M bench shape, r = 16, F16).
  */
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
 import { startServer, stopServer } from "./compare.ts";
@@ -58,10 +60,25 @@ async function complete(i: number, lora: { id: number; scale: number }[]): Promi
   return j.usage.completion_tokens;
 }
 
-/** Output tokens per second of `requests` completions held `c` in flight; request i gets `mix(i)`. */
-async function level(mix: (i: number) => { id: number; scale: number }[]): Promise<number> {
+/** The server's CPU time so far in ms (user + system, /proc; 0 where there is none). */
+function cpuMs(): number {
+  try {
+    const f = readFileSync(`/proc/${server.proc.pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    return ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime, stime in USER_HZ (100)
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * Output tokens per second of `requests` completions held `c` in flight (request i gets
+ * `mix(i)`), and the server's CPU ms per output token over them: on a shared machine whose
+ * speed drifts, CPU time per token moves much less than wall time.
+ */
+async function level(mix: (i: number) => { id: number; scale: number }[]): Promise<[number, number]> {
   let next = 0;
   let tokens = 0;
+  const cpu0 = cpuMs();
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: c }, async () => {
@@ -72,19 +89,24 @@ async function level(mix: (i: number) => { id: number; scale: number }[]): Promi
       }
     }),
   );
-  return tokens / ((performance.now() - t0) / 1000);
+  return [tokens / ((performance.now() - t0) / 1000), (cpuMs() - cpu0) / tokens];
 }
 
 try {
   await complete(0, []); // warmup
   const runs: number[][] = [[], [], []];
+  const cpu: number[][] = [[], [], []];
+  const mixes = [() => [], () => [{ id: 0, scale: 1 }], (i: number) => [{ id: i % n, scale: 1 }]];
   for (let r = 0; r < Number(a.rounds); r++) {
-    runs[0]!.push(await level(() => []));
-    runs[1]!.push(await level(() => [{ id: 0, scale: 1 }]));
-    runs[2]!.push(await level((i) => [{ id: i % n, scale: 1 }]));
+    for (const [l, mix] of mixes.entries()) {
+      const [tps, ms] = await level(mix);
+      runs[l]!.push(tps);
+      cpu[l]!.push(ms);
+    }
   }
   const median = (v: number[]) => [...v].sort((x, y) => x - y)[Math.floor(v.length / 2)]!;
   const [none, one, many] = runs.map(median) as [number, number, number];
+  const [cNone, cOne, cMany] = cpu.map(median) as [number, number, number];
   // Each round's ratios, for the spread.
   const spread = (l: number) => runs[l]!.map((v, r) => (v / runs[0]![r]!).toFixed(2)).join(", ");
   // Load time: the same file under new names, loaded and unloaded three times.
@@ -104,11 +126,11 @@ try {
     `Model ${basename(a.model!)}, adapters ${basename(files[0]!)}… (every linear layer, r = 16, F16), ${c} in flight, ${requests} requests × ${gen} tokens, ${a.threads} threads, median of ${a.rounds} rounds; ${machine()}.`,
     "",
     markdownTable(
-      ["adapters in the batch", "output tok/s", "vs no adapter"],
+      ["adapters in the batch", "output tok/s", "vs no adapter", "server CPU ms / token", "vs no adapter (CPU)"],
       [
-        ["none", none.toFixed(1), "1.00"],
-        ["1 (every sequence)", one.toFixed(1), (one / none).toFixed(2)],
-        [`${n} distinct`, many.toFixed(1), (many / none).toFixed(2)],
+        ["none", none.toFixed(1), "1.00", cNone.toFixed(2), "1.00"],
+        ["1 (every sequence)", one.toFixed(1), (one / none).toFixed(2), cOne.toFixed(2), (cNone / cOne).toFixed(2)],
+        [`${n} distinct`, many.toFixed(1), (many / none).toFixed(2), cMany.toFixed(2), (cNone / cMany).toFixed(2)],
       ],
     ),
     "",
