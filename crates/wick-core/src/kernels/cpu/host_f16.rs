@@ -72,6 +72,12 @@ impl HostF16 {
     /// through the kernels here and the others through `f16_core`, apart when a step mixes
     /// them (a row's result never depends on the rows beside it).
     pub fn matmul_host(&self, xs: &[f32], rows: &[RowPos]) -> Vec<f32> {
+        self.matmul_rounded(&round_to_f16(xs), rows)
+    }
+
+    /// `matmul_host` of rows already rounded to f16 (`round_to_f16`), as every F16 product's
+    /// activations are: rows shared by several products are rounded once.
+    pub fn matmul_rounded(&self, xs: &[f32], rows: &[RowPos]) -> Vec<f32> {
         let (n, k) = (self.n, self.k);
         let (singles, others): (Vec<usize>, Vec<usize>) =
             (0..rows.len()).partition(|&r| rows[r].seq_len == 1);
@@ -92,7 +98,7 @@ impl HostF16 {
         y
     }
 
-    /// The products of rows that are all single-token ones (`single`) or none.
+    /// The products of rows (rounded to f16) that are all single-token ones (`single`) or none.
     fn products(&self, xs: &[f32], rows: &[RowPos], single: bool) -> Vec<f32> {
         let (n, k, m) = (self.n, self.k, rows.len());
         let mut y = vec![0f32; m * n];
@@ -151,12 +157,11 @@ fn short_tiled_rows<P: Fn(usize, usize, f32) + Sync>(
     m: usize,
     put: &P,
 ) {
-    let x16 = round_to_f16(xs);
     pool::run(n.div_ceil(SHORT_BLOCK), &|p| {
         let (jb, panel) = (p * SHORT_BLOCK, &t[p * k * SHORT_BLOCK..(p + 1) * k * SHORT_BLOCK]);
         for r in 0..m {
             for h in 0..SHORT_BLOCK / 16 {
-                let sums = tiled16(panel, h, &x16[r * k..(r + 1) * k]);
+                let sums = tiled16(panel, h, &xs[r * k..(r + 1) * k]);
                 for (c, &v) in sums.iter().enumerate().filter(|&(c, _)| jb + 16 * h + c < n) {
                     put(r, jb + 16 * h + c, v);
                 }
@@ -216,11 +221,10 @@ unsafe fn tiled16_avx512(panel: &[f16], h: usize, x: &[f32]) -> [f32; 16] {
 /// a panel of `t` (`HostF16::t`) at a time through `short_sums`: the panel stays in L1 across
 /// the rows and its sums in registers across i.
 fn short_single_rows(t: &[f16], n: usize, k: usize, xs: &[f32], m: usize, out: Out) {
-    let x16 = round_to_f16(xs);
     pool::run(n.div_ceil(SHORT_BLOCK), &|p| {
         let (jb, panel) = (p * SHORT_BLOCK, &t[p * k * SHORT_BLOCK..(p + 1) * k * SHORT_BLOCK]);
         let cols = SHORT_BLOCK.min(n - jb);
-        let x = |r: usize| &x16[r * k..(r + 1) * k];
+        let x = |r: usize| &xs[r * k..(r + 1) * k];
         let out = |r: usize, sums: &[f32; SHORT_BLOCK]| out.put_run(r, jb, &sums[..cols]);
         // Four rows at a time share each weight's widening.
         let mut r = 0;
@@ -266,8 +270,7 @@ fn long_single_rows<P: Fn(usize, usize, f32) + Sync>(
     m: usize,
     put: &P,
 ) {
-    let x16 = round_to_f16(xs);
-    let x = |r: usize| &x16[r * k..(r + 1) * k];
+    let x = |r: usize| &xs[r * k..(r + 1) * k];
     pool::run(n, &|j| {
         let wr = &w[j * k..(j + 1) * k];
         let mut r = 0;
@@ -298,8 +301,7 @@ fn long_tiled_rows<P: Fn(usize, usize, f32) + Sync>(
     m: usize,
     put: &P,
 ) {
-    let x16 = round_to_f16(xs);
-    let x = |r: usize| &x16[r * k..(r + 1) * k];
+    let x = |r: usize| &xs[r * k..(r + 1) * k];
     pool::run(n, &|j| {
         let mut wide = vec![0f32; k];
         widen_f16(&w[j * k..(j + 1) * k], &mut wide);
