@@ -35,12 +35,11 @@ pub fn round_to_f16(xs: &[f32]) -> Vec<f32> {
 /// (`half`'s slice conversions call a function per eight values).
 pub fn round_to_f16_into(xs: &[f32], out: &mut [f32]) {
     let n = xs.len().min(out.len());
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::feats::has_avx2() {
-        // SAFETY: AVX2 and F16C checked; the kernel stays within the first n of both.
-        done = unsafe { f16c::round(&xs[..n], &mut out[..n]) };
-    }
+    // SAFETY: AVX2 and F16C checked; the kernel stays within the first n of both.
+    let done = if super::feats::has_avx2() { unsafe { f16c::round(&xs[..n], &mut out[..n]) } } else { 0 };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
     for (o, &v) in out[done..n].iter_mut().zip(&xs[done..n]) {
         *o = half::f16::from_f32(v).to_f32();
     }
@@ -49,12 +48,11 @@ pub fn round_to_f16_into(xs: &[f32], out: &mut [f32]) {
 /// f16 values widened to f32 into `out` (as many as both hold; exact).
 pub fn widen_f16(src: &[half::f16], out: &mut [f32]) {
     let n = src.len().min(out.len());
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::feats::has_avx2() {
-        // SAFETY: AVX2 and F16C checked; the kernel stays within the first n of both.
-        done = unsafe { f16c::widen(&src[..n], &mut out[..n]) };
-    }
+    // SAFETY: AVX2 and F16C checked; the kernel stays within the first n of both.
+    let done = if super::feats::has_avx2() { unsafe { f16c::widen(&src[..n], &mut out[..n]) } } else { 0 };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
     for (o, v) in out[done..n].iter_mut().zip(&src[done..n]) {
         *o = v.to_f32();
     }

@@ -8,6 +8,7 @@
 use candle_core::Tensor;
 use half::f16;
 
+#[cfg(target_arch = "x86_64")]
 use super::blocks::reduce16;
 use super::elementwise::with_host_f32;
 use super::feats::with_avx2_codegen;
@@ -173,9 +174,8 @@ fn short_tiled_rows<P: Fn(usize, usize, f32) + Sync>(
 /// `dot_tiled` of x (k values, k % 16 = 0) with each of the sixteen outputs of half `h` of a
 /// panel (`[k, SHORT_BLOCK]` f16), lane-parallel over the outputs.
 fn tiled16(panel: &[f16], h: usize, x: &[f32]) -> [f32; 16] {
-    let k = x.len();
     #[cfg(target_arch = "x86_64")]
-    if super::feats::has_avx512() && k.is_multiple_of(16) && panel.len() >= k * SHORT_BLOCK {
+    if super::feats::has_avx512() && x.len().is_multiple_of(16) && panel.len() >= x.len() * SHORT_BLOCK {
         // SAFETY: AVX-512 F checked; every row of the panel is inside it.
         return unsafe { tiled16_avx512(panel, h, x) };
     }
