@@ -79,37 +79,34 @@ impl HostF16 {
     /// `matmul_host` of rows already rounded to f16 (`round_to_f16`), as every F16 product's
     /// activations are: rows shared by several products are rounded once.
     pub fn matmul_rounded(&self, xs: &[f32], rows: &[RowPos]) -> Vec<f32> {
-        let (n, k) = (self.n, self.k);
-        let (singles, others): (Vec<usize>, Vec<usize>) =
-            (0..rows.len()).partition(|&r| rows[r].seq_len == 1);
+        let (n, k, m) = (self.n, self.k, rows.len());
+        let mut y = vec![0f32; m * n];
+        let (singles, others): (Vec<usize>, Vec<usize>) = (0..m).partition(|&r| rows[r].seq_len == 1);
         if singles.is_empty() || others.is_empty() {
-            return self.products(xs, rows, !singles.is_empty());
+            self.products(xs, rows, !singles.is_empty(), Out::new(&mut y, n, None));
+            return y;
         }
-        let part = |idx: &[usize], single: bool| {
-            let x: Vec<f32> = idx.iter().flat_map(|&r| &xs[r * k..(r + 1) * k]).copied().collect();
-            let pos: Vec<RowPos> = idx.iter().map(|&r| rows[r]).collect();
-            self.products(&x, &pos, single)
-        };
-        let mut y = vec![0f32; rows.len() * n];
         for (idx, single) in [(&singles, true), (&others, false)] {
-            for (yr, &r) in part(idx, single).chunks_exact(n).zip(idx.iter()) {
-                y[r * n..(r + 1) * n].copy_from_slice(yr);
+            let mut x = Vec::with_capacity(idx.len() * k);
+            for &r in idx.iter() {
+                x.extend_from_slice(&xs[r * k..(r + 1) * k]);
             }
+            let pos: Vec<RowPos> = idx.iter().map(|&r| rows[r]).collect();
+            self.products(&x, &pos, single, Out::new(&mut y, n, Some(idx)));
         }
         y
     }
 
-    /// The products of rows (rounded to f16) that are all single-token ones (`single`) or none.
-    fn products(&self, xs: &[f32], rows: &[RowPos], single: bool) -> Vec<f32> {
+    /// The products of rows (rounded to f16) that are all single-token ones (`single`) or none,
+    /// into `out`.
+    fn products(&self, xs: &[f32], rows: &[RowPos], single: bool, out: Out<'_>) {
         let (n, k, m) = (self.n, self.k, rows.len());
-        let mut y = vec![0f32; m * n];
-        let out = Out { y: SyncPtr(y.as_mut_ptr()), n };
         let put = move |r: usize, j: usize, v: f32| out.put(r, j, v);
         // tinyBLAS's order for prompt rows where f16_core takes it (x86: k in chunks of 16,
         // outputs in fours), else ggml_vec_dot_f16's.
         let tiled = !single && cfg!(target_arch = "x86_64") && k.is_multiple_of(16) && n.is_multiple_of(4);
         if !self.t.is_empty() && tiled {
-            short_tiled_rows(&self.t, n, k, xs, m, &put);
+            short_tiled_rows(&self.t, n, k, xs, m, out);
         } else if !self.t.is_empty() && (single || !cfg!(target_arch = "aarch64")) {
             short_single_rows(&self.t, n, k, xs, m, out);
         } else if tiled {
@@ -120,55 +117,100 @@ impl HostF16 {
         } else {
             f16_core(n, k, xs, rows, self, &put);
         }
-        y
     }
 }
 
 /// A product's `[m, n]` output, written by the pool's tasks at disjoint (row, column)s and
-/// read after the pass.
+/// read after the pass; row r of a part of the rows is the output's row `rows[r]`.
 #[derive(Clone, Copy)]
-struct Out {
+struct Out<'a> {
     y: SyncPtr<f32>,
     n: usize,
+    rows: Option<&'a [usize]>,
 }
 
-impl Out {
+impl<'a> Out<'a> {
+    fn new(y: &mut [f32], n: usize, rows: Option<&'a [usize]>) -> Self {
+        Out { y: SyncPtr(y.as_mut_ptr()), n, rows }
+    }
+
+    #[inline(always)]
+    fn at(self, r: usize, j: usize) -> usize {
+        self.rows.map_or(r, |rows| rows[r]) * self.n + j
+    }
+
     #[inline(always)]
     fn put(self, r: usize, j: usize, v: f32) {
-        // SAFETY: callers keep r < m and j < n, one writer per (row, column).
-        unsafe { *self.y.get().add(r * self.n + j) = v }
+        // SAFETY: callers keep r below the part's rows and j < n, one writer per (row, column);
+        // `y` outlives the pass.
+        unsafe { *self.y.get().add(self.at(r, j)) = v }
     }
 
     /// Row r's outputs from column j0 on.
     #[inline(always)]
     fn put_run(self, r: usize, j0: usize, v: &[f32]) {
-        // SAFETY: callers keep r < m and j0 + v.len() ≤ n, one writer per (row, column).
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.y.get().add(r * self.n + j0), v.len()) }
+        // SAFETY: as for `put`, with j0 + v.len() ≤ n.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.y.get().add(self.at(r, j0)), v.len()) }
     }
 }
 
 /// tinyBLAS's order (`dot_tiled`: 16 lanes over chunks of 16, the 16-lane tree sum) for
-/// prompt rows of a short dot: a panel's two halves widened to `dots16_blocks`' layout, then
-/// each row's sixteen outputs at a time.
-fn short_tiled_rows<P: Fn(usize, usize, f32) + Sync>(
-    t: &[f16],
-    n: usize,
-    k: usize,
-    xs: &[f32],
-    m: usize,
-    put: &P,
-) {
+/// prompt rows of a short dot, a panel half (sixteen outputs) at a time for every row.
+fn short_tiled_rows(t: &[f16], n: usize, k: usize, xs: &[f32], m: usize, out: Out<'_>) {
     pool::run(n.div_ceil(SHORT_BLOCK), &|p| {
-        let (jb, panel) = (p * SHORT_BLOCK, &t[p * k * SHORT_BLOCK..(p + 1) * k * SHORT_BLOCK]);
-        for r in 0..m {
-            for h in 0..SHORT_BLOCK / 16 {
-                let sums = tiled16(panel, h, &xs[r * k..(r + 1) * k]);
-                for (c, &v) in sums.iter().enumerate().filter(|&(c, _)| jb + 16 * h + c < n) {
-                    put(r, jb + 16 * h + c, v);
-                }
+        let panel = &t[p * k * SHORT_BLOCK..(p + 1) * k * SHORT_BLOCK];
+        for h in 0..SHORT_BLOCK / 16 {
+            let j0 = p * SHORT_BLOCK + 16 * h;
+            let cols = n.saturating_sub(j0).min(16);
+            if cols == 0 {
+                continue;
+            }
+            let emit = |r: usize, sums: &[f32; 16]| out.put_run(r, j0, &sums[..cols]);
+            #[cfg(target_arch = "x86_64")]
+            if k == 16 && super::feats::has_avx512() && xs.len() >= m * 16 {
+                // SAFETY: AVX-512 F checked; the panel holds 16 rows, xs m rows of 16.
+                unsafe { tiled16_k16_rows(panel, h, xs, m, emit) };
+                continue;
+            }
+            for r in 0..m {
+                emit(r, &tiled16(panel, h, &xs[r * k..(r + 1) * k]));
             }
         }
     });
+}
+
+/// `tiled16` for k = 16 (one chunk: a LoRA B of rank 16) over m rows, the half's sixteen
+/// weight vectors widened once for all rows. Each lane's one product is exact (two f16
+/// significands), so `fma(w₈₊ᵢ, x₈₊ᵢ, pᵢ)` rounds `a₈₊ᵢ + aᵢ` as the tree's first level does,
+/// with `pᵢ = fma(wᵢ, xᵢ, +0)` as the chunk loop makes it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tiled16_k16_rows(
+    panel: &[f16],
+    h: usize,
+    xs: &[f32],
+    m: usize,
+    mut emit: impl FnMut(usize, &[f32; 16]),
+) {
+    use std::arch::x86_64::*;
+    let w: [__m512; 16] = std::array::from_fn(|i| {
+        _mm512_cvtph_ps(_mm256_loadu_si256(panel.as_ptr().add(i * SHORT_BLOCK + 16 * h) as *const __m256i))
+    });
+    let zero = _mm512_setzero_ps();
+    for r in 0..m {
+        let x = &xs[r * 16..(r + 1) * 16];
+        let t: [__m512; 8] = std::array::from_fn(|i| {
+            let p = _mm512_fmadd_ps(w[i], _mm512_set1_ps(x[i]), zero);
+            _mm512_fmadd_ps(w[i + 8], _mm512_set1_ps(x[i + 8]), p)
+        });
+        let q: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(t[i + 4], t[i]));
+        let mut sums = [0f32; 16];
+        _mm512_storeu_ps(
+            sums.as_mut_ptr(),
+            _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3])),
+        );
+        emit(r, &sums);
+    }
 }
 
 /// `dot_tiled` of x (k values, k % 16 = 0) with each of the sixteen outputs of half `h` of a
@@ -220,7 +262,7 @@ unsafe fn tiled16_avx512(panel: &[f16], h: usize, x: &[f32]) -> [f32; 16] {
 /// sum over i in order of `(w·x16) as f64` — `f16_core`'s short dots, each the same sum —
 /// a panel of `t` (`HostF16::t`) at a time through `short_sums`: the panel stays in L1 across
 /// the rows and its sums in registers across i.
-fn short_single_rows(t: &[f16], n: usize, k: usize, xs: &[f32], m: usize, out: Out) {
+fn short_single_rows(t: &[f16], n: usize, k: usize, xs: &[f32], m: usize, out: Out<'_>) {
     pool::run(n.div_ceil(SHORT_BLOCK), &|p| {
         let (jb, panel) = (p * SHORT_BLOCK, &t[p * k * SHORT_BLOCK..(p + 1) * k * SHORT_BLOCK]);
         let cols = SHORT_BLOCK.min(n - jb);
@@ -546,8 +588,11 @@ mod tests {
             .map(|(i, &seq_len)| RowPos { seq_len, idx: if seq_len == 1 { 0 } else { i as u32 - 2 } })
             .collect();
         for (n, k) in [(100, 16), (96, 8), (16, 1024), (12, 200)] {
-            let w: Vec<f16> = (0..n * k).map(|_| f16::from_f32(f())).collect();
-            let xs: Vec<f32> = (0..rows.len() * k).map(|_| f() * 4.0).collect();
+            // Zeros of both signs among the weights and inputs (sums of zero products).
+            let w: Vec<f16> =
+                (0..n * k).map(|i| f16::from_f32(if i % 7 == 0 { -0.0 } else { f() })).collect();
+            let xs: Vec<f32> =
+                (0..rows.len() * k).map(|i| if i % 5 == 0 { 0.0 } else { f() * 4.0 }).collect();
             let host = HostF16::new(w, n, k).unwrap();
             if k % 16 == 0 && k < SHORT_DOT {
                 let x16 = round_to_f16(&xs[..k]);
