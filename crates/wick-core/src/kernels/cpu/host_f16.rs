@@ -12,7 +12,7 @@ use half::f16;
 use super::blocks::reduce16;
 use super::elementwise::with_host_f32;
 use super::feats::with_avx2_codegen;
-use super::float_dots::{dot_tiled_sl, dot_tiled_sl4, dots16_blocks, round_to_f16, widen_f16};
+use super::float_dots::{dot_tiled_sl, dots16_blocks, round_to_f16, widen_f16};
 use super::matmul::{f16_core, F16Rows, SHORT_DOT};
 use crate::error::{Result, WickError};
 use crate::kernels::RowPos;
@@ -110,10 +110,10 @@ impl HostF16 {
         } else if !self.t.is_empty() && (single || !cfg!(target_arch = "aarch64")) {
             short_single_rows(&self.t, n, k, xs, m, out);
         } else if tiled {
-            long_tiled_rows(&self.w, n, k, xs, m, &put);
+            long_rows(&self.w, (n, k), xs, m, true, &put);
         } else if long_dots_simd() {
             // ggml_vec_dot_f16's order, for single-token rows and prompt rows alike here.
-            long_single_rows(&self.w, n, k, xs, m, &put);
+            long_rows(&self.w, (n, k), xs, m, false, &put);
         } else {
             f16_core(n, k, xs, rows, self, &put);
         }
@@ -302,68 +302,77 @@ fn long_dots_simd() -> bool {
     false
 }
 
-/// `ggml_vec_dot_f16` (one token, x86) for every output of `w` (`[n, k]`, k ≥ 64) and each of
-/// the m rows of `xs`: outputs spread over the pool, rows four at a time per weight row.
-fn long_single_rows<P: Fn(usize, usize, f32) + Sync>(
+/// Every output of `w` (`[n, k]`, k ≥ 64) for each of the m rows of `xs`, in tinyBLAS's order
+/// (`tiled`, prompt rows) or `ggml_vec_dot_f16`'s (x86): outputs spread over the pool, rows
+/// four at a time per weight row.
+fn long_rows<P: Fn(usize, usize, f32) + Sync>(
     w: &[f16],
-    n: usize,
-    k: usize,
+    (n, k): (usize, usize),
     xs: &[f32],
     m: usize,
+    tiled: bool,
     put: &P,
 ) {
     let x = |r: usize| &xs[r * k..(r + 1) * k];
     pool::run(n, &|j| {
         let wr = &w[j * k..(j + 1) * k];
+        let emit = |r: usize, d: &[f32]| d.iter().enumerate().for_each(|(i, v)| put(r + i, j, *v));
         let mut r = 0;
         while r + 4 <= m {
-            let d = long_dots(wr, [x(r), x(r + 1), x(r + 2), x(r + 3)]);
-            d.iter().enumerate().for_each(|(i, v)| put(r + i, j, *v));
+            emit(r, &row_dots(tiled, wr, [x(r), x(r + 1), x(r + 2), x(r + 3)]));
             r += 4;
         }
         match m - r {
-            3 => long_dots(wr, [x(r), x(r + 1), x(r + 2)])
-                .iter()
-                .enumerate()
-                .for_each(|(i, v)| put(r + i, j, *v)),
-            2 => long_dots(wr, [x(r), x(r + 1)]).iter().enumerate().for_each(|(i, v)| put(r + i, j, *v)),
-            1 => put(r, j, long_dots(wr, [x(r)])[0]),
+            3 => emit(r, &row_dots(tiled, wr, [x(r), x(r + 1), x(r + 2)])),
+            2 => emit(r, &row_dots(tiled, wr, [x(r), x(r + 1)])),
+            1 => emit(r, &row_dots(tiled, wr, [x(r)])),
             _ => {}
         }
     });
 }
 
-/// tinyBLAS's order for prompt rows of a long dot (x86): each weight row widened once, the
-/// rows four at a time through `dot_tiled_sl4`.
-fn long_tiled_rows<P: Fn(usize, usize, f32) + Sync>(
-    w: &[f16],
-    n: usize,
-    k: usize,
-    xs: &[f32],
-    m: usize,
-    put: &P,
-) {
-    let x = |r: usize| &xs[r * k..(r + 1) * k];
-    pool::run(n, &|j| {
-        let mut wide = vec![0f32; k];
-        widen_f16(&w[j * k..(j + 1) * k], &mut wide);
-        with_avx2_codegen(
-            #[inline(always)]
-            || {
-                let mut r = 0;
-                while r + 4 <= m {
-                    let d = dot_tiled_sl4(&wide, [x(r), x(r + 1), x(r + 2), x(r + 3)]);
-                    for (i, v) in d.into_iter().enumerate() {
-                        put(r + i, j, v);
-                    }
-                    r += 4;
-                }
-                for r in r..m {
-                    put(r, j, dot_tiled_sl(&wide, x(r)));
-                }
-            },
-        )
-    });
+/// `long_tiled` or `long_dots`.
+#[inline]
+fn row_dots<const R: usize>(tiled: bool, w: &[f16], xs: [&[f32]; R]) -> [f32; R] {
+    if tiled {
+        long_tiled(w, xs)
+    } else {
+        long_dots(w, xs)
+    }
+}
+
+/// tinyBLAS's order (`dot_tiled_sl`: 16 lanes over chunks of 16, the 16-lane tree sum) of the
+/// f16 row `w` with each of R rows `xs` (k % 16 = 0), each row summed as alone.
+fn long_tiled<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32; R] {
+    #[cfg(target_arch = "x86_64")]
+    if xs.iter().all(|x| x.len() == w.len()) && w.len().is_multiple_of(16) && super::feats::has_avx512() {
+        // SAFETY: AVX-512 F checked; every row is as long as `w`, whole chunks of 16.
+        return unsafe { long_tiled_avx512(w, xs) };
+    }
+    let mut wide = vec![0f32; w.len()];
+    widen_f16(w, &mut wide);
+    with_avx2_codegen(
+        #[inline(always)]
+        || xs.map(|x| dot_tiled_sl(&wide, x)),
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn long_tiled_avx512<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32; R] {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_ps(); R];
+    for base in (0..w.len()).step_by(16) {
+        let wv = _mm512_cvtph_ps(_mm256_loadu_si256(w.as_ptr().add(base) as *const __m256i));
+        for (a, x) in acc.iter_mut().zip(&xs) {
+            *a = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x.as_ptr().add(base)), *a);
+        }
+    }
+    acc.map(|a| {
+        let mut lanes = [0f32; 16];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), a);
+        reduce16(&lanes)
+    })
 }
 
 /// `ggml_vec_dot_f16` on x86 of the f16 row `w` with each of R rows `xs` of f16-exact values:
