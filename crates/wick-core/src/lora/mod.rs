@@ -13,7 +13,6 @@ use candle_core::{Device, Tensor};
 
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
-use crate::kernels::cpu::float_dots::round_to_f16;
 use crate::kernels::cpu::host_f16::HostF16;
 use crate::kernels::{with_host_f32, RowPos};
 use crate::models::layers::{Linear, WeightDeltas};
@@ -247,15 +246,15 @@ impl WeightDeltas for LoraRows {
         };
         let outs: Vec<std::sync::Mutex<Vec<f32>>> = work.iter().map(|_| Default::default()).collect();
         let yp = SyncPtr(y.as_mut_ptr());
-        // The rows rounded to f16 (as A reads them) once for all groups.
-        let x16 = round_to_f16(xs);
+        // The rows as A reads them, prepared once for all groups.
+        let x16 = HostF16::prepare(xs);
         let run = |t: usize| {
             let (g, a, b, s) = work[t];
             let mut xg = Vec::with_capacity(g.rows.len() * k);
             for &r in &g.rows {
                 xg.extend_from_slice(&x16[r as usize * k..(r as usize + 1) * k]);
             }
-            let u = b.matmul_host(&a.matmul_rounded(&xg, &g.pos), &g.pos);
+            let u = b.matmul_host(&a.matmul_prepared(&xg, &g.pos), &g.pos);
             if !self.disjoint {
                 *outs[t].lock().unwrap_or_else(|e| e.into_inner()) = u;
                 return;

@@ -73,12 +73,21 @@ impl HostF16 {
     /// through the kernels here and the others through `f16_core`, apart when a step mixes
     /// them (a row's result never depends on the rows beside it).
     pub fn matmul_host(&self, xs: &[f32], rows: &[RowPos]) -> Vec<f32> {
-        self.matmul_rounded(&round_to_f16(xs), rows)
+        self.matmul_prepared(&Self::prepare(xs), rows)
     }
 
-    /// `matmul_host` of rows already rounded to f16 (`round_to_f16`), as every F16 product's
-    /// activations are: rows shared by several products are rounded once.
-    pub fn matmul_rounded(&self, xs: &[f32], rows: &[RowPos]) -> Vec<f32> {
+    /// Activations as every product here reads them, so rows shared by several products are
+    /// prepared once: on x86 rounded to f16 (all of ggml's F16 orders there read them so); on
+    /// aarch64 as they are (its tinyBLAS order reads them unrounded; the rest round them).
+    pub fn prepare(xs: &[f32]) -> Vec<f32> {
+        match cfg!(target_arch = "x86_64") {
+            true => round_to_f16(xs),
+            false => xs.to_vec(),
+        }
+    }
+
+    /// `matmul_host` of rows given by `prepare`.
+    pub fn matmul_prepared(&self, xs: &[f32], rows: &[RowPos]) -> Vec<f32> {
         let (n, k, m) = (self.n, self.k, rows.len());
         let mut y = vec![0f32; m * n];
         let (singles, others): (Vec<usize>, Vec<usize>) = (0..m).partition(|&r| rows[r].seq_len == 1);
@@ -97,8 +106,8 @@ impl HostF16 {
         y
     }
 
-    /// The products of rows (rounded to f16) that are all single-token ones (`single`) or none,
-    /// into `out`.
+    /// The products of rows (given by `prepare`) that are all single-token ones (`single`) or
+    /// none, into `out`.
     fn products(&self, xs: &[f32], rows: &[RowPos], single: bool, out: Out<'_>) {
         let (n, k, m) = (self.n, self.k, rows.len());
         let put = move |r: usize, j: usize, v: f32| out.put(r, j, v);
@@ -107,7 +116,9 @@ impl HostF16 {
         let tiled = !single && cfg!(target_arch = "x86_64") && k.is_multiple_of(16) && n.is_multiple_of(4);
         if !self.t.is_empty() && tiled {
             short_tiled_rows(&self.t, n, k, xs, m, out);
-        } else if !self.t.is_empty() && (single || !cfg!(target_arch = "aarch64")) {
+        } else if !self.t.is_empty() && single && cfg!(target_arch = "aarch64") {
+            short_single_rows(&self.t, n, k, &round_to_f16(xs), m, out);
+        } else if !self.t.is_empty() && cfg!(target_arch = "x86_64") {
             short_single_rows(&self.t, n, k, xs, m, out);
         } else if tiled {
             long_rows(&self.w, (n, k), xs, m, true, &put);
