@@ -1,9 +1,10 @@
 //! F16 weights held on the host as f16 (LoRA adapters: small, and read by every group of rows
 //! that uses them each step), multiplied in the orders llama.cpp's CPU backend uses for an F16
 //! weight: `ggml_vec_dot_f16` for single-token rows — a short dot (k below one vector step, an
-//! adapter's B) as its f64 tail alone, a long one (A) as its 64-step head — and `f16_core`
-//! (the GGUF F16 path) for the rest. The kernels here widen each weight once for up to four
-//! rows and read f16 directly: a widened copy per call was most of an adapter's cost.
+//! adapter's B) as its f64 tail alone, a long one (A) as its 64-step head — and tinyBLAS's for
+//! prompt rows where ggml takes it; `f16_core` (the GGUF F16 path) where no kernel here fits
+//! (aarch64's prompt rows, x86 without AVX-512). The kernels widen each weight once for up to
+//! four rows and read f16 directly: a widened copy per call was most of an adapter's cost.
 
 use candle_core::Tensor;
 use half::f16;
