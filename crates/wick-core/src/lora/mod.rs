@@ -17,7 +17,7 @@ use crate::kernels::cpu::host_f16::HostF16;
 use crate::kernels::{with_host_f32, RowPos};
 use crate::models::layers::{Linear, WeightDeltas};
 use crate::runtime::device::Placement;
-use crate::runtime::pool::{self, SyncPtr};
+use crate::runtime::pool;
 
 /// One adapted weight: `A` (`in → r`) and `B` (`r → out`).
 struct LoraWeight {
@@ -132,9 +132,6 @@ pub type LoraMix = Vec<(Arc<Adapter>, f32)>;
 /// scale), the rows that use it.
 pub struct LoraRows {
     groups: Vec<Group>,
-    /// No row is in two groups (no sequence runs several adapters): each group then adds into
-    /// its own rows of the output as soon as its product is done.
-    disjoint: bool,
 }
 
 /// A group's adapter, scale, rows and their places while a step's rows are gathered.
@@ -170,7 +167,7 @@ impl LoraRows {
         }
         // Adapters added in id order on every row, whatever else shares the step.
         found.sort_by_key(|g| (g.0.id, g.1.to_bits()));
-        let groups: Vec<Group> = found
+        let groups = found
             .into_iter()
             .map(|(adapter, scale, idx, pos)| {
                 let n = idx.len();
@@ -183,11 +180,7 @@ impl LoraRows {
                 })
             })
             .collect::<Result<_>>()?;
-        let in_groups: usize = groups.iter().map(|g| g.rows.len()).sum();
-        let mut rows_seen: Vec<u32> = groups.iter().flat_map(|g| g.rows.iter().copied()).collect();
-        rows_seen.sort_unstable();
-        rows_seen.dedup();
-        Ok(Some(Self { disjoint: rows_seen.len() == in_groups, groups }))
+        Ok(Some(Self { groups }))
     }
 }
 
@@ -238,43 +231,30 @@ impl WeightDeltas for LoraRows {
                 y.len()
             )));
         }
-        // `u·s + 0` added into a row of y, as candle's affine and add compute it.
-        let add = |yr: &mut [f32], ur: &[f32], s: f32| {
-            for (yj, &uj) in yr.iter_mut().zip(ur) {
-                *yj += uj * s + 0.0;
-            }
-        };
         let outs: Vec<std::sync::Mutex<Vec<f32>>> = work.iter().map(|_| Default::default()).collect();
-        let yp = SyncPtr(y.as_mut_ptr());
         // The rows as A reads them, prepared once for all groups.
         let x16 = HostF16::prepare(xs);
         let run = |t: usize| {
-            let (g, a, b, s) = work[t];
+            let (g, a, b, _) = work[t];
             let mut xg = Vec::with_capacity(g.rows.len() * k);
             for &r in &g.rows {
                 xg.extend_from_slice(&x16[r as usize * k..(r as usize + 1) * k]);
             }
             let u = b.matmul_host(&a.matmul_prepared(&xg, &g.pos), &g.pos);
-            if !self.disjoint {
-                *outs[t].lock().unwrap_or_else(|e| e.into_inner()) = u;
-                return;
-            }
-            for (ur, &r) in u.chunks_exact(n).zip(&g.rows) {
-                // SAFETY: r < m (a row of this step); no other group has row r (`disjoint`),
-                // and y outlives the pass.
-                add(unsafe { std::slice::from_raw_parts_mut(yp.get().add(r as usize * n), n) }, ur, s);
-            }
+            *outs[t].lock().unwrap_or_else(|e| e.into_inner()) = u;
         };
         // Fewer groups than threads: one at a time, each product's columns over the pool.
         match work.len() >= pool::global().threads() {
             true => pool::run(work.len(), &run),
             false => (0..work.len()).for_each(run),
         }
-        // Rows in several groups: their adapters added in group (id) order.
-        for (&(g, _, _, s), u) in work.iter().zip(outs).filter(|_| !self.disjoint) {
+        // In group (id) order: a row with several adapters adds them as it would alone.
+        for (&(g, _, _, s), u) in work.iter().zip(outs) {
             let u = u.into_inner().unwrap_or_else(|e| e.into_inner());
             for (ur, &r) in u.chunks_exact(n).zip(&g.rows) {
-                add(&mut y[r as usize * n..(r as usize + 1) * n], ur, s);
+                for (yj, &uj) in y[r as usize * n..(r as usize + 1) * n].iter_mut().zip(ur) {
+                    *yj += uj * s + 0.0;
+                }
             }
         }
         Ok(true)

@@ -23,12 +23,12 @@ use crate::runtime::pool::{self, SyncPtr};
 /// step by every group that uses them: half the bytes of widened ones), widened as they are
 /// read: what `matmul` gives for the F16 tensor.
 pub struct HostF16 {
-    /// `[n, k]` row-major.
+    /// `[n, k]` row-major; empty when the weights are kept as `t`.
     w: Vec<f16>,
-    /// Kept when k is a short dot (a LoRA adapter's B, k = its rank), where each output is a
-    /// sequential f64 sum over k: panels of `SHORT_BLOCK` outputs, each `[k, SHORT_BLOCK]`
-    /// (the last zero-padded), so single-token rows sum a panel's outputs side by side over
-    /// one contiguous read.
+    /// The weights instead when k is a short dot (a LoRA adapter's B, k = its rank), where each
+    /// output is a sequential f64 sum over k: panels of `SHORT_BLOCK` outputs, each
+    /// `[k, SHORT_BLOCK]` (the last zero-padded), so single-token rows sum a panel's outputs
+    /// side by side over one contiguous read.
     t: Vec<f16>,
     n: usize,
     k: usize,
@@ -39,17 +39,18 @@ impl HostF16 {
         if w.len() != n * k {
             return Err(WickError::Internal(format!("f16 weight of {} values for [{n}, {k}]", w.len())));
         }
-        let mut t = vec![];
-        if k < SHORT_DOT {
-            for p in 0..n.div_ceil(SHORT_BLOCK) {
-                for i in 0..k {
-                    for j in p * SHORT_BLOCK..(p + 1) * SHORT_BLOCK {
-                        t.push(if j < n { w[j * k + i] } else { f16::ZERO });
-                    }
+        if k >= SHORT_DOT {
+            return Ok(Self { w, t: vec![], n, k });
+        }
+        let mut t = Vec::with_capacity(n.div_ceil(SHORT_BLOCK) * SHORT_BLOCK * k);
+        for p in 0..n.div_ceil(SHORT_BLOCK) {
+            for i in 0..k {
+                for j in p * SHORT_BLOCK..(p + 1) * SHORT_BLOCK {
+                    t.push(if j < n { w[j * k + i] } else { f16::ZERO });
                 }
             }
         }
-        Ok(Self { w, t, n, k })
+        Ok(Self { w: vec![], t, n, k })
     }
 
     /// `x`: `[m, k]` → `[m, n]`.
@@ -301,8 +302,17 @@ fn short_single_rows(t: &[f16], n: usize, k: usize, xs: &[f32], m: usize, out: O
 
 impl F16Rows for HostF16 {
     fn row<'a>(&'a self, j: usize, buf: &'a mut [f32]) -> &'a [f32] {
-        widen_f16(&self.w[j * self.k..(j + 1) * self.k], buf);
-        &buf[..self.k]
+        let k = self.k;
+        if self.t.is_empty() {
+            widen_f16(&self.w[j * k..(j + 1) * k], buf);
+        } else {
+            // Column j % SHORT_BLOCK of panel j / SHORT_BLOCK.
+            let panel = &self.t[j / SHORT_BLOCK * k * SHORT_BLOCK..][..k * SHORT_BLOCK];
+            for (o, row) in buf.iter_mut().zip(panel.chunks_exact(SHORT_BLOCK)) {
+                *o = row[j % SHORT_BLOCK].to_f32();
+            }
+        }
+        &buf[..k]
     }
 }
 
@@ -614,7 +624,13 @@ mod tests {
                 (0..n * k).map(|i| f16::from_f32(if i % 7 == 0 { -0.0 } else { f() })).collect();
             let xs: Vec<f32> =
                 (0..rows.len() * k).map(|i| if i % 5 == 0 { 0.0 } else { f() * 4.0 }).collect();
-            let host = HostF16::new(w, n, k).unwrap();
+            let host = HostF16::new(w.clone(), n, k).unwrap();
+            // Rows read back as stored, whichever layout keeps them.
+            let mut buf = vec![0f32; k];
+            for j in 0..n {
+                let want: Vec<u32> = w[j * k..(j + 1) * k].iter().map(|v| v.to_f32().to_bits()).collect();
+                assert_eq!(host.row(j, &mut buf).iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
+            }
             if k % 16 == 0 && k < SHORT_DOT {
                 let x16 = round_to_f16(&xs[..k]);
                 for h in 0..2 {

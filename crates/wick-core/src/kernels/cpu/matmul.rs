@@ -86,7 +86,7 @@ fn cols_per_task(n: usize, m: usize) -> usize {
 const ROW_BLOCK: usize = 64;
 
 /// Runs `f(j0, j1)` over column ranges covering `0..n`, spread over the pool.
-pub(super) fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
     let c = cols_per_task(n, m);
     pool::run(n.div_ceil(c), &|t| f(t * c, ((t + 1) * c).min(n)));
 }
