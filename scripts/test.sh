@@ -14,6 +14,8 @@ checks=0
 step() { echo; echo "== $*"; }
 fail_check() { echo "FAIL: $*"; checks=$((checks + 1)); }
 
+# The disk is shared with other machines and has run full: say how much is free, first and last.
+echo "disk: $(df -h . | awk 'NR==2 {print $4 " free of " $2}')"
 step "build (release addon)"
 npm run --silent build:native || { echo "build failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 
@@ -49,6 +51,8 @@ export WICK_SKIP_LOG="$log/rust-skipped.txt"
 cargo test $CARGO_RELEASE --workspace 2>&1 | tee "$log/rust.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { grep -qE '[1-9][0-9]* failed' "$log/rust.txt" || fail_check "cargo test did not run"; }
 cat "$WICK_SKIP_LOG"
+# The converter tests' checkpoints and outputs (~2 GB) are not needed past here; the disk is shared.
+rm -rf target/*/tmp/wick-convert
 # The benchmarks are not run here, but they must keep compiling against the engine's API.
 cargo build $CARGO_RELEASE -q -p wick-core --benches || fail_check "the Rust benches do not compile"
 
@@ -107,6 +111,7 @@ if [ "$rf" -gt 0 ] || [ "$af" -gt 0 ] || [ "$tf" -gt 0 ]; then
   awk '/^not ok /{n=14} n>0{print; n--}' "$log/ava.txt" | head -120
 fi
 echo
+echo "disk: $(df -h . | awk 'NR==2 {print $4 " free of " $2}')"
 echo "rust: $rp passed, $rf failed, $rs skipped; aarch64 (qemu): $ap passed, $af failed, $as skipped; typescript: $tp passed, $tf failed, $ts skipped; checks: $checks failed"
 failed=$((rf + af + tf + checks))
 echo "$((rp + ap + tp)) passed, $failed failed, $((rs + as + ts)) skipped"

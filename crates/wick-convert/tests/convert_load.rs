@@ -44,6 +44,7 @@ fn every_checkpoint_converts_to_every_type_and_wick_runs_it() {
             eprintln!("{} {}: {} tensors {:?}", spec.dir_name, t.name(), r.tensors, mix);
             let l = logits(&file, &[1, 2, 3, 4]);
             assert!(l.iter().all(|x| x.is_finite()), "{} {}: non-finite logits", spec.dir_name, t.name());
+            std::fs::remove_file(&file).expect("remove the checked file");
         }
     }
 }

@@ -26,7 +26,7 @@ fn fixtures(test: &str) -> Option<&'static Fx> {
 }
 
 fn write_fixtures(cks: &[(wick_fixtures::HfSpec, PathBuf)]) -> Fx {
-    let out = common::scratch(&format!("lora-{}", std::process::id()));
+    let out = common::scratch("lora");
     let get = |dir_name: &str| {
         let (spec, dir) = cks.iter().find(|(s, _)| s.dir_name == dir_name).expect("checkpoint");
         let lora =

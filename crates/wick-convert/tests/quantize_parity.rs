@@ -96,10 +96,15 @@ fn quantized_outputs_equal_llama_quantize_on_the_float_file() {
                 .args([base.as_os_str(), reference.as_os_str(), name.as_ref(), "2".as_ref()])
                 .output()
                 .expect("run llama-quantize");
+            // Its log's head is the model's metadata; why it failed is at the end.
+            let log = String::from_utf8_lossy(&status.stderr);
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(12)..].join("\n");
             assert!(
                 status.status.success(),
-                "llama-quantize {name}: {}",
-                String::from_utf8_lossy(&status.stderr)
+                "llama-quantize {name} on {}: {}\n…\n{tail}",
+                spec.dir_name,
+                status.status
             );
             let direct = out.join(format!("{}-{}.gguf", spec.dir_name, t.name()));
             let r = common::convert_to(dir, &direct, t).expect("direct conversion");
@@ -120,7 +125,11 @@ fn quantized_outputs_equal_llama_quantize_on_the_float_file() {
             if !d.is_empty() {
                 failures.push(format!("{} {name}: {}", spec.dir_name, d[0]));
             }
+            for f in [&reference, &direct] {
+                std::fs::remove_file(f).expect("remove a compared file");
+            }
         }
+        std::fs::remove_file(&base).expect("remove the float file");
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }

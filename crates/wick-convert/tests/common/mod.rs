@@ -24,12 +24,16 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Every synthetic checkpoint, written once per test binary: (spec, directory).
+/// Every synthetic checkpoint, written once per test binary: (spec, directory). The folder is
+/// named by the test binary and cleared first, so runs do not pile up copies (~270 MB each) on a
+/// disk other machines share.
 pub fn checkpoints(test: &str) -> Option<&'static [(HfSpec, PathBuf)]> {
     static DIRS: OnceLock<Vec<(HfSpec, PathBuf)>> = OnceLock::new();
     let src = llama_src(test)?;
     Some(DIRS.get_or_init(|| {
-        let out = scratch(&format!("hf-{}", std::process::id()));
+        let out = scratch(&format!("hf-{}", env!("CARGO_CRATE_NAME")));
+        std::fs::remove_dir_all(&out).expect("clear the checkpoints' scratch dir");
+        std::fs::create_dir_all(&out).expect("scratch dir");
         wick_fixtures::hf_specs()
             .into_iter()
             .map(|s| {
