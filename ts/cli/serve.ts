@@ -76,11 +76,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
   // The model loads on a worker thread while the HTTP side's modules (~200 ms) are imported here.
   const loading = flags.model ? loadStartModel(models, flags, log) : undefined;
   loading?.catch(() => {}); // awaited below; not an unhandled rejection meanwhile
-  const [{ createApp }, { createHttpServer, DEFAULT_TIMEOUT_S }, { Shutdown }] = await Promise.all([
-    import("../server/app.ts"),
-    import("../server/limits.ts"),
-    import("../server/shutdown.ts"),
-  ]);
+  const [{ createApp }, { createHttpServer, DEFAULT_TIMEOUT_S }, { Shutdown }] = await Promise.all([import("../server/app.ts"), import("../server/limits.ts"), import("../server/shutdown.ts")]);
   const model = await loading;
 
   const images = {
