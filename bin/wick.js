@@ -20,8 +20,14 @@ function changedSince(dir, since) {
   return false;
 }
 
+/** The one-file bundle (scripts/build-bundle.ts), else the compiled modules. */
+function compiled() {
+  const bundle = new URL("../dist/cli/bundle.js", import.meta.url);
+  return existsSync(bundle) ? bundle.href : new URL("../dist/cli/main.js", import.meta.url).href;
+}
+
 if (!existsSync(source)) {
-  await import("../dist/cli/main.js");
+  await import(compiled());
 } else if (!process.env.WICK_FROM_SOURCE && existsSync(stamp) && !changedSince(source, statSync(stamp).mtimeMs)) {
   // dist/native holds napi's loader only: point it (and the CUDA probe) at the checkout's builds.
   const native = `${source}/native`;
@@ -30,7 +36,7 @@ if (!existsSync(source)) {
   const cuda = `${native}/wick.${platform}-cuda.node`;
   if (existsSync(cpu)) process.env.NAPI_RS_NATIVE_LIBRARY_PATH ??= cpu;
   if (existsSync(cuda)) process.env.WICK_CUDA_ADDON ??= cuda;
-  await import("../dist/cli/main.js");
+  await import(compiled());
 } else {
   const { register } = await import("tsx/esm/api");
   register();

@@ -1,15 +1,17 @@
 /**
  * bin/wick.js in a checkout: the compiled dist/ while `npm run build:ts` wrote it after the
  * last change under ts/ (it starts ~0.5 s sooner: scripts/start.sh builds it), the TypeScript
- * through tsx when a source is newer or WICK_FROM_SOURCE is set (as it is for the tests); and a
- * real compiled build serves a model on the checkout's addon (dist/native holds only napi's
- * loader). Each case runs a copy of bin/wick.js in a temp "checkout".
+ * through tsx when a source is newer or WICK_FROM_SOURCE is set (as it is for the tests), the
+ * one-file bundle before the compiled modules; and a real build (tsc + scripts/build-bundle.ts)
+ * serves a model on the checkout's addon (dist/native holds only napi's loader) and the files
+ * beside it. Each case runs a copy of bin/wick.js in a temp "checkout".
  */
 import test from "ava";
 import { execFileSync, spawn } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { buildBundle } from "../scripts/build-bundle.ts";
 import { fixture, needs, repoRoot } from "./helpers/assets.ts";
 import { freePort } from "./helpers/server.ts";
 
@@ -52,6 +54,8 @@ test("dist/ runs while it is newer than every source, pointed at the checkout's 
     t.is(run(root, env()), `compiled ${path.join(root, addon)}`);
     t.is(run(root, env({ WICK_FROM_SOURCE: "1" })), "source");
     t.is(run(root, env({ NAPI_RS_NATIVE_LIBRARY_PATH: "/elsewhere.node" })), "compiled /elsewhere.node", "a path the user set is kept");
+    writeFileSync(path.join(root, "dist/cli/bundle.js"), 'console.log("bundle");\n');
+    t.is(run(root, env()), "bundle", "the one-file bundle before the modules");
     const later = new Date(Date.now() + 60_000);
     utimesSync(path.join(root, "ts/cli/main.ts"), later, later);
     t.is(run(root, env()), "source", "a source edited after the build");
@@ -72,6 +76,7 @@ serial("a compiled build in a checkout serves a model on the checkout's addon", 
     execFileSync(process.execPath, [path.join(repoRoot, "node_modules/typescript/bin/tsc"), "-p", path.join(repoRoot, "tsconfig.build.json"), "--outDir", path.join(root, "dist")]);
     mkdirSync(path.join(root, "dist/native"), { recursive: true });
     copyFileSync(path.join(repoRoot, "ts/native/native.cjs"), path.join(root, "dist/native/native.cjs"));
+    await buildBundle(path.join(root, "dist"));
     writeFileSync(path.join(root, "dist/.built"), "");
     const port = await freePort();
     const child = spawn(process.execPath, [path.join(root, "bin/wick.js"), "serve", "-m", tiny!, "--port", String(port)], {
@@ -94,6 +99,12 @@ serial("a compiled build in a checkout serves a model on the checkout's addon", 
       });
       t.is(res.status, 200);
       t.is(((await res.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens, 3);
+      // Files read beside the bundle: package.json (the version) and the chat page.
+      t.deepEqual(await (await fetch(`http://127.0.0.1:${port}/api/version`)).json(), { version: JSON.parse(readFileSync(path.join(repoRoot, "package.json"), "utf8")).version });
+      if (existsSync(path.join(repoRoot, "ui/build/index.html"))) {
+        const page = await fetch(`http://127.0.0.1:${port}/`, { headers: { accept: "text/html" } });
+        t.regex(await page.text(), /^<!doctype html>/i);
+      }
     } finally {
       child.kill("SIGKILL");
     }

@@ -6,8 +6,9 @@
 import { readFileSync } from "node:fs";
 import type Router from "@koa/router";
 import type { ModelRegistry } from "../service/registry.ts";
+import { PACKAGE_JSON } from "./package-files.ts";
 
-const VERSION = (JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
+const VERSION = (JSON.parse(readFileSync(PACKAGE_JSON, "utf8")) as { version: string }).version;
 
 export function healthRoutes(router: Router, registry: ModelRegistry): void {
   router.get("/health", (ctx) => {

@@ -9,9 +9,7 @@
  */
 import { readFile } from "node:fs/promises";
 import type Router from "@koa/router";
-
-/** ts/server/routes/ and dist/server/routes/ are both three levels below the package root. */
-export const UI_PAGE = new URL("../../../ui/build/index.html", import.meta.url);
+import { UI_PAGE } from "../package-files.ts";
 
 export function uiRoutes(router: Router): void {
   router.get("/", async (ctx, next) => {
