@@ -403,6 +403,8 @@ async function coldMode(flags: Map<string, string>, models: string[]): Promise<v
   const threads = num(flags, "threads", 2);
   const repeats = num(flags, "repeats", 3);
   const peers = (flags.get("peers") ?? "wick,llama").split(",").map((p) => p.trim()) as PeerKind[];
+  // What a user's `wick serve` runs (scripts/start.sh, the npm package): the one-file bundle.
+  if (peers.includes("wick")) execFileSync("npm", ["run", "--silent", "build:ts"], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
   const sections: string[] = [];
   for (const model of models) {
     const got: Record<string, { health: number[]; first: number[]; rssLoad: number[]; rssFirst: number[] }> = {};
@@ -441,7 +443,7 @@ async function coldMode(flags: Map<string, string>, models: string[]): Promise<v
     console.log(`\n${lines.join("\n")}`);
   }
   const notes =
-    "Spawn to /health and to the end of a one-token, non-streaming /v1/completions request sent right after; RSS from /proc/PID/status (Wick: the Node process with the addon). The GGUF is in the page cache (the runs before warm it).";
+    "Spawn to /health and to the end of a one-token, non-streaming /v1/completions request sent right after; RSS from /proc/PID/status (Wick: the Node process with the addon). Wick runs dist/cli/bundle.js (built first with `npm run build:ts`, as scripts/start.sh does). The GGUF is in the page cache (the runs before warm it).";
   if (flags.get("results")) appendResults(flags.get("results")!, `cold start: ${peers.join(" vs ")}`, `${notes}\n\n${sections.join("\n")}`);
 }
 
