@@ -13,7 +13,7 @@
  */
 import test from "ava";
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import type { Llama, LlamaModel } from "node-llama-cpp";
@@ -22,7 +22,8 @@ import { Engine, WickError } from "../ts/engine/index.ts";
 import { fixturesDir, llamaVocab, localFile, needs, repoRoot, type Asset } from "./helpers/assets.ts";
 import { inContext, llamaGreedy, referenceLlama, withBos } from "./helpers/llama.ts";
 import { llamaServerBin, startLlamaServer } from "./helpers/llama-server.ts";
-import { postJson } from "./helpers/server.ts";
+import { ModelRegistry } from "../ts/service/registry.ts";
+import { postJson, startServer } from "./helpers/server.ts";
 
 const HF_DIR = path.join(fixturesDir, "hf");
 const SMALL = ["llama", "qwen2", "qwen3", "gemma3", "lfm2", "lfm2moe"];
@@ -269,6 +270,44 @@ for (const arch of PEFT) {
     } finally {
       server.stop();
       await engine.unload();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+}
+
+// A converted model carries its generation_config.json as general.sampling.*; llama-server takes
+// those as its default sampling, and so does Wick on the OpenAI-shaped routes (a request's own
+// fields still win). top_k 1 keeps both deterministic; the repetition penalty changes the answer.
+{
+  const peer = llamaServerBin();
+  const { serial } = needs(checkpoint("llama"), peer);
+  serial("a converted model's generation_config is the default sampling on /v1, as llama-server applies it", async (t) => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "wick-gencfg-"));
+    const src = path.join(dir, "hf-llama");
+    mkdirSync(src);
+    for (const f of readdirSync(path.join(HF_DIR, "hf-llama"))) if (f !== "generation_config.json") symlinkSync(path.join(HF_DIR, "hf-llama", f), path.join(src, f));
+    writeFileSync(path.join(src, "generation_config.json"), JSON.stringify({ top_k: 1, repetition_penalty: 1.3 }));
+    const model = path.join(dir, "m.gguf");
+    await convertModel({ input: src, outfile: model, outtype: "q8_0" });
+    const registry = new ModelRegistry();
+    const served = await registry.load({ modelPath: model, contextSize: 256, id: "m" });
+    t.deepEqual(Object.keys(served.profile?.modelDefaults ?? {}).sort(), ["repeat_penalty", "top_k"]);
+    const wick = await startServer({ registry });
+    const server = await startLlamaServer((peer as { path: string }).path, ["-m", model, "-c", "256", "-np", "1", "-t", "2", "-fa", "off", "--no-warmup"]);
+    try {
+      for (const prompt of PROMPTS) {
+        const want = await postJson(`${server.url}/completion`, { prompt, n_predict: N, cache_prompt: false });
+        t.is(want.status, 200, want.text);
+        const got = await postJson(`${wick.url}/v1/completions`, { model: "m", prompt, max_tokens: N });
+        t.is(got.status, 200, got.text);
+        t.is(got.json.choices[0].text, want.json.content, JSON.stringify(prompt));
+        const plain = await postJson(`${wick.url}/v1/completions`, { model: "m", prompt, max_tokens: N, top_k: 1, repetition_penalty: 1 });
+        if (prompt === PROMPTS[2]) t.not(plain.json.choices[0].text, got.json.choices[0].text, "the request's own fields win (and the penalty mattered)");
+      }
+    } finally {
+      server.stop();
+      await wick.close();
+      await served.engine.unload();
       rmSync(dir, { recursive: true, force: true });
     }
   });

@@ -28,6 +28,12 @@ export function requestTemplate(source: string | null | undefined): RequestTempl
 export interface ModelProfile {
   /** Modelfile PARAMETERs under Ollama's option names (`stop` an array). */
   params: Record<string, unknown>;
+  /**
+   * The GGUF's own sampling defaults (`general.sampling.*`, what converters take from
+   * generation_config.json) under Ollama's option names: below the PARAMETERs, on the OpenAI-shaped
+   * routes only — llama-server and vLLM apply a model's defaults; Ollama's /api does not.
+   */
+  modelDefaults?: Record<string, number>;
   system?: string;
   messages: { role: string; content: string }[];
   /** The Modelfile TEMPLATE, parsed. */
@@ -77,11 +83,31 @@ export function withProfileMessages(profile: ModelProfile | undefined, messages:
 export function withOpenAIDefaults<R extends SamplingRequest>(profile: ModelProfile | undefined, req: R): R {
   if (!profile) return req;
   const out: Record<string, unknown> = { ...req };
-  // The PARAMETERs as request fields (Ollama option names → OpenAI's: the table in sampling.ts).
-  const { max_tokens: numPredict, ...params } = ollamaSamplingRequest(profile.params);
+  // The PARAMETERs over the GGUF's defaults, as request fields (Ollama option names → OpenAI's: the table in sampling.ts).
+  const { max_tokens: numPredict, ...params } = ollamaSamplingRequest({ ...profile.modelDefaults, ...profile.params });
   for (const [field, value] of Object.entries(params)) if (out[field] == null) out[field] = value;
   // A PARAMETER repetition penalty must not outrank the request's own spelling of it.
   if (req.repetition_penalty != null) delete out.repeat_penalty;
   if (numPredict != null && out.max_tokens == null && (out as { max_completion_tokens?: unknown }).max_completion_tokens == null) out.max_tokens = numPredict;
   return out as R;
+}
+
+/** llama.cpp's `general.sampling.*` keys Wick applies → Ollama's option names. */
+const GGUF_SAMPLING_KEYS = {
+  "general.sampling.temp": "temperature",
+  "general.sampling.top_k": "top_k",
+  "general.sampling.top_p": "top_p",
+  "general.sampling.min_p": "min_p",
+  "general.sampling.penalty_repeat": "repeat_penalty",
+  "general.sampling.penalty_last_n": "repeat_last_n",
+} as const;
+
+/** A GGUF's sampling defaults (`ModelProfile.modelDefaults`) from its metadata; keys that are not numbers are left out. */
+export function ggufSamplingDefaults(metadata: Record<string, unknown>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [key, option] of Object.entries(GGUF_SAMPLING_KEYS)) {
+    const v = metadata[key];
+    if (typeof v === "number" && Number.isFinite(v)) out[option] = v;
+  }
+  return out;
 }
