@@ -3,11 +3,11 @@
  * (info, load time) and its parsed chat template. Routes resolve a request's `model` here.
  */
 import path from "node:path";
-import { Engine, inspectModel, type EngineEvent, type GenerateOptions, type LoadOptions, type ModelInfo } from "../engine/index.ts";
+import { Engine, type EngineEvent, type GenerateOptions, type LoadOptions, type ModelInfo } from "../engine/index.ts";
 import { CHATML_TEMPLATE, ChatTemplate } from "./chat-template.ts";
 import { RequestError } from "./errors.ts";
 import { ServingMetrics } from "./metrics.ts";
-import { EMPTY_PROFILE, ggufSamplingDefaults, type ModelProfile } from "./profile.ts";
+import type { ModelProfile } from "./profile.ts";
 import { modelReasoning, type ModelReasoning, type ReasoningMode } from "./reasoning-plan.ts";
 import { detectParser, parserFor, type ToolParser } from "./tools/index.ts";
 
@@ -55,16 +55,8 @@ export class ModelRegistry {
   readonly metrics = new ServingMetrics(this);
 
   async load(opts: LoadModelOptions): Promise<ServedModel> {
-    const { id, toolCallParser, reasoning, reasoningBudget, profile: stored, ...engineOpts } = opts;
-    const [engine, modelDefaults] = await Promise.all([
-      Engine.load(engineOpts),
-      // An unreadable file fails Engine.load, with its own message.
-      inspectModel(opts.modelPath, { maxArrayLen: 0 }).then(
-        (i) => ggufSamplingDefaults(i.metadata),
-        () => ({}),
-      ),
-    ]);
-    const profile = Object.keys(modelDefaults).length ? { ...(stored ?? EMPTY_PROFILE), modelDefaults } : stored;
+    const { id, toolCallParser, reasoning, reasoningBudget, profile, ...engineOpts } = opts;
+    const engine = await Engine.load(engineOpts);
     try {
       return this.add(engine, { path: opts.modelPath, id, toolCallParser, reasoning, reasoningBudget, profile });
     } catch (err) {

@@ -216,12 +216,8 @@ unsafe fn tiled16_k16_rows(
             let p = _mm512_fmadd_ps(w[i], _mm512_set1_ps(x[i]), zero);
             _mm512_fmadd_ps(w[i + 8], _mm512_set1_ps(x[i + 8]), p)
         });
-        let q: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(t[i + 4], t[i]));
         let mut sums = [0f32; 16];
-        _mm512_storeu_ps(
-            sums.as_mut_ptr(),
-            _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3])),
-        );
+        _mm512_storeu_ps(sums.as_mut_ptr(), tree8(t));
         emit(r, &sums);
     }
 }
@@ -263,12 +259,19 @@ unsafe fn tiled16_avx512(panel: &[f16], h: usize, x: &[f32]) -> [f32; 16] {
             *a = _mm512_fmadd_ps(w, _mm512_set1_ps(x[i]), *a);
         }
     }
-    let t: [__m512; 8] = std::array::from_fn(|i| _mm512_add_ps(f[i + 8], f[i]));
-    let q: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(t[i + 4], t[i]));
-    let sum = _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3]));
     let mut out = [0f32; 16];
-    _mm512_storeu_ps(out.as_mut_ptr(), sum);
+    _mm512_storeu_ps(out.as_mut_ptr(), tree8(std::array::from_fn(|i| _mm512_add_ps(f[i + 8], f[i]))));
     out
+}
+
+/// `reduce16`'s tree from its second level on, lane-wise: the sums of lanes i and i + 8 in, the
+/// 16-lane total out, for sixteen outputs side by side.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tree8(t: [std::arch::x86_64::__m512; 8]) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let q: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(t[i + 4], t[i]));
+    _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3]))
 }
 
 /// `ggml_vec_dot_f16` with k below one vector step, for single-token rows: per output the f64
