@@ -456,6 +456,8 @@ export interface ModelInfo {
   eosToken?: number
   addBos: boolean
   chatTemplate?: string
+  /** The file's recommended sampling: `general.sampling.<key>` → value (numeric keys only). */
+  sampling: Record<string, number>
   vocabOnly: boolean
   /** CPU kernel threads in effect (process-wide). */
   threads: number

@@ -92,22 +92,22 @@ export function withOpenAIDefaults<R extends SamplingRequest>(profile: ModelProf
   return out as R;
 }
 
-/** llama.cpp's `general.sampling.*` keys Wick applies → Ollama's option names. */
+/** The `general.sampling.<key>`s Wick applies (`ModelInfo.sampling` holds them without the prefix) → Ollama's option names. */
 const GGUF_SAMPLING_KEYS = {
-  "general.sampling.temp": "temperature",
-  "general.sampling.top_k": "top_k",
-  "general.sampling.top_p": "top_p",
-  "general.sampling.min_p": "min_p",
-  "general.sampling.penalty_repeat": "repeat_penalty",
-  "general.sampling.penalty_last_n": "repeat_last_n",
+  temp: "temperature",
+  top_k: "top_k",
+  top_p: "top_p",
+  min_p: "min_p",
+  penalty_repeat: "repeat_penalty",
+  penalty_last_n: "repeat_last_n",
 } as const;
 
-/** A GGUF's sampling defaults (`ModelProfile.modelDefaults`) from its metadata; keys that are not numbers are left out. */
-export function ggufSamplingDefaults(metadata: Record<string, unknown>): Record<string, number> {
+/** A model's sampling defaults (`ModelProfile.modelDefaults`) from its file's `general.sampling.*` (`ModelInfo.sampling`). */
+export function ggufSamplingDefaults(sampling: Record<string, number>): Record<string, number> {
   const out: Record<string, number> = {};
   for (const [key, option] of Object.entries(GGUF_SAMPLING_KEYS)) {
-    const v = metadata[key];
-    if (typeof v === "number" && Number.isFinite(v)) out[option] = v;
+    const v = sampling[key];
+    if (Number.isFinite(v)) out[option] = v;
   }
   return out;
 }

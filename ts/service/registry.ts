@@ -7,7 +7,7 @@ import { Engine, type EngineEvent, type GenerateOptions, type LoadOptions, type 
 import { CHATML_TEMPLATE, ChatTemplate } from "./chat-template.ts";
 import { RequestError } from "./errors.ts";
 import { ServingMetrics } from "./metrics.ts";
-import type { ModelProfile } from "./profile.ts";
+import { EMPTY_PROFILE, ggufSamplingDefaults, type ModelProfile } from "./profile.ts";
 import { modelReasoning, type ModelReasoning, type ReasoningMode } from "./reasoning-plan.ts";
 import { detectParser, parserFor, type ToolParser } from "./tools/index.ts";
 
@@ -76,6 +76,9 @@ export class ModelRegistry {
     if (opts.toolCallParser !== undefined && !forced) throw new Error(`unknown tool-call parser '${opts.toolCallParser}'`);
     // A Modelfile TEMPLATE is what prompts are written with, so it also says how calls and thinking look.
     const toolSource = opts.profile?.goTemplate?.source ?? source ?? CHATML_TEMPLATE;
+    // The file's own sampling defaults (general.sampling.*) sit under the profile's PARAMETERs.
+    const modelDefaults = ggufSamplingDefaults(info.sampling);
+    const profile = Object.keys(modelDefaults).length ? { ...(opts.profile ?? EMPTY_PROFILE), modelDefaults } : opts.profile;
     const model: ServedModel = {
       id,
       path: opts.path,
@@ -89,7 +92,7 @@ export class ModelRegistry {
         ...modelReasoning(toolSource, opts.reasoning ?? { format: "auto" }, (t) => engine.tokenId(t) ?? undefined),
         ...(opts.reasoningBudget !== undefined ? { budget: opts.reasoningBudget } : {}),
       },
-      ...(opts.profile ? { profile: opts.profile } : {}),
+      ...(profile ? { profile } : {}),
       generate: (o, signal) => this.metrics.track(id, engine.generate(o, signal)),
     };
     this.models.set(id, model);

@@ -67,6 +67,8 @@ pub struct EngineInfoJs {
     pub eos_token: Option<u32>,
     pub add_bos: bool,
     pub chat_template: Option<String>,
+    /// The file's recommended sampling: `general.sampling.<key>` → value (numeric keys only).
+    pub sampling: std::collections::HashMap<String, f64>,
     pub vocab_only: bool,
     /// CPU kernel threads in effect (process-wide).
     pub threads: u32,
@@ -106,6 +108,7 @@ impl From<&EngineInfo> for EngineInfoJs {
             eos_token: i.eos_token,
             add_bos: i.add_bos,
             chat_template: i.chat_template.clone(),
+            sampling: i.sampling.iter().cloned().collect(),
             vocab_only: i.vocab_only,
             threads: i.threads as u32,
             vision: i.vision,

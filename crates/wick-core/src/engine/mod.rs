@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
 use crate::embed::EmbedHead;
 use crate::error::{Result, WickError};
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, MetaValue, Metadata};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::vision::{VisionModel, VisionOptions};
 use crate::models::ModelHparams;
@@ -125,6 +125,9 @@ pub struct EngineInfo {
     pub eos_token: Option<u32>,
     pub add_bos: bool,
     pub chat_template: Option<String>,
+    /// The file's recommended sampling: each numeric `general.sampling.<key>` (what converters
+    /// write from generation_config.json) as (key, value); the service's defaults.
+    pub sampling: Vec<(String, f64)>,
     pub vocab_only: bool,
     /// Threads of the process-wide CPU kernel pool.
     pub threads: usize,
@@ -272,6 +275,7 @@ impl Engine {
             eos_token: tokenizer.eos(),
             add_bos: tokenizer.add_bos(),
             chat_template: tokenizer.chat_template().map(str::to_string),
+            sampling: sampling_defaults(&gguf.metadata),
             vocab_only: opts.vocab_only,
             threads,
             vision: vision.is_some(),
@@ -477,6 +481,15 @@ impl Engine {
             crate::runtime::alloc::release_freed_memory();
         }
     }
+}
+
+/// `EngineInfo::sampling`: the numeric `general.sampling.*` entries, keyed without the prefix.
+fn sampling_defaults(meta: &Metadata) -> Vec<(String, f64)> {
+    meta.entries
+        .iter()
+        .filter(|(_, v)| !matches!(v, MetaValue::Bool(_)))
+        .filter_map(|(k, v)| Some((k.strip_prefix("general.sampling.")?.to_string(), v.as_f64()?)))
+        .collect()
 }
 
 /// INVALID_REQUEST for the first id in `ids` outside the vocabulary.
