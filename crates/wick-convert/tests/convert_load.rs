@@ -14,12 +14,7 @@ fn logits(path: &std::path::Path, tokens: &[u32]) -> Vec<f32> {
     let model = models::load(&g, &Device::Cpu).expect("load");
     let mut kv = KvPool::with_capacity(&model.cache_layout(), 1 << 12, &Device::Cpu).expect("kv");
     let mut cache = kv.new_seq();
-    let t = model
-        .forward(
-            &mut [StepSeq { tokens, embeds: Vec::new(), cache: &mut cache, hidden: false, lora: None }],
-            &mut kv,
-        )
-        .expect("forward");
+    let t = model.forward(&mut [StepSeq::tokens(tokens, &mut cache)], &mut kv).expect("forward");
     t.get(0).and_then(|r| r.to_vec1::<f32>()).expect("logits")
 }
 

@@ -48,6 +48,12 @@ macro_rules! with_metrics {
             image_encode_us_total,
             #[doc = "Images whose embeddings came from the image cache (same content seen before)."]
             image_cache_hits_total,
+            #[doc = "Decode steps that verified speculative drafts (vLLM's spec_decode_num_drafts)."]
+            spec_drafts_total,
+            #[doc = "Tokens drafted for speculative decoding (spec_decode_num_draft_tokens)."]
+            spec_draft_tokens_total,
+            #[doc = "Drafted tokens the model's own sampling agreed with (spec_decode_num_accepted_tokens)."]
+            spec_accepted_tokens_total,
         }
     };
 }

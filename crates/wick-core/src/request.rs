@@ -40,6 +40,38 @@ pub struct GenerateRequest {
     /// LoRA adapters by id (`Engine::adapters`) with their scales; None: the engine's
     /// defaults (llama-server's global scales, `Engine::set_adapter_scales`).
     pub lora: Option<Vec<(usize, f32)>>,
+    /// Speculative decoding for this request; None: the engine's (`EngineOptions::speculative`).
+    pub speculative: Option<SpecOptions>,
+}
+
+/// Speculative decoding by n-gram lookup (llama-server's `ngram-simple`, vLLM's `ngram`
+/// method): the tokens that followed the last earlier occurrence of the sequence's latest
+/// n-gram are drafted, and one forward step checks them all. Every token is still sampled
+/// from the model's own logits for its position, computed as decoding one by one computes
+/// them, so the output is the same token for token (greedy or sampled with a seed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecOptions {
+    /// Most tokens drafted per step (llama-server's `--draft-max`); 0: off.
+    pub draft_max: usize,
+    /// No draft when fewer tokens than this are found (`--draft-min`).
+    pub draft_min: usize,
+    /// The n-gram lengths looked up, the longest first (vLLM's `prompt_lookup_min`/`_max`).
+    pub ngram_min: usize,
+    pub ngram_max: usize,
+}
+
+impl SpecOptions {
+    /// Speculation off.
+    pub const OFF: SpecOptions = SpecOptions { draft_max: 0, draft_min: 0, ngram_min: 1, ngram_max: 1 };
+
+    /// N-gram lookup drafting up to `draft_max` tokens, matching 2- to 4-grams.
+    pub fn ngram(draft_max: usize) -> Self {
+        Self { draft_max, draft_min: 1, ngram_min: 2, ngram_max: 4 }
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.draft_max > 0
+    }
 }
 
 /// How long a thinking block may run, and its markers as token ids.
@@ -82,6 +114,7 @@ impl GenerateRequest {
             reasoning_budget: None,
             embed: None,
             lora: None,
+            speculative: None,
         }
     }
 

@@ -5,6 +5,7 @@ use wick_core::engine::EngineInfo;
 
 use crate::js_embed::EmbeddingInfo;
 use crate::js_lora::{LoraAdapterSpec, LoraScale};
+use crate::js_spec::Speculation;
 use wick_core::gguf::{info, MetaValue};
 use wick_core::metrics::MetricsSnapshot;
 use wick_core::request::{self, DoneEvent, Event, GenerateRequest, TokenEvent};
@@ -46,6 +47,8 @@ pub struct LoadOptions {
     pub gpu_memory_utilization: Option<f64>,
     /// LoRA adapters loaded with the model, in id order (llama-server's `--lora`).
     pub lora: Option<Vec<LoraAdapterSpec>>,
+    /// Speculative decoding for requests that do not say (default off).
+    pub speculative: Option<Speculation>,
 }
 
 /// What a loaded engine reports (`Engine.info()`, the `ModelInfo` type in JS): the model, its
@@ -87,6 +90,8 @@ pub struct EngineInfoJs {
     pub device_notice: Option<String>,
     /// What embedding requests get; absent when vocab-only.
     pub embedding: Option<EmbeddingInfo>,
+    /// Speculative decoding for requests that do not say; absent when off.
+    pub speculative: Option<Speculation>,
 }
 
 impl From<&EngineInfo> for EngineInfoJs {
@@ -118,6 +123,7 @@ impl From<&EngineInfo> for EngineInfoJs {
             device: i.device.clone(),
             device_notice: i.device_notice.clone(),
             embedding: i.embedding.as_ref().map(Into::into),
+            speculative: i.speculative.is_on().then(|| i.speculative.into()),
         }
     }
 }
@@ -273,6 +279,9 @@ pub struct GenerateOptions {
     /// LoRA adapters for this request with their scales (adapters left out are off); absent:
     /// the engine's default scales.
     pub lora: Option<Vec<LoraScale>>,
+    /// Speculative decoding for this request; absent: the engine's. Ignored off the exact CPU
+    /// path.
+    pub speculative: Option<Speculation>,
 }
 
 /// A thinking block's budget and its markers as token ids.
@@ -387,6 +396,7 @@ impl From<GenerateOptions> for GenerateRequest {
                 .collect(),
             embed: None,
             lora: o.lora.map(|l| l.iter().map(|x| (x.id as usize, x.scale as f32)).collect()),
+            speculative: o.speculative.map(Into::into),
         }
     }
 }

@@ -9,13 +9,14 @@ mod error;
 mod js_embed;
 mod js_lora;
 mod js_objects;
+mod js_spec;
 
 use std::sync::Arc;
 
 use napi::bindgen_prelude::{AsyncBlock, Buffer};
 use napi::Env;
 use tokio::sync::Mutex;
-use wick_core::request::EventReceiver;
+use wick_core::request::{EventReceiver, SpecOptions};
 
 use error::{blocking, guarded, guarded_core, js_error, promise, to_js, Result};
 use js_embed::EmbedRequest;
@@ -65,6 +66,7 @@ impl Engine {
         o.gpu_layers = opts.gpu_layers.map(|n| n as usize);
         o.gpu_memory_utilization = opts.gpu_memory_utilization.map(|u| u as f32);
         o.lora = opts.lora.unwrap_or_default().into_iter().map(Into::into).collect();
+        o.speculative = opts.speculative.map_or(SpecOptions::OFF, Into::into);
         promise(env, async move {
             let engine =
                 blocking(|| wick_core::Engine::load(o), WickError::load("the loader panicked")).await?;

@@ -75,6 +75,24 @@ impl SeqCache {
     pub(crate) fn advance(&mut self, n: usize) {
         self.len += n;
     }
+    /// Rewinds to the first `len` tokens, within the last step (a verified decode whose later
+    /// drafts were rejected): the conv states return to where they were after position
+    /// `len - 1`. Keys and values past `len` are left to be overwritten.
+    pub(crate) fn rewind(&mut self, len: usize) -> Result<()> {
+        if len > self.len {
+            return Err(WickError::Internal(format!("rewind to {len} past the cache's {} tokens", self.len)));
+        }
+        if len < self.len {
+            for state in self.layers.iter_mut().flatten() {
+                state.rewind(len)?;
+            }
+        }
+        for state in self.layers.iter_mut().flatten() {
+            state.steps = None;
+        }
+        self.len = len;
+        Ok(())
+    }
     /// The conv state of `layer` together with the block table (for boundary snapshots).
     pub(crate) fn conv_mut(&mut self, layer: usize) -> Result<(&mut ConvState, &[BlockId])> {
         match self.layers.get_mut(layer) {
@@ -90,11 +108,37 @@ pub struct ConvState {
     pub(crate) state: Option<Tensor>,
     pub(crate) rows: usize,
     pub(crate) width: usize,
+    /// After a verified decode (`StepSeq::verify`): its first position, and the inputs before
+    /// it followed by its own (`[rows + len, width]` on the host), so `rewind` can return to
+    /// any of its positions.
+    steps: Option<(usize, Vec<f32>)>,
 }
 
 impl ConvState {
     pub fn new(rows: usize, width: usize) -> Self {
-        Self { state: None, rows, width }
+        Self { state: None, rows, width, steps: None }
+    }
+    /// Keeps a verified step's inputs (see `steps`), after `set` put the state after it.
+    pub(crate) fn keep_steps(&mut self, pos0: usize, inputs: Vec<f32>) {
+        self.steps = Some((pos0, inputs));
+    }
+    /// The state after position `len - 1`, from the kept inputs of the last step.
+    fn rewind(&mut self, len: usize) -> Result<()> {
+        let (rows, width) = (self.rows, self.width);
+        let Some((pos0, inputs)) = self.steps.as_ref() else {
+            return Err(WickError::Internal("a conv state rewound without its step's inputs".into()));
+        };
+        let kept = len.checked_sub(*pos0).filter(|k| (k + rows) * width <= inputs.len());
+        let Some(kept) = kept else {
+            return Err(WickError::Internal(format!("a conv state rewound to {len}, outside its last step")));
+        };
+        let s = inputs[kept * width..(kept + rows) * width].to_vec();
+        let device = match &self.state {
+            Some(t) => t.device().clone(),
+            None => Device::Cpu,
+        };
+        self.state = Some(Tensor::from_vec(s, (rows, width), &device)?);
+        Ok(())
     }
     /// The current state, zeros if none yet.
     pub fn get(&self, device: &Device) -> Result<Tensor> {
@@ -113,6 +157,7 @@ impl ConvState {
             )));
         }
         self.state = Some(state);
+        self.steps = None;
         Ok(())
     }
 }

@@ -177,6 +177,18 @@ impl KvPool {
         Ok(())
     }
 
+    /// Drops `seq`'s positions from `len` on, within its last step (rejected drafts; see
+    /// `SeqCache::rewind`), and returns the blocks no longer reached.
+    pub fn truncate(&mut self, seq: &mut SeqCache, len: usize) -> Result<()> {
+        seq.rewind(len)?;
+        let keep = len.div_ceil(BLOCK_SIZE).max(seq.registered);
+        if seq.blocks.len() > keep {
+            self.alloc.release(&seq.blocks[keep..]);
+            seq.blocks.truncate(keep);
+        }
+        Ok(())
+    }
+
     /// Returns `seq`'s blocks (full cached ones stay cached until space is needed) and resets
     /// it to an empty sequence.
     pub fn release(&mut self, seq: &mut SeqCache) {

@@ -14,7 +14,7 @@ use crate::gguf::{GgufFile, MetaValue, Metadata};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::vision::{VisionModel, VisionOptions};
 use crate::models::ModelHparams;
-use crate::request::{event_channel, EventReceiver, GenerateRequest};
+use crate::request::{event_channel, EventReceiver, GenerateRequest, SpecOptions};
 use crate::runtime::device::{DeviceChoice, Placement};
 use crate::runtime::pool;
 use crate::sampling::grammar::GrammarCompiler;
@@ -87,6 +87,8 @@ pub struct EngineOptions {
     /// LoRA adapters loaded with the model (llama-server's `--lora` / `--lora-scaled`, vLLM's
     /// `--lora-modules`), in id order.
     pub lora: Vec<LoraSpec>,
+    /// Speculative decoding for requests that do not say (n-gram lookup; off by default).
+    pub speculative: SpecOptions,
 }
 
 impl EngineOptions {
@@ -110,9 +112,32 @@ impl EngineOptions {
             gpu_layers: None,
             gpu_memory_utilization: None,
             lora: Vec::new(),
+            speculative: SpecOptions::OFF,
         }
     }
 }
+
+/// `spec` if its numbers make sense.
+fn check_speculation(spec: SpecOptions) -> Result<SpecOptions> {
+    let bad = |m: String| Err(WickError::InvalidRequest(format!("speculative decoding: {m}")));
+    if spec.draft_max > MAX_DRAFT {
+        return bad(format!("draft_max {} is over {MAX_DRAFT}", spec.draft_max));
+    }
+    if spec.draft_min > spec.draft_max {
+        return bad(format!("draft_min {} is over draft_max {}", spec.draft_min, spec.draft_max));
+    }
+    if spec.ngram_min == 0 || spec.ngram_min > spec.ngram_max || spec.ngram_max > MAX_DRAFT {
+        return bad(format!(
+            "n-gram sizes {}..{} (1 ≤ min ≤ max ≤ {MAX_DRAFT})",
+            spec.ngram_min, spec.ngram_max
+        ));
+    }
+    Ok(spec)
+}
+
+/// Most tokens drafted in one step (llama-server's `--draft-max` takes any; past this a step
+/// would be mostly rows that are thrown away).
+const MAX_DRAFT: usize = 64;
 
 /// Facts about the loaded model that the control plane needs (templates, limits, listing).
 #[derive(Debug, Clone)]
@@ -147,6 +172,9 @@ pub struct EngineInfo {
     pub device_notice: Option<String>,
     /// What embedding requests get; None when vocab-only.
     pub embedding: Option<EmbeddingInfo>,
+    /// Speculative decoding for requests that do not say; always off on the device path,
+    /// whose batched rows do not compute as one-token steps do (requests cannot turn it on).
+    pub speculative: SpecOptions,
 }
 
 /// A submitted request: its event stream and its cancel switch. Dropping the stream also
@@ -285,6 +313,10 @@ impl Engine {
             device: device.name(),
             device_notice: device.notice.clone(),
             embedding: embed_head.as_deref().map(EmbeddingInfo::of),
+            speculative: match device.exact() {
+                true => check_speculation(opts.speculative)?,
+                false => SpecOptions::OFF,
+            },
         };
         // The weights now live in the model's tensors: release the map, and the load's scratch
         // (candle copies, the tokenizer thread's arena) with it.
@@ -362,6 +394,11 @@ impl Engine {
             None => self.check_generation(&req, n_prompt)?,
         };
         let lora = self.lora_mix(req.lora.as_deref())?;
+        // Only the exact CPU path ("cpu") computes a verified draft's rows as decodes.
+        req.speculative = Some(match req.speculative {
+            Some(asked) if self.info.device == "cpu" => check_speculation(asked)?,
+            _ => self.info.speculative,
+        });
         // Before taking the runner lock: compiling a large grammar takes a while.
         let grammar = req.grammar.as_ref().map(|g| self.grammars.compile(g)).transpose()?;
         let guard = self.runner.lock().map_err(|_| WickError::EngineStopped)?;

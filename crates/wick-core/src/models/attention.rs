@@ -22,6 +22,18 @@ pub struct SeqSpan {
     pub len: usize,
     /// Position of the first new token (the cache length before the step).
     pub pos0: usize,
+    /// A decode and its drafts (`StepSeq::verify`): each row attends as a one-token step.
+    pub verify: bool,
+}
+
+/// A sequence's rows of the read-out (`BatchPlan::out_rows`).
+#[derive(Debug, Clone, Copy)]
+pub struct OutRows {
+    /// Where they start in the read-out.
+    pub at: usize,
+    pub len: usize,
+    /// Hidden states, not logits.
+    pub hidden: bool,
 }
 
 /// The step's tokens concatenated, with per-token positions and per-sequence spans.
@@ -36,8 +48,8 @@ pub struct BatchPlan {
     /// row of the others.
     pub out_rows: Tensor,
     pub out_row_pos: Vec<RowPos>,
-    /// Where in `out_rows` each sequence's part starts, and whether it is hidden states.
-    pub outs: Vec<(usize, bool)>,
+    /// Each sequence's part of `out_rows`.
+    pub outs: Vec<OutRows>,
     /// The step's LoRA work on all rows, on the read-out rows, and (only beside hidden states,
     /// else those are the read-out rows) on the rows whose logits are taken; None without
     /// adapters.
@@ -73,21 +85,28 @@ impl BatchPlan {
                     "token id {bad} is out of range for a vocabulary of {n_vocab}"
                 )));
             }
-            let span = SeqSpan { start: ids.len(), len: s.tokens.len(), pos0: s.cache.len() };
+            if s.verify && (s.hidden || !s.embeds.is_empty()) {
+                return Err(WickError::Internal("drafts are verified on plain token decodes only".into()));
+            }
+            let span =
+                SeqSpan { start: ids.len(), len: s.tokens.len(), pos0: s.cache.len(), verify: s.verify };
             ids.extend(s.tokens.iter().zip(&fed).map(|(&t, &f)| if f { 0 } else { t }));
             positions.extend(span.pos0..span.pos0 + span.len);
-            rows.extend((0..span.len).map(|i| RowPos { seq_len: span.len as u32, idx: i as u32 }));
+            rows.extend((0..span.len).map(|i| match s.verify {
+                true => RowPos::SINGLE,
+                false => RowPos { seq_len: span.len as u32, idx: i as u32 },
+            }));
             spans.push(span);
         }
         let n = ids.len();
         // The read-out rows, and the sequence each belongs to.
         let (mut out, mut out_row_pos, mut out_seq, mut outs) = (vec![], vec![], vec![], vec![]);
         for (si, (s, span)) in batch.iter().zip(&spans).enumerate() {
-            outs.push((out.len(), s.hidden));
-            let read = match s.hidden {
+            let read = match s.hidden || s.verify {
                 true => span.start..span.start + span.len,
                 false => span.start + span.len - 1..span.start + span.len,
             };
+            outs.push(OutRows { at: out.len(), len: read.len(), hidden: s.hidden });
             for r in read {
                 out.push(r as u32);
                 out_row_pos.push(if s.hidden { rows[r] } else { RowPos::SINGLE });
@@ -108,7 +127,7 @@ impl BatchPlan {
                 let logits: Vec<(usize, RowPos)> = match any_hidden {
                     true => (0..batch.len())
                         .filter(|&si| !batch[si].hidden)
-                        .map(|si| (si, RowPos::SINGLE))
+                        .flat_map(|si| std::iter::repeat_n((si, RowPos::SINGLE), outs[si].len))
                         .collect(),
                     false => vec![],
                 };
@@ -140,7 +159,7 @@ impl BatchPlan {
 
     /// Some sequence of the step wants hidden states.
     pub fn any_hidden(&self) -> bool {
-        self.outs.iter().any(|&(_, h)| h)
+        self.outs.iter().any(|o| o.hidden)
     }
 
     /// The step's LoRA additions on all rows, on the read-out rows, on the logit rows.
@@ -271,16 +290,23 @@ impl Attention {
         let q_row = self.n_head * hd;
         let views = caches.iter().map(|c| kv.view(layer, c)).collect::<Result<Vec<_>>>()?;
         let o = with_host_f32(&q, |qh| {
+            // A verified decode's rows attend one by one, as each would alone.
+            let parts = |span: &SeqSpan| match span.verify {
+                true => (0..span.len).map(|i| (span.start + i, 1, span.pos0 + i)).collect(),
+                false => vec![(span.start, span.len, span.pos0)],
+            };
             let seqs: Vec<SeqAttn<'_>> = plan
                 .spans
                 .iter()
                 .zip(&views)
-                .map(|(span, view)| SeqAttn {
-                    q: &qh[span.start * q_row..(span.start + span.len) * q_row],
-                    kv: view,
-                    len: span.len,
-                    pos0: span.pos0,
-                    causal: self.causal,
+                .flat_map(|(span, view)| {
+                    parts(span).into_iter().map(move |(start, len, pos0)| SeqAttn {
+                        q: &qh[start * q_row..(start + len) * q_row],
+                        kv: view,
+                        len,
+                        pos0,
+                        causal: self.causal,
+                    })
                 })
                 .collect();
             attend_many(&seqs, self.n_head, scale as f32, window)

@@ -319,10 +319,10 @@ impl Decoder {
             return Ok(StepOutput { logits: Some(logits), hidden: Vec::new() });
         }
         let (mut hidden, mut logit_rows) = (vec![], vec![]);
-        for ((at, wants_hidden), span) in plan.outs.iter().zip(&plan.spans) {
-            match wants_hidden {
-                true => hidden.push(x.narrow(0, *at, span.len)?.to_dtype(candle_core::DType::F32)?),
-                false => logit_rows.push(*at as u32),
+        for o in &plan.outs {
+            match o.hidden {
+                true => hidden.push(x.narrow(0, o.at, o.len)?.to_dtype(candle_core::DType::F32)?),
+                false => logit_rows.extend((o.at..o.at + o.len).map(|r| r as u32)),
             }
         }
         let logits = match logit_rows.len() {

@@ -48,6 +48,10 @@ pub struct StepSeq<'a> {
     pub hidden: bool,
     /// The LoRA adapters this sequence runs with.
     pub lora: Option<&'a LoraMix>,
+    /// A decode and its speculative drafts: every row is computed as a one-token step would
+    /// compute it (single-row kernel orders, one-token attention), and every row's logits are
+    /// returned, so each equals what decoding token by token gives.
+    pub verify: bool,
 }
 
 /// `rows` input embeddings (`rows × n_embd` values) for `tokens[at..at + rows]`.
@@ -61,14 +65,15 @@ pub struct RowEmbeds<'a> {
 impl<'a> StepSeq<'a> {
     /// A step of plain tokens.
     pub fn tokens(tokens: &'a [u32], cache: &'a mut SeqCache) -> Self {
-        Self { tokens, embeds: Vec::new(), cache, hidden: false, lora: None }
+        Self { tokens, embeds: Vec::new(), cache, hidden: false, lora: None, verify: false }
     }
 }
 
 /// What one step returns.
 pub struct StepOutput {
-    /// f32 logits of the last token of each sequence that did not ask for hidden states, in
-    /// batch order, `[n, n_vocab]`; None when every sequence asked for them.
+    /// f32 logits of the last token of each sequence that did not ask for hidden states (of
+    /// every token of a `verify` one), in batch order, `[n, n_vocab]`; None when every
+    /// sequence asked for hidden states.
     pub logits: Option<Tensor>,
     /// `[len, n_embd]` f32 final hidden states of each sequence that asked (`StepSeq::hidden`),
     /// in batch order.

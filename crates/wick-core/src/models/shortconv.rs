@@ -120,6 +120,9 @@ impl ShortConv {
                 kv.save_conv(layer, blocks[p / BLOCK_SIZE - 1], &full[at..at + (l - 1) * d])?;
             }
             state.set(Tensor::from_vec(full[span.len * d..].to_vec(), (l - 1, d), dev)?)?;
+            if span.verify {
+                state.keep_steps(span.pos0, full);
+            }
         }
         Ok(y)
     }
@@ -160,6 +163,9 @@ impl ShortConv {
                 kv.save_conv(layer, blocks[p / BLOCK_SIZE - 1], &snap)?;
             }
             state.set(full.narrow(0, span.len, l - 1)?.contiguous()?)?;
+            if span.verify {
+                state.keep_steps(span.pos0, full.flatten_all()?.to_vec1::<f32>()?);
+            }
         }
         Ok(Tensor::cat(&ys, 0)?)
     }

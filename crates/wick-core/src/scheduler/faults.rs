@@ -139,6 +139,7 @@ impl Scheduler {
     pub(super) fn requeue(&mut self, mut seq: Box<Sequence>) {
         // Its cache is gone: generated tokens are replayed one a step, a forced run too.
         seq.feed_run = false;
+        seq.draft.clear();
         self.metrics.waiting.fetch_add(1, Ordering::Relaxed);
         let at = self.waiting.iter().position(|w| w.admitted == 0 || w.admitted > seq.admitted);
         self.waiting.insert(at.unwrap_or(self.waiting.len()), seq);

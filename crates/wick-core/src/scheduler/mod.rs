@@ -5,6 +5,7 @@
 //! samples, and streams events back.
 
 mod budget;
+mod draft;
 mod faults;
 pub(crate) mod images;
 mod sequence;
@@ -355,7 +356,31 @@ impl Scheduler {
         self.in_step.extend(fed.map(|(s, _)| s.admitted));
     }
 
+    /// Drafts for the sequences that decode this step (`Sequence::propose`), while the step's
+    /// token budget and the free KV blocks (beyond a block of headroom per sequence) last.
+    /// None while a failed step's sequences run alone.
+    fn propose_drafts(&mut self) {
+        let suspects = self.running.iter().any(|s| s.suspect.is_some());
+        let mut budget = self.cfg.step_tokens.saturating_sub(self.running.len());
+        let mut blocks = self.kv.n_available().saturating_sub(self.running.len());
+        for seq in self.running.iter_mut() {
+            seq.draft.clear();
+            if suspects || budget == 0 {
+                continue;
+            }
+            seq.propose(budget);
+            let need = self.kv.blocks_needed(&seq.cache, seq.draft.len());
+            if need > blocks {
+                seq.draft.clear();
+                continue;
+            }
+            blocks -= need;
+            budget -= seq.draft.len().saturating_sub(1);
+        }
+    }
+
     fn step(&mut self) -> crate::Result<()> {
+        self.propose_drafts();
         let mut take = self.plan_within_kv();
         self.note_step(&take);
         if self.encode_images(&take) {
@@ -386,12 +411,17 @@ impl Scheduler {
             let mut batch: Vec<StepSeq<'_>> = Vec::with_capacity(self.running.len());
             for (seq, &n) in self.running.iter_mut().zip(take) {
                 if n > 0 {
-                    let Sequence { tokens, cache, images, embed, lora, .. } = &mut **seq;
+                    let Sequence { tokens, cache, images, embed, lora, draft, .. } = &mut **seq;
                     let at = cache.len();
+                    let lora = Some(&*lora).filter(|l| !l.is_empty());
+                    if !draft.is_empty() {
+                        batch.push(StepSeq { verify: true, lora, ..StepSeq::tokens(draft, cache) });
+                        continue;
+                    }
                     let embeds = images::row_embeds(images, at, at + n, n_embd);
                     let hidden = embed.is_some();
-                    let lora = Some(&*lora).filter(|l| !l.is_empty());
-                    batch.push(StepSeq { tokens: &tokens[at..at + n], embeds, cache, hidden, lora });
+                    let tokens = &tokens[at..at + n];
+                    batch.push(StepSeq { tokens, embeds, cache, hidden, lora, verify: false });
                 }
             }
             self.model.step(&mut batch, &mut self.kv)?
@@ -463,6 +493,21 @@ impl Scheduler {
                 continue;
             }
             let row_now = row;
+            if !seq.draft.is_empty() {
+                let rows = seq.draft.len();
+                row += rows;
+                let before = seq.generated();
+                let logits = &logits[row_now * n_vocab..(row_now + rows) * n_vocab];
+                let (end, kept) = seq.on_verified(logits, &self.tokenizer, &self.metrics);
+                self.metrics.generation_tokens_total.fetch_add(seq.generated() - before, Ordering::Relaxed);
+                let pos0 = seq.n_cached() - rows;
+                self.kv.truncate(&mut seq.cache, pos0 + kept)?;
+                self.kv.register_full(&mut seq.cache, &seq.tokens);
+                if let Some(end) = end {
+                    finished.push((i, end));
+                }
+                continue;
+            }
             row += 1;
             self.kv.register_full(&mut seq.cache, &seq.tokens);
             if seq.unfed() > 0 {

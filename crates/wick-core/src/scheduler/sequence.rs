@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::budget::Budget;
+use super::draft::ngram_draft;
 use super::images::{Expanded, SeqImage};
 use super::stop::{StopMatcher, StopScan};
 use crate::cache::{chain_hash, SeqCache};
@@ -13,7 +14,7 @@ use crate::embed::{EmbedHead, EmbedOptions};
 use crate::lora::LoraMix;
 use crate::metrics::Metrics;
 use crate::request::{
-    DoneEvent, Event, EventSender, FinishReason, GenerateRequest, Timings, TokenEvent, Usage,
+    DoneEvent, Event, EventSender, FinishReason, GenerateRequest, SpecOptions, Timings, TokenEvent, Usage,
 };
 use crate::sampling::grammar::{Commit, Constraint};
 use crate::sampling::{top_logprobs, Sampler, TokenLogprob};
@@ -56,6 +57,11 @@ pub(crate) struct Sequence {
     /// The last sample appended a grammar's forced run: the next step feeds every unfed token
     /// at once (a chunk, as a prompt's) rather than one.
     pub feed_run: bool,
+    /// Speculative decoding's settings (off unless the request or the engine turned it on).
+    pub spec: SpecOptions,
+    /// This step's input when it verifies drafts: the sampled token, then the drafted ones
+    /// (`propose`); empty when it does not.
+    pub draft: Vec<u32>,
     /// Control tokens rendered as text (sorted).
     markers: Vec<u32>,
     detok: Detokenizer,
@@ -98,6 +104,8 @@ impl Sequence {
             grammar,
             budget: req.reasoning_budget.map(Budget::new),
             feed_run: false,
+            spec: req.speculative.unwrap_or(SpecOptions::OFF),
+            draft: Vec::new(),
             stopped_by: None,
             embed: req.embed,
             lora_salt: lora_salt(&lora),
@@ -122,6 +130,7 @@ impl Sequence {
             self.admitted = order;
         }
         self.cache = cache;
+        self.draft.clear();
     }
 
     pub fn n_cached(&self) -> usize {
@@ -159,11 +168,63 @@ impl Sequence {
     /// Tokens a step past the prompt feeds: the sampled one, with a grammar's forced run after
     /// it when it has one (one forward for the whole run), else one (a replay, token by token).
     pub fn decode_take(&self) -> usize {
-        if self.feed_run {
+        if !self.draft.is_empty() {
+            self.draft.len()
+        } else if self.feed_run {
             self.unfed()
         } else {
             1
         }
+    }
+
+    /// Drafts at most `room` tokens to verify with the next decode (`draft`), when speculation
+    /// is on and the sequence is decoding one sampled token.
+    pub fn propose(&mut self, room: usize) {
+        self.draft.clear();
+        let decoding = self.n_cached() >= self.n_prompt && self.unfed() == 1 && !self.feed_run;
+        if !self.spec.is_on() || self.embed.is_some() || !decoding {
+            return;
+        }
+        // A last drafted token past the limit could never be sampled after.
+        let room = room.min(self.limit.saturating_sub(self.tokens.len() + 1));
+        let drafted = ngram_draft(&self.tokens, &self.spec, room);
+        if let (false, Some(&last)) = (drafted.is_empty(), self.tokens.last()) {
+            self.draft.push(last);
+            self.draft.extend(drafted);
+        }
+    }
+
+    /// Samples a verified step's rows (`logits`, one per token of `draft`) in order, each
+    /// from its row as decoding one by one would, for as long as each sampled token is the
+    /// next drafted one: every row after a mismatch saw a wrong input. Returns the finish
+    /// reason when the sequence ended, and how many of the step's inputs turned out to be the
+    /// sequence's tokens (the cache keeps those; at least the first).
+    pub fn on_verified(
+        &mut self,
+        logits: &[f32],
+        tok: &Tokenizer,
+        metrics: &Metrics,
+    ) -> (Option<crate::Result<FinishReason>>, usize) {
+        let draft = std::mem::take(&mut self.draft);
+        let pos0 = self.tokens.len() - 1;
+        let n_vocab = logits.len() / draft.len().max(1);
+        let mut end = None;
+        for (i, row) in logits.chunks_exact(n_vocab.max(1)).enumerate() {
+            end = self.on_logits(row, tok, metrics).transpose();
+            // Exactly one new token, and the next input: else the rows after saw wrong inputs.
+            let next = pos0 + i + 1;
+            let on_track = self.tokens.len() == next + 1 && draft.get(i + 1) == Some(&self.tokens[next]);
+            if end.is_some() || !on_track {
+                break;
+            }
+        }
+        let same = draft.iter().zip(&self.tokens[pos0..]).take_while(|(a, b)| a == b).count();
+        // A fed token's logits are always read: the last token stays unfed.
+        let kept = same.min(self.tokens.len() - pos0 - 1).max(1);
+        metrics.spec_drafts_total.fetch_add(1, Ordering::Relaxed);
+        metrics.spec_draft_tokens_total.fetch_add(draft.len() - 1, Ordering::Relaxed);
+        metrics.spec_accepted_tokens_total.fetch_add(kept - 1, Ordering::Relaxed);
+        (end, kept)
     }
 
     /// Samples from the logits of the last fed token and emits the event. Returns the finish
