@@ -29,8 +29,13 @@ import {
   outfile,
   port,
   positiveInt,
+  speculativeConfig,
   type LoraFlag,
 } from "./values.ts";
+import { DEFAULT_DRAFT_MAX, SPEC_TYPES, type SpeculativeConfig, type SpecType } from "../service/speculation.ts";
+import { FOREIGN_FLAGS, type ForeignFlag } from "./foreign-flags.ts";
+
+export { FOREIGN_FLAGS };
 
 export interface FlagSpec<F = ServeFlags> {
   /** Property name in the parsed options. */
@@ -102,6 +107,11 @@ export interface ServeFlags {
   loraScaled?: LoraFlag[][];
   loraModules?: LoraFlag[][];
   loraInitWithoutApply?: boolean;
+  specType?: SpecType;
+  draftMax?: number;
+  draftMin?: number;
+  specNgramSize?: number;
+  speculativeConfig?: SpeculativeConfig;
 }
 
 /** `--cors`: the origins, or the reason they do not parse as the flag's error. */
@@ -321,6 +331,42 @@ export const SERVE_FLAGS: FlagSpec[] = [
     flags: ["--lora-init-without-apply"],
     description: "load the LoRA adapters at scale 0: requests pick them with lora: [{id, scale}], or POST /lora-adapters sets the default",
   },
+  {
+    key: "specType",
+    flags: ["--spec-type"],
+    value: "<type>",
+    description:
+      "speculative decoding: ngram-simple drafts the tokens that followed the latest earlier occurrence of the last few tokens (copy-heavy work: editing code, quoting a document) and checks them in one step; the output is the same token for token. none (default) is off",
+    parse: choice(SPEC_TYPES),
+  },
+  {
+    key: "draftMax",
+    flags: ["--draft-max", "--draft", "--draft-n", "--spec-draft-n-max"],
+    value: "<n>",
+    description: `tokens drafted per step at most with --spec-type (default ${DEFAULT_DRAFT_MAX}; 0 = off)`,
+    parse: integer(0, 64, "a token count from 0 to 64"),
+  },
+  {
+    key: "draftMin",
+    flags: ["--draft-min", "--draft-n-min", "--spec-draft-n-min"],
+    value: "<n>",
+    description: "no draft when fewer tokens than this are found (default 1)",
+    parse: integer(0, 64, "a token count from 0 to 64"),
+  },
+  {
+    key: "specNgramSize",
+    flags: ["--spec-ngram-simple-size-n", "--spec-ngram-size-n"],
+    value: "<n>",
+    description: "length of the n-gram looked up (default 4, then shorter down to 2)",
+    parse: integer(1, 64, "a length from 1 to 64"),
+  },
+  {
+    key: "speculativeConfig",
+    flags: ["--speculative-config"],
+    value: "<json>",
+    description: 'vLLM\'s form: {"method": "ngram", "num_speculative_tokens": N, "prompt_lookup_max": N, "prompt_lookup_min": N}; turns n-gram drafting on',
+    parse: speculativeConfig,
+  },
   { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: nonEmpty },
   { key: "imageMinTokens", flags: ["--image-min-tokens"], value: "<n>", description: "image tokens per image at least (LFM2-VL default 64)", parse: positiveInt },
   {
@@ -445,64 +491,6 @@ function keepAliveText(raw: string): string {
   keepAlive(raw);
   return raw;
 }
-
-/** Flags of other runtimes (and of `docker run`) that people paste; accepted and ignored. */
-interface ForeignFlag {
-  flags: string[];
-  /** Whether the flag takes a value: "optional" consumes the next argument unless it is a flag. */
-  arity: "none" | "optional" | "required";
-  from: string;
-  /** Why it is ignored, when "no effect in Wick" would not say enough. */
-  why?: string;
-}
-
-export const FOREIGN_FLAGS: ForeignFlag[] = [
-  { flags: ["--enable-torch-compile", "--enable-metrics"], arity: "none", from: "SGLang" },
-  { flags: ["--cuda-graph-max-bs", "--attention-backend", "--tp", "--tp-size", "--dp", "--dp-size"], arity: "required", from: "SGLang" },
-  {
-    flags: ["--trust-remote-code", "--enforce-eager", "--disable-log-requests", "--disable-log-stats", "--enable-prefix-caching", "--enable-chunked-prefill", "--enable-auto-tool-choice"],
-    arity: "none",
-    from: "vLLM",
-  },
-  { flags: ["--enable-lora"], arity: "none", from: "vLLM", why: "LoRA adapters are always on: --lora, --lora-modules, /v1/load_lora_adapter" },
-  {
-    flags: ["--max-loras", "--max-lora-rank", "--max-cpu-loras", "--lora-dtype", "--lora-extra-vocab-size"],
-    arity: "required",
-    from: "vLLM",
-    why: "adapters are held beside the base weights at their own rank, as many as are loaded",
-  },
-  {
-    flags: [
-      "--tensor-parallel-size",
-      "-tp",
-      "--pipeline-parallel-size",
-      "-pp",
-      "--swap-space",
-      "--kv-cache-dtype",
-      "--quantization",
-      "--generation-config",
-      "--download-dir",
-      "--uvicorn-log-level",
-      "--max-logprobs",
-    ],
-    arity: "required",
-    from: "vLLM",
-  },
-  { flags: ["--flash-attn", "-fa"], arity: "optional", from: "llama.cpp" },
-  { flags: ["--cont-batching", "-cb", "--mlock", "--no-mmap", "--metrics", "--jinja", "--no-webui", "--verbose"], arity: "none", from: "llama.cpp" },
-  { flags: ["--batch-size", "-b", "--ubatch-size", "-ub", "--cache-type-k", "-ctk", "--cache-type-v", "-ctv"], arity: "required", from: "llama.cpp" },
-  { flags: ["--ipc", "--gpus", "--shm-size"], arity: "optional", from: "docker run" },
-  { flags: ["--enable-force-include-usage"], arity: "none", from: "vLLM", why: "usage is sent when a request asks for it" },
-  {
-    flags: ["--temp", "--top-p", "--top-k", "--min-p", "--max-tokens", "--repeat-penalty", "--seed"],
-    arity: "required",
-    from: "mlx-lm / llama-server",
-    why: "no server-wide sampling defaults: send them per request, or set them as PARAMETERs in a Modelfile",
-  },
-  { flags: ["--chat-template", "--chat-template-file"], arity: "required", from: "llama-server / vLLM / mlx-lm", why: "the GGUF's own template is used: set another as TEMPLATE in a Modelfile" },
-  { flags: ["--prompt-cache-size", "--threads-batch", "-tb"], arity: "required", from: "mlx-lm / llama-server" },
-  { flags: ["--no-mmproj", "--props", "--slots", "--no-jinja"], arity: "none", from: "llama-server" },
-];
 
 /**
  * The flags each command rewrites: its table's aliases, and (serve) the foreign flags it drops.

@@ -11,6 +11,7 @@ import type { AddressInfo } from "node:net";
 import { pino, type Logger } from "pino";
 import { isDevice, selectAddon, type LoraAdapterSpec } from "../engine/index.ts";
 import { defaultKeepAliveMs } from "../service/keep-alive.ts";
+import { speculationFromFlags } from "../service/speculation.ts";
 import { ModelManager } from "../service/models.ts";
 import type { ReasoningMode } from "../service/reasoning-plan.ts";
 import type { ServedModel } from "../service/registry.ts";
@@ -44,6 +45,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
   // On the terminal too when a GPU was asked for by name; under `auto` the log line says it.
   if (addon.notice && device?.startsWith("cuda")) process.stderr.write(`wick: note: ${addon.notice}\n`);
 
+  const speculative = speculationFromFlags(flags);
   const store = new ModelStore();
   const hub = new HubClient(store);
   const models = new ModelManager({
@@ -69,6 +71,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
       ...(device !== undefined ? { device } : {}),
       ...(gpuLayers !== undefined ? { gpuLayers } : {}),
       ...(flags.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: flags.gpuMemoryUtilization } : {}),
+      ...(speculative ? { speculative } : {}),
     },
   });
   if (flags.mmproj && !flags.model) throw new CliError("--mmproj needs -m (the projector belongs to that model)");

@@ -8,6 +8,7 @@ import path from "node:path";
 import { InvalidArgumentError } from "commander";
 import { DEVICES, isDevice } from "../engine/addon.ts";
 import { keepAliveMs } from "../service/keep-alive.ts";
+import type { SpeculativeConfig } from "../service/speculation.ts";
 import { parseReference } from "../store/reference.ts";
 
 export function integer(min: number, max = Number.MAX_SAFE_INTEGER, what = `an integer >= ${min}`) {
@@ -216,4 +217,35 @@ export function loraModule(raw: string): LoraFlag[] {
   }
   if (typeof name !== "string" || !name || typeof file !== "string" || !file) throw new InvalidArgumentError('Expected name=path or {"name": "…", "path": "…"}.');
   return [{ path: existingFile(file), scale: 0, name }];
+}
+
+/** vLLM's `--speculative-config` JSON: the `ngram` method and its sizes (draft models are not served). */
+export function speculativeConfig(raw: string): SpeculativeConfig {
+  let v: unknown;
+  try {
+    v = JSON.parse(raw);
+  } catch {
+    throw new InvalidArgumentError('Expected JSON such as {"method": "ngram", "num_speculative_tokens": 8}.');
+  }
+  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new InvalidArgumentError("Expected a JSON object.");
+  const o = v as Record<string, unknown>;
+  if (o.method !== "ngram") throw new InvalidArgumentError(`Only the "ngram" method is served (got ${JSON.stringify(o.method)}); draft models are not.`);
+  const known = ["method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"];
+  const other = Object.keys(o).find((k) => !known.includes(k));
+  if (other) throw new InvalidArgumentError(`Unknown key ${JSON.stringify(other)}; Wick reads ${known.join(", ")}.`);
+  const size = (key: string, min: number): number | undefined => {
+    const n = o[key];
+    if (n === undefined) return undefined;
+    if (typeof n !== "number" || !Number.isInteger(n) || n < min || n > 64) throw new InvalidArgumentError(`${key} must be an integer from ${min} to 64.`);
+    return n;
+  };
+  const out: SpeculativeConfig = { method: "ngram" };
+  const k = size("num_speculative_tokens", 0);
+  const lo = size("prompt_lookup_min", 1);
+  const hi = size("prompt_lookup_max", 1);
+  if (lo !== undefined && hi !== undefined && lo > hi) throw new InvalidArgumentError("prompt_lookup_min is over prompt_lookup_max.");
+  if (k !== undefined) out.num_speculative_tokens = k;
+  if (lo !== undefined) out.prompt_lookup_min = lo;
+  if (hi !== undefined) out.prompt_lookup_max = hi;
+  return out;
 }

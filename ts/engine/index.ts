@@ -31,6 +31,7 @@ export type {
   LoraAdapter,
   LoraAdapterSpec,
   LoraScale,
+  Speculation,
 } from "../native/native.d.ts";
 
 /** What a generation yields: the addon's token and done events (errors are thrown instead). */

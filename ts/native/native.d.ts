@@ -236,6 +236,11 @@ export interface GenerateOptions {
    * the engine's default scales.
    */
   lora?: Array<LoraScale>
+  /**
+   * Speculative decoding for this request; absent: the engine's. Ignored off the exact CPU
+   * path.
+   */
+  speculative?: Speculation
 }
 
 /** A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::GgufHeaderInfo). */
@@ -354,6 +359,8 @@ export interface LoadOptions {
   gpuMemoryUtilization?: number
   /** LoRA adapters loaded with the model, in id order (llama-server's `--lora`). */
   lora?: Array<LoraAdapterSpec>
+  /** Speculative decoding for requests that do not say (default off). */
+  speculative?: Speculation
 }
 
 /** One `logit_bias` entry. */
@@ -434,6 +441,12 @@ export interface Metrics {
   imageEncodeUsTotal: number
   /** Images whose embeddings came from the image cache (same content seen before). */
   imageCacheHitsTotal: number
+  /** Decode steps that verified speculative drafts (vLLM's spec_decode_num_drafts). */
+  specDraftsTotal: number
+  /** Tokens drafted for speculative decoding (spec_decode_num_draft_tokens). */
+  specDraftTokensTotal: number
+  /** Drafted tokens the model's own sampling agreed with (spec_decode_num_accepted_tokens). */
+  specAcceptedTokensTotal: number
 }
 
 /**
@@ -478,6 +491,8 @@ export interface ModelInfo {
   deviceNotice?: string
   /** What embedding requests get; absent when vocab-only. */
   embedding?: EmbeddingInfo
+  /** Speculative decoding for requests that do not say; absent when off. */
+  speculative?: Speculation
 }
 
 /** How hidden states become an embedding (llama.cpp's `pooling_type`). */
@@ -510,6 +525,21 @@ export type SequenceEvent =
   | { type: 'embedding'; vectors: Array<Float32Array> }
   | { type: 'done'; finishReason: FinishReason; usage: Usage; timings: Timings; stopSequence?: string }
   | { type: 'error'; code: string; message: string }
+
+/**
+ * Speculative decoding by n-gram lookup in the sequence's own tokens (llama-server's
+ * `--spec-type ngram-simple` with `--draft-max`/`--draft-min`, vLLM's `ngram` method with
+ * `prompt_lookup_min`/`_max`). The output is the same token for token as without it.
+ */
+export interface Speculation {
+  /** Most tokens drafted per step; 0 turns speculation off. */
+  draftMax: number
+  /** No draft when fewer tokens than this are found (default 1). */
+  draftMin?: number
+  /** The n-gram lengths looked up, longest first (default 2 to 4). */
+  ngramMin?: number
+  ngramMax?: number
+}
 
 /** Starts converting `opts.input` into `opts.outfile` on a new thread. */
 export declare function startConversion(opts: ConvertOptions): Conversion

@@ -38,6 +38,11 @@ export const samplingFields = {
     .array(z.object({ id: z.number().int().min(0), scale: z.number() }))
     .max(256)
     .nullish(),
+  /** llama-server's per-request speculative decoding, dotted keys as it spells them (ts/service/speculation.ts). */
+  "speculative.type": z.enum(["ngram-simple", "none"]).nullish(),
+  "speculative.n_max": z.number().int().min(0).max(64).nullish(),
+  "speculative.n_min": z.number().int().min(0).max(64).nullish(),
+  "speculative.ngram_size_n": z.number().int().min(1).max(64).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.looseObject({ include_usage: z.boolean().nullish() }).nullish(),
 };

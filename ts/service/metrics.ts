@@ -54,6 +54,10 @@ export class ServingMetrics {
     engineCounter("wick:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", (m) => m.prefixQueryTokensTotal);
     engineCounter("wick:prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", (m) => m.prefixHitTokensTotal);
     engineCounter("wick:num_preemptions_total", "Sequences preempted (to recompute) when KV blocks ran out.", (m) => m.preemptionsTotal);
+    // vLLM's speculative decoding counters, under Wick's prefix.
+    engineCounter("wick:spec_decode_num_drafts_total", "Decode steps that verified speculative drafts.", (m) => m.specDraftsTotal);
+    engineCounter("wick:spec_decode_num_draft_tokens_total", "Tokens drafted for speculative decoding.", (m) => m.specDraftTokensTotal);
+    engineCounter("wick:spec_decode_num_accepted_tokens_total", "Drafted tokens accepted (the model sampled the same token).", (m) => m.specAcceptedTokensTotal);
     engineCounter("wick:step_failures_total", "Model steps that failed (a panic or error inside a step); only the culprit sequence fails.", (m) => m.stepFailuresTotal);
     const histogram = (name: string, help: string) => new client.Histogram({ name, help, labelNames, registers, buckets: LATENCY_BUCKETS });
     this.ttft = histogram("wick:time_to_first_token_seconds", "Time from submission to the first generated token.");

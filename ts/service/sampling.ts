@@ -3,13 +3,15 @@
  * temperature 1.0, top_p 1.0, top_k off, min_p 0, repetition penalty 1.0, and max_tokens
  * until the context is full (the engine's default when maxTokens is absent).
  */
-import type { GenerateOptions } from "../engine/index.ts";
+import type { GenerateOptions, Speculation } from "../engine/index.ts";
 import type { SamplingRequest } from "../schemas/sampling.ts";
 import { RequestError } from "./errors.ts";
+import { requestSpeculation } from "./speculation.ts";
 
 export type SamplingOptions = Omit<GenerateOptions, "promptTokens">;
 
-export function samplingOptions(req: SamplingRequest & { max_completion_tokens?: number | null }, nVocab: number, topLogprobs?: number): SamplingOptions {
+/** `engineSpec`: the model's default speculative decoding, which the request's `speculative.*` fields adjust. */
+export function samplingOptions(req: SamplingRequest & { max_completion_tokens?: number | null }, nVocab: number, topLogprobs?: number, engineSpec?: Speculation): SamplingOptions {
   const out: SamplingOptions = { temperature: req.temperature ?? 1.0 };
   const maxTokens = req.max_completion_tokens ?? req.max_tokens;
   if (maxTokens != null) out.maxTokens = maxTokens;
@@ -31,6 +33,8 @@ export function samplingOptions(req: SamplingRequest & { max_completion_tokens?:
   const bias = logitBias(req.logit_bias, nVocab);
   if (bias.length) out.logitBias = bias;
   if (req.lora) out.lora = req.lora.map(({ id, scale }) => ({ id, scale }));
+  const speculative = requestSpeculation(req, engineSpec);
+  if (speculative) out.speculative = speculative;
   return out;
 }
 

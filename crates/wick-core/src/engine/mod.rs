@@ -120,6 +120,9 @@ impl EngineOptions {
 /// `spec` if its numbers make sense.
 fn check_speculation(spec: SpecOptions) -> Result<SpecOptions> {
     let bad = |m: String| Err(WickError::InvalidRequest(format!("speculative decoding: {m}")));
+    if spec.draft_max == 0 {
+        return Ok(SpecOptions::OFF);
+    }
     if spec.draft_max > MAX_DRAFT {
         return bad(format!("draft_max {} is over {MAX_DRAFT}", spec.draft_max));
     }

@@ -26,7 +26,7 @@ export function chatRoutes(router: Router, { models, log, images }: RouteDeps): 
   router.post("/v1/chat/completions", async (ctx) => {
     const req = parseBody(chatCompletionRequest, ctx.request.body);
     const model = await useModel(ctx, models, req.model);
-    const sampling = samplingOptions(withOpenAIDefaults(model.profile, req), model.info.nVocab, req.logprobs ? (req.top_logprobs ?? 0) : undefined);
+    const sampling = samplingOptions(withOpenAIDefaults(model.profile, req), model.info.nVocab, req.logprobs ? (req.top_logprobs ?? 0) : undefined, model.info.speculative);
     const format = responseFormatGrammar(req.response_format);
     const maxTokens = req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
     const think = chatThink(req.chat_template_kwargs?.enable_thinking, req.reasoning_effort);

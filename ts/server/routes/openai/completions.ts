@@ -22,7 +22,7 @@ export function completionsRoutes(router: Router, { models, log }: RouteDeps): v
     const req = parseBody(completionRequest, ctx.request.body);
     const model = await useModel(ctx, models, req.model);
     const prompts = completionPromptTokens(model, req.prompt);
-    const sampling = samplingOptions(withOpenAIDefaults(model.profile, req), model.info.nVocab, req.logprobs ?? undefined);
+    const sampling = samplingOptions(withOpenAIDefaults(model.profile, req), model.info.nVocab, req.logprobs ?? undefined, model.info.speculative);
     const choices = perChoice(sampling, req.n ?? 1);
     const jobs: Job[] = prompts.flatMap((promptTokens, promptIndex) => choices.map((o) => ({ options: { ...o, promptTokens }, promptIndex })));
     const answer = startAnswer(model, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "max_tokens" });

@@ -30,7 +30,7 @@ export function responsesRoutes(router: Router, { models, log, images }: RouteDe
     const chat = chatRequest(req);
     const model = await useModel(ctx, models, req.model);
     const effective = withOpenAIDefaults(model.profile, { ...req, max_tokens: req.max_output_tokens });
-    const sampling = samplingOptions(effective, model.info.nVocab);
+    const sampling = samplingOptions(effective, model.info.nVocab, undefined, model.info.speculative);
     const names = { maxTokens: "max_output_tokens", format: "text.format" };
     const { jobs, tools, params } = await inputNamesAsync(chat.origins, () => planChat(model, { ...chat, sampling, n: 1, images, think: effortThink(req.reasoning?.effort) }, names));
     const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools);
