@@ -33,14 +33,6 @@ fi
 
 need=0
 for t in $targets; do [ -x "$bin/$t" ] || need=1; done
-if [ "$need" = 0 ] && [ -z "${WICK_LLAMA_REBUILD:-}" ]; then
-  echo "build-llama-server: up to date ($targets)" >&2
-  echo "$bin"
-  exit 0
-fi
-
-bash scripts/llama-src.sh >/dev/null
-[ -f "$src/CMakeLists.txt" ] || { echo "build-llama-server: no source in $src" >&2; exit 1; }
 
 # Flags checked against the bundled CMakeLists (llama.cpp v0.5.0 in node-llama-cpp 3.22.1):
 # LLAMA_USE_PREBUILT_UI defaults ON and would download the web UI; LLAMA_BUILD_APP builds the
@@ -71,8 +63,24 @@ elif [ -n "$cross" ]; then
   echo "build-llama-server: WICK_LLAMA_CROSS=$cross is not a known target (aarch64)" >&2
   exit 2
 else
-  flags+=(-DGGML_NATIVE=ON)
+  # Native, but never AMX or AVX512-FP16: ggml's AMX kernels sum in their own order (the
+  # reference is its AVX-512 build, which Wick follows), and in a VM that advertises AMX
+  # without enabling its tile state they die on SIGILL at the first matmul.
+  nox="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16 -mno-avx512fp16"
+  flags+=(-DGGML_NATIVE=ON "-DCMAKE_C_FLAGS=$nox" "-DCMAKE_CXX_FLAGS=$nox")
 fi
+# A build made with other flags (an older version of this script) is rebuilt.
+stamp="$build/.wick-flags"
+want="${flags[*]}"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" != "$want" ]; then need=1; fi
+if [ ! -f "$stamp" ] && [ -d "$build" ] && [ -z "$cross" ]; then need=1; fi
+if [ "$need" = 0 ] && [ -z "${WICK_LLAMA_REBUILD:-}" ]; then
+  echo "build-llama-server: up to date ($targets)" >&2
+  echo "$bin"
+  exit 0
+fi
+bash scripts/llama-src.sh >/dev/null
+[ -f "$src/CMakeLists.txt" ] || { echo "build-llama-server: no source in $src" >&2; exit 1; }
 jobs=${WICK_LLAMA_JOBS:-$(nproc)}
 
 # Offline by construction: run configure + build without a network namespace when possible,
@@ -91,5 +99,6 @@ run_offline ninja -C "$build" -j"$jobs" $targets >&2
 for t in $targets; do
   [ -x "$bin/$t" ] || { echo "build-llama-server: $bin/$t was not produced" >&2; exit 1; }
 done
+echo "$want" > "$stamp"
 [ -z "$cross" ] && [ -x "$bin/llama-server" ] && { "$bin/llama-server" --version >&2 2>&1 || true; }
 echo "$bin"

@@ -341,7 +341,7 @@ export const SERVE_FLAGS: FlagSpec[] = [
   },
   {
     key: "draftMax",
-    flags: ["--draft-max", "--draft", "--draft-n", "--spec-draft-n-max"],
+    flags: ["--draft-max", "--draft", "--draft-n", "--spec-draft-n-max", "--spec-ngram-simple-size-m"],
     value: "<n>",
     description: `tokens drafted per step at most with --spec-type (default ${DEFAULT_DRAFT_MAX}; 0 = off)`,
     parse: integer(0, 64, "a token count from 0 to 64"),

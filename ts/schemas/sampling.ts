@@ -43,6 +43,8 @@ export const samplingFields = {
   "speculative.n_max": z.number().int().min(0).max(64).nullish(),
   "speculative.n_min": z.number().int().min(0).max(64).nullish(),
   "speculative.ngram_size_n": z.number().int().min(1).max(64).nullish(),
+  /** ngram-simple's own name for the draft length (`speculative.n_max` is the draft model's). */
+  "speculative.ngram_size_m": z.number().int().min(0).max(64).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.looseObject({ include_usage: z.boolean().nullish() }).nullish(),
 };

@@ -45,12 +45,12 @@ export function speculationFromFlags(f: SpecFlags): Speculation | undefined {
 }
 
 /**
- * A request's own settings (llama-server's per-request `speculative.type`, `.n_max`, `.n_min`,
- * `.ngram_size_n`) over the engine's; undefined when the request says nothing (the engine's apply).
+ * A request's own settings (llama-server's per-request `speculative.type`, `.n_max` or
+ * `.ngram_size_m`, `.n_min`, `.ngram_size_n`) over the engine's; undefined when the request says nothing (the engine's apply).
  */
 export function requestSpeculation(req: SamplingRequest, engine: Speculation | undefined): Speculation | undefined {
   const type = req["speculative.type"];
-  const nMax = req["speculative.n_max"];
+  const nMax = req["speculative.n_max"] ?? req["speculative.ngram_size_m"];
   const nMin = req["speculative.n_min"];
   const size = req["speculative.ngram_size_n"];
   if (type == null && nMax == null && nMin == null && size == null) return undefined;

@@ -1,8 +1,11 @@
 //! End-to-end prefill / decode tokens/s of one GGUF through `models::Model::forward`, the way
 //! llama-bench measures (pp512 / tg128): `cargo bench -p wick-core --bench e2e -- MODEL.gguf
-//! [--prompt 512] [--gen 128] [--repeats 3] [--same-token] [--device cpu|cpu-candle|cuda|metal]`
+//! [--prompt 512] [--gen 128] [--repeats 3] [--same-token] [--device cpu|cpu-candle|cuda|metal]
+//! [--verify K]`
 //! (`--same-token`: decode feeds one token over and over, as a model that echoes does;
-//! `--device`: where and how the model runs, `runtime::device`, default the exact CPU path).
+//! `--device`: where and how the model runs, `runtime::device`, default the exact CPU path;
+//! `--verify K`: also the time of a speculative step checking K drafts, 1 + K rows computed as
+//! decodes, against a decode step, at the same cache length).
 //! Threads: `WICK_THREADS` (default: all cores).
 //! Prints median and min–max per phase. With `WICK_THREADS=1` it also prints tokens per second
 //! of the thread's CPU time (`/proc/thread-self/schedstat`), which a loaded machine moves much
@@ -58,10 +61,12 @@ fn main() {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((seed >> 33) as u32) % vocab
     };
-    let blocks = (np + ng + 64).div_ceil(BLOCK_SIZE);
+    let blocks = (np + ng + 64 + verify).div_ceil(BLOCK_SIZE);
     let mut kv = KvPool::new_on(&model.cache_layout(), blocks, true, &placement).expect("kv pool");
     let (mut pp, mut tg) = (vec![], vec![]);
     let (mut pp_cpu, mut tg_cpu) = (vec![], vec![]);
+    let verify = arg(&args, "--verify", 0);
+    let mut verify_ms = vec![];
     for rep in 0..=reps {
         let prompt: Vec<u32> = (0..np).map(|_| next()).collect();
         let mut cache = kv.new_seq();
@@ -74,6 +79,9 @@ fn main() {
             model.forward(&mut [StepSeq::tokens(&tok, &mut cache)], &mut kv).expect("decode");
         }
         let (tg_s, tg_c) = (t.elapsed().as_secs_f64(), (cpu_ns() - c) / 1e9);
+        if verify > 0 && rep > 0 {
+            verify_ms.push(verify_step_ms(model.as_ref(), &mut kv, &mut cache, verify, &mut next));
+        }
         kv.release(&mut cache);
         if rep > 0 {
             pp.push(np as f64 / pp_s);
@@ -88,8 +96,37 @@ fn main() {
         "{path}: pp{np} {pm:.1} tok/s ({pl:.1}-{ph:.1})  tg{ng} {tm:.1} tok/s ({tl:.1}-{th:.1})  threads={}",
         wick_core::runtime::pool::global().threads()
     );
+    if verify > 0 {
+        let (vm, vl, vh) = stats(&mut verify_ms);
+        println!(
+            "  verify 1+{verify} rows: {vm:.2} ms/step ({vl:.2}-{vh:.2}) = {:.2} decode steps",
+            vm / (1e3 / tm)
+        );
+    }
     if wick_core::runtime::pool::global().threads() == 1 {
         let ((pm, pl, ph), (tm, tl, th)) = (stats(&mut pp_cpu), stats(&mut tg_cpu));
         println!("  per CPU second: pp{np} {pm:.1} ({pl:.1}-{ph:.1})  tg{ng} {tm:.1} ({tl:.1}-{th:.1})");
     }
+}
+
+/// Median milliseconds of a step verifying `k` drafts (1 + k rows computed as decodes), each
+/// rewound after, so every step runs at the same cache length.
+fn verify_step_ms(
+    model: &dyn models::Model,
+    kv: &mut KvPool,
+    cache: &mut wick_core::cache::SeqCache,
+    k: usize,
+    next: &mut impl FnMut() -> u32,
+) -> f64 {
+    let at = cache.len();
+    let mut ms = vec![];
+    for _ in 0..16 {
+        let rows: Vec<u32> = (0..=k).map(|_| next()).collect();
+        let t = Instant::now();
+        let step = StepSeq { verify: true, ..StepSeq::tokens(&rows, cache) };
+        model.forward(&mut [step], kv).expect("verify");
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        kv.truncate(cache, at).expect("rewind");
+    }
+    stats(&mut ms).0
 }
