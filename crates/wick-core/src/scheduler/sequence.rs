@@ -62,6 +62,8 @@ pub(crate) struct Sequence {
     /// This step's input when it verifies drafts: the sampled token, then the drafted ones
     /// (`propose`); empty when it does not.
     pub draft: Vec<u32>,
+    /// How far drafting reaches now (`Pace`).
+    pace: Pace,
     /// Control tokens rendered as text (sorted).
     markers: Vec<u32>,
     detok: Detokenizer,
@@ -106,6 +108,7 @@ impl Sequence {
             feed_run: false,
             spec: req.speculative.unwrap_or(SpecOptions::OFF),
             draft: Vec::new(),
+            pace: Pace::default(),
             stopped_by: None,
             embed: req.embed,
             lora_salt: lora_salt(&lora),
@@ -185,8 +188,9 @@ impl Sequence {
         if !self.spec.is_on() || self.embed.is_some() || !decoding {
             return;
         }
+        let Some(len) = self.pace.next(self.spec.draft_max) else { return };
         // A last drafted token past the limit could never be sampled after.
-        let room = room.min(self.limit.saturating_sub(self.tokens.len() + 1));
+        let room = room.min(len).min(self.limit.saturating_sub(self.tokens.len() + 1));
         let drafted = ngram_draft(&self.tokens, &self.spec, room);
         if let (false, Some(&last)) = (drafted.is_empty(), self.tokens.last()) {
             self.draft.push(last);
@@ -221,6 +225,7 @@ impl Sequence {
         let same = draft.iter().zip(&self.tokens[pos0..]).take_while(|(a, b)| a == b).count();
         // A fed token's logits are always read: the last token stays unfed.
         let kept = same.min(self.tokens.len() - pos0 - 1).max(1);
+        self.pace.verified(draft.len() - 1, kept - 1, self.spec.draft_max);
         metrics.spec_drafts_total.fetch_add(1, Ordering::Relaxed);
         metrics.spec_draft_tokens_total.fetch_add(draft.len() - 1, Ordering::Relaxed);
         metrics.spec_accepted_tokens_total.fetch_add(kept - 1, Ordering::Relaxed);
@@ -377,6 +382,47 @@ impl Sequence {
     pub fn fail(mut self, err: crate::WickError) {
         let _ = self.tx.send(Event::Error(err));
         self.ended = true;
+    }
+}
+
+/// How many tokens to draft: a checked draft row costs about a third of a decode step on a CPU,
+/// so drafting pays where the text copies itself for a while and costs where it does not.
+/// The reach doubles while whole drafts are accepted and falls back to what was accepted;
+/// after drafts that were wholly rejected, drafting pauses for 1, 2, 4 … (at most 16) steps.
+#[derive(Debug, Default)]
+struct Pace {
+    /// Tokens the next draft may have (0: not set yet, `draft_max / 2`).
+    len: usize,
+    /// Drafts in a row that were wholly rejected.
+    misses: u32,
+    /// Steps still to go without drafting.
+    wait: u32,
+}
+
+impl Pace {
+    /// The next draft's length, or None while drafting pauses.
+    fn next(&mut self, max: usize) -> Option<usize> {
+        if self.wait > 0 {
+            self.wait -= 1;
+            return None;
+        }
+        if self.len == 0 {
+            self.len = max.div_ceil(2);
+        }
+        Some(self.len.clamp(1, max.max(1)))
+    }
+
+    fn verified(&mut self, drafted: usize, accepted: usize, max: usize) {
+        if accepted == 0 {
+            self.misses += 1;
+            self.wait = 1 << (self.misses - 1).min(4);
+        } else {
+            self.misses = 0;
+        }
+        self.len = match accepted == drafted {
+            true => (2 * drafted).min(max),
+            false => accepted.max(1),
+        };
     }
 }
 
