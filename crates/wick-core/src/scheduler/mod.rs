@@ -358,9 +358,12 @@ impl Scheduler {
 
     /// Drafts for the sequences that decode this step (`Sequence::propose`), while the step's
     /// token budget and the free KV blocks (beyond a block of headroom per sequence) last.
-    /// None while a failed step's sequences run alone.
+    /// None while a failed step's sequences run alone, nor in a batch big enough for the
+    /// row-parallel decode (two sequences per kernel thread): its rows already share each weight
+    /// read, and that path takes one-token rows only.
     fn propose_drafts(&mut self) {
-        let suspects = self.running.iter().any(|s| s.suspect.is_some());
+        let busy = self.running.len() >= 2 * crate::runtime::pool::global().threads();
+        let suspects = busy || self.running.iter().any(|s| s.suspect.is_some());
         let mut budget = self.cfg.step_tokens.saturating_sub(self.running.len());
         let mut blocks = self.kv.n_available().saturating_sub(self.running.len());
         for seq in self.running.iter_mut() {
