@@ -3,7 +3,7 @@
  * llama-server (`--spec-type ngram-simple`) on the same file, 2 threads, one server at a time:
  *
  *   npx tsx benches/speculative.ts [--model .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf] \
- *       [--draft-max 8] [--rounds 3] [--threads 2] [--results benches/RESULTS.md]
+ *       [--draft-max 16] [--rounds 3] [--threads 2] [--results benches/RESULTS.md]
  *
  * Workloads (chat, greedy): `edit` rewrites a ~600-token code file with one rename, `quote`
  * answers by quoting a document, `chat` is free-form. Each engine runs each with speculation on
@@ -23,7 +23,7 @@ import { markdownTable } from "./serving.ts";
 const { values: a } = parseArgs({
   options: {
     model: { type: "string", default: ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf" },
-    "draft-max": { type: "string", default: "8" },
+    "draft-max": { type: "string", default: "16" },
     rounds: { type: "string", default: "3" },
     threads: { type: "string", default: "2" },
     bandwidth: { type: "string", default: "45" },
@@ -182,16 +182,23 @@ async function wickCounters(server: Server): Promise<[number, number]> {
 type Key = `${"wick" | "llama"}/${string}/${"on" | "off"}`;
 const runs = new Map<Key, Run[]>();
 
+// llama-server's ngram-simple drafts size-m tokens after a size-n match (defaults 48 and 12, sized
+// for GPUs): here the same lengths as Wick's. Its per-request `speculative.type: none` does not
+// stop a server started with --spec-type from drafting, so its "off" is a server without it;
+// Wick's is the same server, per request.
+const LLAMA_SPEC = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4", "--spec-ngram-simple-size-m", String(draftMax)];
+const SERVERS: { kind: "wick" | "llama"; extra: string[]; modes: boolean[] }[] = [
+  { kind: "wick", extra: ["--spec-type", "ngram-simple", "--draft-max", String(draftMax)], modes: [true, false] },
+  { kind: "llama", extra: [...LLAMA_SPEC, "--jinja"], modes: [true] },
+  { kind: "llama", extra: ["--jinja"], modes: [false] },
+];
+
 for (let round = 0; round < rounds; round++) {
-  for (const kind of ["wick", "llama"] as const) {
-    // llama-server's ngram-simple drafts size-m tokens after a size-n match (defaults 48 and 12,
-    // sized for GPUs): here the same lengths as Wick's.
-    const sizes = ["--spec-ngram-simple-size-n", "4", "--spec-ngram-simple-size-m", String(draftMax)];
-    const extra = kind === "llama" ? ["--spec-type", "ngram-simple", ...sizes, "--jinja"] : ["--spec-type", "ngram-simple", "--draft-max", String(draftMax)];
+  for (const { kind, extra, modes } of SERVERS) {
     const server = await startServer(kind, `${kind}-spec`, a.model!, Number(a.threads), 1, 4096, extra);
     try {
       for (const w of WORKLOADS) {
-        for (const spec of [true, false]) {
+        for (const spec of modes) {
           const before = kind === "wick" ? await wickCounters(server) : [0, 0];
           const r = await chat(server, w.prompt, w.maxTokens, spec);
           if (kind === "wick") {

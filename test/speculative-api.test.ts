@@ -76,7 +76,7 @@ need.serial("bad per-request settings are 400s in OpenAI's shape, and the server
 
 test("the flags: llama-server's and vLLM's spellings, checked", (t) => {
   t.deepEqual(normalizeArgv(["serve", "--draft", "5", "--spec-draft-n-min", "2"]).args, ["serve", "--draft-max", "5", "--draft-min", "2"]);
-  t.deepEqual(speculationFromFlags({ specType: "ngram-simple" }), { draftMax: 8, draftMin: 1, ngramMin: 2, ngramMax: 4 });
+  t.deepEqual(speculationFromFlags({ specType: "ngram-simple" }), { draftMax: 16, draftMin: 1, ngramMin: 2, ngramMax: 4 });
   t.deepEqual(speculationFromFlags({ specType: "ngram-simple", draftMax: 12, specNgramSize: 3 }), { draftMax: 12, draftMin: 1, ngramMin: 3, ngramMax: 3 });
   t.is(speculationFromFlags({ draftMax: 12 }), undefined, "--draft-max alone does not turn it on (llama-server's rule)");
   t.is(speculationFromFlags({ specType: "none", draftMax: 12 }), undefined);
