@@ -21,8 +21,7 @@
 //! equal to llama.cpp bit for bit; llama.cpp's own CUDA backend parts from its CPU backend
 //! the same way.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 use candle_core::{Device, Tensor};
 use wick_core::cache::{KvPool, SeqCache};
@@ -53,18 +52,7 @@ fn under_test(test: &str) -> Option<Placement> {
 }
 
 fn fixture_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wick-device-path");
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let vocab = wick_fixtures::byte_vocab();
-        for spec in wick_fixtures::standard_specs() {
-            let tmp = dir.join(format!("{}.{}", spec.file_name, std::process::id()));
-            wick_fixtures::write_fixture(&spec, &vocab, &tmp).expect("write fixture");
-            std::fs::rename(&tmp, dir.join(&spec.file_name)).expect("rename fixture");
-        }
-        dir
-    })
+    common::engine::standard_fixtures("wick-device-path")
 }
 
 struct Loaded {

@@ -2,8 +2,7 @@
 //! clean failures on broken files. Parity with llama.cpp itself is in `models_parity.rs` and
 //! `test/parity.test.ts`.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 use candle_core::{Device, Tensor};
 use wick_core::cache::{KvPool, SeqCache};
@@ -17,17 +16,7 @@ mod common;
 /// The standard fixture shapes written once per test run with the built-in byte vocab
 /// (259 tokens), so these tests need no external files.
 fn fixture_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        // Rewritten each run (atomically, so parallel test binaries never see half a file).
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wick-models");
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let vocab = wick_fixtures::byte_vocab();
-        for spec in wick_fixtures::standard_specs() {
-            wick_fixtures::write_fixture(&spec, &vocab, &dir.join(&spec.file_name)).expect("write fixture");
-        }
-        dir
-    })
+    common::engine::standard_fixtures("wick-models")
 }
 
 /// A loaded fixture with a KV pool of its own (large enough for every test's sequences).

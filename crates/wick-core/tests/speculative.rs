@@ -3,8 +3,7 @@
 //! equal the tokens with it off — greedy, sampled with a seed, and batched — while drafts were
 //! both accepted and rejected (LFM2: rejections inside the conv window roll its state back).
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 use candle_core::Device;
 use wick_core::cache::{KvPool, SeqCache};
@@ -19,18 +18,7 @@ mod common;
 use common::engine::{repo, run, run_together, sampled};
 
 fn fixture_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wick-speculative");
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let vocab = wick_fixtures::byte_vocab();
-        for spec in wick_fixtures::standard_specs() {
-            let tmp = dir.join(format!("{}.{}", spec.file_name, std::process::id()));
-            wick_fixtures::write_fixture(&spec, &vocab, &tmp).expect("write fixture");
-            std::fs::rename(&tmp, dir.join(&spec.file_name)).expect("rename fixture");
-        }
-        dir
-    })
+    common::engine::standard_fixtures("wick-speculative")
 }
 
 fn load(path: &Path) -> Engine {

@@ -150,3 +150,22 @@ pub fn cached_fixture(test: &str, name: &str, opts: impl FnOnce(&mut EngineOptio
     opts(&mut o);
     Some(Engine::load(o).expect("load fixture"))
 }
+
+/// The standard fixture shapes (`wick_fixtures::standard_specs`) with the built-in byte vocab
+/// (259 tokens), written once per test binary into `CARGO_TARGET_TMPDIR/<name>`: tests that
+/// need no external files. Each file is written under a temporary name and renamed, so test
+/// binaries running at once never read half a file.
+pub fn standard_fixtures(name: &str) -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let vocab = wick_fixtures::byte_vocab();
+        for spec in wick_fixtures::standard_specs() {
+            let tmp = dir.join(format!("{}.{}", spec.file_name, std::process::id()));
+            wick_fixtures::write_fixture(&spec, &vocab, &tmp).expect("write fixture");
+            std::fs::rename(&tmp, dir.join(&spec.file_name)).expect("rename fixture");
+        }
+        dir
+    })
+}
