@@ -363,12 +363,12 @@ impl Scheduler {
     /// read, and that path takes one-token rows only.
     fn propose_drafts(&mut self) {
         let busy = self.running.len() >= 2 * crate::runtime::pool::global().threads();
-        let suspects = busy || self.running.iter().any(|s| s.suspect.is_some());
+        let off = busy || self.running.iter().any(|s| s.suspect.is_some());
         let mut budget = self.cfg.step_tokens.saturating_sub(self.running.len());
         let mut blocks = self.kv.n_available().saturating_sub(self.running.len());
         for seq in self.running.iter_mut() {
             seq.draft.clear();
-            if suspects || budget == 0 {
+            if off || budget == 0 {
                 continue;
             }
             seq.propose(budget);
