@@ -98,7 +98,7 @@ test("the flags: llama-server's and vLLM's spellings, checked", (t) => {
   t.deepEqual(requestSpeculation({ "speculative.n_max": 3 }, engine), { ...engine, draftMax: 3 });
   t.deepEqual(requestSpeculation({ "speculative.type": "none" }, engine), { draftMax: 0 });
   t.is(requestSpeculation({ "speculative.n_max": 3 }, undefined), undefined);
-  t.deepEqual(requestSpeculation({ "speculative.type": "ngram-simple", "speculative.ngram_size_n": 5 }, undefined), { draftMax: 8, draftMin: 1, ngramMin: 5, ngramMax: 5 });
+  t.deepEqual(requestSpeculation({ "speculative.type": "ngram-simple", "speculative.ngram_size_n": 5 }, undefined), { draftMax: 16, draftMin: 1, ngramMin: 5, ngramMax: 5 });
 });
 
 need.serial("bad flag values stop wick serve with a one-line error", async (t) => {
