@@ -291,16 +291,16 @@ impl Attention {
         let views = caches.iter().map(|c| kv.view(layer, c)).collect::<Result<Vec<_>>>()?;
         let o = with_host_f32(&q, |qh| {
             // A verified decode's rows attend one by one, as each would alone.
-            let parts = |span: &SeqSpan| match span.verify {
-                true => (0..span.len).map(|i| (span.start + i, 1, span.pos0 + i)).collect(),
-                false => vec![(span.start, span.len, span.pos0)],
+            let parts = |span: SeqSpan| {
+                let (n, len) = if span.verify { (span.len, 1) } else { (1, span.len) };
+                (0..n).map(move |i| (span.start + i, len, span.pos0 + i))
             };
             let seqs: Vec<SeqAttn<'_>> = plan
                 .spans
                 .iter()
                 .zip(&views)
                 .flat_map(|(span, view)| {
-                    parts(span).into_iter().map(move |(start, len, pos0)| SeqAttn {
+                    parts(*span).map(move |(start, len, pos0)| SeqAttn {
                         q: &qh[start * q_row..(start + len) * q_row],
                         kv: view,
                         len,
