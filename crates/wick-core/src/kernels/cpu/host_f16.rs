@@ -281,23 +281,28 @@ unsafe fn tree8(t: [std::arch::x86_64::__m512; 8]) -> std::arch::x86_64::__m512 
 fn short_single_rows(t: &[f16], n: usize, k: usize, xs: &[f32], m: usize, out: Out<'_>) {
     pool::run(n.div_ceil(SHORT_BLOCK), &|p| {
         let (jb, panel) = (p * SHORT_BLOCK, &t[p * k * SHORT_BLOCK..(p + 1) * k * SHORT_BLOCK]);
+        // The weights from this panel on, which its prefetches may reach into.
+        let room = (t.len() - p * k * SHORT_BLOCK) * 2;
         let cols = SHORT_BLOCK.min(n - jb);
         let x = |r: usize| &xs[r * k..(r + 1) * k];
         let out = |r: usize, sums: &[f32; SHORT_BLOCK]| out.put_run(r, jb, &sums[..cols]);
         // Four rows at a time share each weight's widening.
         let mut r = 0;
         while r + 4 <= m {
-            let sums = short_sums(panel, [x(r), x(r + 1), x(r + 2), x(r + 3)]);
+            let sums = short_sums_in(panel, room, [x(r), x(r + 1), x(r + 2), x(r + 3)]);
             sums.iter().enumerate().for_each(|(i, s)| out(r + i, s));
             r += 4;
         }
         match m - r {
-            3 => short_sums(panel, [x(r), x(r + 1), x(r + 2)])
+            3 => short_sums_in(panel, room, [x(r), x(r + 1), x(r + 2)])
                 .iter()
                 .enumerate()
                 .for_each(|(i, s)| out(r + i, s)),
-            2 => short_sums(panel, [x(r), x(r + 1)]).iter().enumerate().for_each(|(i, s)| out(r + i, s)),
-            1 => out(r, &short_sums(panel, [x(r)])[0]),
+            2 => short_sums_in(panel, room, [x(r), x(r + 1)])
+                .iter()
+                .enumerate()
+                .for_each(|(i, s)| out(r + i, s)),
+            1 => out(r, &short_sums_in(panel, room, [x(r)])[0]),
             _ => {}
         }
     });
@@ -341,16 +346,18 @@ fn long_rows<P: Fn(usize, usize, f32) + Sync>(
     let x = |r: usize| &xs[r * k..(r + 1) * k];
     pool::run(n, &|j| {
         let wr = &w[j * k..(j + 1) * k];
+        // The weights from this row on, which its prefetches may reach into.
+        let room = (n - j) * k * 2;
         let emit = |r: usize, d: &[f32]| d.iter().enumerate().for_each(|(i, v)| put(r + i, j, *v));
         let mut r = 0;
         while r + 4 <= m {
-            emit(r, &row_dots(tiled, wr, [x(r), x(r + 1), x(r + 2), x(r + 3)]));
+            emit(r, &row_dots(tiled, wr, room, [x(r), x(r + 1), x(r + 2), x(r + 3)]));
             r += 4;
         }
         match m - r {
-            3 => emit(r, &row_dots(tiled, wr, [x(r), x(r + 1), x(r + 2)])),
-            2 => emit(r, &row_dots(tiled, wr, [x(r), x(r + 1)])),
-            1 => emit(r, &row_dots(tiled, wr, [x(r)])),
+            3 => emit(r, &row_dots(tiled, wr, room, [x(r), x(r + 1), x(r + 2)])),
+            2 => emit(r, &row_dots(tiled, wr, room, [x(r), x(r + 1)])),
+            1 => emit(r, &row_dots(tiled, wr, room, [x(r)])),
             _ => {}
         }
     });
@@ -358,11 +365,11 @@ fn long_rows<P: Fn(usize, usize, f32) + Sync>(
 
 /// `long_tiled` or `long_dots`.
 #[inline]
-fn row_dots<const R: usize>(tiled: bool, w: &[f16], xs: [&[f32]; R]) -> [f32; R] {
+fn row_dots<const R: usize>(tiled: bool, w: &[f16], room: usize, xs: [&[f32]; R]) -> [f32; R] {
     if tiled {
         long_tiled(w, xs)
     } else {
-        long_dots(w, xs)
+        long_dots_in(w, room, xs)
     }
 }
 
@@ -405,30 +412,43 @@ unsafe fn long_tiled_avx512<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32;
 /// (a0+a2)+(a1+a3), the 16-lane tree sum, the tail added in f64), each row summed as alone.
 #[inline]
 pub fn long_dots<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32; R] {
+    long_dots_in(w, w.len() * 2, xs)
+}
+
+/// `long_dots` whose prefetches stay within the `room` bytes from `w`'s start (the weights
+/// that follow it): a prefetch past the adapter's end is bandwidth spent on nothing.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+#[inline]
+fn long_dots_in<const R: usize>(w: &[f16], room: usize, xs: [&[f32]; R]) -> [f32; R] {
     #[cfg(target_arch = "x86_64")]
     if xs.iter().all(|x| x.len() == w.len()) && super::feats::has_avx512() {
         // SAFETY: AVX-512 F checked; every row is as long as `w`.
-        return unsafe { long_dots_avx512(w, xs) };
+        return unsafe { long_dots_avx512(w, room, xs) };
     }
     let mut wide = vec![0f32; w.len()];
     widen_f16(w, &mut wide);
     xs.map(|x| super::float_dots::dot_single_sl(&wide, x))
 }
 
-/// How far ahead of its reads a kernel here prefetches an adapter's weights.
+/// How far ahead of its reads a kernel here prefetches an adapter's weights: each weight's A
+/// and B are short streams (32–150 KB) that the hardware prefetcher barely ramps up on, and a
+/// core's misses in flight bound its bandwidth. 4 KB ahead took 4 distinct adapters from 0.65
+/// to 0.75–0.78 of no adapter over 1 KB (Zen 5 VM); 16 KB was slower (benches/RESULTS.md).
 #[cfg(target_arch = "x86_64")]
-const PREFETCH: usize = 1024;
+const PREFETCH: usize = 4096;
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn long_dots_avx512<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32; R] {
+unsafe fn long_dots_avx512<const R: usize>(w: &[f16], room: usize, xs: [&[f32]; R]) -> [f32; R] {
     use std::arch::x86_64::*;
     let (k, np) = (w.len(), w.len() & !63);
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
     for base in (0..np).step_by(64) {
-        let ahead = (w.as_ptr().add(base) as *const i8).wrapping_add(PREFETCH);
-        _mm_prefetch::<_MM_HINT_T0>(ahead);
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+        if 2 * base + PREFETCH + 128 <= room {
+            let ahead = (w.as_ptr().add(base) as *const i8).wrapping_add(PREFETCH);
+            _mm_prefetch::<_MM_HINT_T0>(ahead);
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+        }
         for j in 0..4 {
             let wv = _mm512_cvtph_ps(_mm256_loadu_si256(w.as_ptr().add(base + 16 * j) as *const __m256i));
             for (a, x) in acc.iter_mut().zip(&xs) {
@@ -460,11 +480,18 @@ const SHORT_BLOCK: usize = 32;
 /// sum in f64 from zero, rounded to f32 at the end.
 #[inline]
 pub fn short_sums<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) -> [[f32; SHORT_BLOCK]; R] {
+    short_sums_in(w, w.len() * 2, xs)
+}
+
+/// `short_sums` whose prefetches stay within the `room` bytes from `w`'s start.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+#[inline]
+fn short_sums_in<const R: usize>(w: &[half::f16], room: usize, xs: [&[f32]; R]) -> [[f32; SHORT_BLOCK]; R] {
     #[cfg(target_arch = "x86_64")]
     if xs.iter().all(|x| w.len() >= x.len() * SHORT_BLOCK) {
         if super::feats::has_avx512() {
             // SAFETY: AVX-512 F checked; the panel holds every row's weights.
-            return unsafe { short_sums_avx512(w, xs) };
+            return unsafe { short_sums_avx512(w, room, xs) };
         }
         if super::feats::has_avx2() {
             // SAFETY: AVX2 and F16C checked; as above.
@@ -486,14 +513,20 @@ pub fn short_sums<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) -> [[f32; SH
 /// exact, `fma(w, x, acc)` rounds `acc + w·x` once, as the f32 product widened and added does.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,f16c")]
-unsafe fn short_sums_avx512<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) -> [[f32; SHORT_BLOCK]; R] {
+unsafe fn short_sums_avx512<const R: usize>(
+    w: &[half::f16],
+    room: usize,
+    xs: [&[f32]; R],
+) -> [[f32; SHORT_BLOCK]; R] {
     use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_pd(); SHORT_BLOCK / 8]; R];
     let k = xs.iter().map(|x| x.len()).min().unwrap_or(0);
     for i in 0..k {
         let row = w.as_ptr().add(i * SHORT_BLOCK) as *const __m256i;
         // Adapters stream from memory: ask for the line PREFETCH bytes ahead (a hint; never faults).
-        _mm_prefetch::<_MM_HINT_T0>((row as *const i8).wrapping_add(PREFETCH));
+        if 2 * i * SHORT_BLOCK + PREFETCH + 64 <= room {
+            _mm_prefetch::<_MM_HINT_T0>((row as *const i8).wrapping_add(PREFETCH));
+        }
         let mut wv = [_mm512_setzero_pd(); SHORT_BLOCK / 8];
         for (q, v) in wv.iter_mut().enumerate() {
             *v = _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((row as *const __m128i).add(q))));
