@@ -31,6 +31,9 @@
  *
  *   npx tsx benches/compare.ts files [--bench-dir DIR]
  *
+ * `files --real` writes the full-size LFM2.5-1.2B (Q8_0, Q4_K_M) and LFM2-8B-A1B (Q4_K_M, ≈5 GB)
+ * shapes instead (REAL_FILES; about 15 GB on disk with their sources).
+ *
  * Cold start: spawn → /health → first token of a one-token request, and RSS, per server:
  *
  *   npx tsx benches/compare.ts cold [model.gguf ...] [--threads 2] [--repeats 3]
@@ -63,17 +66,39 @@ const BENCH_FILES: Record<string, string> = {
   lfm2moe: "bench-lfm2moe-v128k-e32-top4-q4_0.gguf",
 };
 
+/** The full-size shapes (issue #31), by alias: `wick-fixtures --bench-real` writes the F16 /
+ * Q8_0 ones, llama-quantize the Q4_K_M ones (the 8B-A1B's from its Q8_0). */
+const REAL_FILES: Record<string, string> = {
+  "lfm2.5-1.2b-q8_0": "bench-lfm2.5-1.2b-q8_0.gguf",
+  "lfm2.5-1.2b-q4km": "bench-lfm2.5-1.2b-q4_k_m.gguf",
+  "lfm2-8b-a1b-q4km": "bench-lfm2-8b-a1b-q4_k_m.gguf",
+};
+/** Each Q4_K_M file's llama-quantize source. */
+const REAL_SOURCES: Record<string, string> = {
+  "bench-lfm2.5-1.2b-q4_k_m.gguf": "bench-lfm2.5-1.2b-f16.gguf",
+  "bench-lfm2-8b-a1b-q4_k_m.gguf": "bench-lfm2-8b-a1b-q8_0.gguf",
+};
+
 function benchDir(flags: Map<string, string>): string {
   return resolve(flags.get("bench-dir") ?? process.env.WICK_BENCH_DIR ?? join(ROOT, ".cache/tmp/bench-lfm2"));
 }
 
 /** A model argument: a bench alias (resolved in the bench dir) or a path. */
 function modelPath(arg: string, flags: Map<string, string>): string {
-  const file = BENCH_FILES[arg];
+  const file = BENCH_FILES[arg] ?? REAL_FILES[arg];
   if (!file) return resolve(ROOT, arg);
+  const real = arg in REAL_FILES ? " --real" : "";
   const p = join(benchDir(flags), file);
-  if (!existsSync(p)) throw new Error(`${p} missing: run npx tsx benches/compare.ts files --bench-dir ${benchDir(flags)}`);
+  if (!existsSync(p)) throw new Error(`${p} missing: run npx tsx benches/compare.ts files${real} --bench-dir ${benchDir(flags)}`);
   return p;
+}
+
+/** `llama-quantize src dst type` (`--allow-requantize` for a quantized source). */
+function quantize(src: string, dst: string, type: string): void {
+  execFileSync(LLAMA_QUANTIZE, [...(src.includes("q8_0") ? ["--allow-requantize"] : []), src, dst, type], {
+    stdio: ["ignore", "ignore", "inherit"],
+    env: { ...process.env, LD_LIBRARY_PATH: dirname(LLAMA_QUANTIZE) },
+  });
 }
 
 /** Writes the missing bench files: the fixture writer (cargo, with the caller's
@@ -82,14 +107,20 @@ function writeBenchFiles(flags: Map<string, string>): void {
   const dir = benchDir(flags);
   mkdirSync(dir, { recursive: true });
   const missing = (f: string) => !existsSync(join(dir, f));
+  if (flags.has("real")) {
+    const written = Object.values(REAL_FILES).filter((f) => !REAL_SOURCES[f]);
+    if ([...written, ...Object.values(REAL_SOURCES)].some(missing)) {
+      execFileSync("cargo", ["run", "--release", "-q", "-p", "wick-fixtures", "--", dir, "--bench-real"], { cwd: ROOT, stdio: "inherit" });
+    }
+    for (const [f, src] of Object.entries(REAL_SOURCES)) if (missing(f)) quantize(join(dir, src), join(dir, f), "Q4_K_M");
+    for (const [alias, f] of Object.entries(REAL_FILES)) console.log(`${alias}\t${join(dir, f)}`);
+    return;
+  }
   if (["bench-lfm2-350m-v128k-f16.gguf", ...Object.values(BENCH_FILES)].filter((f) => !f.includes("q4_k_m")).some(missing)) {
     execFileSync("cargo", ["run", "--release", "-q", "-p", "wick-fixtures", "--", dir, "--bench-lfm2"], { cwd: ROOT, stdio: "inherit" });
   }
   if (missing(BENCH_FILES["lfm2-350m-q4km"]!)) {
-    execFileSync(LLAMA_QUANTIZE, [join(dir, "bench-lfm2-350m-v128k-f16.gguf"), join(dir, BENCH_FILES["lfm2-350m-q4km"]!), "Q4_K_M"], {
-      stdio: ["ignore", "ignore", "inherit"],
-      env: { ...process.env, LD_LIBRARY_PATH: dirname(LLAMA_QUANTIZE) },
-    });
+    quantize(join(dir, "bench-lfm2-350m-v128k-f16.gguf"), join(dir, BENCH_FILES["lfm2-350m-q4km"]!), "Q4_K_M");
   }
   for (const [alias, f] of Object.entries(BENCH_FILES)) console.log(`${alias}\t${join(dir, f)}`);
 }

@@ -6,7 +6,7 @@
 //! and tiny-lfm2 (`lora-*.gguf`, llama.cpp's GGUF adapter format), plus broken files for
 //! load-failure tests.
 //!
-//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-embed] [--bench-lora] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]
+//! Usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-embed] [--bench-lora] [--bench-lfm2] [--bench-real] [--gpu-check] [--hf] [--hf-bench]
 //!   --llama-src      llama.cpp source tree holding models/ggml-vocab-*.gguf and
 //!                    models/templates/LFM2-8B-A1B.jinja
 //!                    (default <repo>/.cache/llama.cpp, see scripts/llama-src.sh)
@@ -19,6 +19,8 @@
 //!                    (benches/lora.ts; also written by --bench)
 //!   --bench-lfm2     instead of the standard set: the LFM2 benchmark shapes with llama-bpe's
 //!                    128k vocabulary and a 32k training context (bench_lfm2_specs)
+//!   --bench-real     instead of the standard set: LFM2.5-1.2B and LFM2-8B-A1B at full size
+//!                    (bench_real_specs; benches/compare.ts files --real makes the Q4_K_M ones)
 //!   --hf             instead of the standard set: synthetic Hugging Face checkpoints (one
 //!                    directory each, hf-<arch>[-k]) for `wick convert`, and PEFT LoRA
 //!                    adapters for hf-llama and hf-lfm2 (hf-<arch>-lora)
@@ -55,6 +57,10 @@ fn main() -> ExitCode {
             "--bench-lfm2" => {
                 (specs, tools, n_ctx) =
                     (wick_fixtures::bench_lfm2_specs(), false, Some(wick_fixtures::BENCH_CTX))
+            }
+            "--bench-real" => {
+                (specs, tools, n_ctx) =
+                    (wick_fixtures::bench_real_specs(), false, Some(wick_fixtures::BENCH_CTX))
             }
             "--hf" => (specs, tools, hf) = (vec![], false, true),
             "--gpu-check" => (specs, tools) = (wick_fixtures::gpu_check_specs(), false),
@@ -134,7 +140,7 @@ fn usage(err: &str) -> ExitCode {
         eprintln!("wick-fixtures: {err}");
     }
     eprintln!(
-        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-embed] [--bench-lora] [--bench-lfm2] [--gpu-check] [--hf] [--hf-bench]"
+        "usage: wick-fixtures <out_dir> [--llama-src <dir>] [--bad] [--quant-sources] [--bench] [--bench-embed] [--bench-lora] [--bench-lfm2] [--bench-real] [--gpu-check] [--hf] [--hf-bench]"
     );
     if err.is_empty() {
         ExitCode::SUCCESS
