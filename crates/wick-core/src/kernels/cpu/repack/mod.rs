@@ -260,11 +260,40 @@ pub struct PackedWeight {
     ty: &'static PanelType,
     n: usize,
     k: usize,
-    data: Vec<u8>,
+    data: Storage,
     panel_bytes: usize,
     /// Output widths of the weights this one was concatenated from (`[n]` for one weight);
     /// all but the last are whole panels.
     parts: Vec<usize>,
+}
+
+/// A packed weight's bytes: on huge pages where they can be (`HugeBytes`), else as packed.
+enum Storage {
+    Huge(crate::runtime::alloc::HugeBytes),
+    Heap(Vec<u8>),
+}
+
+impl Storage {
+    /// Weights of a huge page or more are copied onto huge pages; smaller ones gain nothing.
+    fn new(data: Vec<u8>) -> Self {
+        if data.len() < 2 << 20 {
+            return Storage::Heap(data);
+        }
+        match crate::runtime::alloc::HugeBytes::copy_of(&data) {
+            Some(h) => Storage::Huge(h),
+            None => Storage::Heap(data),
+        }
+    }
+}
+
+impl std::ops::Deref for Storage {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Storage::Huge(h) => h,
+            Storage::Heap(v) => v,
+        }
+    }
 }
 
 impl PackedWeight {
@@ -290,7 +319,7 @@ impl PackedWeight {
             return Err(WickError::Internal("weight size does not match its shape".into()));
         }
         let (data, panel_bytes) = ((ty.pack)(raw, n, k), k / ty.qk * ty.block_bytes);
-        Ok(Some(Self { ty, n, k, data, panel_bytes, parts: vec![n] }))
+        Ok(Some(Self { ty, n, k, data: Storage::new(data), panel_bytes, parts: vec![n] }))
     }
 
     /// The GGUF blocks of rows `ids` (each `< n`) unpacked from the panels, as a block type
@@ -345,7 +374,7 @@ impl PackedWeight {
         for w in ws {
             data.extend_from_slice(&w.data);
         }
-        Ok(PackedWeight { ty, n: parts.iter().sum(), k, data, panel_bytes, parts })
+        Ok(PackedWeight { ty, n: parts.iter().sum(), k, data: Storage::new(data), panel_bytes, parts })
     }
 
     /// `xs`: `rows.len()` rows of `k` f32 → as many rows of `n` f32; `rows[i]` picks the
