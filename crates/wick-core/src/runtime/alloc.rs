@@ -73,3 +73,19 @@ impl std::ops::Deref for HugeBytes {
         &self.map[..self.len]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::HugeBytes;
+
+    /// A copy onto its own mapping reads back byte for byte, whatever its length (empty, a
+    /// part of a page, over a huge page).
+    #[test]
+    fn huge_bytes_hold_what_they_copied() {
+        for len in [0usize, 1, 4095, (2 << 20) + 12345] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let h = HugeBytes::copy_of(&bytes).expect("an anonymous mapping");
+            assert_eq!(&h[..], &bytes[..], "len {len}");
+        }
+    }
+}
