@@ -57,13 +57,26 @@ pub struct HugeBytes {
 }
 
 impl HugeBytes {
-    /// A copy of `bytes`; `None` when no mapping could be made (then keep the bytes where they are).
-    pub fn copy_of(bytes: &[u8]) -> Option<Self> {
-        let mut map = memmap2::MmapMut::map_anon(bytes.len().max(1)).ok()?;
+    /// `len` zero bytes (the kernel zero-fills each page as it is first written); `None` when
+    /// no mapping could be made (then use the heap).
+    pub fn zeroed(len: usize) -> Option<Self> {
+        let map = memmap2::MmapMut::map_anon(len.max(1)).ok()?;
         #[cfg(target_os = "linux")]
         let _ = map.advise(memmap2::Advice::HugePage); // a hint: refused, the pages stay small
-        map[..bytes.len()].copy_from_slice(bytes);
-        Some(Self { map, len: bytes.len() })
+        Some(Self { map, len })
+    }
+
+    /// A copy of `bytes`.
+    pub fn copy_of(bytes: &[u8]) -> Option<Self> {
+        let mut h = Self::zeroed(bytes.len())?;
+        h.copy_from_slice(bytes);
+        Some(h)
+    }
+}
+
+impl std::ops::DerefMut for HugeBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.map[..self.len]
     }
 }
 

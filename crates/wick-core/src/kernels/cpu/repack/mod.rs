@@ -126,7 +126,7 @@ pub(super) struct PanelType {
     /// they are not).
     packs_on: fn(Isa) -> bool,
     /// GGUF rows (`n` rows of `k` inputs) → panels.
-    pack: fn(raw: &[u8], n: usize, k: usize) -> Vec<u8>,
+    pack: fn(raw: &[u8], n: usize, k: usize) -> Storage,
     /// Column `c`'s GGUF block `b` back out of a panel of `nb` blocks (`pack`'s inverse).
     unpack: fn(panel: &[u8], nb: usize, b: usize, c: usize, blk: &mut [u8]),
     /// The rows of `xs` (`k` inputs each) quantized as the kernel reads them, and its tile
@@ -267,21 +267,20 @@ pub struct PackedWeight {
     parts: Vec<usize>,
 }
 
-/// A packed weight's bytes: on huge pages where they can be (`HugeBytes`), else as packed.
-enum Storage {
+/// A packed weight's bytes: from a huge page up, a mapping of their own on huge pages
+/// (`HugeBytes`); smaller ones, which would gain nothing, on the heap.
+pub(super) enum Storage {
     Huge(crate::runtime::alloc::HugeBytes),
     Heap(Vec<u8>),
 }
 
 impl Storage {
-    /// Weights of a huge page or more are copied onto huge pages; smaller ones gain nothing.
-    fn new(data: Vec<u8>) -> Self {
-        if data.len() < 2 << 20 {
-            return Storage::Heap(data);
-        }
-        match crate::runtime::alloc::HugeBytes::copy_of(&data) {
+    /// `len` zero bytes, packed into in place (a copy afterwards would zero and fault every
+    /// page twice: most of the load time of a 1 GB model).
+    pub(super) fn zeroed(len: usize) -> Self {
+        match (len >= 2 << 20).then(|| crate::runtime::alloc::HugeBytes::zeroed(len)).flatten() {
             Some(h) => Storage::Huge(h),
-            None => Storage::Heap(data),
+            None => Storage::Heap(vec![0u8; len]),
         }
     }
 }
@@ -289,6 +288,15 @@ impl Storage {
 impl std::ops::Deref for Storage {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
+        match self {
+            Storage::Huge(h) => h,
+            Storage::Heap(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Storage {
+    fn deref_mut(&mut self) -> &mut [u8] {
         match self {
             Storage::Huge(h) => h,
             Storage::Heap(v) => v,
@@ -319,7 +327,7 @@ impl PackedWeight {
             return Err(WickError::Internal("weight size does not match its shape".into()));
         }
         let (data, panel_bytes) = ((ty.pack)(raw, n, k), k / ty.qk * ty.block_bytes);
-        Ok(Some(Self { ty, n, k, data: Storage::new(data), panel_bytes, parts: vec![n] }))
+        Ok(Some(Self { ty, n, k, data, panel_bytes, parts: vec![n] }))
     }
 
     /// The GGUF blocks of rows `ids` (each `< n`) unpacked from the panels, as a block type
@@ -370,11 +378,13 @@ impl PackedWeight {
         }
         let (ty, k, panel_bytes) = (first.ty, first.k, first.panel_bytes);
         let parts: Vec<usize> = ws.iter().flat_map(|w| w.parts.iter().copied()).collect();
-        let mut data = Vec::with_capacity(ws.iter().map(|w| w.data.len()).sum());
+        let mut data = Storage::zeroed(ws.iter().map(|w| w.data.len()).sum());
+        let mut at = 0;
         for w in ws {
-            data.extend_from_slice(&w.data);
+            data[at..at + w.data.len()].copy_from_slice(&w.data);
+            at += w.data.len();
         }
-        Ok(PackedWeight { ty, n: parts.iter().sum(), k, data: Storage::new(data), panel_bytes, parts })
+        Ok(PackedWeight { ty, n: parts.iter().sum(), k, data, panel_bytes, parts })
     }
 
     /// `xs`: `rows.len()` rows of `k` f32 → as many rows of `n` f32; `rows[i]` picks the
