@@ -77,6 +77,7 @@ mod q4_1;
 mod q4k;
 mod q6k;
 mod q8_0;
+mod storage;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 
@@ -85,6 +86,7 @@ use crate::kernels::cpu::feats::{isa, Isa};
 use crate::kernels::cpu::matmul::RowPos;
 use crate::kernels::cpu::q8::quantize_rows;
 use crate::runtime::pool::{self, SyncPtr};
+use storage::Storage;
 
 pub use self::panel::PANEL;
 
@@ -265,43 +267,6 @@ pub struct PackedWeight {
     /// Output widths of the weights this one was concatenated from (`[n]` for one weight);
     /// all but the last are whole panels.
     parts: Vec<usize>,
-}
-
-/// A packed weight's bytes: from a huge page up, a mapping of their own on huge pages
-/// (`HugeBytes`); smaller ones, which would gain nothing, on the heap.
-pub(super) enum Storage {
-    Huge(crate::runtime::alloc::HugeBytes),
-    Heap(Vec<u8>),
-}
-
-impl Storage {
-    /// `len` zero bytes, packed into in place (a copy afterwards would zero and fault every
-    /// page twice: most of the load time of a 1 GB model).
-    pub(super) fn zeroed(len: usize) -> Self {
-        match (len >= 2 << 20).then(|| crate::runtime::alloc::HugeBytes::zeroed(len)).flatten() {
-            Some(h) => Storage::Huge(h),
-            None => Storage::Heap(vec![0u8; len]),
-        }
-    }
-}
-
-impl std::ops::Deref for Storage {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Storage::Huge(h) => h,
-            Storage::Heap(v) => v,
-        }
-    }
-}
-
-impl std::ops::DerefMut for Storage {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        match self {
-            Storage::Huge(h) => h,
-            Storage::Heap(v) => v,
-        }
-    }
 }
 
 impl PackedWeight {
