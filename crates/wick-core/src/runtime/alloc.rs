@@ -47,58 +47,65 @@ pub fn release_freed_memory() {
     }
 }
 
-/// Bytes in their own anonymous mapping, backed by 2 MiB pages where the kernel allows
-/// (`MADV_HUGEPAGE`; `transparent_hugepage = madvise` is the usual default): repacked weights
-/// are streamed end to end every decode step, and on 4 KiB pages each page is a TLB miss and a
-/// boundary the hardware prefetcher stops at.
-pub struct HugeBytes {
-    map: memmap2::MmapMut,
-    len: usize,
+/// Bytes streamed end to end every step (repacked weights): from one huge page up, a mapping of
+/// their own advised onto 2 MiB pages (`MADV_HUGEPAGE`; `transparent_hugepage = madvise` is the
+/// usual default) — on 4 KiB pages each page is a TLB miss and a boundary the hardware
+/// prefetcher stops at, and faulting them in was most of a 1 GB model's load; smaller ones,
+/// which would gain nothing, on the heap.
+pub enum StreamedBytes {
+    Mapped(memmap2::MmapMut, usize),
+    Heap(Vec<u8>),
 }
 
-impl HugeBytes {
-    /// `len` zero bytes (the kernel zero-fills each page as it is first written); `None` when
-    /// no mapping could be made (then use the heap).
-    pub fn zeroed(len: usize) -> Option<Self> {
-        let map = memmap2::MmapMut::map_anon(len.max(1)).ok()?;
-        #[cfg(target_os = "linux")]
-        let _ = map.advise(memmap2::Advice::HugePage); // a hint: refused, the pages stay small
-        Some(Self { map, len })
-    }
-
-    /// A copy of `bytes`.
-    pub fn copy_of(bytes: &[u8]) -> Option<Self> {
-        let mut h = Self::zeroed(bytes.len())?;
-        h.copy_from_slice(bytes);
-        Some(h)
+impl StreamedBytes {
+    /// `len` zero bytes to fill in place (the kernel zero-fills a mapping's pages as they are
+    /// first written); the heap when no mapping could be made.
+    pub fn zeroed(len: usize) -> Self {
+        if len >= 2 << 20 {
+            if let Ok(map) = memmap2::MmapMut::map_anon(len) {
+                #[cfg(target_os = "linux")]
+                let _ = map.advise(memmap2::Advice::HugePage); // a hint: refused, the pages stay small
+                return Self::Mapped(map, len);
+            }
+        }
+        Self::Heap(vec![0u8; len])
     }
 }
 
-impl std::ops::DerefMut for HugeBytes {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.map[..self.len]
-    }
-}
-
-impl std::ops::Deref for HugeBytes {
+impl std::ops::Deref for StreamedBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.map[..self.len]
+        match self {
+            Self::Mapped(map, len) => &map[..*len],
+            Self::Heap(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for StreamedBytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Self::Mapped(map, len) => &mut map[..*len],
+            Self::Heap(v) => v,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::HugeBytes;
+    use super::StreamedBytes;
 
-    /// A copy onto its own mapping reads back byte for byte, whatever its length (empty, a
-    /// part of a page, over a huge page).
+    /// Bytes written in read back byte for byte, on the heap and in a mapping (empty, a part
+    /// of a page, just under and over a huge page).
     #[test]
-    fn huge_bytes_hold_what_they_copied() {
-        for len in [0usize, 1, 4095, (2 << 20) + 12345] {
+    fn streamed_bytes_hold_what_was_written() {
+        for len in [0usize, 1, 4095, (2 << 20) - 1, (2 << 20) + 12345] {
             let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-            let h = HugeBytes::copy_of(&bytes).expect("an anonymous mapping");
-            assert_eq!(&h[..], &bytes[..], "len {len}");
+            let mut s = StreamedBytes::zeroed(len);
+            assert!(s.iter().all(|&b| b == 0), "len {len}: not zeroed");
+            s.copy_from_slice(&bytes);
+            assert_eq!(matches!(s, StreamedBytes::Mapped(..)), len >= 2 << 20, "len {len}");
+            assert_eq!(&s[..], &bytes[..], "len {len}");
         }
     }
 }

@@ -77,7 +77,6 @@ mod q4_1;
 mod q4k;
 mod q6k;
 mod q8_0;
-mod storage;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 
@@ -85,8 +84,8 @@ use crate::error::{Result, WickError};
 use crate::kernels::cpu::feats::{isa, Isa};
 use crate::kernels::cpu::matmul::RowPos;
 use crate::kernels::cpu::q8::quantize_rows;
+use crate::runtime::alloc::StreamedBytes;
 use crate::runtime::pool::{self, SyncPtr};
-use storage::Storage;
 
 pub use self::panel::PANEL;
 
@@ -128,7 +127,7 @@ pub(super) struct PanelType {
     /// they are not).
     packs_on: fn(Isa) -> bool,
     /// GGUF rows (`n` rows of `k` inputs) → panels.
-    pack: fn(raw: &[u8], n: usize, k: usize) -> Storage,
+    pack: fn(raw: &[u8], n: usize, k: usize) -> StreamedBytes,
     /// Column `c`'s GGUF block `b` back out of a panel of `nb` blocks (`pack`'s inverse).
     unpack: fn(panel: &[u8], nb: usize, b: usize, c: usize, blk: &mut [u8]),
     /// The rows of `xs` (`k` inputs each) quantized as the kernel reads them, and its tile
@@ -262,7 +261,7 @@ pub struct PackedWeight {
     ty: &'static PanelType,
     n: usize,
     k: usize,
-    data: Storage,
+    data: StreamedBytes,
     panel_bytes: usize,
     /// Output widths of the weights this one was concatenated from (`[n]` for one weight);
     /// all but the last are whole panels.
@@ -343,7 +342,7 @@ impl PackedWeight {
         }
         let (ty, k, panel_bytes) = (first.ty, first.k, first.panel_bytes);
         let parts: Vec<usize> = ws.iter().flat_map(|w| w.parts.iter().copied()).collect();
-        let mut data = Storage::zeroed(ws.iter().map(|w| w.data.len()).sum());
+        let mut data = StreamedBytes::zeroed(ws.iter().map(|w| w.data.len()).sum());
         let mut at = 0;
         for w in ws {
             data[at..at + w.data.len()].copy_from_slice(&w.data);

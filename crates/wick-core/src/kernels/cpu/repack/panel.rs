@@ -123,12 +123,12 @@ pub fn pack_blocks(
     src_bytes: usize,
     block_bytes: usize,
     put: impl Fn(&mut [u8], usize, usize, &[u8]) + Sync,
-) -> super::storage::Storage {
+) -> crate::runtime::alloc::StreamedBytes {
     use crate::runtime::pool::{self, SyncPtr};
     let nb = k / qk;
     let row_bytes = nb * src_bytes;
     let panel_bytes = nb * block_bytes;
-    let mut out = super::storage::Storage::zeroed(n.div_ceil(PANEL) * panel_bytes);
+    let mut out = crate::runtime::alloc::StreamedBytes::zeroed(n.div_ceil(PANEL) * panel_bytes);
     let base = SyncPtr(out.as_mut_ptr());
     pool::run(n.div_ceil(PANEL), &|p| {
         // SAFETY: panel p is bytes p·panel_bytes.. of `out`, written by this task alone.

@@ -77,7 +77,7 @@ fn q5_0_as_q8_0(raw: &[u8]) -> Vec<u8> {
 }
 
 /// GGUF Q8_0 rows (`n` rows of `k / 32` blocks of 34 bytes) → panels.
-fn pack(raw: &[u8], n: usize, k: usize) -> super::storage::Storage {
+fn pack(raw: &[u8], n: usize, k: usize) -> crate::runtime::alloc::StreamedBytes {
     super::panel::pack_blocks(raw, n, k, QK, Q8_0::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q8_0::D..Q8_0::D + 2]);

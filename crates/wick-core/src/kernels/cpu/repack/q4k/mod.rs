@@ -55,7 +55,7 @@ const fn quants_at(g: usize) -> usize {
 }
 
 /// GGUF Q4_K rows (`n` rows of `k / 256` blocks of 144 bytes) → panels.
-fn pack(raw: &[u8], n: usize, k: usize) -> super::storage::Storage {
+fn pack(raw: &[u8], n: usize, k: usize) -> crate::runtime::alloc::StreamedBytes {
     super::panel::pack_blocks(raw, n, k, QK_K, Q4K::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4K::D..Q4K::D + 2]);
