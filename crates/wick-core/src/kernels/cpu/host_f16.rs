@@ -289,20 +289,19 @@ fn short_single_rows(t: &[f16], n: usize, k: usize, xs: &[f32], m: usize, out: O
         // Four rows at a time share each weight's widening.
         let mut r = 0;
         while r + 4 <= m {
-            let sums = short_sums_in(panel, room, [x(r), x(r + 1), x(r + 2), x(r + 3)]);
+            let sums = short_sums(panel, room, [x(r), x(r + 1), x(r + 2), x(r + 3)]);
             sums.iter().enumerate().for_each(|(i, s)| out(r + i, s));
             r += 4;
         }
         match m - r {
-            3 => short_sums_in(panel, room, [x(r), x(r + 1), x(r + 2)])
+            3 => short_sums(panel, room, [x(r), x(r + 1), x(r + 2)])
                 .iter()
                 .enumerate()
                 .for_each(|(i, s)| out(r + i, s)),
-            2 => short_sums_in(panel, room, [x(r), x(r + 1)])
-                .iter()
-                .enumerate()
-                .for_each(|(i, s)| out(r + i, s)),
-            1 => out(r, &short_sums_in(panel, room, [x(r)])[0]),
+            2 => {
+                short_sums(panel, room, [x(r), x(r + 1)]).iter().enumerate().for_each(|(i, s)| out(r + i, s))
+            }
+            1 => out(r, &short_sums(panel, room, [x(r)])[0]),
             _ => {}
         }
     });
@@ -369,7 +368,7 @@ fn row_dots<const R: usize>(tiled: bool, w: &[f16], room: usize, xs: [&[f32]; R]
     if tiled {
         long_tiled(w, xs)
     } else {
-        long_dots_in(w, room, xs)
+        long_dots(w, room, xs)
     }
 }
 
@@ -410,16 +409,11 @@ unsafe fn long_tiled_avx512<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32;
 /// `ggml_vec_dot_f16` on x86 of the f16 row `w` with each of R rows `xs` of f16-exact values:
 /// the `dot_single_sl` order (4 accumulators of 16 lanes over steps of 64, folded
 /// (a0+a2)+(a1+a3), the 16-lane tree sum, the tail added in f64), each row summed as alone.
-#[inline]
-pub fn long_dots<const R: usize>(w: &[f16], xs: [&[f32]; R]) -> [f32; R] {
-    long_dots_in(w, w.len() * 2, xs)
-}
-
-/// `long_dots` whose prefetches stay within the `room` bytes from `w`'s start (the weights
-/// that follow it): a prefetch past the adapter's end is bandwidth spent on nothing.
+/// Its prefetches stay within the `room` bytes from `w`'s start (`w` and the weights after
+/// it): a prefetch past the adapter's end is bandwidth spent on nothing.
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 #[inline]
-fn long_dots_in<const R: usize>(w: &[f16], room: usize, xs: [&[f32]; R]) -> [f32; R] {
+pub fn long_dots<const R: usize>(w: &[f16], room: usize, xs: [&[f32]; R]) -> [f32; R] {
     #[cfg(target_arch = "x86_64")]
     if xs.iter().all(|x| x.len() == w.len()) && super::feats::has_avx512() {
         // SAFETY: AVX-512 F checked; every row is as long as `w`.
@@ -478,15 +472,10 @@ const SHORT_BLOCK: usize = 32;
 /// of k f16-exact values: output c of row r is the sum over i in order of
 /// `(w[i][c] · xs[r][i]) as f64` — the product in f32 (exact: two 11-bit significands), the
 /// sum in f64 from zero, rounded to f32 at the end.
-#[inline]
-pub fn short_sums<const R: usize>(w: &[half::f16], xs: [&[f32]; R]) -> [[f32; SHORT_BLOCK]; R] {
-    short_sums_in(w, w.len() * 2, xs)
-}
-
-/// `short_sums` whose prefetches stay within the `room` bytes from `w`'s start.
+/// Its prefetches stay within the `room` bytes from `w`'s start (as `long_dots`').
 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 #[inline]
-fn short_sums_in<const R: usize>(w: &[half::f16], room: usize, xs: [&[f32]; R]) -> [[f32; SHORT_BLOCK]; R] {
+pub fn short_sums<const R: usize>(w: &[half::f16], room: usize, xs: [&[f32]; R]) -> [[f32; SHORT_BLOCK]; R] {
     #[cfg(target_arch = "x86_64")]
     if xs.iter().all(|x| w.len() >= x.len() * SHORT_BLOCK) {
         if super::feats::has_avx512() {
@@ -607,9 +596,9 @@ mod tests {
         let x = |r: usize| &xs[r * k..(r + 1) * k];
         let want: Vec<[f32; SHORT_BLOCK]> = (0..4).map(|r| reference(x(r))).collect();
         let bits = |a: &[[f32; SHORT_BLOCK]]| a.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&short_sums(&w, [x(0)])), bits(&want[..1]));
-        assert_eq!(bits(&short_sums(&w, [x(0), x(1), x(2)])), bits(&want[..3]));
-        assert_eq!(bits(&short_sums(&w, [x(0), x(1), x(2), x(3)])), bits(&want));
+        assert_eq!(bits(&short_sums(&w, w.len() * 2, [x(0)])), bits(&want[..1]));
+        assert_eq!(bits(&short_sums(&w, w.len() * 2, [x(0), x(1), x(2)])), bits(&want[..3]));
+        assert_eq!(bits(&short_sums(&w, w.len() * 2, [x(0), x(1), x(2), x(3)])), bits(&want));
 
         let raw: Vec<f32> = (0..1003).map(|_| f() * 1e3).collect();
         let rounded = round_to_f16(&raw);
@@ -637,9 +626,9 @@ mod tests {
             widen_f16(&w, &mut wide);
             let want: Vec<u32> = (0..4).map(|r| dot_single_sl(&wide, x(r)).to_bits()).collect();
             let bits = |d: &[f32]| d.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&long_dots(&w, [x(0)])), want[..1], "k {k}");
-            assert_eq!(bits(&long_dots(&w, [x(0), x(1)])), want[..2], "k {k}");
-            assert_eq!(bits(&long_dots(&w, [x(0), x(1), x(2), x(3)])), want, "k {k}");
+            assert_eq!(bits(&long_dots(&w, k * 2, [x(0)])), want[..1], "k {k}");
+            assert_eq!(bits(&long_dots(&w, k * 2, [x(0), x(1)])), want[..2], "k {k}");
+            assert_eq!(bits(&long_dots(&w, k * 2, [x(0), x(1), x(2), x(3)])), want, "k {k}");
         }
     }
 
