@@ -93,9 +93,9 @@ function modelPath(arg: string, flags: Map<string, string>): string {
   return p;
 }
 
-/** `llama-quantize src dst type` (`--allow-requantize` for a quantized source). */
+/** `llama-quantize src dst type` (from F16, or from Q8_0 where F16 would be too large). */
 function quantize(src: string, dst: string, type: string): void {
-  execFileSync(LLAMA_QUANTIZE, [...(src.includes("q8_0") ? ["--allow-requantize"] : []), src, dst, type], {
+  execFileSync(LLAMA_QUANTIZE, ["--allow-requantize", src, dst, type], {
     stdio: ["ignore", "ignore", "inherit"],
     env: { ...process.env, LD_LIBRARY_PATH: dirname(LLAMA_QUANTIZE) },
   });
