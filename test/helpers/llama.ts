@@ -30,7 +30,7 @@ export async function inContext<T>(model: LlamaModel, contextSize: number, body:
 }
 
 /** llama.cpp's first `n` greedy tokens after `promptTokens` (end tokens included, as with ignore_eos). */
-export function llamaGreedy(model: LlamaModel, promptTokens: Token[], n: number, contextSize = 512, threads = 1): Promise<number[]> {
+export function llamaGreedy(model: LlamaModel, promptTokens: Token[], n: number, contextSize = 512, threads = 1, extra: Partial<LlamaContextOptions> = {}): Promise<number[]> {
   return inContext(
     model,
     contextSize,
@@ -43,5 +43,6 @@ export function llamaGreedy(model: LlamaModel, promptTokens: Token[], n: number,
       return out;
     },
     threads,
+    extra,
   );
 }

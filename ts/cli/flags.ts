@@ -10,6 +10,7 @@ import { parseCorsOrigins, type CorsOrigins } from "../server/cors.ts";
 import { REASONING_FORMATS, REASONING_PARSERS, type ReasoningFormat } from "../service/reasoning-plan.ts";
 import { TOOL_PARSER_NAMES } from "../service/tools/index.ts";
 import { CONVERT_OUT_TYPES } from "../engine/convert.ts";
+import { KV_CACHE_TYPES } from "../engine/index.ts";
 import { InvalidArgumentError } from "commander";
 import {
   choice,
@@ -78,6 +79,9 @@ export interface ServeFlags {
   chunkedPrefillSize?: number;
   maxBatchedTokens?: number;
   maxTotalTokens?: number;
+  kvCacheMemoryBytes?: number;
+  cacheTypeK?: string;
+  cacheTypeV?: string;
   disablePrefixCache?: boolean;
   device?: string;
   nGpuLayers?: number;
@@ -233,6 +237,27 @@ export const SERVE_FLAGS: FlagSpec[] = [
     value: "<n>",
     description: "tokens the shared KV cache holds, all sequences together (default ctx-size × parallel)",
     parse: positiveInt,
+  },
+  {
+    key: "kvCacheMemoryBytes",
+    flags: ["--kv-cache-memory-bytes", "--kv-cache-memory"],
+    value: "<bytes>",
+    description: "bytes the shared KV cache may take when --max-total-tokens is not given: it holds what fits at the cache types' bytes per token",
+    parse: positiveInt,
+  },
+  {
+    key: "cacheTypeK",
+    flags: ["--cache-type-k", "-ctk"],
+    value: "<type>",
+    description: "how the KV cache stores keys: f16 (default), q8_0, q4_0 (CPU path)",
+    parse: choice(KV_CACHE_TYPES),
+  },
+  {
+    key: "cacheTypeV",
+    flags: ["--cache-type-v", "-ctv"],
+    value: "<type>",
+    description: "how the KV cache stores values: f16 (default), q8_0, q4_0 (CPU path)",
+    parse: choice(KV_CACHE_TYPES),
   },
   {
     key: "disablePrefixCache",

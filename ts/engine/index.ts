@@ -35,6 +35,9 @@ export type {
 } from "../native/native.d.ts";
 
 /** What a generation yields: the addon's token and done events (errors are thrown instead). */
+/** How the KV cache may store keys and values (llama.cpp's `--cache-type-k/-v` names; the engine parses them). */
+export const KV_CACHE_TYPES = ["f16", "q8_0", "q4_0"] as const;
+
 export type EngineEvent = Exclude<Native.SequenceEvent, { type: "error" } | { type: "embedding" }>;
 
 /** A sequence's events as `stream` yields them (errors thrown instead). */

@@ -329,6 +329,17 @@ export interface LoadOptions {
   prefillChunk?: number
   /** Tokens the shared KV pool holds (all sequences); default context size × sequences. */
   kvTokens?: number
+  /**
+   * Bytes the shared KV pool may take (vLLM's `--kv-cache-memory-bytes`) when `kvTokens`
+   * is absent: its tokens are what fits at the cache types' bytes per token.
+   */
+  kvCacheMemoryBytes?: number
+  /**
+   * How the pool stores keys / values: `f16` (default), `q8_0` or `q4_0` (llama.cpp's
+   * `--cache-type-k` / `--cache-type-v`).
+   */
+  cacheTypeK?: string
+  cacheTypeV?: string
   /** Reuse cached KV blocks of equal prompt prefixes (default true). */
   prefixCache?: boolean
   vocabOnly?: boolean
@@ -485,6 +496,9 @@ export interface ModelInfo {
    * 0 when vocab-only.
    */
   kvBytesPerToken: number
+  /** How the pool stores keys and values (`f16`, `q8_0`, `q4_0`). */
+  cacheTypeK: string
+  cacheTypeV: string
   /** Where the model runs: `cpu`, `cpu-candle`, `cuda:0`, `metal`. */
   device: string
   /** Why that is not the device asked for (one line, e.g. no GPU), when it is not. */

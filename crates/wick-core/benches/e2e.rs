@@ -13,7 +13,7 @@
 
 use std::time::Instant;
 
-use wick_core::cache::{KvPool, BLOCK_SIZE};
+use wick_core::cache::{KvPool, KvTypes, BLOCK_SIZE};
 use wick_core::gguf::GgufFile;
 use wick_core::models::{self, StepSeq};
 use wick_core::runtime::device::{DeviceChoice, Placement};
@@ -63,7 +63,7 @@ fn main() {
     };
     let verify = arg(&args, "--verify", 0);
     let blocks = (np + ng + 64 + verify).div_ceil(BLOCK_SIZE);
-    let mut kv = KvPool::new_on(&model.cache_layout(), blocks, true, &placement).expect("kv pool");
+    let mut kv = KvPool::new_on(&model.cache_layout(), blocks, true, &placement, KvTypes::F16).expect("kv pool");
     let (mut pp, mut tg) = (vec![], vec![]);
     let (mut pp_cpu, mut tg_cpu) = (vec![], vec![]);
     let mut verify_ms = vec![];

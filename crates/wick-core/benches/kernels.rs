@@ -23,7 +23,7 @@ fn gather(view: &PagedView<'_>, t: usize, dev: &Device) -> (Tensor, Tensor) {
     for g in 0..n_kv {
         for p in 0..t {
             k.extend_from_slice(view.key(g, p));
-            v.extend((0..hd).map(|d| view.value(g, d, p)));
+            v.extend((0..hd).map(|d| half::f16::from_f32(view.value(g, d, p))));
         }
     }
     let shape = (n_kv, t, hd);

@@ -24,7 +24,7 @@
 use std::path::Path;
 
 use candle_core::{Device, Tensor};
-use wick_core::cache::{KvPool, SeqCache};
+use wick_core::cache::{KvPool, KvTypes, SeqCache};
 use wick_core::gguf::GgufFile;
 use wick_core::models::{self, Model, StepSeq};
 use wick_core::runtime::device::{DeviceChoice, Placement};
@@ -63,7 +63,7 @@ struct Loaded {
 fn load(path: &Path, placement: &Placement) -> Loaded {
     let g = GgufFile::open(path).expect("open");
     let model = models::load_on(&g, placement).expect("load");
-    let kv = KvPool::new_on(&model.cache_layout(), 64, true, placement).expect("kv pool");
+    let kv = KvPool::new_on(&model.cache_layout(), 64, true, placement, KvTypes::F16).expect("kv pool");
     Loaded { model, kv }
 }
 

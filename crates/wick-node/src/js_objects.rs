@@ -25,6 +25,13 @@ pub struct LoadOptions {
     pub prefill_chunk: Option<u32>,
     /// Tokens the shared KV pool holds (all sequences); default context size × sequences.
     pub kv_tokens: Option<u32>,
+    /// Bytes the shared KV pool may take (vLLM's `--kv-cache-memory-bytes`) when `kvTokens`
+    /// is absent: its tokens are what fits at the cache types' bytes per token.
+    pub kv_cache_memory_bytes: Option<f64>,
+    /// How the pool stores keys / values: `f16` (default), `q8_0` or `q4_0` (llama.cpp's
+    /// `--cache-type-k` / `--cache-type-v`).
+    pub cache_type_k: Option<String>,
+    pub cache_type_v: Option<String>,
     /// Reuse cached KV blocks of equal prompt prefixes (default true).
     pub prefix_cache: Option<bool>,
     pub vocab_only: Option<bool>,
@@ -84,6 +91,9 @@ pub struct EngineInfoJs {
     /// KV cache bytes one token takes (attention layers only; LFM2's conv layers hold none);
     /// 0 when vocab-only.
     pub kv_bytes_per_token: f64,
+    /// How the pool stores keys and values (`f16`, `q8_0`, `q4_0`).
+    pub cache_type_k: String,
+    pub cache_type_v: String,
     /// Where the model runs: `cpu`, `cpu-candle`, `cuda:0`, `metal`.
     pub device: String,
     /// Why that is not the device asked for (one line, e.g. no GPU), when it is not.
@@ -120,6 +130,8 @@ impl From<&EngineInfo> for EngineInfoJs {
             max_sequences: i.max_sequences as u32,
             kv_tokens: i.kv_tokens as f64,
             kv_bytes_per_token: i.kv_bytes_per_token as f64,
+            cache_type_k: i.kv_types.k.name().to_string(),
+            cache_type_v: i.kv_types.v.name().to_string(),
             device: i.device.clone(),
             device_notice: i.device_notice.clone(),
             embedding: i.embedding.as_ref().map(Into::into),

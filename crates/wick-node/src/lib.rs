@@ -16,6 +16,7 @@ use std::sync::Arc;
 use napi::bindgen_prelude::{AsyncBlock, Buffer};
 use napi::Env;
 use tokio::sync::Mutex;
+use wick_core::cache::{KvType, KvTypes};
 use wick_core::request::{EventReceiver, SpecOptions};
 
 use error::{blocking, guarded, guarded_core, js_error, promise, to_js, Result};
@@ -54,6 +55,12 @@ impl Engine {
             o.prefill_chunk = (n > 0).then_some(n as usize);
         }
         o.kv_tokens = opts.kv_tokens.filter(|&n| n > 0).map(|n| n as usize);
+        o.kv_bytes = opts.kv_cache_memory_bytes.filter(|&n| n >= 1.0).map(|n| n as usize);
+        let cache_type = |t: &Option<String>| t.as_deref().map_or(Ok(KvType::F16), KvType::parse);
+        o.kv_types = KvTypes {
+            k: cache_type(&opts.cache_type_k).map_err(|e| js_error(env, e))?,
+            v: cache_type(&opts.cache_type_v).map_err(|e| js_error(env, e))?,
+        };
         o.prefix_cache = opts.prefix_cache.unwrap_or(true);
         o.vocab_only = opts.vocab_only.unwrap_or(false);
         o.threads = opts.threads.map(|n| n as usize);

@@ -5,10 +5,14 @@
 
 mod blocks;
 mod device_kv;
+mod kv_type;
 mod paged;
+mod view;
 
 pub use blocks::{chain_hash, BlockId, BlockPool};
-pub use paged::{KvPool, KvWrite, PagedView, BLOCK_SIZE};
+pub use kv_type::{block_scale, KvType, KvTypes, QBLOCK};
+pub use paged::{KvPool, KvWrite, BLOCK_SIZE};
+pub use view::PagedView;
 
 use candle_core::{DType, Device, Tensor};
 
@@ -21,14 +25,14 @@ pub enum LayerKind {
     Conv { rows: usize, width: usize },
 }
 
-/// Bytes of KV cache one token takes in the pool across the layers of `layout`: an f16 key
-/// and value per KV head of each attention layer. Conv layers hold no per-token KV.
-pub fn kv_bytes_per_token(layout: &[LayerKind]) -> usize {
-    let f16_bytes = std::mem::size_of::<u16>();
+/// Bytes of KV cache one token takes in the pool across the layers of `layout`: a key and a
+/// value row per KV head of each attention layer, as `types` stores them. Conv layers hold
+/// no per-token KV.
+pub fn kv_bytes_per_token(layout: &[LayerKind], types: KvTypes) -> usize {
     layout
         .iter()
         .map(|l| match *l {
-            LayerKind::Attention { n_kv_head, head_dim } => 2 * n_kv_head * head_dim * f16_bytes,
+            LayerKind::Attention { n_kv_head, head_dim } => types.token_bytes(n_kv_head, head_dim),
             LayerKind::Conv { .. } => 0,
         })
         .sum()

@@ -1,9 +1,8 @@
 //! The paged KV pool: every attention layer's keys and values for all sequences, in blocks of
 //! `BLOCK_SIZE` tokens that sequences take and give back through their block tables.
 //!
-//! Layout per attention layer (f16, as llama.cpp's default cache type): keys
-//! `[block][kv_head][slot][head_dim]`, values transposed per block `[block][kv_head][head_dim][slot]`
-//! (llama.cpp's `v_trans` cache, so the probability·V dot runs over contiguous positions).
+//! Layout per attention layer: `view.rs` (f16 as llama.cpp's default cache type, or the
+//! quantized types of `--cache-type-k/-v`, `kv_type.rs`).
 //! `BLOCK_SIZE` is a multiple of 64 so that the exact-order dot products (16 lanes over chunks of
 //! 16, or 4×16 lanes over steps of 64) never straddle a block: a block-by-block sum is the sum
 //! llama.cpp takes over its contiguous cache.
@@ -20,10 +19,12 @@
 
 use candle_core::{Device, Tensor};
 use half::f16;
-use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+use half::slice::HalfFloatSliceExt;
 
 use super::blocks::{chain_hash, BlockId, BlockPool};
 use super::device_kv::DeviceKv;
+use super::kv_type::{KvType, KvTypes};
+use super::view::{LayerKv, PagedView, Zeroed};
 use super::{LayerKind, SeqCache};
 use crate::error::{Result, WickError};
 use crate::runtime::device::Placement;
@@ -31,13 +32,6 @@ use crate::runtime::pool::{self, SyncPtr};
 
 /// Tokens per KV block (the prefix cache's granularity too).
 pub const BLOCK_SIZE: usize = 64;
-
-struct LayerKv {
-    n_kv: usize,
-    hd: usize,
-    k: Zeroed<u16>,
-    v: Zeroed<u16>,
-}
 
 /// One sequence's new keys and values for `KvPool::write_many`.
 pub struct KvWrite<'a> {
@@ -60,44 +54,42 @@ pub struct KvPool {
     device: Device,
     /// The device path's keys and values (`kv` then holds none).
     on_device: Option<DeviceKv>,
+    types: KvTypes,
 }
 
 impl KvPool {
     /// A pool for a model on `device`'s usual path (`Placement::for_device`).
     pub fn new(layout: &[LayerKind], n_blocks: usize, prefix_cache: bool, device: &Device) -> Result<Self> {
-        Self::new_on(layout, n_blocks, prefix_cache, &Placement::for_device(device))
+        Self::new_on(layout, n_blocks, prefix_cache, &Placement::for_device(device), KvTypes::F16)
     }
 
     /// A pool for a model placed as `placement`: host blocks for the exact CPU path, device
-    /// tensors (`DeviceKv`) for the device path. Conv snapshots stay in host memory.
+    /// tensors (`DeviceKv`) for the device path. Conv snapshots stay in host memory. Keys and
+    /// values are stored as `types` says (quantized types on the exact path only).
     pub fn new_on(
         layout: &[LayerKind],
         n_blocks: usize,
         prefix_cache: bool,
         placement: &Placement,
+        types: KvTypes,
     ) -> Result<Self> {
         if n_blocks == 0 {
             return Err(WickError::InvalidRequest("the KV pool needs at least one block".into()));
         }
-        let bs = BLOCK_SIZE;
+        if !placement.exact() && types != KvTypes::F16 {
+            return Err(WickError::InvalidRequest(format!(
+                "KV cache types {}/{} run on the CPU path only; the device path stores f16",
+                types.k.name(),
+                types.v.name()
+            )));
+        }
         let mut kv = Vec::with_capacity(layout.len());
         let mut conv = Vec::with_capacity(layout.len());
         for l in layout {
             let (k, c) = match *l {
                 LayerKind::Attention { .. } if !placement.exact() => (None, None),
                 LayerKind::Attention { n_kv_head, head_dim } => {
-                    let n = n_blocks
-                        .checked_mul(n_kv_head * head_dim * bs)
-                        .ok_or_else(|| WickError::InvalidRequest("KV pool size overflows".into()))?;
-                    (
-                        Some(LayerKv {
-                            n_kv: n_kv_head,
-                            hd: head_dim,
-                            k: Zeroed::new(n)?,
-                            v: Zeroed::new(n)?,
-                        }),
-                        None,
-                    )
+                    (Some(LayerKv::new(n_blocks, n_kv_head, head_dim, types)?), None)
                 }
                 LayerKind::Conv { rows, width } => (None, Some(Zeroed::new(n_blocks * rows * width)?)),
             };
@@ -105,7 +97,7 @@ impl KvPool {
             conv.push(c);
         }
         Ok(Self {
-            alloc: BlockPool::new(n_blocks, bs),
+            alloc: BlockPool::new(n_blocks, BLOCK_SIZE),
             layout: layout.to_vec(),
             kv,
             conv,
@@ -114,6 +106,7 @@ impl KvPool {
             on_device: (!placement.exact())
                 .then(|| DeviceKv::new(layout, n_blocks, placement.device()))
                 .transpose()?,
+            types,
         })
     }
 
@@ -133,6 +126,10 @@ impl KvPool {
 
     pub fn layout(&self) -> &[LayerKind] {
         &self.layout
+    }
+    /// How keys and values are stored.
+    pub fn types(&self) -> KvTypes {
+        self.types
     }
     /// An empty sequence state shaped for this pool's model.
     pub fn new_seq(&self) -> SeqCache {
@@ -273,19 +270,23 @@ impl KvPool {
             tasks.extend((0..n).step_by(WRITE_ROWS).map(|i| (at, i)));
         }
         let (kp, vp) = (SyncPtr(l.k.ptr()), SyncPtr(l.v.ptr()));
+        let (kt, vt) = (l.types.k, l.types.v);
+        let (k_row, v_row) = (kt.row_bytes(hd), vt.row_bytes(hd));
+        let transposed_v = !vt.is_quantized();
         let task = |t: usize| {
             let (at, first) = tasks[t];
             let it = &items[at];
             let rows = first..(first + WRITE_ROWS).min(it.k.len() / row);
-            // Each value lands in its own cache line of the transposed V blocks, lines last
-            // touched a step (and ~100 MB of weights) ago: ask for all of them before the
-            // first store, so their misses overlap instead of queueing in the store buffer.
-            for i in rows.clone() {
+            // Each f16 value lands in its own cache line of the transposed V blocks, lines
+            // last touched a step (and ~100 MB of weights) ago: ask for all of them before
+            // the first store, so their misses overlap instead of queueing in the store buffer.
+            let vp16 = vp.get() as *mut u16;
+            for i in rows.clone().filter(|_| transposed_v) {
                 let p = it.pos0 + i;
                 let (b, slot) = (it.seq.blocks[p / bs] as usize, p % bs);
                 for line in 0..row {
                     // In the layer: block b < n_blocks (checked above).
-                    prefetch_write(vp.get().wrapping_add((b * row + line) * bs + slot));
+                    prefetch_write(vp16.wrapping_add((b * row + line) * bs + slot));
                 }
             }
             let mut vh = vec![f16::ZERO; hd];
@@ -296,15 +297,19 @@ impl KvPool {
                     let src = (i * n_kv + g) * hd;
                     // SAFETY: in the layer (b < n_blocks, g < n_kv, slot < bs), and only this
                     // task writes position p of this sequence (module docs).
-                    let key = unsafe {
-                        std::slice::from_raw_parts_mut(kp.get().add(((b * n_kv + g) * bs + slot) * hd), hd)
-                    };
-                    // Whole rows at once (F16C, 8 at a time; the rounding of `f16::from_f32`).
-                    key.reinterpret_cast_mut::<f16>().convert_from_f32_slice(&it.k[src..src + hd]);
+                    let key = unsafe { std::slice::from_raw_parts_mut(kp.get().add(l.key_at(b, g, slot)), k_row) };
+                    store_row(kt, &it.k[src..src + hd], key);
+                    if !transposed_v {
+                        // SAFETY: as the key.
+                        let value =
+                            unsafe { std::slice::from_raw_parts_mut(vp.get().add(l.value_row_at(b, g, slot)), v_row) };
+                        store_row(vt, &it.v[src..src + hd], value);
+                        continue;
+                    }
                     vh.convert_from_f32_slice(&it.v[src..src + hd]);
                     for (d, x) in vh.iter().enumerate() {
                         // SAFETY: in the layer (as the key, and d < hd); this task's position.
-                        unsafe { *vp.get().add(((b * n_kv + g) * hd + d) * bs + slot) = x.to_bits() };
+                        unsafe { *vp16.add(((b * n_kv + g) * hd + d) * bs + slot) = x.to_bits() };
                     }
                 }
             }
@@ -317,7 +322,7 @@ impl KvPool {
     pub fn view<'a>(&'a self, layer: usize, seq: &'a SeqCache) -> Result<PagedView<'a>> {
         let l = self.kv.get(layer).and_then(Option::as_ref).ok_or_else(|| no_kv(layer))?;
         self.check_blocks(seq)?;
-        Ok(PagedView { k: &l.k, v: &l.v, blocks: &seq.blocks, n_kv_head: l.n_kv, head_dim: l.hd })
+        Ok(l.view(&seq.blocks))
     }
 
     /// Every block of `seq` lies in this pool: what makes the raw offsets of writes and views
@@ -347,6 +352,19 @@ impl KvPool {
     }
 }
 
+/// One row of values into `out` as `ty` stores it: f16 whole rows at once (F16C, 8 at a time;
+/// the rounding of `f16::from_f32`), else `KvType::quantize_row`.
+fn store_row(ty: KvType, x: &[f32], out: &mut [u8]) {
+    match ty {
+        KvType::F16 => {
+            // SAFETY: 2-byte aligned (even offsets in a page-aligned map), `out` holds 2·len bytes.
+            let h = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f16, x.len()) };
+            h.convert_from_f32_slice(x);
+        }
+        _ => ty.quantize_row(x, out),
+    }
+}
+
 /// Brings the line holding `x` into L1 ahead of a store (a hint; no effect elsewhere).
 #[inline(always)]
 fn prefetch_write<T>(x: *const T) {
@@ -364,124 +382,6 @@ fn prefetch_write<T>(x: *const T) {
 
 fn no_kv(layer: usize) -> WickError {
     WickError::Internal(format!("layer {layer} has no KV storage in this pool"))
-}
-
-/// Zero-filled memory straight from the OS (an anonymous map), so pages a sequence never
-/// writes are never made resident, whatever the allocator would do with a large `calloc`.
-struct Zeroed<T> {
-    /// Owns the mapping (unmapped on drop); reached through `base`.
-    _map: memmap2::MmapMut,
-    /// The map's first element, kept so hot reads need no call into the map.
-    base: *mut T,
-    len: usize,
-}
-
-// SAFETY: a plain memory region; who may touch which part of it at once is the module's
-// ownership rule, enforced by its users.
-unsafe impl<T: Send> Send for Zeroed<T> {}
-// SAFETY: as for `Send` above.
-unsafe impl<T: Sync> Sync for Zeroed<T> {}
-
-/// Plain numbers for which all-zero bytes are a valid value.
-trait ZeroValid: Copy {}
-impl ZeroValid for u16 {}
-impl ZeroValid for f32 {}
-
-impl<T: ZeroValid> Zeroed<T> {
-    fn new(len: usize) -> Result<Self> {
-        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| too_big(len))?;
-        let mut map = memmap2::MmapMut::map_anon(bytes.max(1)).map_err(|_| too_big(len))?;
-        let base = map.as_mut_ptr() as *mut T;
-        Ok(Self { _map: map, base, len })
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
-    /// The first element; writes through it follow the module's ownership rule.
-    #[inline]
-    fn ptr(&self) -> *mut T {
-        self.base
-    }
-    /// `n` elements from `at`.
-    ///
-    /// # Safety
-    /// Nobody writes those elements while the slice lives.
-    #[inline]
-    unsafe fn range(&self, at: usize, n: usize) -> &[T] {
-        assert!(at <= self.len && n <= self.len - at, "{at}+{n} past {}", self.len);
-        // SAFETY: in bounds (asserted), page-aligned, any bytes are a valid T; no writer (caller).
-        unsafe { std::slice::from_raw_parts(self.ptr().add(at), n) }
-    }
-    fn as_mut_slice(&mut self) -> &mut [T] {
-        // SAFETY: the map holds `len` Ts and is borrowed exclusively.
-        unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
-    }
-}
-
-fn too_big(len: usize) -> WickError {
-    WickError::InvalidRequest(format!("cannot reserve a KV pool of {len} values"))
-}
-
-/// One sequence's keys and values in one attention layer, read through its block table.
-pub struct PagedView<'a> {
-    k: &'a Zeroed<u16>,
-    v: &'a Zeroed<u16>,
-    blocks: &'a [BlockId],
-    pub n_kv_head: usize,
-    pub head_dim: usize,
-}
-
-impl PagedView<'_> {
-    #[inline(always)]
-    fn k_range(&self, at: usize, n: usize) -> &[f16] {
-        // SAFETY: the range lies in this sequence's blocks, which no other task writes while
-        // its view lives (module docs).
-        unsafe { self.k.range(at, n) }.reinterpret_cast::<f16>()
-    }
-    #[inline(always)]
-    fn v_range(&self, at: usize, n: usize) -> &[f16] {
-        // SAFETY: as in `k_range`.
-        unsafe { self.v.range(at, n) }.reinterpret_cast::<f16>()
-    }
-    /// Key of KV head `g` at position `t`, `head_dim` values.
-    #[inline(always)]
-    pub fn key(&self, g: usize, t: usize) -> &[f16] {
-        let (bs, hd) = (BLOCK_SIZE, self.head_dim);
-        let b = self.blocks[t / bs] as usize;
-        let at = ((b * self.n_kv_head + g) * bs + t % bs) * hd;
-        self.k_range(at, hd)
-    }
-    /// Keys of KV head `g` at positions `t0..t0 + n`, contiguous (`n · head_dim` values); the
-    /// positions must lie in one block.
-    #[inline(always)]
-    pub fn keys(&self, g: usize, t0: usize, n: usize) -> &[f16] {
-        let (bs, hd) = (BLOCK_SIZE, self.head_dim);
-        assert!(t0 % bs + n <= bs, "keys {t0}..{} cross a block", t0 + n);
-        let b = self.blocks[t0 / bs] as usize;
-        let at = ((b * self.n_kv_head + g) * bs + t0 % bs) * hd;
-        self.k_range(at, n * hd)
-    }
-    /// Values of KV head `g`, dimensions `d0..d0 + n`, over the positions of block `j`:
-    /// contiguous (`n · BLOCK_SIZE` values, dimension by dimension).
-    #[inline(always)]
-    pub fn values(&self, g: usize, d0: usize, n: usize, j: usize) -> &[f16] {
-        let bs = BLOCK_SIZE;
-        let b = self.blocks[j] as usize;
-        let at = ((b * self.n_kv_head + g) * self.head_dim + d0) * bs;
-        self.v_range(at, n * bs)
-    }
-    /// Values of KV head `g`, dimension `d`, over the `BLOCK_SIZE` positions of block `j`.
-    #[inline(always)]
-    pub fn value_run(&self, g: usize, d: usize, j: usize) -> &[f16] {
-        let bs = BLOCK_SIZE;
-        let b = self.blocks[j] as usize;
-        let at = ((b * self.n_kv_head + g) * self.head_dim + d) * bs;
-        self.v_range(at, bs)
-    }
-    #[inline(always)]
-    pub fn value(&self, g: usize, d: usize, t: usize) -> f16 {
-        self.value_run(g, d, t / BLOCK_SIZE)[t % BLOCK_SIZE]
-    }
 }
 
 #[cfg(test)]
@@ -509,7 +409,7 @@ mod tests {
             for g in 0..2 {
                 let want: Vec<f32> = (0..4).map(|d| ((t * 2 + g) * 4 + d) as f32).collect();
                 assert_eq!(view.key(g, t).iter().map(|x| x.to_f32()).collect::<Vec<_>>(), want);
-                assert_eq!(view.value(g, 3, t).to_f32(), -(((t * 2 + g) * 4 + 3) as f32));
+                assert_eq!(view.value(g, 3, t), -(((t * 2 + g) * 4 + 3) as f32));
             }
         }
         assert!(pool.write(0, &seq, n, &k[..8 * 60], &v[..8 * 60]).is_err(), "past the reserved blocks");

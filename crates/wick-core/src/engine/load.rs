@@ -73,16 +73,18 @@ pub(super) fn kv_pool(
     device: &Placement,
 ) -> Result<KvPool> {
     let layout = model.cache_layout();
-    let tokens = match (opts.kv_tokens, opts.gpu_memory_utilization, device.free_memory()) {
-        (Some(t), _, _) => t,
-        (None, Some(util), Some(free)) => gpu_kv_tokens(util, free, kv_bytes_per_token(&layout))?,
+    let per_token = kv_bytes_per_token(&layout, opts.kv_types).max(1);
+    let tokens = match (opts.kv_tokens, opts.kv_bytes, opts.gpu_memory_utilization, device.free_memory()) {
+        (Some(t), _, _, _) => t,
+        (None, Some(bytes), _, _) => bytes / per_token,
+        (None, None, Some(util), Some(free)) => gpu_kv_tokens(util, free, per_token)?,
         _ => context_size.saturating_mul(max_seqs),
     };
     if tokens < 2 {
         return Err(WickError::InvalidRequest(format!("a KV pool of {tokens} tokens is too small")));
     }
     let blocks = tokens.div_ceil(BLOCK_SIZE);
-    KvPool::new_on(&layout, blocks, opts.prefix_cache, device)
+    KvPool::new_on(&layout, blocks, opts.prefix_cache, device, opts.kv_types)
 }
 
 /// KV tokens that fit in `util` of the GPU's memory given `free` bytes left after the

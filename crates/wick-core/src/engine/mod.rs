@@ -7,7 +7,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
+use crate::cache::{kv_bytes_per_token, KvPool, KvTypes, BLOCK_SIZE};
 use crate::embed::EmbedHead;
 use crate::error::{Result, WickError};
 use crate::gguf::{GgufFile, MetaValue, Metadata};
@@ -55,6 +55,11 @@ pub struct EngineOptions {
     /// Tokens the shared KV pool holds, all sequences together; None = context size ×
     /// sequences. A smaller pool serves the same load by preempting.
     pub kv_tokens: Option<usize>,
+    /// Bytes the shared KV pool may take (vLLM's `--kv-cache-memory-bytes`): its tokens are
+    /// what fits at the storage types' bytes per token. `kv_tokens` wins when both are set.
+    pub kv_bytes: Option<usize>,
+    /// How the pool stores keys and values (llama.cpp's `--cache-type-k` / `--cache-type-v`).
+    pub kv_types: KvTypes,
     /// Keep full KV blocks for reuse by later requests with the same prefix.
     pub prefix_cache: bool,
     /// Only the tokenizer: no weights, no generation.
@@ -101,6 +106,8 @@ impl EngineOptions {
             step_tokens: 512,
             prefill_chunk: Some(256),
             kv_tokens: None,
+            kv_bytes: None,
+            kv_types: KvTypes::F16,
             prefix_cache: true,
             vocab_only: false,
             threads: None,
@@ -166,9 +173,11 @@ pub struct EngineInfo {
     /// Tokens the shared KV pool holds, all sequences together (whole blocks); 0 when
     /// vocab-only.
     pub kv_tokens: usize,
-    /// KV bytes one token takes in the pool (f16 keys and values of the attention layers;
-    /// LFM2's conv layers hold none); 0 when vocab-only.
+    /// KV bytes one token takes in the pool (keys and values of the attention layers as
+    /// `kv_types` stores them; LFM2's conv layers hold none); 0 when vocab-only.
     pub kv_bytes_per_token: usize,
+    /// How the pool stores keys and values.
+    pub kv_types: KvTypes,
     /// Where the model runs (`cpu`, `cpu-candle`, `cuda:0`, `metal`).
     pub device: String,
     /// Why that is not the device asked for (one line), when it is not.
@@ -312,7 +321,8 @@ impl Engine {
             vision: vision.is_some(),
             max_sequences: max_seqs,
             kv_tokens: kv.as_ref().map_or(0, KvPool::capacity_tokens),
-            kv_bytes_per_token: kv.as_ref().map_or(0, |p| kv_bytes_per_token(p.layout())),
+            kv_bytes_per_token: kv.as_ref().map_or(0, |p| kv_bytes_per_token(p.layout(), p.types())),
+            kv_types: opts.kv_types,
             device: device.name(),
             device_notice: device.notice.clone(),
             embedding: embed_head.as_deref().map(EmbeddingInfo::of),

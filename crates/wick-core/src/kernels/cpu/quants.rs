@@ -160,18 +160,48 @@ fn dot_q5_0_ref(w: &[u8], a: &[Act32]) -> f32 {
     #[cfg(target_arch = "aarch64")]
     return neon_order(w, a, Q5_0::BYTES, Mins::None, |blk| (q5_0_values(blk), f16_at(blk, Q5_0::D), 0.0));
     #[cfg(not(target_arch = "aarch64"))]
-    {
-        let mut acc = [0f32; 8];
-        for (blk, y) in w.chunks_exact(Q5_0::BYTES).zip(a) {
-            let d = f16_at(blk, Q5_0::D) * y.d;
-            let x = q5_0_values(blk);
-            for (l, a) in acc.iter_mut().enumerate() {
-                let s: i32 = (0..4).map(|t| x[4 * l + t] * y.qs[4 * l + t] as i32).sum();
-                *a = d.mul_add(s as f32, *a);
-            }
+    lane_order(w, a, Q5_0::BYTES, |blk| (q5_0_values(blk), f16_at(blk, Q5_0::D)))
+}
+
+/// Q8_0's x86 order in scalar code on any block's values (`values(blk)`: its 32 integer
+/// values and d): 8 lanes of 4-value dots, one fma per lane and block, `hsum8`.
+#[cfg(not(target_arch = "aarch64"))]
+fn lane_order(w: &[u8], a: &[Act32], bytes: usize, values: impl Fn(&[u8]) -> ([i32; 32], f32)) -> f32 {
+    let mut acc = [0f32; 8];
+    for (blk, y) in w.chunks_exact(bytes).zip(a) {
+        let (x, dw) = values(blk);
+        let d = dw * y.d;
+        for (l, a) in acc.iter_mut().enumerate() {
+            let s: i32 = (0..4).map(|t| x[4 * l + t] * y.qs[4 * l + t] as i32).sum();
+            *a = d.mul_add(s as f32, *a);
         }
-        hsum8(acc)
     }
+    hsum8(acc)
+}
+
+/// The 32 values (q − 8) of a Q4_0 block in element order.
+fn q4_0_values(blk: &[u8]) -> [i32; 32] {
+    let q = nibbles(&blk[Q4_0::QS..]);
+    std::array::from_fn(|i| q[i] as i32 - 8)
+}
+
+/// Q4_0 rows ggml does not repack (a q4_0 KV cache's keys): `ggml_vec_dot_q4_0_q8_0` (and
+/// tinyBLAS for several rows), Q8_0's lanes on the values q − 8; aarch64: `neon_order`.
+pub fn dot_q4_0_lanes(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: AVX2/FMA checked; `w` holds one 18-byte block per activation block.
+        return unsafe { simd::dot_q4_0_lanes(w, a) };
+    }
+    dot_q4_0_lanes_ref(w, a)
+}
+
+/// `dot_q4_0_lanes`'s scalar statement (aarch64: `neon_order`).
+fn dot_q4_0_lanes_ref(w: &[u8], a: &[Act32]) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    return neon_order(w, a, Q4_0::BYTES, Mins::None, |blk| (q4_0_values(blk), f16_at(blk, Q4_0::D), 0.0));
+    #[cfg(not(target_arch = "aarch64"))]
+    lane_order(w, a, Q4_0::BYTES, |blk| (q4_0_values(blk), f16_at(blk, Q4_0::D)))
 }
 
 /// The 32 unsigned values (0..32) of a Q5_1 block (d, m, qh, 16 nibble bytes) in element order.
@@ -344,6 +374,13 @@ mod tests {
     }
 
     #[test]
+    fn q4_0_lanes_match_scalar_and_dequantized_reference() {
+        let deq = |blk: &[u8]| q4_0_values(blk).iter().map(|&q| f16_at(blk, Q4_0::D) * q as f32).collect();
+        let d4 = None;
+        check_block_type(Q4_0::BYTES, &[Q4_0::D], QK, quantize_q8, deq, dot_q4_0_lanes, dot_q4_0_lanes_ref, d4);
+    }
+
+    #[test]
     fn q5_1_matches_scalar_and_dequantized_reference() {
         #[cfg(target_arch = "x86_64")]
         let d4 = Some(simd::dot4_q5_1 as unsafe fn(&[u8], [&[Act32]; 4]) -> [f32; 4]);
@@ -367,8 +404,9 @@ mod tests {
     fn row_dots_match_their_scalar_statements() {
         let mut r = crate::kernels::cpu::dot_checks::lcg(9);
         type D = fn(&[u8], &[Act32]) -> f32;
-        let types: [(usize, &[usize], D, D); 4] = [
+        let types: [(usize, &[usize], D, D); 5] = [
             (Q8_0::BYTES, &[Q8_0::D], dot_q8_0, dot_q8_0_ref),
+            (Q4_0::BYTES, &[Q4_0::D], dot_q4_0_lanes, dot_q4_0_lanes_ref),
             (Q5_0::BYTES, &[Q5_0::D], dot_q5_0, dot_q5_0_ref),
             (Q4_1::BYTES, &[Q4_1::D, Q4_1::M], dot_q4_1, dot_q4_1_ref),
             (Q5_1::BYTES, &[Q5_1::D, Q5_1::M], dot_q5_1, dot_q5_1_ref),

@@ -32,6 +32,7 @@ mod bidirectional;
 mod dots;
 #[cfg(target_arch = "aarch64")]
 mod neon_dots;
+mod quant_kv;
 #[cfg(test)]
 mod reference;
 
@@ -40,6 +41,8 @@ use std::ops::Range;
 use half::f16;
 
 pub use self::bidirectional::attention as bidirectional;
+#[cfg(target_arch = "x86_64")]
+use crate::cache::KvTypes;
 use crate::cache::PagedView;
 use crate::kernels::cpu::blocks::reduce16;
 use crate::kernels::cpu::expf::{exp_variant, ggml_expf, vector_sum, ExpVariant};
@@ -292,8 +295,9 @@ impl<'s, 'a> Plan<'s, 'a> {
         let (n_kv, hd) = (first.kv.n_kv_head, first.kv.head_dim);
         let group = n_head / n_kv;
         let threads = pool::global().threads();
+        // The tiles read f16 keys and values.
         #[cfg(target_arch = "x86_64")]
-        let wide_tiles = hd.is_multiple_of(16) && avx512::available();
+        let wide_tiles = hd.is_multiple_of(16) && avx512::available() && first.kv.types() == KvTypes::F16;
         #[cfg(not(target_arch = "x86_64"))]
         let wide_tiles = false;
         // Tokens per task of each sequence: a tile in the multi-token AVX-512 path (smaller when a

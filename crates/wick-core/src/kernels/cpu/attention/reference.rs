@@ -82,7 +82,7 @@ pub(crate) fn attend_reference_seq(
             p16.extend(e.iter().map(|&v| if round { f16::from_f32(v * inv).to_f32() } else { v * inv }));
             let o = &mut out[(i * n_head + h) * hd..(i * n_head + h + 1) * hd];
             for (d, od) in o.iter_mut().enumerate() {
-                let x = |t: usize| if t < t_len { kv.value(kvh, d, t).to_f32() } else { 0.0 };
+                let x = |t: usize| if t < t_len { kv.value(kvh, d, t) } else { 0.0 };
                 let y = |t: usize| p16[t];
                 // The KV length ggml multiplies is padded to 256 cells: always 16-aligned.
                 *od = if tiled {

@@ -49,12 +49,22 @@ impl Plan<'_, '_> {
                 let tok = Token { si, g, t_len, padded, tiled, wide };
                 let (q16, rest) = scratch[..group * (hd + 2 * padded)].split_at_mut(group * hd);
                 let (w, p16) = rest.split_at_mut(group * padded);
-                for (h, qd) in (g * group..(g + 1) * group).zip(q16.chunks_exact_mut(hd)) {
-                    round_to_f16(&q[(i * n_head + h) * hd..][..hd], qd);
+                let types = seq.kv.types();
+                let heads = &q[(i * n_head + g * group) * hd..][..group * hd];
+                if types.k.is_quantized() {
+                    w.fill(f32::NEG_INFINITY);
+                    let t0 = self.window.map_or(0, |w| t_len.saturating_sub(w));
+                    self.quant_scores(seq.kv, g, heads, (t0, t_len), w, padded);
+                } else {
+                    for (qh, qd) in heads.chunks_exact(hd).zip(q16.chunks_exact_mut(hd)) {
+                        round_to_f16(qh, qd);
+                    }
+                    self.token_scores(tok, q16, w);
                 }
-                self.token_scores(tok, q16, w);
+                // Quantized values meet the weights as they are (f32, no f16 dot type).
+                let round = p_in_f16(tiled) && !types.v.is_quantized();
                 for (wh, ph) in w.chunks_exact(padded).zip(p16.chunks_exact_mut(padded)) {
-                    softmax_f16(wh, ph, self.var, p_in_f16(tiled));
+                    softmax_f16(wh, ph, self.var, round);
                 }
                 // SAFETY: row `row0[si] + i` is within the output's `n_rows` rows of
                 // `n_head · hd`; this task alone writes its heads' slices of it (the other
@@ -65,7 +75,11 @@ impl Plan<'_, '_> {
                         n_head * hd,
                     )
                 };
-                self.token_values(tok, p16, orow);
+                if types.v.is_quantized() {
+                    self.quant_values(seq.kv, g, p16, (t_len, padded), orow);
+                } else {
+                    self.token_values(tok, p16, orow);
+                }
             },
         )
     }
@@ -122,7 +136,7 @@ impl Plan<'_, '_> {
             }
         }
         #[cfg(target_arch = "x86_64")]
-        if tok.wide {
+        if tok.wide && !kv.types().v.is_quantized() {
             for j in 0..t_len.div_ceil(BLOCK_SIZE) {
                 prefetch(kv.values(g, 0, hd.min(16), j));
             }

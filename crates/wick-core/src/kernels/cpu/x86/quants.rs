@@ -46,6 +46,24 @@ pub unsafe fn dot_q8_0(w: &[u8], a: &[Act32]) -> f32 {
     hsum_f32(acc)
 }
 
+/// `quants::dot_q4_0_lanes`: Q8_0's lanes on the values q − 8 (`ggml_vec_dot_q4_0_q8_0`).
+///
+/// # Safety
+/// Needs AVX2 and FMA; `w` holds `a.len()` Q4_0 blocks of 18 bytes.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q4_0_lanes(w: &[u8], a: &[Act32]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (blk, y) in w.chunks_exact(Q4_0::BYTES).zip(a) {
+        let d = _mm256_set1_ps(f16_at(blk, Q4_0::D) * y.d);
+        // Σ q·y − 8·Σ y per lane: exact integers, as ggml's (q − 8)·y.
+        let qy = lane_dots(nibbles(blk.as_ptr().add(Q4_0::QS)), y.qs.as_ptr());
+        let ys = lane_dots(_mm256_set1_epi8(1), y.qs.as_ptr());
+        let dots = _mm256_sub_epi32(qy, _mm256_slli_epi32(ys, 3));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dots), acc);
+    }
+    hsum_f32(acc)
+}
+
 /// Exact integer Σ (q - 8)·y of one Q4_0 block (16 nibble bytes) with 32 q8 values.
 ///
 /// # Safety

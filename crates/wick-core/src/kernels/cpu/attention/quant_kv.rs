@@ -1,0 +1,220 @@
+//! A token's scores and outputs over a quantized KV cache (`--cache-type-k/-v q8_0|q4_0`),
+//! one new token per task (`single.rs` drives them).
+//! - Quantized keys, as llama.cpp without flash attention: the query quantized to q8_0 as
+//!   ggml quantizes a matmul's f32 operand, each key row's dot in
+//!   `ggml_vec_dot_q{8,4}_0_q8_0`'s order (tinyBLAS rounds the same for several new tokens),
+//!   scaled; the softmax as over f16 keys.
+//! - Quantized values (llama.cpp reads those only with flash attention, in its online order):
+//!   Σ_t p_t·v_t with one fma per position and dimension in position order, f32 weights
+//!   against the exact dequantized values — the same for one new token or many, so a
+//!   sequence's outputs do not depend on how its tokens were batched.
+
+use super::Plan;
+use crate::cache::{KvType, PagedView};
+use crate::kernels::cpu::q8::quantize_q8;
+use crate::kernels::cpu::quants::{dot_q4_0_lanes, dot_q8_0};
+
+/// Positions per prefetch run of key rows.
+const AHEAD: usize = 16;
+
+impl Plan<'_, '_> {
+    /// The group's scaled scores `q·k` of KV head `g` over positions `t0..t_len` into `w`
+    /// (`group` rows of `padded`; the rest stays as it is, −∞). `q`: the group's query heads,
+    /// `group · hd` values.
+    #[inline(always)]
+    pub(super) fn quant_scores(
+        &self,
+        kv: &PagedView<'_>,
+        g: usize,
+        q: &[f32],
+        (t0, t_len): (usize, usize),
+        w: &mut [f32],
+        padded: usize,
+    ) {
+        let hd = self.hd;
+        let acts: Vec<_> = q.chunks_exact(hd).map(quantize_q8).collect();
+        let dot = match kv.types().k {
+            KvType::Q4_0 => dot_q4_0_lanes,
+            _ => dot_q8_0,
+        };
+        for t in t0..t_len {
+            if t % AHEAD == 0 && t + AHEAD < t_len {
+                prefetch_rows(kv, g, t + AHEAD);
+            }
+            let row = kv.key_row(g, t);
+            for (h, a) in acts.iter().enumerate() {
+                w[h * padded + t] = dot(row, a) * self.scale;
+            }
+        }
+    }
+
+    /// The group's outputs `Σ p·v` of KV head `g` over positions `0..t_len` from the weights
+    /// `p` (`group` rows of `padded`), into `orow` (the token's output row).
+    #[inline(always)]
+    pub(super) fn quant_values(
+        &self,
+        kv: &PagedView<'_>,
+        g: usize,
+        p: &[f32],
+        (t_len, padded): (usize, usize),
+        orow: &mut [f32],
+    ) {
+        let (hd, group) = (self.hd, self.group);
+        let ty = kv.types().v;
+        let out = &mut orow[g * group * hd..(g + 1) * group * hd];
+        out.fill(0.0);
+        let mut v = vec![0f32; hd];
+        for t in 0..t_len {
+            ty.dequantize_row(kv.value_row(g, t), &mut v);
+            for h in 0..group {
+                let pt = p[h * padded + t];
+                // A masked position (outside a window) weighs exactly 0: adding it changes nothing.
+                if pt == 0.0 {
+                    continue;
+                }
+                let o = &mut out[h * hd..(h + 1) * hd];
+                for d in 0..hd {
+                    o[d] = pt.mul_add(v[d], o[d]);
+                }
+            }
+        }
+    }
+}
+
+/// Asks for the key rows of `AHEAD` positions from `t` (one block: `t` is a multiple of
+/// `AHEAD`, a divisor of the block size).
+#[inline(always)]
+fn prefetch_rows(kv: &PagedView<'_>, g: usize, t: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in kv.key_rows(g, t, AHEAD).chunks(64) {
+        // SAFETY: a prefetch of a valid address has no effect on memory.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(line.as_ptr() as *const i8)
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (kv, g, t);
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use crate::cache::{KvPool, KvType, KvTypes, LayerKind, SeqCache, BLOCK_SIZE};
+    use crate::kernels::cpu::attention::{attend, attend_many, SeqAttn};
+    use crate::runtime::device::Placement;
+
+    fn rng(seed: u32) -> impl FnMut() -> f32 {
+        let mut s = seed;
+        move || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+        }
+    }
+
+    /// A pool stored as `types` holding `t` random positions of one sequence (blocks out of
+    /// order).
+    fn filled(types: KvTypes, n_kv: usize, hd: usize, t: usize, r: &mut impl FnMut() -> f32) -> (KvPool, SeqCache) {
+        let layout = [LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }];
+        let blocks = t.div_ceil(BLOCK_SIZE) + 2;
+        let cpu = Placement::for_device(&Device::Cpu);
+        let mut pool = KvPool::new_on(&layout, blocks, true, &cpu, types).unwrap();
+        let mut spacer = pool.new_seq();
+        pool.reserve(&mut spacer, 1).unwrap();
+        let mut seq = pool.new_seq();
+        pool.reserve(&mut seq, t).unwrap();
+        let k: Vec<f32> = (0..t * n_kv * hd).map(|_| r() * 3.0).collect();
+        let v: Vec<f32> = (0..t * n_kv * hd).map(|_| r()).collect();
+        pool.write(0, &seq, 0, &k, &v).unwrap();
+        (pool, seq)
+    }
+
+    /// Causal attention in f64 over the values the pool holds (dequantized) and the query
+    /// as given: what a quantized cache approximates.
+    fn exact(q: &[f32], pool: &KvPool, seq: &SeqCache, (len, pos0): (usize, usize), n_head: usize) -> Vec<f64> {
+        let kv = pool.view(0, seq).unwrap();
+        let (n_kv, hd) = (kv.n_kv_head, kv.head_dim);
+        let mut out = vec![0f64; len * n_head * hd];
+        for i in 0..len {
+            for h in 0..n_head {
+                let g = h / (n_head / n_kv);
+                let qh = &q[(i * n_head + h) * hd..][..hd];
+                let s: Vec<f64> = (0..=pos0 + i)
+                    .map(|t| kv.key_values(g, t).iter().zip(qh).map(|(&k, &x)| k as f64 * x as f64).sum::<f64>() * 0.125)
+                    .collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for d in 0..hd {
+                    let o: f64 = e.iter().enumerate().map(|(t, p)| p / z * kv.value(g, d, t) as f64).sum();
+                    out[(i * n_head + h) * hd + d] = o;
+                }
+            }
+        }
+        out
+    }
+
+    const TYPES: [(KvType, KvType); 5] = [
+        (KvType::Q8_0, KvType::F16),
+        (KvType::Q4_0, KvType::F16),
+        (KvType::Q8_0, KvType::Q8_0),
+        (KvType::Q4_0, KvType::Q4_0),
+        (KvType::F16, KvType::Q8_0),
+    ];
+
+    #[test]
+    fn attention_over_quantized_blocks_follows_their_values() {
+        let mut r = rng(5);
+        for (k, v) in TYPES {
+            let types = KvTypes { k, v };
+            for ((n_kv, n_head), hd) in [((2, 6), 64), ((1, 4), 128), ((2, 2), 96)] {
+                for (len, pos0) in [(1usize, 0usize), (1, 70), (5, 0), (19, 40), (3, 130)] {
+                    let (pool, seq) = filled(types, n_kv, hd, pos0 + len, &mut r);
+                    let q: Vec<f32> = (0..len * n_head * hd).map(|_| r() * 3.0).collect();
+                    let got = attend(&q, &pool.view(0, &seq).unwrap(), len, pos0, n_head, 0.125, None);
+                    let want = exact(&q, &pool, &seq, (len, pos0), n_head);
+                    // Left: the query's q8_0 rounding (quantized keys) and the weights' f16
+                    // rounding (f16 values); outputs are means of values in ±0.5.
+                    let err = got.iter().zip(&want).map(|(&a, &b)| (a as f64 - b).abs()).fold(0f64, f64::max);
+                    assert!(err < 4e-3, "{types:?} heads {n_head}/{n_kv} hd {hd} len {len} pos0 {pos0}: {err}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn quantized_values_read_the_same_alone_batched_or_one_by_one() {
+        // With quantized keys and values every row is the same sum whether its token came
+        // alone, in a prompt chunk, or beside other sequences (no tiled order to switch to).
+        let (n_kv, n_head, hd) = (2, 6, 64);
+        for (k, v) in [(KvType::Q8_0, KvType::Q8_0), (KvType::Q4_0, KvType::Q4_0)] {
+            let types = KvTypes { k, v };
+            let mut r = rng(9);
+            let (len, pos0) = (20, 50);
+            let (pool, seq) = filled(types, n_kv, hd, pos0 + len, &mut r);
+            let view = pool.view(0, &seq).unwrap();
+            let q: Vec<f32> = (0..len * n_head * hd).map(|_| r() * 3.0).collect();
+            let row = n_head * hd;
+            for window in [None, Some(24)] {
+                let chunk = attend(&q, &view, len, pos0, n_head, 0.125, window);
+                let singles: Vec<f32> = (0..len)
+                    .flat_map(|i| attend(&q[i * row..(i + 1) * row], &view, 1, pos0 + i, n_head, 0.125, window))
+                    .collect();
+                assert!(chunk.iter().zip(&singles).all(|(a, b)| a.to_bits() == b.to_bits()), "{types:?} {window:?}");
+                let other: Vec<f32> = (0..row).map(|_| r()).collect();
+                let seqs = [SeqAttn::causal(&other, &view, 1, 7), SeqAttn::causal(&q, &view, len, pos0)];
+                let many = attend_many(&seqs, n_head, 0.125, window);
+                assert!(many[row..].iter().zip(&chunk).all(|(a, b)| a.to_bits() == b.to_bits()), "{types:?} batched");
+            }
+        }
+    }
+
+    #[test]
+    fn quantized_types_refuse_head_sizes_off_their_blocks() {
+        let layout = [LayerKind::Attention { n_kv_head: 1, head_dim: 80 }];
+        let cpu = Placement::for_device(&Device::Cpu);
+        let types = KvTypes { k: KvType::Q8_0, v: KvType::F16 };
+        let err = KvPool::new_on(&layout, 2, true, &cpu, types).err().expect("80 is not whole blocks");
+        assert!(err.to_string().contains("multiple of 32"), "{err}");
+    }
+}
