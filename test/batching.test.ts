@@ -2,7 +2,7 @@
  * Continuous batching must not change results: each of 16 concurrent greedy requests (different
  * prompts and lengths, some longer than one prefill chunk) gets exactly the tokens it gets alone.
  */
-import { Engine, type EngineEvent } from "../ts/engine/index.ts";
+import { Engine, type EngineEvent, type LoadOptions } from "../ts/engine/index.ts";
 import { fixture, needs, smollm2 } from "./helpers/assets.ts";
 
 async function ids(gen: AsyncGenerator<EngineEvent>): Promise<number[]> {
@@ -21,16 +21,20 @@ function prompts(engine: Engine): number[][] {
   });
 }
 
-for (const [name, asset] of [
-  ["SmolLM2-135M Q4_1", smollm2()],
-  ["tiny lfm2 Q8_0", fixture("tiny-lfm2-q8_0.gguf")],
+const cases: [string, ReturnType<typeof fixture>, Partial<LoadOptions>][] = [
+  ["SmolLM2-135M Q4_1", smollm2(), {}],
+  ["tiny lfm2 Q8_0", fixture("tiny-lfm2-q8_0.gguf"), {}],
   // MoE: tokens of different requests routed to experts together in one step.
-  ["tiny lfm2moe Q8_0 (8 experts top-2, 2 dense layers first)", fixture("tiny-lfm2moe-e8-lead2-q8_0.gguf")],
-] as const) {
+  ["tiny lfm2moe Q8_0 (8 experts top-2, 2 dense layers first)", fixture("tiny-lfm2moe-e8-lead2-q8_0.gguf"), {}],
+  // Quantized KV caches (their attention reads every row the same way, alone or batched).
+  ["SmolLM2-135M Q4_1, q8_0 keys / q4_0 values", smollm2(), { cacheTypeK: "q8_0", cacheTypeV: "q4_0" }],
+  ["tiny lfm2 Q4_K, q4_0 keys and values", fixture("tiny-lfm2-q4_k.gguf"), { cacheTypeK: "q4_0", cacheTypeV: "q4_0" }],
+];
+for (const [name, asset, cache] of cases) {
   const model = needs(asset);
   model.serial(`${name}: 16 concurrent greedy requests equal their solo runs`, async (t) => {
     const modelPath = model.path!;
-    const engine = await Engine.load({ modelPath, contextSize: 1024, maxSequences: 16, prefillChunk: 64, stepTokens: 128 });
+    const engine = await Engine.load({ modelPath, contextSize: 1024, maxSequences: 16, prefillChunk: 64, stepTokens: 128, ...cache });
     try {
       const ps = prompts(engine);
       const opts = (p: number[]) => ({ promptTokens: p, maxTokens: 12, temperature: 0, ignoreEos: true });

@@ -76,7 +76,7 @@ const LINES: { runtime: string; line: string; model: string; auth?: string; note
   },
   {
     runtime: "llama-server",
-    line: "serve -m M -c 4096 -ngl 99 --port P --host 127.0.0.1 -np 2 -t 2 --jinja -fa on --api-key sk-test --metrics -a smol",
+    line: "serve -m M -c 4096 -ngl 99 --port P --host 127.0.0.1 -np 2 -t 2 --jinja -fa on -ctk q8_0 -ctv q8_0 --api-key sk-test --metrics -a smol",
     model: "smol",
     auth: "sk-test",
     notes: [/^wick: ignoring --jinja/m, /^wick: ignoring -fa \(llama\.cpp flag/m],

@@ -63,7 +63,8 @@ fn main() {
     };
     let verify = arg(&args, "--verify", 0);
     let blocks = (np + ng + 64 + verify).div_ceil(BLOCK_SIZE);
-    let mut kv = KvPool::new_on(&model.cache_layout(), blocks, true, &placement, KvTypes::F16).expect("kv pool");
+    let mut kv =
+        KvPool::new_on(&model.cache_layout(), blocks, true, &placement, KvTypes::F16).expect("kv pool");
     let (mut pp, mut tg) = (vec![], vec![]);
     let (mut pp_cpu, mut tg_cpu) = (vec![], vec![]);
     let mut verify_ms = vec![];

@@ -138,6 +138,17 @@ pub struct KvTypes {
 impl KvTypes {
     pub const F16: Self = Self { k: KvType::F16, v: KvType::F16 };
 
+    /// The Walsh–Hadamard runs llama.cpp rotates around a quantized cache of heads of
+    /// `head_dim` (`kernels::rotate_runs`), as (queries and keys, values and the output):
+    /// keys of a quantized type by the largest power of two from 64 dividing the head,
+    /// values of one by 64; none where the head is not a multiple of 64.
+    pub fn rotation(self, head_dim: usize) -> (Option<usize>, Option<usize>) {
+        let fits = head_dim > 0 && head_dim.is_multiple_of(64);
+        let k = (self.k.is_quantized() && fits).then(|| 1 << head_dim.trailing_zeros());
+        let v = (self.v.is_quantized() && fits).then_some(64);
+        (k, v)
+    }
+
     /// Bytes one token takes in an attention layer of `n_kv_head` heads of `head_dim`.
     pub fn token_bytes(self, n_kv_head: usize, head_dim: usize) -> usize {
         n_kv_head * (self.k.row_bytes(head_dim) + self.v.row_bytes(head_dim))
@@ -207,6 +218,12 @@ mod tests {
         assert!(!KvType::Q8_0.fits(80) && KvType::F16.fits(80));
         let t = KvTypes { k: KvType::Q8_0, v: KvType::Q4_0 };
         assert_eq!(t.token_bytes(8, 64), 8 * (68 + 36));
+        // llama.cpp's rotation sizes: keys by the largest power of two dividing the head.
+        assert_eq!(t.rotation(64), (Some(64), Some(64)));
+        assert_eq!(t.rotation(256), (Some(256), Some(64)));
+        assert_eq!(t.rotation(192), (Some(64), Some(64)));
+        assert_eq!(t.rotation(96), (None, None));
+        assert_eq!(KvTypes { k: KvType::F16, v: KvType::Q8_0 }.rotation(128), (None, Some(64)));
     }
 
     #[test]

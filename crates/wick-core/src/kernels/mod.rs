@@ -34,5 +34,6 @@ pub mod cpu;
 
 pub use cpu::attention::{attend, attend_many, SeqAttn};
 pub(crate) use cpu::elementwise::with_host_f32;
+pub use cpu::hadamard::rotate_runs;
 pub use cpu::matmul::RowPos;
 pub use cpu::repack::PackedWeight;

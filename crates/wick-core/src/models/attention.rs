@@ -10,7 +10,7 @@ use super::StepSeq;
 use crate::cache::{KvPool, KvWrite, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
-use crate::kernels::{attend_many, with_host_f32, SeqAttn};
+use crate::kernels::{attend_many, rotate_runs, with_host_f32, SeqAttn};
 use crate::lora::{LoraMix, LoraRows};
 use crate::runtime::device::Placement;
 
@@ -271,6 +271,21 @@ impl Attention {
             let o = self.attend_on_device(&q, &k, &v, plan, layer, kv, caches, window, scale)?;
             return self.o.forward_lora(&o, rows, plan.deltas());
         }
+        // A quantized cache stores rotated keys and values, as llama.cpp's (`KvTypes::rotation`).
+        let (rot_k, rot_v) = kv.types().rotation(hd);
+        let rotated = |t: &Tensor, n: usize| -> Result<Tensor> {
+            let mut x = t.flatten_all()?.to_vec1::<f32>()?;
+            rotate_runs(&mut x, n);
+            Ok(Tensor::from_vec(x, t.shape(), t.device())?)
+        };
+        let (q, k) = match rot_k {
+            Some(run) => (rotated(&q, run)?, rotated(&k, run)?),
+            None => (q, k),
+        };
+        let v = match rot_v {
+            Some(run) => rotated(&v, run)?,
+            None => v,
+        };
         let row = self.n_kv_head * hd;
         with_host_f32(&k, |kh| {
             with_host_f32(&v, |vh| {
@@ -311,6 +326,10 @@ impl Attention {
                 .collect();
             attend_many(&seqs, self.n_head, scale as f32, window)
         })?;
+        let mut o = o;
+        if let Some(run) = rot_v {
+            rotate_runs(&mut o, run);
+        }
         let o = Tensor::from_vec(o, (n, q_row), x.device())?;
         self.o.forward_lora(&o, rows, plan.deltas())
     }

@@ -10,6 +10,7 @@ pub mod expf;
 pub mod feats;
 pub(crate) mod float_dots;
 pub mod float_matmul;
+pub mod hadamard;
 pub mod host_f16;
 pub mod image;
 pub(crate) mod k_quants;

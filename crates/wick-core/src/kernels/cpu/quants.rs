@@ -377,7 +377,16 @@ mod tests {
     fn q4_0_lanes_match_scalar_and_dequantized_reference() {
         let deq = |blk: &[u8]| q4_0_values(blk).iter().map(|&q| f16_at(blk, Q4_0::D) * q as f32).collect();
         let d4 = None;
-        check_block_type(Q4_0::BYTES, &[Q4_0::D], QK, quantize_q8, deq, dot_q4_0_lanes, dot_q4_0_lanes_ref, d4);
+        check_block_type(
+            Q4_0::BYTES,
+            &[Q4_0::D],
+            QK,
+            quantize_q8,
+            deq,
+            dot_q4_0_lanes,
+            dot_q4_0_lanes_ref,
+            d4,
+        );
     }
 
     #[test]

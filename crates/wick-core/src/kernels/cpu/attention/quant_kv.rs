@@ -114,7 +114,13 @@ mod tests {
 
     /// A pool stored as `types` holding `t` random positions of one sequence (blocks out of
     /// order).
-    fn filled(types: KvTypes, n_kv: usize, hd: usize, t: usize, r: &mut impl FnMut() -> f32) -> (KvPool, SeqCache) {
+    fn filled(
+        types: KvTypes,
+        n_kv: usize,
+        hd: usize,
+        t: usize,
+        r: &mut impl FnMut() -> f32,
+    ) -> (KvPool, SeqCache) {
         let layout = [LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }];
         let blocks = t.div_ceil(BLOCK_SIZE) + 2;
         let cpu = Placement::for_device(&Device::Cpu);
@@ -131,7 +137,13 @@ mod tests {
 
     /// Causal attention in f64 over the values the pool holds (dequantized) and the query
     /// as given: what a quantized cache approximates.
-    fn exact(q: &[f32], pool: &KvPool, seq: &SeqCache, (len, pos0): (usize, usize), n_head: usize) -> Vec<f64> {
+    fn exact(
+        q: &[f32],
+        pool: &KvPool,
+        seq: &SeqCache,
+        (len, pos0): (usize, usize),
+        n_head: usize,
+    ) -> Vec<f64> {
         let kv = pool.view(0, seq).unwrap();
         let (n_kv, hd) = (kv.n_kv_head, kv.head_dim);
         let mut out = vec![0f64; len * n_head * hd];
@@ -140,7 +152,10 @@ mod tests {
                 let g = h / (n_head / n_kv);
                 let qh = &q[(i * n_head + h) * hd..][..hd];
                 let s: Vec<f64> = (0..=pos0 + i)
-                    .map(|t| kv.key_values(g, t).iter().zip(qh).map(|(&k, &x)| k as f64 * x as f64).sum::<f64>() * 0.125)
+                    .map(|t| {
+                        kv.key_values(g, t).iter().zip(qh).map(|(&k, &x)| k as f64 * x as f64).sum::<f64>()
+                            * 0.125
+                    })
                     .collect();
                 let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
@@ -176,7 +191,10 @@ mod tests {
                     // Left: the query's q8_0 rounding (quantized keys) and the weights' f16
                     // rounding (f16 values); outputs are means of values in ±0.5.
                     let err = got.iter().zip(&want).map(|(&a, &b)| (a as f64 - b).abs()).fold(0f64, f64::max);
-                    assert!(err < 4e-3, "{types:?} heads {n_head}/{n_kv} hd {hd} len {len} pos0 {pos0}: {err}");
+                    assert!(
+                        err < 4e-3,
+                        "{types:?} heads {n_head}/{n_kv} hd {hd} len {len} pos0 {pos0}: {err}"
+                    );
                 }
             }
         }
@@ -198,13 +216,21 @@ mod tests {
             for window in [None, Some(24)] {
                 let chunk = attend(&q, &view, len, pos0, n_head, 0.125, window);
                 let singles: Vec<f32> = (0..len)
-                    .flat_map(|i| attend(&q[i * row..(i + 1) * row], &view, 1, pos0 + i, n_head, 0.125, window))
+                    .flat_map(|i| {
+                        attend(&q[i * row..(i + 1) * row], &view, 1, pos0 + i, n_head, 0.125, window)
+                    })
                     .collect();
-                assert!(chunk.iter().zip(&singles).all(|(a, b)| a.to_bits() == b.to_bits()), "{types:?} {window:?}");
+                assert!(
+                    chunk.iter().zip(&singles).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{types:?} {window:?}"
+                );
                 let other: Vec<f32> = (0..row).map(|_| r()).collect();
                 let seqs = [SeqAttn::causal(&other, &view, 1, 7), SeqAttn::causal(&q, &view, len, pos0)];
                 let many = attend_many(&seqs, n_head, 0.125, window);
-                assert!(many[row..].iter().zip(&chunk).all(|(a, b)| a.to_bits() == b.to_bits()), "{types:?} batched");
+                assert!(
+                    many[row..].iter().zip(&chunk).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{types:?} batched"
+                );
             }
         }
     }
