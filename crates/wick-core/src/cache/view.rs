@@ -177,6 +177,15 @@ impl PagedView<'_> {
         let row = self.layer.types.v.row_bytes(self.head_dim);
         self.v_bytes(self.layer.value_row_at(b, g, t % BLOCK_SIZE), row)
     }
+    /// Value rows of KV head `g` at positions `t0..t0 + n` as stored (quantized values),
+    /// contiguous; the positions must lie in one block.
+    #[inline(always)]
+    pub fn value_rows(&self, g: usize, t0: usize, n: usize) -> &[u8] {
+        assert!(t0 % BLOCK_SIZE + n <= BLOCK_SIZE, "values {t0}..{} cross a block", t0 + n);
+        let b = self.blocks[t0 / BLOCK_SIZE] as usize;
+        let row = self.layer.types.v.row_bytes(self.head_dim);
+        self.v_bytes(self.layer.value_row_at(b, g, t0 % BLOCK_SIZE), n * row)
+    }
     /// Values of KV head `g`, dimensions `d0..d0 + n`, over the positions of block `j` (f16
     /// values): contiguous (`n · BLOCK_SIZE` values, dimension by dimension).
     #[inline(always)]

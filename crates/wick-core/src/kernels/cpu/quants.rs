@@ -18,6 +18,8 @@ use super::blocks::hsum8;
 use super::blocks::{f16_at, u32_at, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0};
 #[cfg(target_arch = "aarch64")]
 use super::blocks::{neon_lanes, Mins, PairOrder};
+#[cfg(target_arch = "x86_64")]
+use super::feats::has_avx2;
 use super::feats::has_avx2_fma;
 #[cfg(target_arch = "aarch64")]
 use super::feats::{isa, Isa};
@@ -186,14 +188,39 @@ fn q4_0_values(blk: &[u8]) -> [i32; 32] {
 }
 
 /// Q4_0 rows ggml does not repack (a q4_0 KV cache's keys): `ggml_vec_dot_q4_0_q8_0` (and
-/// tinyBLAS for several rows), Q8_0's lanes on the values q − 8; aarch64: `neon_order`.
-pub fn dot_q4_0_lanes(w: &[u8], a: &[Act32]) -> f32 {
+/// tinyBLAS for several rows), Q8_0's lanes on the values q − 8; aarch64: `neon_order`. The
+/// kernels take rows in runs (`dot_rows`); this one pair is the tests' handle on it.
+#[cfg(test)]
+fn dot_q4_0_lanes(w: &[u8], a: &[Act32]) -> f32 {
+    let mut out = [0f32];
+    dot_rows(false, w, &[a], &mut out, 1);
+    out[0]
+}
+
+/// `dot_q8_0` (`q8`) or `dot_q4_0_lanes` of each row of `rows` (whole rows of `acts[h].len()`
+/// blocks one after another, as a KV block's key rows) against every `acts[h]`, into
+/// `out[h * stride + i]`: the AVX2 loop where the CPU has it, else one row dot per pair.
+pub fn dot_rows(q8: bool, rows: &[u8], acts: &[&[Act32]], out: &mut [f32], stride: usize) {
+    let Some(nb) = acts.first().map(|a| a.len()) else { return };
+    let bytes = nb * if q8 { Q8_0::BYTES } else { Q4_0::BYTES };
+    let n = rows.len() / bytes.max(1);
+    assert!(acts.iter().all(|a| a.len() == nb) && (n == 0 || out.len() >= (acts.len() - 1) * stride + n));
     #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
-        // SAFETY: AVX2/FMA checked; `w` holds one 18-byte block per activation block.
-        return unsafe { simd::dot_q4_0_lanes(w, a) };
+    if has_avx2() {
+        // SAFETY: AVX2/FMA/F16C checked; rows and activations have the same blocks, `out` the
+        // room (asserted).
+        return unsafe {
+            match q8 {
+                true => simd::dot_rows::<true>(rows, acts, out, stride),
+                false => simd::dot_rows::<false>(rows, acts, out, stride),
+            }
+        };
     }
-    dot_q4_0_lanes_ref(w, a)
+    for (i, row) in rows.chunks_exact(bytes).enumerate() {
+        for (h, a) in acts.iter().enumerate() {
+            out[h * stride + i] = if q8 { dot_q8_0(row, a) } else { dot_q4_0_lanes_ref(row, a) };
+        }
+    }
 }
 
 /// `dot_q4_0_lanes`'s scalar statement (aarch64: `neon_order`).
@@ -371,6 +398,31 @@ mod tests {
     fn deq_q5_1(blk: &[u8]) -> Vec<f32> {
         let (d, m) = (f16_at(blk, Q5_1::D), f16_at(blk, Q5_1::M));
         q5_1_values(blk).iter().map(|&q| d * q as f32 + m).collect()
+    }
+
+    /// Runs of rows against several activation rows give each pair's row dot, bit for bit.
+    #[test]
+    fn row_runs_match_row_dots() {
+        let mut r = crate::kernels::cpu::dot_checks::lcg(5);
+        let mut act =
+            |n: usize| quantize_q8(&(0..n).map(|_| (r() % 2000) as f32 / 100.0 - 10.0).collect::<Vec<_>>());
+        let acts: Vec<Vec<Act32>> = (0..3).map(|_| act(64)).collect();
+        let refs: Vec<&[Act32]> = acts.iter().map(Vec::as_slice).collect();
+        for (q8, bytes) in [(true, Q8_0::BYTES), (false, Q4_0::BYTES)] {
+            let mut r = crate::kernels::cpu::dot_checks::lcg(9);
+            let mut rows: Vec<u8> = (0..7 * 2 * bytes).map(|_| r() as u8).collect();
+            for blk in rows.chunks_exact_mut(bytes) {
+                blk[..2].copy_from_slice(&f16::from_f32((r() % 100) as f32 / 1000.0 + 0.001).to_le_bytes());
+            }
+            let mut out = vec![0f32; 3 * 10];
+            dot_rows(q8, &rows, &refs, &mut out, 10);
+            for (i, row) in rows.chunks_exact(2 * bytes).enumerate() {
+                for (h, a) in refs.iter().enumerate() {
+                    let want = if q8 { dot_q8_0_ref(row, a) } else { dot_q4_0_lanes_ref(row, a) };
+                    assert_eq!(out[h * 10 + i].to_bits(), want.to_bits(), "q8 {q8} row {i} head {h}");
+                }
+            }
+        }
     }
 
     #[test]

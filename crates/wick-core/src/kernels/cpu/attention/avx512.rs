@@ -6,7 +6,7 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use crate::cache::{PagedView, BLOCK_SIZE};
+use crate::cache::{KvType, PagedView, BLOCK_SIZE, QBLOCK};
 use crate::kernels::cpu::feats::{isa, Isa};
 
 /// Whether these kernels run here (`feats::isa` at AVX-512 VNNI).
@@ -369,4 +369,80 @@ pub(super) unsafe fn softmax_f16(w: &[f32], p: &mut [f32]) {
         let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
         _mm512_storeu_ps(p.as_mut_ptr().add(c), _mm512_cvtph_ps(h));
     }
+}
+
+/// Σ_t p_h[t]·v[t] over positions `0..t_len` for `H` weight rows `ps` of KV head `g`'s
+/// quantized value rows (`ty`: Q8_0 or Q4_0), dimensions `d0..d0 + 64` (two blocks): per output
+/// one fma per position in position order, positions weighing exactly 0 skipped — the bits of
+/// `quant_kv`'s portable loop.
+///
+/// # Safety
+/// AVX-512 (`available()`); the view holds positions `0..t_len` with rows of at least
+/// `d0 + 64` values; every `ps[h]` has `t_len` weights.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c")]
+pub unsafe fn pv64_quant<const H: usize>(
+    kv: &PagedView<'_>,
+    g: usize,
+    ty: KvType,
+    t_len: usize,
+    d0: usize,
+    ps: [&[f32]; H],
+) -> [[f32; 64]; H] {
+    let mut acc = [[_mm512_setzero_ps(); 4]; H];
+    let (bytes, b0) = (if ty == KvType::Q8_0 { 34 } else { 18 }, d0 / QBLOCK);
+    let row_bytes = ty.row_bytes(kv.head_dim);
+    // Block by block: a block's rows lie one after another (the next block's are asked for
+    // ahead: blocks are scattered, too far apart for the hardware prefetcher).
+    for t0 in (0..t_len).step_by(BLOCK_SIZE) {
+        let n = (t_len - t0).min(BLOCK_SIZE);
+        if t0 + BLOCK_SIZE < t_len {
+            let next = kv.value_rows(g, t0 + BLOCK_SIZE, (t_len - t0 - BLOCK_SIZE).min(BLOCK_SIZE));
+            for line in next.chunks(64) {
+                _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8);
+            }
+        }
+        let rows = kv.value_rows(g, t0, n).as_ptr();
+        for t in t0..t0 + n {
+            let row = rows.add((t - t0) * row_bytes);
+            let mut v = [_mm512_setzero_ps(); 4];
+            for b in 0..2 {
+                let blk = row.add((b0 + b) * bytes);
+                let bits = u16::from_le_bytes([*blk, *blk.add(1)]) as i32;
+                let d = _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits))));
+                let (lo, hi) = match ty {
+                    KvType::Q8_0 => (
+                        _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(2) as *const __m128i)),
+                        _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(18) as *const __m128i)),
+                    ),
+                    _ => {
+                        let q = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(2) as *const __m128i));
+                        let (m, eight) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(8));
+                        (
+                            _mm512_sub_epi32(_mm512_and_si512(q, m), eight),
+                            _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(q, 4), m), eight),
+                        )
+                    }
+                };
+                v[2 * b] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo));
+                v[2 * b + 1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi));
+            }
+            for h in 0..H {
+                let pt = *ps[h].get_unchecked(t);
+                if pt == 0.0 {
+                    continue;
+                }
+                let pv = _mm512_set1_ps(pt);
+                for c in 0..4 {
+                    acc[h][c] = _mm512_fmadd_ps(pv, v[c], acc[h][c]);
+                }
+            }
+        }
+    }
+    let mut out = [[0f32; 64]; H];
+    for h in 0..H {
+        for c in 0..4 {
+            _mm512_storeu_ps(out[h].as_mut_ptr().add(16 * c), acc[h][c]);
+        }
+    }
+    out
 }

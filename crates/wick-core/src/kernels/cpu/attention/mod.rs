@@ -32,7 +32,6 @@ mod bidirectional;
 mod dots;
 #[cfg(target_arch = "aarch64")]
 mod neon_dots;
-mod quant_kv;
 #[cfg(test)]
 mod reference;
 
@@ -116,6 +115,7 @@ macro_rules! by_count {
     }};
 }
 
+mod quant_kv;
 mod single;
 #[cfg(target_arch = "x86_64")]
 mod tiled;

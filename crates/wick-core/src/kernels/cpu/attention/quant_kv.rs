@@ -9,13 +9,12 @@
 //!   against the exact dequantized values — the same for one new token or many, so a
 //!   sequence's outputs do not depend on how its tokens were batched.
 
+#[cfg(target_arch = "x86_64")]
+use super::avx512;
 use super::Plan;
-use crate::cache::{KvType, PagedView};
-use crate::kernels::cpu::q8::quantize_q8;
-use crate::kernels::cpu::quants::{dot_q4_0_lanes, dot_q8_0};
-
-/// Positions per prefetch run of key rows.
-const AHEAD: usize = 16;
+use crate::cache::{KvType, PagedView, BLOCK_SIZE};
+use crate::kernels::cpu::q8::{quantize_q8, Act32};
+use crate::kernels::cpu::quants::dot_rows;
 
 impl Plan<'_, '_> {
     /// The group's scaled scores `q·k` of KV head `g` over positions `t0..t_len` into `w`
@@ -31,20 +30,24 @@ impl Plan<'_, '_> {
         w: &mut [f32],
         padded: usize,
     ) {
-        let hd = self.hd;
-        let acts: Vec<_> = q.chunks_exact(hd).map(quantize_q8).collect();
-        let dot = match kv.types().k {
-            KvType::Q4_0 => dot_q4_0_lanes,
-            _ => dot_q8_0,
-        };
-        for t in t0..t_len {
-            if t % AHEAD == 0 && t + AHEAD < t_len {
-                prefetch_rows(kv, g, t + AHEAD);
+        let acts: Vec<Vec<Act32>> = q.chunks_exact(self.hd).map(quantize_q8).collect();
+        let acts: Vec<&[Act32]> = acts.iter().map(Vec::as_slice).collect();
+        let q8 = kv.types().k == KvType::Q8_0;
+        // Block by block: a block's key rows lie one after another.
+        let mut t = t0;
+        while t < t_len {
+            let n = (BLOCK_SIZE - t % BLOCK_SIZE).min(t_len - t);
+            let next = t + n;
+            if next < t_len {
+                prefetch_rows(kv, g, next, (BLOCK_SIZE - next % BLOCK_SIZE).min(t_len - next));
             }
-            let row = kv.key_row(g, t);
-            for (h, a) in acts.iter().enumerate() {
-                w[h * padded + t] = dot(row, a) * self.scale;
+            dot_rows(q8, kv.key_rows(g, t, n), &acts, &mut w[t..], padded);
+            for h in 0..acts.len() {
+                for s in &mut w[h * padded + t..h * padded + next] {
+                    *s *= self.scale;
+                }
             }
+            t = next;
         }
     }
 
@@ -62,6 +65,26 @@ impl Plan<'_, '_> {
         let (hd, group) = (self.hd, self.group);
         let ty = kv.types().v;
         let out = &mut orow[g * group * hd..(g + 1) * group * hd];
+        let ps = |h: usize| &p[h * padded..h * padded + t_len];
+        #[cfg(target_arch = "x86_64")]
+        if avx512::available() && hd.is_multiple_of(64) {
+            for d0 in (0..hd).step_by(64) {
+                for h0 in (0..group).step_by(6) {
+                    let mut sums = [[0f32; 64]; 6];
+                    let n = (group - h0).min(6);
+                    // SAFETY: AVX-512 checked; rows hold `hd` values (d0 + 64 ≤ hd), the view
+                    // positions `0..t_len`, each weight row `t_len` values.
+                    unsafe {
+                        let x = |k: usize| ps(h0 + k);
+                        by_count!(avx512::pv64_quant, n, x, sums, kv, g, ty, t_len, d0)
+                    };
+                    for (k, s) in sums.iter().take(n).enumerate() {
+                        out[(h0 + k) * hd + d0..][..64].copy_from_slice(s);
+                    }
+                }
+            }
+            return;
+        }
         out.fill(0.0);
         let mut v = vec![0f32; hd];
         for t in 0..t_len {
@@ -81,19 +104,19 @@ impl Plan<'_, '_> {
     }
 }
 
-/// Asks for the key rows of `AHEAD` positions from `t` (one block: `t` is a multiple of
-/// `AHEAD`, a divisor of the block size).
+/// Asks for the key rows of positions `t..t + n` (one block) ahead of use: a step's keys come
+/// from DRAM, a block's rows contiguous but blocks scattered.
 #[inline(always)]
-fn prefetch_rows(kv: &PagedView<'_>, g: usize, t: usize) {
+fn prefetch_rows(kv: &PagedView<'_>, g: usize, t: usize, n: usize) {
     #[cfg(target_arch = "x86_64")]
-    for line in kv.key_rows(g, t, AHEAD).chunks(64) {
+    for line in kv.key_rows(g, t, n).chunks(64) {
         // SAFETY: a prefetch of a valid address has no effect on memory.
         unsafe {
             std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(line.as_ptr() as *const i8)
         };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (kv, g, t);
+    let _ = (kv, g, t, n);
 }
 
 #[cfg(test)]
@@ -231,6 +254,51 @@ mod tests {
                     many[row..].iter().zip(&chunk).all(|(a, b)| a.to_bits() == b.to_bits()),
                     "{types:?} batched"
                 );
+            }
+        }
+    }
+
+    /// The AVX-512 value kernel gives the portable loop's bits (one fma per position in order).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_wide_value_kernel_is_the_portable_loop() {
+        if !crate::kernels::cpu::attention::avx512::available() {
+            return;
+        }
+        let mut r = rng(13);
+        for v in [KvType::Q8_0, KvType::Q4_0] {
+            let (hd, t) = (128, 150);
+            let (pool, seq) = filled(KvTypes { k: KvType::F16, v }, 2, hd, t, &mut r);
+            let kv = pool.view(0, &seq).unwrap();
+            // Weights with exact zeros among them (masked positions are skipped).
+            let ps: Vec<Vec<f32>> =
+                (0..3).map(|_| (0..t).map(|i| if i % 7 == 3 { 0.0 } else { r().abs() }).collect()).collect();
+            for d0 in [0, 64] {
+                // SAFETY: AVX-512 checked; rows of 128 values, 150 positions, weights of 150.
+                let got = unsafe {
+                    crate::kernels::cpu::attention::avx512::pv64_quant::<3>(
+                        &kv,
+                        1,
+                        v,
+                        t,
+                        d0,
+                        [&ps[0], &ps[1], &ps[2]],
+                    )
+                };
+                for (h, p) in ps.iter().enumerate() {
+                    let mut want = vec![0f32; hd];
+                    let mut row = vec![0f32; hd];
+                    for (i, &pt) in p.iter().enumerate() {
+                        v.dequantize_row(kv.value_row(1, i), &mut row);
+                        if pt != 0.0 {
+                            for d in 0..hd {
+                                want[d] = pt.mul_add(row[d], want[d]);
+                            }
+                        }
+                    }
+                    let same = got[h].iter().zip(&want[d0..d0 + 64]).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{v:?} head {h} dims {d0}..");
+                }
             }
         }
     }

@@ -46,22 +46,62 @@ pub unsafe fn dot_q8_0(w: &[u8], a: &[Act32]) -> f32 {
     hsum_f32(acc)
 }
 
-/// `quants::dot_q4_0_lanes`: Q8_0's lanes on the values q − 8 (`ggml_vec_dot_q4_0_q8_0`).
+/// `dot_q8_0` (`Q8 = true`) or `dot_q4_0_lanes` of each row of `rows` (whole rows of
+/// `acts[h].len()` blocks, one after another: a KV block's key rows) against every activation
+/// row `acts[h]`, into `out[h * stride + i]`, the same bits as one call per pair: per head 8
+/// lanes, one fma per lane and block, `hsum_float_8`. Each key block is loaded and its scale
+/// converted once for all heads (four at a time).
 ///
 /// # Safety
-/// Needs AVX2 and FMA; `w` holds `a.len()` Q4_0 blocks of 18 bytes.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn dot_q4_0_lanes(w: &[u8], a: &[Act32]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (blk, y) in w.chunks_exact(Q4_0::BYTES).zip(a) {
-        let d = _mm256_set1_ps(f16_at(blk, Q4_0::D) * y.d);
-        // Σ q·y − 8·Σ y per lane: exact integers, as ggml's (q − 8)·y.
-        let qy = lane_dots(nibbles(blk.as_ptr().add(Q4_0::QS)), y.qs.as_ptr());
-        let ys = lane_dots(_mm256_set1_epi8(1), y.qs.as_ptr());
-        let dots = _mm256_sub_epi32(qy, _mm256_slli_epi32(ys, 3));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dots), acc);
+/// Needs AVX2, FMA and F16C; every `acts[h]` has the same number of blocks; `out` holds
+/// `(acts.len() - 1) * stride + rows / row` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_rows<const Q8: bool>(rows: &[u8], acts: &[&[Act32]], out: &mut [f32], stride: usize) {
+    for (h0, heads) in acts.chunks(4).enumerate() {
+        let o = &mut out[4 * h0 * stride..];
+        match heads.len() {
+            1 => dot_rows_heads::<Q8, 1>(rows, heads, o, stride),
+            2 => dot_rows_heads::<Q8, 2>(rows, heads, o, stride),
+            3 => dot_rows_heads::<Q8, 3>(rows, heads, o, stride),
+            _ => dot_rows_heads::<Q8, 4>(rows, heads, o, stride),
+        }
     }
-    hsum_f32(acc)
+}
+
+/// `dot_rows` for `H` heads (accumulators kept in registers).
+#[inline(always)]
+unsafe fn dot_rows_heads<const Q8: bool, const H: usize>(
+    rows: &[u8],
+    acts: &[&[Act32]],
+    out: &mut [f32],
+    stride: usize,
+) {
+    let (bytes, qs) = if Q8 { (Q8_0::BYTES, Q8_0::QS) } else { (Q4_0::BYTES, Q4_0::QS) };
+    let nb = acts[0].len();
+    for (i, row) in rows.chunks_exact(nb * bytes).enumerate() {
+        let mut acc = [_mm256_setzero_ps(); H];
+        for (b, blk) in row.chunks_exact(bytes).enumerate() {
+            let x = match Q8 {
+                true => _mm256_loadu_si256(blk.as_ptr().add(qs) as *const __m256i),
+                false => _mm256_sub_epi8(nibbles(blk.as_ptr().add(qs)), _mm256_set1_epi8(8)),
+            };
+            let ax = _mm256_sign_epi8(x, x);
+            let dk =
+                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes([blk[0], blk[1]]) as i32)));
+            for h in 0..H {
+                let y = acts[h].get_unchecked(b);
+                let yv = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+                let dots = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(ax, _mm256_sign_epi8(yv, x)),
+                    _mm256_set1_epi16(1),
+                );
+                acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(dk * y.d), _mm256_cvtepi32_ps(dots), acc[h]);
+            }
+        }
+        for h in 0..H {
+            *out.get_unchecked_mut(h * stride + i) = hsum_f32(acc[h]);
+        }
+    }
 }
 
 /// Exact integer Σ (q - 8)·y of one Q4_0 block (16 nibble bytes) with 32 q8 values.
