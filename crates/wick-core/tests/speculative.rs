@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use candle_core::Device;
-use wick_core::cache::{KvPool, SeqCache};
+use wick_core::cache::{KvPool, KvType, KvTypes, SeqCache};
 use wick_core::gguf::GgufFile;
 use wick_core::metrics::MetricsSnapshot;
 use wick_core::models::{self, Model, StepSeq};
@@ -22,9 +22,14 @@ fn fixture_dir() -> &'static Path {
 }
 
 fn load(path: &Path) -> Engine {
+    load_as(path, KvTypes::F16)
+}
+
+fn load_as(path: &Path, kv_types: KvTypes) -> Engine {
     let mut o = EngineOptions::new(path);
     o.context_size = Some(1024);
     o.max_sequences = 4;
+    o.kv_types = kv_types;
     Engine::load(o).expect("load")
 }
 
@@ -151,13 +156,13 @@ fn bad_settings_are_refused() {
 }
 
 /// The real models, on a copy-heavy request: greedy tokens equal with and without.
-fn real_model_equal(test: &str, file: &str) {
+fn real_model_equal(test: &str, file: &str, kv_types: KvTypes) {
     let path = repo().join(".cache/models").join(file);
     if !path.exists() {
         common::skip(test, &format!("{} is missing (python3 scripts/fetch_models.py)", path.display()));
         return;
     }
-    let engine = load(&path);
+    let engine = load_as(&path, kv_types);
     let doc = "fn area(w: u32, h: u32) -> u32 {\n    let a = w * h;\n    a\n}\n\nfn perimeter(w: u32, h: u32) -> u32 {\n    2 * (w + h)\n}\n";
     let text =
         format!("Rename `area` to `surface` in this code and repeat all of it:\n\n{doc}\nHere it is:\n\n");
@@ -173,12 +178,25 @@ fn real_model_equal(test: &str, file: &str) {
 
 #[test]
 fn smollm2_tokens_equal_with_speculation() {
-    real_model_equal("smollm2_tokens_equal_with_speculation", "SmolLM2-135M-Instruct.Q4_1.gguf");
+    real_model_equal(
+        "smollm2_tokens_equal_with_speculation",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        KvTypes::F16,
+    );
+}
+
+/// A quantized cache too: a verified step's rows read its blocks as one-token steps do.
+#[test]
+fn smollm2_tokens_equal_with_speculation_on_quantized_caches() {
+    for (k, v) in [(KvType::Q8_0, KvType::F16), (KvType::Q4_0, KvType::Q4_0)] {
+        let file = "SmolLM2-135M-Instruct.Q4_1.gguf";
+        real_model_equal("smollm2_tokens_equal_with_speculation_on_quantized_caches", file, KvTypes { k, v });
+    }
 }
 
 #[test]
 fn gemma3_tokens_equal_with_speculation() {
-    real_model_equal("gemma3_tokens_equal_with_speculation", "gemma-3-270m-q4_k_m.gguf");
+    real_model_equal("gemma3_tokens_equal_with_speculation", "gemma-3-270m-q4_k_m.gguf", KvTypes::F16);
 }
 
 /// The model under the scheduler: a verified step's rows, fed the true continuation with a

@@ -65,9 +65,9 @@ impl Plan<'_, '_> {
         let (hd, group) = (self.hd, self.group);
         let ty = kv.types().v;
         let out = &mut orow[g * group * hd..(g + 1) * group * hd];
-        let ps = |h: usize| &p[h * padded..h * padded + t_len];
         #[cfg(target_arch = "x86_64")]
         if avx512::available() && hd.is_multiple_of(64) {
+            let ps = |h: usize| &p[h * padded..h * padded + t_len];
             for d0 in (0..hd).step_by(64) {
                 for h0 in (0..group).step_by(6) {
                     let mut sums = [[0f32; 64]; 6];
