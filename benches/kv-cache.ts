@@ -16,6 +16,7 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { startServer, stopServer, type Server } from "./compare.ts";
 import { appendResults, machine } from "./lib/provenance.ts";
+import { sseData } from "./lib/sse.ts";
 import { markdownTable } from "./serving.ts";
 
 const { values: a } = parseArgs({
@@ -65,21 +66,12 @@ async function complete(server: Server, ids: number[]): Promise<Run> {
   });
   if (!res.ok || !res.body) throw new Error(`${server.name}: HTTP ${res.status} ${await res.text()}`);
   let [first, last, tokens] = [0, 0, 0];
-  let buf = "";
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buf += Buffer.from(chunk).toString("utf8");
-    let nl: number;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      const line = buf.slice(0, nl).trim();
-      buf = buf.slice(nl + 1);
-      if (!line.startsWith("data:") || line === "data: [DONE]") continue;
-      const j = JSON.parse(line.slice(5)) as { choices?: { text?: string }[] };
-      if (j.choices?.[0]?.text === undefined) continue;
-      const now = performance.now();
-      if (!first) first = now;
-      last = now;
-      tokens++;
-    }
+  for await (const ev of sseData(res)) {
+    if ((ev as { choices?: { text?: string }[] }).choices?.[0]?.text === undefined) continue;
+    const now = performance.now();
+    if (!first) first = now;
+    last = now;
+    tokens++;
   }
   // Streamed pieces are tokens (an incomplete UTF-8 piece may wait for the next: counts even out).
   return { ttftS: (first - t0) / 1000, decodeTps: (tokens - 1) / ((last - first) / 1000), tokens };
@@ -149,22 +141,9 @@ for (const t of TYPES) {
   const [wd, ld] = [median(w.map((r) => r.decodeTps)), median(l.map((r) => r.decodeTps))];
   const [wt, lt] = [median(w.map((r) => r.ttftS)), median(l.map((r) => r.ttftS))];
   const gib = (k: Key) => (2 ** 30 / (perToken.get(k) ?? NaN)).toFixed(0);
-  rows.push([
-    name,
-    t.v === "f16" ? "off" : "on",
-    gib(`wick/${name}`),
-    gib(`llama/${name}`),
-    wt.toFixed(1),
-    lt.toFixed(1),
-    wd.toFixed(1),
-    ld.toFixed(1),
-    `${(wd / ld).toFixed(2)}×`,
-  ]);
+  rows.push([name, t.v === "f16" ? "off" : "on", gib(`wick/${name}`), gib(`llama/${name}`), wt.toFixed(1), lt.toFixed(1), wd.toFixed(1), ld.toFixed(1), `${(wd / ld).toFixed(2)}×`]);
 }
-const table = markdownTable(
-  ["K/V", "llama -fa", "tokens/GiB Wick", "llama", `TTFT s (${promptLen}) Wick`, "llama", `decode tok/s after ${promptLen} Wick`, "llama", "Wick/llama decode"],
-  rows,
-);
+const table = markdownTable(["K/V", "llama -fa", "tokens/GiB Wick", "llama", `TTFT s (${promptLen}) Wick`, "llama", `decode tok/s after ${promptLen} Wick`, "llama", "Wick/llama decode"], rows);
 const f16 = median(runs.get("wick/f16/f16")!.map((r) => r.decodeTps));
 const summary =
   `Model ${a.model}, ${promptLen}-token prompt, ${genLen} tokens decoded after it, ${a.rounds} round(s) (medians), ${a.threads} threads, ${machine()}. ` +

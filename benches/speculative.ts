@@ -18,6 +18,7 @@ import { statSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { startServer, stopServer, type Server } from "./compare.ts";
 import { appendResults, machine } from "./lib/provenance.ts";
+import { sseData } from "./lib/sse.ts";
 import { markdownTable } from "./serving.ts";
 
 const { values: a } = parseArgs({
@@ -146,29 +147,21 @@ async function chat(server: Server, prompt: string, maxTokens: number, spec: boo
   let last = 0;
   let drafted = 0;
   let accepted = 0;
-  let buf = "";
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buf += Buffer.from(chunk).toString("utf8");
-    let nl: number;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      const line = buf.slice(0, nl).trim();
-      buf = buf.slice(nl + 1);
-      if (!line.startsWith("data:") || line === "data: [DONE]") continue;
-      const j = JSON.parse(line.slice(5)) as {
-        choices?: { delta?: { content?: string } }[];
-        usage?: { completion_tokens: number };
-        timings?: { draft_n?: number; draft_n_accepted?: number };
-      };
-      const delta = j.choices?.[0]?.delta?.content;
-      if (delta) {
-        const now = performance.now();
-        if (!first) first = now;
-        last = now;
-        text += delta;
-      }
-      if (j.usage) tokens = j.usage.completion_tokens;
-      if (j.timings?.draft_n !== undefined) [drafted, accepted] = [j.timings.draft_n, j.timings.draft_n_accepted ?? 0];
+  for await (const ev of sseData(res)) {
+    const j = ev as {
+      choices?: { delta?: { content?: string } }[];
+      usage?: { completion_tokens: number };
+      timings?: { draft_n?: number; draft_n_accepted?: number };
+    };
+    const delta = j.choices?.[0]?.delta?.content;
+    if (delta) {
+      const now = performance.now();
+      if (!first) first = now;
+      last = now;
+      text += delta;
     }
+    if (j.usage) tokens = j.usage.completion_tokens;
+    if (j.timings?.draft_n !== undefined) [drafted, accepted] = [j.timings.draft_n, j.timings.draft_n_accepted ?? 0];
   }
   return { text, tokens, decodeTps: (tokens - 1) / ((last - first) / 1000), drafted, accepted };
 }

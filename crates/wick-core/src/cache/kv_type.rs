@@ -124,7 +124,7 @@ impl KvType {
 
 /// A block's f16 scale.
 #[inline(always)]
-pub fn block_scale(blk: &[u8]) -> f32 {
+fn block_scale(blk: &[u8]) -> f32 {
     f16::from_le_bytes([blk[0], blk[1]]).to_f32()
 }
 
@@ -155,12 +155,13 @@ impl KvTypes {
     }
 }
 
-fn q8_0_block(x: &[f32], out: &mut [u8]) {
-    let max = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let d = max / 127.0;
-    let dh = f16::from_f32(d);
-    // x86 multiplies by 127/max; NEON by 1/d (d unrounded), as each build's quantizer.
-    let id = if cfg!(target_arch = "aarch64") {
+/// The multiplier a q8_0 / q8_1 block's values are rounded from (`max`: the largest |x|,
+/// `d = max / 127`): ggml's x86 quantizers take `127 / max`, its NEON ones `1 / d`, which
+/// rounds differently and so moves some quants by one. The cache's keys and values and the
+/// kernels' activation rows (`kernels::cpu::q8`) are quantized by this one rule.
+#[inline(always)]
+pub fn q8_0_inverse_scale(max: f32, d: f32) -> f32 {
+    if cfg!(target_arch = "aarch64") {
         if d != 0.0 {
             1.0 / d
         } else {
@@ -170,8 +171,14 @@ fn q8_0_block(x: &[f32], out: &mut [u8]) {
         127.0 / max
     } else {
         0.0
-    };
-    out[..2].copy_from_slice(&dh.to_le_bytes());
+    }
+}
+
+fn q8_0_block(x: &[f32], out: &mut [u8]) {
+    let max = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = max / 127.0;
+    let id = q8_0_inverse_scale(max, d);
+    out[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
     for (o, v) in out[2..].iter_mut().zip(x) {
         *o = (v * id).round_ties_even() as i32 as i8 as u8;
     }

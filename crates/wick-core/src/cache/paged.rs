@@ -297,13 +297,14 @@ impl KvPool {
                     let src = (i * n_kv + g) * hd;
                     // SAFETY: in the layer (b < n_blocks, g < n_kv, slot < bs), and only this
                     // task writes position p of this sequence (module docs).
-                    let key =
-                        unsafe { std::slice::from_raw_parts_mut(kp.get().add(l.key_at(b, g, slot)), k_row) };
+                    let key = unsafe {
+                        std::slice::from_raw_parts_mut(kp.get().add(l.row_at(kt, b, g, slot)), k_row)
+                    };
                     store_row(kt, &it.k[src..src + hd], key);
                     if !transposed_v {
                         // SAFETY: as the key.
                         let value = unsafe {
-                            std::slice::from_raw_parts_mut(vp.get().add(l.value_row_at(b, g, slot)), v_row)
+                            std::slice::from_raw_parts_mut(vp.get().add(l.row_at(vt, b, g, slot)), v_row)
                         };
                         store_row(vt, &it.v[src..src + hd], value);
                         continue;

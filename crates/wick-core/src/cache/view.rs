@@ -96,16 +96,11 @@ impl LayerKv {
         Ok(Self { n_kv, hd, types, k: Zeroed::new(size(types.k)?)?, v: Zeroed::new(size(types.v)?)? })
     }
 
-    /// Byte offset of head `g`'s key row at `slot` of block `b`.
+    /// Byte offset of head `g`'s row at `slot` of block `b` in a side stored as `ty` in rows
+    /// (keys; quantized values).
     #[inline(always)]
-    pub fn key_at(&self, b: usize, g: usize, slot: usize) -> usize {
-        ((b * self.n_kv + g) * BLOCK_SIZE + slot) * self.types.k.row_bytes(self.hd)
-    }
-
-    /// Byte offset of head `g`'s value row at `slot` of block `b` (quantized values).
-    #[inline(always)]
-    pub fn value_row_at(&self, b: usize, g: usize, slot: usize) -> usize {
-        ((b * self.n_kv + g) * BLOCK_SIZE + slot) * self.types.v.row_bytes(self.hd)
+    pub fn row_at(&self, ty: KvType, b: usize, g: usize, slot: usize) -> usize {
+        ((b * self.n_kv + g) * BLOCK_SIZE + slot) * ty.row_bytes(self.hd)
     }
 
     pub fn view<'a>(&'a self, blocks: &'a [BlockId]) -> PagedView<'a> {
@@ -148,21 +143,31 @@ impl PagedView<'_> {
     pub fn key(&self, g: usize, t: usize) -> &[f16] {
         Self::f16s(self.key_row(g, t))
     }
+    /// Rows of KV head `g` at positions `t0..t0 + n` of the keys (`value` false) or the
+    /// quantized values, contiguous as stored; the positions must lie in one block.
+    #[inline(always)]
+    fn rows(&self, value: bool, g: usize, t0: usize, n: usize) -> &[u8] {
+        assert!(t0 % BLOCK_SIZE + n <= BLOCK_SIZE, "rows {t0}..{} cross a block", t0 + n);
+        let b = self.blocks[t0 / BLOCK_SIZE] as usize;
+        let ty = if value { self.layer.types.v } else { self.layer.types.k };
+        let at = self.layer.row_at(ty, b, g, t0 % BLOCK_SIZE);
+        let len = n * ty.row_bytes(self.head_dim);
+        if value {
+            self.v_bytes(at, len)
+        } else {
+            self.k_bytes(at, len)
+        }
+    }
     /// Key row of KV head `g` at position `t` as stored (`types().k.row_bytes(head_dim)`).
     #[inline(always)]
     pub fn key_row(&self, g: usize, t: usize) -> &[u8] {
-        let b = self.blocks[t / BLOCK_SIZE] as usize;
-        let row = self.layer.types.k.row_bytes(self.head_dim);
-        self.k_bytes(self.layer.key_at(b, g, t % BLOCK_SIZE), row)
+        self.rows(false, g, t, 1)
     }
     /// Key rows of KV head `g` at positions `t0..t0 + n`, contiguous; the positions must lie
     /// in one block.
     #[inline(always)]
     pub fn key_rows(&self, g: usize, t0: usize, n: usize) -> &[u8] {
-        assert!(t0 % BLOCK_SIZE + n <= BLOCK_SIZE, "keys {t0}..{} cross a block", t0 + n);
-        let b = self.blocks[t0 / BLOCK_SIZE] as usize;
-        let row = self.layer.types.k.row_bytes(self.head_dim);
-        self.k_bytes(self.layer.key_at(b, g, t0 % BLOCK_SIZE), n * row)
+        self.rows(false, g, t0, n)
     }
     /// Keys of KV head `g` at positions `t0..t0 + n` (f16 keys), contiguous (`n · head_dim`
     /// values); the positions must lie in one block.
@@ -173,18 +178,13 @@ impl PagedView<'_> {
     /// Value row of KV head `g` at position `t` as stored (quantized values).
     #[inline(always)]
     pub fn value_row(&self, g: usize, t: usize) -> &[u8] {
-        let b = self.blocks[t / BLOCK_SIZE] as usize;
-        let row = self.layer.types.v.row_bytes(self.head_dim);
-        self.v_bytes(self.layer.value_row_at(b, g, t % BLOCK_SIZE), row)
+        self.rows(true, g, t, 1)
     }
     /// Value rows of KV head `g` at positions `t0..t0 + n` as stored (quantized values),
     /// contiguous; the positions must lie in one block.
     #[inline(always)]
     pub fn value_rows(&self, g: usize, t0: usize, n: usize) -> &[u8] {
-        assert!(t0 % BLOCK_SIZE + n <= BLOCK_SIZE, "values {t0}..{} cross a block", t0 + n);
-        let b = self.blocks[t0 / BLOCK_SIZE] as usize;
-        let row = self.layer.types.v.row_bytes(self.head_dim);
-        self.v_bytes(self.layer.value_row_at(b, g, t0 % BLOCK_SIZE), n * row)
+        self.rows(true, g, t0, n)
     }
     /// Values of KV head `g`, dimensions `d0..d0 + n`, over the positions of block `j` (f16
     /// values): contiguous (`n · BLOCK_SIZE` values, dimension by dimension).

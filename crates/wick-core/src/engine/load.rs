@@ -9,6 +9,7 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::models::vision::VisionModel;
 use crate::models::{self, ModelHparams};
+use crate::request::SpecOptions;
 use crate::runtime::device::Placement;
 use crate::tokenizer::Tokenizer;
 
@@ -97,3 +98,28 @@ fn gpu_kv_tokens(util: f32, free: usize, bytes_per_token: usize) -> Result<usize
     let budget = (free as f64 * util as f64) as usize;
     Ok(budget / bytes_per_token.max(1))
 }
+
+/// `spec` if its numbers make sense.
+pub(super) fn check_speculation(spec: SpecOptions) -> Result<SpecOptions> {
+    let bad = |m: String| Err(WickError::InvalidRequest(format!("speculative decoding: {m}")));
+    if spec.draft_max == 0 {
+        return Ok(SpecOptions::OFF);
+    }
+    if spec.draft_max > MAX_DRAFT {
+        return bad(format!("draft_max {} is over {MAX_DRAFT}", spec.draft_max));
+    }
+    if spec.draft_min > spec.draft_max {
+        return bad(format!("draft_min {} is over draft_max {}", spec.draft_min, spec.draft_max));
+    }
+    if spec.ngram_min == 0 || spec.ngram_min > spec.ngram_max || spec.ngram_max > MAX_DRAFT {
+        return bad(format!(
+            "n-gram sizes {}..{} (1 ≤ min ≤ max ≤ {MAX_DRAFT})",
+            spec.ngram_min, spec.ngram_max
+        ));
+    }
+    Ok(spec)
+}
+
+/// Most tokens drafted in one step (llama-server's `--draft-max` takes any; past this a step
+/// would be mostly rows that are thrown away).
+const MAX_DRAFT: usize = 64;

@@ -29,7 +29,9 @@ mod load;
 use adapters::Adapters;
 pub use adapters::{AdapterInfo, LoraSpec};
 pub use embedding::EmbeddingInfo;
-use load::{kv_pool, load_tokenizer_and_model, load_vision, requested_context_size, LoadedModel};
+use load::{
+    check_speculation, kv_pool, load_tokenizer_and_model, load_vision, requested_context_size, LoadedModel,
+};
 
 /// Tokens per sequence when `EngineOptions::context_size` is None and the model does not say
 /// how long it was trained (else the smaller of the two).
@@ -123,31 +125,6 @@ impl EngineOptions {
         }
     }
 }
-
-/// `spec` if its numbers make sense.
-fn check_speculation(spec: SpecOptions) -> Result<SpecOptions> {
-    let bad = |m: String| Err(WickError::InvalidRequest(format!("speculative decoding: {m}")));
-    if spec.draft_max == 0 {
-        return Ok(SpecOptions::OFF);
-    }
-    if spec.draft_max > MAX_DRAFT {
-        return bad(format!("draft_max {} is over {MAX_DRAFT}", spec.draft_max));
-    }
-    if spec.draft_min > spec.draft_max {
-        return bad(format!("draft_min {} is over draft_max {}", spec.draft_min, spec.draft_max));
-    }
-    if spec.ngram_min == 0 || spec.ngram_min > spec.ngram_max || spec.ngram_max > MAX_DRAFT {
-        return bad(format!(
-            "n-gram sizes {}..{} (1 ≤ min ≤ max ≤ {MAX_DRAFT})",
-            spec.ngram_min, spec.ngram_max
-        ));
-    }
-    Ok(spec)
-}
-
-/// Most tokens drafted in one step (llama-server's `--draft-max` takes any; past this a step
-/// would be mostly rows that are thrown away).
-const MAX_DRAFT: usize = 64;
 
 /// Facts about the loaded model that the control plane needs (templates, limits, listing).
 #[derive(Debug, Clone)]

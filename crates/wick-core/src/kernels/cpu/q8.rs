@@ -75,23 +75,8 @@ pub fn quantize_q8k(x: &[f32]) -> Vec<Act256> {
     x.chunks_exact(256).map(q8k_block).collect()
 }
 
-/// The multiplier a q8_0 / q8_1 block's values are rounded from (`max`: the largest |x|,
-/// `d = max / 127`): ggml's x86 quantizers take `127 / max`, its NEON ones `1 / d`, which
-/// rounds differently and so moves some quants by one.
-#[inline(always)]
-fn inverse_scale(max: f32, d: f32) -> f32 {
-    if cfg!(target_arch = "aarch64") {
-        if d != 0.0 {
-            1.0 / d
-        } else {
-            0.0
-        }
-    } else if max != 0.0 {
-        127.0 / max
-    } else {
-        0.0
-    }
-}
+/// The multiplier a q8_0 / q8_1 block's values are rounded from (one rule with the KV cache's).
+use crate::cache::q8_0_inverse_scale as inverse_scale;
 
 /// One q8_0 / q8_1 block (portable).
 fn q8_block(b: &[f32]) -> Act32 {

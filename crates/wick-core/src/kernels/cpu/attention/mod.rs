@@ -385,6 +385,48 @@ impl<'s, 'a> Plan<'s, 'a> {
     }
 }
 
+/// What the attention tests share: random numbers and a pool filled with them.
+#[cfg(test)]
+pub(crate) mod testing {
+    use candle_core::Device;
+
+    use crate::cache::{KvPool, KvTypes, LayerKind, SeqCache, BLOCK_SIZE};
+    use crate::runtime::device::Placement;
+
+    pub fn rng(seed: u32) -> impl FnMut() -> f32 {
+        let mut s = seed;
+        move || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+        }
+    }
+
+    /// A pool stored as `types` holding `t` random positions for one sequence, its blocks out
+    /// of order, and NaN in the rest of its last block (what a block's earlier owner may have
+    /// left: positions past the sequence must not reach its outputs).
+    pub fn filled(
+        types: KvTypes,
+        n_kv: usize,
+        hd: usize,
+        t: usize,
+        r: &mut impl FnMut() -> f32,
+    ) -> (KvPool, SeqCache) {
+        let layout = [LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }];
+        let cpu = Placement::for_device(&Device::Cpu);
+        let mut pool = KvPool::new_on(&layout, t.div_ceil(BLOCK_SIZE) + 2, true, &cpu, types).unwrap();
+        let mut spacer = pool.new_seq();
+        pool.reserve(&mut spacer, 1).unwrap();
+        let mut seq = pool.new_seq();
+        let whole = t.div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
+        pool.reserve(&mut seq, whole).unwrap();
+        let val = |i: usize, x: f32| if i < t * n_kv * hd { x } else { f32::NAN };
+        let k: Vec<f32> = (0..whole * n_kv * hd).map(|i| val(i, r() * 3.0)).collect();
+        let v: Vec<f32> = (0..whole * n_kv * hd).map(|i| val(i, r())).collect();
+        pool.write(0, &seq, 0, &k, &v).unwrap();
+        (pool, seq)
+    }
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;

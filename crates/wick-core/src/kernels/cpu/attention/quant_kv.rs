@@ -123,40 +123,10 @@ fn prefetch_rows(kv: &PagedView<'_>, g: usize, t: usize, n: usize) {
 mod tests {
     use candle_core::Device;
 
-    use crate::cache::{KvPool, KvType, KvTypes, LayerKind, SeqCache, BLOCK_SIZE};
+    use crate::cache::{KvPool, KvType, KvTypes, LayerKind, SeqCache};
+    use crate::kernels::cpu::attention::testing::{filled, rng};
     use crate::kernels::cpu::attention::{attend, attend_many, SeqAttn};
     use crate::runtime::device::Placement;
-
-    fn rng(seed: u32) -> impl FnMut() -> f32 {
-        let mut s = seed;
-        move || {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
-        }
-    }
-
-    /// A pool stored as `types` holding `t` random positions of one sequence (blocks out of
-    /// order).
-    fn filled(
-        types: KvTypes,
-        n_kv: usize,
-        hd: usize,
-        t: usize,
-        r: &mut impl FnMut() -> f32,
-    ) -> (KvPool, SeqCache) {
-        let layout = [LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }];
-        let blocks = t.div_ceil(BLOCK_SIZE) + 2;
-        let cpu = Placement::for_device(&Device::Cpu);
-        let mut pool = KvPool::new_on(&layout, blocks, true, &cpu, types).unwrap();
-        let mut spacer = pool.new_seq();
-        pool.reserve(&mut spacer, 1).unwrap();
-        let mut seq = pool.new_seq();
-        pool.reserve(&mut seq, t).unwrap();
-        let k: Vec<f32> = (0..t * n_kv * hd).map(|_| r() * 3.0).collect();
-        let v: Vec<f32> = (0..t * n_kv * hd).map(|_| r()).collect();
-        pool.write(0, &seq, 0, &k, &v).unwrap();
-        (pool, seq)
-    }
 
     /// Causal attention in f64 over the values the pool holds (dequantized) and the query
     /// as given: what a quantized cache approximates.

@@ -101,34 +101,13 @@ mod tests {
     use candle_core::Device;
 
     use super::*;
-    use crate::cache::{KvPool, LayerKind, SeqCache};
+    use crate::cache::{KvPool, KvTypes, LayerKind, SeqCache};
+    use crate::kernels::cpu::attention::testing::{self, rng};
     use crate::kernels::cpu::attention::{attend, attend_many, attend_many_in, SeqAttn};
 
-    fn rng(seed: u32) -> impl FnMut() -> f32 {
-        let mut s = seed;
-        move || {
-            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
-            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
-        }
-    }
-
-    /// A pool holding `t` random positions for one sequence, its blocks out of order, and NaN
-    /// in the rest of its last block (what a block's earlier owner may have left: positions
-    /// past the sequence must not reach its outputs).
+    /// An f16 pool of `t` random positions (`testing::filled`).
     fn filled(n_kv: usize, hd: usize, t: usize, r: &mut impl FnMut() -> f32) -> (KvPool, SeqCache) {
-        let layout = [LayerKind::Attention { n_kv_head: n_kv, head_dim: hd }];
-        let bs = crate::cache::BLOCK_SIZE;
-        let mut pool = KvPool::with_capacity(&layout, t + 2 * bs, &Device::Cpu).unwrap();
-        let mut spacer = pool.new_seq();
-        pool.reserve(&mut spacer, 1).unwrap();
-        let mut seq = pool.new_seq();
-        let whole = t.div_ceil(bs) * bs;
-        pool.reserve(&mut seq, whole).unwrap();
-        let val = |i: usize, x: f32| if i < t * n_kv * hd { x } else { f32::NAN };
-        let k: Vec<f32> = (0..whole * n_kv * hd).map(|i| val(i, r() * 3.0)).collect();
-        let v: Vec<f32> = (0..whole * n_kv * hd).map(|i| val(i, r())).collect();
-        pool.write(0, &seq, 0, &k, &v).unwrap();
-        (pool, seq)
+        testing::filled(KvTypes::F16, n_kv, hd, t, r)
     }
 
     #[test]
