@@ -4,6 +4,7 @@
 //! are the bytes llama.cpp would hold.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use crate::error::{Result, WickError};
 
@@ -71,8 +72,15 @@ impl KvType {
     /// `x` into `out` (`row_bytes(x.len())` bytes) as llama.cpp's CPU `from_float` does: q8_0
     /// as `quantize_row_q8_0` of its x86 build (`d = max|x|/127`, `x·(127/max|x|)` rounded to
     /// nearest even) or of its NEON build (`x·(1/d)`), q4_0 as `quantize_row_q4_0_ref`.
+    /// f16 as `f16::from_f32` rounds (F16C, 8 at a time, where `out` is 2-byte aligned, as
+    /// the pool's rows are).
     pub fn quantize_row(self, x: &[f32], out: &mut [u8]) {
         match self {
+            Self::F16 if out.as_ptr().align_offset(2) == 0 && out.len() >= 2 * x.len() => {
+                // SAFETY: 2-byte aligned (checked), 2·len bytes (checked), any bits are an f16.
+                let h = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f16, x.len()) };
+                h.convert_from_f32_slice(x);
+            }
             Self::F16 => {
                 for (o, v) in out.chunks_exact_mut(2).zip(x) {
                     o.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
@@ -231,6 +239,20 @@ mod tests {
         assert_eq!(t.rotation(192), (Some(64), Some(64)));
         assert_eq!(t.rotation(96), (None, None));
         assert_eq!(KvTypes { k: KvType::F16, v: KvType::Q8_0 }.rotation(128), (None, Some(64)));
+    }
+
+    #[test]
+    fn f16_rows_round_alike_aligned_or_not() {
+        let x: Vec<f32> = (0..37).map(|i| (i as f32 - 18.3) * 0.731e-3 + 1.0 / (i as f32 + 0.5)).collect();
+        let mut bytes = [0u8; 80];
+        // An even address (the F16C path), then the odd one after it (the per-value path).
+        let even = bytes.as_ptr().align_offset(2);
+        KvType::F16.quantize_row(&x, &mut bytes[even..even + 74]);
+        let aligned = bytes[even..even + 74].to_vec();
+        KvType::F16.quantize_row(&x, &mut bytes[even + 1..even + 75]);
+        assert_eq!(&bytes[even + 1..even + 75], &aligned[..], "odd and even addresses round alike");
+        let want: Vec<u8> = x.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect();
+        assert_eq!(aligned, want);
     }
 
     #[test]

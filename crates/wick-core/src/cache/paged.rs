@@ -23,7 +23,7 @@ use half::slice::HalfFloatSliceExt;
 
 use super::blocks::{chain_hash, BlockId, BlockPool};
 use super::device_kv::DeviceKv;
-use super::kv_type::{KvType, KvTypes};
+use super::kv_type::KvTypes;
 use super::view::{LayerKv, PagedView, Zeroed};
 use super::{LayerKind, SeqCache};
 use crate::error::{Result, WickError};
@@ -300,13 +300,13 @@ impl KvPool {
                     let key = unsafe {
                         std::slice::from_raw_parts_mut(kp.get().add(l.row_at(kt, b, g, slot)), k_row)
                     };
-                    store_row(kt, &it.k[src..src + hd], key);
+                    kt.quantize_row(&it.k[src..src + hd], key);
                     if !transposed_v {
                         // SAFETY: as the key.
                         let value = unsafe {
                             std::slice::from_raw_parts_mut(vp.get().add(l.row_at(vt, b, g, slot)), v_row)
                         };
-                        store_row(vt, &it.v[src..src + hd], value);
+                        vt.quantize_row(&it.v[src..src + hd], value);
                         continue;
                     }
                     vh.convert_from_f32_slice(&it.v[src..src + hd]);
@@ -352,19 +352,6 @@ impl KvPool {
         // task alone writes its snapshots (module docs).
         unsafe { std::ptr::copy_nonoverlapping(state.as_ptr(), snaps.ptr().add(at), n) };
         Ok(())
-    }
-}
-
-/// One row of values into `out` as `ty` stores it: f16 whole rows at once (F16C, 8 at a time;
-/// the rounding of `f16::from_f32`), else `KvType::quantize_row`.
-fn store_row(ty: KvType, x: &[f32], out: &mut [u8]) {
-    match ty {
-        KvType::F16 => {
-            // SAFETY: 2-byte aligned (even offsets in a page-aligned map), `out` holds 2·len bytes.
-            let h = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f16, x.len()) };
-            h.convert_from_f32_slice(x);
-        }
-        _ => ty.quantize_row(x, out),
     }
 }
 
