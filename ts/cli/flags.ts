@@ -83,6 +83,8 @@ export interface ServeFlags {
   cacheTypeK?: string;
   cacheTypeV?: string;
   disablePrefixCache?: boolean;
+  /** false with --no-mmap. */
+  mmap?: boolean;
   device?: string;
   nGpuLayers?: number;
   gpuMemoryUtilization?: number;
@@ -258,6 +260,11 @@ export const SERVE_FLAGS: FlagSpec[] = [
     value: "<type>",
     description: "how the KV cache stores values: f16 (default), q8_0, q4_0 (CPU path)",
     parse: choice(KV_CACHE_TYPES),
+  },
+  {
+    key: "mmap",
+    flags: ["--no-mmap"],
+    description: "pack the weights at every load instead of mapping them from the pack cache (<WICK_HOME>/cache/packs, or WICK_PACK_CACHE: a directory, or off)",
   },
   {
     key: "disablePrefixCache",

@@ -46,7 +46,7 @@ export const FOREIGN_FLAGS: ForeignFlag[] = [
     from: "vLLM",
   },
   { flags: ["--flash-attn", "-fa"], arity: "optional", from: "llama.cpp" },
-  { flags: ["--cont-batching", "-cb", "--mlock", "--no-mmap", "--metrics", "--jinja", "--no-webui", "--verbose"], arity: "none", from: "llama.cpp" },
+  { flags: ["--cont-batching", "-cb", "--mlock", "--metrics", "--jinja", "--no-webui", "--verbose"], arity: "none", from: "llama.cpp" },
   { flags: ["--batch-size", "-b", "--ubatch-size", "-ub"], arity: "required", from: "llama.cpp" },
   { flags: ["--ipc", "--gpus", "--shm-size"], arity: "optional", from: "docker run" },
   { flags: ["--enable-force-include-usage"], arity: "none", from: "vLLM", why: "usage is sent when a request asks for it" },

@@ -6,11 +6,13 @@
 import type { AddressInfo } from "node:net";
 import { createApp } from "../server/app.ts";
 import { ModelManager } from "../service/models.ts";
+import { ModelStore } from "../store/index.ts";
 import { WickClient } from "./client.ts";
 import { CliError } from "./errors.ts";
 
 export async function startLocal(file: string): Promise<{ client: WickClient; model: string; close(): Promise<void> }> {
-  const models = new ModelManager();
+  const store = new ModelStore();
+  const models = new ModelManager({ store, ...(store.packCacheDir ? { load: { packCacheDir: store.packCacheDir } } : {}) });
   models.setDefault({ path: file });
   let id: string;
   try {

@@ -372,6 +372,11 @@ export interface LoadOptions {
   lora?: Array<LoraAdapterSpec>
   /** Speculative decoding for requests that do not say (default off). */
   speculative?: Speculation
+  /**
+   * A directory for the pack cache: the weights this load repacks are saved there, and the
+   * next load of the same file maps them instead of packing again. Absent: none.
+   */
+  packCacheDir?: string
 }
 
 /** One `logit_bias` entry. */
@@ -507,6 +512,21 @@ export interface ModelInfo {
   embedding?: EmbeddingInfo
   /** Speculative decoding for requests that do not say; absent when off. */
   speculative?: Speculation
+  /** What the load did with the pack cache; absent when it had none. */
+  packCache?: PackCacheInfo
+}
+
+/** What the load did with the pack cache (`EngineInfo::pack_cache`). */
+export interface PackCacheInfo {
+  /**
+   * `read` (weights mapped from `path`), `writing` (this load packed them; `path` appears
+   * once they are saved) or `unused` (`reason` says why).
+   */
+  state: string
+  path?: string
+  /** Weights mapped from the file (`read`). */
+  weights?: number
+  reason?: string
 }
 
 /** How hidden states become an embedding (llama.cpp's `pooling_type`). */

@@ -456,6 +456,7 @@ export class ModelManager {
         architecture: model.info.architecture,
         contextSize: model.info.contextSize,
         bytes: entry.size,
+        ...(model.info.packCache ? { packCache: model.info.packCache } : {}),
         ms: Math.round(performance.now() - started),
       },
       "model loaded",

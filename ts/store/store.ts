@@ -37,6 +37,12 @@ export class ModelStore {
   readonly blobsDir: string;
   readonly manifestsDir: string;
   readonly tmpDir: string;
+  /**
+   * Where the engine saves models' repacked weights so the next load maps them instead of
+   * packing again (safe to delete): WICK_PACK_CACHE when it names a directory, none when it
+   * is `off`, else `<root>/cache/packs`.
+   */
+  readonly packCacheDir: string | undefined;
   readonly openSink: SinkOpener;
   /** Blobs an operation in this process is writing a manifest for: delete/prune leave them. */
   private readonly pinned = new Map<string, number>();
@@ -46,6 +52,8 @@ export class ModelStore {
     this.blobsDir = path.join(this.root, "blobs");
     this.manifestsDir = path.join(this.root, "manifests");
     this.tmpDir = path.join(this.root, "tmp");
+    const packs = process.env.WICK_PACK_CACHE?.trim();
+    this.packCacheDir = packs === "off" ? undefined : path.resolve(packs || path.join(this.root, "cache", "packs"));
     this.openSink = opts.openSink ?? openFileSink;
   }
 

@@ -2,6 +2,7 @@
 
 use napi::bindgen_prelude::{Float32Array, Uint8Array};
 use wick_core::engine::EngineInfo;
+use wick_core::kernels::cpu::repack::PackCacheUse;
 
 use crate::js_embed::EmbeddingInfo;
 use crate::js_lora::{LoraAdapterSpec, LoraScale};
@@ -56,6 +57,32 @@ pub struct LoadOptions {
     pub lora: Option<Vec<LoraAdapterSpec>>,
     /// Speculative decoding for requests that do not say (default off).
     pub speculative: Option<Speculation>,
+    /// A directory for the pack cache: the weights this load repacks are saved there, and the
+    /// next load of the same file maps them instead of packing again. Absent: none.
+    pub pack_cache_dir: Option<String>,
+}
+
+/// What the load did with the pack cache (`EngineInfo::pack_cache`).
+#[napi(object)]
+pub struct PackCacheInfo {
+    /// `read` (weights mapped from `path`), `writing` (this load packed them; `path` appears
+    /// once they are saved) or `unused` (`reason` says why).
+    pub state: String,
+    pub path: Option<String>,
+    /// Weights mapped from the file (`read`).
+    pub weights: Option<u32>,
+    pub reason: Option<String>,
+}
+
+impl From<&PackCacheUse> for PackCacheInfo {
+    fn from(u: &PackCacheUse) -> Self {
+        let (state, path, weights, reason) = match u {
+            PackCacheUse::Read { path, weights } => ("read", Some(path), Some(*weights as u32), None),
+            PackCacheUse::Writing { path } => ("writing", Some(path), None, None),
+            PackCacheUse::Unused { why } => ("unused", None, None, Some(why.clone())),
+        };
+        Self { state: state.into(), path: path.map(|p| p.display().to_string()), weights, reason }
+    }
 }
 
 /// What a loaded engine reports (`Engine.info()`, the `ModelInfo` type in JS): the model, its
@@ -102,6 +129,8 @@ pub struct EngineInfoJs {
     pub embedding: Option<EmbeddingInfo>,
     /// Speculative decoding for requests that do not say; absent when off.
     pub speculative: Option<Speculation>,
+    /// What the load did with the pack cache; absent when it had none.
+    pub pack_cache: Option<PackCacheInfo>,
 }
 
 impl From<&EngineInfo> for EngineInfoJs {
@@ -136,6 +165,7 @@ impl From<&EngineInfo> for EngineInfoJs {
             device_notice: i.device_notice.clone(),
             embedding: i.embedding.as_ref().map(Into::into),
             speculative: i.speculative.is_on().then(|| i.speculative.into()),
+            pack_cache: i.pack_cache.as_ref().map(Into::into),
         }
     }
 }

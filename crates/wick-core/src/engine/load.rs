@@ -7,6 +7,7 @@ use super::{EngineOptions, DEFAULT_CONTEXT_SIZE};
 use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::kernels::cpu::repack::PackCache;
 use crate::models::vision::VisionModel;
 use crate::models::{self, ModelHparams};
 use crate::request::SpecOptions;
@@ -30,6 +31,17 @@ pub(super) fn load_tokenizer_and_model(
             tokenizer.join().map_err(|_| WickError::Internal("the tokenizer build panicked".into()))??;
         Ok::<_, WickError>((Arc::new(tokenizer), model.transpose()?))
     })
+}
+
+/// The load's pack cache, when one is asked for and the weights go to the exact CPU path.
+pub(super) fn open_pack_cache(
+    opts: &EngineOptions,
+    gguf: &GgufFile,
+    device: &Placement,
+) -> Option<Arc<PackCache>> {
+    let dir = opts.pack_cache.as_deref().filter(|_| device.exact() && !opts.vocab_only)?;
+    let stem = opts.model_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    Some(Arc::new(PackCache::open(dir, &stem, gguf.fingerprint())))
 }
 
 /// The vision projector, when one is asked for and the engine generates; its embedding width

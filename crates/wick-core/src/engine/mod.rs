@@ -11,6 +11,7 @@ use crate::cache::{kv_bytes_per_token, KvPool, KvTypes, BLOCK_SIZE};
 use crate::embed::EmbedHead;
 use crate::error::{Result, WickError};
 use crate::gguf::{GgufFile, MetaValue, Metadata};
+use crate::kernels::cpu::repack::PackCacheUse;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::vision::{VisionModel, VisionOptions};
 use crate::models::ModelHparams;
@@ -30,7 +31,8 @@ use adapters::Adapters;
 pub use adapters::{AdapterInfo, LoraSpec};
 pub use embedding::EmbeddingInfo;
 use load::{
-    check_speculation, kv_pool, load_tokenizer_and_model, load_vision, requested_context_size, LoadedModel,
+    check_speculation, kv_pool, load_tokenizer_and_model, load_vision, open_pack_cache,
+    requested_context_size, LoadedModel,
 };
 
 /// Tokens per sequence when `EngineOptions::context_size` is None and the model does not say
@@ -96,6 +98,10 @@ pub struct EngineOptions {
     pub lora: Vec<LoraSpec>,
     /// Speculative decoding for requests that do not say (n-gram lookup; off by default).
     pub speculative: SpecOptions,
+    /// A directory for the pack cache (`kernels::cpu::repack::PackCache`): the next load of
+    /// the same file maps its repacked weights from there instead of packing them. None: pack
+    /// every load, save nothing.
+    pub pack_cache: Option<PathBuf>,
 }
 
 impl EngineOptions {
@@ -122,6 +128,7 @@ impl EngineOptions {
             gpu_memory_utilization: None,
             lora: Vec::new(),
             speculative: SpecOptions::OFF,
+            pack_cache: None,
         }
     }
 }
@@ -164,6 +171,8 @@ pub struct EngineInfo {
     /// Speculative decoding for requests that do not say; always off on the device path,
     /// whose batched rows do not compute as one-token steps do (requests cannot turn it on).
     pub speculative: SpecOptions,
+    /// What the load did with the pack cache, when it had one.
+    pub pack_cache: Option<PackCacheUse>,
 }
 
 /// A submitted request: its event stream and its cancel switch. Dropping the stream also
@@ -243,7 +252,10 @@ impl Engine {
             asked => asked,
         };
         let device = Placement::resolve(choice, opts.gpu_layers);
-        let (tokenizer, model) = load_tokenizer_and_model(&gguf, &device, opts.vocab_only)?;
+        let packs = open_pack_cache(&opts, &gguf, &device);
+        let (tokenizer, model) =
+            load_tokenizer_and_model(&gguf, &device.with_packs(packs.clone()), opts.vocab_only)?;
+        let pack_cache = packs.map(|p| p.finish());
         let name = gguf.metadata.opt_str("general.name")?.map(str::to_string);
         let model_info = match &model {
             Some(m) => m.info().clone(),
@@ -307,6 +319,7 @@ impl Engine {
                 true => check_speculation(opts.speculative)?,
                 false => SpecOptions::OFF,
             },
+            pack_cache,
         };
         // The weights now live in the model's tensors: release the map, and the load's scratch
         // (candle copies, the tokenizer thread's arena) with it.

@@ -63,6 +63,8 @@ pub struct GgufFile {
     pub tensors: Vec<TensorInfo>,
     index: HashMap<String, usize>,
     map: memmap2::Mmap,
+    /// Where the tensor data begins (the header, metadata and tensor directory lie before).
+    data_offset: usize,
 }
 
 impl GgufFile {
@@ -78,6 +80,7 @@ impl GgufFile {
         let map = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|e| WickError::load(format!("cannot map {}: {e}", path.display())))?;
         let header = reader::read_header(&map)?;
+        let data_offset = header.data_offset;
         let file_len = map.len();
         let mut tensors = Vec::with_capacity(header.tensors.len());
         let mut index = HashMap::with_capacity(header.tensors.len());
@@ -115,7 +118,39 @@ impl GgufFile {
             }
             tensors.push(TensorInfo { name: raw.name, dims: raw.dims, dtype, start, size });
         }
-        Ok(Self { path, version: header.version, metadata: header.metadata, tensors, index, map })
+        Ok(Self {
+            path,
+            version: header.version,
+            metadata: header.metadata,
+            tensors,
+            index,
+            map,
+            data_offset,
+        })
+    }
+
+    /// A digest that changes when the file does, cheap enough for every load (what the pack
+    /// cache is keyed by): the size and modification time, the whole header with its metadata
+    /// and tensor directory, and 64 samples of 4 KiB spread over the tensor data. Hashing a
+    /// multi-gigabyte file whole would cost more than the load it saves.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(b"gguf-fingerprint-1");
+        h.update((self.map.len() as u64).to_le_bytes());
+        let modified = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
+        let since = modified.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
+        h.update(since.as_nanos().to_le_bytes());
+        let header_end = self.data_offset.min(self.map.len());
+        h.update(&self.map[..header_end]);
+        const SAMPLES: usize = 64;
+        const SAMPLE: usize = 4096;
+        let data = &self.map[header_end..];
+        for i in 0..SAMPLES {
+            let at = (data.len().saturating_sub(SAMPLE)) * i / (SAMPLES - 1);
+            h.update(&data[at..(at + SAMPLE).min(data.len())]);
+        }
+        h.finalize().into()
     }
 
     pub fn file_size(&self) -> usize {

@@ -191,11 +191,29 @@ fn device_qmatmul(w: &QMatMul, x: &Tensor) -> Result<Tensor> {
 fn gguf_weight(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Placement) -> Result<Weight> {
     g.expect_dims(name, &[n_in, n_out])?;
     if let (true, Some(info)) = (dev.exact(), g.info(name)) {
-        if let Some(p) = PackedWeight::pack_raw(g.bytes(name)?, info.dtype, n_out, n_in)? {
+        let pack = || PackedWeight::pack_raw(g.bytes(name)?, info.dtype, n_out, n_in);
+        if let Some(p) = cached_pack(dev, name, pack)? {
             return Ok(Weight::Packed(Arc::new(p)));
         }
     }
     weight(Arc::new(g.qtensor(name, dev)?), dev)
+}
+
+/// The packed weight saved as `name` in the load's pack cache, else `pack`'s (then saved
+/// there for the next load).
+pub(super) fn cached_pack(
+    dev: &Placement,
+    name: &str,
+    pack: impl FnOnce() -> Result<Option<PackedWeight>>,
+) -> Result<Option<PackedWeight>> {
+    if let Some(w) = dev.packs().and_then(|c| c.get(name)) {
+        return Ok(Some(w));
+    }
+    let w = pack()?;
+    if let (Some(c), Some(w)) = (dev.packs(), &w) {
+        c.put(name, w);
+    }
+    Ok(w)
 }
 
 pub use crate::kernels::RowPos;
@@ -224,14 +242,18 @@ impl Linear {
     pub fn load(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Placement) -> Result<Self> {
         let weight_name = format!("{name}.weight");
         let w = gguf_weight(g, &weight_name, n_in, n_out, dev)?;
-        let bias_name = format!("{name}.bias");
-        let bias = if g.has(&bias_name) {
-            g.expect_dims(&bias_name, &[n_out])?;
-            Some(g.f32_tensor(&bias_name, dev)?)
-        } else {
-            None
-        };
+        let bias = Self::load_bias(g, name, n_out, dev)?;
         Ok(Self { w, bias, name: Some(weight_name.into()) })
+    }
+
+    /// `{name}.bias` of dims `{n_out}`, when the file has one.
+    fn load_bias(g: &GgufFile, name: &str, n_out: usize, dev: &Placement) -> Result<Option<Tensor>> {
+        let bias_name = format!("{name}.bias");
+        if !g.has(&bias_name) {
+            return Ok(None);
+        }
+        g.expect_dims(&bias_name, &[n_out])?;
+        Ok(Some(g.f32_tensor(&bias_name, dev)?))
     }
 
     /// GGUF tensor `name` (the whole name) as a weight of dims `{n_in, n_out}`, no bias; an
@@ -321,6 +343,18 @@ pub enum Linears {
 impl Linears {
     /// `layers`: (GGUF name without `.weight`, output width), all with input width `n_in`.
     pub fn load(g: &GgufFile, layers: &[(String, usize)], n_in: usize, dev: &Placement) -> Result<Self> {
+        let names: Vec<Option<Arc<str>>> =
+            layers.iter().map(|(name, _)| Some(format!("{name}.weight").into())).collect();
+        let fused = names.iter().flatten().map(|n| &**n).collect::<Vec<_>>().join("+");
+        if let Some(w) = dev.packs().and_then(|c| c.get(&fused)) {
+            if w.parts() == layers.iter().map(|l| l.1).collect::<Vec<_>>() {
+                let biases = layers
+                    .iter()
+                    .map(|(name, n)| Linear::load_bias(g, name, *n, dev))
+                    .collect::<Result<_>>()?;
+                return Ok(Self::Fused { w, biases, names });
+            }
+        }
         let each = layers
             .iter()
             .map(|(name, n)| Linear::load(g, name, n_in, *n, dev))
@@ -329,7 +363,6 @@ impl Linears {
             return Ok(Self::Apart(each));
         }
         // Freshly loaded, so each `Arc` is the only one.
-        let names: Vec<Option<Arc<str>>> = each.iter().map(|l| l.name.clone()).collect();
         let (ws, biases): (Vec<PackedWeight>, Vec<Option<Tensor>>) = each
             .into_iter()
             .filter_map(|l| match l.w {
@@ -341,7 +374,12 @@ impl Linears {
             return Err(WickError::Internal("a packed weight was shared while loading".into()));
         }
         Ok(match PackedWeight::concat(ws) {
-            Ok(w) => Self::Fused { w, biases, names },
+            Ok(w) => {
+                if let Some(c) = dev.packs() {
+                    c.put_fused(&names.iter().flatten().map(|n| &**n).collect::<Vec<_>>(), &fused, &w);
+                }
+                Self::Fused { w, biases, names }
+            }
             Err(ws) => Self::Apart(
                 ws.into_iter()
                     .zip(biases)
@@ -434,6 +472,8 @@ pub struct Embedding {
     table: Table,
     n_vocab: usize,
     d: usize,
+    /// The table's GGUF name (a tied head's name in the pack cache).
+    name: String,
 }
 
 enum Table {
@@ -453,7 +493,7 @@ impl Embedding {
             )));
         }
         let n_vocab = info.dims[1];
-        Ok(Self { table: Table::Quant(Arc::new(g.qtensor(name, dev)?)), n_vocab, d })
+        Ok(Self { table: Table::Quant(Arc::new(g.qtensor(name, dev)?)), n_vocab, d, name: name.to_string() })
     }
     pub fn n_vocab(&self) -> usize {
         self.n_vocab
@@ -462,7 +502,12 @@ impl Embedding {
     /// path), the lookups read the head's panels from then on.
     pub fn tie(self, dev: &Placement) -> Result<(Self, Linear)> {
         let packed = match &self.table {
-            Table::Quant(q) => match dev.exact().then(|| PackedWeight::pack(q)).transpose()?.flatten() {
+            Table::Quant(q) => match dev
+                .exact()
+                .then(|| cached_pack(dev, &self.name, || PackedWeight::pack(q)))
+                .transpose()?
+                .flatten()
+            {
                 Some(p) => Arc::new(p),
                 None => {
                     let head = Linear::from_qtensor(q.clone(), dev)?;

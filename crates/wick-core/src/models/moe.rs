@@ -21,7 +21,7 @@ use std::sync::{Arc, OnceLock};
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 
-use super::layers::{Linear, RowPos};
+use super::layers::{cached_pack, Linear, RowPos};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
@@ -103,10 +103,22 @@ fn packed_experts(
     };
     let mut out = Vec::with_capacity(n_expert);
     for e in 0..n_expert {
-        let (Some(gate), Some(up), Some(down)) = (expert(gate, e)?, expert(up, e)?, expert(down, e)?) else {
-            return Ok(None);
+        // Saved in the pack cache as `{prefix}.ffn_gate_exps.weight#e+…up…#e` and `…down…#e`.
+        let (gate_name, down_name) =
+            (format!("{prefix}.ffn_gate_exps.weight#{e}"), format!("{prefix}.ffn_down_exps.weight#{e}"));
+        let fused = format!("{gate_name}+{prefix}.ffn_up_exps.weight#{e}");
+        let gate_up = match dev.packs().and_then(|c| c.get(&fused)) {
+            Some(w) => w,
+            None => {
+                let (Some(g), Some(u)) = (expert(gate, e)?, expert(up, e)?) else { return Ok(None) };
+                let Ok(w) = PackedWeight::concat(vec![g, u]) else { return Ok(None) };
+                if let Some(c) = dev.packs() {
+                    c.put(&fused, &w);
+                }
+                w
+            }
         };
-        let Ok(gate_up) = PackedWeight::concat(vec![gate, up]) else { return Ok(None) };
+        let Some(down) = cached_pack(dev, &down_name, || expert(down, e))? else { return Ok(None) };
         out.push(PackedExpert { gate_up, down });
     }
     Ok(Some(out))

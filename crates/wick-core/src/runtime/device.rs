@@ -13,10 +13,12 @@
 use std::fmt;
 use std::ops::Deref;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use candle_core::Device;
 
 use crate::error::WickError;
+use crate::kernels::cpu::repack::PackCache;
 
 /// What a user asks for (`--device`, `WICK_DEVICE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -92,6 +94,8 @@ pub struct Placement {
     exact: bool,
     /// Why the placement is not what was asked for (one line), if it is not.
     pub notice: Option<String>,
+    /// Where repacked weights are read from or saved to while the model loads (the exact path).
+    packs: Option<Arc<PackCache>>,
 }
 
 impl Deref for Placement {
@@ -104,11 +108,11 @@ impl Deref for Placement {
 impl Placement {
     /// The exact CPU path.
     pub fn cpu() -> Self {
-        Self { device: Device::Cpu, exact: true, notice: None }
+        Self { device: Device::Cpu, exact: true, notice: None, packs: None }
     }
     /// The device path on `device` (candle's CPU device included).
     pub fn generic(device: Device) -> Self {
-        Self { device, exact: false, notice: None }
+        Self { device, exact: false, notice: None, packs: None }
     }
     /// The exact path on the CPU, the device path anywhere else.
     pub fn for_device(device: &Device) -> Self {
@@ -117,6 +121,15 @@ impl Placement {
         } else {
             Self::generic(device.clone())
         }
+    }
+    /// This placement with `packs` as its pack cache (kept only on the exact path, whose
+    /// kernels read packed weights).
+    pub fn with_packs(&self, packs: Option<Arc<PackCache>>) -> Self {
+        Self { packs: packs.filter(|_| self.exact), ..self.clone() }
+    }
+    /// The pack cache a load reads packed weights from or saves them to.
+    pub fn packs(&self) -> Option<&PackCache> {
+        self.packs.as_deref()
     }
     /// Whether Wick's exact CPU kernels run the model (else candle's generic ops).
     pub fn exact(&self) -> bool {

@@ -71,6 +71,7 @@ macro_rules! neon_in_row_pairs {
     };
 }
 
+mod cache;
 mod panel;
 mod q4_0;
 mod q4_1;
@@ -87,6 +88,7 @@ use crate::kernels::cpu::q8::quantize_rows;
 use crate::runtime::alloc::StreamedBytes;
 use crate::runtime::pool::{self, SyncPtr};
 
+pub use self::cache::{PackCache, PackCacheUse};
 pub use self::panel::PANEL;
 
 /// A tile's activation rows as slices, on the stack (tiles are called per panel: a heap
@@ -255,13 +257,30 @@ fn tile<K: TileKernels>(
     K::scalar(panel, nb, acts, gemm, out, ldo)
 }
 
+/// A packed weight's panels: packed by this process, or mapped from the pack cache's file.
+enum Panels {
+    /// Shared with the pack cache until it has written them.
+    Packed(std::sync::Arc<StreamedBytes>),
+    Mapped(std::sync::Arc<memmap2::Mmap>, std::ops::Range<usize>),
+}
+
+impl std::ops::Deref for Panels {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Packed(b) => b,
+            Self::Mapped(map, range) => &map[range.clone()],
+        }
+    }
+}
+
 /// A weight `[n, k]` as panels of `PANEL` columns, each panel `k / block` blocks long; the
 /// last panel is padded with zero columns when `n` is not a multiple of `PANEL`.
 pub struct PackedWeight {
     ty: &'static PanelType,
     n: usize,
     k: usize,
-    data: StreamedBytes,
+    data: Panels,
     panel_bytes: usize,
     /// Output widths of the weights this one was concatenated from (`[n]` for one weight);
     /// all but the last are whole panels.
@@ -290,7 +309,7 @@ impl PackedWeight {
         if raw.len() != n * k / dtype.block_size() * dtype.type_size() {
             return Err(WickError::Internal("weight size does not match its shape".into()));
         }
-        let (data, panel_bytes) = ((ty.pack)(raw, n, k), k / ty.qk * ty.block_bytes);
+        let (data, panel_bytes) = (Panels::Packed((ty.pack)(raw, n, k).into()), k / ty.qk * ty.block_bytes);
         Ok(Some(Self { ty, n, k, data, panel_bytes, parts: vec![n] }))
     }
 
@@ -324,6 +343,11 @@ impl PackedWeight {
         (self.n, self.k)
     }
 
+    /// Output widths of the weights this one concatenates (`[n]` for one weight).
+    pub fn parts(&self) -> &[usize] {
+        &self.parts
+    }
+
     /// Bytes of the panels (what one matmul streams; the benches' GB/s).
     pub fn packed_bytes(&self) -> usize {
         self.data.len()
@@ -348,7 +372,14 @@ impl PackedWeight {
             data[at..at + w.data.len()].copy_from_slice(&w.data);
             at += w.data.len();
         }
-        Ok(PackedWeight { ty, n: parts.iter().sum(), k, data, panel_bytes, parts })
+        Ok(PackedWeight {
+            ty,
+            n: parts.iter().sum(),
+            k,
+            data: Panels::Packed(data.into()),
+            panel_bytes,
+            parts,
+        })
     }
 
     /// `xs`: `rows.len()` rows of `k` f32 → as many rows of `n` f32; `rows[i]` picks the

@@ -1,0 +1,366 @@
+//! The pack cache: a model's repacked weights saved in one file, keyed by the GGUF's
+//! fingerprint, the instruction set and the packing code, so the next start maps them instead
+//! of packing again. Packing a 1 GB model reads and writes every byte into fresh memory, most
+//! of its load; mapping the cache file reads nothing until a weight is used, and its pages
+//! are the page cache's, shared between processes.
+//!
+//! A file is written once, to a temporary name renamed into place, and never changed after:
+//! a process that maps it is safe from a writer, and deleting it (or the whole directory) is
+//! always safe — the next load packs again and writes a new one. A file that does not read
+//! back whole (another key, a short or foreign file) is ignored and replaced.
+//!
+//! Layout: a 4 KiB header (magic, key, where the index lies), each weight's panels at a
+//! 4 KiB-aligned offset, then the index (per weight: its name, panel type, shape, parts and
+//! byte range). The file is written when the load ends, from the model's own panels.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use candle_core::quantized::QTensor;
+use candle_core::{Device, Tensor};
+use sha2::{Digest, Sha256};
+
+use super::{PackedWeight, Panels, PANEL, TYPES};
+use crate::kernels::cpu::feats::isa;
+use crate::runtime::alloc::StreamedBytes;
+
+const MAGIC: &[u8; 8] = b"WICKPACK";
+/// Bumped when the file's own layout changes (the panels' layout is in the key already).
+const FORMAT: u32 = 1;
+const ALIGN: u64 = 4096;
+/// Cache files kept in a directory, newest first, while their total stays under this
+/// (`WICK_PACK_CACHE_MAX_BYTES` overrides); the file just written is always kept.
+const DEFAULT_MAX_BYTES: u64 = 32 << 30;
+
+/// One model's pack cache for one load: reading a file that was there, or writing one.
+pub struct PackCache {
+    path: PathBuf,
+    state: Mutex<State>,
+}
+
+enum State {
+    Reading {
+        map: Arc<memmap2::Mmap>,
+        index: HashMap<String, Entry>,
+        hits: usize,
+    },
+    /// The weights to write when the load ends, in load order; their panels are shared with
+    /// the model (the file is written once the model is whole, so a weight that is folded
+    /// into a larger one leaves the list again).
+    Writing {
+        key: [u8; 32],
+        pending: Vec<(String, Entry, Arc<StreamedBytes>)>,
+    },
+    /// Nothing to do (the file was finished).
+    Off {
+        why: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    /// The weight's entry in `TYPES`.
+    ty: u32,
+    n: u64,
+    k: u64,
+    parts: Vec<u64>,
+    offset: u64,
+    len: u64,
+}
+
+/// What a load did with its cache, for the load's log line.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PackCacheUse {
+    /// `weights` packed weights were mapped from `path`.
+    Read { path: PathBuf, weights: usize },
+    /// The packed weights are being written to `path` for the next load, off the load's
+    /// thread (the file appears under that name once it is whole).
+    Writing { path: PathBuf },
+    /// Neither, and why (a write that failed; the load itself went on).
+    Unused { why: String },
+}
+
+impl std::fmt::Debug for PackCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackCache").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+impl PackCache {
+    /// The cache of the model whose file has fingerprint `file` (named `stem` in `dir`): read
+    /// when a whole file for this key is there, else written by this load. Never an error: a
+    /// directory that cannot be written leaves the cache unused.
+    pub fn open(dir: &Path, stem: &str, file: [u8; 32]) -> Self {
+        let key = cache_key(file);
+        let hex: String = key[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let stem: String = stem
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+            .collect();
+        let path = dir.join(format!("{stem}-{hex}.wpack"));
+        let state = match read(&path, &key) {
+            Some((map, index)) => {
+                // The newest use keeps a file from being pruned first.
+                let _ = File::options()
+                    .append(true)
+                    .open(&path)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                State::Reading { map: Arc::new(map), index, hits: 0 }
+            }
+            None => State::Writing { key, pending: vec![] },
+        };
+        Self { path, state: Mutex::new(state) }
+    }
+
+    /// The weight saved as `name`, mapped from the file, when this load reads one.
+    pub fn get(&self, name: &str) -> Option<PackedWeight> {
+        let mut state = self.state.lock().ok()?;
+        let State::Reading { map, index, hits } = &mut *state else { return None };
+        let w = weight_of(index.get(name)?, map)?;
+        *hits += 1;
+        Some(w)
+    }
+
+    /// Saves `w` as `name`, when this load writes the file.
+    pub fn put(&self, name: &str, w: &PackedWeight) {
+        self.put_fused(&[], name, w);
+    }
+
+    /// Saves `w`, the concatenation of the weights saved as `parts`, as `name` in their place.
+    pub fn put_fused(&self, parts: &[&str], name: &str, w: &PackedWeight) {
+        let Ok(mut state) = self.state.lock() else { return };
+        let State::Writing { pending, .. } = &mut *state else { return };
+        pending.retain(|(n, ..)| !parts.contains(&n.as_str()));
+        let (Some(ty), Panels::Packed(bytes)) =
+            (TYPES.iter().position(|(_, t)| std::ptr::eq(*t, w.ty)), &w.data)
+        else {
+            return;
+        };
+        let parts = w.parts.iter().map(|&p| p as u64).collect();
+        let entry =
+            Entry { ty: ty as u32, n: w.n as u64, k: w.k as u64, parts, offset: 0, len: bytes.len() as u64 };
+        pending.push((name.to_string(), entry, bytes.clone()));
+    }
+
+    /// Ends the load's use of the cache: when this load packed the weights, a thread writes
+    /// them to the file (a temporary name renamed into place) and prunes the directory.
+    pub fn finish(&self) -> PackCacheUse {
+        let Ok(mut state) = self.state.lock() else {
+            return PackCacheUse::Unused { why: "the pack cache's lock was poisoned".into() };
+        };
+        let done = State::Off { why: "the pack cache was finished".into() };
+        match std::mem::replace(&mut *state, done) {
+            State::Reading { hits, .. } => PackCacheUse::Read { path: self.path.clone(), weights: hits },
+            State::Off { why } => PackCacheUse::Unused { why },
+            State::Writing { pending, .. } if pending.is_empty() => {
+                PackCacheUse::Unused { why: "no weight of this model is repacked".into() }
+            }
+            State::Writing { key, pending } => {
+                let path = self.path.clone();
+                let spawned = std::thread::Builder::new().name("wick-pack-cache".into()).spawn(move || {
+                    // Nobody waits for it: a file that cannot be written is only a slower next load.
+                    if write(&path, &key, &pending).is_ok() {
+                        prune(&path);
+                    }
+                });
+                match spawned {
+                    Ok(_) => PackCacheUse::Writing { path: self.path.clone() },
+                    Err(e) => {
+                        PackCacheUse::Unused { why: format!("cannot start the pack cache's writer: {e}") }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The file key: the GGUF's fingerprint, this build's instruction set and what its packing
+/// code makes of a fixed weight of every packed type (so a changed panel layout never reads
+/// an old file), and the file format.
+fn cache_key(file: [u8; 32]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(MAGIC);
+    h.update(FORMAT.to_le_bytes());
+    h.update(file);
+    h.update(format!("{:?}", isa()).as_bytes());
+    let (n, k) = (PANEL + 5, 256);
+    let xs: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 3.0).collect();
+    for (i, (dtype, ty)) in TYPES.iter().enumerate() {
+        h.update((i as u32).to_le_bytes());
+        let Ok(w) = Tensor::from_vec(xs.clone(), (n, k), &Device::Cpu) else { continue };
+        let Ok(q) = QTensor::quantize(&w, *dtype) else { continue };
+        if let (Ok(raw), true) = (q.data(), (ty.packs_on)(isa())) {
+            h.update(&*(ty.pack)(&raw, n, k));
+        }
+    }
+    h.finalize().into()
+}
+
+/// The file at `path` mapped and its index, when its key is `key` and it reads back whole.
+fn read(path: &Path, key: &[u8; 32]) -> Option<(memmap2::Mmap, HashMap<String, Entry>)> {
+    let file = File::open(path).ok()?;
+    // SAFETY: cache files are never written after they get their name (see the module docs).
+    let map = unsafe { memmap2::MmapOptions::new().map(&file) }.ok()?;
+    let (header, len) = (map.get(..56)?, map.len() as u64);
+    if &header[..8] != MAGIC || header[8..40] != key[..] {
+        return None;
+    }
+    let (start, size) = (u64_at(header, 40)?, u64_at(header, 48)?);
+    let end = start.checked_add(size).filter(|&e| e <= len)?;
+    let index = parse_index(map.get(start as usize..end as usize)?)?;
+    let whole =
+        index.values().all(|e| e.offset.checked_add(e.len).is_some_and(|x| x <= start) && weight_fits(e));
+    whole.then_some((map, index))
+}
+
+/// Whether an entry's type, shape and length agree.
+fn weight_fits(e: &Entry) -> bool {
+    let Some((dtype, ty)) = TYPES.get(e.ty as usize) else { return false };
+    let (n, k) = (e.n as usize, e.k as usize);
+    let qk = dtype.block_size();
+    k > 0
+        && k.is_multiple_of(qk)
+        && (ty.packs_on)(isa())
+        && e.parts.iter().sum::<u64>() == e.n
+        && e.len as usize == n.div_ceil(PANEL) * (k / ty.qk * ty.block_bytes)
+}
+
+/// The packed weight of a checked entry, its panels a slice of `map`.
+fn weight_of(e: &Entry, map: &Arc<memmap2::Mmap>) -> Option<PackedWeight> {
+    let (_, ty) = TYPES.get(e.ty as usize)?;
+    let (n, k) = (e.n as usize, e.k as usize);
+    let panels = Panels::Mapped(map.clone(), e.offset as usize..(e.offset + e.len) as usize);
+    Some(PackedWeight {
+        ty,
+        n,
+        k,
+        data: panels,
+        panel_bytes: k / ty.qk * ty.block_bytes,
+        parts: e.parts.iter().map(|&p| p as usize).collect(),
+    })
+}
+
+/// Writes `pending` to a temporary file beside `path` and renames it `path`; its length.
+fn write(
+    path: &Path,
+    key: &[u8; 32],
+    pending: &[(String, Entry, Arc<StreamedBytes>)],
+) -> std::io::Result<u64> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // One name per writer: two loads of one model in one process may both be writing.
+    static WRITERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
+    let written = write_to(&tmp, key, pending).and_then(|len| std::fs::rename(&tmp, path).map(|_| len));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+fn write_to(
+    tmp: &Path,
+    key: &[u8; 32],
+    pending: &[(String, Entry, Arc<StreamedBytes>)],
+) -> std::io::Result<u64> {
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(tmp)?);
+    let mut header = vec![0u8; ALIGN as usize];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..40].copy_from_slice(key);
+    out.write_all(&header)?;
+    let mut at = ALIGN;
+    let mut index = Vec::new();
+    index.extend((pending.len() as u64).to_le_bytes());
+    for (name, e, bytes) in pending {
+        let start = at.div_ceil(ALIGN) * ALIGN;
+        out.write_all(&vec![0u8; (start - at) as usize])?;
+        out.write_all(bytes)?;
+        at = start + bytes.len() as u64;
+        index.extend((name.len() as u64).to_le_bytes());
+        index.extend(name.as_bytes());
+        let fields = [e.ty as u64, e.n, e.k, start, e.len, e.parts.len() as u64];
+        for v in fields.into_iter().chain(e.parts.iter().copied()) {
+            index.extend(v.to_le_bytes());
+        }
+    }
+    out.write_all(&index)?;
+    out.seek(SeekFrom::Start(40))?;
+    out.write_all(&at.to_le_bytes())?;
+    out.write_all(&(index.len() as u64).to_le_bytes())?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    Ok(at + index.len() as u64)
+}
+
+fn parse_index(b: &[u8]) -> Option<HashMap<String, Entry>> {
+    let mut r = Reader(b);
+    let count = r.u64()?;
+    let mut index = HashMap::new();
+    for _ in 0..count {
+        let name_len = usize::try_from(r.u64()?).ok()?;
+        let name = std::str::from_utf8(r.bytes(name_len)?).ok()?.to_string();
+        let (ty, n, k, offset, len, n_parts) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        let parts = (0..n_parts.min(1 << 16)).map(|_| r.u64()).collect::<Option<Vec<_>>>()?;
+        let entry = Entry { ty: u32::try_from(ty).ok()?, n, k, parts, offset, len };
+        if index.insert(name, entry).is_some() {
+            return None;
+        }
+    }
+    Some(index)
+}
+
+/// The index's fields in order.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (self.0.get(..n)?, &self.0[n..]);
+        self.0 = rest;
+        Some(head)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        u64_at(self.bytes(8)?, 0)
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Deletes the oldest cache files of `kept`'s directory past the size budget (never `kept`).
+fn prune(kept: &Path) {
+    let Some(dir) = kept.parent() else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let max = std::env::var("WICK_PACK_CACHE_MAX_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_MAX_BYTES);
+    let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let p = e.path();
+            let m = e.metadata().ok()?;
+            let modified = m.modified().ok()?;
+            let ext = p.extension()?.to_string_lossy();
+            // A writer that died midway left its temporary file; a live one is minutes old at most.
+            let stale = modified.elapsed().is_ok_and(|age| age.as_secs() > 3600);
+            if ext.starts_with("tmp-") && stale {
+                let _ = std::fs::remove_file(&p);
+            }
+            (ext == "wpack").then_some((modified, m.len(), p))
+        })
+        .collect();
+    files.sort_by(|a, b| b.0.cmp(&a.0));
+    let mut total = files.iter().find(|f| f.2 == kept).map_or(0, |f| f.1);
+    for (_, len, p) in files.into_iter().filter(|f| f.2 != kept) {
+        total += len;
+        if total > max {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
