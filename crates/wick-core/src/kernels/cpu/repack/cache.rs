@@ -163,7 +163,9 @@ impl PackCache {
                 let spawned = std::thread::Builder::new().name("wick-pack-cache".into()).spawn(move || {
                     // Nobody waits for it: a file that cannot be written is only a slower next load.
                     if write(&path, &key, &pending).is_ok() {
-                        prune(&path);
+                        let max =
+                            std::env::var("WICK_PACK_CACHE_MAX_BYTES").ok().and_then(|v| v.parse().ok());
+                        prune(&path, max.unwrap_or(DEFAULT_MAX_BYTES));
                     }
                 });
                 match spawned {
@@ -332,14 +334,11 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// Deletes the oldest cache files of `kept`'s directory past the size budget (never `kept`).
-fn prune(kept: &Path) {
+/// Deletes the oldest cache files of `kept`'s directory past `max` bytes in all (never
+/// `kept`), and temporary files of writers that died.
+fn prune(kept: &Path, max: u64) {
     let Some(dir) = kept.parent() else { return };
     let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let max = std::env::var("WICK_PACK_CACHE_MAX_BYTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_MAX_BYTES);
     let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
         .filter_map(|e| {
             let e = e.ok()?;
@@ -355,12 +354,49 @@ fn prune(kept: &Path) {
             (ext == "wpack").then_some((modified, m.len(), p))
         })
         .collect();
-    files.sort_by(|a, b| b.0.cmp(&a.0));
+    files.sort_by_key(|f| std::cmp::Reverse(f.0));
     let mut total = files.iter().find(|f| f.2 == kept).map_or(0, |f| f.1);
     for (_, len, p) in files.into_iter().filter(|f| f.2 != kept) {
         total += len;
         if total > max {
             let _ = std::fs::remove_file(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::prune;
+
+    /// The newest files stay while they fit the budget, the one just written always; a dead
+    /// writer's temporary file goes, a live one's stays.
+    #[test]
+    fn prune_keeps_the_newest_files_within_the_budget() {
+        let dir = std::env::temp_dir().join(format!("wick-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let now = SystemTime::now();
+        let file = |name: &str, len: usize, age_s: u64| {
+            let p = dir.join(name);
+            std::fs::write(&p, vec![0u8; len]).unwrap();
+            let f = std::fs::File::options().append(true).open(&p).unwrap();
+            f.set_modified(now - Duration::from_secs(age_s)).unwrap();
+            p
+        };
+        let kept = file("old-but-just-written.wpack", 500, 9000);
+        let newest = file("a.wpack", 300, 10);
+        let middle = file("b.wpack", 300, 20);
+        let oldest = file("c.wpack", 300, 30);
+        let dead = file("d.tmp-1-0", 100, 7200);
+        let live = file("e.tmp-2-0", 100, 5);
+        let other = file("notes.txt", 10_000, 9000);
+        prune(&kept, 1200);
+        let exists = |p: &std::path::PathBuf| p.exists();
+        assert!(exists(&kept) && exists(&newest) && exists(&middle) && exists(&live) && exists(&other));
+        assert!(!exists(&oldest), "over the budget");
+        assert!(!exists(&dead), "a dead writer's file");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

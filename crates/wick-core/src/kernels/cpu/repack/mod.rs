@@ -137,8 +137,9 @@ pub(super) struct PanelType {
     tiles: TilesFn,
 }
 
-/// Every packed type, by the GGUF type it packs.
-const TYPES: &[(GgmlDType, &PanelType)] = &[
+/// Every packed type, by the GGUF type it packs. A static: a packed weight's type is one of
+/// these entries, and the pack cache names it by its place here.
+static TYPES: &[(GgmlDType, &PanelType)] = &[
     (GgmlDType::Q4_0, &q4_0::TYPE),
     (GgmlDType::Q4_1, &q4_1::TYPE),
     (GgmlDType::Q8_0, &q8_0::TYPE),
