@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use wick_core::kernels::cpu::repack::PackCacheUse;
 use wick_core::request::GenerateRequest;
+use wick_core::runtime::weight_cache::WeightCacheUse as PackCacheUse;
 use wick_core::sampling::SamplingParams;
 use wick_core::{Engine, EngineOptions};
 
@@ -40,8 +40,7 @@ fn tokens(engine: &Engine) -> Vec<Vec<u32>> {
     {
         for sampling in [SamplingParams::greedy(), sampled(3 + seed as u64)] {
             out.push(
-                run(engine, GenerateRequest { sampling, ..GenerateRequest::greedy(prompt.clone(), 24) })
-                    .ids,
+                run(engine, GenerateRequest { sampling, ..GenerateRequest::greedy(prompt.clone(), 24) }).ids,
             );
         }
     }

@@ -2,7 +2,7 @@
 
 use napi::bindgen_prelude::{Float32Array, Uint8Array};
 use wick_core::engine::EngineInfo;
-use wick_core::kernels::cpu::repack::PackCacheUse;
+use wick_core::runtime::weight_cache::WeightCacheUse;
 
 use crate::js_embed::EmbeddingInfo;
 use crate::js_lora::{LoraAdapterSpec, LoraScale};
@@ -74,12 +74,12 @@ pub struct PackCacheInfo {
     pub reason: Option<String>,
 }
 
-impl From<&PackCacheUse> for PackCacheInfo {
-    fn from(u: &PackCacheUse) -> Self {
+impl From<&WeightCacheUse> for PackCacheInfo {
+    fn from(u: &WeightCacheUse) -> Self {
         let (state, path, weights, reason) = match u {
-            PackCacheUse::Read { path, weights } => ("read", Some(path), Some(*weights as u32), None),
-            PackCacheUse::Writing { path } => ("writing", Some(path), None, None),
-            PackCacheUse::Unused { why } => ("unused", None, None, Some(why.clone())),
+            WeightCacheUse::Read { path, weights } => ("read", Some(path), Some(*weights as u32), None),
+            WeightCacheUse::Writing { path } => ("writing", Some(path), None, None),
+            WeightCacheUse::Unused { why } => ("unused", None, None, Some(why.clone())),
         };
         Self { state: state.into(), path: path.map(|p| p.display().to_string()), weights, reason }
     }

@@ -7,41 +7,42 @@ use super::{EngineOptions, DEFAULT_CONTEXT_SIZE};
 use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
-use crate::kernels::cpu::repack::PackCache;
+use crate::kernels::PackedWeight;
 use crate::models::vision::VisionModel;
 use crate::models::{self, ModelHparams};
 use crate::request::SpecOptions;
 use crate::runtime::device::Placement;
+use crate::runtime::weight_cache::{WeightCache, WeightCacheUse};
 use crate::tokenizer::Tokenizer;
 
 pub(super) type LoadedModel = Box<dyn models::Model>;
 
-/// The tokenizer and (unless vocab-only) the model's weights. The tokenizer builds on its own
-/// thread while the weights pack (a large vocabulary and its merges take a while); its error,
-/// if any, is still the one reported first.
+/// The tokenizer and (unless vocab-only) the model's weights, with what the load did with
+/// the pack cache. The tokenizer builds on its own thread while the weights pack (a large
+/// vocabulary and its merges take a while); its error, if any, is still the one reported first.
 pub(super) fn load_tokenizer_and_model(
     gguf: &GgufFile,
     device: &Placement,
-    vocab_only: bool,
-) -> Result<(Arc<Tokenizer>, Option<LoadedModel>)> {
-    std::thread::scope(|s| {
+    opts: &EngineOptions,
+) -> Result<(Arc<Tokenizer>, Option<LoadedModel>, Option<WeightCacheUse>)> {
+    let packs = open_pack_cache(opts, gguf, device);
+    let device = device.with_packs(packs.clone());
+    let (tokenizer, model) = std::thread::scope(|s| {
         let tokenizer = s.spawn(|| Tokenizer::from_gguf(&gguf.metadata));
-        let model = (!vocab_only).then(|| models::load_on(gguf, device));
+        let model = (!opts.vocab_only).then(|| models::load_on(gguf, &device));
         let tokenizer =
             tokenizer.join().map_err(|_| WickError::Internal("the tokenizer build panicked".into()))??;
         Ok::<_, WickError>((Arc::new(tokenizer), model.transpose()?))
-    })
+    })?;
+    Ok((tokenizer, model, packs.map(|p| p.finish())))
 }
 
 /// The load's pack cache, when one is asked for and the weights go to the exact CPU path.
-pub(super) fn open_pack_cache(
-    opts: &EngineOptions,
-    gguf: &GgufFile,
-    device: &Placement,
-) -> Option<Arc<PackCache>> {
+fn open_pack_cache(opts: &EngineOptions, gguf: &GgufFile, device: &Placement) -> Option<Arc<WeightCache>> {
     let dir = opts.pack_cache.as_deref().filter(|_| device.exact() && !opts.vocab_only)?;
     let stem = opts.model_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    Some(Arc::new(PackCache::open(dir, &stem, gguf.fingerprint())))
+    let key = [gguf.fingerprint(), PackedWeight::layout_fingerprint()];
+    Some(Arc::new(WeightCache::open(dir, &stem, &key)))
 }
 
 /// The vision projector, when one is asked for and the engine generates; its embedding width

@@ -11,13 +11,13 @@ use crate::cache::{kv_bytes_per_token, KvPool, KvTypes, BLOCK_SIZE};
 use crate::embed::EmbedHead;
 use crate::error::{Result, WickError};
 use crate::gguf::{GgufFile, MetaValue, Metadata};
-use crate::kernels::cpu::repack::PackCacheUse;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::models::vision::{VisionModel, VisionOptions};
 use crate::models::ModelHparams;
 use crate::request::{event_channel, EventReceiver, GenerateRequest, SpecOptions};
 use crate::runtime::device::{DeviceChoice, Placement};
 use crate::runtime::pool;
+use crate::runtime::weight_cache::WeightCacheUse;
 use crate::sampling::grammar::GrammarCompiler;
 use crate::scheduler::images::{expand, Expanded};
 use crate::scheduler::{Command, Fault, Health, Scheduler, SchedulerConfig, Sequence};
@@ -31,8 +31,7 @@ use adapters::Adapters;
 pub use adapters::{AdapterInfo, LoraSpec};
 pub use embedding::EmbeddingInfo;
 use load::{
-    check_speculation, kv_pool, load_tokenizer_and_model, load_vision, open_pack_cache,
-    requested_context_size, LoadedModel,
+    check_speculation, kv_pool, load_tokenizer_and_model, load_vision, requested_context_size, LoadedModel,
 };
 
 /// Tokens per sequence when `EngineOptions::context_size` is None and the model does not say
@@ -98,7 +97,7 @@ pub struct EngineOptions {
     pub lora: Vec<LoraSpec>,
     /// Speculative decoding for requests that do not say (n-gram lookup; off by default).
     pub speculative: SpecOptions,
-    /// A directory for the pack cache (`kernels::cpu::repack::PackCache`): the next load of
+    /// A directory for the pack cache (`runtime::weight_cache`): the next load of
     /// the same file maps its repacked weights from there instead of packing them. None: pack
     /// every load, save nothing.
     pub pack_cache: Option<PathBuf>,
@@ -172,7 +171,7 @@ pub struct EngineInfo {
     /// whose batched rows do not compute as one-token steps do (requests cannot turn it on).
     pub speculative: SpecOptions,
     /// What the load did with the pack cache, when it had one.
-    pub pack_cache: Option<PackCacheUse>,
+    pub pack_cache: Option<WeightCacheUse>,
 }
 
 /// A submitted request: its event stream and its cancel switch. Dropping the stream also
@@ -252,10 +251,7 @@ impl Engine {
             asked => asked,
         };
         let device = Placement::resolve(choice, opts.gpu_layers);
-        let packs = open_pack_cache(&opts, &gguf, &device);
-        let (tokenizer, model) =
-            load_tokenizer_and_model(&gguf, &device.with_packs(packs.clone()), opts.vocab_only)?;
-        let pack_cache = packs.map(|p| p.finish());
+        let (tokenizer, model, pack_cache) = load_tokenizer_and_model(&gguf, &device, &opts)?;
         let name = gguf.metadata.opt_str("general.name")?.map(str::to_string);
         let model_info = match &model {
             Some(m) => m.info().clone(),

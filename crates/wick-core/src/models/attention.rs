@@ -5,7 +5,8 @@
 
 use candle_core::{DType, Tensor};
 
-use super::layers::{Linear, Linears, RmsNorm, Rope, RowPos, WeightDeltas};
+use super::layers::{Linear, Linears, RmsNorm, RowPos, WeightDeltas};
+use super::rope::Rope;
 use super::StepSeq;
 use crate::cache::{KvPool, KvWrite, SeqCache};
 use crate::error::{Result, WickError};

@@ -10,7 +10,8 @@ use candle_core::Tensor;
 
 use super::attention::{Attention, BatchPlan};
 use super::ffn::Ffn;
-use super::layers::{Embedding, Hparams, Linear, RmsNorm, Rope, RowPos};
+use super::layers::{Embedding, Hparams, Linear, RmsNorm, RowPos};
+use super::rope::Rope;
 use super::shortconv::ShortConv;
 use super::{Model, ModelHparams, StepOutput, StepSeq};
 use crate::cache::{KvPool, LayerKind, SeqCache};

@@ -14,7 +14,8 @@
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
 use super::ffn::{Ffn, Gate, Mlp};
-use super::layers::{load_rope, DenseShape, Embedding, Hparams, RmsNorm, Rope, RopeStyle};
+use super::layers::{DenseShape, Embedding, Hparams, RmsNorm};
+use super::rope::{load_rope, Rope, RopeStyle};
 use crate::error::{Result, WickError};
 use crate::gguf::{GgufFile, MetaValue};
 use crate::runtime::device::Placement;

@@ -5,14 +5,16 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{DType, Module, Tensor};
 
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
-use crate::kernels::cpu::elementwise::{rms_norm, rope};
+use crate::kernels::cpu::elementwise::rms_norm;
 use crate::kernels::cpu::{host_f16, matmul};
 use crate::kernels::{with_host_f32, PackedWeight};
 use crate::runtime::device::Placement;
+
+use super::packs::{cached, cached_pack, save_packed};
 
 /// Width, depth, heads, KV heads per layer, FFN width and norm ε of a llama-style stack.
 pub struct DenseShape {
@@ -199,23 +201,6 @@ fn gguf_weight(g: &GgufFile, name: &str, n_in: usize, n_out: usize, dev: &Placem
     weight(Arc::new(g.qtensor(name, dev)?), dev)
 }
 
-/// The packed weight saved as `name` in the load's pack cache, else `pack`'s (then saved
-/// there for the next load).
-pub(super) fn cached_pack(
-    dev: &Placement,
-    name: &str,
-    pack: impl FnOnce() -> Result<Option<PackedWeight>>,
-) -> Result<Option<PackedWeight>> {
-    if let Some(w) = dev.packs().and_then(|c| c.get(name)) {
-        return Ok(Some(w));
-    }
-    let w = pack()?;
-    if let (Some(c), Some(w)) = (dev.packs(), &w) {
-        c.put(name, w);
-    }
-    Ok(w)
-}
-
 pub use crate::kernels::RowPos;
 
 /// Additions to linear layers' outputs, by weight name, for the rows of a step: the LoRA
@@ -343,17 +328,13 @@ pub enum Linears {
 impl Linears {
     /// `layers`: (GGUF name without `.weight`, output width), all with input width `n_in`.
     pub fn load(g: &GgufFile, layers: &[(String, usize)], n_in: usize, dev: &Placement) -> Result<Self> {
-        let names: Vec<Option<Arc<str>>> =
-            layers.iter().map(|(name, _)| Some(format!("{name}.weight").into())).collect();
-        let fused = names.iter().flatten().map(|n| &**n).collect::<Vec<_>>().join("+");
-        if let Some(w) = dev.packs().and_then(|c| c.get(&fused)) {
-            if w.parts() == layers.iter().map(|l| l.1).collect::<Vec<_>>() {
-                let biases = layers
-                    .iter()
-                    .map(|(name, n)| Linear::load_bias(g, name, *n, dev))
-                    .collect::<Result<_>>()?;
-                return Ok(Self::Fused { w, biases, names });
-            }
+        let parts: Vec<String> = layers.iter().map(|(name, _)| format!("{name}.weight")).collect();
+        let fused = parts.join("+");
+        let widths: Vec<usize> = layers.iter().map(|l| l.1).collect();
+        if let Some(w) = cached(dev, &fused).filter(|w| w.parts() == widths) {
+            let bias = |(name, n): &(String, usize)| Linear::load_bias(g, name, *n, dev);
+            let names = parts.iter().map(|n| Some(n.as_str().into())).collect();
+            return Ok(Self::Fused { w, biases: layers.iter().map(bias).collect::<Result<_>>()?, names });
         }
         let each = layers
             .iter()
@@ -363,6 +344,7 @@ impl Linears {
             return Ok(Self::Apart(each));
         }
         // Freshly loaded, so each `Arc` is the only one.
+        let names: Vec<Option<Arc<str>>> = each.iter().map(|l| l.name.clone()).collect();
         let (ws, biases): (Vec<PackedWeight>, Vec<Option<Tensor>>) = each
             .into_iter()
             .filter_map(|l| match l.w {
@@ -375,9 +357,7 @@ impl Linears {
         }
         Ok(match PackedWeight::concat(ws) {
             Ok(w) => {
-                if let Some(c) = dev.packs() {
-                    c.put_fused(&names.iter().flatten().map(|n| &**n).collect::<Vec<_>>(), &fused, &w);
-                }
+                save_packed(dev, &parts.iter().map(String::as_str).collect::<Vec<_>>(), &fused, &w);
                 Self::Fused { w, biases, names }
             }
             Err(ws) => Self::Apart(
@@ -543,84 +523,4 @@ impl Embedding {
             }
         }
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// llama.cpp `LLAMA_ROPE_TYPE_NORM`: rotates adjacent pairs (x₂ᵢ, x₂ᵢ₊₁).
-    Interleaved,
-    /// llama.cpp `LLAMA_ROPE_TYPE_NEOX`: rotates halves (xᵢ, xᵢ₊ₙ/₂).
-    Neox,
-}
-
-/// Rotary position embedding over the whole head (n_rot = head_dim).
-pub struct Rope {
-    pub style: RopeStyle,
-    pub n_rot: usize,
-    pub base: f32,
-    /// Linear position scaling (`1/rope.scaling.factor`), 1 when unscaled.
-    pub freq_scale: f32,
-    /// Per-pair divisors from `rope_freqs.weight` (Llama 3), if present.
-    pub freq_factors: Option<Vec<f32>>,
-}
-
-impl Rope {
-    /// cos/sin tables `[n, 1, n_rot/2]` for one position per token. Angles are built the
-    /// way ggml does (θ multiplied by base^(-2/n) pair after pair, cos/sin in f32) so that
-    /// they agree with llama.cpp to the last bit.
-    pub fn tables(&self, positions: &[usize], dev: &Device) -> Result<(Tensor, Tensor)> {
-        let half = self.n_rot / 2;
-        let theta_scale = self.base.powf(-2.0 / self.n_rot as f32);
-        let mut cos = Vec::with_capacity(positions.len() * half);
-        let mut sin = Vec::with_capacity(positions.len() * half);
-        for &p in positions {
-            let mut theta = p as f32;
-            for i in 0..half {
-                let ff = self.freq_factors.as_ref().map_or(1.0, |f| f[i]);
-                let t = self.freq_scale * (theta / ff);
-                cos.push(t.cos());
-                sin.push(t.sin());
-                theta *= theta_scale;
-            }
-        }
-        let shape = (positions.len(), 1, half);
-        Ok((Tensor::from_vec(cos, shape, dev)?, Tensor::from_vec(sin, shape, dev)?))
-    }
-
-    /// `x`: `[n, heads, head_dim]`, token i rotated by row i of the tables; ggml's kernel on
-    /// the exact path, candle-nn's (any device) otherwise.
-    pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, exact: bool) -> Result<Tensor> {
-        if exact {
-            return rope(x, cos, sin, self.style == RopeStyle::Interleaved);
-        }
-        // Each token its own batch entry of one time step: candle's rope takes per-batch
-        // tables `[b, t, n_rot/2]`, which the ragged batch's positions need.
-        let (n, h, hd) = x.dims3()?;
-        let x = x.contiguous()?.reshape((n, h, 1, hd))?;
-        let y = match self.style {
-            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, cos, sin)?,
-            RopeStyle::Neox => candle_nn::rotary_emb::rope(&x, cos, sin)?,
-        };
-        Ok(y.reshape((n, h, hd))?)
-    }
-}
-
-/// Reads RoPE settings as llama.cpp does: `rope.freq_base` (default 10000), linear
-/// `rope.scaling.factor`, optional `rope_freqs.weight`.
-pub fn load_rope(hp: &Hparams, style: RopeStyle, n_rot: usize) -> Result<Rope> {
-    let base = hp.opt_f32("rope.freq_base")?.unwrap_or(10000.0);
-    let scaling = hp.opt_str("rope.scaling.type")?.unwrap_or("linear");
-    let factor = hp.opt_f32("rope.scaling.factor")?.unwrap_or(0.0);
-    let freq_scale = if scaling == "linear" && factor > 0.0 { 1.0 / factor } else { 1.0 };
-    let freq_factors = if hp.gguf.has("rope_freqs.weight") {
-        hp.gguf.expect_dims("rope_freqs.weight", &[n_rot / 2])?;
-        let t = hp.gguf.f32_tensor("rope_freqs.weight", &Device::Cpu)?;
-        Some(t.to_dtype(DType::F32)?.to_vec1::<f32>()?)
-    } else {
-        None
-    };
-    if n_rot == 0 || !n_rot.is_multiple_of(2) {
-        return Err(WickError::load(format!("rope dimension {n_rot} must be even and positive")));
-    }
-    Ok(Rope { style, n_rot, base, freq_scale, freq_factors })
 }

@@ -8,8 +8,9 @@
 use super::attention::Attention;
 use super::decoder::{Block, Decoder, Operator};
 use super::ffn::{Ffn, Gate, Mlp};
-use super::layers::{load_rope, Embedding, Hparams, RmsNorm, RopeStyle};
+use super::layers::{Embedding, Hparams, RmsNorm};
 use super::moe::Moe;
+use super::rope::{load_rope, RopeStyle};
 use super::shortconv::ShortConv;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;

@@ -17,7 +17,9 @@ pub(crate) mod layers;
 mod lfm2;
 mod llama;
 mod moe;
+mod packs;
 mod qwen;
+mod rope;
 mod shortconv;
 pub mod vision;
 

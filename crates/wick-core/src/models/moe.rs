@@ -21,7 +21,8 @@ use std::sync::{Arc, OnceLock};
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 
-use super::layers::{cached_pack, Linear, RowPos};
+use super::layers::{Linear, RowPos};
+use super::packs::{cached, cached_pack, save_packed};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
@@ -107,14 +108,12 @@ fn packed_experts(
         let (gate_name, down_name) =
             (format!("{prefix}.ffn_gate_exps.weight#{e}"), format!("{prefix}.ffn_down_exps.weight#{e}"));
         let fused = format!("{gate_name}+{prefix}.ffn_up_exps.weight#{e}");
-        let gate_up = match dev.packs().and_then(|c| c.get(&fused)) {
+        let gate_up = match cached(dev, &fused) {
             Some(w) => w,
             None => {
                 let (Some(g), Some(u)) = (expert(gate, e)?, expert(up, e)?) else { return Ok(None) };
                 let Ok(w) = PackedWeight::concat(vec![g, u]) else { return Ok(None) };
-                if let Some(c) = dev.packs() {
-                    c.put(&fused, &w);
-                }
+                save_packed(dev, &[], &fused, &w);
                 w
             }
         };

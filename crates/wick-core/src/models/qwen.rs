@@ -3,8 +3,8 @@
 //! them and RMS-normalises each Q and K head before RoPE (llama.cpp `qwen2.cpp`, `qwen3.cpp`).
 
 use super::decoder::Decoder;
-use super::layers::RopeStyle;
 use super::llama::load_arch;
+use super::rope::RopeStyle;
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::runtime::device::Placement;

@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use candle_core::Device;
 
+use super::weight_cache::WeightCache;
 use crate::error::WickError;
-use crate::kernels::cpu::repack::PackCache;
 
 /// What a user asks for (`--device`, `WICK_DEVICE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -95,7 +95,7 @@ pub struct Placement {
     /// Why the placement is not what was asked for (one line), if it is not.
     pub notice: Option<String>,
     /// Where repacked weights are read from or saved to while the model loads (the exact path).
-    packs: Option<Arc<PackCache>>,
+    packs: Option<Arc<WeightCache>>,
 }
 
 impl Deref for Placement {
@@ -124,11 +124,11 @@ impl Placement {
     }
     /// This placement with `packs` as its pack cache (kept only on the exact path, whose
     /// kernels read packed weights).
-    pub fn with_packs(&self, packs: Option<Arc<PackCache>>) -> Self {
+    pub fn with_packs(&self, packs: Option<Arc<WeightCache>>) -> Self {
         Self { packs: packs.filter(|_| self.exact), ..self.clone() }
     }
     /// The pack cache a load reads packed weights from or saves them to.
-    pub fn packs(&self) -> Option<&PackCache> {
+    pub fn packs(&self) -> Option<&WeightCache> {
         self.packs.as_deref()
     }
     /// Whether Wick's exact CPU kernels run the model (else candle's generic ops).

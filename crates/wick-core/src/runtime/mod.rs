@@ -6,3 +6,4 @@
 pub mod alloc;
 pub mod device;
 pub mod pool;
+pub mod weight_cache;

@@ -71,13 +71,15 @@ macro_rules! neon_in_row_pairs {
     };
 }
 
-mod cache;
+mod cached;
 mod panel;
 mod q4_0;
 mod q4_1;
 mod q4k;
 mod q6k;
 mod q8_0;
+
+use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 
@@ -87,8 +89,8 @@ use crate::kernels::cpu::matmul::RowPos;
 use crate::kernels::cpu::q8::quantize_rows;
 use crate::runtime::alloc::StreamedBytes;
 use crate::runtime::pool::{self, SyncPtr};
+use crate::runtime::weight_cache::MappedBytes;
 
-pub use self::cache::{PackCache, PackCacheUse};
 pub use self::panel::PANEL;
 
 /// A tile's activation rows as slices, on the stack (tiles are called per panel: a heap
@@ -261,8 +263,8 @@ fn tile<K: TileKernels>(
 /// A packed weight's panels: packed by this process, or mapped from the pack cache's file.
 enum Panels {
     /// Shared with the pack cache until it has written them.
-    Packed(std::sync::Arc<StreamedBytes>),
-    Mapped(std::sync::Arc<memmap2::Mmap>, std::ops::Range<usize>),
+    Packed(Arc<StreamedBytes>),
+    Mapped(MappedBytes),
 }
 
 impl std::ops::Deref for Panels {
@@ -270,7 +272,7 @@ impl std::ops::Deref for Panels {
     fn deref(&self) -> &[u8] {
         match self {
             Self::Packed(b) => b,
-            Self::Mapped(map, range) => &map[range.clone()],
+            Self::Mapped(b) => b,
         }
     }
 }
@@ -310,7 +312,8 @@ impl PackedWeight {
         if raw.len() != n * k / dtype.block_size() * dtype.type_size() {
             return Err(WickError::Internal("weight size does not match its shape".into()));
         }
-        let (data, panel_bytes) = (Panels::Packed((ty.pack)(raw, n, k).into()), k / ty.qk * ty.block_bytes);
+        let (data, panel_bytes) =
+            (Panels::Packed(Arc::new((ty.pack)(raw, n, k))), k / ty.qk * ty.block_bytes);
         Ok(Some(Self { ty, n, k, data, panel_bytes, parts: vec![n] }))
     }
 
@@ -347,11 +350,6 @@ impl PackedWeight {
     /// Output widths of the weights this one concatenates (`[n]` for one weight).
     pub fn parts(&self) -> &[usize] {
         &self.parts
-    }
-
-    /// Bytes of the panels (what one matmul streams; the benches' GB/s).
-    pub fn packed_bytes(&self) -> usize {
-        self.data.len()
     }
 
     /// Weights that read the same input (Q, K and V; gate and up) as one: their panels end

@@ -1,44 +1,57 @@
 //! The pack cache: a model's repacked weights saved in one file, keyed by the GGUF's
-//! fingerprint, the instruction set and the packing code, so the next start maps them instead
-//! of packing again. Packing a 1 GB model reads and writes every byte into fresh memory, most
-//! of its load; mapping the cache file reads nothing until a weight is used, and its pages
-//! are the page cache's, shared between processes.
+//! fingerprint and the packing code's (`kernels::PackedWeight::layout_fingerprint`), so the
+//! next start maps them instead of packing again. Packing a 1 GB model reads and writes every
+//! byte into fresh memory, most of its load; mapping the cache file reads nothing until a
+//! weight is used, and its pages are the page cache's, shared between processes.
+//!
+//! This module stores named byte ranges with a few numbers each (what the kernels need to
+//! rebuild a weight around them, and check); it knows nothing of their layout.
 //!
 //! A file is written once, to a temporary name renamed into place, and never changed after:
 //! a process that maps it is safe from a writer, and deleting it (or the whole directory) is
 //! always safe — the next load packs again and writes a new one. A file that does not read
 //! back whole (another key, a short or foreign file) is ignored and replaced.
 //!
-//! Layout: a 4 KiB header (magic, key, where the index lies), each weight's panels at a
-//! 4 KiB-aligned offset, then the index (per weight: its name, panel type, shape, parts and
-//! byte range). The file is written when the load ends, from the model's own panels.
+//! Layout: a 4 KiB header (magic, key, where the index lies), each weight's bytes at a 4
+//! KiB-aligned offset, then the index (per weight: its name, numbers and byte range). The file
+//! is written by a thread of its own once the load ends, from the model's own buffers.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::ops::{Deref, Range};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use candle_core::quantized::QTensor;
-use candle_core::{Device, Tensor};
 use sha2::{Digest, Sha256};
 
-use super::{PackedWeight, Panels, PANEL, TYPES};
-use crate::kernels::cpu::feats::isa;
-use crate::runtime::alloc::StreamedBytes;
+use super::alloc::StreamedBytes;
 
 const MAGIC: &[u8; 8] = b"WICKPACK";
-/// Bumped when the file's own layout changes (the panels' layout is in the key already).
-const FORMAT: u32 = 1;
+/// Bumped when the file's own layout changes (the weights' layout is in the key already).
+const FORMAT: u32 = 2;
 const ALIGN: u64 = 4096;
 /// Cache files kept in a directory, newest first, while their total stays under this
 /// (`WICK_PACK_CACHE_MAX_BYTES` overrides); the file just written is always kept.
 const DEFAULT_MAX_BYTES: u64 = 32 << 30;
 
-/// One model's pack cache for one load: reading a file that was there, or writing one.
-pub struct PackCache {
+/// One model's weight cache for one load: reading a file that was there, or writing one.
+pub struct WeightCache {
     path: PathBuf,
     state: Mutex<State>,
+}
+
+/// A weight's bytes in a mapped cache file.
+pub struct MappedBytes {
+    map: Arc<memmap2::Mmap>,
+    range: Range<usize>,
+}
+
+impl Deref for MappedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.map[self.range.clone()]
+    }
 }
 
 enum State {
@@ -47,12 +60,12 @@ enum State {
         index: HashMap<String, Entry>,
         hits: usize,
     },
-    /// The weights to write when the load ends, in load order; their panels are shared with
+    /// The weights to write when the load ends, in load order; their bytes are shared with
     /// the model (the file is written once the model is whole, so a weight that is folded
     /// into a larger one leaves the list again).
     Writing {
         key: [u8; 32],
-        pending: Vec<(String, Entry, Arc<StreamedBytes>)>,
+        pending: Vec<(String, Vec<u64>, Arc<StreamedBytes>)>,
     },
     /// Nothing to do (the file was finished).
     Off {
@@ -62,39 +75,40 @@ enum State {
 
 #[derive(Clone, Debug, PartialEq)]
 struct Entry {
-    /// The weight's entry in `TYPES`.
-    ty: u32,
-    n: u64,
-    k: u64,
-    parts: Vec<u64>,
+    /// What the kernels rebuild the weight from (its type, shape, parts).
+    meta: Vec<u64>,
     offset: u64,
     len: u64,
 }
 
 /// What a load did with its cache, for the load's log line.
 #[derive(Clone, Debug, PartialEq)]
-pub enum PackCacheUse {
-    /// `weights` packed weights were mapped from `path`.
+pub enum WeightCacheUse {
+    /// `weights` weights were mapped from `path`.
     Read { path: PathBuf, weights: usize },
-    /// The packed weights are being written to `path` for the next load, off the load's
-    /// thread (the file appears under that name once it is whole).
+    /// The weights are being written to `path` for the next load, off the load's thread
+    /// (the file appears under that name once it is whole).
     Writing { path: PathBuf },
     /// Neither, and why (a write that failed; the load itself went on).
     Unused { why: String },
 }
 
-impl std::fmt::Debug for PackCache {
+impl std::fmt::Debug for WeightCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PackCache").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("WeightCache").field("path", &self.path).finish_non_exhaustive()
     }
 }
 
-impl PackCache {
-    /// The cache of the model whose file has fingerprint `file` (named `stem` in `dir`): read
-    /// when a whole file for this key is there, else written by this load. Never an error: a
-    /// directory that cannot be written leaves the cache unused.
-    pub fn open(dir: &Path, stem: &str, file: [u8; 32]) -> Self {
-        let key = cache_key(file);
+impl WeightCache {
+    /// The cache of the model named `stem` in `dir` whose file and code have the fingerprints
+    /// `parts`: read when a whole file for this key is there, else written by this load.
+    /// Never an error: a directory that cannot be written leaves the cache unused.
+    pub fn open(dir: &Path, stem: &str, parts: &[[u8; 32]]) -> Self {
+        let mut h = Sha256::new();
+        h.update(MAGIC);
+        h.update(FORMAT.to_le_bytes());
+        parts.iter().for_each(|p| h.update(p));
+        let key: [u8; 32] = h.finalize().into();
         let hex: String = key[..8].iter().map(|b| format!("{b:02x}")).collect();
         let stem: String = stem
             .chars()
@@ -115,48 +129,37 @@ impl PackCache {
         Self { path, state: Mutex::new(state) }
     }
 
-    /// The weight saved as `name`, mapped from the file, when this load reads one.
-    pub fn get(&self, name: &str) -> Option<PackedWeight> {
+    /// The numbers and bytes saved as `name`, mapped from the file, when this load reads one.
+    pub fn get(&self, name: &str) -> Option<(Vec<u64>, MappedBytes)> {
         let mut state = self.state.lock().ok()?;
         let State::Reading { map, index, hits } = &mut *state else { return None };
-        let w = weight_of(index.get(name)?, map)?;
+        let e = index.get(name)?;
         *hits += 1;
-        Some(w)
+        let range = e.offset as usize..(e.offset + e.len) as usize;
+        Some((e.meta.clone(), MappedBytes { map: map.clone(), range }))
     }
 
-    /// Saves `w` as `name`, when this load writes the file.
-    pub fn put(&self, name: &str, w: &PackedWeight) {
-        self.put_fused(&[], name, w);
-    }
-
-    /// Saves `w`, the concatenation of the weights saved as `parts`, as `name` in their place.
-    pub fn put_fused(&self, parts: &[&str], name: &str, w: &PackedWeight) {
+    /// Saves `bytes` with `meta` as `name`, in place of the entries named `parts` (weights
+    /// folded into this one), when this load writes the file.
+    pub fn put(&self, parts: &[&str], name: &str, meta: Vec<u64>, bytes: Arc<StreamedBytes>) {
         let Ok(mut state) = self.state.lock() else { return };
         let State::Writing { pending, .. } = &mut *state else { return };
         pending.retain(|(n, ..)| !parts.contains(&n.as_str()));
-        let (Some(ty), Panels::Packed(bytes)) =
-            (TYPES.iter().position(|(_, t)| std::ptr::eq(*t, w.ty)), &w.data)
-        else {
-            return;
-        };
-        let parts = w.parts.iter().map(|&p| p as u64).collect();
-        let entry =
-            Entry { ty: ty as u32, n: w.n as u64, k: w.k as u64, parts, offset: 0, len: bytes.len() as u64 };
-        pending.push((name.to_string(), entry, bytes.clone()));
+        pending.push((name.to_string(), meta, bytes));
     }
 
     /// Ends the load's use of the cache: when this load packed the weights, a thread writes
     /// them to the file (a temporary name renamed into place) and prunes the directory.
-    pub fn finish(&self) -> PackCacheUse {
+    pub fn finish(&self) -> WeightCacheUse {
         let Ok(mut state) = self.state.lock() else {
-            return PackCacheUse::Unused { why: "the pack cache's lock was poisoned".into() };
+            return WeightCacheUse::Unused { why: "the weight cache's lock was poisoned".into() };
         };
-        let done = State::Off { why: "the pack cache was finished".into() };
+        let done = State::Off { why: "the weight cache was finished".into() };
         match std::mem::replace(&mut *state, done) {
-            State::Reading { hits, .. } => PackCacheUse::Read { path: self.path.clone(), weights: hits },
-            State::Off { why } => PackCacheUse::Unused { why },
+            State::Reading { hits, .. } => WeightCacheUse::Read { path: self.path.clone(), weights: hits },
+            State::Off { why } => WeightCacheUse::Unused { why },
             State::Writing { pending, .. } if pending.is_empty() => {
-                PackCacheUse::Unused { why: "no weight of this model is repacked".into() }
+                WeightCacheUse::Unused { why: "no weight of this model is repacked".into() }
             }
             State::Writing { key, pending } => {
                 let path = self.path.clone();
@@ -169,36 +172,12 @@ impl PackCache {
                     }
                 });
                 match spawned {
-                    Ok(_) => PackCacheUse::Writing { path: self.path.clone() },
-                    Err(e) => {
-                        PackCacheUse::Unused { why: format!("cannot start the pack cache's writer: {e}") }
-                    }
+                    Ok(_) => WeightCacheUse::Writing { path: self.path.clone() },
+                    Err(e) => WeightCacheUse::Unused { why: format!("cannot start the cache's writer: {e}") },
                 }
             }
         }
     }
-}
-
-/// The file key: the GGUF's fingerprint, this build's instruction set and what its packing
-/// code makes of a fixed weight of every packed type (so a changed panel layout never reads
-/// an old file), and the file format.
-fn cache_key(file: [u8; 32]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(MAGIC);
-    h.update(FORMAT.to_le_bytes());
-    h.update(file);
-    h.update(format!("{:?}", isa()).as_bytes());
-    let (n, k) = (PANEL + 5, 256);
-    let xs: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 3.0).collect();
-    for (i, (dtype, ty)) in TYPES.iter().enumerate() {
-        h.update((i as u32).to_le_bytes());
-        let Ok(w) = Tensor::from_vec(xs.clone(), (n, k), &Device::Cpu) else { continue };
-        let Ok(q) = QTensor::quantize(&w, *dtype) else { continue };
-        if let (Ok(raw), true) = (q.data(), (ty.packs_on)(isa())) {
-            h.update(&*(ty.pack)(&raw, n, k));
-        }
-    }
-    h.finalize().into()
 }
 
 /// The file at `path` mapped and its index, when its key is `key` and it reads back whole.
@@ -213,43 +192,15 @@ fn read(path: &Path, key: &[u8; 32]) -> Option<(memmap2::Mmap, HashMap<String, E
     let (start, size) = (u64_at(header, 40)?, u64_at(header, 48)?);
     let end = start.checked_add(size).filter(|&e| e <= len)?;
     let index = parse_index(map.get(start as usize..end as usize)?)?;
-    let whole =
-        index.values().all(|e| e.offset.checked_add(e.len).is_some_and(|x| x <= start) && weight_fits(e));
+    let whole = index.values().all(|e| e.offset.checked_add(e.len).is_some_and(|x| x <= start));
     whole.then_some((map, index))
-}
-
-/// Whether an entry's type, shape and length agree.
-fn weight_fits(e: &Entry) -> bool {
-    let Some((dtype, ty)) = TYPES.get(e.ty as usize) else { return false };
-    let (n, k) = (e.n as usize, e.k as usize);
-    let qk = dtype.block_size();
-    k > 0
-        && k.is_multiple_of(qk)
-        && (ty.packs_on)(isa())
-        && e.parts.iter().sum::<u64>() == e.n
-        && e.len as usize == n.div_ceil(PANEL) * (k / ty.qk * ty.block_bytes)
-}
-
-/// The packed weight of a checked entry, its panels a slice of `map`.
-fn weight_of(e: &Entry, map: &Arc<memmap2::Mmap>) -> Option<PackedWeight> {
-    let (_, ty) = TYPES.get(e.ty as usize)?;
-    let (n, k) = (e.n as usize, e.k as usize);
-    let panels = Panels::Mapped(map.clone(), e.offset as usize..(e.offset + e.len) as usize);
-    Some(PackedWeight {
-        ty,
-        n,
-        k,
-        data: panels,
-        panel_bytes: k / ty.qk * ty.block_bytes,
-        parts: e.parts.iter().map(|&p| p as usize).collect(),
-    })
 }
 
 /// Writes `pending` to a temporary file beside `path` and renames it `path`; its length.
 fn write(
     path: &Path,
     key: &[u8; 32],
-    pending: &[(String, Entry, Arc<StreamedBytes>)],
+    pending: &[(String, Vec<u64>, Arc<StreamedBytes>)],
 ) -> std::io::Result<u64> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
@@ -268,7 +219,7 @@ fn write(
 fn write_to(
     tmp: &Path,
     key: &[u8; 32],
-    pending: &[(String, Entry, Arc<StreamedBytes>)],
+    pending: &[(String, Vec<u64>, Arc<StreamedBytes>)],
 ) -> std::io::Result<u64> {
     let mut out = BufWriter::with_capacity(1 << 20, File::create(tmp)?);
     let mut header = vec![0u8; ALIGN as usize];
@@ -278,15 +229,15 @@ fn write_to(
     let mut at = ALIGN;
     let mut index = Vec::new();
     index.extend((pending.len() as u64).to_le_bytes());
-    for (name, e, bytes) in pending {
+    for (name, meta, bytes) in pending {
         let start = at.div_ceil(ALIGN) * ALIGN;
         out.write_all(&vec![0u8; (start - at) as usize])?;
         out.write_all(bytes)?;
         at = start + bytes.len() as u64;
         index.extend((name.len() as u64).to_le_bytes());
         index.extend(name.as_bytes());
-        let fields = [e.ty as u64, e.n, e.k, start, e.len, e.parts.len() as u64];
-        for v in fields.into_iter().chain(e.parts.iter().copied()) {
+        let fields = [start, bytes.len() as u64, meta.len() as u64];
+        for v in fields.into_iter().chain(meta.iter().copied()) {
             index.extend(v.to_le_bytes());
         }
     }
@@ -306,9 +257,9 @@ fn parse_index(b: &[u8]) -> Option<HashMap<String, Entry>> {
     for _ in 0..count {
         let name_len = usize::try_from(r.u64()?).ok()?;
         let name = std::str::from_utf8(r.bytes(name_len)?).ok()?.to_string();
-        let (ty, n, k, offset, len, n_parts) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-        let parts = (0..n_parts.min(1 << 16)).map(|_| r.u64()).collect::<Option<Vec<_>>>()?;
-        let entry = Entry { ty: u32::try_from(ty).ok()?, n, k, parts, offset, len };
+        let (offset, len, n_meta) = (r.u64()?, r.u64()?, r.u64()?);
+        let meta = (0..n_meta.min(1 << 16)).map(|_| r.u64()).collect::<Option<Vec<_>>>()?;
+        let entry = Entry { meta, offset, len };
         if index.insert(name, entry).is_some() {
             return None;
         }
