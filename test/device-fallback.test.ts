@@ -117,25 +117,28 @@ async function loaded(s: Served): Promise<Record<string, unknown>> {
 const PROMPTS = ["Name three colors of the rainbow.", "What is the capital of France?", "Write a haiku about rain."];
 
 const withCuda = needs(smollm2(), cudaAddon);
-withCuda.serial("with the CUDA addon installed and no GPU, wick serve falls back to the CPU with its notice and answers", async (t) => {
-  await withServed([], { WICK_CUDA_ADDON: (cudaAddon as { path: string }).path }, async (s) => {
-    const addon = s.logs().find((l) => l.msg === "addon")!;
-    t.log(addon);
-    if (addon.addon === "cuda") {
-      // A machine with a driver and a GPU: the probe found it, and the model is on it.
-      t.regex(String((await loaded(s)).device), /^cuda:\d+$/);
-    } else {
-      t.is(addon.addon, "cpu");
-      t.regex(String(addon.notice), /^no CUDA (driver|device).*; running on the CPU$/);
-      t.false(s.stderr().includes("wick: note:"), "under auto the notice is the log's, not the terminal's");
-      t.is((await loaded(s)).device, "cpu");
-      t.is((await loaded(s)).deviceNotice, addon.notice, "the model's own log line says why it is on the CPU");
-      const ps = (await (await fetch(`${s.url}/api/ps`)).json()) as { models: { size_vram: number }[] };
-      t.is(ps.models[0].size_vram, 0);
-    }
-    t.true((await chat(s.url)).length > 0);
+// Without a driver's files the probe child is skipped; WICK_CUDA_PROBE=always runs it anyway (its libcuda load fails).
+for (const probe of ["", "always"]) {
+  withCuda.serial(`with the CUDA addon installed and no GPU, wick serve falls back to the CPU with its notice and answers${probe ? " (WICK_CUDA_PROBE=always)" : ""}`, async (t) => {
+    await withServed([], { WICK_CUDA_ADDON: (cudaAddon as { path: string }).path, WICK_CUDA_PROBE: probe }, async (s) => {
+      const addon = s.logs().find((l) => l.msg === "addon")!;
+      t.log(addon);
+      if (addon.addon === "cuda") {
+        // A machine with a driver and a GPU: the probe found it, and the model is on it.
+        t.regex(String((await loaded(s)).device), /^cuda:\d+$/);
+      } else {
+        t.is(addon.addon, "cpu");
+        t.regex(String(addon.notice), /^no CUDA (driver|device).*; running on the CPU$/);
+        t.false(s.stderr().includes("wick: note:"), "under auto the notice is the log's, not the terminal's");
+        t.is((await loaded(s)).device, "cpu");
+        t.is((await loaded(s)).deviceNotice, addon.notice, "the model's own log line says why it is on the CPU");
+        const ps = (await (await fetch(`${s.url}/api/ps`)).json()) as { models: { size_vram: number }[] };
+        t.is(ps.models[0].size_vram, 0);
+      }
+      t.true((await chat(s.url)).length > 0);
+    });
   });
-});
+}
 
 const stubDriver = localFile(path.join(repoRoot, ".cache/cuda/lib/stubs/libcuda.so"), "bash scripts/cuda-toolkit.sh writes it");
 needs(cudaAddon, stubDriver).test("a driver that crashes the probe child (the link-time libcuda stub) is a notice", (t) => {

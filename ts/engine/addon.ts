@@ -64,7 +64,8 @@ export function selectAddon(opts: SelectOptions = {}): AddonChoice {
   const cudaAddon = findCudaAddon();
   const wantsGpu = opts.gpuLayers !== 0 && isDevice(device) && (device === "auto" || device.startsWith("cuda"));
   if (cudaAddon && wantsGpu) {
-    const probe = probeCudaAddon(cudaAddon, device);
+    // Loading the CUDA addon in a child takes ~70 ms of every start: not where no driver is there to find.
+    const probe = nvidiaDriverSeen() ? probeCudaAddon(cudaAddon, device) : { notice: `no CUDA driver (none of ${DRIVER_FILES.join(", ")}); running on the CPU` };
     if (probe.device?.startsWith("cuda")) {
       chosen = { choice: { kind: "cuda", device, cudaAddon }, addon: require(cudaAddon) as NativeAddon };
       return chosen.choice;
@@ -102,6 +103,14 @@ export function findCudaAddon(): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** Files an NVIDIA driver makes (Linux; /dev/dxg under WSL 2): without any, libcuda has no GPU to open. */
+const DRIVER_FILES = ["/proc/driver/nvidia", "/dev/nvidiactl", "/dev/dxg"];
+
+/** Whether this machine shows an NVIDIA driver (WICK_CUDA_PROBE=always probes regardless). */
+export function nvidiaDriverSeen(): boolean {
+  return process.env.WICK_CUDA_PROBE === "always" || DRIVER_FILES.some((f) => existsSync(f));
 }
 
 export interface Probe {
