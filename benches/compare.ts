@@ -163,8 +163,8 @@ function serverCommand(kind: PeerKind, model: string, port: number, threads: num
   return [LLAMA_SERVER, ["-m", model, "--host", "127.0.0.1", "--port", String(port), "-t", String(threads), "-np", String(parallel), "-c", String(ctx * parallel), "--no-webui", ...extra]];
 }
 
-/** `kind`'s server on `model`, healthy; `extra` flags go after the usual ones. */
-export async function startServer(kind: PeerKind, name: string, model: string, threads: number, parallel: number, ctx: number, extra: string[] = []): Promise<Server> {
+/** `kind`'s server on `model`, healthy; `extra` flags go after the usual ones; /health is polled every `pollMs`. */
+export async function startServer(kind: PeerKind, name: string, model: string, threads: number, parallel: number, ctx: number, extra: string[] = [], pollMs = 250): Promise<Server> {
   const port = await freePort();
   const [cmd, args] = serverCommand(kind, model, port, threads, parallel, ctx, extra);
   mkdirSync(LOG_DIR, { recursive: true });
@@ -185,7 +185,7 @@ export async function startServer(kind: PeerKind, name: string, model: string, t
     } catch {
       /* not listening yet */
     }
-    await new Promise((r) => setTimeout(r, 250));
+    await new Promise((r) => setTimeout(r, pollMs));
   }
   proc.kill("SIGKILL");
   throw new Error(`${name} not healthy after 180 s; see ${log}`);
@@ -430,20 +430,31 @@ function rssMiB(pid: number): number {
  * token of a one-token /v1/completions request sent right after; RSS after load (at /health)
  * and after that request. Servers one at a time, alternating, `-np 1`.
  */
+/** Cold mode's rows: Wick with its pack cache written by an earlier start, Wick packing at start (`--no-mmap`), llama-server. */
+const COLD_PEERS: Record<string, { kind: PeerKind; extra: string[] }> = {
+  wick: { kind: "wick", extra: [] },
+  "wick-no-mmap": { kind: "wick", extra: ["--no-mmap"] },
+  llama: { kind: "llama", extra: [] },
+};
+
 async function coldMode(flags: Map<string, string>, models: string[]): Promise<void> {
   const threads = num(flags, "threads", 2);
   const repeats = num(flags, "repeats", 3);
-  const peers = (flags.get("peers") ?? "wick,llama").split(",").map((p) => p.trim()) as PeerKind[];
+  const peers = (flags.get("peers") ?? "wick,wick-no-mmap,llama").split(",").map((p) => p.trim());
+  for (const p of peers) if (!COLD_PEERS[p]) throw new Error(`cold: unknown peer ${p} (${Object.keys(COLD_PEERS).join(", ")})`);
   // What a user's `wick serve` runs (scripts/start.sh, the npm package): the one-file bundle.
-  if (peers.includes("wick")) execFileSync("npm", ["run", "--silent", "build:ts"], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
+  if (peers.some((p) => COLD_PEERS[p]!.kind === "wick")) execFileSync("npm", ["run", "--silent", "build:ts"], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
+  // Wick's pack cache in a directory of the bench's own, written by a first start of each model.
+  process.env.WICK_PACK_CACHE = join(ROOT, ".cache/bench-packs");
   const sections: string[] = [];
   for (const model of models) {
+    if (peers.includes("wick")) await writePackCache(model, threads);
     const got: Record<string, { health: number[]; first: number[]; rssLoad: number[]; rssFirst: number[] }> = {};
     for (let r = 0; r < repeats; r++) {
       for (const peer of r % 2 ? [...peers].reverse() : peers) {
         const g = (got[peer] ??= { health: [], first: [], rssLoad: [], rssFirst: [] });
         const t0 = performance.now();
-        const s = await startServer(peer, `${peer}-cold`, model, threads, 1, 512);
+        const s = await startServer(COLD_PEERS[peer]!.kind, `${peer}-cold`, model, threads, 1, 512, COLD_PEERS[peer]!.extra, 2);
         try {
           g.health.push(performance.now() - t0);
           g.rssLoad.push(rssMiB(s.proc.pid!));
@@ -474,8 +485,25 @@ async function coldMode(flags: Map<string, string>, models: string[]): Promise<v
     console.log(`\n${lines.join("\n")}`);
   }
   const notes =
-    "Spawn to /health and to the end of a one-token, non-streaming /v1/completions request sent right after; RSS from /proc/PID/status (Wick: the Node process with the addon). Wick runs dist/cli/bundle.js (built first with `npm run build:ts`, as scripts/start.sh does). The GGUF is in the page cache (the runs before warm it).";
+    "Spawn to /health (polled every 2 ms) and to the end of a one-token, non-streaming /v1/completions request sent right after; RSS from /proc/PID/status (Wick: the Node process with the addon; its mapped pack cache counts as file pages). `wick`: the model's repacked weights mapped from the pack cache, written by a start before the runs (as every start after a model's first); `wick-no-mmap`: packed at start (`--no-mmap`, a model's first start). Wick runs dist/cli/bundle.js (built first with `npm run build:ts`, as scripts/start.sh does). The GGUF is in the page cache (the runs before warm it).";
   if (flags.get("results")) appendResults(flags.get("results")!, `cold start: ${peers.join(" vs ")}`, `${notes}\n\n${sections.join("\n")}`);
+}
+
+/** Starts Wick on `model` once so its pack cache file is written (the writer runs after /health). */
+async function writePackCache(model: string, threads: number): Promise<void> {
+  const s = await startServer("wick", "wick-pack-cache", model, threads, 1, 512);
+  try {
+    const deadline = Date.now() + 300_000;
+    for (;;) {
+      const loaded = readFileSync(s.log, "utf8").split("\n").find((l) => l.includes('"model loaded"'));
+      const cache = loaded ? (JSON.parse(loaded) as { packCache?: { state: string; path?: string } }).packCache : undefined;
+      if (loaded && (cache?.state !== "writing" || existsSync(cache.path!))) break;
+      if (Date.now() > deadline) throw new Error(`the pack cache of ${model} was not written in 300 s`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  } finally {
+    await stopServer(s);
+  }
 }
 
 // ---------- micro ----------

@@ -6,6 +6,7 @@
 import path from "node:path";
 import { statSync } from "node:fs";
 import { Engine, type EngineEvent } from "../engine/index.ts";
+import { ModelStore } from "../store/index.ts";
 
 export interface BenchOptions {
   model: string;
@@ -14,6 +15,8 @@ export interface BenchOptions {
   nGen: number;
   repetitions: number;
   output: "table" | "json";
+  /** false: pack at load, no pack cache (`--no-mmap`). */
+  mmap?: boolean;
 }
 
 export interface BenchSample {
@@ -76,6 +79,7 @@ function randomPrompt(nVocab: number, n: number, seed: number): number[] {
 }
 
 export async function bench(opts: BenchOptions): Promise<void> {
+  const packCacheDir = new ModelStore().packCacheDir;
   const engine = await Engine.load({
     modelPath: opts.model,
     contextSize: opts.nPrompt + opts.nGen + 16,
@@ -83,6 +87,8 @@ export async function bench(opts: BenchOptions): Promise<void> {
     maxSequences: 1,
     prefillChunk: 0, // the whole prompt in one pass, as llama-bench's pp test
     prefixCache: false, // every repetition prefills the whole prompt
+    // The weights as `wick serve` holds them: mapped from the pack cache after a model's first load.
+    ...(opts.mmap !== false && packCacheDir ? { packCacheDir } : {}),
   });
   try {
     const info = engine.info();

@@ -151,7 +151,8 @@ function buildProgram(commands: Commands, typed = new Map<string, string>()): Co
     .option("-n, --n-gen <n>", "generated tokens", integer(2, 1 << 20, "an integer >= 2"), 128)
     .option("-r, --repetitions <n>", "measured runs", integer(1, 1000, "a positive integer"), 5)
     .addOption(new Option("-o, --output <format>", "table or json").choices(["table", "json"]).default("table"))
-    .action(async (o: { model: string; threads?: number; nPrompt: number; nGen: number; repetitions: number; output: "table" | "json" }) => {
+    .option("--no-mmap", "pack the weights at load instead of mapping them from the pack cache (as wick serve --no-mmap)")
+    .action(async (o: { model: string; threads?: number; nPrompt: number; nGen: number; repetitions: number; output: "table" | "json"; mmap: boolean }) => {
       await commands.bench({ ...o });
     });
   const convert = command("convert", "Convert a Hugging Face model directory (safetensors, config.json, tokenizer) to GGUF, as llama.cpp's converter and llama-quantize write it.").argument(

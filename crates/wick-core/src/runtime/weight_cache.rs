@@ -185,6 +185,10 @@ fn read(path: &Path, key: &[u8; 32]) -> Option<(memmap2::Mmap, HashMap<String, E
     let file = File::open(path).ok()?;
     // SAFETY: cache files are never written after they get their name (see the module docs).
     let map = unsafe { memmap2::MmapOptions::new().map(&file) }.ok()?;
+    // Weights are streamed end to end every step: 2 MiB pages where the file system gives
+    // large folios (ext4 and xfs on recent kernels map the page cache so; a hint elsewhere).
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
     let (header, len) = (map.get(..56)?, map.len() as u64);
     if &header[..8] != MAGIC || header[8..40] != key[..] {
         return None;
