@@ -80,9 +80,12 @@ export async function serve(flags: ServeFlags): Promise<void> {
   });
   if (flags.mmproj && !flags.model) throw new CliError("--mmproj needs -m (the projector belongs to that model)");
   if (loraSpecs(flags).length && !flags.model) throw new CliError("--lora, --lora-scaled and --lora-modules need -m (the adapters belong to that model)");
-  // The model loads on a worker thread while the HTTP side's modules (~200 ms) are imported here.
+  // The model loads on a worker thread while the HTTP side's modules (~50 ms) are evaluated
+  // here: once its lookups are done and the load is on that thread.
+  const dispatched = models.loadDispatched();
   const loading = flags.model ? loadStartModel(models, flags, log) : undefined;
   loading?.catch(() => {}); // awaited below; not an unhandled rejection meanwhile
+  if (loading) await Promise.race([dispatched, loading.catch(() => {})]);
   const [{ createApp }, { createHttpServer, DEFAULT_TIMEOUT_S }, { Shutdown }] = await Promise.all([import("../server/app.ts"), import("../server/limits.ts"), import("../server/shutdown.ts")]);
   const model = await loading;
 

@@ -121,6 +121,8 @@ export class ModelManager {
   private defaultKey?: string;
   private loadQueue: Promise<unknown> = Promise.resolve();
   private waiters: (() => void)[] = [];
+  /** Called when the next engine load is handed to the addon's worker thread. */
+  private onDispatch: (() => void)[] = [];
 
   constructor(opts: ModelManagerOptions = {}) {
     this.registry = opts.registry ?? new ModelRegistry();
@@ -131,6 +133,15 @@ export class ModelManager {
     this.maxLoaded = opts.maxLoaded ?? 3;
     this.freeMemory = opts.freeMemory ?? os.freemem;
     this.log = opts.log ?? pino({ level: "silent" });
+  }
+
+  /**
+   * Resolves once the next model load is running on the addon's worker thread (its file
+   * looked up, the room made): `wick serve` evaluates the HTTP side's modules only then, so
+   * the two overlap instead of the load waiting behind them.
+   */
+  loadDispatched(): Promise<void> {
+    return new Promise((resolve) => this.onDispatch.push(resolve));
   }
 
   /**
@@ -432,7 +443,7 @@ export class ModelManager {
     const lora: LoraAdapterSpec[] = [...(resolved?.adapterPaths ?? []).map((p) => ({ path: p })), ...(entry.lora ?? [])];
     let model: ServedModel;
     try {
-      model = await this.registry.load({
+      const loading = this.registry.load({
         ...this.loadDefaults,
         ...(typeof numCtx === "number" && numCtx > 0 ? { contextSize: numCtx } : {}),
         modelPath,
@@ -441,6 +452,8 @@ export class ModelManager {
         id: entry.id,
         profile,
       });
+      for (const f of this.onDispatch.splice(0)) f();
+      model = await loading;
     } catch (err) {
       throw loraError(err);
     }
