@@ -485,17 +485,23 @@ async function coldMode(flags: Map<string, string>, models: string[]): Promise<v
     console.log(`\n${lines.join("\n")}`);
   }
   const notes =
-    "Spawn to /health (polled every 2 ms) and to the end of a one-token, non-streaming /v1/completions request sent right after; RSS from /proc/PID/status (Wick: the Node process with the addon; its mapped pack cache counts as file pages). `wick`: the model's repacked weights mapped from the pack cache, written by a start before the runs (as every start after a model's first); `wick-no-mmap`: packed at start (`--no-mmap`, a model's first start). Wick runs dist/cli/bundle.js (built first with `npm run build:ts`, as scripts/start.sh does). The GGUF is in the page cache (the runs before warm it).";
+    "Spawn to /health (polled every 2 ms) and to the end of a one-token, non-streaming /v1/completions request sent right after; RSS from /proc/PID/status (Wick: the Node process with the addon; its mapped pack cache counts as file pages). `wick`: the model's repacked weights mapped from the pack cache, written by a start before the runs (as every start after a model's first); `wick-no-mmap`: packed at start (`--no-mmap`, a model's first start). Wick runs dist/cli/bundle.cjs (built first with `npm run build:ts`, as scripts/start.sh does) with its V8 code cache, written by that first start. The GGUF is in the page cache (the runs before warm it).";
   if (flags.get("results")) appendResults(flags.get("results")!, `cold start: ${peers.join(" vs ")}`, `${notes}\n\n${sections.join("\n")}`);
 }
 
-/** Starts Wick on `model` once so its pack cache file is written (the writer runs after /health). */
+/**
+ * Starts Wick on `model` once so its pack cache file is written (the writer runs after /health),
+ * and the bundle's code cache (written a second after a start without one), as by a user's first start.
+ */
 async function writePackCache(model: string, threads: number): Promise<void> {
   const s = await startServer("wick", "wick-pack-cache", model, threads, 1, 512);
   try {
+    await new Promise((r) => setTimeout(r, 1500));
     const deadline = Date.now() + 300_000;
     for (;;) {
-      const loaded = readFileSync(s.log, "utf8").split("\n").find((l) => l.includes('"model loaded"'));
+      const loaded = readFileSync(s.log, "utf8")
+        .split("\n")
+        .find((l) => l.includes('"model loaded"'));
       const cache = loaded ? (JSON.parse(loaded) as { packCache?: { state: string; path?: string } }).packCache : undefined;
       if (loaded && (cache?.state !== "writing" || existsSync(cache.path!))) break;
       if (Date.now() > deadline) throw new Error(`the pack cache of ${model} was not written in 300 s`);

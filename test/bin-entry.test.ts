@@ -54,14 +54,37 @@ test("dist/ runs while it is newer than every source, pointed at the checkout's 
     t.is(run(root, env()), `compiled ${path.join(root, addon)}`);
     t.is(run(root, env({ WICK_FROM_SOURCE: "1" })), "source");
     t.is(run(root, env({ NAPI_RS_NATIVE_LIBRARY_PATH: "/elsewhere.node" })), "compiled /elsewhere.node", "a path the user set is kept");
-    writeFileSync(path.join(root, "dist/cli/bundle.js"), 'console.log("bundle");\n');
-    t.is(run(root, env()), "bundle", "the one-file bundle before the modules");
+    writeFileSync(path.join(root, "dist/cli/bundle.cjs"), "console.log(`bundle ${typeof require} ${__filename}`);\n");
+    t.is(run(root, env()), `bundle function ${path.join(root, "dist/cli/bundle.cjs")}`, "the one-file bundle (a CommonJS script) before the modules");
     const later = new Date(Date.now() + 60_000);
     utimesSync(path.join(root, "ts/cli/main.ts"), later, later);
     t.is(run(root, env()), "source", "a source edited after the build");
     rmSync(path.join(root, "dist/.built"));
     utimesSync(path.join(root, "ts/cli/main.ts"), past, past);
     t.is(run(root, env()), "source", "no stamp: a build that did not finish");
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test("the bundle runs with V8's code cache beside it: written a second after a start without one, used by the next, a foreign one refused and replaced", async (t) => {
+  const root = checkout({
+    "package.json": '{ "type": "module" }\n',
+    "dist/.built": "",
+    // Lives past the second after which bin/wick.js writes the cache; says whether a function was compiled from it.
+    "dist/cli/bundle.cjs": "function f(x) { return x * 2; }\nconsole.log(f(21));\nsetTimeout(() => {}, 1500);\n",
+  });
+  const cache = path.join(root, "dist/cli/bundle.cjs.cache");
+  try {
+    t.is(run(root, env()), "42");
+    t.true(existsSync(cache), "written by the start that had none");
+    const written = readFileSync(cache);
+    t.true(written.length > 0);
+    t.is(run(root, env()), "42", "the next start runs with it");
+    t.deepEqual(readFileSync(cache), written, "an accepted cache is left as it is");
+    writeFileSync(cache, "not a V8 code cache");
+    t.is(run(root, env()), "42", "a cache V8 refuses is not run");
+    t.notDeepEqual(readFileSync(cache).toString(), "not a V8 code cache", "and is written again");
   } finally {
     rmSync(root, { recursive: true, force: true });
   }

@@ -20,11 +20,10 @@ const commands: Commands = {
   convert: async (dir, flags) => (await import("./convert.ts")).convert(dir, flags),
 };
 
-try {
-  await runCli(process.argv.slice(2), commands);
-} catch (err) {
+// No top-level await: the one-file bundle is a CommonJS script (scripts/build-bundle.ts).
+runCli(process.argv.slice(2), commands).catch((err: unknown) => {
   // Expected failures are one line; anything else is a bug and keeps its stack.
   if (err instanceof CliError) process.stderr.write(`wick: ${err.message}\n`);
   else process.stderr.write(`wick: ${(err as Error).stack ?? String(err)}\n`);
   process.exit(1);
-}
+});

@@ -122,7 +122,9 @@ impl WeightCache {
                     .append(true)
                     .open(&path)
                     .and_then(|f| f.set_modified(std::time::SystemTime::now()));
-                State::Reading { map: Arc::new(map), index, hits: 0 }
+                let map = Arc::new(map);
+                populate(map.clone());
+                State::Reading { map, index, hits: 0 }
             }
             None => State::Writing { key, pending: vec![] },
         };
@@ -198,6 +200,18 @@ fn read(path: &Path, key: &[u8; 32]) -> Option<(memmap2::Mmap, HashMap<String, E
     let index = parse_index(map.get(start as usize..end as usize)?)?;
     let whole = index.values().all(|e| e.offset.checked_add(e.len).is_some_and(|x| x <= start));
     whole.then_some((map, index))
+}
+
+/// Maps the file's pages into the process on a thread of its own (the page cache holds them
+/// after the first start), so the first request does not fault them in one by one. A hint:
+/// pages it has not reached yet are faulted in by whoever reads them first.
+fn populate(map: Arc<memmap2::Mmap>) {
+    #[cfg(target_os = "linux")]
+    let _ = std::thread::Builder::new().name("wick-pack-populate".into()).spawn(move || {
+        let _ = map.advise(memmap2::Advice::PopulateRead);
+    });
+    #[cfg(not(target_os = "linux"))]
+    drop(map);
 }
 
 /// Writes `pending` to a temporary file beside `path` and renames it `path`; its length.
