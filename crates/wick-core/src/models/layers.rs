@@ -473,7 +473,13 @@ impl Embedding {
             )));
         }
         let n_vocab = info.dims[1];
-        Ok(Self { table: Table::Quant(Arc::new(g.qtensor(name, dev)?)), n_vocab, d, name: name.to_string() })
+        // Saved as a tied head by an earlier load: its panels hold the same rows, and no copy
+        // of the table is made.
+        let table = match cached(dev, name).filter(|p| p.dims() == (n_vocab, d)) {
+            Some(p) => Table::Panels(Arc::new(p)),
+            None => Table::Quant(Arc::new(g.qtensor(name, dev)?)),
+        };
+        Ok(Self { table, n_vocab, d, name: name.to_string() })
     }
     pub fn n_vocab(&self) -> usize {
         self.n_vocab
