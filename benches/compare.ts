@@ -544,7 +544,17 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
   const samples: Sample[] = [];
   if (engine === "wick") {
     const { Engine } = await import("../ts/engine/index.ts");
-    const eng = await Engine.load({ modelPath: model, contextSize: ctxSize, threads, maxSequences: 1, prefillChunk });
+    const { ModelStore } = await import("../ts/store/index.ts");
+    // As `wick serve` holds the weights: mapped from the pack cache (written by a first load if need be).
+    const packCacheDir = new ModelStore().packCacheDir;
+    const load = () => Engine.load({ modelPath: model, contextSize: ctxSize, threads, maxSequences: 1, prefillChunk, ...(packCacheDir ? { packCacheDir } : {}) });
+    let eng = await load();
+    const pack = eng.info().packCache;
+    if (pack?.state === "writing") {
+      while (!existsSync(pack.path!)) await new Promise((r) => setTimeout(r, 50));
+      await eng.unload();
+      eng = await load();
+    }
     const cpu = () => {
       const u = process.cpuUsage();
       return (u.user + u.system) / 1e6;
