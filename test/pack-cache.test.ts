@@ -13,6 +13,7 @@ import { needs, repoRoot, smollm2 } from "./helpers/assets.ts";
 import { BIN } from "./helpers/cli.ts";
 import { spawnServe } from "./helpers/process.ts";
 import { waitFor } from "./helpers/server.ts";
+import { createModel, ModelStore } from "../ts/store/index.ts";
 
 const { path: smol, serial } = needs(smollm2());
 
@@ -28,9 +29,9 @@ interface Start {
   packCache?: { state: string; path?: string; weights?: number; reason?: string };
 }
 
-/** `wick serve -m smol <args>`: one greedy completion, then SIGTERM (once a cache file being written is whole). */
-async function serveOnce(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Start> {
-  const s = await spawnServe(BIN, ["-m", smol!, "--port", "0", "-t", "2", ...args], { cwd: repoRoot, env: { ...process.env, WICK_HOME: home, WICK_PACK_CACHE: "", ...env } });
+/** `wick serve -m <model> <args>`: one greedy completion, then SIGTERM (once a cache file being written is whole). */
+async function serveOnce(args: string[], env: NodeJS.ProcessEnv = {}, model = smol!): Promise<Start> {
+  const s = await spawnServe(BIN, ["-m", model, "--port", "0", "-t", "2", ...args], { cwd: repoRoot, env: { ...process.env, WICK_HOME: home, WICK_PACK_CACHE: "", ...env } });
   try {
     const res = await fetch(`${s.url}/v1/completions`, {
       method: "POST",
@@ -75,4 +76,16 @@ serial("WICK_PACK_CACHE=off leaves the cache alone; WICK_PACK_CACHE=<dir> moves 
   const moved = await serveOnce([], { WICK_PACK_CACHE: elsewhere });
   t.is(path.dirname(moved.packCache!.path!), elsewhere);
   t.is(moved.text, off.text);
+});
+
+serial("a store model's pack cache goes with its blob (wick rm, DELETE /api/delete)", async (t) => {
+  const store = new ModelStore({ home });
+  await createModel(store, "smol-packs", `FROM ${smol}`);
+  const served = await serveOnce([], {}, "smol-packs");
+  t.is(served.packCache?.state, "writing");
+  const file = served.packCache!.path!;
+  t.true(existsSync(file));
+  t.regex(path.basename(file), /^sha256-[0-9a-f]{64}-[0-9a-f]{16}\.wpack$/, "named after the blob");
+  t.true((await store.delete("smol-packs")).length > 0, "the blob was removed");
+  t.false(existsSync(file));
 });

@@ -382,10 +382,19 @@ export class ModelStore {
     for (const d of new Set(candidates)) {
       if (referenced.has(d) || this.pinned.has(d)) continue;
       await fsp.rm(this.blobPath(d), { force: true });
+      await this.removePackCaches(d);
       removed.push(d);
     }
     if (removed.length) await syncDir(this.blobsDir);
     return removed;
+  }
+
+  /** The engine's pack cache files of blob `digest` (named after the blob's file): they go with it. */
+  private async removePackCaches(digest: string): Promise<void> {
+    if (!this.packCacheDir) return;
+    const prefix = `${path.basename(this.blobPath(digest))}-`;
+    const files = await fsp.readdir(this.packCacheDir).catch(() => [] as string[]);
+    for (const f of files.filter((f) => f.startsWith(prefix) && f.endsWith(".wpack"))) await fsp.rm(path.join(this.packCacheDir, f), { force: true });
   }
 
   /** Case-insensitive identity of a name, for maps of in-flight work. */
