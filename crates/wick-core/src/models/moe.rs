@@ -22,7 +22,7 @@ use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 
 use super::layers::{Linear, RowPos};
-use super::packs::{cached, cached_pack, save_packed};
+use super::packs::cached_pack;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
@@ -108,15 +108,11 @@ fn packed_experts(
         let (gate_name, down_name) =
             (format!("{prefix}.ffn_gate_exps.weight#{e}"), format!("{prefix}.ffn_down_exps.weight#{e}"));
         let fused = format!("{gate_name}+{prefix}.ffn_up_exps.weight#{e}");
-        let gate_up = match cached(dev, &fused) {
-            Some(w) => w,
-            None => {
-                let (Some(g), Some(u)) = (expert(gate, e)?, expert(up, e)?) else { return Ok(None) };
-                let Ok(w) = PackedWeight::concat(vec![g, u]) else { return Ok(None) };
-                save_packed(dev, &[], &fused, &w);
-                w
-            }
-        };
+        let gate_up = cached_pack(dev, &fused, || {
+            let (Some(g), Some(u)) = (expert(gate, e)?, expert(up, e)?) else { return Ok(None) };
+            Ok(PackedWeight::concat(vec![g, u]).ok())
+        })?;
+        let Some(gate_up) = gate_up else { return Ok(None) };
         let Some(down) = cached_pack(dev, &down_name, || expert(down, e))? else { return Ok(None) };
         out.push(PackedExpert { gate_up, down });
     }

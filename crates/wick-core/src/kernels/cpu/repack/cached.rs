@@ -29,15 +29,16 @@ impl PackedWeight {
         let (head, parts): (&[usize; 3], _) = (meta.get(..3)?.try_into().ok()?, &meta[3..]);
         let [ty, n, k] = *head;
         let &(dtype, ty) = TYPES.get(ty)?;
+        // Numbers read from a file: checked arithmetic, so a damaged entry is refused, not wrapped.
+        let panel_bytes = (k / ty.qk).checked_mul(ty.block_bytes)?;
         let fits = k > 0
             && k.is_multiple_of(dtype.block_size())
             && k.is_multiple_of(ty.qk)
             && (ty.packs_on)(isa())
             && !parts.is_empty()
-            && parts.iter().sum::<usize>() == n
+            && parts.iter().try_fold(0usize, |a, &p| a.checked_add(p)) == Some(n)
             && parts[..parts.len() - 1].iter().all(|p| p.is_multiple_of(PANEL))
-            && panels.len() == n.div_ceil(PANEL) * (k / ty.qk * ty.block_bytes);
-        let panel_bytes = k / ty.qk * ty.block_bytes;
+            && n.div_ceil(PANEL).checked_mul(panel_bytes) == Some(panels.len());
         fits.then(|| Self { ty, n, k, data: Panels::Mapped(panels), panel_bytes, parts: parts.to_vec() })
     }
 
