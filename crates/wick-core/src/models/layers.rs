@@ -14,7 +14,7 @@ use crate::kernels::cpu::{host_f16, matmul};
 use crate::kernels::{with_host_f32, PackedWeight};
 use crate::runtime::device::Placement;
 
-use super::packs::{cached, cached_pack, save_packed};
+use super::packs::{cached, cached_pack, packed_parts};
 
 /// Width, depth, heads, KV heads per layer, FFN width and norm ε of a llama-style stack.
 pub struct DenseShape {
@@ -329,45 +329,14 @@ impl Linears {
     /// `layers`: (GGUF name without `.weight`, output width), all with input width `n_in`.
     pub fn load(g: &GgufFile, layers: &[(String, usize)], n_in: usize, dev: &Placement) -> Result<Self> {
         let parts: Vec<String> = layers.iter().map(|(name, _)| format!("{name}.weight")).collect();
-        let fused = parts.join("+");
         let widths: Vec<usize> = layers.iter().map(|l| l.1).collect();
-        if let Some(w) = cached(dev, &fused).filter(|w| w.parts() == widths) {
+        if let Some(w) = packed_parts(g, &parts, &widths, n_in, dev)? {
             let bias = |(name, n): &(String, usize)| Linear::load_bias(g, name, *n, dev);
             let names = parts.iter().map(|n| Some(n.as_str().into())).collect();
             return Ok(Self::Fused { w, biases: layers.iter().map(bias).collect::<Result<_>>()?, names });
         }
-        let each = layers
-            .iter()
-            .map(|(name, n)| Linear::load(g, name, n_in, *n, dev))
-            .collect::<Result<Vec<_>>>()?;
-        if !each.iter().all(|l| matches!(l.w, Weight::Packed(_))) {
-            return Ok(Self::Apart(each));
-        }
-        // Freshly loaded, so each `Arc` is the only one.
-        let names: Vec<Option<Arc<str>>> = each.iter().map(|l| l.name.clone()).collect();
-        let (ws, biases): (Vec<PackedWeight>, Vec<Option<Tensor>>) = each
-            .into_iter()
-            .filter_map(|l| match l.w {
-                Weight::Packed(p) => Some((Arc::into_inner(p)?, l.bias)),
-                _ => None,
-            })
-            .unzip();
-        if ws.len() != layers.len() {
-            return Err(WickError::Internal("a packed weight was shared while loading".into()));
-        }
-        Ok(match PackedWeight::concat(ws) {
-            Ok(w) => {
-                save_packed(dev, &parts.iter().map(String::as_str).collect::<Vec<_>>(), &fused, &w);
-                Self::Fused { w, biases, names }
-            }
-            Err(ws) => Self::Apart(
-                ws.into_iter()
-                    .zip(biases)
-                    .zip(names)
-                    .map(|((p, bias), name)| Linear { w: Weight::Packed(Arc::new(p)), bias, name })
-                    .collect(),
-            ),
-        })
+        let each = layers.iter().map(|(name, n)| Linear::load(g, name, n_in, *n, dev));
+        Ok(Self::Apart(each.collect::<Result<Vec<_>>>()?))
     }
 
     /// Each layer's `[n, out]` for `x`: `[n, in]` (see `Linear::forward_lora`).

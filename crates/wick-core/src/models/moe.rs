@@ -109,8 +109,12 @@ fn packed_experts(
             (format!("{prefix}.ffn_gate_exps.weight#{e}"), format!("{prefix}.ffn_down_exps.weight#{e}"));
         let fused = format!("{gate_name}+{prefix}.ffn_up_exps.weight#{e}");
         let gate_up = cached_pack(dev, &fused, || {
-            let (Some(g), Some(u)) = (expert(gate, e)?, expert(up, e)?) else { return Ok(None) };
-            Ok(PackedWeight::concat(vec![g, u]).ok())
+            let (per, (g, up)) = (gate.0.len() / n_expert, (gate, up));
+            let parts = [(&g.0[e * per..(e + 1) * per], g.2), (&up.0[e * per..(e + 1) * per], up.2)];
+            match g.1 == up.1 && g.3 == up.3 && up.0.len() / n_expert == per {
+                true => PackedWeight::pack_raw_parts(&parts, g.1, g.3),
+                false => Ok(None),
+            }
         })?;
         let Some(gate_up) = gate_up else { return Ok(None) };
         let Some(down) = cached_pack(dev, &down_name, || expert(down, e))? else { return Ok(None) };

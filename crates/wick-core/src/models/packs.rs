@@ -4,6 +4,7 @@
 //! and saves what it packed under that name.
 
 use crate::error::Result;
+use crate::gguf::GgufFile;
 use crate::kernels::PackedWeight;
 use crate::runtime::device::Placement;
 
@@ -36,4 +37,29 @@ pub(super) fn save_packed(dev: &Placement, parts: &[&str], name: &str, w: &Packe
     if let (Some(cache), Some((meta, panels))) = (dev.packs(), w.cache_entry()) {
         cache.put(parts, name, meta, panels);
     }
+}
+
+/// GGUF weights `names` (dims `{n_in, width}` each) as one packed weight, their panels end to
+/// end: from the load's pack cache (saved under the names joined by `+`), else packed straight
+/// from the file (then saved). None off the exact path, or when they are not all of one packed
+/// type (the caller loads them apart).
+pub(super) fn packed_parts(
+    g: &GgufFile,
+    names: &[String],
+    widths: &[usize],
+    n_in: usize,
+    dev: &Placement,
+) -> Result<Option<PackedWeight>> {
+    let dtypes: Vec<_> = names.iter().filter_map(|n| g.info(n).map(|t| t.dtype)).collect();
+    if !dev.exact() || dtypes.len() != names.len() || dtypes.iter().any(|&d| d != dtypes[0]) {
+        return Ok(None);
+    }
+    for (name, &w) in names.iter().zip(widths) {
+        g.expect_dims(name, &[n_in, w])?;
+    }
+    cached_pack(dev, &names.join("+"), || {
+        let parts =
+            names.iter().zip(widths).map(|(n, &w)| Ok((g.bytes(n)?, w))).collect::<Result<Vec<_>>>()?;
+        PackedWeight::pack_raw_parts(&parts, dtypes[0], n_in)
+    })
 }

@@ -53,9 +53,11 @@ impl PackedWeight {
             h.update((i as u64).to_le_bytes());
             let packed = candle_core::Tensor::from_vec(xs.clone(), (n, k), &candle_core::Device::Cpu)
                 .and_then(|w| QTensor::quantize(&w, *dtype))
-                .and_then(|q| q.data().map(|raw| (ty.pack)(&raw, n, k)));
-            if let (Ok(p), true) = (packed, (ty.packs_on)(isa())) {
-                h.update(&*p);
+                .and_then(|q| q.data().map(|raw| raw.into_owned()));
+            if let (Ok(raw), true) = (packed, (ty.packs_on)(isa())) {
+                let mut p = vec![0u8; n.div_ceil(PANEL) * (k / ty.qk * ty.block_bytes)];
+                (ty.pack)(&raw, n, k, &mut p);
+                h.update(&p);
             }
         }
         h.finalize().into()

@@ -130,8 +130,8 @@ pub(super) struct PanelType {
     /// Whether weights are packed on this instruction set (where the row kernel is as fast,
     /// they are not).
     packs_on: fn(Isa) -> bool,
-    /// GGUF rows (`n` rows of `k` inputs) → panels.
-    pack: fn(raw: &[u8], n: usize, k: usize) -> StreamedBytes,
+    /// GGUF rows (`n` rows of `k` inputs) → panels, into `out` (zeroed, the panels' length).
+    pack: fn(raw: &[u8], n: usize, k: usize, out: &mut [u8]),
     /// Column `c`'s GGUF block `b` back out of a panel of `nb` blocks (`pack`'s inverse).
     unpack: fn(panel: &[u8], nb: usize, b: usize, c: usize, blk: &mut [u8]),
     /// The rows of `xs` (`k` inputs each) quantized as the kernel reads them, and its tile
@@ -303,18 +303,35 @@ impl PackedWeight {
     /// `pack` straight from GGUF bytes (`n` rows of `k` inputs of `dtype`, e.g. a slice of the
     /// mapped file): no candle copy on the way.
     pub fn pack_raw(raw: &[u8], dtype: GgmlDType, n: usize, k: usize) -> Result<Option<Self>> {
-        if !k.is_multiple_of(dtype.block_size()) {
+        Self::pack_raw_parts(&[(raw, n)], dtype, k)
+    }
+
+    /// `pack_raw` of weights that read the same input (`parts`: their GGUF rows and output
+    /// widths) straight into one weight's panels: what `concat` of their `pack_raw`s gives,
+    /// without packing each apart and copying. `None` when they would not pack or concatenate.
+    pub fn pack_raw_parts(parts: &[(&[u8], usize)], dtype: GgmlDType, k: usize) -> Result<Option<Self>> {
+        let Some((_, head)) = parts.split_last() else { return Ok(None) };
+        if !k.is_multiple_of(dtype.block_size()) || head.iter().any(|(_, n)| !n.is_multiple_of(PANEL)) {
             return Ok(None);
         }
         let Some(&(_, ty)) = TYPES.iter().find(|(d, t)| *d == dtype && (t.packs_on)(isa())) else {
             return Ok(None);
         };
-        if raw.len() != n * k / dtype.block_size() * dtype.type_size() {
+        if parts.iter().any(|&(raw, n)| raw.len() != n * k / dtype.block_size() * dtype.type_size()) {
             return Err(WickError::Internal("weight size does not match its shape".into()));
         }
-        let (data, panel_bytes) =
-            (Panels::Packed(Arc::new((ty.pack)(raw, n, k))), k / ty.qk * ty.block_bytes);
-        Ok(Some(Self { ty, n, k, data, panel_bytes, parts: vec![n] }))
+        let panel_bytes = k / ty.qk * ty.block_bytes;
+        let mut data =
+            StreamedBytes::zeroed(parts.iter().map(|p| p.1.div_ceil(PANEL)).sum::<usize>() * panel_bytes);
+        let mut at = 0;
+        for &(raw, n) in parts {
+            let len = n.div_ceil(PANEL) * panel_bytes;
+            (ty.pack)(raw, n, k, &mut data[at..at + len]);
+            at += len;
+        }
+        let widths: Vec<usize> = parts.iter().map(|p| p.1).collect();
+        let data = Panels::Packed(Arc::new(data));
+        Ok(Some(Self { ty, n: widths.iter().sum(), k, data, panel_bytes, parts: widths }))
     }
 
     /// The GGUF blocks of rows `ids` (each `< n`) unpacked from the panels, as a block type
@@ -664,6 +681,11 @@ mod tests {
                     .ok()
                     .unwrap();
             assert_eq!(fused.dims(), (116, k));
+            // Packed straight into one weight's panels: the same bytes and parts.
+            let raws: Vec<_> = qs.iter().map(|q| q.data().unwrap().into_owned()).collect();
+            let parts: Vec<(&[u8], usize)> = raws.iter().map(|r| &r[..]).zip(widths).collect();
+            let direct = PackedWeight::pack_raw_parts(&parts, dtype, k).unwrap().unwrap();
+            assert_eq!((&direct.data[..], direct.parts()), (&fused.data[..], fused.parts()), "{dtype:?}");
             for m in [1usize, 3, 9] {
                 let xs = random(m as u32 + 20, m * k);
                 let rows: Vec<RowPos> = (0..m).map(|i| RowPos { seq_len: m as u32, idx: i as u32 }).collect();

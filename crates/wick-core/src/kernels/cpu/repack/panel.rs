@@ -112,9 +112,11 @@ pub unsafe fn sum_chains<const R: usize>(
     s
 }
 
-/// Allocates the panels of an `[n, k]` weight and calls `put(panel, b, c, src)` for each GGUF
-/// block `src` (`src_bytes` long, `qk` inputs) of column `c` < 16 of each panel, block `b`.
-/// Columns past `n` stay zero. Panels are filled on the pool: load time is mostly this.
+/// Fills `out` (zeroed, `n.div_ceil(PANEL)` panels long) with the panels of an `[n, k]` weight,
+/// calling `put(panel, b, c, src)` for each GGUF block `src` (`src_bytes` long, `qk` inputs) of
+/// column `c` < 16 of each panel, block `b`. Columns past `n` stay zero. Panels are filled on
+/// the pool: packing load time is mostly this.
+#[allow(clippy::too_many_arguments)]
 pub fn pack_blocks(
     raw: &[u8],
     n: usize,
@@ -122,16 +124,18 @@ pub fn pack_blocks(
     qk: usize,
     src_bytes: usize,
     block_bytes: usize,
+    out: &mut [u8],
     put: impl Fn(&mut [u8], usize, usize, &[u8]) + Sync,
-) -> crate::runtime::alloc::StreamedBytes {
+) {
     use crate::runtime::pool::{self, SyncPtr};
     let nb = k / qk;
     let row_bytes = nb * src_bytes;
     let panel_bytes = nb * block_bytes;
-    let mut out = crate::runtime::alloc::StreamedBytes::zeroed(n.div_ceil(PANEL) * panel_bytes);
+    let out = &mut out[..n.div_ceil(PANEL) * panel_bytes];
     let base = SyncPtr(out.as_mut_ptr());
     pool::run(n.div_ceil(PANEL), &|p| {
-        // SAFETY: panel p is bytes p·panel_bytes.. of `out`, written by this task alone.
+        // SAFETY: panel p is bytes p·panel_bytes.. of `out` (in bounds: sliced above), written
+        // by this task alone.
         let panel = unsafe { std::slice::from_raw_parts_mut(base.get().add(p * panel_bytes), panel_bytes) };
         for b in 0..nb {
             for c in 0..PANEL.min(n - p * PANEL) {
@@ -139,5 +143,4 @@ pub fn pack_blocks(
             }
         }
     });
-    out
 }

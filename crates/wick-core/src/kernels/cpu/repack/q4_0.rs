@@ -24,8 +24,8 @@ pub const BLOCK_BYTES: usize = QUANTS + 4 * 64;
 const QUANTS: usize = 2 * PANEL;
 
 /// GGUF Q4_0 rows (`n` rows of `k / 32` blocks of 18 bytes) → panels.
-fn pack(raw: &[u8], n: usize, k: usize) -> crate::runtime::alloc::StreamedBytes {
-    super::panel::pack_blocks(raw, n, k, QK, Q4_0::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
+fn pack(raw: &[u8], n: usize, k: usize, out: &mut [u8]) {
+    super::panel::pack_blocks(raw, n, k, QK, Q4_0::BYTES, BLOCK_BYTES, out, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4_0::D..Q4_0::D + 2]);
         for h in 0..4 {

@@ -28,8 +28,8 @@ pub const BLOCK_BYTES: usize = QUANTS + 4 * 64;
 const QUANTS: usize = 4 * PANEL;
 
 /// GGUF Q4_1 rows (`n` rows of `k / 32` blocks of 20 bytes) → panels.
-fn pack(raw: &[u8], n: usize, k: usize) -> crate::runtime::alloc::StreamedBytes {
-    super::panel::pack_blocks(raw, n, k, QK, Q4_1::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
+fn pack(raw: &[u8], n: usize, k: usize, out: &mut [u8]) {
+    super::panel::pack_blocks(raw, n, k, QK, Q4_1::BYTES, BLOCK_BYTES, out, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4_1::D..Q4_1::D + 2]);
         dst[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2].copy_from_slice(&blk[Q4_1::M..Q4_1::M + 2]);

@@ -34,9 +34,9 @@ pub const BLOCK_BYTES: usize = PANEL / 2 * PAIR_BYTES;
 
 /// GGUF Q6_K rows (`n` rows of `k / 256` blocks of 210 bytes: ql[128], qh[64], scales[16], d)
 /// → panels.
-fn pack(raw: &[u8], n: usize, k: usize) -> crate::runtime::alloc::StreamedBytes {
+fn pack(raw: &[u8], n: usize, k: usize, out: &mut [u8]) {
     let nb = k / QK_K;
-    super::panel::pack_blocks(raw, n, k, QK_K, Q6K::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
+    super::panel::pack_blocks(raw, n, k, QK_K, Q6K::BYTES, BLOCK_BYTES, out, |panel, b, c, blk| {
         let pair = &mut panel[((c / 2) * nb + b) * PAIR_BYTES..][..PAIR_BYTES];
         let side = c % 2;
         for h in 0..2 {

@@ -77,8 +77,8 @@ fn q5_0_as_q8_0(raw: &[u8]) -> Vec<u8> {
 }
 
 /// GGUF Q8_0 rows (`n` rows of `k / 32` blocks of 34 bytes) → panels.
-fn pack(raw: &[u8], n: usize, k: usize) -> crate::runtime::alloc::StreamedBytes {
-    super::panel::pack_blocks(raw, n, k, QK, Q8_0::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
+fn pack(raw: &[u8], n: usize, k: usize, out: &mut [u8]) {
+    super::panel::pack_blocks(raw, n, k, QK, Q8_0::BYTES, BLOCK_BYTES, out, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q8_0::D..Q8_0::D + 2]);
         for l in 0..8 {
@@ -114,7 +114,7 @@ pub(super) const TYPE: PanelType = PanelType {
 /// Q5_0 weights on Q8_0 panels (`q5_0_as_q8_0`): rows come back as Q8_0. Not on aarch64,
 /// where Q8_0 panels sum as ggml's Q8_0 repack and Q5_0 (not repacked there) as its row dot.
 pub(super) const FROM_Q5_0: PanelType = PanelType {
-    pack: |raw, n, k| pack(&q5_0_as_q8_0(raw), n, k),
+    pack: |raw, n, k, out| pack(&q5_0_as_q8_0(raw), n, k, out),
     packs_on: |_| !cfg!(target_arch = "aarch64"),
     ..TYPE
 };

@@ -55,8 +55,8 @@ const fn quants_at(g: usize) -> usize {
 }
 
 /// GGUF Q4_K rows (`n` rows of `k / 256` blocks of 144 bytes) → panels.
-fn pack(raw: &[u8], n: usize, k: usize) -> crate::runtime::alloc::StreamedBytes {
-    super::panel::pack_blocks(raw, n, k, QK_K, Q4K::BYTES, BLOCK_BYTES, |panel, b, c, blk| {
+fn pack(raw: &[u8], n: usize, k: usize, out: &mut [u8]) {
+    super::panel::pack_blocks(raw, n, k, QK_K, Q4K::BYTES, BLOCK_BYTES, out, |panel, b, c, blk| {
         let dst = &mut panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4K::D..Q4K::D + 2]);
         dst[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2].copy_from_slice(&blk[Q4K::DMIN..Q4K::DMIN + 2]);
