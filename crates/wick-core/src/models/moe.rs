@@ -98,26 +98,30 @@ fn packed_experts(
         Ok((g.bytes(&name)?, info.dtype, info.dims[1], info.dims[0]))
     };
     let (gate, up, down) = (stacked("gate")?, stacked("up")?, stacked("down")?);
-    let expert = |(bytes, dtype, n, k): (&[u8], GgmlDType, usize, usize), e: usize| {
-        let per = bytes.len() / n_expert;
-        PackedWeight::pack_raw(&bytes[e * per..(e + 1) * per], dtype, n, k)
-    };
+    /// Expert `e`'s rows of a stacked tensor of `n_expert`, with their output width.
+    fn rows(t: (&[u8], GgmlDType, usize, usize), e: usize, n_expert: usize) -> (&[u8], usize) {
+        let per = t.0.len() / n_expert;
+        (&t.0[e * per..(e + 1) * per], t.2)
+    }
     let mut out = Vec::with_capacity(n_expert);
     for e in 0..n_expert {
         // Saved in the pack cache as `{prefix}.ffn_gate_exps.weight#e+…up…#e` and `…down…#e`.
         let (gate_name, down_name) =
             (format!("{prefix}.ffn_gate_exps.weight#{e}"), format!("{prefix}.ffn_down_exps.weight#{e}"));
         let fused = format!("{gate_name}+{prefix}.ffn_up_exps.weight#{e}");
-        let gate_up = cached_pack(dev, &fused, || {
-            let (per, (g, up)) = (gate.0.len() / n_expert, (gate, up));
-            let parts = [(&g.0[e * per..(e + 1) * per], g.2), (&up.0[e * per..(e + 1) * per], up.2)];
-            match g.1 == up.1 && g.3 == up.3 && up.0.len() / n_expert == per {
-                true => PackedWeight::pack_raw_parts(&parts, g.1, g.3),
-                false => Ok(None),
-            }
+        let gate_up = cached_pack(dev, &fused, || match (gate.1, gate.3) == (up.1, up.3) {
+            true => PackedWeight::pack_raw_parts(
+                &[rows(gate, e, n_expert), rows(up, e, n_expert)],
+                gate.1,
+                gate.3,
+            ),
+            false => Ok(None),
         })?;
         let Some(gate_up) = gate_up else { return Ok(None) };
-        let Some(down) = cached_pack(dev, &down_name, || expert(down, e))? else { return Ok(None) };
+        let down = cached_pack(dev, &down_name, || {
+            PackedWeight::pack_raw_parts(&[rows(down, e, n_expert)], down.1, down.3)
+        })?;
+        let Some(down) = down else { return Ok(None) };
         out.push(PackedExpert { gate_up, down });
     }
     Ok(Some(out))

@@ -19,8 +19,9 @@ pub(super) fn cached_pack(
         return Ok(Some(w));
     }
     let w = pack()?;
-    if let Some(w) = &w {
-        save_packed(dev, &[], name, w);
+    if let (Some(cache), Some((meta, panels))) = (dev.packs(), w.as_ref().and_then(PackedWeight::cache_entry))
+    {
+        cache.put(name, meta, panels);
     }
     Ok(w)
 }
@@ -29,14 +30,6 @@ pub(super) fn cached_pack(
 pub(super) fn cached(dev: &Placement, name: &str) -> Option<PackedWeight> {
     let (meta, panels) = dev.packs()?.get(name)?;
     PackedWeight::from_cache_entry(&meta, panels)
-}
-
-/// Saves `w` as `name` in the load's pack cache, in place of the weights named `parts`
-/// (folded into it).
-pub(super) fn save_packed(dev: &Placement, parts: &[&str], name: &str, w: &PackedWeight) {
-    if let (Some(cache), Some((meta, panels))) = (dev.packs(), w.cache_entry()) {
-        cache.put(parts, name, meta, panels);
-    }
 }
 
 /// GGUF weights `names` (dims `{n_in, width}` each) as one packed weight, their panels end to

@@ -61,8 +61,7 @@ enum State {
         hits: usize,
     },
     /// The weights to write when the load ends, in load order; their bytes are shared with
-    /// the model (the file is written once the model is whole, so a weight that is folded
-    /// into a larger one leaves the list again).
+    /// the model, so the file is written once the model is whole without a copy.
     Writing {
         key: [u8; 32],
         pending: Vec<(String, Vec<u64>, Arc<StreamedBytes>)>,
@@ -141,12 +140,10 @@ impl WeightCache {
         Some((e.meta.clone(), MappedBytes { map: map.clone(), range }))
     }
 
-    /// Saves `bytes` with `meta` as `name`, in place of the entries named `parts` (weights
-    /// folded into this one), when this load writes the file.
-    pub fn put(&self, parts: &[&str], name: &str, meta: Vec<u64>, bytes: Arc<StreamedBytes>) {
+    /// Saves `bytes` with `meta` as `name`, when this load writes the file.
+    pub fn put(&self, name: &str, meta: Vec<u64>, bytes: Arc<StreamedBytes>) {
         let Ok(mut state) = self.state.lock() else { return };
         let State::Writing { pending, .. } = &mut *state else { return };
-        pending.retain(|(n, ..)| !parts.contains(&n.as_str()));
         pending.push((name.to_string(), meta, bytes));
     }
 

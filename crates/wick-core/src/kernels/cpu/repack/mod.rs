@@ -306,9 +306,11 @@ impl PackedWeight {
         Self::pack_raw_parts(&[(raw, n)], dtype, k)
     }
 
-    /// `pack_raw` of weights that read the same input (`parts`: their GGUF rows and output
-    /// widths) straight into one weight's panels: what `concat` of their `pack_raw`s gives,
-    /// without packing each apart and copying. `None` when they would not pack or concatenate.
+    /// Weights that read the same input (Q, K and V; gate and up; `parts`: their GGUF rows and
+    /// output widths) as one, packed straight into one buffer: their panels end to end, so a
+    /// step quantizes the input once and makes one pass over the pool, each output computed
+    /// exactly as by its own weight. `None` when they would not pack, or a part other than the
+    /// last is not whole panels.
     pub fn pack_raw_parts(parts: &[(&[u8], usize)], dtype: GgmlDType, k: usize) -> Result<Option<Self>> {
         let Some((_, head)) = parts.split_last() else { return Ok(None) };
         if !k.is_multiple_of(dtype.block_size()) || head.iter().any(|(_, n)| !n.is_multiple_of(PANEL)) {
@@ -367,35 +369,6 @@ impl PackedWeight {
     /// Output widths of the weights this one concatenates (`[n]` for one weight).
     pub fn parts(&self) -> &[usize] {
         &self.parts
-    }
-
-    /// Weights that read the same input (Q, K and V; gate and up) as one: their panels end
-    /// to end, so a step quantizes the input once and makes one pass over the pool. Each
-    /// output is computed exactly as by its own weight. Gives the weights back when they
-    /// differ in type or input width, or a part other than the last is not whole panels.
-    pub fn concat(ws: Vec<PackedWeight>) -> std::result::Result<PackedWeight, Vec<PackedWeight>> {
-        let Some(first) = ws.first() else { return Err(ws) };
-        let fits = ws.iter().all(|w| w.ty.dtype == first.ty.dtype && w.k == first.k)
-            && ws[..ws.len() - 1].iter().all(|w| w.n.is_multiple_of(PANEL) && w.parts.len() == 1);
-        if !fits {
-            return Err(ws);
-        }
-        let (ty, k, panel_bytes) = (first.ty, first.k, first.panel_bytes);
-        let parts: Vec<usize> = ws.iter().flat_map(|w| w.parts.iter().copied()).collect();
-        let mut data = StreamedBytes::zeroed(ws.iter().map(|w| w.data.len()).sum());
-        let mut at = 0;
-        for w in ws {
-            data[at..at + w.data.len()].copy_from_slice(&w.data);
-            at += w.data.len();
-        }
-        Ok(PackedWeight {
-            ty,
-            n: parts.iter().sum(),
-            k,
-            data: Panels::Packed(data.into()),
-            panel_bytes,
-            parts,
-        })
     }
 
     /// `xs`: `rows.len()` rows of `k` f32 → as many rows of `n` f32; `rows[i]` picks the
@@ -676,16 +649,13 @@ mod tests {
                 .collect();
             let each: Vec<PackedWeight> =
                 qs.iter().map(|q| PackedWeight::pack(q).unwrap().unwrap()).collect();
-            let fused =
-                PackedWeight::concat(qs.iter().map(|q| PackedWeight::pack(q).unwrap().unwrap()).collect())
-                    .ok()
-                    .unwrap();
-            assert_eq!(fused.dims(), (116, k));
-            // Packed straight into one weight's panels: the same bytes and parts.
             let raws: Vec<_> = qs.iter().map(|q| q.data().unwrap().into_owned()).collect();
             let parts: Vec<(&[u8], usize)> = raws.iter().map(|r| &r[..]).zip(widths).collect();
-            let direct = PackedWeight::pack_raw_parts(&parts, dtype, k).unwrap().unwrap();
-            assert_eq!((&direct.data[..], direct.parts()), (&fused.data[..], fused.parts()), "{dtype:?}");
+            let fused = PackedWeight::pack_raw_parts(&parts, dtype, k).unwrap().unwrap();
+            assert_eq!(fused.dims(), (116, k));
+            // The parts' own panels end to end.
+            let ends: Vec<u8> = each.iter().flat_map(|w| w.data.iter().copied()).collect();
+            assert_eq!((&fused.data[..], fused.parts()), (&ends[..], &widths[..]), "{dtype:?}");
             for m in [1usize, 3, 9] {
                 let xs = random(m as u32 + 20, m * k);
                 let rows: Vec<RowPos> = (0..m).map(|i| RowPos { seq_len: m as u32, idx: i as u32 }).collect();
@@ -708,13 +678,14 @@ mod tests {
                 }
             }
         }
-        // A ragged part before the last, or another type: given back.
-        let q = |n: usize, dt| {
+        // A ragged part before the last: not packed as one (the parts are one type by signature;
+        // `models::packs::packed_parts` loads weights of several types apart).
+        let q = |n: usize| {
             let w = Tensor::from_vec(random(5, n * k), (n, k), &dev).unwrap();
-            PackedWeight::pack(&QTensor::quantize(&w, dt).unwrap()).unwrap().unwrap()
+            QTensor::quantize(&w, GgmlDType::Q8_0).unwrap().data().unwrap().into_owned()
         };
-        assert!(PackedWeight::concat(vec![q(20, GgmlDType::Q8_0), q(16, GgmlDType::Q8_0)]).is_err());
-        assert!(PackedWeight::concat(vec![q(16, GgmlDType::Q8_0), q(16, GgmlDType::Q4_0)]).is_err());
+        let (a, b) = (q(20), q(16));
+        assert!(PackedWeight::pack_raw_parts(&[(&a, 20), (&b, 16)], GgmlDType::Q8_0, k).unwrap().is_none());
     }
 
     /// Several weights (types, widths and row counts mixed, one concatenated) in one pass give
@@ -727,8 +698,12 @@ mod tests {
             let w = Tensor::from_vec(random(seed, n * k), (n, k), &dev).unwrap();
             PackedWeight::pack(&QTensor::quantize(&w, dt).unwrap()).unwrap().unwrap()
         };
-        let fused =
-            PackedWeight::concat(vec![q(1, 32, GgmlDType::Q4_0), q(2, 48, GgmlDType::Q4_0)]).ok().unwrap();
+        let raw = |seed: u32, n: usize| {
+            let w = Tensor::from_vec(random(seed, n * k), (n, k), &dev).unwrap();
+            QTensor::quantize(&w, GgmlDType::Q4_0).unwrap().data().unwrap().into_owned()
+        };
+        let (a, b) = (raw(1, 32), raw(2, 48));
+        let fused = PackedWeight::pack_raw_parts(&[(&a, 32), (&b, 48)], GgmlDType::Q4_0, k).unwrap().unwrap();
         let ws = [fused, q(3, 20, GgmlDType::Q4_0), q(4, 64, GgmlDType::Q8_0), q(5, 48, GgmlDType::Q4K)];
         let ms = [1usize, 3, 9, 2];
         let xs: Vec<Vec<f32>> = ms.iter().map(|&m| random(m as u32 + 40, m * k)).collect();
