@@ -82,7 +82,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
   if (loraSpecs(flags).length && !flags.model) throw new CliError("--lora, --lora-scaled and --lora-modules need -m (the adapters belong to that model)");
   // The model loads on a worker thread while the HTTP side's modules (~50 ms) are evaluated
   // here: once its lookups are done and the load is on that thread.
-  const dispatched = models.loadDispatched();
+  const dispatched = flags.model ? models.loadDispatched() : undefined;
   const loading = flags.model ? loadStartModel(models, flags, log) : undefined;
   loading?.catch(() => {}); // awaited below; not an unhandled rejection meanwhile
   if (loading) await Promise.race([dispatched, loading.catch(() => {})]);
