@@ -17,7 +17,7 @@ import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { readGgufFileInfo, type Llama, type LlamaModel } from "node-llama-cpp";
 import { Engine } from "../ts/engine/index.ts";
-import { fixture, fixturesDir, localFile, needs, repoRoot, writeFixtures } from "./helpers/assets.ts";
+import { fixture, fixturesDir, localFile, needs, realModel, repoRoot, writeFixtures } from "./helpers/assets.ts";
 import { llamaGreedy, referenceLlama, withBos } from "./helpers/llama.ts";
 
 /** Whether the CPU reports every flag in `flags` (/proc/cpuinfo names). */
@@ -106,7 +106,7 @@ const matrix = needs(quantizer, ...ARCHS.map((a) => fixture(path.basename(source
 let llama: Llama;
 
 test.before(async () => {
-  if (!matrix.path) return;
+  if (!matrix.path && !smollm2.path) return;
   llama = await referenceLlama();
 });
 test.after.always(async () => llama?.dispose());
@@ -154,3 +154,27 @@ for (const { type, exact } of TYPES) {
     });
   }
 }
+
+// A real model at full width (k = 576 and 1536: the F16 kernels' 4 × 4 tiles and 64-value
+// steps over many chunks): SmolLM2-135M's Q4_1 weights requantized to F16 by llama-quantize.
+const smollm2 = needs(realModel("smollm2-135m"), quantizer);
+smollm2.serial("quant matrix: SmolLM2-135M requantized to F16: 64 greedy tokens match llama.cpp", async (t) => {
+  const file = path.join(quantDir, "smollm2-135m-f16.gguf");
+  if (!existsSync(file)) {
+    mkdirSync(quantDir, { recursive: true });
+    execFileSync(quantize, ["--allow-requantize", smollm2.path!, file, "F16"], { stdio: ["ignore", "ignore", "pipe"] });
+  }
+  t.log(`${path.basename(file)}: ${await typesIn(file)}`);
+  const model = await llama.loadModel({ modelPath: file });
+  const engine = await Engine.load({ modelPath: file, contextSize: 512 });
+  try {
+    for (const text of PROMPTS) {
+      const want = await reference(model, text);
+      const got = await wick(engine, want.promptTokens);
+      t.deepEqual(got, want.ids, `${JSON.stringify(text)}: greedy ids leave llama.cpp's at step ${got.findIndex((id, i) => id !== want.ids[i])}`);
+    }
+  } finally {
+    await engine.unload();
+    await model.dispose();
+  }
+});

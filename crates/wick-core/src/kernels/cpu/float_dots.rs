@@ -47,14 +47,40 @@ pub fn round_to_f16_into(xs: &[f32], out: &mut [f32]) {
 
 /// f16 values widened to f32 into `out` (as many as both hold; exact).
 pub fn widen_f16(src: &[half::f16], out: &mut [f32]) {
-    let n = src.len().min(out.len());
+    // SAFETY: an f16 is two plain bytes; the view covers exactly `src`.
+    let bytes = unsafe { std::slice::from_raw_parts(src.as_ptr() as *const u8, 2 * src.len()) };
+    widen_f16_bytes(bytes, out);
+}
+
+/// Little-endian f16 values (a GGUF F16 row, at any alignment) widened to f32 into `out` (as
+/// many as both hold; exact). Eight or four at a time: per value through `half` it was most of
+/// an F16 model's decode.
+pub fn widen_f16_bytes(src: &[u8], out: &mut [f32]) {
+    let n = (src.len() / 2).min(out.len());
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: AVX2 and F16C checked; the kernel stays within the first n of both.
-    let done = if super::feats::has_avx2() { unsafe { f16c::widen(&src[..n], &mut out[..n]) } } else { 0 };
-    #[cfg(not(target_arch = "x86_64"))]
+    let done = match super::feats::has_avx2() {
+        // SAFETY: AVX2 and F16C checked; the kernel stays within the first n values of both.
+        true => unsafe { f16c::widen(&src[..2 * n], &mut out[..n]) },
+        false => 0,
+    };
+    #[cfg(target_arch = "aarch64")]
+    let done = {
+        let whole = n / 4 * 4;
+        for i in (0..whole).step_by(4) {
+            // SAFETY: values i..i+4 lie within the first n of `src` and of `out`.
+            unsafe {
+                std::arch::aarch64::vst1q_f32(
+                    out.as_mut_ptr().add(i),
+                    super::arm::load_f16x4(src.as_ptr().add(2 * i)),
+                )
+            };
+        }
+        whole
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let done = 0;
-    for (o, v) in out[done..n].iter_mut().zip(&src[done..n]) {
-        *o = v.to_f32();
+    for (i, o) in out.iter_mut().enumerate().take(n).skip(done) {
+        *o = super::blocks::f16_at(src, 2 * i);
     }
 }
 
@@ -74,10 +100,10 @@ mod f16c {
     }
 
     #[target_feature(enable = "avx2,f16c")]
-    pub unsafe fn widen(src: &[half::f16], out: &mut [f32]) -> usize {
-        let n = src.len() / 8 * 8;
+    pub unsafe fn widen(src: &[u8], out: &mut [f32]) -> usize {
+        let n = src.len() / 16 * 8;
         for i in (0..n).step_by(8) {
-            let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+            let h = _mm_loadu_si128(src.as_ptr().add(2 * i) as *const __m128i);
             _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
         }
         n
@@ -527,6 +553,21 @@ fn dot_bf16_tiled_ref(w: &[u8], x: &[u16]) -> f32 {
 mod tests {
     use super::*;
     use crate::kernels::cpu::dot_checks::lcg;
+
+    #[test]
+    fn f16_rows_widen_exactly_at_any_offset() {
+        // Every f16 bit pattern, one byte into the buffer (a row need not be aligned), with
+        // a length off the vector widths so the scalar tail runs too.
+        let bits: Vec<u16> = (0..=u16::MAX).chain(0..5).collect();
+        let mut bytes = vec![0u8];
+        bytes.extend(bits.iter().flat_map(|b| b.to_le_bytes()));
+        let mut out = vec![0f32; bits.len()];
+        widen_f16_bytes(&bytes[1..], &mut out);
+        for (b, o) in bits.iter().zip(&out) {
+            let want = half::f16::from_bits(*b).to_f32();
+            assert!(o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()), "{b:#06x}");
+        }
+    }
 
     #[test]
     fn bf16_matches_scalar_and_f32_reference() {

@@ -12,9 +12,9 @@ use half::f16;
 #[cfg(target_arch = "x86_64")]
 use super::blocks::reduce16;
 use super::elementwise::with_host_f32;
+use super::f16_matmul::{f16_core, F16Rows, SHORT_DOT};
 use super::feats::with_avx2_codegen;
 use super::float_dots::{dot_tiled_sl, dots16_blocks, round_to_f16, widen_f16};
-use super::matmul::{f16_core, F16Rows, SHORT_DOT};
 use crate::error::{Result, WickError};
 use crate::kernels::RowPos;
 use crate::runtime::pool::{self, SyncPtr};

@@ -16,11 +16,10 @@
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Tensor;
 
-use super::blocks::f16_at;
 #[cfg(target_arch = "x86_64")]
 use super::feats::has_avx2_fma;
 use super::feats::{has_avx512, has_avx512bf16, with_avx2_codegen};
-use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single_f32, dot_single_sl, dot_tiled, to_bf16};
+use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single_f32, dot_tiled, to_bf16};
 use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
 use super::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};
 use super::quants::{dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0};
@@ -83,10 +82,10 @@ fn cols_per_task(n: usize, m: usize) -> usize {
 }
 
 /// Rows of activations per cache block in the multi-row kernels.
-const ROW_BLOCK: usize = 64;
+pub(super) const ROW_BLOCK: usize = 64;
 
 /// Runs `f(j0, j1)` over column ranges covering `0..n`, spread over the pool.
-fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+pub(super) fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
     let c = cols_per_task(n, m);
     pool::run(n.div_ceil(c), &|t| f(t * c, ((t + 1) * c).min(n)));
 }
@@ -207,7 +206,7 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
     let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
     match dtype {
         GgmlDType::F32 => f32_rows(&op, &put),
-        GgmlDType::F16 => f16_rows(&op, &put),
+        GgmlDType::F16 => super::f16_matmul::f16_rows(n, k, &xs, rows, &data, &put),
         GgmlDType::Q2K | GgmlDType::Q4K => gemm_group_rows(&op, dtype == GgmlDType::Q2K, &put),
         GgmlDType::BF16 => bf16_rows(&op, &put),
         GgmlDType::Q3K | GgmlDType::Q5K | GgmlDType::Q6K => k_quant_rows(&op, dtype, &put),
@@ -247,123 +246,6 @@ fn f32_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
             },
         )
     });
-}
-
-/// F16 weights: tinyBLAS for several rows when k splits into whole chunks and the output count
-/// into tiles of 4 (it takes over from ggml's own dot product there), `ggml_vec_dot_f16`
-/// otherwise (orders: `float_dots`). x86: k in 16-lane chunks, the activations rounded to f16
-/// for both (ggml converts them to the weights' type first). aarch64 without FP16 arithmetic:
-/// k in 4-lane chunks, and tinyBLAS's f16 × f32 kernel takes the activations as they are
-/// (ggml tries it before converting); `ggml_vec_dot_f16` sees them rounded.
-fn f16_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
-    f16_core(op.n, op.k, op.xs, op.rows, &GgufF16(op), put);
-}
-
-/// An F16 weight's rows as f32 for `f16_core`.
-pub(super) trait F16Rows: Sync {
-    /// Row j (k values): converted into `buf` and returned, or returned as it is kept.
-    fn row<'a>(&'a self, j: usize, buf: &'a mut [f32]) -> &'a [f32];
-}
-
-/// A GGUF F16 tensor's rows, widened on the way.
-struct GgufF16<'a, 'o>(&'a Operands<'o>);
-
-impl F16Rows for GgufF16<'_, '_> {
-    fn row<'a>(&'a self, j: usize, buf: &'a mut [f32]) -> &'a [f32] {
-        let wr = self.0.wrow(j);
-        for (i, o) in buf.iter_mut().enumerate() {
-            *o = f16_at(wr, 2 * i);
-        }
-        buf
-    }
-}
-
-/// Dots shorter than one vector step of `ggml_vec_dot_f16` are its f64 tail alone.
-pub(super) const SHORT_DOT: usize = if cfg!(target_arch = "aarch64") { 16 } else { 64 };
-
-/// `f16_rows` with column j's weights given by `w.row(j, buf)` (`k` values).
-pub(super) fn f16_core<W, P>(n: usize, k: usize, xs: &[f32], rows: &[RowPos], w: &W, put: &P)
-where
-    W: F16Rows + ?Sized,
-    P: Fn(usize, usize, f32) + Sync,
-{
-    let m = rows.len();
-    let x16: Vec<f32> = super::float_dots::round_to_f16(xs);
-    let (chunk, tiled_xs) = if cfg!(target_arch = "aarch64") { (4, xs) } else { (16, &x16[..]) };
-    let shapes_ok = k.is_multiple_of(chunk) && n.is_multiple_of(4);
-    let tiled = |r: usize| shapes_ok && rows[r].seq_len > 1;
-    // A dot shorter than one vector step of `ggml_vec_dot_f16` is its f64 tail alone (a
-    // LoRA adapter's B, k = its rank): sequential per output, a chain of dependent adds, so
-    // eight outputs run side by side instead — each the same sum.
-    let short = k < SHORT_DOT;
-    let singles: Vec<usize> = (0..m).filter(|&r| !tiled(r)).collect();
-    for_cols(n, m, &|j0, j1| {
-        let mut wide = vec![0f32; k];
-        let mut wt = vec![0f32; if short { k * SHORT } else { 0 }];
-        with_avx2_codegen(
-            #[inline(always)]
-            || {
-                if short {
-                    for jb in (j0..j1).step_by(SHORT) {
-                        let cols = SHORT.min(j1 - jb);
-                        wt.fill(0.0);
-                        for c in 0..cols {
-                            for (i, &v) in w.row(jb + c, &mut wide).iter().enumerate() {
-                                wt[i * SHORT + c] = v;
-                            }
-                        }
-                        for r in (0..m).filter(|&r| tiled(r)) {
-                            let xr = &tiled_xs[r * k..(r + 1) * k];
-                            for c in 0..cols {
-                                put(r, jb + c, dot_tiled(k, |i| wt[i * SHORT + c], |i| xr[i]));
-                            }
-                        }
-                        // Four rows at a time: four independent chains of adds per column
-                        // (one chain alone waits on each add's latency).
-                        for quad in singles.chunks(4) {
-                            let mut acc = [[0f64; SHORT]; 4];
-                            for i in 0..k {
-                                let w = &wt[i * SHORT..(i + 1) * SHORT];
-                                for (a, &r) in acc.iter_mut().zip(quad) {
-                                    let xi = x16[r * k + i];
-                                    for c in 0..SHORT {
-                                        a[c] += (w[c] * xi) as f64;
-                                    }
-                                }
-                            }
-                            for (a, &r) in acc.iter().zip(quad) {
-                                for (c, v) in a.iter().take(cols).enumerate() {
-                                    put(r, jb + c, *v as f32);
-                                }
-                            }
-                        }
-                    }
-                    return;
-                }
-                for j in j0..j1 {
-                    let wv = w.row(j, &mut wide);
-                    for r in 0..m {
-                        let (txr, xr) = (&tiled_xs[r * k..(r + 1) * k], &x16[r * k..(r + 1) * k]);
-                        put(r, j, f16_dot(k, tiled(r), wv, txr, xr));
-                    }
-                }
-            },
-        )
-    });
-}
-
-/// Columns a short-dot pass of `f16_core` runs side by side.
-const SHORT: usize = 8;
-
-/// One output of `f16_rows`: tinyBLAS's order on `txr` when `tiled`, else `ggml_vec_dot_f16`'s
-/// on `xr` (the activations rounded to f16).
-#[inline(always)]
-fn f16_dot(k: usize, tiled: bool, wide: &[f32], txr: &[f32], xr: &[f32]) -> f32 {
-    if tiled {
-        dot_tiled(k, |i| wide[i], |i| txr[i])
-    } else {
-        dot_single_sl(&wide[..k], &xr[..k])
-    }
 }
 
 /// Q2_K and Q4_K: ggml's repacked kernels run rows in groups of four through the GEMM and the

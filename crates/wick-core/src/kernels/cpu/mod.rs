@@ -7,6 +7,7 @@ pub mod attention;
 pub(crate) mod blocks;
 pub(crate) mod elementwise;
 pub mod expf;
+pub(crate) mod f16_matmul;
 pub mod feats;
 pub(crate) mod float_dots;
 pub mod float_matmul;

@@ -6,6 +6,7 @@
 use std::arch::x86_64::*;
 
 pub mod bf16;
+pub mod f16;
 pub mod k_quants;
 pub mod quants;
 
