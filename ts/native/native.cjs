@@ -848,4 +848,5 @@ module.exports.GrammarKind = nativeBinding.GrammarKind
 module.exports.inspectModel = nativeBinding.inspectModel
 module.exports.Pooling = nativeBinding.Pooling
 module.exports.probeDevice = nativeBinding.probeDevice
+module.exports.SpecSource = nativeBinding.SpecSource
 module.exports.startConversion = nativeBinding.startConversion

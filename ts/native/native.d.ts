@@ -132,6 +132,14 @@ export interface DeviceProbe {
   notice?: string
 }
 
+/** A loaded draft model (`EngineInfo::draft_model`). */
+export interface DraftModelInfo {
+  architecture: string
+  nParams: number
+  nLayer: number
+  nEmbd: number
+}
+
 /** A model's embeddings as its file describes them (`wick_core::engine::EmbeddingInfo`). */
 export interface EmbeddingInfo {
   /** The pooling the file sets, if any. */
@@ -373,6 +381,11 @@ export interface LoadOptions {
   /** Speculative decoding for requests that do not say (default off). */
   speculative?: Speculation
   /**
+   * A draft model GGUF for `speculative.method = "draft"` (llama-server's `--model-draft`):
+   * its vocabulary must be the model's.
+   */
+  draftModelPath?: string
+  /**
    * A directory for the pack cache: the weights this load repacks are saved there, and the
    * next load of the same file maps them instead of packing again. Absent: none.
    */
@@ -514,6 +527,8 @@ export interface ModelInfo {
   speculative?: Speculation
   /** What the load did with the pack cache; absent when it had none. */
   packCache?: PackCacheInfo
+  /** The draft model, when one is loaded. */
+  draftModel?: DraftModelInfo
 }
 
 /** What the load did with the pack cache (`EngineInfo::pack_cache`). */
@@ -560,12 +575,18 @@ export type SequenceEvent =
   | { type: 'done'; finishReason: FinishReason; usage: Usage; timings: Timings; stopSequence?: string }
   | { type: 'error'; code: string; message: string }
 
+/** `Speculation::method`. */
+export type SpecSource = 'ngram' | 'draft'
+
 /**
- * Speculative decoding by n-gram lookup in the sequence's own tokens (llama-server's
+ * Speculative decoding: drafts by n-gram lookup in the sequence's own tokens (llama-server's
  * `--spec-type ngram-simple` with `--draft-max`/`--draft-min`, vLLM's `ngram` method with
- * `prompt_lookup_min`/`_max`). The output is the same token for token as without it.
+ * `prompt_lookup_min`/`_max`) or by the engine's draft model (`--model-draft`). The output is
+ * the same token for token as without it.
  */
 export interface Speculation {
+  /** Where drafts come from (default `ngram`). */
+  method?: SpecSource
   /** Most tokens drafted per step; 0 turns speculation off. */
   draftMax: number
   /** No draft when fewer tokens than this are found (default 1). */
@@ -573,6 +594,8 @@ export interface Speculation {
   /** The n-gram lengths looked up, longest first (default 2 to 4). */
   ngramMin?: number
   ngramMax?: number
+  /** A draft model stops at a guess it gives less than this probability (default 0.75). */
+  pMin?: number
 }
 
 /** Starts converting `opts.input` into `opts.outfile` on a new thread. */

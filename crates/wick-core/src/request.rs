@@ -44,13 +44,16 @@ pub struct GenerateRequest {
     pub speculative: Option<SpecOptions>,
 }
 
-/// Speculative decoding by n-gram lookup (llama-server's `ngram-simple`, vLLM's `ngram`
-/// method): the tokens that followed the last earlier occurrence of the sequence's latest
-/// n-gram are drafted, and one forward step checks them all. Every token is still sampled
-/// from the model's own logits for its position, computed as decoding one by one computes
-/// them, so the output is the same token for token (greedy or sampled with a seed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Speculative decoding: tokens are drafted — by n-gram lookup in the sequence's own tokens
+/// (llama-server's `ngram-simple`, vLLM's `ngram` method) or by a small draft model
+/// (llama-server's `--model-draft`, `draft-simple`) — and one forward step of the model checks
+/// them all. Every token is still sampled from the model's own logits for its position,
+/// computed as decoding one by one computes them, so the output is the same token for token
+/// (greedy or sampled with a seed).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SpecOptions {
+    /// Where drafts come from.
+    pub method: SpecMethod,
     /// Most tokens drafted per step (llama-server's `--draft-max`); 0: off.
     pub draft_max: usize,
     /// No draft when fewer tokens than this are found (`--draft-min`).
@@ -58,15 +61,39 @@ pub struct SpecOptions {
     /// The n-gram lengths looked up, the longest first (vLLM's `prompt_lookup_min`/`_max`).
     pub ngram_min: usize,
     pub ngram_max: usize,
+    /// A draft model stops drafting at a token it gives less than this probability
+    /// (llama-server's `--draft-p-min`).
+    pub p_min: f32,
+}
+
+/// The source of drafts (`SpecOptions::method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecMethod {
+    Ngram,
+    /// The engine's draft model (`EngineOptions::draft`).
+    DraftModel,
 }
 
 impl SpecOptions {
     /// Speculation off.
-    pub const OFF: SpecOptions = SpecOptions { draft_max: 0, draft_min: 0, ngram_min: 1, ngram_max: 1 };
+    pub const OFF: SpecOptions = SpecOptions {
+        method: SpecMethod::Ngram,
+        draft_max: 0,
+        draft_min: 0,
+        ngram_min: 1,
+        ngram_max: 1,
+        p_min: 0.0,
+    };
 
     /// N-gram lookup drafting up to `draft_max` tokens, matching 2- to 4-grams.
     pub fn ngram(draft_max: usize) -> Self {
-        Self { draft_max, draft_min: 1, ngram_min: 2, ngram_max: 4 }
+        Self { method: SpecMethod::Ngram, draft_max, draft_min: 1, ngram_min: 2, ngram_max: 4, p_min: 0.0 }
+    }
+
+    /// Drafting by the engine's draft model, up to `draft_max` tokens, while it is at least
+    /// `p_min` sure of each.
+    pub fn draft_model(draft_max: usize, p_min: f32) -> Self {
+        Self { method: SpecMethod::DraftModel, p_min, ..Self::ngram(draft_max) }
     }
 
     pub fn is_on(&self) -> bool {

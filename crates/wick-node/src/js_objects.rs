@@ -57,6 +57,9 @@ pub struct LoadOptions {
     pub lora: Option<Vec<LoraAdapterSpec>>,
     /// Speculative decoding for requests that do not say (default off).
     pub speculative: Option<Speculation>,
+    /// A draft model GGUF for `speculative.method = "draft"` (llama-server's `--model-draft`):
+    /// its vocabulary must be the model's.
+    pub draft_model_path: Option<String>,
     /// A directory for the pack cache: the weights this load repacks are saved there, and the
     /// next load of the same file maps them instead of packing again. Absent: none.
     pub pack_cache_dir: Option<String>,
@@ -131,6 +134,17 @@ pub struct EngineInfoJs {
     pub speculative: Option<Speculation>,
     /// What the load did with the pack cache; absent when it had none.
     pub pack_cache: Option<PackCacheInfo>,
+    /// The draft model, when one is loaded.
+    pub draft_model: Option<DraftModelInfo>,
+}
+
+/// A loaded draft model (`EngineInfo::draft_model`).
+#[napi(object)]
+pub struct DraftModelInfo {
+    pub architecture: String,
+    pub n_params: f64,
+    pub n_layer: u32,
+    pub n_embd: u32,
 }
 
 impl From<&EngineInfo> for EngineInfoJs {
@@ -166,6 +180,12 @@ impl From<&EngineInfo> for EngineInfoJs {
             embedding: i.embedding.as_ref().map(Into::into),
             speculative: i.speculative.is_on().then(|| i.speculative.into()),
             pack_cache: i.pack_cache.as_ref().map(Into::into),
+            draft_model: i.draft_model.as_ref().map(|d| DraftModelInfo {
+                architecture: d.architecture.clone(),
+                n_params: d.n_params as f64,
+                n_layer: d.n_layer as u32,
+                n_embd: d.n_embd as u32,
+            }),
         }
     }
 }

@@ -75,6 +75,7 @@ impl Engine {
         o.lora = opts.lora.unwrap_or_default().into_iter().map(Into::into).collect();
         o.speculative = opts.speculative.map_or(SpecOptions::OFF, Into::into);
         o.pack_cache = opts.pack_cache_dir.map(Into::into);
+        o.draft_model = opts.draft_model_path.map(Into::into);
         promise(env, async move {
             let engine =
                 blocking(|| wick_core::Engine::load(o), WickError::load("the loader panicked")).await?;

@@ -97,12 +97,34 @@ impl SeqCache {
         self.len = len;
         Ok(())
     }
+    /// Where the sequence is now, to come back to with `KvPool::restore` after later steps.
+    /// The conv states are shared, not copied: a step replaces a state, never changes it.
+    pub fn checkpoint(&self) -> Checkpoint {
+        let convs = self.layers.iter().map(|l| l.as_ref().and_then(|c| c.state.clone())).collect();
+        Checkpoint { len: self.len, convs }
+    }
     /// The conv state of `layer` together with the block table (for boundary snapshots).
     pub(crate) fn conv_mut(&mut self, layer: usize) -> Result<(&mut ConvState, &[BlockId])> {
         match self.layers.get_mut(layer) {
             Some(Some(c)) => Ok((c, &self.blocks)),
             _ => Err(WickError::Internal(format!("layer {layer} has no conv state in this sequence"))),
         }
+    }
+}
+
+/// A sequence's length and conv states at one point (`SeqCache::checkpoint`).
+#[derive(Clone)]
+pub struct Checkpoint {
+    len: usize,
+    convs: Vec<Option<Tensor>>,
+}
+
+impl Checkpoint {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
@@ -150,6 +172,11 @@ impl ConvState {
             Some(s) => Ok(s.clone()),
             None => Ok(Tensor::zeros((self.rows, self.width), DType::F32, device)?),
         }
+    }
+    /// Back to a state `SeqCache::checkpoint` kept (None: zeros).
+    fn restore(&mut self, state: Option<Tensor>) {
+        self.state = state;
+        self.steps = None;
     }
     pub fn set(&mut self, state: Tensor) -> Result<()> {
         if state.dims() != [self.rows, self.width] {

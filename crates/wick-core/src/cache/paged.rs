@@ -25,7 +25,7 @@ use super::blocks::{chain_hash, BlockId, BlockPool};
 use super::device_kv::DeviceKv;
 use super::kv_type::KvTypes;
 use super::view::{LayerKv, PagedView, Zeroed};
-use super::{LayerKind, SeqCache};
+use super::{Checkpoint, LayerKind, SeqCache};
 use crate::error::{Result, WickError};
 use crate::runtime::device::Placement;
 use crate::runtime::pool::{self, SyncPtr};
@@ -179,6 +179,30 @@ impl KvPool {
     pub fn truncate(&mut self, seq: &mut SeqCache, len: usize) -> Result<()> {
         seq.rewind(len)?;
         let keep = len.div_ceil(BLOCK_SIZE).max(seq.registered);
+        if seq.blocks.len() > keep {
+            self.alloc.release(&seq.blocks[keep..]);
+            seq.blocks.truncate(keep);
+        }
+        Ok(())
+    }
+
+    /// Returns `seq` to `at`, a checkpoint it passed since (steps of a draft model whose later
+    /// drafts were rejected): its length and conv states as they were there, and the blocks
+    /// no longer reached freed. Keys and values past it are left to be overwritten.
+    pub fn restore(&mut self, seq: &mut SeqCache, at: &Checkpoint) -> Result<()> {
+        if at.len > seq.len || at.convs.len() != seq.layers.len() || at.len < seq.registered * BLOCK_SIZE {
+            return Err(WickError::Internal(format!(
+                "restore to {} tokens from a sequence of {} it never passed",
+                at.len, seq.len
+            )));
+        }
+        for (layer, state) in seq.layers.iter_mut().zip(&at.convs) {
+            if let Some(conv) = layer {
+                conv.restore(state.clone());
+            }
+        }
+        seq.len = at.len;
+        let keep = at.len.div_ceil(BLOCK_SIZE);
         if seq.blocks.len() > keep {
             self.alloc.release(&seq.blocks[keep..]);
             seq.blocks.truncate(keep);

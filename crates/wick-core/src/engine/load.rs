@@ -10,7 +10,7 @@ use crate::gguf::GgufFile;
 use crate::kernels::PackedWeight;
 use crate::models::vision::VisionModel;
 use crate::models::{self, ModelHparams};
-use crate::request::SpecOptions;
+use crate::request::{SpecMethod, SpecOptions};
 use crate::runtime::device::Placement;
 use crate::runtime::weight_cache::{WeightCache, WeightCacheUse};
 use crate::tokenizer::Tokenizer;
@@ -25,7 +25,7 @@ pub(super) fn load_tokenizer_and_model(
     device: &Placement,
     opts: &EngineOptions,
 ) -> Result<(Arc<Tokenizer>, Option<LoadedModel>, Option<WeightCacheUse>)> {
-    let packs = open_pack_cache(opts, gguf, device);
+    let packs = open_pack_cache(opts, &opts.model_path, gguf, device);
     let device = device.with_packs(packs.clone());
     let (tokenizer, model) = std::thread::scope(|s| {
         let tokenizer = s.spawn(|| Tokenizer::from_gguf(&gguf.metadata));
@@ -37,10 +37,16 @@ pub(super) fn load_tokenizer_and_model(
     Ok((tokenizer, model, packs.map(|p| p.finish())))
 }
 
-/// The load's pack cache, when one is asked for and the weights go to the exact CPU path.
-fn open_pack_cache(opts: &EngineOptions, gguf: &GgufFile, device: &Placement) -> Option<Arc<WeightCache>> {
+/// The pack cache of the model at `path`, when one is asked for and the weights go to the
+/// exact CPU path.
+pub(super) fn open_pack_cache(
+    opts: &EngineOptions,
+    path: &std::path::Path,
+    gguf: &GgufFile,
+    device: &Placement,
+) -> Option<Arc<WeightCache>> {
     let dir = opts.pack_cache.as_deref().filter(|_| device.exact() && !opts.vocab_only)?;
-    let stem = opts.model_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let key = [gguf.fingerprint(), PackedWeight::layout_fingerprint()];
     Some(Arc::new(WeightCache::open(dir, &stem, &key)))
 }
@@ -112,11 +118,18 @@ fn gpu_kv_tokens(util: f32, free: usize, bytes_per_token: usize) -> Result<usize
     Ok(budget / bytes_per_token.max(1))
 }
 
-/// `spec` if its numbers make sense.
-pub(super) fn check_speculation(spec: SpecOptions) -> Result<SpecOptions> {
+/// `spec` if its numbers make sense and its drafts have a source (`draft_model`: the engine
+/// has a draft model).
+pub(super) fn check_speculation(spec: SpecOptions, draft_model: bool) -> Result<SpecOptions> {
     let bad = |m: String| Err(WickError::InvalidRequest(format!("speculative decoding: {m}")));
     if spec.draft_max == 0 {
         return Ok(SpecOptions::OFF);
+    }
+    if spec.method == SpecMethod::DraftModel && !draft_model {
+        return bad("drafts by a draft model need one loaded (--model-draft)".into());
+    }
+    if !(0.0..=1.0).contains(&spec.p_min) {
+        return bad(format!("p_min {} is not in [0, 1]", spec.p_min));
     }
     if spec.draft_max > MAX_DRAFT {
         return bad(format!("draft_max {} is over {MAX_DRAFT}", spec.draft_max));
@@ -135,4 +148,4 @@ pub(super) fn check_speculation(spec: SpecOptions) -> Result<SpecOptions> {
 
 /// Most tokens drafted in one step (llama-server's `--draft-max` takes any; past this a step
 /// would be mostly rows that are thrown away).
-const MAX_DRAFT: usize = 64;
+pub(super) const MAX_DRAFT: usize = 64;

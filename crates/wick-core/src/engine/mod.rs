@@ -24,6 +24,7 @@ use crate::scheduler::{Command, Fault, Health, Scheduler, SchedulerConfig, Seque
 use crate::tokenizer::Tokenizer;
 
 mod adapters;
+mod draft;
 mod embedding;
 mod load;
 
@@ -95,8 +96,10 @@ pub struct EngineOptions {
     /// LoRA adapters loaded with the model (llama-server's `--lora` / `--lora-scaled`, vLLM's
     /// `--lora-modules`), in id order.
     pub lora: Vec<LoraSpec>,
-    /// Speculative decoding for requests that do not say (n-gram lookup; off by default).
+    /// Speculative decoding for requests that do not say (off by default).
     pub speculative: SpecOptions,
+    /// A draft model for `SpecMethod::DraftModel` (llama-server's `--model-draft`).
+    pub draft_model: Option<PathBuf>,
     /// A directory for the pack cache (`runtime::weight_cache`): the next load of
     /// the same file maps its repacked weights from there instead of packing them. None: pack
     /// every load, save nothing.
@@ -127,6 +130,7 @@ impl EngineOptions {
             gpu_memory_utilization: None,
             lora: Vec::new(),
             speculative: SpecOptions::OFF,
+            draft_model: None,
             pack_cache: None,
         }
     }
@@ -170,6 +174,8 @@ pub struct EngineInfo {
     /// Speculative decoding for requests that do not say; always off on the device path,
     /// whose batched rows do not compute as one-token steps do (requests cannot turn it on).
     pub speculative: SpecOptions,
+    /// The draft model, when one is loaded.
+    pub draft_model: Option<ModelHparams>,
     /// What the load did with the pack cache, when it had one.
     pub pack_cache: Option<WeightCacheUse>,
 }
@@ -291,6 +297,8 @@ impl Engine {
                 Some(pool)
             }
         };
+        let pool_tokens = kv.as_ref().map_or(0, KvPool::capacity_tokens);
+        let (drafter, draft_model) = draft::load_drafter(&opts, &gguf, pool_tokens, &device)?.unzip();
         let info = EngineInfo {
             model: model_info,
             name,
@@ -312,9 +320,10 @@ impl Engine {
             device_notice: device.notice.clone(),
             embedding: embed_head.as_deref().map(EmbeddingInfo::of),
             speculative: match device.exact() {
-                true => check_speculation(opts.speculative)?,
+                true => check_speculation(opts.speculative, draft_model.is_some())?,
                 false => SpecOptions::OFF,
             },
+            draft_model,
             pack_cache,
         };
         // The weights now live in the model's tensors: release the map, and the load's scratch
@@ -339,6 +348,7 @@ impl Engine {
                     kv,
                     tokenizer: tokenizer.clone(),
                     vision: vision.clone(),
+                    drafter,
                 };
                 Some(start_scheduler(parts, cfg, metrics.clone(), health.clone())?)
             }
@@ -395,7 +405,9 @@ impl Engine {
         let lora = self.lora_mix(req.lora.as_deref())?;
         // Only the exact CPU path ("cpu") computes a verified draft's rows as decodes.
         req.speculative = Some(match req.speculative {
-            Some(asked) if self.info.device == "cpu" => check_speculation(asked)?,
+            Some(asked) if self.info.device == "cpu" => {
+                check_speculation(asked, self.info.draft_model.is_some())?
+            }
             _ => self.info.speculative,
         });
         // Before taking the runner lock: compiling a large grammar takes a while.
@@ -545,6 +557,7 @@ struct SchedulerParts {
     kv: KvPool,
     tokenizer: Arc<Tokenizer>,
     vision: Option<Arc<VisionModel>>,
+    drafter: Option<crate::scheduler::Drafter>,
 }
 
 /// Starts the scheduler thread; `run` records its own death in `health`.
@@ -555,8 +568,8 @@ fn start_scheduler(
     health: Arc<Health>,
 ) -> Result<Runner> {
     let (tx, rx) = channel();
-    let SchedulerParts { model, embed_head, kv, tokenizer, vision } = parts;
-    let sched = Scheduler::new(model, embed_head, tokenizer, rx, cfg, kv, metrics, vision);
+    let SchedulerParts { model, embed_head, kv, tokenizer, vision, drafter } = parts;
+    let sched = Scheduler::new(model, embed_head, tokenizer, rx, cfg, kv, metrics, vision, drafter);
     let thread = std::thread::Builder::new()
         .name("wick-scheduler".into())
         .spawn(move || {

@@ -38,7 +38,13 @@ mod tests {
     use super::*;
 
     fn opts(draft_max: usize, ngram: (usize, usize)) -> SpecOptions {
-        SpecOptions { draft_max, draft_min: 1, ngram_min: ngram.0, ngram_max: ngram.1 }
+        SpecOptions {
+            draft_max,
+            draft_min: 1,
+            ngram_min: ngram.0,
+            ngram_max: ngram.1,
+            ..SpecOptions::ngram(0)
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 mod budget;
 mod draft;
+mod draft_model;
 mod faults;
 pub(crate) mod images;
 mod sequence;
@@ -17,6 +18,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub(crate) use draft_model::Drafter;
 pub use faults::{Fault, Health};
 pub(crate) use sequence::Sequence;
 
@@ -27,7 +29,7 @@ use crate::kernels::with_host_f32;
 use crate::metrics::Metrics;
 use crate::models::vision::VisionModel;
 use crate::models::{Model, StepSeq};
-use crate::request::FinishReason;
+use crate::request::{FinishReason, SpecMethod};
 use crate::tokenizer::Tokenizer;
 
 pub(crate) enum Command {
@@ -79,6 +81,8 @@ pub(crate) struct Scheduler {
     /// Time steps that ran an embedding beside decodes took, not yet given back to decodes
     /// alone (see `plan`).
     embed_debt: Duration,
+    /// The draft model, when one is loaded (`SpecMethod::DraftModel`).
+    drafter: Option<Drafter>,
 }
 
 impl Scheduler {
@@ -92,6 +96,7 @@ impl Scheduler {
         kv: KvPool,
         metrics: Arc<Metrics>,
         vision: Option<Arc<VisionModel>>,
+        drafter: Option<Drafter>,
     ) -> Self {
         metrics.kv_blocks_total.store(kv.n_blocks(), Ordering::Relaxed);
         Self {
@@ -110,6 +115,7 @@ impl Scheduler {
             image_cache: images::ImageCache::new(8),
             in_step: Vec::new(),
             embed_debt: Duration::ZERO,
+            drafter,
         }
     }
 
@@ -366,9 +372,24 @@ impl Scheduler {
         let off = busy || self.running.iter().any(|s| s.suspect.is_some());
         let mut budget = self.cfg.step_tokens.saturating_sub(self.running.len());
         let mut blocks = self.kv.n_available().saturating_sub(self.running.len());
-        for seq in self.running.iter_mut() {
+        let mut asks = Vec::new();
+        for (index, seq) in self.running.iter_mut().enumerate() {
             seq.draft.clear();
             if off || budget == 0 {
+                continue;
+            }
+            if seq.spec.method == SpecMethod::DraftModel && self.drafter.is_some() {
+                // The draft model's guesses come later, all sequences at once: the room is
+                // taken whole (a draft may come out shorter).
+                let Some(mut room) = seq.draft_room(budget) else { continue };
+                while room > 0 && self.kv.blocks_needed(&seq.cache, room + 1) > blocks {
+                    room -= 1;
+                }
+                if room > 0 {
+                    blocks -= self.kv.blocks_needed(&seq.cache, room + 1);
+                    budget -= room;
+                    asks.push(draft_model::DraftAsk { index, room });
+                }
                 continue;
             }
             seq.propose(budget);
@@ -379,6 +400,10 @@ impl Scheduler {
             }
             blocks -= need;
             budget -= seq.draft.len().saturating_sub(1);
+        }
+        if let (Some(drafter), false) = (self.drafter.as_mut(), asks.is_empty()) {
+            // A failed draft step costs only its drafts: the sequences decode without.
+            let _ = drafter.propose(&mut self.running, &asks);
         }
     }
 

@@ -14,7 +14,8 @@ use crate::embed::{EmbedHead, EmbedOptions};
 use crate::lora::LoraMix;
 use crate::metrics::Metrics;
 use crate::request::{
-    DoneEvent, Event, EventSender, FinishReason, GenerateRequest, SpecOptions, Timings, TokenEvent, Usage,
+    DoneEvent, Event, EventSender, FinishReason, GenerateRequest, SpecMethod, SpecOptions, Timings,
+    TokenEvent, Usage,
 };
 use crate::sampling::grammar::{Commit, Constraint};
 use crate::sampling::{top_logprobs, Sampler, TokenLogprob};
@@ -180,17 +181,24 @@ impl Sequence {
         }
     }
 
-    /// Drafts at most `room` tokens to verify with the next decode (`draft`), when speculation
-    /// is on and the sequence is decoding one sampled token.
-    pub fn propose(&mut self, room: usize) {
-        self.draft.clear();
+    /// How many tokens it may draft now, at most `room`: None unless speculation is on and it
+    /// is decoding one sampled token, while drafting pauses (`Pace`), or at its token limit.
+    pub fn draft_room(&mut self, room: usize) -> Option<usize> {
         let decoding = self.n_cached() >= self.n_prompt && self.unfed() == 1 && !self.feed_run;
         if !self.spec.is_on() || self.embed.is_some() || !decoding {
-            return;
+            return None;
         }
-        let Some(len) = self.pace.next(self.spec.draft_max) else { return };
+        let len = self.pace.next(self.spec.draft_max)?;
+        // A draft model stops on its own doubt (`p_min`); the pace only pauses it.
+        let len = if self.spec.method == SpecMethod::DraftModel { self.spec.draft_max } else { len };
         // A last drafted token past the limit could never be sampled after.
-        let room = room.min(len).min(self.limit.saturating_sub(self.tokens.len() + 1));
+        Some(room.min(len).min(self.limit.saturating_sub(self.tokens.len() + 1))).filter(|&r| r > 0)
+    }
+
+    /// Drafts at most `room` tokens by n-gram lookup to verify with the next decode (`draft`).
+    pub fn propose(&mut self, room: usize) {
+        self.draft.clear();
+        let Some(room) = self.draft_room(room) else { return };
         let drafted = ngram_draft(&self.tokens, &self.spec, room);
         if let (false, Some(&last)) = (drafted.is_empty(), self.tokens.last()) {
             self.draft.push(last);
