@@ -594,7 +594,7 @@ export interface Speculation {
   /** The n-gram lengths looked up, longest first (default 2 to 4). */
   ngramMin?: number
   ngramMax?: number
-  /** A draft model stops at a guess it gives less than this probability (default 0.75). */
+  /** A draft model stops at a guess it gives less than this probability (default 0.1). */
   pMin?: number
 }
 

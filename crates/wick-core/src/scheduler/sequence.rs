@@ -14,8 +14,7 @@ use crate::embed::{EmbedHead, EmbedOptions};
 use crate::lora::LoraMix;
 use crate::metrics::Metrics;
 use crate::request::{
-    DoneEvent, Event, EventSender, FinishReason, GenerateRequest, SpecMethod, SpecOptions, Timings,
-    TokenEvent, Usage,
+    DoneEvent, Event, EventSender, FinishReason, GenerateRequest, SpecOptions, Timings, TokenEvent, Usage,
 };
 use crate::sampling::grammar::{Commit, Constraint};
 use crate::sampling::{top_logprobs, Sampler, TokenLogprob};
@@ -189,8 +188,6 @@ impl Sequence {
             return None;
         }
         let len = self.pace.next(self.spec.draft_max)?;
-        // A draft model stops on its own doubt (`p_min`); the pace only pauses it.
-        let len = if self.spec.method == SpecMethod::DraftModel { self.spec.draft_max } else { len };
         // A last drafted token past the limit could never be sampled after.
         Some(room.min(len).min(self.limit.saturating_sub(self.tokens.len() + 1))).filter(|&r| r > 0)
     }

@@ -146,7 +146,9 @@ struct F16Acts<'a, T: Fn(usize) -> bool> {
 /// Columns `cols` of `w` against the activation rows `block`: tiled rows four at a time
 /// (four independent FMA chains; with AVX-512 and the weight's f16 bytes, 4 × 4 outputs per
 /// pass of the fused kernel), the others one by one, the weight read from its f16 bytes
-/// where it has them. Every output keeps its single kernel's sum.
+/// where it has them. Every output keeps its single kernel's sum. Inlined into `f16_core`'s
+/// AVX2 copy (`with_avx2_codegen`): out of it, `mul_add` is a libm call.
+#[inline(always)]
 fn f16_block<T, W, P>(
     a: &F16Acts<'_, T>,
     w: &W,
@@ -194,6 +196,7 @@ fn f16_block<T, W, P>(
 /// `quads`, whole fours; `rest` one by one), while the CPU has it and the weight its f16
 /// bytes. Returns the first column left.
 #[cfg(target_arch = "x86_64")]
+#[inline(always)]
 fn tile_columns<T, W, P>(
     a: &F16Acts<'_, T>,
     w: &W,
@@ -252,14 +255,36 @@ where
     let fused = |r: usize| raw.is_some() && !(a.tiled)(r);
     #[cfg(target_arch = "x86_64")]
     if let Some(raw) = raw {
-        for &r in rows.iter().filter(|&&r| fused(r)) {
-            let xr = &a.x16[r * k..(r + 1) * k];
-            // SAFETY: AVX2/FMA/F16C checked; 2k bytes against k values.
-            let mut sum = reduce16(&unsafe { super::x86::f16::single_lanes(raw, xr) }) as f64;
+        let x = |r: usize| &a.x16[r * k..(r + 1) * k];
+        let finish = |r: usize, lanes: &[f32; 16]| {
+            let mut sum = reduce16(lanes) as f64;
             for i in k & !63..k {
-                sum += (super::blocks::f16_at(raw, 2 * i) * xr[i]) as f64;
+                sum += (super::blocks::f16_at(raw, 2 * i) * a.x16[r * k + i]) as f64;
             }
             put(r, j, sum as f32);
+        };
+        // Four rows at a time with AVX-512 (each weight widened once for the four).
+        let (mut quad, mut held, wide4) = ([0usize; 4], 0, has_avx512());
+        for &r in rows.iter().filter(|&&r| fused(r)) {
+            if !wide4 {
+                // SAFETY: AVX2/FMA/F16C checked; 2k bytes against k values.
+                finish(r, &unsafe { super::x86::f16::single_lanes(raw, x(r)) });
+                continue;
+            }
+            quad[held] = r;
+            held += 1;
+            if held == 4 {
+                // SAFETY: AVX-512F checked; 2k bytes against four rows of k values.
+                let lanes = unsafe { super::x86::f16::single4_lanes(raw, quad.map(x), k) };
+                for (&r, l) in quad.iter().zip(&lanes) {
+                    finish(r, l);
+                }
+                held = 0;
+            }
+        }
+        for &r in &quad[..held] {
+            // SAFETY: as above.
+            finish(r, &unsafe { super::x86::f16::single_lanes(raw, x(r)) });
         }
     }
     if rows.iter().all(|&r| fused(r)) {
@@ -322,9 +347,10 @@ mod tests {
     fn the_fused_kernels_give_the_widened_rows_bits() {
         let mut next = lcg(7);
         let mut val = || (next() % 2001) as f32 / 1000.0 - 1.0;
-        // Decode rows, a prompt of 9 (two tiles and one left), a prompt of 2 beside decodes;
+        // Decode rows, a prompt of 9 (two tiles and one left), a prompt of 2 beside decodes, nine
+        // decode rows (two fours and one left: verified drafts);
         // k a multiple of 64, of 16 only, and of neither; n with a partial tile of columns.
-        let layouts: [&[u32]; 3] = [&[1, 1, 1], &[9], &[1, 2, 1]];
+        let layouts: [&[u32]; 4] = [&[1, 1, 1], &[9], &[1, 2, 1], &[1, 1, 1, 1, 1, 1, 1, 1, 1]];
         for (k, n) in [(64, 8), (576, 12), (592, 13), (600, 8)] {
             for lens in layouts {
                 let rows: Vec<RowPos> = lens

@@ -66,3 +66,28 @@ pub unsafe fn tile4x4_lanes(w: [&[u8]; 4], x: [&[f32]; 4], k: usize) -> [[[f32; 
     }
     out
 }
+
+/// `single_lanes` for four activation rows against one weight row (verified drafts, batched
+/// decodes): each 16 weights widened once for all four; each row's sums are `single_lanes`'.
+///
+/// # Safety
+/// Needs AVX-512F; `w` holds 2·n bytes and each `x[r]` at least n values.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn single4_lanes(w: &[u8], x: [&[f32]; 4], n: usize) -> [[f32; 16]; 4] {
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    for base in (0..n & !63).step_by(64) {
+        for j in 0..4 {
+            let i = base + 16 * j;
+            let wv = _mm512_cvtph_ps(_mm256_loadu_si256(w.as_ptr().add(2 * i) as *const __m256i));
+            for (a, xr) in acc.iter_mut().zip(&x) {
+                a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(xr.as_ptr().add(i)), wv, a[j]);
+            }
+        }
+    }
+    let mut out = [[0f32; 16]; 4];
+    for (o, a) in out.iter_mut().zip(&acc) {
+        let f = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+        _mm512_storeu_ps(o.as_mut_ptr(), f);
+    }
+    out
+}
