@@ -28,6 +28,8 @@ const SAMPLES: Record<string, [string, unknown] | undefined> = {
   draftMin: ["2", 2],
   specNgramSize: ["3", 3],
   speculativeConfig: ['{"method":"ngram","num_speculative_tokens":4}', { method: "ngram", num_speculative_tokens: 4 }],
+  modelDraft: [aFile, aFile],
+  draftPMin: ["0.25", 0.25],
   imageMinTokens: ["64", 64],
   imageMaxTokens: ["256", 256],
   imageMaxPixels: ["1000000", 1000000],

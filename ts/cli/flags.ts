@@ -33,7 +33,7 @@ import {
   speculativeConfig,
   type LoraFlag,
 } from "./values.ts";
-import { DEFAULT_DRAFT_MAX, SPEC_TYPES, type SpeculativeConfig, type SpecType } from "../service/speculation.ts";
+import { DEFAULT_DRAFT_MAX, DEFAULT_DRAFT_P_MIN, SPEC_TYPES, type SpeculativeConfig, type SpecType } from "../service/speculation.ts";
 import { FOREIGN_FLAGS, type ForeignFlag } from "./foreign-flags.ts";
 
 export { FOREIGN_FLAGS };
@@ -118,6 +118,8 @@ export interface ServeFlags {
   draftMin?: number;
   specNgramSize?: number;
   speculativeConfig?: SpeculativeConfig;
+  modelDraft?: string;
+  draftPMin?: number;
 }
 
 /** `--cors`: the origins, or the reason they do not parse as the flag's error. */
@@ -368,7 +370,7 @@ export const SERVE_FLAGS: FlagSpec[] = [
     flags: ["--spec-type"],
     value: "<type>",
     description:
-      "speculative decoding: ngram-simple drafts the tokens that followed the latest earlier occurrence of the last few tokens (copy-heavy work: editing code, quoting a document) and checks them in one step; the output is the same token for token. none (default) is off",
+      "speculative decoding: ngram-simple drafts the tokens that followed the latest earlier occurrence of the last few tokens (copy-heavy work: editing code, quoting a document), draft-simple lets the --model-draft model guess them; one step checks the drafts and the output is the same token for token. none is off (the default without --model-draft)",
     parse: choice(SPEC_TYPES),
   },
   {
@@ -393,10 +395,26 @@ export const SERVE_FLAGS: FlagSpec[] = [
     parse: integer(1, 64, "a length from 1 to 64"),
   },
   {
+    key: "modelDraft",
+    flags: ["--model-draft", "-md", "--spec-draft-model"],
+    value: "<file>",
+    description:
+      "a small model with the -m model's vocabulary (GGUF) that guesses the next tokens for the -m model to check in one step (speculative decoding, draft-simple): faster when it is often right, the output is the same token for token",
+    parse: existingFile,
+  },
+  {
+    key: "draftPMin",
+    flags: ["--draft-p-min", "--spec-draft-p-min"],
+    value: "<p>",
+    description: `the draft model stops guessing at a token it gives less than this probability (default ${DEFAULT_DRAFT_P_MIN})`,
+    parse: number(0, 1),
+  },
+  {
     key: "speculativeConfig",
     flags: ["--speculative-config"],
     value: "<json>",
-    description: 'vLLM\'s form: {"method": "ngram", "num_speculative_tokens": N, "prompt_lookup_max": N, "prompt_lookup_min": N}; turns n-gram drafting on',
+    description:
+      'vLLM\'s form: {"method": "ngram", "num_speculative_tokens": N, "prompt_lookup_max": N, "prompt_lookup_min": N} turns n-gram drafting on; {"model": "draft.gguf", "num_speculative_tokens": N} a draft model',
     parse: speculativeConfig,
   },
   { key: "mmproj", flags: ["--mmproj", "-mm"], value: "<file>", description: "vision projector GGUF for the -m model (LFM2-VL's mmproj): requests may then carry images", parse: nonEmpty },

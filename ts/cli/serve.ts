@@ -11,7 +11,7 @@ import type { AddressInfo } from "node:net";
 import { pino, type Logger } from "pino";
 import { isDevice, selectAddon, type LoraAdapterSpec } from "../engine/index.ts";
 import { defaultKeepAliveMs } from "../service/keep-alive.ts";
-import { speculationFromFlags } from "../service/speculation.ts";
+import { draftModelFromFlags, speculationFromFlags } from "../service/speculation.ts";
 import { ModelManager } from "../service/models.ts";
 import type { ReasoningMode } from "../service/reasoning-plan.ts";
 import type { ServedModel } from "../service/registry.ts";
@@ -79,6 +79,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
     },
   });
   if (flags.mmproj && !flags.model) throw new CliError("--mmproj needs -m (the projector belongs to that model)");
+  if (draftModelFromFlags(flags) && !flags.model) throw new CliError("--model-draft needs -m (the draft model drafts for that model)");
   if (loraSpecs(flags).length && !flags.model) throw new CliError("--lora, --lora-scaled and --lora-modules need -m (the adapters belong to that model)");
   // The model loads on a worker thread while the HTTP side's modules (~50 ms) are evaluated
   // here: once its lookups are done and the load is on that thread.
@@ -150,7 +151,8 @@ export async function serve(flags: ServeFlags): Promise<void> {
 async function loadStartModel(models: ModelManager, flags: ServeFlags, log: Logger): Promise<ServedModel> {
   const ref = flags.model!;
   const lora = loraSpecs(flags);
-  const opts = { id: flags.alias, keepAliveMs: flags.keepAlive, mmproj: flags.mmproj, ...(lora.length ? { lora } : {}) };
+  const draftModel = draftModelFromFlags(flags);
+  const opts = { id: flags.alias, keepAliveMs: flags.keepAlive, mmproj: flags.mmproj, ...(lora.length ? { lora } : {}), ...(draftModel ? { draftModel } : {}) };
   try {
     if (looksLikePath(ref) || ref.startsWith("/")) {
       models.setDefault({ path: ref }, opts);

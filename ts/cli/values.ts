@@ -229,8 +229,11 @@ export function speculativeConfig(raw: string): SpeculativeConfig {
   }
   if (typeof v !== "object" || v === null || Array.isArray(v)) throw new InvalidArgumentError("Expected a JSON object.");
   const o = v as Record<string, unknown>;
-  if (o.method !== "ngram") throw new InvalidArgumentError(`Only the "ngram" method is served (got ${JSON.stringify(o.method)}); draft models are not.`);
-  const known = ["method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"];
+  // vLLM names a draft model by `model` (its method then defaults to a draft model).
+  const draft = o.model !== undefined && (o.method === undefined || o.method === "draft_model");
+  if (!draft && o.method !== "ngram") throw new InvalidArgumentError(`Wick serves the "ngram" method and draft models ({"model": "draft.gguf"}); got method ${JSON.stringify(o.method)}.`);
+  if (draft && (typeof o.model !== "string" || !o.model.trim())) throw new InvalidArgumentError('"model" must name a GGUF file.');
+  const known = draft ? ["method", "model", "num_speculative_tokens"] : ["method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"];
   const other = Object.keys(o).find((k) => !known.includes(k));
   if (other) throw new InvalidArgumentError(`Unknown key ${JSON.stringify(other)}; Wick reads ${known.join(", ")}.`);
   const size = (key: string, min: number): number | undefined => {
@@ -239,8 +242,9 @@ export function speculativeConfig(raw: string): SpeculativeConfig {
     if (typeof n !== "number" || !Number.isInteger(n) || n < min || n > 64) throw new InvalidArgumentError(`${key} must be an integer from ${min} to 64.`);
     return n;
   };
-  const out: SpeculativeConfig = { method: "ngram" };
   const k = size("num_speculative_tokens", 0);
+  if (draft) return { method: "draft_model", model: existingFile(o.model as string), ...(k !== undefined ? { num_speculative_tokens: k } : {}) };
+  const out: SpeculativeConfig = { method: "ngram" };
   const lo = size("prompt_lookup_min", 1);
   const hi = size("prompt_lookup_max", 1);
   if (lo !== undefined && hi !== undefined && lo > hi) throw new InvalidArgumentError("prompt_lookup_min is over prompt_lookup_max.");

@@ -39,10 +39,12 @@ export const samplingFields = {
     .max(256)
     .nullish(),
   /** llama-server's per-request speculative decoding, dotted keys as it spells them (ts/service/speculation.ts). */
-  "speculative.type": z.enum(["ngram-simple", "none"]).nullish(),
+  "speculative.type": z.enum(["ngram-simple", "draft-simple", "none"]).nullish(),
   "speculative.n_max": z.number().int().min(0).max(64).nullish(),
   "speculative.n_min": z.number().int().min(0).max(64).nullish(),
   "speculative.ngram_size_n": z.number().int().min(1).max(64).nullish(),
+  /** The draft model's least probability for a guess (llama-server's `speculative.p_min`). */
+  "speculative.p_min": z.number().min(0).max(1).nullish(),
   /** ngram-simple's own name for the draft length (`speculative.n_max` is the draft model's). */
   "speculative.ngram_size_m": z.number().int().min(0).max(64).nullish(),
   stream: z.boolean().nullish(),

@@ -72,6 +72,8 @@ interface Entry {
   stale?: boolean;
   /** A vision projector loaded with it (`--mmproj` for the `-m` model). */
   mmproj?: string;
+  /** A draft model loaded with it for speculative decoding (`--model-draft` for the `-m` model). */
+  draftModel?: string;
   /** LoRA adapters loaded with it (the `-m` model's --lora flags, and adapters loaded at run time, so a reload keeps them). */
   lora?: LoraAdapterSpec[];
 }
@@ -148,13 +150,14 @@ export class ModelManager {
    * The `-m` model: a GGUF path or a store name. It keeps `keepAliveMs` (default: forever) and
    * takes every request whose name matches nothing else.
    */
-  setDefault(ref: { path: string } | { name: ModelName }, opts: { id?: string; keepAliveMs?: number; mmproj?: string; lora?: LoraAdapterSpec[] } = {}): void {
+  setDefault(ref: { path: string } | { name: ModelName }, opts: { id?: string; keepAliveMs?: number; mmproj?: string; draftModel?: string; lora?: LoraAdapterSpec[] } = {}): void {
     const source: Source = "path" in ref ? { kind: "path", path: path.resolve(ref.path) } : { kind: "store", name: ref.name };
     const id = opts.id ?? (source.kind === "path" ? modelIdFromPath(source.path) : formatName(source.name));
     const key = this.keyOf(source, id);
     const entry = this.entry(key, id, source);
     entry.defaultKeepAliveMs = entry.keepAliveMs = opts.keepAliveMs ?? Infinity;
     if (opts.mmproj) entry.mmproj = path.resolve(opts.mmproj);
+    if (opts.draftModel) entry.draftModel = path.resolve(opts.draftModel);
     if (opts.lora?.length) entry.lora = opts.lora.map((a) => ({ ...a, path: path.resolve(a.path) }));
     this.defaultKey = key;
   }
@@ -443,11 +446,16 @@ export class ModelManager {
     const lora: LoraAdapterSpec[] = [...(resolved?.adapterPaths ?? []).map((p) => ({ path: p })), ...(entry.lora ?? [])];
     let model: ServedModel;
     try {
+      // Drafts by a draft model are the -m model's alone: other models load without them.
+      const { speculative, ...defaults } = this.loadDefaults;
+      const drafts = speculative?.method !== "draft" || entry.draftModel ? speculative : undefined;
       const loading = this.registry.load({
-        ...this.loadDefaults,
+        ...defaults,
+        ...(drafts ? { speculative: drafts } : {}),
         ...(typeof numCtx === "number" && numCtx > 0 ? { contextSize: numCtx } : {}),
         modelPath,
         ...(mmproj ? { mmproj } : {}),
+        ...(entry.draftModel ? { draftModelPath: entry.draftModel } : {}),
         ...(lora.length ? { lora } : {}),
         id: entry.id,
         profile,
@@ -470,6 +478,7 @@ export class ModelManager {
         contextSize: model.info.contextSize,
         bytes: entry.size,
         ...(model.info.packCache ? { packCache: model.info.packCache } : {}),
+        ...(entry.draftModel ? { draftModel: entry.draftModel, speculative: model.info.speculative } : {}),
         ms: Math.round(performance.now() - started),
       },
       "model loaded",
