@@ -1,9 +1,11 @@
 /**
- * Speculative decoding (n-gram lookup) on copy-heavy and free-form work, Wick beside
- * llama-server (`--spec-type ngram-simple`) on the same file, 2 threads, one server at a time:
+ * Speculative decoding (n-gram lookup, or a draft model with `--draft-model`) on copy-heavy and
+ * free-form work, Wick beside llama-server (`--spec-type ngram-simple`, or `-md <draft>
+ * --spec-type draft-simple`) on the same files, 2 threads, one server at a time:
  *
  *   npx tsx benches/speculative.ts [--model .cache/models/SmolLM2-135M-Instruct.Q4_1.gguf] \
- *       [--draft-max 16] [--rounds 3] [--threads 2] [--results benches/RESULTS.md]
+ *       [--draft-model draft.gguf [--p-min 0.1]] [--draft-max 16] [--rounds 3] [--threads 2] \
+ *       [--results benches/RESULTS.md]
  *
  * Workloads (chat, greedy): `edit` rewrites a ~600-token code file with one rename, `quote`
  * answers by quoting a document, `chat` is free-form. Each engine runs each with speculation on
@@ -25,6 +27,8 @@ const { values: a } = parseArgs({
   options: {
     model: { type: "string", default: ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf" },
     "draft-max": { type: "string", default: "16" },
+    "draft-model": { type: "string" },
+    "p-min": { type: "string", default: "0.1" },
     rounds: { type: "string", default: "3" },
     threads: { type: "string", default: "2" },
     bandwidth: { type: "string", default: "45" },
@@ -32,6 +36,8 @@ const { values: a } = parseArgs({
   },
 });
 const draftMax = Number(a["draft-max"]);
+const draftModel = a["draft-model"];
+const specType = draftModel ? "draft-simple" : "ngram-simple";
 const rounds = Number(a.rounds);
 
 /** A ~600-token Python module: distinct lines, as a real file has. */
@@ -136,8 +142,8 @@ async function chat(server: Server, prompt: string, maxTokens: number, spec: boo
     temperature: 0,
     stream: true,
     stream_options: { include_usage: true },
-    "speculative.type": spec ? "ngram-simple" : "none",
-    ...(spec ? { "speculative.ngram_size_m": draftMax } : {}),
+    "speculative.type": spec ? specType : "none",
+    ...(spec ? { "speculative.n_max": draftMax } : {}),
   };
   const res = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
   if (!res.ok || !res.body) throw new Error(`${server.name}: HTTP ${res.status} ${await res.text()}`);
@@ -176,12 +182,15 @@ type Key = `${"wick" | "llama"}/${string}/${"on" | "off"}`;
 const runs = new Map<Key, Run[]>();
 
 // llama-server's ngram-simple drafts size-m tokens after a size-n match (defaults 48 and 12, sized
-// for GPUs): here the same lengths as Wick's. Its per-request `speculative.type: none` does not
-// stop a server started with --spec-type from drafting, so its "off" is a server without it;
-// Wick's is the same server, per request.
-const LLAMA_SPEC = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4", "--spec-ngram-simple-size-m", String(draftMax)];
+// for GPUs): here the same lengths as Wick's; its draft model the same draft-max and p-min. Its
+// per-request `speculative.type: none` does not stop a server started with --spec-type from
+// drafting, so its "off" is a server without it; Wick's is the same server, per request.
+const LLAMA_SPEC = draftModel
+  ? ["-md", draftModel, "--spec-type", "draft-simple", "--spec-draft-n-max", String(draftMax), "--spec-draft-p-min", a["p-min"]!]
+  : ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4", "--spec-ngram-simple-size-m", String(draftMax)];
+const WICK_SPEC = draftModel ? ["-md", draftModel, "--draft-p-min", a["p-min"]!] : ["--spec-type", "ngram-simple"];
 const SERVERS: { kind: "wick" | "llama"; extra: string[]; modes: boolean[] }[] = [
-  { kind: "wick", extra: ["--spec-type", "ngram-simple", "--draft-max", String(draftMax)], modes: [true, false] },
+  { kind: "wick", extra: [...WICK_SPEC, "--draft-max", String(draftMax)], modes: [true, false] },
   { kind: "llama", extra: [...LLAMA_SPEC, "--jinja"], modes: [true] },
   { kind: "llama", extra: ["--jinja"], modes: [false] },
 ];
@@ -237,8 +246,9 @@ const wickOn = (w: string) => median(runs.get(`wick/${w}/on`)!.map((r) => r.deco
 const llamaOn = (w: string) => median(runs.get(`llama/${w}/on`)!.map((r) => r.decodeTps));
 const table = markdownTable(["workload", "engine", "tokens", "decode tok/s, off", "on", "speed-up", "accepted (drafted/run)", "of floor rate", "same text"], rows);
 const summary =
-  `Model ${a.model}, draft-max ${draftMax}, ${rounds} rounds (medians), ${a.threads} threads, ${machine()}. ` +
+  `Model ${a.model}${draftModel ? `, draft model ${draftModel} (p-min ${a["p-min"]})` : ", n-gram drafts"}, draft-max ${draftMax}, ${rounds} rounds (medians), ${a.threads} threads, ${machine()}. ` +
   `Bandwidth floor: ${floorTps.toFixed(0)} tok/s (${(statSync(a.model!).size / 1e6).toFixed(0)} MB at ${a.bandwidth} GB/s). ` +
   `Wick / llama-server with speculation: ${WORKLOADS.map((w) => `${w.name} ${(wickOn(w.name) / llamaOn(w.name)).toFixed(2)}×`).join(", ")}.`;
 process.stdout.write(`${table}\n\n${summary}\n`);
-if (a.results) appendResults(a.results, "benches/speculative.ts", "speculative decoding (n-gram) vs llama-server", `${table}\n\n${summary}`);
+const title = `speculative decoding (${draftModel ? "draft model" : "n-gram"}) vs llama-server`;
+if (a.results) appendResults(a.results, "benches/speculative.ts", title, `${table}\n\n${summary}`);
