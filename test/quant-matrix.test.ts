@@ -155,26 +155,28 @@ for (const { type, exact } of TYPES) {
   }
 }
 
-// A real model at full width (k = 576 and 1536: the F16 kernels' 4 × 4 tiles and 64-value
-// steps over many chunks): SmolLM2-135M's Q4_1 weights requantized to F16 by llama-quantize.
+// A real model at full width (k = 576 and 1536: the F16 / BF16 kernels' 4 × 4 tiles and
+// 64-value steps over many chunks): SmolLM2-135M's Q4_1 weights requantized by llama-quantize.
 const smollm2 = needs(realModel("smollm2-135m"), quantizer);
-smollm2.serial("quant matrix: SmolLM2-135M requantized to F16: 64 greedy tokens match llama.cpp", async (t) => {
-  const file = path.join(quantDir, "smollm2-135m-f16.gguf");
-  if (!existsSync(file)) {
-    mkdirSync(quantDir, { recursive: true });
-    execFileSync(quantize, ["--allow-requantize", smollm2.path!, file, "F16"], { stdio: ["ignore", "ignore", "pipe"] });
-  }
-  t.log(`${path.basename(file)}: ${await typesIn(file)}`);
-  const model = await llama.loadModel({ modelPath: file });
-  const engine = await Engine.load({ modelPath: file, contextSize: 512 });
-  try {
-    for (const text of PROMPTS) {
-      const want = await reference(model, text);
-      const got = await wick(engine, want.promptTokens);
-      t.deepEqual(got, want.ids, `${JSON.stringify(text)}: greedy ids leave llama.cpp's at step ${got.findIndex((id, i) => id !== want.ids[i])}`);
+for (const type of ["F16", ...(cpuHas("avx512_bf16") ? ["BF16"] : [])]) {
+  smollm2.serial(`quant matrix: SmolLM2-135M requantized to ${type}: 64 greedy tokens match llama.cpp`, async (t) => {
+    const file = path.join(quantDir, `smollm2-135m-${type.toLowerCase()}.gguf`);
+    if (!existsSync(file)) {
+      mkdirSync(quantDir, { recursive: true });
+      execFileSync(quantize, ["--allow-requantize", smollm2.path!, file, type], { stdio: ["ignore", "ignore", "pipe"] });
     }
-  } finally {
-    await engine.unload();
-    await model.dispose();
-  }
-});
+    t.log(`${path.basename(file)}: ${await typesIn(file)}`);
+    const model = await llama.loadModel({ modelPath: file });
+    const engine = await Engine.load({ modelPath: file, contextSize: 512 });
+    try {
+      for (const text of PROMPTS) {
+        const want = await reference(model, text);
+        const got = await wick(engine, want.promptTokens);
+        t.deepEqual(got, want.ids, `${JSON.stringify(text)}: greedy ids leave llama.cpp's at step ${got.findIndex((id, i) => id !== want.ids[i])}`);
+      }
+    } finally {
+      await engine.unload();
+      await model.dispose();
+    }
+  });
+}

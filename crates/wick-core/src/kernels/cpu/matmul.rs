@@ -17,6 +17,8 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Tensor;
 
 #[cfg(target_arch = "x86_64")]
+use super::blocks::reduce16;
+#[cfg(target_arch = "x86_64")]
 use super::feats::has_avx2_fma;
 use super::feats::{has_avx512, has_avx512bf16, with_avx2_codegen};
 use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single_f32, dot_tiled, to_bf16};
@@ -24,7 +26,7 @@ use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
 use super::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};
 use super::quants::{dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0};
 #[cfg(target_arch = "x86_64")]
-use super::x86::{k_quants as simd_k, quants as simd};
+use super::x86::{bf16 as simd_bf16, k_quants as simd_k, quants as simd};
 use crate::error::{Result, WickError};
 use crate::runtime::pool::{self, SyncPtr};
 
@@ -295,16 +297,69 @@ fn bf16_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, put: &P) {
     let (n, k, m, rows) = (op.n, op.k, op.m, op.rows);
     let xb: Vec<u16> = op.xs.iter().map(|&v| to_bf16(v)).collect();
     let shapes_ok = k.is_multiple_of(32) && n.is_multiple_of(4);
+    let tiled = |r: usize| shapes_ok && rows[r].seq_len > 1;
+    let x = |r: usize| &xb[r * k..(r + 1) * k];
+    let one = |r: usize, j: usize| {
+        put(r, j, if tiled(r) { dot_bf16_tiled(op.wrow(j), x(r)) } else { dot_bf16_single(op.wrow(j), x(r)) })
+    };
     for_cols(n, m, &|j0, j1| {
-        for j in j0..j1 {
-            let wr = op.wrow(j);
-            for r in 0..m {
-                let xr = &xb[r * k..(r + 1) * k];
-                let tiled = shapes_ok && rows[r].seq_len > 1;
-                put(r, j, if tiled { dot_bf16_tiled(wr, xr) } else { dot_bf16_single(wr, xr) });
+        // Blocks of rows, a block's activations kept in cache while every column meets them.
+        for rb in (0..m).step_by(ROW_BLOCK) {
+            let block = rb..(rb + ROW_BLOCK).min(m);
+            #[cfg(target_arch = "x86_64")]
+            let j = bf16_tiles(op, &xb, block.clone(), j0..j1, &tiled, &one, put);
+            #[cfg(not(target_arch = "x86_64"))]
+            let j = j0;
+            for j in j..j1 {
+                block.clone().for_each(|r| one(r, j));
             }
         }
     });
+}
+
+/// With AVX512-BF16's own instruction (every x86 CPU Wick runs BF16 on, see `supported`): the
+/// leading columns of `cols` in fours against the tiled rows of `block` in fours, the sums
+/// `dot_bf16_tiled` gives (the other rows through `one`). Returns the first column left.
+#[cfg(target_arch = "x86_64")]
+fn bf16_tiles<T, O, P>(
+    op: &Operands<'_>,
+    xb: &[u16],
+    block: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+    tiled: &T,
+    one: &O,
+    put: &P,
+) -> usize
+where
+    T: Fn(usize) -> bool,
+    O: Fn(usize, usize),
+    P: Fn(usize, usize, f32),
+{
+    let (k, mut j) = (op.k, cols.start);
+    if !has_avx512bf16() {
+        return j;
+    }
+    let x = |r: usize| &xb[r * k..(r + 1) * k];
+    let (quads, rest): (Vec<usize>, Vec<usize>) = block.partition(|&r| tiled(r));
+    let whole = quads.len() / 4 * 4;
+    let rest = [&rest[..], &quads[whole..]].concat();
+    while whole > 0 && j + 4 <= cols.end {
+        let w = [op.wrow(j), op.wrow(j + 1), op.wrow(j + 2), op.wrow(j + 3)];
+        for q in quads[..whole].chunks_exact(4) {
+            // SAFETY: AVX-512F/BF16 checked; rows of 2k bytes and k values, k % 32 == 0.
+            let lanes = unsafe { simd_bf16::tile4x4_lanes(w, [x(q[0]), x(q[1]), x(q[2]), x(q[3])], k) };
+            for (&r, row) in q.iter().zip(&lanes) {
+                for (c, l) in row.iter().enumerate() {
+                    put(r, j + c, reduce16(l));
+                }
+            }
+        }
+        for c in j..j + 4 {
+            rest.iter().for_each(|&r| one(r, c));
+        }
+        j += 4;
+    }
+    j
 }
 
 /// Q3_K, Q5_K and Q6_K: one kernel for every row count (see `dot_q6k`, `dot_q5k`, `dot_q3k`).
@@ -364,4 +419,42 @@ fn q8_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, dtype: GgmlDType,
         return tiled_rows(op.n, op.m, &|j| op.wrow(j), put, none, &one);
     }
     rows_by_dot(op.n, op.m, &|j| op.wrow(j), put, &acts, dot, dot4);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::cpu::dot_checks::lcg;
+
+    /// BF16's 4 × 4 tiles (AVX512-BF16's own instruction) give every output the sum of its row
+    /// dot (the AVX2 emulation): prompts of 9 and 4 rows beside decode rows, a partial tile of
+    /// columns.
+    #[test]
+    fn bf16_tiles_give_each_output_its_row_dot() {
+        let mut next = lcg(3);
+        let mut val = || (next() % 2001) as f32 / 1000.0 - 1.0;
+        let (k, n) = (96, 12);
+        let rows: Vec<RowPos> = [9u32, 1, 4, 1]
+            .iter()
+            .flat_map(|&len| (0..len).map(move |idx| RowPos { seq_len: len, idx }))
+            .collect();
+        let m = rows.len();
+        let xs: Vec<f32> = (0..m * k).map(|_| val()).collect();
+        let data: Vec<u8> = (0..n * k).flat_map(|_| to_bf16(val()).to_le_bytes()).collect();
+        let op = Operands { xs: &xs, data: &data, row_bytes: 2 * k, rows: &rows, n, k, m };
+        let mut y = vec![0f32; m * n];
+        let yp = SyncPtr(y.as_mut_ptr());
+        // SAFETY: r < m, j < n; one task per column.
+        bf16_rows(&op, &move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v });
+        for r in 0..m {
+            let x: Vec<u16> = xs[r * k..(r + 1) * k].iter().map(|&v| to_bf16(v)).collect();
+            for j in 0..n {
+                let want = match rows[r].seq_len > 1 {
+                    true => dot_bf16_tiled(op.wrow(j), &x),
+                    false => dot_bf16_single(op.wrow(j), &x),
+                };
+                assert_eq!(y[r * n + j].to_bits(), want.to_bits(), "row {r}, column {j}");
+            }
+        }
+    }
 }
