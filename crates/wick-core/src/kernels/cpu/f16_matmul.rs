@@ -28,6 +28,20 @@ pub(super) fn f16_rows<P: Fn(usize, usize, f32) + Sync>(
     f16_core(n, k, xs, rows, &GgufF16 { data, k }, put);
 }
 
+/// `[m, k]` rows of `x`, all of one prompt (tinyBLAS's order for every row), times an F16
+/// weight's `[n, k]` little-endian bytes → `[m, n]` (the vision tower's `matmul_f16w`).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn prompt_rows(x: &[f32], m: usize, w: &[u8], n: usize, k: usize) -> Vec<f32> {
+    let rows: Vec<RowPos> = (0..m as u32).map(|idx| RowPos { seq_len: m as u32, idx }).collect();
+    let mut y = vec![0f32; m * n];
+    let yp = crate::runtime::pool::SyncPtr(y.as_mut_ptr());
+    // SAFETY: `y` holds m·n values; `f16_core` calls with r < m, j < n, each (r, j) from the one
+    // task owning column j, and `y` is not read until it returns.
+    let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
+    f16_core(n, k, x, &rows, &GgufF16 { data: w, k }, &put);
+    y
+}
+
 /// An F16 weight's rows as f32 for `f16_core`.
 pub(super) trait F16Rows: Sync {
     /// Row j (k values): converted into `buf` and returned, or returned as it is kept.
