@@ -418,13 +418,82 @@ fn q8_rows<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, dtype: GgmlDType,
             |wr: &[u8], r: usize| super::quants::dot_q8_0_repacked(wr, &acts[r], rows[r].in_gemm_group());
         return tiled_rows(op.n, op.m, &|j| op.wrow(j), put, none, &one);
     }
+    #[cfg(target_arch = "x86_64")]
+    if dtype == GgmlDType::Q8_0 && op.m >= 4 && has_avx512() {
+        return q8_0_tiles(op, &acts, put);
+    }
     rows_by_dot(op.n, op.m, &|j| op.wrow(j), put, &acts, dot, dot4);
+}
+
+/// Q8_0 with several rows (unrepacked weights: the vision tower's): 4 rows × 4 columns per
+/// pass of the AVX512-VNNI kernel, row blocks kept in cache while every column meets them;
+/// the rows and columns left over one by one. Each output is `dot_q8_0`'s.
+#[cfg(target_arch = "x86_64")]
+fn q8_0_tiles<P: Fn(usize, usize, f32) + Sync>(op: &Operands<'_>, acts: &[Vec<Act32>], put: &P) {
+    for_cols(op.n, op.m, &|j0, j1| {
+        for rb in (0..op.m).step_by(ROW_BLOCK) {
+            let re = (rb + ROW_BLOCK).min(op.m);
+            let fours = rb + (re - rb) / 4 * 4;
+            let mut j = j0;
+            while j + 4 <= j1 {
+                let w = [op.wrow(j), op.wrow(j + 1), op.wrow(j + 2), op.wrow(j + 3)];
+                for r in (rb..fours).step_by(4) {
+                    let a = [&acts[r][..], &acts[r + 1][..], &acts[r + 2][..], &acts[r + 3][..]];
+                    // SAFETY: AVX-512 with VNNI (`has_avx512`), F16C and FMA; rows of k/32 blocks.
+                    let v = unsafe { simd::tile4x4_q8_0(w, a) };
+                    for (t, row) in v.iter().enumerate() {
+                        for (c, &x) in row.iter().enumerate() {
+                            put(r + t, j + c, x);
+                        }
+                    }
+                }
+                for r in fours..re {
+                    (0..4).for_each(|c| put(r, j + c, dot_q8_0(w[c], &acts[r])));
+                }
+                j += 4;
+            }
+            for j in j..j1 {
+                (rb..re).for_each(|r| put(r, j, dot_q8_0(op.wrow(j), &acts[r])));
+            }
+        }
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::cpu::dot_checks::lcg;
+
+    /// Q8_0's 4 × 4 VNNI tiles give every output `dot_q8_0`'s sum: 11 rows (two tiles and
+    /// three left), 14 columns (three tiles and two left), extreme bytes included.
+    #[test]
+    fn q8_0_tiles_give_each_output_its_row_dot() {
+        let mut next = lcg(5);
+        let (k, n, m) = (128, 14, 11);
+        let xs: Vec<f32> = (0..m * k)
+            .map(|i| if i % 37 == 0 { -4.0 } else { (next() % 2001) as f32 / 1000.0 - 1.0 })
+            .collect();
+        let mut data = Vec::with_capacity(n * k / 32 * 34);
+        for _ in 0..n * k / 32 {
+            data.extend(half::f16::from_f32(0.01 + (next() % 100) as f32 / 1e4).to_le_bytes());
+            data.extend((0..32).map(|i| if i == 3 { 0x80 } else { next() as u8 }));
+        }
+        let rows = vec![RowPos { seq_len: m as u32, idx: 0 }; m];
+        let op = Operands { xs: &xs, data: &data, row_bytes: k / 32 * 34, rows: &rows, n, k, m };
+        let mut y = vec![0f32; m * n];
+        let yp = SyncPtr(y.as_mut_ptr());
+        // SAFETY: r < m, j < n; one task per column.
+        q8_rows(&op, GgmlDType::Q8_0, &move |r: usize, j: usize, v: f32| unsafe {
+            *yp.get().add(r * n + j) = v
+        });
+        let acts: Vec<Vec<Act32>> = quantize_rows(&xs, k, quantize_q8);
+        for r in 0..m {
+            for j in 0..n {
+                let want = dot_q8_0(op.wrow(j), &acts[r]);
+                assert_eq!(y[r * n + j].to_bits(), want.to_bits(), "row {r}, column {j}");
+            }
+        }
+    }
 
     /// BF16's 4 × 4 tiles (AVX512-BF16's own instruction) give every output the sum of its row
     /// dot (the AVX2 emulation): prompts of 9 and 4 rows beside decode rows, a partial tile of

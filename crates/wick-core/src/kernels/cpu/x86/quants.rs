@@ -283,3 +283,39 @@ unsafe fn dot4_q5_1_n<const R: usize>(w: &[u8], a: [&[Act32]; R]) -> [f32; R] {
     }
     std::array::from_fn(|t| hsum_f32(acc[t]) + summs[t])
 }
+
+/// `dot_q8_0` for 4 activation rows × 4 Q8_0 weight rows (`out[r][c]`), with AVX512-VNNI's
+/// `vpdpbusd` for the 4-byte dots (the integers `maddubs` + `madd` give: |x| ≤ 128 and the
+/// signed bytes keep every pair inside i16) and the same fma per lane and block after: each
+/// output is `dot_q8_0`'s. A block's weights are read once for the four rows, its activations
+/// once for the four columns.
+///
+/// # Safety
+/// Needs AVX-512 (F, BW, DQ, VL, VNNI), F16C and FMA; each `w[c]` holds `a[r].len()` blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn tile4x4_q8_0(w: [&[u8]; 4], a: [&[Act32]; 4]) -> [[f32; 4]; 4] {
+    let mut acc = [[_mm256_setzero_ps(); 4]; 4];
+    let scale = |blk: *const u8| {
+        let bits = u16::from_le_bytes([*blk.add(Q8_0::D), *blk.add(Q8_0::D + 1)]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    };
+    for b in 0..a[0].len() {
+        let blk: [*const u8; 4] = std::array::from_fn(|c| w[c].as_ptr().add(b * Q8_0::BYTES));
+        let x: [__m256i; 4] =
+            std::array::from_fn(|c| _mm256_loadu_si256(blk[c].add(Q8_0::QS) as *const __m256i));
+        let dx: [f32; 4] = std::array::from_fn(|c| scale(blk[c]));
+        for (acc, ar) in acc.iter_mut().zip(&a) {
+            let y = ar.get_unchecked(b);
+            let yv = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
+            for c in 0..4 {
+                let dots = _mm256_dpbusd_epi32(
+                    _mm256_setzero_si256(),
+                    _mm256_sign_epi8(x[c], x[c]),
+                    _mm256_sign_epi8(yv, x[c]),
+                );
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx[c] * y.d), _mm256_cvtepi32_ps(dots), acc[c]);
+            }
+        }
+    }
+    acc.map(|row| row.map(|v| hsum_f32(v)))
+}
