@@ -30,7 +30,7 @@ pub(super) fn load_drafter(
     let fail = |why: String| WickError::load(format!("draft model {}: {why}", path.display()));
     if !device.exact() {
         return Err(fail(format!(
-            "speculative decoding runs on the CPU path only, not on {}",
+            "speculative decoding runs on the exact CPU path only (--device cpu), not on {}",
             device.name()
         )));
     }
