@@ -6,12 +6,12 @@
 
 use std::path::Path;
 
-use wick_core::request::{GenerateRequest, SpecOptions};
+use wick_core::request::SpecOptions;
 use wick_core::sampling::SamplingParams;
 use wick_core::{Engine, EngineOptions, WickError};
 
 mod common;
-use common::engine::{repo, run, run_together, sampled};
+use common::engine::{repo, run, run_together, sampled, spec_req};
 
 fn fixture_dir() -> &'static Path {
     common::engine::standard_fixtures("wick-draft-model")
@@ -28,15 +28,6 @@ fn load(target: &Path, draft: Option<&Path>) -> Result<Engine, WickError> {
 /// Up to 6 guesses a step, however unsure (p_min 0: rejections come often on random weights).
 fn spec() -> Option<SpecOptions> {
     Some(SpecOptions::draft_model(6, 0.0))
-}
-
-fn with(
-    prompt: &[u32],
-    n: usize,
-    sampling: SamplingParams,
-    speculative: Option<SpecOptions>,
-) -> GenerateRequest {
-    GenerateRequest { sampling, speculative, ..GenerateRequest::greedy(prompt.to_vec(), n) }
 }
 
 fn prompt(seed: u32) -> Vec<u32> {
@@ -71,9 +62,9 @@ fn tokens_with_a_draft_model_equal_tokens_without_on_every_fixture() {
         for seed in 0..3 {
             let p = prompt(seed);
             for sampling in [SamplingParams::greedy(), sampled(7 + seed as u64)] {
-                let plain = run(&engine, with(&p, 40, sampling.clone(), None));
+                let plain = run(&engine, spec_req(&p, 40, sampling.clone(), None));
                 let before = engine.metrics();
-                let fast = run(&engine, with(&p, 40, sampling.clone(), spec()));
+                let fast = run(&engine, spec_req(&p, 40, sampling.clone(), spec()));
                 let after = engine.metrics();
                 drafted += after.spec_draft_tokens_total - before.spec_draft_tokens_total;
                 accepted += after.spec_accepted_tokens_total - before.spec_accepted_tokens_total;
@@ -103,12 +94,14 @@ fn a_batch_with_a_draft_model_gives_each_sequence_its_tokens_alone() {
     {
         let engine = load(&fixture_dir().join(target), Some(&fixture_dir().join(draft))).expect("load");
         let prompts: Vec<Vec<u32>> = (0..3).map(prompt).collect();
-        let alone: Vec<Vec<u32>> =
-            prompts.iter().map(|p| run(&engine, with(p, 48, SamplingParams::greedy(), None)).ids).collect();
+        let alone: Vec<Vec<u32>> = prompts
+            .iter()
+            .map(|p| run(&engine, spec_req(p, 48, SamplingParams::greedy(), None)).ids)
+            .collect();
         let reqs = prompts
             .iter()
             .enumerate()
-            .map(|(i, p)| with(p, 48, SamplingParams::greedy(), if i % 2 == 0 { spec() } else { None }))
+            .map(|(i, p)| spec_req(p, 48, SamplingParams::greedy(), if i % 2 == 0 { spec() } else { None }))
             .collect();
         let before = engine.metrics();
         let together = run_together(&engine, reqs);
@@ -117,7 +110,7 @@ fn a_batch_with_a_draft_model_gives_each_sequence_its_tokens_alone() {
             assert_eq!(a, &t.ids, "{target}: sequence {i} in a batch with a draft model differs from alone");
         }
         // Again, now that the draft pool holds the prompts' blocks: the same tokens.
-        let again = run(&engine, with(&prompts[0], 48, SamplingParams::greedy(), spec()));
+        let again = run(&engine, spec_req(&prompts[0], 48, SamplingParams::greedy(), spec()));
         assert_eq!(again.ids, alone[0], "{target}: a second run on the draft model's cached prefix differs");
     }
 }
@@ -127,7 +120,7 @@ fn a_draft_model_of_another_vocabulary_is_refused() {
     let target = fixture_dir().join("tiny-llama-q8_0.gguf");
     // No draft model: a request asking for its drafts is refused.
     let engine = load(&target, None).expect("load");
-    let err = engine.submit(with(&prompt(0), 4, SamplingParams::greedy(), spec())).err();
+    let err = engine.submit(spec_req(&prompt(0), 4, SamplingParams::greedy(), spec())).err();
     assert!(matches!(&err, Some(WickError::InvalidRequest(m)) if m.contains("draft model")), "{err:?}");
     // The fixtures share one small vocabulary; SmolLM2's is another.
     let smollm2 = repo().join(".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -161,9 +154,10 @@ fn smollm2_tokens_equal_with_a_draft_model() {
     }
     let engine = load(&q4, Some(&q4)).expect("load");
     let p = engine.tokenizer().encode("The three primary colors are", true, false).expect("encode");
-    let plain = run(&engine, with(&p, 64, SamplingParams::greedy(), None));
+    let plain = run(&engine, spec_req(&p, 64, SamplingParams::greedy(), None));
     let before = engine.metrics();
-    let fast = run(&engine, with(&p, 64, SamplingParams::greedy(), Some(SpecOptions::draft_model(8, 0.5))));
+    let fast =
+        run(&engine, spec_req(&p, 64, SamplingParams::greedy(), Some(SpecOptions::draft_model(8, 0.5))));
     let m = engine.metrics();
     assert_eq!(plain.ids, fast.ids, "greedy tokens with a draft model differ");
     let kept = m.spec_accepted_tokens_total - before.spec_accepted_tokens_total;

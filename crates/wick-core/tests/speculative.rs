@@ -10,12 +10,12 @@ use wick_core::cache::{KvPool, KvType, KvTypes, SeqCache};
 use wick_core::gguf::GgufFile;
 use wick_core::metrics::MetricsSnapshot;
 use wick_core::models::{self, Model, StepSeq};
-use wick_core::request::{GenerateRequest, SpecOptions};
+use wick_core::request::SpecOptions;
 use wick_core::sampling::SamplingParams;
 use wick_core::{Engine, EngineOptions};
 
 mod common;
-use common::engine::{repo, run, run_together, sampled};
+use common::engine::{repo, run, run_together, sampled, spec_req};
 
 fn fixture_dir() -> &'static Path {
     common::engine::standard_fixtures("wick-speculative")
@@ -37,15 +37,6 @@ fn load_as(path: &Path, kv_types: KvTypes) -> Engine {
 /// draft, and both outcomes come often.
 fn spec() -> Option<SpecOptions> {
     Some(SpecOptions { draft_max: 6, draft_min: 1, ngram_min: 1, ngram_max: 3, ..SpecOptions::ngram(0) })
-}
-
-fn with(
-    prompt: &[u32],
-    n: usize,
-    sampling: SamplingParams,
-    speculative: Option<SpecOptions>,
-) -> GenerateRequest {
-    GenerateRequest { sampling, speculative, ..GenerateRequest::greedy(prompt.to_vec(), n) }
 }
 
 /// A prompt that repeats itself, as copy-heavy work does, cut so the continuation may or may
@@ -77,9 +68,9 @@ fn tokens_with_speculation_equal_tokens_without_on_every_fixture() {
         for seed in 0..3 {
             let p = prompt(seed);
             for sampling in [SamplingParams::greedy(), sampled(7 + seed as u64)] {
-                let plain = run(&engine, with(&p, 40, sampling.clone(), None));
+                let plain = run(&engine, spec_req(&p, 40, sampling.clone(), None));
                 let before = engine.metrics();
-                let fast = run(&engine, with(&p, 40, sampling.clone(), spec()));
+                let fast = run(&engine, spec_req(&p, 40, sampling.clone(), spec()));
                 let c = counts(before, engine.metrics());
                 (drafted, accepted) = (drafted + c.drafted, accepted + c.accepted);
                 let how = if sampling.temperature == 0.0 { "greedy" } else { "sampled" };
@@ -105,13 +96,15 @@ fn a_batch_with_speculation_gives_each_sequence_its_tokens_alone_without() {
         let engine = load(&fixture_dir().join(name));
         // Three: from two per kernel thread on, the batch decodes row-parallel without drafts.
         let prompts: Vec<Vec<u32>> = (0..3).map(prompt).collect();
-        let alone: Vec<Vec<u32>> =
-            prompts.iter().map(|p| run(&engine, with(p, 48, SamplingParams::greedy(), None)).ids).collect();
+        let alone: Vec<Vec<u32>> = prompts
+            .iter()
+            .map(|p| run(&engine, spec_req(p, 48, SamplingParams::greedy(), None)).ids)
+            .collect();
         // Two with speculation and one without, in one schedule.
         let reqs = prompts
             .iter()
             .enumerate()
-            .map(|(i, p)| with(p, 48, SamplingParams::greedy(), if i % 2 == 0 { spec() } else { None }))
+            .map(|(i, p)| spec_req(p, 48, SamplingParams::greedy(), if i % 2 == 0 { spec() } else { None }))
             .collect();
         let before = engine.metrics();
         let together = run_together(&engine, reqs);
@@ -130,8 +123,8 @@ fn a_draft_running_into_the_token_limit_stops_at_it() {
     let engine = load(&fixture_dir().join("tiny-lfm2-q8_0.gguf"));
     for n in [1, 2, 3, 7] {
         let p = prompt(1);
-        let plain = run(&engine, with(&p, n, SamplingParams::greedy(), None));
-        let fast = run(&engine, with(&p, n, SamplingParams::greedy(), spec()));
+        let plain = run(&engine, spec_req(&p, n, SamplingParams::greedy(), None));
+        let fast = run(&engine, spec_req(&p, n, SamplingParams::greedy(), spec()));
         assert_eq!(plain.ids, fast.ids, "max_tokens {n}");
         assert_eq!(fast.ids.len(), n, "max_tokens {n}");
     }
@@ -147,7 +140,7 @@ fn bad_settings_are_refused() {
         SpecOptions { ngram_min: 0, ..SpecOptions::ngram(4) },
         SpecOptions { ngram_min: 4, ngram_max: 2, ..SpecOptions::ngram(4) },
     ] {
-        let err = engine.submit(with(&p, 4, SamplingParams::greedy(), Some(bad))).err();
+        let err = engine.submit(spec_req(&p, 4, SamplingParams::greedy(), Some(bad))).err();
         assert!(
             matches!(err, Some(wick_core::WickError::InvalidRequest(ref m)) if m.contains("speculative")),
             "{bad:?} → {err:?}"
@@ -167,9 +160,9 @@ fn real_model_equal(test: &str, file: &str, kv_types: KvTypes) {
     let text =
         format!("Rename `area` to `surface` in this code and repeat all of it:\n\n{doc}\nHere it is:\n\n");
     let p = engine.tokenizer().encode(&text, true, false).expect("encode");
-    let plain = run(&engine, with(&p, 64, SamplingParams::greedy(), None));
+    let plain = run(&engine, spec_req(&p, 64, SamplingParams::greedy(), None));
     let before = engine.metrics();
-    let fast = run(&engine, with(&p, 64, SamplingParams::greedy(), Some(SpecOptions::ngram(8))));
+    let fast = run(&engine, spec_req(&p, 64, SamplingParams::greedy(), Some(SpecOptions::ngram(8))));
     let c = counts(before, engine.metrics());
     assert_eq!(plain.ids, fast.ids, "{file}: greedy tokens with speculation differ");
     assert!(c.drafted > 0, "{file}: nothing was drafted on a copy-heavy prompt");

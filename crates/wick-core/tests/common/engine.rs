@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use wick_core::request::{Event, FinishReason, GenerateRequest};
+use wick_core::request::{Event, FinishReason, GenerateRequest, SpecOptions};
 use wick_core::sampling::SamplingParams;
 use wick_core::{Engine, EngineOptions, WickError};
 
@@ -128,6 +128,16 @@ pub fn chat(engine: &Engine, user: &str) -> Vec<u32> {
 
 pub fn req(prompt: Vec<u32>, max_tokens: usize, sampling: SamplingParams) -> GenerateRequest {
     GenerateRequest { sampling, ..GenerateRequest::greedy(prompt, max_tokens) }
+}
+
+/// `req` with its speculative decoding settings (None: the engine's).
+pub fn spec_req(
+    prompt: &[u32],
+    n: usize,
+    sampling: SamplingParams,
+    speculative: Option<SpecOptions>,
+) -> GenerateRequest {
+    GenerateRequest { speculative, ..req(prompt.to_vec(), n, sampling) }
 }
 
 pub fn sampled(seed: u64) -> SamplingParams {

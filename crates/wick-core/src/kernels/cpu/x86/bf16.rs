@@ -70,21 +70,11 @@ pub unsafe fn bf16_tiled_lanes(w: &[u8], x: &[u16]) -> [f32; 16] {
 #[target_feature(enable = "avx512f,avx512bf16")]
 pub unsafe fn tile4x4_lanes(w: [&[u8]; 4], x: [&[u16]; 4], k: usize) -> [[[f32; 16]; 4]; 4] {
     let load = |p: *const u8| -> __m512bh { std::mem::transmute(_mm512_loadu_si512(p as *const __m512i)) };
-    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
-    for i in (0..k).step_by(32) {
-        let wc: [__m512bh; 4] = std::array::from_fn(|c| load(w[c].as_ptr().add(2 * i)));
-        for (a, xr) in acc.iter_mut().zip(&x) {
-            let xv = load(xr.as_ptr().add(i) as *const u8);
-            for (a, &wv) in a.iter_mut().zip(&wc) {
-                *a = _mm512_dpbf16_ps(*a, wv, xv);
-            }
-        }
-    }
-    let mut out = [[[0f32; 16]; 4]; 4];
-    for (o, a) in out.iter_mut().zip(&acc) {
-        for (o, a) in o.iter_mut().zip(a) {
-            _mm512_storeu_ps(o.as_mut_ptr(), *a);
-        }
-    }
-    out
+    super::tile4x4(
+        k,
+        32,
+        |c, i| load(w[c].as_ptr().add(2 * i)),
+        |r, i| load(x[r].as_ptr().add(i) as *const u8),
+        |a, wv, xv| _mm512_dpbf16_ps(a, wv, xv),
+    )
 }

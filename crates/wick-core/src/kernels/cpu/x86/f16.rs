@@ -46,25 +46,13 @@ pub unsafe fn single_lanes(w: &[u8], x: &[f32]) -> [f32; 16] {
 /// Needs AVX-512F; each `w[c]` holds 2·k bytes and each `x[r]` k values.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn tile4x4_lanes(w: [&[u8]; 4], x: [&[f32]; 4], k: usize) -> [[[f32; 16]; 4]; 4] {
-    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
-    for i in (0..k).step_by(16) {
-        let wc: [__m512; 4] = std::array::from_fn(|c| {
-            _mm512_cvtph_ps(_mm256_loadu_si256(w[c].as_ptr().add(2 * i) as *const __m256i))
-        });
-        for (r, a) in acc.iter_mut().enumerate() {
-            let xr = _mm512_loadu_ps(x[r].as_ptr().add(i));
-            for (a, &wv) in a.iter_mut().zip(&wc) {
-                *a = _mm512_fmadd_ps(wv, xr, *a);
-            }
-        }
-    }
-    let mut out = [[[0f32; 16]; 4]; 4];
-    for (o, a) in out.iter_mut().zip(&acc) {
-        for (o, a) in o.iter_mut().zip(a) {
-            _mm512_storeu_ps(o.as_mut_ptr(), *a);
-        }
-    }
-    out
+    super::tile4x4(
+        k,
+        16,
+        |c, i| _mm512_cvtph_ps(_mm256_loadu_si256(w[c].as_ptr().add(2 * i) as *const __m256i)),
+        |r, i| _mm512_loadu_ps(x[r].as_ptr().add(i)),
+        |a, wv, xv| _mm512_fmadd_ps(wv, xv, a),
+    )
 }
 
 /// `single_lanes` for four activation rows against one weight row (verified drafts, batched

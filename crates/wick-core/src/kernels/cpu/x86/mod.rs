@@ -39,3 +39,34 @@ pub(super) unsafe fn hsum_f32(v: __m256) -> f32 {
     let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
 }
+
+/// The 4 × 4 output tile shared by the F16 and BF16 prompt kernels: over `k` in chunks of
+/// `step`, the four weight rows' chunks (`load_w(c, i)`), then each activation row's
+/// (`load_x(r, i)`) multiplied into its four accumulators (`madd`); returns every output's 16
+/// accumulator lanes, `out[r][c]` for row r and column c.
+#[inline(always)]
+pub(super) unsafe fn tile4x4<W: Copy, X: Copy>(
+    k: usize,
+    step: usize,
+    load_w: impl Fn(usize, usize) -> W,
+    load_x: impl Fn(usize, usize) -> X,
+    madd: impl Fn(__m512, W, X) -> __m512,
+) -> [[[f32; 16]; 4]; 4] {
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    for i in (0..k).step_by(step) {
+        let wc: [W; 4] = std::array::from_fn(|c| load_w(c, i));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let xv = load_x(r, i);
+            for (a, &wv) in a.iter_mut().zip(&wc) {
+                *a = madd(*a, wv, xv);
+            }
+        }
+    }
+    let mut out = [[[0f32; 16]; 4]; 4];
+    for (o, a) in out.iter_mut().zip(&acc) {
+        for (o, a) in o.iter_mut().zip(a) {
+            _mm512_storeu_ps(o.as_mut_ptr(), *a);
+        }
+    }
+    out
+}
