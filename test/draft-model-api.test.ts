@@ -12,6 +12,7 @@ import { fixture, needs, smollm2 } from "./helpers/assets.ts";
 import { BIN, cliHome, wick, type CliHome } from "./helpers/cli.ts";
 import { spawnServe, type ServedProcess } from "./helpers/process.ts";
 import { openaiClient, postJson } from "./helpers/server.ts";
+import { chatText, specCounters } from "./helpers/speculation.ts";
 
 /** A fixture: its small vocabulary is not SmolLM2's. */
 const otherVocab = fixture("tiny-llama-q8_0.gguf");
@@ -35,16 +36,8 @@ test.after.always(async () => {
 
 const MESSAGES = [{ role: "user" as const, content: "Write four sentences about a lighthouse keeper who finds a message in a bottle." }];
 
-async function chat(extra: Record<string, unknown>): Promise<string> {
-  const res = await client.chat.completions.create({ model: "any", messages: MESSAGES, max_tokens: 96, ...extra } as OpenAI.ChatCompletionCreateParamsNonStreaming);
-  return res.choices[0].message.content ?? "";
-}
-
-async function counters(): Promise<{ drafts: number; drafted: number; accepted: number }> {
-  const text = await (await fetch(`${served.url}/metrics`)).text();
-  const read = (name: string) => Number(new RegExp(`^wick:${name}_total\\{[^}]*\\} (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
-  return { drafts: read("spec_decode_num_drafts"), drafted: read("spec_decode_num_draft_tokens"), accepted: read("spec_decode_num_accepted_tokens") };
-}
+const chat = (extra: Record<string, unknown>) => chatText(client, MESSAGES, extra);
+const counters = () => specCounters(served.url);
 
 need.serial("-md: the same answer as without drafts, guesses made and kept", async (t) => {
   for (const sampling of [{ temperature: 0 }, { temperature: 0.8, seed: 5 }]) {

@@ -11,7 +11,7 @@
  *
  * llama.cpp runs with flash attention off, one thread (see test/parity.test.ts).
  */
-import test from "ava";
+import test, { type ExecutionContext } from "ava";
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import path from "node:path";
@@ -124,34 +124,36 @@ async function wick(engine: Engine, promptTokens: number[]): Promise<number[]> {
   return ids;
 }
 
+/** Wick's and llama.cpp's 64 greedy tokens on `file` for every prompt: all equal when `exact`, else the first `LOOSE`. */
+async function compareGreedy(t: ExecutionContext, file: string, exact: boolean): Promise<void> {
+  t.log(`${path.basename(file)}: ${await typesIn(file)}`);
+  const model = await llama.loadModel({ modelPath: file });
+  const engine = await Engine.load({ modelPath: file, contextSize: 512 });
+  try {
+    for (const text of PROMPTS) {
+      const want = await reference(model, text);
+      const got = await wick(engine, want.promptTokens);
+      t.is(got.length, N);
+      const at = got.findIndex((id, i) => id !== want.ids[i]);
+      const same = at === -1 ? N : at;
+      if (exact) {
+        t.is(at, -1, `${JSON.stringify(text)}: greedy ids leave llama.cpp's at step ${at}`);
+      } else {
+        const equal = got.filter((id, i) => id === want.ids[i]).length;
+        t.log(`${JSON.stringify(text)}: ${equal}/${N} greedy tokens match (first difference at ${at})`);
+        t.true(same >= LOOSE, `${JSON.stringify(text)}: greedy ids leave llama.cpp's at step ${at}`);
+      }
+    }
+  } finally {
+    await engine.unload();
+    await model.dispose();
+  }
+}
+
 for (const { type, exact } of TYPES) {
   for (const arch of ARCHS) {
     const name = exact ? `quant matrix: ${arch} ${type}: 64 greedy tokens match llama.cpp` : `quant matrix (not exact yet): ${arch} ${type}: first ${LOOSE} greedy tokens match llama.cpp`;
-    matrix.serial(name, async (t) => {
-      const file = quantized(arch, type);
-      t.log(`${path.basename(file)}: ${await typesIn(file)}`);
-      const model = await llama.loadModel({ modelPath: file });
-      const engine = await Engine.load({ modelPath: file, contextSize: 512 });
-      try {
-        for (const text of PROMPTS) {
-          const want = await reference(model, text);
-          const got = await wick(engine, want.promptTokens);
-          t.is(got.length, N);
-          const at = got.findIndex((id, i) => id !== want.ids[i]);
-          const same = at === -1 ? N : at;
-          if (exact) {
-            t.is(at, -1, `${JSON.stringify(text)}: greedy ids leave llama.cpp's at step ${at}`);
-          } else {
-            const equal = got.filter((id, i) => id === want.ids[i]).length;
-            t.log(`${JSON.stringify(text)}: ${equal}/${N} greedy tokens match (first difference at ${at})`);
-            t.true(same >= LOOSE, `${JSON.stringify(text)}: greedy ids leave llama.cpp's at step ${at}`);
-          }
-        }
-      } finally {
-        await engine.unload();
-        await model.dispose();
-      }
-    });
+    matrix.serial(name, (t) => compareGreedy(t, quantized(arch, type), exact));
   }
 }
 
@@ -165,18 +167,6 @@ for (const type of ["F16", ...(cpuHas("avx512_bf16") ? ["BF16"] : [])]) {
       mkdirSync(quantDir, { recursive: true });
       execFileSync(quantize, ["--allow-requantize", smollm2.path!, file, type], { stdio: ["ignore", "ignore", "pipe"] });
     }
-    t.log(`${path.basename(file)}: ${await typesIn(file)}`);
-    const model = await llama.loadModel({ modelPath: file });
-    const engine = await Engine.load({ modelPath: file, contextSize: 512 });
-    try {
-      for (const text of PROMPTS) {
-        const want = await reference(model, text);
-        const got = await wick(engine, want.promptTokens);
-        t.deepEqual(got, want.ids, `${JSON.stringify(text)}: greedy ids leave llama.cpp's at step ${got.findIndex((id, i) => id !== want.ids[i])}`);
-      }
-    } finally {
-      await engine.unload();
-      await model.dispose();
-    }
+    await compareGreedy(t, file, true);
   });
 }

@@ -15,6 +15,7 @@ import { needs, smollm2 } from "./helpers/assets.ts";
 import { BIN, cliHome, wick, type CliHome } from "./helpers/cli.ts";
 import { spawnServe, type ServedProcess } from "./helpers/process.ts";
 import { openaiClient, postJson } from "./helpers/server.ts";
+import { chatText, specCounters } from "./helpers/speculation.ts";
 
 const need = needs(smollm2());
 let home: CliHome;
@@ -37,16 +38,8 @@ test.after.always(async () => {
 const CODE = Array.from({ length: 6 }, (_, i) => `def area_${i}(width, height):\n    scale = ${i + 2}\n    return width * height * scale\n`).join("\n");
 const MESSAGES = [{ role: "user" as const, content: `Rename the parameter width to w in this code, and print all of it:\n\n${CODE}` }];
 
-async function chat(extra: Record<string, unknown>): Promise<string> {
-  const res = await client.chat.completions.create({ model: "any", messages: MESSAGES, max_tokens: 96, ...extra } as OpenAI.ChatCompletionCreateParamsNonStreaming);
-  return res.choices[0].message.content ?? "";
-}
-
-async function counters(): Promise<{ drafts: number; drafted: number; accepted: number }> {
-  const text = await (await fetch(`${served.url}/metrics`)).text();
-  const read = (name: string) => Number(new RegExp(`^wick:${name}_total\\{[^}]*\\} (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
-  return { drafts: read("spec_decode_num_drafts"), drafted: read("spec_decode_num_draft_tokens"), accepted: read("spec_decode_num_accepted_tokens") };
-}
+const chat = (extra: Record<string, unknown>) => chatText(client, MESSAGES, extra);
+const counters = () => specCounters(served.url);
 
 need.serial("--spec-type ngram-simple: the same answer as with speculation off per request, drafts made and accepted", async (t) => {
   for (const sampling of [{ temperature: 0 }, { temperature: 0.8, seed: 11 }]) {
