@@ -16,11 +16,12 @@ const CHECK_FROM: usize = 5;
 /// The vocabularies' sizes may differ by this many (llama.cpp's `SPEC_VOCAB_MAX_SIZE_DIFFERENCE`).
 const MAX_SIZE_DIFFERENCE: usize = 128;
 
-/// The draft model and what it is, when one is asked for; `pool_tokens` sizes its KV pool
-/// (the target's, plus room for every sequence's guesses).
+/// The draft model and what it is, when one is asked for, for a model of `target_vocab` logits;
+/// `pool_tokens` sizes its KV pool (the model's, plus room for every sequence's guesses).
 pub(super) fn load_drafter(
     opts: &EngineOptions,
     target: &GgufFile,
+    target_vocab: usize,
     pool_tokens: usize,
     device: &Placement,
 ) -> Result<Option<(Drafter, ModelHparams)>> {
@@ -50,7 +51,7 @@ pub(super) fn load_drafter(
         KvTypes::F16,
     )?;
     let info = model.info().clone();
-    Ok(Some((Drafter::new(model, kv), info)))
+    Ok(Some((Drafter::new(model, kv, target_vocab), info)))
 }
 
 /// llama.cpp's `common_speculative_are_compatible`: the same tokenizer model, BOS and EOS, and

@@ -12,6 +12,7 @@ use crate::models::vision::VisionModel;
 use crate::models::{self, ModelHparams};
 use crate::request::{SpecMethod, SpecOptions};
 use crate::runtime::device::Placement;
+use crate::runtime::pool;
 use crate::runtime::weight_cache::{WeightCache, WeightCacheUse};
 use crate::tokenizer::Tokenizer;
 
@@ -149,3 +150,17 @@ pub(super) fn check_speculation(spec: SpecOptions, draft_model: bool) -> Result<
 /// Most tokens drafted in one step (llama-server's `--draft-max` takes any; past this a step
 /// would be mostly rows that are thrown away).
 pub(super) const MAX_DRAFT: usize = 64;
+
+/// Fixes the kernel pool's size from the `threads` option and returns the size in effect.
+pub(super) fn kernel_threads(wanted: Option<usize>) -> Result<usize> {
+    match wanted {
+        None => Ok(pool::threads()),
+        Some(0) => Err(WickError::InvalidRequest("threads must be at least 1".into())),
+        Some(n) => pool::set_threads(n).map(|()| n).map_err(|fixed| {
+            WickError::InvalidRequest(format!(
+                "the CPU kernel pool already runs {fixed} threads (it is process-wide and fixed by \
+                 the first load); cannot use {n}"
+            ))
+        }),
+    }
+}

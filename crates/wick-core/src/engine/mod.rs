@@ -16,7 +16,6 @@ use crate::models::vision::{VisionModel, VisionOptions};
 use crate::models::ModelHparams;
 use crate::request::{event_channel, EventReceiver, GenerateRequest, SpecOptions};
 use crate::runtime::device::{DeviceChoice, Placement};
-use crate::runtime::pool;
 use crate::runtime::weight_cache::WeightCacheUse;
 use crate::sampling::grammar::GrammarCompiler;
 use crate::scheduler::images::{expand, Expanded};
@@ -32,7 +31,8 @@ use adapters::Adapters;
 pub use adapters::{AdapterInfo, LoraSpec};
 pub use embedding::EmbeddingInfo;
 use load::{
-    check_speculation, kv_pool, load_tokenizer_and_model, load_vision, requested_context_size, LoadedModel,
+    check_speculation, kernel_threads, kv_pool, load_tokenizer_and_model, load_vision,
+    requested_context_size, LoadedModel,
 };
 
 /// Tokens per sequence when `EngineOptions::context_size` is None and the model does not say
@@ -298,7 +298,8 @@ impl Engine {
             }
         };
         let pool_tokens = kv.as_ref().map_or(0, KvPool::capacity_tokens);
-        let (drafter, draft_model) = draft::load_drafter(&opts, &gguf, pool_tokens, &device)?.unzip();
+        let (drafter, draft_model) =
+            draft::load_drafter(&opts, &gguf, model_info.n_vocab, pool_tokens, &device)?.unzip();
         let info = EngineInfo {
             model: model_info,
             name,
@@ -583,20 +584,6 @@ fn start_scheduler(
         })
         .map_err(|e| WickError::Internal(format!("cannot start the scheduler thread: {e}")))?;
     Ok(Runner { tx, thread: Some(thread) })
-}
-
-/// Fixes the kernel pool's size from the `threads` option and returns the size in effect.
-fn kernel_threads(wanted: Option<usize>) -> Result<usize> {
-    match wanted {
-        None => Ok(pool::threads()),
-        Some(0) => Err(WickError::InvalidRequest("threads must be at least 1".into())),
-        Some(n) => pool::set_threads(n).map(|()| n).map_err(|fixed| {
-            WickError::InvalidRequest(format!(
-                "the CPU kernel pool already runs {fixed} threads (it is process-wide and fixed by \
-                 the first load); cannot use {n}"
-            ))
-        }),
-    }
 }
 
 impl Drop for Engine {

@@ -17,6 +17,8 @@ const CATCH_UP_CHUNK: usize = 512;
 pub(crate) struct Drafter {
     model: Box<dyn Model>,
     kv: KvPool,
+    /// Token ids both models have (their vocabularies may differ in size at the end).
+    n_vocab: usize,
     /// Per running sequence, by admission order.
     seqs: Vec<(u64, DraftSeq)>,
 }
@@ -50,8 +52,10 @@ struct Round {
 }
 
 impl Drafter {
-    pub fn new(model: Box<dyn Model>, kv: KvPool) -> Self {
-        Self { model, kv, seqs: Vec::new() }
+    /// `target_vocab`: the size of the model's vocabulary the guesses are for.
+    pub fn new(model: Box<dyn Model>, kv: KvPool, target_vocab: usize) -> Self {
+        let n_vocab = model.info().n_vocab.min(target_vocab);
+        Self { model, kv, n_vocab, seqs: Vec::new() }
     }
 
     /// Fills `draft` (the last sampled token, then the guesses) of each asked sequence the
@@ -79,17 +83,17 @@ impl Drafter {
     }
 
     fn draft(&mut self, running: &mut [Box<Sequence>], asks: &[DraftAsk]) -> Result<()> {
-        let n_vocab = self.model.info().n_vocab;
+        let (n_vocab, row) = (self.n_vocab, self.model.info().n_vocab);
         let mut rounds = Vec::with_capacity(asks.len());
         for a in asks {
             let seq = &running[a.index];
-            // A token the draft model does not have (the vocabularies may differ at the end).
-            if seq.tokens.iter().any(|&t| t as usize >= n_vocab) {
-                continue;
-            }
             let slot = self.rewind(seq)?;
             let at = self.seqs[slot].1.cache.len();
             let (p_min, pending) = (seq.spec.p_min, at..seq.tokens.len());
+            // A token one of the models does not have: no guesses for it this round.
+            if seq.tokens[pending.clone()].iter().any(|&t| t as usize >= n_vocab) {
+                continue;
+            }
             if !pending.is_empty() {
                 rounds.push(Round {
                     slot,
@@ -111,9 +115,9 @@ impl Drafter {
         let mut feeding: Vec<usize> = (0..rounds.len()).collect();
         while !feeding.is_empty() {
             let logits = self.step(running, &mut rounds, &feeding, CATCH_UP_CHUNK)?;
-            for (&i, row) in feeding.iter().zip(logits.chunks_exact(n_vocab.max(1))) {
+            for (&i, logits) in feeding.iter().zip(logits.chunks_exact(row.max(1))) {
                 let r = &mut rounds[i];
-                let (tok, p) = most_likely(row);
+                let (tok, p) = most_likely(logits);
                 if p < r.p_min || tok as usize >= n_vocab {
                     r.drafting = false;
                     continue;
