@@ -40,6 +40,28 @@ pub(super) struct Adapters {
 }
 
 impl Adapters {
+    /// The adapters `opts` names (`EngineOptions::lora`), checked against the model `gguf`
+    /// (of architecture `arch`) and loaded in id order.
+    pub(super) fn load_all(
+        opts: &super::EngineOptions,
+        gguf: &crate::gguf::GgufFile,
+        arch: &str,
+        placement: &Placement,
+    ) -> Result<Self> {
+        let base = gguf.tensors.iter().map(|t| (t.name.clone(), t.dims.clone())).collect();
+        let mut adapters =
+            Adapters { list: vec![], base, arch: arch.to_string(), placement: placement.clone() };
+        if opts.vocab_only && !opts.lora.is_empty() {
+            return Err(WickError::InvalidRequest(
+                "LoRA adapters need the model's weights (not vocab-only)".into(),
+            ));
+        }
+        for spec in &opts.lora {
+            adapters.load(spec)?;
+        }
+        Ok(adapters)
+    }
+
     pub(super) fn load(&mut self, spec: &LoraSpec) -> Result<usize> {
         let name = match &spec.name {
             Some(n) => n.clone(),

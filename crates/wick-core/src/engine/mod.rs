@@ -267,20 +267,7 @@ impl Engine {
                 ..ModelHparams::default()
             },
         };
-        let mut adapters = Adapters {
-            list: vec![],
-            base: gguf.tensors.iter().map(|t| (t.name.clone(), t.dims.clone())).collect(),
-            arch: model_info.architecture.clone(),
-            placement: device.clone(),
-        };
-        if opts.vocab_only && !opts.lora.is_empty() {
-            return Err(WickError::InvalidRequest(
-                "LoRA adapters need the model's weights (not vocab-only)".into(),
-            ));
-        }
-        for spec in &opts.lora {
-            adapters.load(spec)?;
-        }
+        let adapters = Adapters::load_all(&opts, &gguf, &model_info.architecture, &device)?;
         let embed_head = match &model {
             Some(m) => Some(Arc::new(EmbedHead::load(&gguf, m.info().n_embd, m.causal())?)),
             None => None,

@@ -9,7 +9,7 @@ use super::feats::with_avx2_codegen;
 #[cfg(target_arch = "x86_64")]
 use super::feats::{has_avx2, has_avx512};
 use super::float_dots::{dot_single_sl, dot_tiled, dot_tiled_sl4};
-use super::matmul::{for_cols, RowPos, ROW_BLOCK};
+use super::split::{for_cols, RowPos, ROW_BLOCK};
 
 /// F16 weights: tinyBLAS for several rows when k splits into whole chunks and the output count
 /// into tiles of 4 (it takes over from ggml's own dot product there), `ggml_vec_dot_f16`

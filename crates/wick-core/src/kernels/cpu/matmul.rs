@@ -25,32 +25,12 @@ use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single_f32, dot_til
 use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
 use super::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};
 use super::quants::{dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0};
+pub use super::split::RowPos;
+use super::split::{for_cols, ROW_BLOCK};
 #[cfg(target_arch = "x86_64")]
 use super::x86::{bf16 as simd_bf16, k_quants as simd_k, quants as simd};
 use crate::error::{Result, WickError};
-use crate::runtime::pool::{self, SyncPtr};
-
-/// A row's place in its sequence's share of a step: llama.cpp picks kernels by how many
-/// rows it multiplies at once, so Wick picks them per sequence, as if each sequence ran alone.
-/// That keeps every sequence's numbers independent of what it is batched with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RowPos {
-    /// Tokens this sequence brings to the step.
-    pub seq_len: u32,
-    /// This row's index among them.
-    pub idx: u32,
-}
-
-impl RowPos {
-    pub const SINGLE: RowPos = RowPos { seq_len: 1, idx: 0 };
-
-    /// Whether ggml's repacked kernels (Q2_K, Q4_K; Q8_0 and Q6_K on aarch64) send this row
-    /// through their GEMM: rows go in groups of four, the remaining `len % 4` (all rows when
-    /// len < 4) through the GEMV.
-    pub fn in_gemm_group(self) -> bool {
-        self.seq_len > 3 && self.idx < self.seq_len - self.seq_len % 4
-    }
-}
+use crate::runtime::pool::SyncPtr;
 
 /// Whether `matmul` handles this weight type (with this output count).
 pub fn supported(dtype: GgmlDType, n_out: usize) -> bool {
@@ -70,26 +50,6 @@ pub fn supported(dtype: GgmlDType, n_out: usize) -> bool {
         GgmlDType::Q2K => n_out.is_multiple_of(8) && has_avx512(),
         _ => false,
     }
-}
-
-/// Output columns per task: enough tasks to balance `threads` (and a helper that wakes late),
-/// whole groups of 8 columns, at least 8.
-fn cols_per_task(n: usize, m: usize) -> usize {
-    let threads = pool::global().threads();
-    if threads == 1 {
-        return n;
-    }
-    let tasks = if m == 1 { threads * 8 } else { threads * 16 };
-    (n.div_ceil(tasks).div_ceil(8) * 8).max(8)
-}
-
-/// Rows of activations per cache block in the multi-row kernels.
-pub(super) const ROW_BLOCK: usize = 64;
-
-/// Runs `f(j0, j1)` over column ranges covering `0..n`, spread over the pool.
-pub(super) fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
-    let c = cols_per_task(n, m);
-    pool::run(n.div_ceil(c), &|t| f(t * c, ((t + 1) * c).min(n)));
 }
 
 /// The type of an absent `dot4` of `tiled_rows` (no SIMD kernels on this architecture).

@@ -19,6 +19,7 @@ pub mod matmul;
 pub(crate) mod q8;
 pub(crate) mod quants;
 pub mod repack;
+pub(crate) mod split;
 pub mod vit;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
