@@ -70,3 +70,19 @@ pub(super) unsafe fn tile4x4<W: Copy, X: Copy>(
     }
     out
 }
+
+/// tinyBLAS's f32 lane sums for 4 rows of `x` × 4 rows of `w` (16 lanes over the chunks of 16
+/// of `k`, a multiple of 16): `out[r][c]`, each output's `dot_tiled_sl` before its tree sum.
+///
+/// # Safety
+/// Needs AVX-512F; every row holds at least k values.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn tile4x4_f32(w: [&[f32]; 4], x: [&[f32]; 4], k: usize) -> [[[f32; 16]; 4]; 4] {
+    tile4x4(
+        k,
+        16,
+        |c, i| _mm512_loadu_ps(w[c].as_ptr().add(i)),
+        |r, i| _mm512_loadu_ps(x[r].as_ptr().add(i)),
+        |a, wv, xv| _mm512_fmadd_ps(wv, xv, a),
+    )
+}
