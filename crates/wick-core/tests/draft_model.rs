@@ -163,3 +163,24 @@ fn smollm2_tokens_equal_with_a_draft_model() {
     let kept = m.spec_accepted_tokens_total - before.spec_accepted_tokens_total;
     assert!(kept > 32, "only {kept} guesses kept from a draft model that is the model itself");
 }
+
+/// A pool too small for the batch: sequences are preempted (their caches freed, their tokens
+/// replayed later) while the draft model holds state for them; each output still equals its
+/// run alone, and the draft model keeps drafting after.
+#[test]
+fn preempted_sequences_with_a_draft_model_give_their_tokens_alone() {
+    let mut o = EngineOptions::new(fixture_dir().join("tiny-lfm2-q8_0.gguf"));
+    (o.context_size, o.kv_tokens, o.max_sequences) = (Some(128), Some(192), 3);
+    o.draft_model = Some(fixture_dir().join("tiny-lfm2-q4_0.gguf"));
+    let engine = Engine::load(o).expect("load");
+    let reqs: Vec<_> = (0..3).map(|s| spec_req(&prompt(s), 60, SamplingParams::greedy(), spec())).collect();
+    let alone: Vec<Vec<u32>> = reqs.iter().map(|r| run(&engine, r.clone()).ids).collect();
+    let before = engine.metrics();
+    let together = run_together(&engine, reqs);
+    let after = engine.metrics();
+    assert!(after.preemptions_total > before.preemptions_total, "no preemption happened");
+    assert!(after.spec_drafts_total > before.spec_drafts_total, "nothing was drafted");
+    for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(a, &t.ids, "sequence {i} preempted beside others differs from alone");
+    }
+}
