@@ -79,7 +79,6 @@ function randomPrompt(nVocab: number, n: number, seed: number): number[] {
 }
 
 export async function bench(opts: BenchOptions): Promise<void> {
-  const packCacheDir = new ModelStore().packCacheDir;
   const engine = await Engine.load({
     modelPath: opts.model,
     contextSize: opts.nPrompt + opts.nGen + 16,
@@ -88,7 +87,7 @@ export async function bench(opts: BenchOptions): Promise<void> {
     prefillChunk: 0, // the whole prompt in one pass, as llama-bench's pp test
     prefixCache: false, // every repetition prefills the whole prompt
     // The weights as `wick serve` holds them: mapped from the pack cache after a model's first load.
-    ...(opts.mmap !== false && packCacheDir ? { packCacheDir } : {}),
+    ...new ModelStore().packCache(opts.mmap),
   });
   try {
     const info = engine.info();

@@ -12,7 +12,7 @@ import { CliError } from "./errors.ts";
 
 export async function startLocal(file: string): Promise<{ client: WickClient; model: string; close(): Promise<void> }> {
   const store = new ModelStore();
-  const models = new ModelManager({ store, ...(store.packCacheDir ? { load: { packCacheDir: store.packCacheDir } } : {}) });
+  const models = new ModelManager({ store, load: store.packCache() });
   models.setDefault({ path: file });
   let id: string;
   try {

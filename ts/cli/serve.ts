@@ -66,7 +66,7 @@ export async function serve(flags: ServeFlags): Promise<void> {
       ...(flags.cacheTypeK !== undefined ? { cacheTypeK: flags.cacheTypeK } : {}),
       ...(flags.cacheTypeV !== undefined ? { cacheTypeV: flags.cacheTypeV } : {}),
       prefixCache: !flags.disablePrefixCache,
-      ...(store.packCacheDir && flags.mmap !== false ? { packCacheDir: store.packCacheDir } : {}),
+      ...store.packCache(flags.mmap),
       toolCallParser: flags.toolCallParser,
       reasoning: reasoningMode(flags),
       ...(flags.reasoningBudget !== undefined && flags.reasoningBudget >= 0 ? { reasoningBudget: flags.reasoningBudget } : {}),

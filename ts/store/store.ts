@@ -44,6 +44,7 @@ export class ModelStore {
    */
   readonly packCacheDir: string | undefined;
   readonly openSink: SinkOpener;
+
   /** Blobs an operation in this process is writing a manifest for: delete/prune leave them. */
   private readonly pinned = new Map<string, number>();
 
@@ -55,6 +56,11 @@ export class ModelStore {
     const packs = process.env.WICK_PACK_CACHE?.trim();
     this.packCacheDir = packs === "off" ? undefined : path.resolve(packs || path.join(this.root, "cache", "packs"));
     this.openSink = opts.openSink ?? openFileSink;
+  }
+
+  /** The load option for the pack cache (none with `--no-mmap`, `mmap: false`, or no cache). */
+  packCache(mmap?: boolean): { packCacheDir?: string } {
+    return this.packCacheDir && mmap !== false ? { packCacheDir: this.packCacheDir } : {};
   }
 
   blobPath(digest: string): string {
