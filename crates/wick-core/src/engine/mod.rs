@@ -301,7 +301,7 @@ impl Engine {
             threads,
             vision: vision.is_some(),
             max_sequences: max_seqs,
-            kv_tokens: kv.as_ref().map_or(0, KvPool::capacity_tokens),
+            kv_tokens: pool_tokens,
             kv_bytes_per_token: kv.as_ref().map_or(0, |p| kv_bytes_per_token(p.layout(), p.types())),
             kv_types: opts.kv_types,
             device: device.name(),

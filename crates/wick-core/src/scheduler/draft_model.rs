@@ -83,7 +83,7 @@ impl Drafter {
     }
 
     fn draft(&mut self, running: &mut [Box<Sequence>], asks: &[DraftAsk]) -> Result<()> {
-        let (n_vocab, row) = (self.n_vocab, self.model.info().n_vocab);
+        let n_vocab = self.n_vocab;
         let mut rounds = Vec::with_capacity(asks.len());
         for a in asks {
             let seq = &running[a.index];
@@ -114,10 +114,9 @@ impl Drafter {
         }
         let mut feeding: Vec<usize> = (0..rounds.len()).collect();
         while !feeding.is_empty() {
-            let logits = self.step(running, &mut rounds, &feeding, CATCH_UP_CHUNK)?;
-            for (&i, logits) in feeding.iter().zip(logits.chunks_exact(row.max(1))) {
+            let best = self.step(running, &mut rounds, &feeding, CATCH_UP_CHUNK)?;
+            for (&i, (tok, p)) in feeding.iter().zip(best) {
                 let r = &mut rounds[i];
-                let (tok, p) = most_likely(logits);
                 if p < r.p_min || tok as usize >= n_vocab {
                     r.drafting = false;
                     continue;
@@ -170,16 +169,16 @@ impl Drafter {
     }
 
     /// One draft-model step over `rounds[feeding]`: each reads up to `chunk` of its pending
-    /// tokens, or, once none are pending, its last guess. Returns the logits of each one's last
-    /// row, in `feeding` order, and keeps a checkpoint after every guess read.
+    /// tokens, or, once none are pending, its last guess. Returns each one's most likely next
+    /// token and its probability, in `feeding` order, and keeps a checkpoint after every guess read.
     fn step(
         &mut self,
         running: &[Box<Sequence>],
         rounds: &mut [Round],
         feeding: &[usize],
         chunk: usize,
-    ) -> Result<Vec<f32>> {
-        // Sequences whose tokens would not fit in the draft pool leave the round.
+    ) -> Result<Vec<(u32, f32)>> {
+        // A draft pool too small for the step is an error: the round's drafts are dropped.
         let need: usize = feeding
             .iter()
             .map(|&i| {
@@ -234,7 +233,8 @@ impl Drafter {
                 d.marks.push(d.cache.checkpoint());
             }
         }
-        with_host_f32(&logits, |l| l.to_vec())
+        let row = self.model.info().n_vocab.max(1);
+        with_host_f32(&logits, |l| l.chunks_exact(row).map(most_likely).collect())
     }
 }
 

@@ -6,8 +6,6 @@
 
 use std::borrow::Cow;
 
-use half::f16;
-
 use super::feats::with_avx2_codegen;
 use super::float_dots::{dot_single_f32, dot_tiled_sl, dot_tiled_sl4};
 use crate::runtime::pool::{self, SyncPtr};
@@ -89,10 +87,8 @@ pub fn matmul_f16w(x: &[f32], m: usize, w: &[u8], n: usize, k: usize) -> Vec<f32
     }
     let x16: Vec<f32> = super::float_dots::round_to_f16(x);
     let widen = |j0: usize, j1: usize| {
-        let v: Vec<f32> = w[j0 * k * 2..j1 * k * 2]
-            .chunks_exact(2)
-            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect();
+        let mut v = vec![0f32; (j1 - j0) * k];
+        super::float_dots::widen_f16_bytes(&w[j0 * k * 2..j1 * k * 2], &mut v);
         Cow::Owned(v)
     };
     tiled_matmul(&x16, m, n, k, &widen)
