@@ -72,6 +72,7 @@ impl Adapter {
         }
         let alpha = m.opt_f32("adapter.lora.alpha")?.unwrap_or(0.0);
         let mut weights = HashMap::new();
+        let mut order = vec![];
         for t in &g.tensors {
             let Some(target) = t.name.strip_suffix(".lora_a") else {
                 if !t.name.ends_with(".lora_b") {
@@ -102,11 +103,24 @@ impl Adapter {
             let a = Linear::load_weight(&g, &t.name, n_in, rank, dev)?;
             let b = Linear::load_weight(&g, &b_name, rank, n_out, dev)?;
             weights.insert(target.to_string(), LoraWeight { a, b, rank });
+            order.push(target.to_string());
         }
         if weights.is_empty() {
             return Err(bad("it adapts no tensor".into()));
         }
         let host = weights.values().all(|w| w.a.host_f16().is_some() && w.b.host_f16().is_some());
+        if host {
+            // End to end in the order a step reads them: each target's A, then its B.
+            let mut by_name: HashMap<&str, &mut LoraWeight> =
+                weights.iter_mut().map(|(k, v)| (k.as_str(), v)).collect();
+            let mut held: Vec<&mut HostF16> = vec![];
+            for name in &order {
+                if let Some(w) = by_name.remove(name.as_str()) {
+                    held.extend([w.a.host_f16_mut(), w.b.host_f16_mut()].into_iter().flatten());
+                }
+            }
+            HostF16::gather(&mut held);
+        }
         Ok(Self { id, name: name.to_string(), path: path.to_path_buf(), alpha, weights, host })
     }
 

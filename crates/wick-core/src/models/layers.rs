@@ -263,6 +263,14 @@ impl Linear {
         }
     }
 
+    /// `host_f16`, to move.
+    pub fn host_f16_mut(&mut self) -> Option<&mut host_f16::HostF16> {
+        match &mut self.w {
+            Weight::HostF16(w) => Some(w),
+            _ => None,
+        }
+    }
+
     pub fn from_qtensor(w: Arc<QTensor>, dev: &Placement) -> Result<Self> {
         Ok(Self { w: weight(w, dev)?, bias: None, name: None })
     }

@@ -19,17 +19,20 @@ use crate::error::{Result, WickError};
 use crate::kernels::RowPos;
 use crate::runtime::pool::{self, SyncPtr};
 
+mod store;
+use store::F16Store;
+
 /// F16 weights kept on the host as stored (small weights such as LoRA adapters, read every
 /// step by every group that uses them: half the bytes of widened ones), widened as they are
 /// read: what `matmul` gives for the F16 tensor.
 pub struct HostF16 {
     /// `[n, k]` row-major; empty when the weights are kept as `t`.
-    w: Vec<f16>,
+    w: F16Store,
     /// The weights instead when k is a short dot (a LoRA adapter's B, k = its rank), where each
     /// output is a sequential f64 sum over k: panels of `SHORT_BLOCK` outputs, each
     /// `[k, SHORT_BLOCK]` (the last zero-padded), so single-token rows sum a panel's outputs
     /// side by side over one contiguous read.
-    t: Vec<f16>,
+    t: F16Store,
     n: usize,
     k: usize,
 }
@@ -40,7 +43,7 @@ impl HostF16 {
             return Err(WickError::Internal(format!("f16 weight of {} values for [{n}, {k}]", w.len())));
         }
         if k >= SHORT_DOT {
-            return Ok(Self { w, t: vec![], n, k });
+            return Ok(Self { w: F16Store::Own(w), t: F16Store::Own(vec![]), n, k });
         }
         let mut t = Vec::with_capacity(n.div_ceil(SHORT_BLOCK) * SHORT_BLOCK * k);
         for p in 0..n.div_ceil(SHORT_BLOCK) {
@@ -50,7 +53,7 @@ impl HostF16 {
                 }
             }
         }
-        Ok(Self { w: vec![], t, n, k })
+        Ok(Self { w: F16Store::Own(vec![]), t: F16Store::Own(t), n, k })
     }
 
     /// `x`: `[m, k]` → `[m, n]`.
@@ -69,6 +72,13 @@ impl HostF16 {
     /// `(n, k)`: outputs and inputs.
     pub fn dims(&self) -> (usize, usize) {
         (self.n, self.k)
+    }
+
+    /// The weights' bytes as the products read them.
+    pub fn bytes(&self) -> &[u8] {
+        let w = if self.t.is_empty() { &self.w } else { &self.t };
+        // SAFETY: f16 is two plain bytes; the slice covers exactly `w`'s memory.
+        unsafe { std::slice::from_raw_parts(w.as_ptr() as *const u8, std::mem::size_of_val(&w[..])) }
     }
 
     /// `matmul` on host rows: `xs` holds `rows.len()` rows of k values. Single-token rows go
