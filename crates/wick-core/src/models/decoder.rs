@@ -203,10 +203,54 @@ fn row_parallel(batch: &[StepSeq<'_>], threads: usize) -> bool {
     batch.len() >= 2 * threads && batch.iter().all(|s| s.tokens.len() == 1)
 }
 
+/// The batch's sequences ordered by their adapters (the sequence at each place; stable, so
+/// sequences with the same adapters keep their order); None when that is the batch's order.
+fn by_adapters(batch: &[StepSeq<'_>]) -> Option<Vec<usize>> {
+    let key = |i: usize| -> Vec<(usize, u32)> {
+        batch[i].lora.map(|m| m.iter().map(|(a, s)| (a.id, s.to_bits())).collect()).unwrap_or_default()
+    };
+    let mut order: Vec<usize> = (0..batch.len()).collect();
+    order.sort_by_cached_key(|&i| key(i));
+    (order.iter().enumerate().any(|(i, &j)| i != j)).then_some(order)
+}
+
+/// Reorders `v` in place so that place i holds what was at `order[i]` (a permutation).
+fn permute<T>(v: &mut [T], order: &[usize]) {
+    for i in 0..v.len() {
+        // Where the element first at order[i] is now: places before i were filled by swaps
+        // that moved what they held to the place the swap came from.
+        let mut j = order[i];
+        while j < i {
+            j = order[j];
+        }
+        v.swap(i, j);
+    }
+}
+
 impl Decoder {
     /// `forward_prepared` on `threads` contiguous shares of the batch at once, one per pool
     /// thread (ops inside a pool task run on that task's thread); logits in batch order.
+    /// Sequences with the same LoRA adapters go to one share (the batch reordered for the
+    /// step, then put back): each thread then streams its own adapters' weights, not every
+    /// adapter of the step, and multiplies them for several rows at once.
     fn forward_row_parallel(&self, batch: &mut [StepSeq<'_>], kv: &KvPool, threads: usize) -> Result<Tensor> {
+        let order = by_adapters(batch);
+        if let Some(o) = &order {
+            permute(batch, o);
+        }
+        let logits = self.forward_shares(batch, kv, threads);
+        let Some(o) = order else { return logits };
+        let mut back = vec![0u32; o.len()];
+        for (i, &j) in o.iter().enumerate() {
+            back[j] = i as u32;
+        }
+        permute(batch, &back.iter().map(|&i| i as usize).collect::<Vec<_>>());
+        let back = Tensor::from_vec(back, o.len(), self.placement.device())?;
+        Ok(logits?.index_select(&back, 0)?)
+    }
+
+    /// The row-parallel step over the batch in its order.
+    fn forward_shares(&self, batch: &mut [StepSeq<'_>], kv: &KvPool, threads: usize) -> Result<Tensor> {
         let per = batch.len().div_ceil(threads);
         let shares: Vec<Mutex<&mut [StepSeq<'_>]>> = batch.chunks_mut(per).map(Mutex::new).collect();
         let logits: Vec<Mutex<Option<Result<Tensor>>>> = shares.iter().map(|_| Mutex::new(None)).collect();
@@ -335,5 +379,44 @@ impl Decoder {
             }
         };
         Ok(StepOutput { logits, hidden })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::permute;
+
+    /// Every permutation of up to 6 places (and some longer ones) lands as asked, and its
+    /// inverse puts the places back.
+    #[test]
+    fn permute_places_each_element_and_its_inverse_restores() {
+        fn all(n: usize) -> Vec<Vec<usize>> {
+            if n == 0 {
+                return vec![vec![]];
+            }
+            let mut out = vec![];
+            for p in all(n - 1) {
+                for at in 0..n {
+                    let mut q = p.clone();
+                    q.insert(at, n - 1);
+                    out.push(q);
+                }
+            }
+            out
+        }
+        let mut orders: Vec<Vec<usize>> = (0..=6).flat_map(all).collect();
+        orders.push((0..64).rev().collect());
+        orders.push((0..64).map(|i| (i * 37) % 64).collect());
+        for order in orders {
+            let mut v: Vec<String> = (0..order.len()).map(|i| i.to_string()).collect();
+            permute(&mut v, &order);
+            assert_eq!(v, order.iter().map(|i| i.to_string()).collect::<Vec<_>>(), "{order:?}");
+            let mut back = vec![0; order.len()];
+            for (i, &j) in order.iter().enumerate() {
+                back[j] = i;
+            }
+            permute(&mut v, &back);
+            assert_eq!(v, (0..order.len()).map(|i| i.to_string()).collect::<Vec<_>>(), "{order:?}");
+        }
     }
 }
