@@ -22,6 +22,8 @@ fn main() {
         return;
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // As `Engine::load` sets the allocator up for the server before it loads a projector.
+    wick_core::runtime::alloc::keep_freed_memory();
     let placement = Placement::resolve(DeviceChoice::from_args(&args).expect("--device"), None);
     if let Some(n) = &placement.notice {
         eprintln!("{n}");

@@ -295,27 +295,31 @@ unsafe fn dot4_q5_1_n<const R: usize>(w: &[u8], a: [&[Act32]; R]) -> [f32; R] {
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn tile4x4_q8_0(w: [&[u8]; 4], a: [&[Act32]; 4]) -> [[f32; 4]; 4] {
     let mut acc = [[_mm256_setzero_ps(); 4]; 4];
-    let scale = |blk: *const u8| {
-        let bits = u16::from_le_bytes([*blk.add(Q8_0::D), *blk.add(Q8_0::D + 1)]);
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
-    };
+    let mut x = [_mm256_setzero_si256(); 4];
+    let mut ax = [_mm256_setzero_si256(); 4];
+    let mut dx = [0f32; 4];
     for b in 0..a[0].len() {
-        let blk: [*const u8; 4] = std::array::from_fn(|c| w[c].as_ptr().add(b * Q8_0::BYTES));
-        let x: [__m256i; 4] =
-            std::array::from_fn(|c| _mm256_loadu_si256(blk[c].add(Q8_0::QS) as *const __m256i));
-        let dx: [f32; 4] = std::array::from_fn(|c| scale(blk[c]));
-        for (acc, ar) in acc.iter_mut().zip(&a) {
-            let y = ar.get_unchecked(b);
+        for c in 0..4 {
+            let blk = w[c].as_ptr().add(b * Q8_0::BYTES);
+            x[c] = _mm256_loadu_si256(blk.add(Q8_0::QS) as *const __m256i);
+            ax[c] = _mm256_sign_epi8(x[c], x[c]);
+            let bits = u16::from_le_bytes([*blk.add(Q8_0::D), *blk.add(Q8_0::D + 1)]);
+            dx[c] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)));
+        }
+        for r in 0..4 {
+            let y = a[r].get_unchecked(b);
             let yv = _mm256_loadu_si256(y.qs.as_ptr() as *const __m256i);
             for c in 0..4 {
-                let dots = _mm256_dpbusd_epi32(
-                    _mm256_setzero_si256(),
-                    _mm256_sign_epi8(x[c], x[c]),
-                    _mm256_sign_epi8(yv, x[c]),
-                );
-                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx[c] * y.d), _mm256_cvtepi32_ps(dots), acc[c]);
+                let dots = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax[c], _mm256_sign_epi8(yv, x[c]));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dx[c] * y.d), _mm256_cvtepi32_ps(dots), acc[r][c]);
             }
         }
     }
-    acc.map(|row| row.map(|v| hsum_f32(v)))
+    let mut out = [[0f32; 4]; 4];
+    for r in 0..4 {
+        for c in 0..4 {
+            out[r][c] = hsum_f32(acc[r][c]);
+        }
+    }
+    out
 }
