@@ -254,6 +254,32 @@ fn gelu_table() -> &'static [u16] {
 
 /// `ggml_gelu` (tanh form) in place: 0 below −10, x above 10, else the f16 table; spread over
 /// the pool.
+/// `y[i] += x[i mod x.len()]` over the pool (a bias on every row of `y`, or a residual of
+/// `y`'s length): ggml's `add`, element by element, without a serial pass over large rows.
+pub fn add_rows(y: &mut [f32], x: &[f32]) {
+    const PIECE: usize = 16384;
+    if x.is_empty() {
+        return;
+    }
+    let yp = SyncPtr(y.as_mut_ptr());
+    let n = y.len();
+    pool::run(n.div_ceil(PIECE), &|p| {
+        let (a, b) = (p * PIECE, ((p + 1) * PIECE).min(n));
+        // SAFETY: a..b lies within y (b ≤ n); task p alone touches elements a..b.
+        let part = unsafe { std::slice::from_raw_parts_mut(yp.get().add(a), b - a) };
+        // In runs that line up with `x` (the loop vectorizes).
+        let mut at = 0;
+        while at < part.len() {
+            let j = (a + at) % x.len();
+            let take = (x.len() - j).min(part.len() - at);
+            for (v, &xv) in part[at..at + take].iter_mut().zip(&x[j..j + take]) {
+                *v += xv;
+            }
+            at += take;
+        }
+    });
+}
+
 pub fn gelu(x: &mut [f32]) {
     let t = gelu_table();
     const PIECE: usize = 4096;
@@ -283,6 +309,20 @@ pub fn gelu(x: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `add_rows` adds `x[i mod len]` to every element once: biases over rows, a residual of
+    /// `y`'s length, lengths that cross the pool's pieces at every offset of a row.
+    #[test]
+    fn add_rows_adds_each_element_once() {
+        for (n, len) in [(1024 * 768, 768), (40_000, 40_000), (50_001, 3), (5, 7), (0, 4)] {
+            let x: Vec<f32> = (0..len).map(|i| (i % 97) as f32 * 0.5 - 3.0).collect();
+            let mut y: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
+            let want: Vec<f32> = y.iter().enumerate().map(|(i, v)| v + x[i % len]).collect();
+            add_rows(&mut y, &x);
+            assert_eq!(y, want, "{n} values, rows of {len}");
+        }
+        add_rows(&mut [1.0], &[]);
+    }
 
     /// Interleaved RoPE in the build's pair orders: on aarch64 the first `⌊hd/8⌋·4` pairs of
     /// each head as ggml's vector loop (`y0 = fma(-x1, s, x0·c)`), the rest and every pair

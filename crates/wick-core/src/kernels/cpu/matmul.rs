@@ -18,6 +18,7 @@ use candle_core::Tensor;
 
 #[cfg(target_arch = "x86_64")]
 use super::blocks::reduce16;
+use super::elementwise::with_host_f32;
 #[cfg(target_arch = "x86_64")]
 use super::feats::has_avx2_fma;
 use super::feats::{has_avx512, has_avx512bf16, with_avx2_codegen};
@@ -145,12 +146,20 @@ impl<'a> Operands<'a> {
 /// one weight row at a time (unpacked once), each output with its own accumulators in the
 /// order of the single-row kernel, so the result does not depend on tiling or threads.
 pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
+    let (m, _) = x.dims2()?;
+    let n = w.shape().dims2()?.0;
+    let y = with_host_f32(x, |xs| matmul_host(xs, m, w, rows))??;
+    Ok(Tensor::from_vec(y, (m, n), x.device())?)
+}
+
+/// `matmul` on host rows: `xs` holds `m` rows of the weight's k values.
+pub fn matmul_host(xs: &[f32], m: usize, w: &QTensor, rows: &[RowPos]) -> Result<Vec<f32>> {
     let (n, k) = w.shape().dims2()?;
-    let (m, kx) = x.dims2()?;
     let dtype = w.dtype();
-    if kx != k || !k.is_multiple_of(dtype.block_size()) || !supported(dtype, n) || rows.len() != m {
+    if xs.len() != m * k || !k.is_multiple_of(dtype.block_size()) || !supported(dtype, n) || rows.len() != m {
         return Err(WickError::Internal(format!(
-            "ggml matmul: input [{m}, {kx}], {dtype:?} weight [{n}, {k}]"
+            "ggml matmul: input of {} values for {m} rows, {dtype:?} weight [{n}, {k}]",
+            xs.len()
         )));
     }
     let data = w.data()?;
@@ -158,8 +167,7 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
     if data.len() != n * row_bytes {
         return Err(WickError::Internal("weight size does not match its shape".into()));
     }
-    let xs = x.flatten_all()?.to_vec1::<f32>()?;
-    let op = Operands { xs: &xs, data: &data, row_bytes, rows, n, k, m };
+    let op = Operands { xs, data: &data, row_bytes, rows, n, k, m };
     let mut y = vec![0f32; m * n];
     let yp = SyncPtr(y.as_mut_ptr());
     // `put` is called with r < m and j < n only.
@@ -168,13 +176,13 @@ pub fn matmul(x: &Tensor, w: &QTensor, rows: &[RowPos]) -> Result<Tensor> {
     let put = move |r: usize, j: usize, v: f32| unsafe { *yp.get().add(r * n + j) = v };
     match dtype {
         GgmlDType::F32 => f32_rows(&op, &put),
-        GgmlDType::F16 => super::f16_matmul::f16_rows(n, k, &xs, rows, &data, &put),
+        GgmlDType::F16 => super::f16_matmul::f16_rows(n, k, xs, rows, &data, &put),
         GgmlDType::Q2K | GgmlDType::Q4K => gemm_group_rows(&op, dtype == GgmlDType::Q2K, &put),
         GgmlDType::BF16 => bf16_rows(&op, &put),
         GgmlDType::Q3K | GgmlDType::Q5K | GgmlDType::Q6K => k_quant_rows(&op, dtype, &put),
         _ => q8_rows(&op, dtype, &put),
     }
-    Ok(Tensor::from_vec(y, (m, n), x.device())?)
+    Ok(y)
 }
 
 /// F32 weights (LoRA adapters, F32 files): tinyBLAS for several rows when k splits into whole

@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::matmul;
 use crate::kernels::cpu::vit::{
-    attention, gelu, layer_norm, matmul_f16w, matmul_f32, patch_embed, resize_antialias,
+    add_rows, attention, gelu, layer_norm, matmul_f16w, matmul_f32, patch_embed, resize_antialias,
 };
 use crate::kernels::RowPos;
 
@@ -62,19 +62,13 @@ impl VLinear {
             Some(w) => matmul_f32(x, m, w, self.n_out, self.n_in),
             None if f16_tiled => matmul_f16w(x, m, &self.w.data()?, self.n_out, self.n_in),
             None => {
-                let rows = vec![RowPos { seq_len: m as u32, idx: 0 }; m];
                 let rows: Vec<RowPos> =
-                    rows.iter().enumerate().map(|(i, r)| RowPos { idx: i as u32, ..*r }).collect();
-                let xt = Tensor::from_slice(x, (m, self.n_in), &Device::Cpu)?;
-                matmul::matmul(&xt, &self.w, &rows)?.flatten_all()?.to_vec1::<f32>()?
+                    (0..m).map(|idx| RowPos { seq_len: m as u32, idx: idx as u32 }).collect();
+                matmul::matmul_host(x, m, &self.w, &rows)?
             }
         };
         if let Some(b) = &self.b {
-            for row in y.chunks_mut(self.n_out) {
-                for (v, &bb) in row.iter_mut().zip(b) {
-                    *v += bb;
-                }
-            }
+            add_rows(&mut y, b);
         }
         Ok(y)
     }
@@ -245,16 +239,12 @@ impl Siglip2 {
             let hcur = b.ln1.forward(&x);
             let (q, k, v) = (b.q.forward(&hcur, n)?, b.k.forward(&hcur, n)?, b.v.forward(&hcur, n)?);
             let a = b.out.forward(&attention(&q, &k, &v, n, n_head, scale), n)?;
-            for (xv, av) in x.iter_mut().zip(&a) {
-                *xv += *av;
-            }
+            add_rows(&mut x, &a);
             let hcur = b.ln2.forward(&x);
             let mut u = b.up.forward(&hcur, n)?;
             gelu(&mut u);
             let f = b.down.forward(&u, n)?;
-            for (xv, fv) in x.iter_mut().zip(&f) {
-                *xv += *fv;
-            }
+            add_rows(&mut x, &f);
         }
         Ok(match &self.post_ln {
             Some(ln) => ln.forward(&x),
