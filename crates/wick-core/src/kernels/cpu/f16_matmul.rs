@@ -238,11 +238,13 @@ where
         for q in quads.chunks_exact(4) {
             let x = |i: usize| &a.tiled_xs[q[i] * k..(q[i] + 1) * k];
             // SAFETY: AVX-512F checked; four weight rows of 2k bytes, four rows of k values.
-            let lanes =
-                unsafe { super::x86::f16::tile4x4_lanes([w0, w1, w2, w3], [x(0), x(1), x(2), x(3)], k) };
-            for (&r, row) in q.iter().zip(&lanes) {
-                for (c, l) in row.iter().enumerate() {
-                    put(r, j + c, reduce16(l));
+            let sums = unsafe {
+                let lanes = super::x86::f16::tile4x4_lanes([w0, w1, w2, w3], [x(0), x(1), x(2), x(3)], k);
+                super::x86::reduce16_4x4(&lanes)
+            };
+            for (&r, row) in q.iter().zip(&sums) {
+                for (c, &v) in row.iter().enumerate() {
+                    put(r, j + c, v);
                 }
             }
         }

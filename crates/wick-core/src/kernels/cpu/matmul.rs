@@ -16,8 +16,6 @@
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Tensor;
 
-#[cfg(target_arch = "x86_64")]
-use super::blocks::reduce16;
 use super::elementwise::with_host_f32;
 #[cfg(target_arch = "x86_64")]
 use super::feats::has_avx2_fma;
@@ -315,10 +313,13 @@ where
         let w = [op.wrow(j), op.wrow(j + 1), op.wrow(j + 2), op.wrow(j + 3)];
         for q in quads[..whole].chunks_exact(4) {
             // SAFETY: AVX-512F/BF16 checked; rows of 2k bytes and k values, k % 32 == 0.
-            let lanes = unsafe { simd_bf16::tile4x4_lanes(w, [x(q[0]), x(q[1]), x(q[2]), x(q[3])], k) };
-            for (&r, row) in q.iter().zip(&lanes) {
-                for (c, l) in row.iter().enumerate() {
-                    put(r, j + c, reduce16(l));
+            let sums = unsafe {
+                let lanes = simd_bf16::tile4x4_lanes(w, [x(q[0]), x(q[1]), x(q[2]), x(q[3])], k);
+                super::x86::reduce16_4x4(&lanes)
+            };
+            for (&r, row) in q.iter().zip(&sums) {
+                for (c, &v) in row.iter().enumerate() {
+                    put(r, j + c, v);
                 }
             }
         }

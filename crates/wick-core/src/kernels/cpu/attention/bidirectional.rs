@@ -11,6 +11,8 @@ use crate::kernels::cpu::expf::ExpVariant;
 use crate::kernels::cpu::expf::{exp_variant, ggml_expf, simd_width, vector_sum};
 use crate::kernels::cpu::feats::with_avx2_codegen;
 use crate::kernels::cpu::float_dots::{dot_single_f32_sl, dot_tiled_sl, dots16_blocks};
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::cpu::x86;
 use crate::runtime::pool::{self, SyncPtr};
 
 /// `ggml_soft_max_ext(·, no mask, scale)` on one row, in place.
@@ -193,18 +195,16 @@ fn values4(p: &[f32], bl: &Blocks, (n, hd, d): (usize, usize, usize), h: usize, 
     let vt = |c: usize| &bl.vt[(h * hd + c) * n..(h * hd + c + 1) * n];
     for c in (0..hd).step_by(4) {
         // SAFETY: AVX-512F checked by the caller; every row holds n values, n % 16 == 0.
-        let lanes = unsafe {
-            crate::kernels::cpu::x86::tile4x4_f32(
-                [vt(c), vt(c + 1), vt(c + 2), vt(c + 3)],
-                [pr(0), pr(1), pr(2), pr(3)],
-                n,
-            )
+        let sums = unsafe {
+            let lanes =
+                x86::tile4x4_f32([vt(c), vt(c + 1), vt(c + 2), vt(c + 3)], [pr(0), pr(1), pr(2), pr(3)], n);
+            x86::reduce16_4x4(&lanes)
         };
-        for (r, row) in lanes.iter().enumerate() {
-            for (cc, l) in row.iter().enumerate() {
+        for (r, row) in sums.iter().enumerate() {
+            for (cc, &v) in row.iter().enumerate() {
                 // SAFETY: query i + r < n, channel h·hd + c + cc < d; task (h, block) alone
                 // writes its queries' head-h columns.
-                unsafe { *op.get().add((i + r) * d + h * hd + c + cc) = reduce16(l) };
+                unsafe { *op.get().add((i + r) * d + h * hd + c + cc) = v };
             }
         }
     }
