@@ -173,13 +173,17 @@ fn scores(
 ) {
     let (n16, nb) = (n / 16 * 16, n / 16);
     let (lo, hi) = (h * hd, (h + 1) * hd);
-    for (r, pr) in p.chunks_exact_mut(n).enumerate() {
-        let i = i0 + r;
-        let qi = &q[i * d + lo..i * d + hi];
-        for j0 in (0..n16).step_by(16) {
-            let blk = &kb[(h * nb + j0 / 16) * hd * 16..(h * nb + j0 / 16 + 1) * hd * 16];
-            pr[j0..j0 + 16].copy_from_slice(&dots16_blocks(hd, false, blk, qi));
+    let query = |r: usize| &q[(i0 + r) * d + lo..(i0 + r) * d + hi];
+    // Each block of 16 keys once for all the task's queries: it stays in the L1 while they
+    // meet it (query by query, the head's whole K came from the L2 for every query).
+    for j0 in (0..n16).step_by(16) {
+        let blk = &kb[(h * nb + j0 / 16) * hd * 16..(h * nb + j0 / 16 + 1) * hd * 16];
+        for (r, pr) in p.chunks_exact_mut(n).enumerate() {
+            pr[j0..j0 + 16].copy_from_slice(&dots16_blocks(hd, false, blk, query(r)));
         }
+    }
+    for (r, pr) in p.chunks_exact_mut(n).enumerate() {
+        let qi = query(r);
         for j in n16..n {
             pr[j] = dot_single_f32_sl(&k[j * d + lo..j * d + hi], qi);
         }
