@@ -240,13 +240,14 @@ impl Decoder {
         }
         let logits = self.forward_shares(batch, kv, threads);
         let Some(o) = order else { return logits };
-        let mut back = vec![0u32; o.len()];
+        // Where each sequence went: the inverse order puts the batch and its logits back.
+        let mut back = vec![0usize; o.len()];
         for (i, &j) in o.iter().enumerate() {
-            back[j] = i as u32;
+            back[j] = i;
         }
-        permute(batch, &back.iter().map(|&i| i as usize).collect::<Vec<_>>());
-        let back = Tensor::from_vec(back, o.len(), self.placement.device())?;
-        Ok(logits?.index_select(&back, 0)?)
+        permute(batch, &back);
+        let rows: Vec<u32> = back.iter().map(|&i| i as u32).collect();
+        Ok(logits?.index_select(&Tensor::from_vec(rows, o.len(), self.placement.device())?, 0)?)
     }
 
     /// The row-parallel step over the batch in its order.
