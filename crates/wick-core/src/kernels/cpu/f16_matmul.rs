@@ -9,7 +9,7 @@ use super::feats::with_avx2_codegen;
 #[cfg(target_arch = "x86_64")]
 use super::feats::{has_avx2, has_avx512};
 use super::float_dots::{dot_single_sl, dot_tiled, dot_tiled_sl4};
-use super::split::{for_cols, RowPos, ROW_BLOCK};
+use super::split::{for_cols, BlockRows, RowPos, ROW_BLOCK};
 
 /// F16 weights: tinyBLAS for several rows when k splits into whole chunks and the output count
 /// into tiles of 4 (it takes over from ggml's own dot product there), `ggml_vec_dot_f16`
@@ -139,7 +139,7 @@ where
                 // Blocks of rows, so a block's activations stay in cache while every column
                 // meets them.
                 for rb in (0..m).step_by(ROW_BLOCK) {
-                    let block: Vec<usize> = (rb..(rb + ROW_BLOCK).min(m)).collect();
+                    let block: BlockRows = (rb..(rb + ROW_BLOCK).min(m)).collect();
                     let xs = F16Acts { k, tiled_xs, x16: &x16, tiled: &tiled };
                     f16_block(&xs, w, j0..j1, &block, &mut wide, put);
                 }
@@ -176,9 +176,9 @@ fn f16_block<T, W, P>(
     P: Fn(usize, usize, f32) + Sync,
 {
     let k = a.k;
-    let (quads, mut rest): (Vec<usize>, Vec<usize>) = block.iter().partition(|&&r| (a.tiled)(r));
+    let (quads, mut rest): (BlockRows, BlockRows) = block.iter().copied().partition(|&r| (a.tiled)(r));
     let whole = if cfg!(target_arch = "aarch64") { 0 } else { quads.len() / 4 * 4 };
-    rest.extend_from_slice(&quads[whole..]);
+    rest.extend(quads[whole..].iter().copied());
     let quads = &quads[..whole];
     #[cfg(target_arch = "x86_64")]
     let j = tile_columns(a, w, cols.clone(), quads, &rest, wide, put);
@@ -196,7 +196,7 @@ fn f16_block<T, W, P>(
                 put(r, j, v);
             }
         }
-        for &r in &rest {
+        for &r in rest.iter() {
             put(
                 r,
                 j,

@@ -24,6 +24,8 @@ use super::float_dots::{dot_bf16_single, dot_bf16_tiled, dot_single_f32, dot_til
 use super::k_quants::{dot_q2k, dot_q3k, dot_q4k, dot_q5k, dot_q6k};
 use super::q8::{quantize_q8, quantize_q8k, quantize_rows, Act256, Act32};
 use super::quants::{dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0};
+#[cfg(target_arch = "x86_64")]
+use super::split::BlockRows;
 pub use super::split::RowPos;
 use super::split::{for_cols, ROW_BLOCK};
 #[cfg(target_arch = "x86_64")]
@@ -306,9 +308,9 @@ where
         return j;
     }
     let x = |r: usize| &xb[r * k..(r + 1) * k];
-    let (quads, rest): (Vec<usize>, Vec<usize>) = block.partition(|&r| tiled(r));
+    let (quads, mut rest): (BlockRows, BlockRows) = block.partition(|&r| tiled(r));
     let whole = quads.len() / 4 * 4;
-    let rest = [&rest[..], &quads[whole..]].concat();
+    rest.extend(quads[whole..].iter().copied());
     while whole > 0 && j + 4 <= cols.end {
         let w = [op.wrow(j), op.wrow(j + 1), op.wrow(j + 2), op.wrow(j + 3)];
         for q in quads[..whole].chunks_exact(4) {

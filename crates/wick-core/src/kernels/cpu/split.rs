@@ -40,8 +40,66 @@ fn cols_per_task(n: usize, m: usize) -> usize {
 /// Rows of activations per cache block in the multi-row kernels.
 pub(crate) const ROW_BLOCK: usize = 64;
 
+/// Up to `ROW_BLOCK` row indices held inline: the multi-row kernels sort a block's rows per
+/// task (one-token decodes too), and a heap vector per sort cost thousands of allocations a
+/// token. Rows past `ROW_BLOCK` are never added (a block holds no more).
+#[derive(Clone, Copy)]
+pub(crate) struct BlockRows {
+    len: usize,
+    rows: [usize; ROW_BLOCK],
+}
+
+impl Default for BlockRows {
+    fn default() -> Self {
+        Self { len: 0, rows: [0; ROW_BLOCK] }
+    }
+}
+
+impl std::ops::Deref for BlockRows {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        &self.rows[..self.len]
+    }
+}
+
+impl Extend<usize> for BlockRows {
+    fn extend<I: IntoIterator<Item = usize>>(&mut self, rows: I) {
+        for r in rows {
+            if let Some(slot) = self.rows.get_mut(self.len) {
+                *slot = r;
+                self.len += 1;
+            }
+        }
+    }
+}
+
+impl FromIterator<usize> for BlockRows {
+    fn from_iter<I: IntoIterator<Item = usize>>(rows: I) -> Self {
+        let mut b = Self::default();
+        b.extend(rows);
+        b
+    }
+}
+
 /// Runs `f(j0, j1)` over column ranges covering `0..n`, spread over the pool.
 pub(crate) fn for_cols(n: usize, m: usize, f: &(dyn Fn(usize, usize) + Sync)) {
     let c = cols_per_task(n, m);
     pool::run(n.div_ceil(c), &|t| f(t * c, ((t + 1) * c).min(n)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block's rows split in two keep their order, and a full set takes no more.
+    #[test]
+    fn block_rows_keep_their_order_up_to_a_block() {
+        let (even, mut odd): (BlockRows, BlockRows) = (0..ROW_BLOCK).partition(|r| r % 2 == 0);
+        assert_eq!(&even[..], &(0..ROW_BLOCK).step_by(2).collect::<Vec<_>>()[..]);
+        odd.extend(even[..4].iter().copied());
+        assert_eq!(odd.len(), ROW_BLOCK / 2 + 4);
+        assert_eq!(&odd[ROW_BLOCK / 2..], &[0, 2, 4, 6]);
+        let full: BlockRows = (0..ROW_BLOCK + 5).collect();
+        assert_eq!(&full[..], &(0..ROW_BLOCK).collect::<Vec<_>>()[..]);
+    }
 }
