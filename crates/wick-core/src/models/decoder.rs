@@ -206,6 +206,10 @@ fn row_parallel(batch: &[StepSeq<'_>], threads: usize) -> bool {
 /// The batch's sequences ordered by their adapters (the sequence at each place; stable, so
 /// sequences with the same adapters keep their order); None when that is the batch's order.
 fn by_adapters(batch: &[StepSeq<'_>]) -> Option<Vec<usize>> {
+    // Most steps run no adapter: nothing to sort.
+    if batch.iter().all(|s| s.lora.is_none_or(|m| m.is_empty())) {
+        return None;
+    }
     let key = |i: usize| -> Vec<(usize, u32)> {
         batch[i].lora.map(|m| m.iter().map(|(a, s)| (a.id, s.to_bits())).collect()).unwrap_or_default()
     };

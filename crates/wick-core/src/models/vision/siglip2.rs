@@ -219,21 +219,15 @@ impl Siglip2 {
 
     /// Planar `[3, h, w]` normalised pixels → `[(h/p)·(w/p), d]` features, row-major.
     pub fn forward(&self, pixels: &[f32], w: usize, h: usize) -> Result<Vec<f32>> {
-        let Shape { d, n_head, patch, .. } = self.shape;
+        let Shape { n_head, patch, .. } = self.shape;
         let (nx, ny) = (w / patch, h / patch);
         let n = nx * ny;
         let mut x = patch_embed(pixels, w, h, patch, &self.patch_w);
         let pos = self.shape.positions(&self.pos, nx, ny);
-        for (row, prow) in x.chunks_mut(d).zip(pos.chunks(d)) {
-            if let Some(b) = &self.patch_b {
-                for (v, &bb) in row.iter_mut().zip(b) {
-                    *v += bb;
-                }
-            }
-            for (v, &p) in row.iter_mut().zip(prow) {
-                *v += p;
-            }
+        if let Some(b) = &self.patch_b {
+            add_rows(&mut x, b);
         }
+        add_rows(&mut x, &pos);
         let scale = self.shape.scale();
         for b in &self.blocks {
             let hcur = b.ln1.forward(&x);
