@@ -4,6 +4,7 @@
 #
 #   bash scripts/gpu-check.sh build   # here: the CUDA builds, with the PyPI toolkit of
 #                                     # scripts/cuda-toolkit.sh, into .gpu/ (gitignored)
+#   bash scripts/gpu-check.sh build --base REV   # also REV's benches, for an A/B on the GPU
 #   bash scripts/gpu-check.sh run     # on the GPU host, .gpu/ carried: builds nothing
 #
 # A dry run of the plumbing on a machine without a GPU: `build --cpu` (no CUDA feature) and
@@ -31,7 +32,8 @@ gpu=.gpu
 
 build() {
   set -e
-  local triple target=target/cuda features=(--features cuda)
+  local triple target=target/cuda features=(--features cuda) base=
+  [ "${1:-}" = --base ] && base=${2:?build --base REV}
   if [ "${1:-}" = --cpu ]; then
     # The main target dir's release build, as it is (a profile change would rebuild it all).
     target=target features=()
@@ -48,10 +50,23 @@ build() {
   for t in device_path device_kernels; do
     cp "$(sed -n "s/.*\"executable\":\"\([^\"]*$t-[^\"]*\)\".*/\1/p" <<<"$json" | tail -1)" "$gpu/$t"
   done
-  cargo build --release --target "$triple" --target-dir "$target" -p wick-core "${features[@]}" --bench serving --bench e2e -q
-  for b in serving e2e; do
-    cp "$(ls -t "$target/$triple/release/deps/$b-"* | grep -v '\.d$' | head -1)" "$gpu/$b"
-  done
+  benches() {
+    cargo build --release --target "$triple" --target-dir "$target" -p wick-core "${features[@]}" --bench serving --bench e2e -q
+    for b in serving e2e; do
+      cp "$(ls -t "$target/$triple/release/deps/$b-"* | grep -v '\.d$' | head -1)" "$gpu/$b$1"
+    done
+  }
+  benches ""
+  local bins=(device_path device_kernels e2e serving)
+  if [ -n "$base" ]; then
+    # REV's benches from a worktree, in the same target dir (only Wick's crates rebuild).
+    local src=/tmp/wick-gpu-base here=$PWD
+    git worktree remove --force "$src" 2>/dev/null || true
+    git worktree add --detach "$src" "$base" >/dev/null
+    (cd "$src" && gpu=$here/$gpu target=$here/$target && benches -base)
+    git worktree remove --force "$src"
+    bins+=(e2e-base serving-base)
+  fi
   # The fixture writer needs no GPU: the CPU build's.
   cargo build --release --target "$triple" -q -p wick-fixtures
   cp "target/$triple/release/wick-fixtures" "$gpu/"
@@ -60,9 +75,8 @@ build() {
   # Each CUDA binary holds candle's ~50 MB of PTX and its fast kernels' machine code (~90 MB in
   # all): one xz stream whose window spans all four stores that once (~22 MB), inside the
   # device runner's 64 MiB.
-  tar -cf - -C "$gpu" device_path device_kernels e2e serving |
-    xz -T2 --lzma2=preset=6,dict=512MiB >"$gpu/bin.tar.xz"
-  rm -f "$gpu/device_path" "$gpu/device_kernels" "$gpu/e2e" "$gpu/serving"
+  tar -cf - -C "$gpu" "${bins[@]}" | xz -T2 --lzma2=preset=6,dict=512MiB >"$gpu/bin.tar.xz"
+  (cd "$gpu" && rm -f "${bins[@]}")
   du -sh "$gpu"/*
 }
 
@@ -73,7 +87,7 @@ run() {
   local serving=(--input-len 1024 --output-len 128 --num-prompts 256) warmup=128
   local sanitizer=(compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9)
   # Seconds per step: device tests, sanitizer, e2e, serving at concurrency 1, serving above.
-  local t_kern=900 t_tests=900 t_san=900 t_e2e=600 t_one=1800 t_many=1800 many=16,64,256 f16_serving=1
+  local t_kern=900 t_tests=900 t_san=900 t_e2e=600 t_one=1800 t_many=1800 many=16,64,256 f16_serving=1 t_prof=300
   case "${1:-}" in
     --quick)
       e2e=(--prompt 32 --gen 4 --repeats 1)
@@ -81,7 +95,7 @@ run() {
       command -v compute-sanitizer >/dev/null || sanitizer=() ;;
     --lease)
       serving=(--input-len 1024 --output-len 128 --num-prompts 32) warmup=8 many=16,64
-      t_kern=60 t_tests=50 t_san=40 t_e2e=40 t_one=60 t_many=75 f16_serving=0 ;;
+      t_kern=60 t_tests=50 t_san=40 t_e2e=40 t_one=60 t_many=75 f16_serving=0 t_prof=90 ;;
   esac
   : >"$report"
   say() { echo "$*" | tee -a "$report"; }
@@ -124,11 +138,29 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
       tee -a "$report"
     timeout "$t_many" "$gpu/serving" "$m" --device "$dev" "${serving[@]}" --warmup 0 --concurrency "$many" \
       --gpu-memory-utilization 0.5 2>&1 | tee -a "$report"
+    if [ "$f" = q8_0 ] && [ -x "$gpu/e2e-base" ]; then
+      # The base build (`build --base REV`) on the same rows, right after: an A/B on one GPU.
+      say "## the same on the base build"
+      timeout "$t_e2e" "$gpu/e2e-base" "$m" --device "$dev" "${e2e[@]}" 2>&1 | tail -2 | tee -a "$report"
+      timeout "$t_many" "$gpu/serving-base" "$m" --device "$dev" "${serving[@]}" --warmup 0 --concurrency "$many" \
+        --gpu-memory-utilization 0.5 2>&1 | tee -a "$report"
+    fi
   done
+
+  # Where a decode step's time goes: the GPU's own time per kernel (Nsight Compute, clocks left
+  # alone) over a 1-token prompt and 16 decoded tokens, against the same run's wall time.
+  if command -v ncu >/dev/null && [ "$dev" != cpu-candle ]; then
+    local m=$models/gpu-lfm2-1.2b-q8_0.gguf
+    say "## kernel time per decode step (ncu), gpu-lfm2-1.2b-q8_0"
+    timeout 30 "$gpu/e2e" "$m" --device "$dev" --prompt 1 --gen 16 --repeats 1 2>&1 | tail -1 | tee -a "$report"
+    timeout "$t_prof" ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+      "$gpu/e2e" "$m" --device "$dev" --prompt 1 --gen 16 --repeats 1 >"${OUT:-/tmp}/ncu-decode.txt" 2>&1
+    say "(ncu exit $?: 124 is the step's timeout; summary in ncu-decode.txt)"
+  fi
 }
 
 case "${1:-}" in
-  build) build "${2:-}" ;;
+  build) build "${2:-}" "${3:-}" ;;
   run) run "${2:-}" ;;
-  *) echo "usage: bash scripts/gpu-check.sh build [--cpu] | run [--quick|--lease]"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu-check.sh build [--cpu | --base REV] | run [--quick|--lease]"; exit 2 ;;
 esac

@@ -250,6 +250,72 @@ fn a_ragged_batch_equals_its_sequences_run_alone_on_the_device_path() {
     }
 }
 
+/// One-token sequences of different lengths decode as one batch (one scatter, one padded
+/// gather and batched products per layer; conv states stacked): each step's logits equal those
+/// of the sequence decoding alone, also in a step where another sequence's prompt runs beside.
+#[test]
+fn decodes_batched_together_equal_each_alone_on_the_device_path() {
+    let Some(dev_at) = under_test("decodes_batched_together_equal_each_alone_on_the_device_path") else {
+        return;
+    };
+    for name in
+        ["tiny-llama-q8_0.gguf", "tiny-lfm2-q4_k.gguf", "tiny-lfm2moe-e4-q8_0.gguf", "tiny-gemma3-q8_0.gguf"]
+    {
+        let mut m = load(&fixture_dir().join(name), &dev_at);
+        // 130 tokens cross two block boundaries (conv snapshots while batched); 9 need no pad.
+        let prompts = [prompt(130), prompt(9), prompt(63)];
+        let mut alone: Vec<SeqCache> = prompts.iter().map(|_| SeqCache::default()).collect();
+        let mut together: Vec<SeqCache> = prompts.iter().map(|_| SeqCache::default()).collect();
+        for caches in [&mut alone, &mut together] {
+            for (p, c) in prompts.iter().zip(caches.iter_mut()) {
+                first_row(&mut m, p, c);
+            }
+        }
+        let side = prompt(20);
+        let follow = [5u32, 17, 3, 250];
+        let mut last_alone = vec![];
+        for (step, t) in follow.into_iter().enumerate() {
+            let one: Vec<Vec<f32>> = alone.iter_mut().map(|c| first_row(&mut m, &[t], c)).collect();
+            let mut side_cache = SeqCache::default();
+            let token = [t];
+            let mut batch: Vec<StepSeq<'_>> =
+                together.iter_mut().map(|c| StepSeq::tokens(&token, c)).collect();
+            if step == 2 {
+                // A prompt between the decodes: the step mixes both kinds.
+                batch.insert(1, StepSeq::tokens(&side, &mut side_cache));
+            }
+            let mut all = rows(&m.model.forward(&mut batch, &mut m.kv).expect("forward"));
+            drop(batch);
+            if step == 2 {
+                all.remove(1);
+                m.kv.release(&mut side_cache);
+            }
+            for (i, (a, b)) in one.iter().zip(&all).enumerate() {
+                invariant(&dev_at, a, b, &format!("{name}: step {step}, sequence {i} decoding in a batch"));
+            }
+            last_alone = one;
+        }
+        // The 63-token prompt's first batched decode filled its first block: the conv states
+        // saved then restore the sequence from the prefix cache.
+        let tokens: Vec<u32> = prompts[2].iter().chain(&follow).copied().collect();
+        m.kv.register_full(&mut together[2], &tokens);
+        let mut warm = m.kv.new_seq();
+        let reused = m.kv.reuse_prefix(&mut warm, &tokens[..tokens.len() - 1], 0).expect("reuse");
+        assert_eq!(reused, 64, "{name}");
+        let again = first_row(&mut m, &tokens[reused..], &mut warm);
+        invariant(
+            &dev_at,
+            &last_alone[2],
+            &again,
+            &format!("{name}: a prefix whose block a batched decode ended"),
+        );
+        m.kv.release(&mut warm);
+        for c in alone.iter_mut().chain(together.iter_mut()) {
+            m.kv.release(c);
+        }
+    }
+}
+
 #[test]
 fn a_reused_prefix_restores_the_same_state_on_the_device_path() {
     // 128 prompt tokens = two full blocks: the second request takes them from the prefix

@@ -4,6 +4,10 @@
 //! (llama.cpp's default cache type): block b holds slots `b·BLOCK_SIZE ..`. Writes copy a
 //! sequence's new rows block run by block run; reads gather its slots through an index
 //! tensor built from its block table, so any device's `index_select` reads the pages.
+//! A step's one-token sequences (decodes) are written and read together (`DecodeBatch`):
+//! one scatter and one gather per layer and side, whatever the batch size.
+
+use std::sync::Mutex;
 
 use candle_core::{DType, Device, Tensor};
 
@@ -82,4 +86,119 @@ impl DeviceKv {
         let idx = Tensor::from_vec(slots, len, &self.device)?;
         Ok((ck.index_select(&idx, 0)?, cv.index_select(&idx, 0)?))
     }
+
+    /// The slot tables of a step's one-token sequences: `seqs[b]` with its cache length after
+    /// the step, blocks reserved. Made once per step; every attention layer reads through it.
+    pub fn decode_batch(&self, seqs: &[(&SeqCache, usize)]) -> Result<DecodeBatch> {
+        let longest = seqs.iter().map(|&(_, len)| len).max().unwrap_or(0);
+        if longest == 0 {
+            return Err(WickError::Internal("a decode batch needs one token at least".into()));
+        }
+        let t_pad = longest.div_ceil(READ_PAD) * READ_PAD;
+        let slot = |seq: &SeqCache, p: usize| {
+            seq.blocks[p / BLOCK_SIZE] * BLOCK_SIZE as u32 + (p % BLOCK_SIZE) as u32
+        };
+        let (mut writes, mut reads) =
+            (Vec::with_capacity(seqs.len()), Vec::with_capacity(seqs.len() * t_pad));
+        for &(seq, len) in seqs {
+            self.check(seq, len)?;
+            writes.push(slot(seq, len - 1));
+            // Past its length a sequence reads its own first slot again: real values, masked.
+            reads.extend((0..t_pad).map(|p| slot(seq, if p < len { p } else { 0 })));
+        }
+        Ok(DecodeBatch {
+            lens: seqs.iter().map(|&(_, len)| len).collect(),
+            t_pad,
+            writes: Tensor::from_vec(writes, seqs.len(), &self.device)?,
+            reads: Tensor::from_vec(reads, seqs.len() * t_pad, &self.device)?,
+            write_index: Mutex::new(Vec::new()),
+            masks: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Stores the batch's new keys and values `[B, n_kv_head, head_dim]` (rounded to f16) in
+    /// layer `layer`.
+    pub fn write_decodes(&self, layer: usize, batch: &DecodeBatch, k: &Tensor, v: &Tensor) -> Result<()> {
+        let (ck, cv) = self.layer(layer)?;
+        let index = memo(&batch.write_index, k.dims().to_vec(), || {
+            Ok(batch.writes.reshape((batch.lens.len(), 1, 1))?.broadcast_as(k.shape())?.contiguous()?)
+        })?;
+        ck.scatter_set(&index, &k.to_dtype(DType::F16)?, 0)?;
+        cv.scatter_set(&index, &v.to_dtype(DType::F16)?, 0)?;
+        Ok(())
+    }
+
+    /// The batch's keys and values in layer `layer`, `[B, t_pad, n_kv_head, head_dim]` f16
+    /// each; positions past a sequence's length hold finite values its mask hides.
+    pub fn read_decodes(&self, layer: usize, batch: &DecodeBatch) -> Result<(Tensor, Tensor)> {
+        let (ck, cv) = self.layer(layer)?;
+        let (_, n_kv, hd) = ck.dims3()?;
+        let shape = (batch.lens.len(), batch.t_pad, n_kv, hd);
+        Ok((
+            ck.index_select(&batch.reads, 0)?.reshape(shape)?,
+            cv.index_select(&batch.reads, 0)?.reshape(shape)?,
+        ))
+    }
+}
+
+/// Keys read per sequence of a `DecodeBatch` come in whole multiples of this: the padding then
+/// adds only whole chunks of zero probabilities to the softmax's sum and to the probabilities
+/// · values product (candle's CPU sums run 32 wide), so a sequence decodes to the same bits in
+/// any batch on candle's CPU device.
+const READ_PAD: usize = 64;
+
+/// A step's one-token sequences on the device path, attended as one batch (`DeviceKv::
+/// decode_batch`).
+pub struct DecodeBatch {
+    /// Each sequence's cache length after the step.
+    lens: Vec<usize>,
+    /// Keys read per sequence: the longest length rounded up to `READ_PAD`.
+    pub t_pad: usize,
+    /// `[B]`: the slot of each sequence's new key and value.
+    writes: Tensor,
+    /// `[B · t_pad]`: sequence b's slots of positions `0..t_pad`.
+    reads: Tensor,
+    /// `writes` broadcast to a layer's `[B, n_kv_head, head_dim]`, by shape.
+    write_index: Mutex<Vec<(Vec<usize>, Tensor)>>,
+    /// `mask` by window.
+    masks: Mutex<Vec<(Option<usize>, Tensor)>>,
+}
+
+impl DecodeBatch {
+    pub fn len(&self) -> usize {
+        self.lens.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.lens.is_empty()
+    }
+
+    /// `[B, 1, 1, t_pad]` f32: 0 where sequence b's one query sees key j (`j < len`, and within
+    /// the last `window` positions when there is one), -∞ elsewhere.
+    pub fn mask(&self, window: Option<usize>) -> Result<Tensor> {
+        memo(&self.masks, window, || {
+            let t = self.t_pad;
+            let mut m = vec![f32::NEG_INFINITY; self.lens.len() * t];
+            for (row, &len) in m.chunks_exact_mut(t).zip(&self.lens) {
+                let from = window.map_or(0, |w| len.saturating_sub(w));
+                row[from..len].fill(0.0);
+            }
+            Ok(Tensor::from_vec(m, (self.lens.len(), 1, 1, t), self.writes.device())?)
+        })
+    }
+}
+
+/// The tensor kept under `key`, made by `make` the first time.
+fn memo<K: PartialEq>(
+    cache: &Mutex<Vec<(K, Tensor)>>,
+    key: K,
+    make: impl FnOnce() -> Result<Tensor>,
+) -> Result<Tensor> {
+    let mut kept =
+        cache.lock().map_err(|_| WickError::Internal("a decode batch's table lock was poisoned".into()))?;
+    if let Some((_, t)) = kept.iter().find(|(k, _)| *k == key) {
+        return Ok(t.clone());
+    }
+    let t = make()?;
+    kept.push((key, t.clone()));
+    Ok(t)
 }

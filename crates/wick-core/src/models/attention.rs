@@ -3,12 +3,14 @@
 //! Projections, norms and RoPE run once on all tokens of the step; only the cache append and
 //! the attention product itself are per sequence.
 
+use std::sync::OnceLock;
+
 use candle_core::{DType, Tensor};
 
 use super::layers::{Linear, Linears, RmsNorm, RowPos, WeightDeltas};
 use super::rope::Rope;
 use super::StepSeq;
-use crate::cache::{KvPool, KvWrite, SeqCache};
+use crate::cache::{DecodeBatch, KvPool, KvWrite, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::{attend_many, rotate_runs, with_host_f32, SeqAttn};
@@ -59,6 +61,14 @@ pub struct BatchPlan {
     pub lora_logits: Option<LoraRows>,
     /// The exact CPU path runs the step (else the device path: `runtime::device`).
     pub exact: bool,
+    /// On the device path, the spans of one-token sequences (decodes, not drafts being
+    /// verified): their attention and conv steps run as one batch.
+    pub decodes: Vec<usize>,
+    /// Their cache slots, made by the first attention layer (the blocks are reserved after the
+    /// plan is made) and read by the others.
+    pub decode_slots: OnceLock<DecodeBatch>,
+    /// Their rows of the step's activations, when the step holds other sequences too.
+    decode_rows: OnceLock<Tensor>,
 }
 
 impl BatchPlan {
@@ -140,6 +150,10 @@ impl BatchPlan {
             }
         };
         let n_out = out.len();
+        let decodes = match dev.exact() {
+            true => Vec::new(),
+            false => (0..spans.len()).filter(|&i| spans[i].len == 1 && !spans[i].verify).collect(),
+        };
         Ok(Self {
             spans,
             ids: Tensor::from_vec(ids, n, dev)?,
@@ -152,7 +166,51 @@ impl BatchPlan {
             lora_logits,
             rows,
             exact: dev.exact(),
+            decodes,
+            decode_slots: OnceLock::new(),
+            decode_rows: OnceLock::new(),
         })
+    }
+
+    /// `t`'s rows of the one-token sequences (`decodes`), in their order: `t` itself when every
+    /// sequence of the step decodes.
+    pub fn decode_rows_of(&self, t: &Tensor) -> Result<Tensor> {
+        if self.decodes.len() == self.spans.len() {
+            return Ok(t.clone());
+        }
+        let rows = match self.decode_rows.get() {
+            Some(r) => r,
+            None => {
+                let at: Vec<u32> = self.decodes.iter().map(|&i| self.spans[i].start as u32).collect();
+                let _ = self.decode_rows.set(Tensor::from_vec(at, self.decodes.len(), t.device())?);
+                self.decode_rows.get().ok_or_else(|| WickError::Internal("decode rows not kept".into()))?
+            }
+        };
+        Ok(t.contiguous()?.index_select(rows, 0)?)
+    }
+
+    /// The step's output rows `[n_tokens, ..]` from the decodes' batched rows (`decoded`, in
+    /// `decodes` order) and, for every other span in order, `each(span index)`.
+    pub fn merge_decodes(
+        &self,
+        decoded: Option<Tensor>,
+        mut each: impl FnMut(usize) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        if let (Some(d), true) = (&decoded, self.decodes.len() == self.spans.len()) {
+            return Ok(d.clone());
+        }
+        let mut outs = Vec::with_capacity(self.spans.len());
+        let mut next = 0;
+        for i in 0..self.spans.len() {
+            match (&decoded, self.decodes.get(next) == Some(&i)) {
+                (Some(d), true) => {
+                    outs.push(d.narrow(0, next, 1)?);
+                    next += 1;
+                }
+                _ => outs.push(each(i)?),
+            }
+        }
+        Ok(Tensor::cat(&outs, 0)?)
     }
     pub fn n_tokens(&self) -> usize {
         self.positions.len()
@@ -335,11 +393,12 @@ impl Attention {
         self.o.forward_lora(&o, rows, plan.deltas())
     }
 
-    /// The device path's cache append and attention, sequence by sequence, on candle ops:
-    /// `softmax(q·Kᵀ·scale + mask)·V` with the causal (and sliding-window) mask. Rounds as
-    /// ggml's CPU backend does with flash attention off — keys and values stored f16, Q
-    /// rounded to f16 for `q·Kᵀ` and the probabilities for `·V`, f32 sums — so it follows
-    /// the exact path up to summation order. Returns `[n_tokens, n_head · head_dim]`.
+    /// The device path's cache append and attention on candle ops: `softmax(q·Kᵀ·scale +
+    /// mask)·V` with the causal (and sliding-window) mask; the step's one-token sequences as
+    /// one batch, the others one by one. Rounds as ggml's CPU backend does with flash
+    /// attention off — keys and values stored f16, Q rounded to f16 for `q·Kᵀ` and the
+    /// probabilities for `·V`, f32 sums — so it follows the exact path up to summation order.
+    /// Returns `[n_tokens, n_head · head_dim]`.
     #[allow(clippy::too_many_arguments)]
     fn attend_on_device(
         &self,
@@ -353,18 +412,17 @@ impl Attention {
         window: Option<usize>,
         scale: f64,
     ) -> Result<Tensor> {
+        let decoded = match plan.decodes.is_empty() {
+            true => None,
+            false => Some(self.attend_decodes(q, k, v, plan, layer, kv, caches, window, scale)?),
+        };
         let store = kv.on_device()?;
-        let (hd, group) = (self.head_dim, self.n_head / self.n_kv_head);
-        let mut outs = Vec::with_capacity(plan.spans.len());
-        for (span, seq) in plan.spans.iter().zip(caches) {
-            store.write(
-                layer,
-                seq,
-                span.pos0,
-                &k.narrow(0, span.start, span.len)?,
-                &v.narrow(0, span.start, span.len)?,
-            )?;
-            let (total, len, n_kv) = (span.pos0 + span.len, span.len, self.n_kv_head);
+        let (hd, group, n_kv) = (self.head_dim, self.n_head / self.n_kv_head, self.n_kv_head);
+        plan.merge_decodes(decoded, |i| {
+            let (span, seq) = (plan.spans[i], caches[i]);
+            let (k, v) = (k.narrow(0, span.start, span.len)?, v.narrow(0, span.start, span.len)?);
+            store.write(layer, seq, span.pos0, &k, &v)?;
+            let (total, len) = (span.pos0 + span.len, span.len);
             let (ks, vs) = store.gather(layer, seq, total)?;
             // Grouped by KV head, no copy of K or V per query head: the `group` query heads of
             // KV head g (adjacent in Q) are rows of one `[group · len, hd]` matrix against it.
@@ -381,9 +439,49 @@ impl Attention {
             let p = candle_nn::ops::softmax_last_dim(&scores)?;
             let p = p.to_dtype(DType::F16)?.to_dtype(DType::F32)?.reshape((n_kv, group * len, total))?;
             let o = p.matmul(&vs)?.reshape((self.n_head, len, hd))?;
-            outs.push(o.transpose(0, 1)?.reshape((span.len, self.n_head * hd))?);
-        }
-        Ok(Tensor::cat(&outs, 0)?)
+            Ok(o.transpose(0, 1)?.reshape((span.len, self.n_head * hd))?)
+        })
+    }
+
+    /// `attend_on_device` for the step's one-token sequences (`plan.decodes`) at once: one
+    /// scatter of their new keys and values, one padded gather of their caches, batched
+    /// products. Returns `[B, n_head · head_dim]` in `plan.decodes` order.
+    #[allow(clippy::too_many_arguments)]
+    fn attend_decodes(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        plan: &BatchPlan,
+        layer: usize,
+        kv: &KvPool,
+        caches: &[&SeqCache],
+        window: Option<usize>,
+        scale: f64,
+    ) -> Result<Tensor> {
+        let store = kv.on_device()?;
+        let slots = match plan.decode_slots.get() {
+            Some(s) => s,
+            None => {
+                let seqs: Vec<(&SeqCache, usize)> =
+                    plan.decodes.iter().map(|&i| (caches[i], plan.spans[i].pos0 + 1)).collect();
+                let _ = plan.decode_slots.set(store.decode_batch(&seqs)?);
+                plan.decode_slots.get().ok_or_else(|| WickError::Internal("decode slots not kept".into()))?
+            }
+        };
+        let (b, hd, n_kv) = (plan.decodes.len(), self.head_dim, self.n_kv_head);
+        let group = self.n_head / n_kv;
+        let (q, k, v) = (plan.decode_rows_of(q)?, plan.decode_rows_of(k)?, plan.decode_rows_of(v)?);
+        store.write_decodes(layer, slots, &k, &v)?;
+        let (ks, vs) = store.read_decodes(layer, slots)?; // [B, t_pad, n_kv, hd]
+        let per_kv =
+            |t: Tensor| -> Result<Tensor> { Ok(t.to_dtype(DType::F32)?.transpose(1, 2)?.contiguous()?) };
+        let (ks, vs) = (per_kv(ks)?, per_kv(vs)?); // [B, n_kv, t_pad, hd]
+        let qs = q.to_dtype(DType::F16)?.to_dtype(DType::F32)?.reshape((b, n_kv, group, hd))?;
+        let scores = (qs.matmul(&ks.t()?)? * scale)?.broadcast_add(&slots.mask(window)?)?;
+        let p = candle_nn::ops::softmax_last_dim(&scores)?;
+        let p = p.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
+        Ok(p.matmul(&vs)?.reshape((b, self.n_head * hd))?)
     }
 }
 

@@ -128,8 +128,10 @@ impl ShortConv {
     }
 
     /// `gated_conv_host` on candle ops, on the model's device: the taps summed in the same
-    /// order (tap 0 first), so the same bits where the products round the same. Block-boundary
-    /// snapshots are copied to the host pool (a few rows, only when a boundary is crossed).
+    /// order (tap 0 first), so the same bits where the products round the same. The step's
+    /// one-token sequences run as one batch (`decodes_on_device`), the others one by one.
+    /// Block-boundary snapshots are copied to the host pool (a few rows, only when a boundary
+    /// is crossed).
     fn gated_conv_on_device(
         &self,
         bcx: &Tensor,
@@ -141,8 +143,12 @@ impl ShortConv {
         let (d, l) = (self.d, self.l_cache);
         let (b, c, x) = (bcx.narrow(1, 0, d)?, bcx.narrow(1, d, d)?, bcx.narrow(1, 2 * d, d)?);
         let bx = (b * x)?;
-        let mut ys = Vec::with_capacity(plan.spans.len());
-        for (span, (state, blocks)) in plan.spans.iter().zip(states.iter_mut()) {
+        let decoded = match plan.decodes.is_empty() || self.centred {
+            true => None,
+            false => Some(self.decodes_on_device(&bx, &c, plan, layer, kv, states)?),
+        };
+        plan.merge_decodes(decoded, |i| {
+            let (span, (state, blocks)) = (plan.spans[i], &mut states[i]);
             let full = Tensor::cat(&[state.get(bcx.device())?, bx.narrow(0, span.start, span.len)?], 0)?;
             let window = match self.centred {
                 true => {
@@ -152,11 +158,7 @@ impl ShortConv {
                 }
                 false => full.clone(),
             };
-            let mut conv = window.narrow(0, 0, span.len)?.broadcast_mul(&self.taps[0])?;
-            for (k, tap) in self.taps.iter().enumerate().skip(1) {
-                conv = (conv + window.narrow(0, k, span.len)?.broadcast_mul(tap)?)?;
-            }
-            ys.push((c.narrow(0, span.start, span.len)? * conv)?);
+            let conv = self.taps_over(|k| window.narrow(0, k, span.len))?;
             let first = (span.pos0 / BLOCK_SIZE + 1) * BLOCK_SIZE;
             for p in (first..=span.pos0 + span.len).step_by(BLOCK_SIZE) {
                 let snap = full.narrow(0, p - span.pos0, l - 1)?.flatten_all()?.to_vec1::<f32>()?;
@@ -166,7 +168,47 @@ impl ShortConv {
             if span.verify {
                 state.keep_steps(span.pos0, full.flatten_all()?.to_vec1::<f32>()?);
             }
+            Ok((c.narrow(0, span.start, span.len)? * conv)?)
+        })
+    }
+
+    /// `Σ_k rows(k) ⊙ tap k`, tap 0 first.
+    fn taps_over(&self, rows: impl Fn(usize) -> candle_core::Result<Tensor>) -> Result<Tensor> {
+        let mut conv = rows(0)?.broadcast_mul(&self.taps[0])?;
+        for (k, tap) in self.taps.iter().enumerate().skip(1) {
+            conv = (conv + rows(k)?.broadcast_mul(tap)?)?;
         }
-        Ok(Tensor::cat(&ys, 0)?)
+        Ok(conv)
+    }
+
+    /// The conv step of the step's one-token sequences (`plan.decodes`) at once: their states
+    /// stacked `[B, L-1, d]` beside their new inputs, the taps over the batch, each new state a
+    /// row of one tensor. Returns `[B, d]` in `plan.decodes` order.
+    fn decodes_on_device(
+        &self,
+        bx: &Tensor,
+        c: &Tensor,
+        plan: &BatchPlan,
+        layer: usize,
+        kv: &KvPool,
+        states: &mut [(&mut ConvState, &[BlockId])],
+    ) -> Result<Tensor> {
+        let l = self.l_cache;
+        let prev = plan.decodes.iter().map(|&i| states[i].0.get(bx.device())).collect::<Result<Vec<_>>>()?;
+        let new = plan.decode_rows_of(bx)?.unsqueeze(1)?;
+        let full = Tensor::cat(&[Tensor::stack(&prev, 0)?, new], 1)?; // [B, L, d]
+        let conv = self.taps_over(|k| full.narrow(1, k, 1)?.squeeze(1))?;
+        let next = full.narrow(1, 1, l - 1)?.contiguous()?;
+        for (j, &i) in plan.decodes.iter().enumerate() {
+            let (state, blocks) = &mut states[i];
+            let row = next.get(j)?;
+            // A block boundary right after this token: its state is the block's snapshot.
+            let end = plan.spans[i].pos0 + 1;
+            if end.is_multiple_of(BLOCK_SIZE) {
+                kv.save_conv(layer, blocks[end / BLOCK_SIZE - 1], &row.flatten_all()?.to_vec1::<f32>()?)?;
+            }
+            state.set(row)?;
+        }
+        Ok((plan.decode_rows_of(c)? * conv)?)
     }
 }
