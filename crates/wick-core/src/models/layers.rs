@@ -396,7 +396,7 @@ impl Linears {
 }
 
 /// RMSNorm over the last dim, in f32: `w ⊙ x / sqrt(mean(x²) + ε)`; Wick's kernel on the exact
-/// path, ggml's steps on candle ops on the device path.
+/// path, candle-nn's fused one on the device path.
 pub struct RmsNorm {
     w: Tensor,
     eps: f32,
@@ -412,15 +412,10 @@ impl RmsNorm {
         if self.exact {
             return rms_norm(x, &self.w, self.eps);
         }
-        // ggml's steps on candle ops: squares rounded in f32, summed in f64 (in another order,
-        // which f64 absorbs), the mean rounded to f32, `1/sqrt(mean + ε)` in f32, `x·s·w`.
-        // Metal has no f64: there the sum stays f32.
-        let wide = if x.device().is_metal() { DType::F32 } else { DType::F64 };
-        let n = x.dim(candle_core::D::Minus1)? as f64;
-        let mean =
-            (x.sqr()?.to_dtype(wide)?.sum_keepdim(candle_core::D::Minus1)? / n)?.to_dtype(DType::F32)?;
-        let scale = (mean + self.eps as f64)?.sqrt()?.recip()?;
-        Ok(x.broadcast_mul(&scale)?.broadcast_mul(&self.w)?)
+        // candle-nn's fused norm: one kernel per norm on a GPU (f32 sums, as llama.cpp's CUDA
+        // and Metal kernels), where ggml's CPU steps on candle ops took ten launches and were
+        // half of a decode step's kernels.
+        Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.w, self.eps)?)
     }
 }
 
