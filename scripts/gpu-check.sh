@@ -51,9 +51,13 @@ build() {
     cp "$(sed -n "s/.*\"executable\":\"\([^\"]*$t-[^\"]*\)\".*/\1/p" <<<"$json" | tail -1)" "$gpu/$t"
   done
   benches() {
-    cargo build --release --target "$triple" --target-dir "$target" -p wick-core "${features[@]}" --bench serving --bench e2e -q
+    # The executables cargo names (not the newest file: another tree's build of the same
+    # bench may be newer in the shared target dir).
+    local out
+    out=$(cargo build --release --target "$triple" --target-dir "$target" -p wick-core "${features[@]}" \
+      --bench serving --bench e2e --message-format=json 2>/dev/null)
     for b in serving e2e; do
-      cp "$(ls -t "$target/$triple/release/deps/$b-"* | grep -v '\.d$' | head -1)" "$gpu/$b$1"
+      cp "$(sed -n "s/.*\"executable\":\"\([^\"]*\/$b-[^\"]*\)\".*/\1/p" <<<"$out" | tail -1)" "$gpu/$b$1"
     done
   }
   benches ""
@@ -65,6 +69,9 @@ build() {
     git worktree add --detach "$src" "$base" >/dev/null
     (cd "$src" && gpu=$here/$gpu target=$here/$target && benches -base)
     git worktree remove --force "$src"
+    # Cargo keeps a workspace crate's sources by relative path: the next build here would take
+    # REV's build for fresh. Newer sources make it rebuild.
+    find crates -name '*.rs' -exec touch {} +
     bins+=(e2e-base serving-base)
   fi
   # The fixture writer needs no GPU: the CPU build's.
@@ -75,7 +82,7 @@ build() {
   # Each CUDA binary holds candle's ~50 MB of PTX and its fast kernels' machine code (~90 MB in
   # all): one xz stream whose window spans all four stores that once (~22 MB), inside the
   # device runner's 64 MiB.
-  tar -cf - -C "$gpu" "${bins[@]}" | xz -T2 --lzma2=preset=6,dict=512MiB >"$gpu/bin.tar.xz"
+  tar -cf - -C "$gpu" "${bins[@]}" | xz -T2 --lzma2=preset=3,dict=512MiB >"$gpu/bin.tar.xz"
   (cd "$gpu" && rm -f "${bins[@]}")
   du -sh "$gpu"/*
 }

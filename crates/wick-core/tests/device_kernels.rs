@@ -78,8 +78,8 @@ fn quantized_matmuls_agree_with_the_cpu_reference() {
     let Some(dev) = device(test) else { return };
     let mut failures = vec![];
     let mut table = vec![format!(
-        "{:<6} {:>5} {:>5} {:>4} | {:>16} | {:>16} | {:>16}",
-        "type", "k", "n", "m", "candle", "f16 gemm", "dmmv"
+        "{:<6} {:>5} {:>5} {:>4} | {:>16} | {:>16} | {:>16} | {:>12}",
+        "type", "k", "n", "m", "candle", "f16 gemm", "dmmv", "candle − cpu"
     )];
     // On candle's CPU device (the harness check) the small shapes do.
     let cases: Vec<Case> =
@@ -94,6 +94,10 @@ fn quantized_matmuls_agree_with_the_cpu_reference() {
             QMatMul::from_qtensor(QTensor::new(s, (c.n, c.k)).unwrap()).unwrap()
         };
         let mm = on_dev();
+        let mm_cpu = QMatMul::from_qtensor(
+            QTensor::new(QStorage::from_data(bytes.clone(), &Device::Cpu, c.dtype).unwrap(), (c.n, c.k)).unwrap(),
+        )
+        .unwrap();
         for m in [1usize, 2, 8, 9, 70, 300] {
             let x = values(m * c.k, 1000 + ci as u64 * 7 + m as u64);
             let want: Vec<f64> = (0..m)
@@ -104,7 +108,14 @@ fn quantized_matmuls_agree_with_the_cpu_reference() {
                 .collect();
             let xt = Tensor::from_vec(x.clone(), (m, c.k), &dev).unwrap();
             let run = |y: Tensor| error(&y.flatten_all().unwrap().to_vec1::<f32>().unwrap(), &want);
-            let fast = run(mm.forward(&xt).unwrap());
+            let fast_y = mm.forward(&xt).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let fast = error(&fast_y, &want);
+            // Against candle's CPU kernels on the same q8 activations (the exact path's
+            // quantization): how far the GPU's own activation rounding and sums move a product.
+            let cpu_y = mm_cpu.forward(&Tensor::from_vec(x.clone(), (m, c.k), &Device::Cpu).unwrap()).unwrap();
+            let cpu_y: Vec<f64> =
+                cpu_y.flatten_all().unwrap().to_vec1::<f32>().unwrap().into_iter().map(f64::from).collect();
+            let vs_cpu = error(&fast_y, &cpu_y).0;
             let gemm = run(mm.forward_via_f16(&xt).unwrap());
             let dmmv = dmmv(&on_dev, &xt).map(run);
             let show = |(e, bad): (f32, usize)| match bad {
@@ -112,14 +123,15 @@ fn quantized_matmuls_agree_with_the_cpu_reference() {
                 _ => format!("{e:.1e} {bad} NaN/inf"),
             };
             table.push(format!(
-                "{:<6} {:>5} {:>5} {:>4} | {:>16} | {:>16} | {:>16}",
+                "{:<6} {:>5} {:>5} {:>4} | {:>16} | {:>16} | {:>16} | {:>12.1e}",
                 format!("{:?}", c.dtype),
                 c.k,
                 c.n,
                 m,
                 show(fast),
                 show(gemm),
-                dmmv.map_or("-".into(), show)
+                dmmv.map_or("-".into(), show),
+                vs_cpu
             ));
             for (name, r) in [("candle", Some(fast)), ("f16 gemm", Some(gemm)), ("dmmv", dmmv)] {
                 if let Some((e, bad)) = r.filter(|&(e, bad)| bad > 0 || e > REL_TOL) {
