@@ -40,8 +40,6 @@ use std::ops::Range;
 use half::f16;
 
 pub use self::bidirectional::attention as bidirectional;
-#[cfg(target_arch = "x86_64")]
-use crate::cache::KvTypes;
 use crate::cache::PagedView;
 use crate::kernels::cpu::blocks::reduce16;
 use crate::kernels::cpu::expf::{exp_variant, ggml_expf, vector_sum, ExpVariant};
@@ -224,7 +222,19 @@ pub(crate) fn attend_many_in(
     window: Option<usize>,
     scratch_bytes: usize,
 ) -> Vec<f32> {
-    let Some(plan) = Plan::new(seqs, n_head, scale, window, scratch_bytes) else { return Vec::new() };
+    run_plan(Plan::new(seqs, n_head, scale, window, scratch_bytes, true))
+}
+
+/// `attend_many` with one new token per task on every path (no tiles): what the tiles must
+/// reproduce bit for bit.
+#[cfg(test)]
+pub(crate) fn attend_one_token_tasks(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Option<usize>) -> Vec<f32> {
+    run_plan(Plan::new(seqs, n_head, scale, window, SCRATCH_BYTES, false))
+}
+
+fn run_plan(plan: Option<Plan<'_, '_>>) -> Vec<f32> {
+    let Some(plan) = plan else { return Vec::new() };
+    let n_head = plan.n_head;
     let mut out: Vec<f32> = Vec::with_capacity(plan.n_rows * n_head * plan.hd);
     let op = SyncPtr(out.as_mut_ptr());
     // Tasks run in waves that share one scratch slot each (`Plan::wave`).
@@ -289,17 +299,17 @@ impl<'s, 'a> Plan<'s, 'a> {
         scale: f32,
         window: Option<usize>,
         scratch_bytes: usize,
+        tiles: bool,
     ) -> Option<Self> {
         let first = seqs.first()?;
         let var = exp_variant();
         let (n_kv, hd) = (first.kv.n_kv_head, first.kv.head_dim);
         let group = n_head / n_kv;
         let threads = pool::global().threads();
-        // The tiles read f16 keys and values.
         #[cfg(target_arch = "x86_64")]
-        let wide_tiles = hd.is_multiple_of(16) && avx512::available() && first.kv.types() == KvTypes::F16;
+        let wide_tiles = tiles && hd.is_multiple_of(16) && avx512::available();
         #[cfg(not(target_arch = "x86_64"))]
-        let wide_tiles = false;
+        let wide_tiles = tiles && false;
         // Tokens per task of each sequence: a tile in the multi-token AVX-512 path (smaller when a
         // short prompt would otherwise leave threads without work), one otherwise.
         let longest = seqs.iter().map(|s| s.pos0 + s.len).max().unwrap_or(0).div_ceil(16) * 16;

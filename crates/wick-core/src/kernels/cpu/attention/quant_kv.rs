@@ -125,7 +125,7 @@ mod tests {
 
     use crate::cache::{KvPool, KvType, KvTypes, LayerKind, SeqCache};
     use crate::kernels::cpu::attention::testing::{filled, rng};
-    use crate::kernels::cpu::attention::{attend, attend_many, SeqAttn};
+    use crate::kernels::cpu::attention::{attend, attend_many, attend_one_token_tasks, SeqAttn};
     use crate::runtime::device::Placement;
 
     /// Causal attention in f64 over the values the pool holds (dequantized) and the query
@@ -224,6 +224,31 @@ mod tests {
                     many[row..].iter().zip(&chunk).all(|(a, b)| a.to_bits() == b.to_bits()),
                     "{types:?} batched"
                 );
+            }
+        }
+    }
+
+    /// A prompt's tokens in tiles (the queries of several tokens sharing each key and value
+    /// row) give the bits of one token per task, for every pair of cache types, windows and
+    /// head sizes.
+    #[test]
+    fn tiles_over_quantized_caches_are_one_token_tasks() {
+        let mut r = rng(21);
+        for (k, v) in TYPES.into_iter().chain([(KvType::F16, KvType::F16)]) {
+            let types = KvTypes { k, v };
+            for ((n_kv, n_head), hd) in [((2, 6), 64), ((1, 4), 128), ((2, 2), 96)] {
+                for (len, pos0) in [(9usize, 0usize), (37, 40), (20, 130)] {
+                    let (pool, seq) = filled(types, n_kv, hd, pos0 + len, &mut r);
+                    let view = pool.view(0, &seq).unwrap();
+                    let q: Vec<f32> = (0..len * n_head * hd).map(|_| r() * 3.0).collect();
+                    for window in [None, Some(24)] {
+                        let seqs = [SeqAttn::causal(&q, &view, len, pos0)];
+                        let tiled = attend_many(&seqs, n_head, 0.125, window);
+                        let single = attend_one_token_tasks(&seqs, n_head, 0.125, window);
+                        let same = tiled.iter().zip(&single).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{types:?} heads {n_head}/{n_kv} hd {hd} len {len} pos0 {pos0} {window:?}");
+                    }
+                }
             }
         }
     }

@@ -1,5 +1,7 @@
 //! Tiles of new tokens per task (ggml's tiled path, AVX-512): every query of the tile shares
-//! each K and V load, in tinyBLAS's order per output.
+//! each K and V load, in tinyBLAS's order per output. Over a quantized cache the tile's
+//! queries share each quantized key row (`quant_scores` with all of them) and, for quantized
+//! values, each value row six queries at a time; every output keeps the one-token task's sums.
 
 use std::ops::Range;
 
@@ -66,19 +68,33 @@ impl Plan<'_, '_> {
                 let tile = Tile { si, g, i0, nq, t_hi, row, pos0, group, window: self.window, all: !causal };
                 let (q16, rest) = scratch[..nq * (hd + 2 * row)].split_at_mut(nq * hd);
                 let (w, p16) = rest.split_at_mut(nq * row);
+                let types = self.seqs[si].kv.types();
                 for (qi, qd) in q16.chunks_exact_mut(hd).enumerate() {
                     let (i, h) = (i0 + qi / group, g * group + qi % group);
-                    round_to_f16(&q[(i * n_head + h) * hd..][..hd], qd);
+                    let qh = &q[(i * n_head + h) * hd..][..hd];
+                    // Quantized keys take the query as it is (quantized to q8_0 in their dot).
+                    match types.k.is_quantized() {
+                        true => qd.copy_from_slice(qh),
+                        false => round_to_f16(qh, qd),
+                    }
                 }
-                self.tile_scores(&tile, q16, w);
+                match types.k.is_quantized() {
+                    true => self.tile_quant_scores(&tile, q16, w),
+                    false => self.tile_scores(&tile, q16, w),
+                }
+                // Quantized values meet the weights as they are (f32), as in `one_token`.
+                let round = !types.v.is_quantized();
                 for (qi, (wq, pq)) in w.chunks_exact(row).zip(p16.chunks_exact_mut(row)).enumerate() {
                     let own = tile.t_len(qi).div_ceil(16) * 16;
-                    softmax_f16(&wq[..own], &mut pq[..own], self.var, true);
+                    softmax_f16(&wq[..own], &mut pq[..own], self.var, round);
                     // Past its own positions a row weighs the tile's later tokens by exact zeros (their
                     // values are stored and finite), which leaves every sum as its own positions make it.
                     pq[own..].fill(0.0);
                 }
-                self.tile_values(&tile, p16, op);
+                match types.v.is_quantized() {
+                    true => self.tile_quant_values(&tile, p16, op),
+                    false => self.tile_values(&tile, p16, op),
+                }
             },
         )
     }
@@ -109,6 +125,65 @@ impl Plan<'_, '_> {
                 }
             }
             t += 16;
+        }
+    }
+
+    /// `tile_scores` over quantized keys: every query's q8_0 dots in one pass over the key
+    /// rows (each score its own dot, so the one-token task's bits), then each query's outside
+    /// its own positions and window set back to −∞.
+    #[inline(always)]
+    fn tile_quant_scores(&self, tile: &Tile, q: &[f32], w: &mut [f32]) {
+        let row = tile.row;
+        w.fill(f32::NEG_INFINITY);
+        self.quant_scores(self.seqs[tile.si].kv, tile.g, q, (tile.t0(0), tile.t_hi), w, row);
+        for (qi, wq) in w.chunks_exact_mut(row).enumerate() {
+            wq[..tile.t0(qi)].fill(f32::NEG_INFINITY);
+            wq[tile.t_len(qi)..].fill(f32::NEG_INFINITY);
+        }
+    }
+
+    /// `tile_values` over quantized values, the tile's queries six at a time over each value
+    /// row (`pv64_quant`: one fma per position in order, the one-token task's sums; a row's
+    /// weights past its own positions are exact zeros, which it skips). Head sizes off 64
+    /// take `quant_values` token by token.
+    #[inline(always)]
+    fn tile_quant_values(&self, tile: &Tile, p: &[f32], op: SyncPtr<f32>) {
+        let (kv, n_head, hd, group) = (self.seqs[tile.si].kv, self.n_head, self.hd, self.group);
+        // Output row of the tile's token k (`n_head · hd` values).
+        let out_row = |k: usize| {
+            // SAFETY: row `row0[si] + i0 + k` is within the output's `n_rows · n_head · hd`
+            // values; this task alone writes its KV head's slices of it.
+            unsafe {
+                std::slice::from_raw_parts_mut(
+                    op.get().add((self.row0[tile.si] + tile.i0 + k) * n_head * hd),
+                    n_head * hd,
+                )
+            }
+        };
+        if !hd.is_multiple_of(64) {
+            for (k, ps) in p.chunks_exact(group * tile.row).enumerate() {
+                self.quant_values(kv, tile.g, ps, (tile.t_hi, tile.row), out_row(k));
+            }
+            return;
+        }
+        let ps = |qi: usize| &p[qi * tile.row..qi * tile.row + tile.t_hi];
+        let mut sums = [[0f32; 64]; 6];
+        for d0 in (0..hd).step_by(64) {
+            for c0 in (0..tile.nq).step_by(6) {
+                let n = (tile.nq - c0).min(6);
+                let ty = kv.types().v;
+                // SAFETY: AVX-512 checked (`wide_tiles`); rows hold `hd` values (d0 + 64 ≤ hd),
+                // the view positions `0..t_hi`, each weight row `t_hi` values.
+                unsafe {
+                    let x = |k: usize| ps(c0 + k);
+                    by_count!(avx512::pv64_quant, n, x, sums, kv, tile.g, ty, tile.t_hi, d0)
+                };
+                for (k, s) in sums.iter().take(n).enumerate() {
+                    let qi = c0 + k;
+                    let h = tile.g * group + qi % group;
+                    out_row(qi / group)[h * hd + d0..][..64].copy_from_slice(s);
+                }
+            }
         }
     }
 
