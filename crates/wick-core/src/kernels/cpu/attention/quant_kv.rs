@@ -1,5 +1,5 @@
-//! A token's scores and outputs over a quantized KV cache (`--cache-type-k/-v q8_0|q4_0`),
-//! one new token per task (`single.rs` drives them).
+//! Scores and outputs over a quantized KV cache (`--cache-type-k/-v q8_0|q4_0`), for one new
+//! token per task (`single.rs`) or a tile of them (`tiled.rs`, which gives the same bits).
 //! - Quantized keys, as llama.cpp without flash attention: the query quantized to q8_0 as
 //!   ggml quantizes a matmul's f32 operand, each key row's dot in
 //!   `ggml_vec_dot_q{8,4}_0_q8_0`'s order (tinyBLAS rounds the same for several new tokens),
