@@ -95,7 +95,8 @@ fn quantized_matmuls_agree_with_the_cpu_reference() {
         };
         let mm = on_dev();
         let mm_cpu = QMatMul::from_qtensor(
-            QTensor::new(QStorage::from_data(bytes.clone(), &Device::Cpu, c.dtype).unwrap(), (c.n, c.k)).unwrap(),
+            QTensor::new(QStorage::from_data(bytes.clone(), &Device::Cpu, c.dtype).unwrap(), (c.n, c.k))
+                .unwrap(),
         )
         .unwrap();
         for m in [1usize, 2, 8, 9, 70, 300] {
@@ -112,7 +113,8 @@ fn quantized_matmuls_agree_with_the_cpu_reference() {
             let fast = error(&fast_y, &want);
             // Against candle's CPU kernels on the same q8 activations (the exact path's
             // quantization): how far the GPU's own activation rounding and sums move a product.
-            let cpu_y = mm_cpu.forward(&Tensor::from_vec(x.clone(), (m, c.k), &Device::Cpu).unwrap()).unwrap();
+            let cpu_y =
+                mm_cpu.forward(&Tensor::from_vec(x.clone(), (m, c.k), &Device::Cpu).unwrap()).unwrap();
             let cpu_y: Vec<f64> =
                 cpu_y.flatten_all().unwrap().to_vec1::<f32>().unwrap().into_iter().map(f64::from).collect();
             let vs_cpu = error(&fast_y, &cpu_y).0;

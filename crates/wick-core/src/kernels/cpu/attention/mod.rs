@@ -228,7 +228,12 @@ pub(crate) fn attend_many_in(
 /// `attend_many` with one new token per task on every path (no tiles): what the tiles must
 /// reproduce bit for bit.
 #[cfg(test)]
-pub(crate) fn attend_one_token_tasks(seqs: &[SeqAttn<'_>], n_head: usize, scale: f32, window: Option<usize>) -> Vec<f32> {
+pub(crate) fn attend_one_token_tasks(
+    seqs: &[SeqAttn<'_>],
+    n_head: usize,
+    scale: f32,
+    window: Option<usize>,
+) -> Vec<f32> {
     run_plan(Plan::new(seqs, n_head, scale, window, SCRATCH_BYTES, false))
 }
 
@@ -309,7 +314,10 @@ impl<'s, 'a> Plan<'s, 'a> {
         #[cfg(target_arch = "x86_64")]
         let wide_tiles = tiles && hd.is_multiple_of(16) && avx512::available();
         #[cfg(not(target_arch = "x86_64"))]
-        let wide_tiles = tiles && false;
+        let wide_tiles = {
+            let _ = tiles; // the tiles are AVX-512 kernels
+            false
+        };
         // Tokens per task of each sequence: a tile in the multi-token AVX-512 path (smaller when a
         // short prompt would otherwise leave threads without work), one otherwise.
         let longest = seqs.iter().map(|s| s.pos0 + s.len).max().unwrap_or(0).div_ceil(16) * 16;

@@ -246,7 +246,10 @@ mod tests {
                         let tiled = attend_many(&seqs, n_head, 0.125, window);
                         let single = attend_one_token_tasks(&seqs, n_head, 0.125, window);
                         let same = tiled.iter().zip(&single).all(|(a, b)| a.to_bits() == b.to_bits());
-                        assert!(same, "{types:?} heads {n_head}/{n_kv} hd {hd} len {len} pos0 {pos0} {window:?}");
+                        assert!(
+                            same,
+                            "{types:?} heads {n_head}/{n_kv} hd {hd} len {len} pos0 {pos0} {window:?}"
+                        );
                     }
                 }
             }
