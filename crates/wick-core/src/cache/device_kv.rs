@@ -19,6 +19,8 @@ pub struct DeviceKv {
     layers: Vec<Option<(Tensor, Tensor)>>,
     n_blocks: usize,
     device: Device,
+    /// Bytes of one position's keys in the widest attention layer.
+    row_bytes: usize,
 }
 
 impl DeviceKv {
@@ -36,7 +38,15 @@ impl DeviceKv {
                 LayerKind::Conv { .. } => Ok(None),
             })
             .collect::<Result<_>>()?;
-        Ok(Self { layers, n_blocks, device: device.clone() })
+        let row_bytes = layout
+            .iter()
+            .map(|l| match *l {
+                LayerKind::Attention { n_kv_head, head_dim } => n_kv_head * head_dim * 2,
+                LayerKind::Conv { .. } => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        Ok(Self { layers, n_blocks, device: device.clone(), row_bytes })
     }
 
     fn layer(&self, layer: usize) -> Result<&(Tensor, Tensor)> {
@@ -87,9 +97,19 @@ impl DeviceKv {
         Ok((ck.index_select(&idx, 0)?, cv.index_select(&idx, 0)?))
     }
 
-    /// The slot tables of a step's one-token sequences: `seqs[b]` with its cache length after
-    /// the step, blocks reserved. Made once per step; every attention layer reads through it.
-    pub fn decode_batch(&self, seqs: &[(&SeqCache, usize)]) -> Result<DecodeBatch> {
+    /// The slot tables of a step's one-token sequences (`seqs[b]` with its cache length after
+    /// the step, blocks reserved), in batches of consecutive sequences that each read at most
+    /// `READ_BYTES` of keys per layer. Made once per step; every attention layer reads
+    /// through them.
+    pub fn decode_batches(&self, seqs: &[(&SeqCache, usize)]) -> Result<Vec<DecodeBatch>> {
+        let lens: Vec<usize> = seqs.iter().map(|&(_, len)| len).collect();
+        split_reads(&lens, self.row_bytes, READ_BYTES)
+            .into_iter()
+            .map(|r| self.decode_batch(&seqs[r]))
+            .collect()
+    }
+
+    fn decode_batch(&self, seqs: &[(&SeqCache, usize)]) -> Result<DecodeBatch> {
         let longest = seqs.iter().map(|&(_, len)| len).max().unwrap_or(0);
         if longest == 0 {
             return Err(WickError::Internal("a decode batch needs one token at least".into()));
@@ -139,6 +159,33 @@ impl DeviceKv {
             cv.index_select(&batch.reads, 0)?.reshape(shape)?,
         ))
     }
+}
+
+/// Keys one `DecodeBatch` reads per layer at most (f16 bytes, before their f32 copies): many
+/// long sequences decoding at once split into several batches, so the step's transient
+/// gathers stay bounded on a small GPU.
+const READ_BYTES: usize = 64 << 20;
+
+/// `lens` (cache lengths) cut into runs of consecutive sequences whose padded reads
+/// (`run length · longest padded length · row_bytes`) stay within `budget`; one sequence a
+/// run at least.
+fn split_reads(lens: &[usize], row_bytes: usize, budget: usize) -> Vec<std::ops::Range<usize>> {
+    let pad = |len: usize| len.div_ceil(READ_PAD) * READ_PAD;
+    let mut runs = Vec::new();
+    let mut start = 0;
+    while start < lens.len() {
+        let (mut end, mut longest) = (start + 1, pad(lens[start]));
+        while end < lens.len() {
+            let l = longest.max(pad(lens[end]));
+            if (end + 1 - start) * l * row_bytes > budget {
+                break;
+            }
+            (end, longest) = (end + 1, l);
+        }
+        runs.push(start..end);
+        start = end;
+    }
+    runs
 }
 
 /// Keys read per sequence of a `DecodeBatch` come in whole multiples of this: the padding then
@@ -201,4 +248,21 @@ fn memo<K: PartialEq>(
     let t = make()?;
     kept.push((key, t.clone()));
     Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_reads;
+
+    #[test]
+    fn decodes_split_into_runs_within_the_read_budget() {
+        // 64 padded positions × 100 bytes = 6400 per short sequence.
+        assert_eq!(split_reads(&[10, 20, 30], 100, 1 << 20), vec![0..3]);
+        assert_eq!(split_reads(&[10, 20, 30], 100, 12_800), vec![0..2, 2..3]);
+        // A long one pads the run it joins: 2 × 128 × 100 > 20000.
+        assert_eq!(split_reads(&[10, 100, 5], 100, 20_000), vec![0..1, 1..2, 2..3]);
+        // One sequence over the budget still makes its own run.
+        assert_eq!(split_reads(&[1000], 100, 10), vec![0..1]);
+        assert!(split_reads(&[], 100, 10).is_empty());
+    }
 }

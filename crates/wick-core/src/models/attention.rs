@@ -64,9 +64,10 @@ pub struct BatchPlan {
     /// On the device path, the spans of one-token sequences (decodes, not drafts being
     /// verified): their attention and conv steps run as one batch.
     pub decodes: Vec<usize>,
-    /// Their cache slots, made by the first attention layer (the blocks are reserved after the
-    /// plan is made) and read by the others.
-    pub decode_slots: OnceLock<DecodeBatch>,
+    /// Their cache slots (a batch per run of them, `DeviceKv::decode_batches`), made by the
+    /// first attention layer (the blocks are reserved after the plan is made) and read by the
+    /// others.
+    pub decode_slots: OnceLock<Vec<DecodeBatch>>,
     /// Their rows of the step's activations, when the step holds other sequences too.
     decode_rows: OnceLock<Tensor>,
 }
@@ -443,9 +444,10 @@ impl Attention {
         })
     }
 
-    /// `attend_on_device` for the step's one-token sequences (`plan.decodes`) at once: one
-    /// scatter of their new keys and values, one padded gather of their caches, batched
-    /// products. Returns `[B, n_head · head_dim]` in `plan.decodes` order.
+    /// `attend_on_device` for the step's one-token sequences (`plan.decodes`) at once: per
+    /// batch of them (usually one), one scatter of their new keys and values, one padded
+    /// gather of their caches, batched products. Returns `[B, n_head · head_dim]` in
+    /// `plan.decodes` order.
     #[allow(clippy::too_many_arguments)]
     fn attend_decodes(
         &self,
@@ -460,28 +462,39 @@ impl Attention {
         scale: f64,
     ) -> Result<Tensor> {
         let store = kv.on_device()?;
-        let slots = match plan.decode_slots.get() {
+        let batches = match plan.decode_slots.get() {
             Some(s) => s,
             None => {
                 let seqs: Vec<(&SeqCache, usize)> =
                     plan.decodes.iter().map(|&i| (caches[i], plan.spans[i].pos0 + 1)).collect();
-                let _ = plan.decode_slots.set(store.decode_batch(&seqs)?);
+                let _ = plan.decode_slots.set(store.decode_batches(&seqs)?);
                 plan.decode_slots.get().ok_or_else(|| WickError::Internal("decode slots not kept".into()))?
             }
         };
-        let (b, hd, n_kv) = (plan.decodes.len(), self.head_dim, self.n_kv_head);
+        let (hd, n_kv) = (self.head_dim, self.n_kv_head);
         let group = self.n_head / n_kv;
         let (q, k, v) = (plan.decode_rows_of(q)?, plan.decode_rows_of(k)?, plan.decode_rows_of(v)?);
-        store.write_decodes(layer, slots, &k, &v)?;
-        let (ks, vs) = store.read_decodes(layer, slots)?; // [B, t_pad, n_kv, hd]
-        let per_kv =
-            |t: Tensor| -> Result<Tensor> { Ok(t.to_dtype(DType::F32)?.transpose(1, 2)?.contiguous()?) };
-        let (ks, vs) = (per_kv(ks)?, per_kv(vs)?); // [B, n_kv, t_pad, hd]
-        let qs = q.to_dtype(DType::F16)?.to_dtype(DType::F32)?.reshape((b, n_kv, group, hd))?;
-        let scores = (qs.matmul(&ks.t()?)? * scale)?.broadcast_add(&slots.mask(window)?)?;
-        let p = candle_nn::ops::softmax_last_dim(&scores)?;
-        let p = p.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
-        Ok(p.matmul(&vs)?.reshape((b, self.n_head * hd))?)
+        let mut outs = Vec::with_capacity(batches.len());
+        let mut at = 0;
+        for slots in batches {
+            let b = slots.len();
+            let (q, k, v) = (q.narrow(0, at, b)?, k.narrow(0, at, b)?, v.narrow(0, at, b)?);
+            at += b;
+            store.write_decodes(layer, slots, &k, &v)?;
+            let (ks, vs) = store.read_decodes(layer, slots)?; // [b, t_pad, n_kv, hd]
+            let per_kv =
+                |t: Tensor| -> Result<Tensor> { Ok(t.to_dtype(DType::F32)?.transpose(1, 2)?.contiguous()?) };
+            let (ks, vs) = (per_kv(ks)?, per_kv(vs)?); // [b, n_kv, t_pad, hd]
+            let qs = q.to_dtype(DType::F16)?.to_dtype(DType::F32)?.reshape((b, n_kv, group, hd))?;
+            let scores = (qs.matmul(&ks.t()?)? * scale)?.broadcast_add(&slots.mask(window)?)?;
+            let p = candle_nn::ops::softmax_last_dim(&scores)?;
+            let p = p.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
+            outs.push(p.matmul(&vs)?.reshape((b, self.n_head * hd))?);
+        }
+        match outs.len() {
+            1 => outs.pop().ok_or_else(|| WickError::Internal("attention: no decodes".into())),
+            _ => Ok(Tensor::cat(&outs, 0)?),
+        }
     }
 }
 
