@@ -328,7 +328,8 @@ impl Attention {
         let k = rope.apply(&k, cos, sin, plan.exact)?;
         let scale = 1.0 / (hd as f64).sqrt();
         if !plan.exact {
-            let o = self.attend_on_device(&q, &k, &v, plan, layer, kv, caches, window, scale)?;
+            let at = OnDevice { plan, layer, kv, caches, window, scale };
+            let o = self.attend_on_device(&q, &k, &v, &at)?;
             return self.o.forward_lora(&o, rows, plan.deltas());
         }
         // A quantized cache stores rotated keys and values, as llama.cpp's (`KvTypes::rotation`).
@@ -400,22 +401,11 @@ impl Attention {
     /// attention off — keys and values stored f16, Q rounded to f16 for `q·Kᵀ` and the
     /// probabilities for `·V`, f32 sums — so it follows the exact path up to summation order.
     /// Returns `[n_tokens, n_head · head_dim]`.
-    #[allow(clippy::too_many_arguments)]
-    fn attend_on_device(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        plan: &BatchPlan,
-        layer: usize,
-        kv: &KvPool,
-        caches: &[&SeqCache],
-        window: Option<usize>,
-        scale: f64,
-    ) -> Result<Tensor> {
+    fn attend_on_device(&self, q: &Tensor, k: &Tensor, v: &Tensor, at: &OnDevice<'_>) -> Result<Tensor> {
+        let OnDevice { plan, layer, kv, caches, window, scale } = *at;
         let decoded = match plan.decodes.is_empty() {
             true => None,
-            false => Some(self.attend_decodes(q, k, v, plan, layer, kv, caches, window, scale)?),
+            false => Some(self.attend_decodes(q, k, v, at)?),
         };
         let store = kv.on_device()?;
         let (hd, group, n_kv) = (self.head_dim, self.n_head / self.n_kv_head, self.n_kv_head);
@@ -448,19 +438,8 @@ impl Attention {
     /// batch of them (usually one), one scatter of their new keys and values, one padded
     /// gather of their caches, batched products. Returns `[B, n_head · head_dim]` in
     /// `plan.decodes` order.
-    #[allow(clippy::too_many_arguments)]
-    fn attend_decodes(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        plan: &BatchPlan,
-        layer: usize,
-        kv: &KvPool,
-        caches: &[&SeqCache],
-        window: Option<usize>,
-        scale: f64,
-    ) -> Result<Tensor> {
+    fn attend_decodes(&self, q: &Tensor, k: &Tensor, v: &Tensor, at: &OnDevice<'_>) -> Result<Tensor> {
+        let OnDevice { plan, layer, kv, caches, window, scale } = *at;
         let store = kv.on_device()?;
         let batches = match plan.decode_slots.get() {
             Some(s) => s,
@@ -496,6 +475,17 @@ impl Attention {
             _ => Ok(Tensor::cat(&outs, 0)?),
         }
     }
+}
+
+/// What the device path's attention of one layer reads beside Q, K and V.
+#[derive(Clone, Copy)]
+struct OnDevice<'a> {
+    plan: &'a BatchPlan,
+    layer: usize,
+    kv: &'a KvPool,
+    caches: &'a [&'a SeqCache],
+    window: Option<usize>,
+    scale: f64,
 }
 
 /// `[len, pos0 + len]`: 0 where query `pos0 + i` may see key `j` (`j ≤ pos0 + i`, and within
