@@ -218,14 +218,17 @@ fn real_model_agrees(test: &str, file: &str) {
     eprintln!("{}", report.join("\n"));
 }
 
+/// One fixture of each kind the batch tests cover: dense llama, LFM2 with its conv states, the
+/// MoE, Gemma 3 with its window.
+const BATCH_FIXTURES: [&str; 4] =
+    ["tiny-llama-q8_0.gguf", "tiny-lfm2-q4_k.gguf", "tiny-lfm2moe-e4-q8_0.gguf", "tiny-gemma3-q8_0.gguf"];
+
 #[test]
 fn a_ragged_batch_equals_its_sequences_run_alone_on_the_device_path() {
     let Some(dev_at) = under_test("a_ragged_batch_equals_its_sequences_run_alone_on_the_device_path") else {
         return;
     };
-    for name in
-        ["tiny-llama-q8_0.gguf", "tiny-lfm2-q4_k.gguf", "tiny-lfm2moe-e4-q8_0.gguf", "tiny-gemma3-q8_0.gguf"]
-    {
+    for name in BATCH_FIXTURES {
         let mut m = load(&fixture_dir().join(name), &dev_at);
         let (a, b) = (prompt(70), prompt(9));
         let alone: Vec<Vec<f32>> = [&a, &b]
@@ -258,9 +261,7 @@ fn decodes_batched_together_equal_each_alone_on_the_device_path() {
     let Some(dev_at) = under_test("decodes_batched_together_equal_each_alone_on_the_device_path") else {
         return;
     };
-    for name in
-        ["tiny-llama-q8_0.gguf", "tiny-lfm2-q4_k.gguf", "tiny-lfm2moe-e4-q8_0.gguf", "tiny-gemma3-q8_0.gguf"]
-    {
+    for name in BATCH_FIXTURES {
         let mut m = load(&fixture_dir().join(name), &dev_at);
         // 130 tokens cross two block boundaries (conv snapshots while batched); 9 need no pad.
         let prompts = [prompt(130), prompt(9), prompt(63)];

@@ -77,7 +77,7 @@ impl DeviceKv {
         while i < n {
             let p = pos0 + i;
             let run = (BLOCK_SIZE - p % BLOCK_SIZE).min(n - i);
-            let slot = seq.blocks[p / BLOCK_SIZE] as usize * BLOCK_SIZE + p % BLOCK_SIZE;
+            let slot = slot(seq, p) as usize;
             ck.slice_set(&k.narrow(0, i, run)?, 0, slot)?;
             cv.slice_set(&v.narrow(0, i, run)?, 0, slot)?;
             i += run;
@@ -90,9 +90,7 @@ impl DeviceKv {
     pub fn gather(&self, layer: usize, seq: &SeqCache, len: usize) -> Result<(Tensor, Tensor)> {
         let (ck, cv) = self.layer(layer)?;
         self.check(seq, len)?;
-        let slots: Vec<u32> = (0..len)
-            .map(|p| seq.blocks[p / BLOCK_SIZE] * BLOCK_SIZE as u32 + (p % BLOCK_SIZE) as u32)
-            .collect();
+        let slots: Vec<u32> = (0..len).map(|p| slot(seq, p)).collect();
         let idx = Tensor::from_vec(slots, len, &self.device)?;
         Ok((ck.index_select(&idx, 0)?, cv.index_select(&idx, 0)?))
     }
@@ -115,9 +113,6 @@ impl DeviceKv {
             return Err(WickError::Internal("a decode batch needs one token at least".into()));
         }
         let t_pad = longest.div_ceil(READ_PAD) * READ_PAD;
-        let slot = |seq: &SeqCache, p: usize| {
-            seq.blocks[p / BLOCK_SIZE] * BLOCK_SIZE as u32 + (p % BLOCK_SIZE) as u32
-        };
         let (mut writes, mut reads) =
             (Vec::with_capacity(seqs.len()), Vec::with_capacity(seqs.len() * t_pad));
         for &(seq, len) in seqs {
@@ -161,6 +156,11 @@ impl DeviceKv {
     }
 }
 
+/// The pool slot of position `p` of `seq` (its block table's block, the offset within it).
+fn slot(seq: &SeqCache, p: usize) -> u32 {
+    seq.blocks[p / BLOCK_SIZE] * BLOCK_SIZE as u32 + (p % BLOCK_SIZE) as u32
+}
+
 /// Keys one `DecodeBatch` reads per layer at most (f16 bytes, before their f32 copies): many
 /// long sequences decoding at once split into several batches, so the step's transient
 /// gathers stay bounded on a small GPU.
@@ -200,7 +200,7 @@ pub struct DecodeBatch {
     /// Each sequence's cache length after the step.
     lens: Vec<usize>,
     /// Keys read per sequence: the longest length rounded up to `READ_PAD`.
-    pub t_pad: usize,
+    t_pad: usize,
     /// `[B]`: the slot of each sequence's new key and value.
     writes: Tensor,
     /// `[B · t_pad]`: sequence b's slots of positions `0..t_pad`.

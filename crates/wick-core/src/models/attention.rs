@@ -67,7 +67,7 @@ pub struct BatchPlan {
     /// Their cache slots (a batch per run of them, `DeviceKv::decode_batches`), made by the
     /// first attention layer (the blocks are reserved after the plan is made) and read by the
     /// others.
-    pub decode_slots: OnceLock<Vec<DecodeBatch>>,
+    decode_slots: OnceLock<Vec<DecodeBatch>>,
     /// Their rows of the step's activations, when the step holds other sequences too.
     decode_rows: OnceLock<Tensor>,
 }
@@ -179,14 +179,10 @@ impl BatchPlan {
         if self.decodes.len() == self.spans.len() {
             return Ok(t.clone());
         }
-        let rows = match self.decode_rows.get() {
-            Some(r) => r,
-            None => {
-                let at: Vec<u32> = self.decodes.iter().map(|&i| self.spans[i].start as u32).collect();
-                let _ = self.decode_rows.set(Tensor::from_vec(at, self.decodes.len(), t.device())?);
-                self.decode_rows.get().ok_or_else(|| WickError::Internal("decode rows not kept".into()))?
-            }
-        };
+        let rows = kept(&self.decode_rows, || {
+            let at: Vec<u32> = self.decodes.iter().map(|&i| self.spans[i].start as u32).collect();
+            Ok(Tensor::from_vec(at, self.decodes.len(), t.device())?)
+        })?;
         Ok(t.contiguous()?.index_select(rows, 0)?)
     }
 
@@ -441,15 +437,11 @@ impl Attention {
     fn attend_decodes(&self, q: &Tensor, k: &Tensor, v: &Tensor, at: &OnDevice<'_>) -> Result<Tensor> {
         let OnDevice { plan, layer, kv, caches, window, scale } = *at;
         let store = kv.on_device()?;
-        let batches = match plan.decode_slots.get() {
-            Some(s) => s,
-            None => {
-                let seqs: Vec<(&SeqCache, usize)> =
-                    plan.decodes.iter().map(|&i| (caches[i], plan.spans[i].pos0 + 1)).collect();
-                let _ = plan.decode_slots.set(store.decode_batches(&seqs)?);
-                plan.decode_slots.get().ok_or_else(|| WickError::Internal("decode slots not kept".into()))?
-            }
-        };
+        let batches = kept(&plan.decode_slots, || {
+            let seqs: Vec<(&SeqCache, usize)> =
+                plan.decodes.iter().map(|&i| (caches[i], plan.spans[i].pos0 + 1)).collect();
+            store.decode_batches(&seqs)
+        })?;
         let (hd, n_kv) = (self.head_dim, self.n_kv_head);
         let group = self.n_head / n_kv;
         let (q, k, v) = (plan.decode_rows_of(q)?, plan.decode_rows_of(k)?, plan.decode_rows_of(v)?);
@@ -475,6 +467,15 @@ impl Attention {
             _ => Ok(Tensor::cat(&outs, 0)?),
         }
     }
+}
+
+/// What `cell` holds, made by `make` the first time (a step's tables, shared by its layers).
+fn kept<T>(cell: &OnceLock<T>, make: impl FnOnce() -> Result<T>) -> Result<&T> {
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let _ = cell.set(make()?);
+    cell.get().ok_or_else(|| WickError::Internal("a step's table was not kept".into()))
 }
 
 /// What the device path's attention of one layer reads beside Q, K and V.

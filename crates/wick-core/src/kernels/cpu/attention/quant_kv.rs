@@ -68,21 +68,7 @@ impl Plan<'_, '_> {
         #[cfg(target_arch = "x86_64")]
         if avx512::available() && hd.is_multiple_of(64) {
             let ps = |h: usize| &p[h * padded..h * padded + t_len];
-            for d0 in (0..hd).step_by(64) {
-                for h0 in (0..group).step_by(6) {
-                    let mut sums = [[0f32; 64]; 6];
-                    let n = (group - h0).min(6);
-                    // SAFETY: AVX-512 checked; rows hold `hd` values (d0 + 64 ≤ hd), the view
-                    // positions `0..t_len`, each weight row `t_len` values.
-                    unsafe {
-                        let x = |k: usize| ps(h0 + k);
-                        by_count!(avx512::pv64_quant, n, x, sums, kv, g, ty, t_len, d0)
-                    };
-                    for (k, s) in sums.iter().take(n).enumerate() {
-                        out[(h0 + k) * hd + d0..][..64].copy_from_slice(s);
-                    }
-                }
-            }
+            self.pv64_rows(kv, g, (group, t_len), ps, |h, d0, s| out[h * hd + d0..][..64].copy_from_slice(s));
             return;
         }
         out.fill(0.0);
@@ -98,6 +84,40 @@ impl Plan<'_, '_> {
                 let o = &mut out[h * hd..(h + 1) * hd];
                 for d in 0..hd {
                     o[d] = pt.mul_add(v[d], o[d]);
+                }
+            }
+        }
+    }
+}
+
+impl Plan<'_, '_> {
+    /// `Σ p·v` over KV head `g`'s quantized values for `n` weight rows `ps(r)` (`t_len` weights
+    /// each), six rows per pass of `pv64_quant` (one fma per position in order), each row's
+    /// 64 dims from `d0` handed to `put(r, d0, sums)`. The caller checked AVX-512 and that the
+    /// head size is a multiple of 64.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub(super) fn pv64_rows<'p>(
+        &self,
+        kv: &PagedView<'_>,
+        g: usize,
+        (n, t_len): (usize, usize),
+        ps: impl Fn(usize) -> &'p [f32],
+        mut put: impl FnMut(usize, usize, &[f32; 64]),
+    ) {
+        let ty = kv.types().v;
+        let mut sums = [[0f32; 64]; 6];
+        for d0 in (0..self.hd).step_by(64) {
+            for r0 in (0..n).step_by(6) {
+                let m = (n - r0).min(6);
+                // SAFETY: AVX-512 and hd a multiple of 64 checked by the caller (d0 + 64 ≤ hd);
+                // the view holds positions `0..t_len`, each weight row `t_len` values.
+                unsafe {
+                    let x = |k: usize| ps(r0 + k);
+                    by_count!(avx512::pv64_quant, m, x, sums, kv, g, ty, t_len, d0)
+                };
+                for (k, s) in sums.iter().take(m).enumerate() {
+                    put(r0 + k, d0, s);
                 }
             }
         }

@@ -167,24 +167,10 @@ impl Plan<'_, '_> {
             return;
         }
         let ps = |qi: usize| &p[qi * tile.row..qi * tile.row + tile.t_hi];
-        let mut sums = [[0f32; 64]; 6];
-        for d0 in (0..hd).step_by(64) {
-            for c0 in (0..tile.nq).step_by(6) {
-                let n = (tile.nq - c0).min(6);
-                let ty = kv.types().v;
-                // SAFETY: AVX-512 checked (`wide_tiles`); rows hold `hd` values (d0 + 64 ≤ hd),
-                // the view positions `0..t_hi`, each weight row `t_hi` values.
-                unsafe {
-                    let x = |k: usize| ps(c0 + k);
-                    by_count!(avx512::pv64_quant, n, x, sums, kv, tile.g, ty, tile.t_hi, d0)
-                };
-                for (k, s) in sums.iter().take(n).enumerate() {
-                    let qi = c0 + k;
-                    let h = tile.g * group + qi % group;
-                    out_row(qi / group)[h * hd + d0..][..64].copy_from_slice(s);
-                }
-            }
-        }
+        self.pv64_rows(kv, tile.g, (tile.nq, tile.t_hi), ps, |qi, d0, s| {
+            let h = tile.g * group + qi % group;
+            out_row(qi / group)[h * hd + d0..][..64].copy_from_slice(s);
+        });
     }
 
     /// The tile's outputs `Σ p·v` from the weights `p16` (`nq` rows of `row`), written into
