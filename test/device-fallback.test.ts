@@ -12,6 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { flagNotices, SERVE_FLAGS } from "../ts/cli/flags.ts";
 import { probeCudaAddon } from "../ts/engine/addon.ts";
+import { vramBytes } from "../ts/server/routes/native/models.ts";
 import { localFile, needs, repoRoot, smollm2 } from "./helpers/assets.ts";
 import { BIN, wick } from "./helpers/cli.ts";
 import { spawnServe, type ServedProcess } from "./helpers/process.ts";
@@ -214,6 +215,39 @@ serial("--device cpu-candle answers with --device cpu's greedy tokens up to a ne
   // teacher forcing is device_path.rs's; this is the same path served end to end.
   t.log(`${agreed} of ${PROMPTS.length * 24} tokens compared (up to each chat's first near-tie)`);
   t.true(generic.every((g) => g.length > 0));
+});
+
+/**
+ * `-ngl N` below the block count splits the blocks as llama-server does: the first on the CPU's
+ * exact path, the last N on the device path (here candle's CPU device), and the model still
+ * answers by the same measure as the whole device path.
+ */
+serial("-ngl 12 offloads 12 of SmolLM2's 30 blocks and answers as the exact path does", async (t) => {
+  const exact = await withServed(["--device", "cpu"], {}, (s) => Promise.all(PROMPTS.map((p) => greedyTokens(s.url, p))));
+  const split = await withServed(["--device", "cpu-candle", "-ngl", "12"], {}, async (s) => {
+    const line = await loaded(s);
+    t.is(line.device, "cpu-candle");
+    t.is(line.offloaded, "12/30 layers");
+    return Promise.all(PROMPTS.map((p) => greedyTokens(s.url, p)));
+  });
+  exact.forEach((e, i) => {
+    const tie = e.findIndex((tok) => tok.lead <= 0.2);
+    const upTo = tie < 0 ? e.length : tie + 1;
+    const [a, b] = [e, split[i]].map((x) => x.slice(0, upTo).map((tok) => tok.token));
+    t.deepEqual(b, a, `${PROMPTS[i]}: the split model parts before the exact path's first near-tie (step ${tie})`);
+  });
+  await withServed(["--device", "cpu-candle", "-ngl", "all"], {}, async (s) => {
+    t.false("offloaded" in (await loaded(s)), "-ngl all (99) puts every block on the device: no split to report");
+  });
+});
+
+test("/api/ps counts a split model's offloaded share as on the GPU", (t) => {
+  const size = 3_000;
+  t.is(vramBytes({ device: "cuda:0", nLayer: 30 }, size), size);
+  t.is(vramBytes({ device: "cuda:0", deviceLayers: 12, nLayer: 30 }, size), 1_200);
+  t.is(vramBytes({ device: "metal", deviceLayers: 30, nLayer: 30 }, size), size);
+  t.is(vramBytes({ device: "cpu-candle", deviceLayers: 12, nLayer: 30 }, size), 0);
+  t.is(vramBytes({ device: "cpu", nLayer: 30 }, size), 0);
 });
 
 serial("-ngl 0 keeps the model on the exact CPU path whatever the device", async (t) => {

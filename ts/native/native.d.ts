@@ -521,6 +521,8 @@ export interface ModelInfo {
   device: string
   /** Why that is not the device asked for (one line, e.g. no GPU), when it is not. */
   deviceNotice?: string
+  /** Blocks on the device when only some are (`-ngl N` below the block count). */
+  deviceLayers?: number
   /** What embedding requests get; absent when vocab-only. */
   embedding?: EmbeddingInfo
   /** Speculative decoding for requests that do not say; absent when off. */

@@ -473,6 +473,8 @@ export class ModelManager {
         model: entry.id,
         device: model.info.device,
         ...(model.info.deviceNotice ? { deviceNotice: model.info.deviceNotice } : {}),
+        // llama-server's "offloaded N/M layers": only when -ngl split the blocks.
+        ...(model.info.deviceLayers !== undefined ? { offloaded: `${model.info.deviceLayers}/${model.info.nLayer} layers` } : {}),
         isa: cpuIsa(),
         architecture: model.info.architecture,
         contextSize: model.info.contextSize,

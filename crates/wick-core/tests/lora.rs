@@ -146,21 +146,26 @@ fn adapters_that_do_not_fit_are_refused() {
 
 /// The device path (candle's ops: what CUDA and Metal run) applies adapters as the exact path
 /// does: the same greedy tokens on the fixtures, for the first 8 (the random fixtures reach
-/// near-ties later, where summation order decides, as `device_path.rs` allows).
+/// near-ties later, where summation order decides, as `device_path.rs` allows) — also with
+/// the blocks split between the two paths (`-ngl 1`: each adapter weight beside its block's).
 #[test]
 fn the_device_path_applies_adapters_as_the_exact_path_does() {
     for base in BASES {
         let Some(exact) = with_adapters("LoRA on the device path", base, |_| {}) else { return };
-        let Some(dev) = with_adapters("LoRA on the device path", base, |o| {
-            o.device = wick_core::runtime::device::DeviceChoice::CpuCandle;
-        }) else {
-            return;
-        };
-        for mix in [vec![(0, 1.0)], vec![(1, 0.5)], vec![(2, 1.0)]] {
-            let p = [1u32, 21, 31, 41];
-            let (a, b) =
-                (run(&exact, req(&p, Some(mix.clone()))).ids, run(&dev, req(&p, Some(mix.clone()))).ids);
-            assert_eq!(a[..8], b[..8], "{base} {mix:?}");
+        for gpu_layers in [None, Some(1)] {
+            let Some(dev) = with_adapters("LoRA on the device path", base, |o| {
+                o.device = wick_core::runtime::device::DeviceChoice::CpuCandle;
+                o.gpu_layers = gpu_layers;
+            }) else {
+                return;
+            };
+            assert_eq!(dev.info().device_layers, gpu_layers, "{base}");
+            for mix in [vec![(0, 1.0)], vec![(1, 0.5)], vec![(2, 1.0)]] {
+                let p = [1u32, 21, 31, 41];
+                let (a, b) =
+                    (run(&exact, req(&p, Some(mix.clone()))).ids, run(&dev, req(&p, Some(mix.clone()))).ids);
+                assert_eq!(a[..8], b[..8], "{base} -ngl {gpu_layers:?} {mix:?}");
+            }
         }
     }
 }

@@ -128,6 +128,8 @@ pub struct EngineInfoJs {
     pub device: String,
     /// Why that is not the device asked for (one line, e.g. no GPU), when it is not.
     pub device_notice: Option<String>,
+    /// Blocks on the device when only some are (`-ngl N` below the block count).
+    pub device_layers: Option<u32>,
     /// What embedding requests get; absent when vocab-only.
     pub embedding: Option<EmbeddingInfo>,
     /// Speculative decoding for requests that do not say; absent when off.
@@ -177,6 +179,7 @@ impl From<&EngineInfo> for EngineInfoJs {
             cache_type_v: i.kv_types.v.name().to_string(),
             device: i.device.clone(),
             device_notice: i.device_notice.clone(),
+            device_layers: i.device_layers.map(|n| n as u32),
             embedding: i.embedding.as_ref().map(Into::into),
             speculative: i.speculative.is_on().then(|| i.speculative.into()),
             pack_cache: i.pack_cache.as_ref().map(Into::into),

@@ -24,10 +24,18 @@ pub struct DeviceKv {
 }
 
 impl DeviceKv {
-    pub fn new(layout: &[LayerKind], n_blocks: usize, device: &Device) -> Result<Self> {
+    /// Storage for the attention layers of `layout` that run on the device (`here`).
+    pub fn new(
+        layout: &[LayerKind],
+        here: impl Fn(usize) -> bool,
+        n_blocks: usize,
+        device: &Device,
+    ) -> Result<Self> {
         let layers = layout
             .iter()
-            .map(|l| match *l {
+            .enumerate()
+            .map(|(il, l)| match *l {
+                LayerKind::Attention { .. } if !here(il) => Ok(None),
                 LayerKind::Attention { n_kv_head, head_dim } => {
                     let shape = (n_blocks * BLOCK_SIZE, n_kv_head, head_dim);
                     Ok(Some((
@@ -40,9 +48,10 @@ impl DeviceKv {
             .collect::<Result<_>>()?;
         let row_bytes = layout
             .iter()
-            .map(|l| match *l {
-                LayerKind::Attention { n_kv_head, head_dim } => n_kv_head * head_dim * 2,
-                LayerKind::Conv { .. } => 0,
+            .enumerate()
+            .map(|(il, l)| match *l {
+                LayerKind::Attention { n_kv_head, head_dim } if here(il) => n_kv_head * head_dim * 2,
+                _ => 0,
             })
             .max()
             .unwrap_or(0);

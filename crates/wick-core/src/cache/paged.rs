@@ -51,8 +51,9 @@ pub struct KvPool {
     /// Per conv layer, the conv state at the end of each block: `[block][rows·width]` f32.
     conv: Vec<Option<Zeroed<f32>>>,
     prefix_cache: bool,
-    device: Device,
-    /// The device path's keys and values (`kv` then holds none).
+    /// Where each layer runs (a split model's first layers on the host).
+    placement: Placement,
+    /// The device path's keys and values (`kv` then holds none for its layers).
     on_device: Option<DeviceKv>,
     types: KvTypes,
 }
@@ -85,9 +86,9 @@ impl KvPool {
         }
         let mut kv = Vec::with_capacity(layout.len());
         let mut conv = Vec::with_capacity(layout.len());
-        for l in layout {
+        for (il, l) in layout.iter().enumerate() {
             let (k, c) = match *l {
-                LayerKind::Attention { .. } if !placement.exact() => (None, None),
+                LayerKind::Attention { .. } if placement.layer_on_device(il) => (None, None),
                 LayerKind::Attention { n_kv_head, head_dim } => {
                     (Some(LayerKv::new(n_blocks, n_kv_head, head_dim, types)?), None)
                 }
@@ -102,9 +103,11 @@ impl KvPool {
             kv,
             conv,
             prefix_cache,
-            device: placement.device().clone(),
+            placement: placement.clone(),
             on_device: (!placement.exact())
-                .then(|| DeviceKv::new(layout, n_blocks, placement.device()))
+                .then(|| {
+                    DeviceKv::new(layout, |il| placement.layer_on_device(il), n_blocks, placement.device())
+                })
                 .transpose()?,
             types,
         })
@@ -232,7 +235,8 @@ impl KvPool {
             let (Some(snaps), Some(Some(state))) = (snaps, seq.layers.get_mut(layer)) else { continue };
             let n = state.rows * state.width;
             let s = &snaps.as_mut_slice()[last as usize * n..(last as usize + 1) * n];
-            state.set(Tensor::from_slice(s, (state.rows, state.width), &self.device)?)?;
+            let dev = self.placement.layer(layer);
+            state.set(Tensor::from_slice(s, (state.rows, state.width), dev.device())?)?;
         }
         seq.len = found.len() * BLOCK_SIZE;
         seq.registered = found.len();

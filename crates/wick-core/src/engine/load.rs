@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{EngineOptions, DEFAULT_CONTEXT_SIZE};
-use crate::cache::{kv_bytes_per_token, KvPool, BLOCK_SIZE};
+use crate::cache::{kv_bytes_per_token, KvPool, LayerKind, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::PackedWeight;
@@ -46,7 +46,7 @@ pub(super) fn open_pack_cache(
     gguf: &GgufFile,
     device: &Placement,
 ) -> Option<Arc<WeightCache>> {
-    let dir = opts.pack_cache.as_deref().filter(|_| device.exact() && !opts.vocab_only)?;
+    let dir = opts.pack_cache.as_deref().filter(|_| device.has_host_layers() && !opts.vocab_only)?;
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let key = [gguf.fingerprint(), PackedWeight::layout_fingerprint()];
     Some(Arc::new(WeightCache::open(dir, &stem, &key)))
@@ -62,7 +62,7 @@ pub(super) fn load_vision(
     let (Some(p), false) = (&opts.mmproj, opts.vocab_only) else {
         return Ok(None);
     };
-    let v = VisionModel::load_on(p, opts.vision, device)?;
+    let v = VisionModel::load_on(p, opts.vision, &device.part(true))?;
     if v.n_embd() != model_info.n_embd {
         return Err(WickError::load(format!(
             "the projector {} makes embeddings of width {}, the model's width is {}",
@@ -95,10 +95,14 @@ pub(super) fn kv_pool(
 ) -> Result<KvPool> {
     let layout = model.cache_layout();
     let per_token = kv_bytes_per_token(&layout, opts.kv_types).max(1);
+    // The device's share of a token: a split model keeps its first layers' KV on the host.
+    let on_device: Vec<LayerKind> =
+        (0..layout.len()).filter(|&il| device.layer_on_device(il)).map(|il| layout[il]).collect();
+    let per_device_token = kv_bytes_per_token(&on_device, opts.kv_types).max(1);
     let tokens = match (opts.kv_tokens, opts.kv_bytes, opts.gpu_memory_utilization, device.free_memory()) {
         (Some(t), _, _, _) => t,
         (None, Some(bytes), _, _) => bytes / per_token,
-        (None, None, Some(util), Some(free)) => gpu_kv_tokens(util, free, per_token)?,
+        (None, None, Some(util), Some(free)) => gpu_kv_tokens(util, free, per_device_token)?,
         _ => context_size.saturating_mul(max_seqs),
     };
     if tokens < 2 {

@@ -169,6 +169,9 @@ pub struct EngineInfo {
     pub device: String,
     /// Why that is not the device asked for (one line), when it is not.
     pub device_notice: Option<String>,
+    /// Blocks on the device when only some are (`-ngl N` below the block count; the output
+    /// head stays on the CPU then); None when the model runs on one side.
+    pub device_layers: Option<usize>,
     /// What embedding requests get; None when vocab-only.
     pub embedding: Option<EmbeddingInfo>,
     /// Speculative decoding for requests that do not say; always off on the device path,
@@ -257,6 +260,11 @@ impl Engine {
             asked => asked,
         };
         let device = Placement::resolve(choice, opts.gpu_layers);
+        // `-ngl N` below the block count splits the blocks between the CPU and the device.
+        let device = match gguf.architecture().map(|a| gguf.metadata.opt_usize(&format!("{a}.block_count"))) {
+            Ok(Ok(Some(n))) => device.fit_layers(n),
+            _ => device,
+        };
         let (tokenizer, model, pack_cache) = load_tokenizer_and_model(&gguf, &device, &opts)?;
         let name = gguf.metadata.opt_str("general.name")?.map(str::to_string);
         let model_info = match &model {
@@ -306,6 +314,7 @@ impl Engine {
             kv_types: opts.kv_types,
             device: device.name(),
             device_notice: device.notice.clone(),
+            device_layers: device.split().map(|s| s.n_layer - s.first_on_device),
             embedding: embed_head.as_deref().map(EmbeddingInfo::of),
             speculative: match device.exact() {
                 true => check_speculation(opts.speculative, draft_model.is_some())?,

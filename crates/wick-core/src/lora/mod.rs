@@ -100,6 +100,8 @@ impl Adapter {
                     "`{target}` is {w_in}→{w_out}, the adapter has lora_a {n_in}→{rank} and lora_b {b_rank}→{n_out} (another base model?)"
                 )));
             }
+            // Beside its base weight (a split model's first blocks on the host).
+            let dev = &dev.of_tensor(target);
             let a = Linear::load_weight(&g, &t.name, n_in, rank, dev)?;
             let b = Linear::load_weight(&g, &b_name, rank, n_out, dev)?;
             weights.insert(target.to_string(), LoraWeight { a, b, rank });

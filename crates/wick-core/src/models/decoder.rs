@@ -84,11 +84,16 @@ impl Decoder {
         dev: &Placement,
     ) -> Result<Self> {
         let g = hp.gguf;
+        let out = dev.output();
         let (embed, head) = if g.has("output.weight") {
-            let head = Linear::load(g, "output", d, embed.n_vocab(), dev)?;
+            let head = Linear::load(g, "output", d, embed.n_vocab(), &out)?;
             (embed, head)
+        } else if dev.input().exact() != out.exact() {
+            // The head on the other side of a split from the embedding: its own copy there.
+            let q = g.qtensor("token_embd.weight", &out)?;
+            (embed, Linear::from_qtensor(std::sync::Arc::new(q), &out)?)
         } else {
-            embed.tie(dev)?
+            embed.tie(&out)?
         };
         let causal = g.metadata.opt_bool(&hp.key("attention.causal"))?.unwrap_or(true);
         let mut blocks = blocks;
@@ -176,7 +181,7 @@ impl Model for Decoder {
 
     fn step(&self, batch: &mut [StepSeq<'_>], kv: &mut KvPool) -> Result<StepOutput> {
         // Validate before reserving: a bad token must not leave blocks taken.
-        let plan = BatchPlan::new(batch, self.embed.n_vocab(), &self.placement)?;
+        let plan = BatchPlan::new(batch, self.embed.n_vocab(), &self.placement.input())?;
         self.prepare_caches(batch, kv)?;
         let threads = pool::global().threads();
         // Not for a mixture of experts: each thread would stream every expert its share of
@@ -296,73 +301,38 @@ impl Decoder {
                 v[at..at + e.data.len()].copy_from_slice(e.data);
             }
         }
-        Ok(Tensor::from_vec(v, x.dims(), self.placement.device())?)
+        Ok(Tensor::from_vec(v, x.dims(), x.device())?)
     }
 
-    /// The forward pass of a batch whose caches are prepared (`plan` made from it).
+    /// The forward pass of a batch whose caches are prepared (`plan` made from it for the
+    /// input's placement).
     fn forward_prepared(
         &self,
         batch: &mut [StepSeq<'_>],
         kv: &KvPool,
         plan: BatchPlan,
     ) -> Result<StepOutput> {
-        let (cos, sin) = self.rope.tables(&plan.positions, self.placement.device())?;
-        let local = match &self.rope_local {
-            Some(r) => Some((r, r.tables(&plan.positions, self.placement.device())?)),
-            None => None,
-        };
-        let mut x = self.embed.forward(&plan.ids)?;
+        let mut sides = Sides::new(self, plan, self.placement.layer_on_device(0))?;
+        let mut x = self.embed.forward(&sides.now().plan.ids)?;
         if let Some(s) = self.embed_scale {
             x = (x * s as f64)?;
         }
         if batch.iter().any(|s| !s.embeds.is_empty()) {
-            x = self.with_input_embeds(x, batch, &plan)?;
+            x = self.with_input_embeds(x, batch, &sides.now().plan)?;
         }
         let n_blocks = self.blocks.len();
         for (il, b) in self.blocks.iter().enumerate() {
-            let h = b.op_norm.forward(&x)?;
-            let y = match &b.op {
-                Operator::Attention(a) => {
-                    let caches: Vec<&SeqCache> = batch.iter().map(|s| &*s.cache).collect();
-                    let (rope, tables) = match (&local, b.local_rope) {
-                        (Some((r, (c, s))), true) => (*r, (c, s)),
-                        _ => (&self.rope, (&cos, &sin)),
-                    };
-                    a.forward(&h, &plan, rope, tables, il, kv, &caches, b.window)?
-                }
-                Operator::Conv(c) => {
-                    let mut states =
-                        batch.iter_mut().map(|s| s.cache.conv_mut(il)).collect::<Result<Vec<_>>>()?;
-                    c.forward(&h, &plan, il, kv, &mut states)?
-                }
-            };
-            let y = match &b.post_op_norm {
-                Some(n) => n.forward(&y)?,
-                None => y,
-            };
-            x = (x + y)?;
-            let (mut rows, mut lora) = (&plan.rows, plan.deltas());
-            if il + 1 == n_blocks {
-                // Only the last token of each sequence is read out (every token of one that
-                // wants hidden states): skip the rest of the last FFN. llama.cpp does the
-                // same, so those rows go through its single-row kernels.
-                x = x.index_select(&plan.out_rows, 0)?;
-                (rows, lora) = (&plan.out_row_pos, plan.deltas_out());
-            }
-            let h = b.ffn_norm.forward(&x)?;
-            let y = b.ffn.forward(&h, rows, lora)?;
-            let y = match &b.post_ffn_norm {
-                Some(n) => n.forward(&y)?,
-                None => y,
-            };
-            x = (x + y)?;
+            x = sides.enter(self, batch, self.placement.layer_on_device(il), x)?;
+            x = self.block(b, il, x, sides.now(), batch, kv, il + 1 == n_blocks)?;
         }
         if n_blocks == 0 {
-            x = x.index_select(&plan.out_rows, 0)?;
+            x = x.index_select(&sides.now().plan.out_rows, 0)?;
         }
         for s in batch.iter_mut() {
             s.cache.advance(s.tokens.len());
         }
+        let x = sides.enter(self, batch, self.placement.head_on_device(), x)?;
+        let plan = &sides.now().plan;
         let x = self.norm.forward(&x)?;
         if !plan.any_hidden() {
             let logits = self.head.forward_lora(&x, &plan.out_row_pos, plan.deltas_out())?;
@@ -384,6 +354,108 @@ impl Decoder {
             }
         };
         Ok(StepOutput { logits, hidden })
+    }
+
+    /// Block `il` on `x`; the last block (`last`) keeps only the read-out rows.
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        b: &Block,
+        il: usize,
+        mut x: Tensor,
+        side: &Side,
+        batch: &mut [StepSeq<'_>],
+        kv: &KvPool,
+        last: bool,
+    ) -> Result<Tensor> {
+        let plan = &side.plan;
+        let h = b.op_norm.forward(&x)?;
+        let y = match &b.op {
+            Operator::Attention(a) => {
+                let caches: Vec<&SeqCache> = batch.iter().map(|s| &*s.cache).collect();
+                let (rope, tables) = match (&side.local, b.local_rope, &self.rope_local) {
+                    (Some((c, s)), true, Some(r)) => (r, (c, s)),
+                    _ => (&self.rope, (&side.cos, &side.sin)),
+                };
+                a.forward(&h, plan, rope, tables, il, kv, &caches, b.window)?
+            }
+            Operator::Conv(c) => {
+                let mut states =
+                    batch.iter_mut().map(|s| s.cache.conv_mut(il)).collect::<Result<Vec<_>>>()?;
+                c.forward(&h, plan, il, kv, &mut states)?
+            }
+        };
+        let y = match &b.post_op_norm {
+            Some(n) => n.forward(&y)?,
+            None => y,
+        };
+        x = (x + y)?;
+        let (mut rows, mut lora) = (&plan.rows, plan.deltas());
+        if last {
+            // Only the last token of each sequence is read out (every token of one that
+            // wants hidden states): skip the rest of the last FFN. llama.cpp does the
+            // same, so those rows go through its single-row kernels.
+            x = x.index_select(&plan.out_rows, 0)?;
+            (rows, lora) = (&plan.out_row_pos, plan.deltas_out());
+        }
+        let h = b.ffn_norm.forward(&x)?;
+        let y = b.ffn.forward(&h, rows, lora)?;
+        let y = match &b.post_ffn_norm {
+            Some(n) => n.forward(&y)?,
+            None => y,
+        };
+        Ok((x + y)?)
+    }
+}
+
+/// A step's plan and RoPE tables for the blocks on one side of a split model (the exact CPU
+/// path's, the device path's); a model that is not split has one side.
+struct Side {
+    plan: BatchPlan,
+    cos: Tensor,
+    sin: Tensor,
+    /// The local layers' tables (Gemma 3).
+    local: Option<(Tensor, Tensor)>,
+}
+
+impl Side {
+    fn new(d: &Decoder, plan: BatchPlan) -> Result<Self> {
+        let dev = plan.ids.device().clone();
+        let (cos, sin) = d.rope.tables(&plan.positions, &dev)?;
+        let local = d.rope_local.as_ref().map(|r| r.tables(&plan.positions, &dev)).transpose()?;
+        Ok(Self { plan, cos, sin, local })
+    }
+}
+
+/// The step's sides: the one its activations are on, and the other once they have been there.
+struct Sides {
+    now: Side,
+    other: Option<Side>,
+    on_device: bool,
+}
+
+impl Sides {
+    fn new(d: &Decoder, plan: BatchPlan, on_device: bool) -> Result<Self> {
+        Ok(Self { now: Side::new(d, plan)?, other: None, on_device })
+    }
+    fn now(&self) -> &Side {
+        &self.now
+    }
+    /// Moves the step, with its activations `x`, to the device path (`on_device`) or the host.
+    fn enter(&mut self, d: &Decoder, batch: &[StepSeq<'_>], on_device: bool, x: Tensor) -> Result<Tensor> {
+        if on_device == self.on_device {
+            return Ok(x);
+        }
+        let place = d.placement.part(on_device);
+        let next = match self.other.take() {
+            Some(s) => s,
+            None => Side::new(d, BatchPlan::new(batch, d.embed.n_vocab(), &place)?)?,
+        };
+        self.other = Some(std::mem::replace(&mut self.now, next));
+        self.on_device = on_device;
+        let x = x.to_device(place.device())?;
+        // The exact path computes in f32.
+        Ok(if on_device { x } else { x.to_dtype(candle_core::DType::F32)? })
     }
 }
 

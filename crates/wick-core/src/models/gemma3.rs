@@ -67,10 +67,11 @@ pub fn load(g: &GgufFile, dev: &Placement) -> Result<Decoder> {
     });
     let rope_local = rope_local.transpose()?;
 
-    let embed = Embedding::load(g, "token_embd.weight", d, dev)?;
+    let embed = Embedding::load(g, "token_embd.weight", d, &dev.input())?;
     let blocks = (0..n_layer)
         .map(|il| {
             let p = format!("blk.{il}");
+            let dev = &dev.layer(il);
             let norm = |n: &str| RmsNorm::load(g, &format!("{p}.{n}.weight"), d, eps, dev);
             let attn = Attention::load(g, &p, d, n_head, n_kv[il], head_dim, Some(eps), dev)?;
             let mut b = Block::new(
@@ -86,7 +87,7 @@ pub fn load(g: &GgufFile, dev: &Placement) -> Result<Decoder> {
             Ok(b)
         })
         .collect::<Result<Vec<_>>>()?;
-    let norm = RmsNorm::load(g, "output_norm.weight", d, eps, dev)?;
+    let norm = RmsNorm::load(g, "output_norm.weight", d, eps, &dev.output())?;
     // ggml_scale by sqrtf(n_embd).
     let embed_scale = Some((d as f32).sqrt());
     let mut model = Decoder::assemble(&hp, embed, blocks, norm, rope, (d, n_head, &n_kv), dev)?;

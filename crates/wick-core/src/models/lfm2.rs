@@ -56,10 +56,11 @@ fn load_arch(g: &GgufFile, dev: &Placement, arch: &'static str) -> Result<Decode
         (n_layer, 0, 0)
     };
 
-    let embed = Embedding::load(g, "token_embd.weight", d, dev)?;
+    let embed = Embedding::load(g, "token_embd.weight", d, &dev.input())?;
     let blocks = (0..n_layer)
         .map(|il| {
             let p = format!("blk.{il}");
+            let dev = &dev.layer(il);
             let op = if n_kv[il] == 0 {
                 Operator::Conv(ShortConv::load(g, &p, d, l_cache, dev)?)
             } else {
@@ -91,6 +92,6 @@ fn load_arch(g: &GgufFile, dev: &Placement, arch: &'static str) -> Result<Decode
                 "missing tensor `token_embd_norm.weight` (the final norm; `output_norm.weight` is also accepted)",
             )
         })?;
-    let norm = RmsNorm::load(g, norm_name, d, eps, dev)?;
+    let norm = RmsNorm::load(g, norm_name, d, eps, &dev.output())?;
     Decoder::assemble(&hp, embed, blocks, norm, rope, (d, n_head, &n_kv), dev)
 }

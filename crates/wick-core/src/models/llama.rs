@@ -40,10 +40,11 @@ pub fn load_arch(
     }
     let rope = load_rope(&hp, style, n_rot)?;
 
-    let embed = Embedding::load(g, "token_embd.weight", d, dev)?;
+    let embed = Embedding::load(g, "token_embd.weight", d, &dev.input())?;
     let blocks = (0..n_layer)
         .map(|il| {
             let p = format!("blk.{il}");
+            let dev = &dev.layer(il);
             let qk_eps = qk_norm.then_some(eps);
             Ok(Block::new(
                 RmsNorm::load(g, &format!("{p}.attn_norm.weight"), d, eps, dev)?,
@@ -53,6 +54,6 @@ pub fn load_arch(
             ))
         })
         .collect::<Result<Vec<_>>>()?;
-    let norm = RmsNorm::load(g, "output_norm.weight", d, eps, dev)?;
+    let norm = RmsNorm::load(g, "output_norm.weight", d, eps, &dev.output())?;
     Decoder::assemble(&hp, embed, blocks, norm, rope, (d, n_head, &n_kv), dev)
 }

@@ -96,6 +96,21 @@ pub struct Placement {
     pub notice: Option<String>,
     /// Where repacked weights are read from or saved to while the model loads (the exact path).
     packs: Option<Arc<WeightCache>>,
+    /// `-ngl` as asked, on the device path (None: every layer); settled by `fit_layers`.
+    gpu_layers: Option<usize>,
+    /// Set by `fit_layers` when only some layers run on the device.
+    split: Option<LayerSplit>,
+}
+
+/// Which blocks of a model run on the device when only some do (llama-server's `-ngl N` with
+/// N ≤ the block count): the last N, and the output head only past that (N > blocks). The
+/// others, and the token embedding in front of them, run on the exact CPU path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerSplit {
+    pub n_layer: usize,
+    /// The first block on the device.
+    pub first_on_device: usize,
+    pub head_on_device: bool,
 }
 
 impl Deref for Placement {
@@ -108,11 +123,11 @@ impl Deref for Placement {
 impl Placement {
     /// The exact CPU path.
     pub fn cpu() -> Self {
-        Self { device: Device::Cpu, exact: true, notice: None, packs: None }
+        Self { device: Device::Cpu, exact: true, notice: None, packs: None, gpu_layers: None, split: None }
     }
     /// The device path on `device` (candle's CPU device included).
     pub fn generic(device: Device) -> Self {
-        Self { device, exact: false, notice: None, packs: None }
+        Self { device, exact: false, notice: None, packs: None, gpu_layers: None, split: None }
     }
     /// The exact path on the CPU, the device path anywhere else.
     pub fn for_device(device: &Device) -> Self {
@@ -122,10 +137,76 @@ impl Placement {
             Self::generic(device.clone())
         }
     }
-    /// This placement with `packs` as its pack cache (kept only on the exact path, whose
-    /// kernels read packed weights).
+    /// This placement with `packs` as its pack cache (kept only where the exact path runs
+    /// layers: its kernels read packed weights).
     pub fn with_packs(&self, packs: Option<Arc<WeightCache>>) -> Self {
-        Self { packs: packs.filter(|_| self.exact), ..self.clone() }
+        Self { packs: packs.filter(|_| self.has_host_layers()), ..self.clone() }
+    }
+    /// Whether the exact CPU path runs some of the model (all of it, or a split's first blocks).
+    pub fn has_host_layers(&self) -> bool {
+        self.exact || self.split.is_some()
+    }
+
+    /// This placement for a model of `n_layer` blocks: with `-ngl N` below `n_layer + 1` on
+    /// the device path, the blocks split as llama-server splits them (`LayerSplit`).
+    pub fn fit_layers(&self, n_layer: usize) -> Self {
+        if self.gpu_layers == Some(0) {
+            return Self { notice: self.notice.clone(), packs: self.packs.clone(), ..Self::cpu() };
+        }
+        let split = match self.gpu_layers {
+            Some(n) if !self.exact && n <= n_layer => {
+                Some(LayerSplit { n_layer, first_on_device: n_layer - n, head_on_device: false })
+            }
+            _ => None,
+        };
+        Self { split, ..self.clone() }
+    }
+    pub fn split(&self) -> Option<LayerSplit> {
+        self.split
+    }
+    /// Where block `il` runs: the exact CPU path before a split's first device block, else
+    /// this placement's device path.
+    pub fn layer(&self, il: usize) -> Self {
+        self.part(self.layer_on_device(il))
+    }
+    /// Whether block `il` runs on the device path.
+    pub fn layer_on_device(&self, il: usize) -> bool {
+        self.split.map_or(!self.exact, |s| il >= s.first_on_device)
+    }
+    /// Whether the output norm and head run on the device path.
+    pub fn head_on_device(&self) -> bool {
+        self.split.map_or(!self.exact, |s| s.head_on_device)
+    }
+    /// Where the token embedding runs: with the first block.
+    pub fn input(&self) -> Self {
+        self.layer(0)
+    }
+    /// Where the output norm and head run.
+    pub fn output(&self) -> Self {
+        self.part(self.head_on_device())
+    }
+    /// Where the weight named `name` (`blk.N.…`, else an input or output tensor) runs.
+    pub fn of_tensor(&self, name: &str) -> Self {
+        let block = name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse().ok());
+        match block {
+            Some(il) => self.layer(il),
+            None if name.starts_with("token_embd") => self.input(),
+            None => self.output(),
+        }
+    }
+    /// A split's device side (`on_device`) or host side; this placement when not split.
+    pub fn part(&self, on_device: bool) -> Self {
+        match (self.split, on_device) {
+            (None, _) => self.clone(),
+            (Some(_), true) => self.device_part(),
+            (Some(_), false) => self.host_part(),
+        }
+    }
+    fn host_part(&self) -> Self {
+        Self { packs: self.packs.clone(), ..Self::cpu() }
+    }
+    fn device_part(&self) -> Self {
+        Self { split: None, packs: None, ..self.clone() }
     }
     /// The pack cache a load reads packed weights from or saves them to.
     pub fn packs(&self) -> Option<&WeightCache> {
@@ -154,7 +235,7 @@ impl Placement {
         if gpu_layers == Some(0) {
             return Self::cpu();
         }
-        match choice {
+        let placed = match choice {
             DeviceChoice::Cpu => Self::cpu(),
             DeviceChoice::CpuCandle => Self::generic(Device::Cpu),
             DeviceChoice::Cuda(n) => Self::gpu(cuda(n)),
@@ -165,7 +246,14 @@ impl Placement {
                 (Err(Unavailable::NotCompiled(_)), Err(Unavailable::NotCompiled(_))) => Self::cpu(),
                 (Err(e), _) => Self::fallback(&e),
             },
-        }
+        };
+        placed.with_gpu_layers(gpu_layers)
+    }
+
+    /// This placement with `-ngl n` asked (on the device path; the exact path has no layers
+    /// to offload). `fit_layers` settles it against the model.
+    pub fn with_gpu_layers(&self, n: Option<usize>) -> Self {
+        Self { gpu_layers: n.filter(|_| !self.exact), split: None, ..self.clone() }
     }
 
     fn gpu(d: Result<Device, Unavailable>) -> Self {
@@ -284,5 +372,32 @@ mod tests {
             assert!(n.contains("no CUDA backend") && n.ends_with("running on the CPU"), "{n}");
             assert!(Placement::resolve(DeviceChoice::Auto, None).notice.is_none() || cfg!(feature = "metal"));
         }
+    }
+
+    /// llama-server's reading of `-ngl N`: the last N blocks on the device, the head too only
+    /// past the block count; the embedding with the first block.
+    #[test]
+    fn gpu_layers_split_the_blocks_as_llama_server_does() {
+        let dev = Placement::generic(Device::Cpu);
+        let at = |n: Option<usize>| dev.with_gpu_layers(n).fit_layers(8);
+        for all in [None, Some(9), Some(99)] {
+            let p = at(all);
+            assert!(p.split().is_none() && !p.exact() && p.head_on_device(), "{all:?}");
+            assert!((0..8).all(|il| p.layer_on_device(il)));
+        }
+        let p = at(Some(3));
+        assert_eq!(p.split(), Some(LayerSplit { n_layer: 8, first_on_device: 5, head_on_device: false }));
+        assert_eq!(
+            (0..8).map(|il| p.layer_on_device(il)).collect::<Vec<_>>(),
+            [[false; 5], [true; 5]].concat()[..8]
+        );
+        assert!(p.layer(4).exact() && !p.layer(5).exact() && p.input().exact() && p.output().exact());
+        assert!(!p.exact() && p.has_host_layers() && p.layer(5).split().is_none());
+        assert!(p.of_tensor("blk.4.attn_q.weight").exact() && !p.of_tensor("blk.7.ffn_up.weight").exact());
+        assert!(p.of_tensor("output.weight").exact() && p.of_tensor("token_embd.weight").exact());
+        let p = at(Some(8));
+        assert!((0..8).all(|il| p.layer_on_device(il)) && !p.input().exact() && p.output().exact());
+        assert!(at(Some(0)).exact(), "-ngl 0: the exact path");
+        assert!(Placement::cpu().with_gpu_layers(Some(3)).fit_layers(8).split().is_none());
     }
 }

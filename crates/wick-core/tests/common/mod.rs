@@ -3,6 +3,7 @@
 // Each test file is its own crate and uses only some of these helpers.
 #![allow(dead_code)]
 
+pub mod device;
 pub mod engine;
 
 #[allow(unused_imports)] // each test file uses some

@@ -53,9 +53,17 @@ export function nativeModelRoutes(router: Router, { models, log }: RouteDeps): v
   });
 }
 
+/** The bytes of a model of `size` that sit on a GPU (see psModel). */
+export function vramBytes(info: { device: string; deviceLayers?: number; nLayer: number }, size: number): number {
+  if (!/^(cuda|metal)/.test(info.device)) return 0;
+  if (info.deviceLayers === undefined || info.nLayer === 0) return size;
+  return Math.round((size * info.deviceLayers) / info.nLayer);
+}
+
 /**
  * One /api/ps entry (Ollama's ProcessModelResponse). size_vram: the model's bytes on a GPU — all
- * of them on `cuda:N` or `metal` (every layer is placed there: no partial offload), 0 on the CPU
+ * of them on `cuda:N` or `metal`, the offloaded blocks' share when `-ngl` split them (Ollama
+ * reports a split the same way: `ollama ps` shows it as a CPU/GPU percentage), 0 on the CPU
  * (`cpu`, `cpu-candle`).
  */
 async function psModel({ model, size, expiresAt }: LoadedModel) {
@@ -76,7 +84,7 @@ async function psModel({ model, size, expiresAt }: LoadedModel) {
       quantization_level: stored?.config?.file_type ?? "",
     },
     expires_at: expiresAt.toISOString(),
-    size_vram: /^(cuda|metal)/.test(model.info.device) ? size : 0,
+    size_vram: vramBytes(model.info, size),
     context_length: model.info.contextSize,
   };
 }
