@@ -46,8 +46,8 @@ build() {
   mkdir -p "$gpu/llama-src/models"
   local json
   json=$(cargo test --release --target "$triple" --target-dir "$target" -p wick-core "${features[@]}" \
-    --test device_path --test device_kernels --no-run --message-format=json 2>/dev/null)
-  for t in device_path device_kernels; do
+    --test device_path --test device_kernels --test split_layers --no-run --message-format=json 2>/dev/null)
+  for t in device_path device_kernels split_layers; do
     cp "$(sed -n "s/.*\"executable\":\"\([^\"]*$t-[^\"]*\)\".*/\1/p" <<<"$json" | tail -1)" "$gpu/$t"
   done
   benches() {
@@ -61,7 +61,7 @@ build() {
     done
   }
   benches ""
-  local bins=(device_path device_kernels e2e serving)
+  local bins=(device_path device_kernels split_layers e2e serving)
   if [ -n "$base" ]; then
     # REV's benches from a worktree, in the same target dir (only Wick's crates rebuild).
     local src=/tmp/wick-gpu-base here=$PWD
@@ -129,6 +129,9 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
   say "## device-path tests on $dev (tests/device_path.rs, WICK_TEST_DEVICE=$dev)"
   WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/device_path" --test-threads 1 --nocapture 2>&1 | tee -a "$report" |
     grep -E "^test |max \||SKIPPED|panicked"
+  say "## partial offload on $dev (tests/split_layers.rs: -ngl N, the first blocks on the CPU)"
+  WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/split_layers" --test-threads 1 --nocapture 2>&1 | tee -a "$report" |
+    grep -E "^test |off|SKIPPED|panicked"
   say "## compute-sanitizer (memcheck) on the fixture tests"
   WICK_TEST_DEVICE=$dev timeout "$t_san" "${sanitizer[@]}" "$gpu/device_path" --test-threads 1 every_fixture a_ragged a_reused 2>&1 |
     tail -5 | tee -a "$report"
