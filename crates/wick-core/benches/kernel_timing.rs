@@ -11,7 +11,10 @@
 //! - `attend_many` for one sequence at 4096 positions (LFM2-350M's 16 query heads on 8 KV
 //!   heads), over 6 layers' worth of KV.
 //!
-//! `cargo bench -p wick-core --bench kernel_timing [-- packed|attention|decode|long]`
+//! - `memory`: the machine's read bandwidth from DRAM on 1 and 2 threads (a 2 GiB buffer summed
+//!   in 64-byte lines, best of 5 passes) — the denominator of a decode's bandwidth floor.
+//!
+//! `cargo bench -p wick-core --bench kernel_timing [-- packed|attention|decode|long|memory]`
 
 use std::time::Instant;
 
@@ -188,6 +191,36 @@ fn long_decode() {
     }
 }
 
+/// Sums `words` 8 at a time (one 64-byte line per step; the compiler vectorizes the lanes).
+fn sum_lines(words: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    for line in words.chunks_exact(8) {
+        for (a, w) in acc.iter_mut().zip(line) {
+            *a = a.wrapping_add(*w);
+        }
+    }
+    acc.iter().fold(0, |s, a| s.wrapping_add(*a))
+}
+
+fn memory() {
+    let words: Vec<u64> = (0..(2usize << 30) / 8).map(|i| i as u64).collect();
+    for threads in [1usize, 2] {
+        let share = words.len() / threads;
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                let parts: Vec<_> =
+                    words.chunks(share).map(|c| s.spawn(move || std::hint::black_box(sum_lines(c)))).collect();
+                parts.into_iter().for_each(|p| drop(p.join()));
+            });
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let rate = format!("{:.1} GB/s", (words.len() * 8) as f64 / best / 1e9);
+        row("memory read", &format!("2 GiB, {threads} thread(s)"), best, &rate);
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; any other argument picks sections by name.
     let picked: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
@@ -205,5 +238,8 @@ fn main() {
     }
     if run("decode") {
         decode_step();
+    }
+    if run("memory") {
+        memory();
     }
 }
