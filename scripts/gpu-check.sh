@@ -136,6 +136,14 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
   WICK_TEST_DEVICE=$dev timeout "$t_san" "${sanitizer[@]}" "$gpu/device_path" --test-threads 1 every_fixture a_ragged a_reused 2>&1 |
     tail -5 | tee -a "$report"
   say "(exit ${PIPESTATUS[0]}: 124 is the step's timeout)"
+  # candle's MMQ at every row count (WICK_DEVICE_QMATMUL=mmq, models/layers.rs QMatMulPath):
+  # whether the fixtures then agree with the exact path and a decode beside a prompt keeps its
+  # bits (its MMVQ parted by 2e-3–8e-3 on the H200), and what a decode pays for it.
+  say "## the device-path fixture tests with MMQ at every row count (WICK_DEVICE_QMATMUL=mmq)"
+  WICK_DEVICE_QMATMUL=mmq WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/device_path" --test-threads 1 --nocapture \
+    every_fixture decodes_batched a_ragged 2>&1 | tee -a "$report" | grep -E "^test |max \||panicked"
+  WICK_DEVICE_QMATMUL=mmq timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" "${e2e[@]}" 2>&1 |
+    tail -2 | sed 's/^/mmq: /' | tee -a "$report"
 
   for f in q8_0 f16; do
     local m=$models/gpu-lfm2-1.2b-$f.gguf bytes

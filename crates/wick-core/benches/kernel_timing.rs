@@ -210,8 +210,10 @@ fn memory() {
         for _ in 0..5 {
             let t = Instant::now();
             std::thread::scope(|s| {
-                let parts: Vec<_> =
-                    words.chunks(share).map(|c| s.spawn(move || std::hint::black_box(sum_lines(c)))).collect();
+                let parts: Vec<_> = words
+                    .chunks(share)
+                    .map(|c| s.spawn(move || std::hint::black_box(sum_lines(c))))
+                    .collect();
                 parts.into_iter().for_each(|p| drop(p.join()));
             });
             best = best.min(t.elapsed().as_secs_f64());

@@ -155,12 +155,17 @@ fn device_weight(w: Arc<QTensor>) -> Result<Weight> {
 /// - `f16`: above 8 rows the weight dequantized to f16 for a GEMM (cuBLAS on CUDA), as
 ///   llama.cpp does without MMQ; f16 activations part further from the exact path on the
 ///   fixtures (RESULTS.md, GPU section);
-/// - `dmmv`: candle's older CUDA kernels (dequantize-and-dot, f32 GEMM above one row).
+/// - `dmmv`: candle's older CUDA kernels (dequantize-and-dot, f32 GEMM above one row);
+/// - `mmq`: candle's MMQ kernels at every row count, a product of up to 8 rows padded with
+///   zero rows to 9 (its MMVQ rounds the activations' block sums through f16 for the offset
+///   types and parted from the exact path by 2e-3–8e-3 where MMQ agreed to 1e-7 on the H200:
+///   whether that holds for every type, and what it costs a decode, is what this measures).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QMatMulPath {
     Candle,
     F16,
     Dmmv,
+    Mmq,
 }
 
 impl QMatMulPath {
@@ -172,6 +177,7 @@ impl QMatMulPath {
         *PATH.get_or_init(|| match std::env::var("WICK_DEVICE_QMATMUL").as_deref() {
             Ok("f16") => Self::F16,
             Ok("dmmv") => Self::Dmmv,
+            Ok("mmq") => Self::Mmq,
             _ => Self::Candle,
         })
     }
@@ -180,11 +186,22 @@ impl QMatMulPath {
 /// `x · wᵀ` for a quantized weight on the device path, by `QMatMulPath` (the same choice on
 /// candle's CPU device, so that the check device runs the GPU's graph).
 fn device_qmatmul(w: &QMatMul, x: &Tensor) -> Result<Tensor> {
-    let gemm = x.dim(0)? > QMatMulPath::VECTOR_ROWS;
+    let m = x.dim(0)?;
+    let gemm = m > QMatMulPath::VECTOR_ROWS;
     Ok(match (w, QMatMulPath::get()) {
         (QMatMul::QTensor(_), QMatMulPath::F16) if gemm => w.forward_via_f16(x)?,
+        (QMatMul::QTensor(_), QMatMulPath::Mmq) if !gemm => {
+            w.forward(&pad_rows(x, QMatMulPath::VECTOR_ROWS + 1)?)?.narrow(0, 0, m)?
+        }
         _ => w.forward(x)?,
     })
+}
+
+/// `x` (`[m, k]`) with zero rows after it up to `rows`.
+fn pad_rows(x: &Tensor, rows: usize) -> Result<Tensor> {
+    let (m, k) = x.dims2()?;
+    let pad = Tensor::zeros((rows.saturating_sub(m), k), x.dtype(), x.device())?;
+    Ok(Tensor::cat(&[x, &pad], 0)?)
 }
 
 /// GGUF weight `name` of dims `{n_in, n_out}`: on the exact path packed straight from the
