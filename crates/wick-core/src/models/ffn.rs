@@ -51,7 +51,7 @@ pub struct Mlp {
 impl Mlp {
     pub fn load(g: &GgufFile, prefix: &str, d: usize, ff: usize, act: Gate, dev: &Placement) -> Result<Self> {
         Ok(Self {
-            gate_up: Linears::load(
+            gate_up: Linears::load_stacked(
                 g,
                 &[(format!("{prefix}.ffn_gate"), ff), (format!("{prefix}.ffn_up"), ff)],
                 d,

@@ -346,7 +346,20 @@ impl Linear {
 /// one type run as one concatenated weight (`PackedWeight::concat`): the input is quantized
 /// once and the pool makes one pass for all of them; each output is what its own layer gives.
 pub enum Linears {
-    Fused { w: PackedWeight, biases: Vec<Option<Tensor>>, names: Vec<Option<Arc<str>>> },
+    Fused {
+        w: PackedWeight,
+        biases: Vec<Option<Tensor>>,
+        names: Vec<Option<Arc<str>>>,
+    },
+    /// On the device path, quantized weights of one type stacked row after row into one
+    /// (`Linears::load_stacked`): one launch quantizes the input and one multiplies, where each
+    /// weight apart takes both; each output is a column range of the product.
+    Stacked {
+        w: QMatMul,
+        widths: Vec<usize>,
+        biases: Vec<Option<Tensor>>,
+        names: Vec<Option<Arc<str>>>,
+    },
     Apart(Vec<Linear>),
 }
 
@@ -364,6 +377,34 @@ impl Linears {
         Ok(Self::Apart(each.collect::<Result<Vec<_>>>()?))
     }
 
+    /// `load`, with the device path's weights stacked into one product when they are of one
+    /// quantized type that candle's kernels take. Only for outputs read element by element (gate
+    /// and up): a column range of the product is a strided view, which a reshape would copy.
+    pub fn load_stacked(
+        g: &GgufFile,
+        layers: &[(String, usize)],
+        n_in: usize,
+        dev: &Placement,
+    ) -> Result<Self> {
+        let parts: Vec<String> = layers.iter().map(|(name, _)| format!("{name}.weight")).collect();
+        let Some(dtype) = stackable(g, &parts, dev) else { return Self::load(g, layers, n_in, dev) };
+        let mut bytes = vec![];
+        for (part, (_, n)) in parts.iter().zip(layers) {
+            g.expect_dims(part, &[n_in, *n])?;
+            bytes.extend_from_slice(g.bytes(part)?);
+        }
+        let widths: Vec<usize> = layers.iter().map(|l| l.1).collect();
+        let rows = widths.iter().sum::<usize>();
+        let q = QTensor::new(QStorage::from_data(Cow::Owned(bytes), dev.device(), dtype)?, (rows, n_in))?;
+        let bias = |(name, n): &(String, usize)| Linear::load_bias(g, name, *n, dev);
+        Ok(Self::Stacked {
+            w: QMatMul::from_arc(Arc::new(q))?,
+            widths,
+            biases: layers.iter().map(bias).collect::<Result<_>>()?,
+            names: parts.iter().map(|n| Some(n.as_str().into())).collect(),
+        })
+    }
+
     /// Each layer's `[n, out]` for `x`: `[n, in]` (see `Linear::forward_lora`).
     pub fn forward(
         &self,
@@ -373,6 +414,28 @@ impl Linears {
     ) -> Result<Vec<Tensor>> {
         match self {
             Self::Apart(ls) => ls.iter().map(|l| l.forward_lora(x, rows, lora)).collect(),
+            Self::Stacked { w, widths, biases, names } => {
+                let x = x.contiguous()?;
+                let y = device_qmatmul(w, &x)?;
+                let mut at = 0;
+                widths
+                    .iter()
+                    .zip(biases)
+                    .zip(names)
+                    .map(|((&n, b), name)| {
+                        let part = y.narrow(1, at, n)?;
+                        at += n;
+                        let part = match (lora, name) {
+                            (Some(l), Some(name)) => l.add(name, &x, part.contiguous()?)?,
+                            _ => part,
+                        };
+                        Ok(match b {
+                            Some(b) => part.broadcast_add(b)?,
+                            None => part,
+                        })
+                    })
+                    .collect()
+            }
             Self::Fused { w, biases, names } => {
                 let x = x.contiguous()?;
                 // Each part with its additions applied on the host where they are (and whether).
@@ -410,6 +473,16 @@ impl Linears {
             }
         }
     }
+}
+
+/// The one quantized type of `parts` when the device path can stack them: a type candle's
+/// quantized kernels take there (`device_weight`'s `Weight::Candle`).
+fn stackable(g: &GgufFile, parts: &[String], dev: &Placement) -> Option<GgmlDType> {
+    let dtype = g.info(parts.first()?)?.dtype;
+    let candle = !matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
+        && !(matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_1) && dev.is_cpu());
+    let same = parts.iter().all(|p| g.info(p).is_some_and(|i| i.dtype == dtype));
+    (!dev.exact() && candle && same && QMatMulPath::get() != QMatMulPath::Dmmv).then_some(dtype)
 }
 
 /// RMSNorm over the last dim, in f32: `w ⊙ x / sqrt(mean(x²) + ε)`; Wick's kernel on the exact
