@@ -479,8 +479,11 @@ impl Linears {
 /// quantized kernels take there (`device_weight`'s `Weight::Candle`).
 fn stackable(g: &GgufFile, parts: &[String], dev: &Placement) -> Option<GgmlDType> {
     let dtype = g.info(parts.first()?)?.dtype;
-    let candle = !matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)
-        && !(matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_1) && dev.is_cpu());
+    let candle = match dtype {
+        GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => false,
+        GgmlDType::Q4_1 | GgmlDType::Q5_1 => !dev.is_cpu(),
+        _ => true,
+    };
     let same = parts.iter().all(|p| g.info(p).is_some_and(|i| i.dtype == dtype));
     (!dev.exact() && candle && same && QMatMulPath::get() != QMatMulPath::Dmmv).then_some(dtype)
 }
