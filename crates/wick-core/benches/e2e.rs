@@ -1,9 +1,10 @@
 //! End-to-end prefill / decode tokens/s of one GGUF through `models::Model::forward`, the way
 //! llama-bench measures (pp512 / tg128): `cargo bench -p wick-core --bench e2e -- MODEL.gguf
 //! [--prompt 512] [--gen 128] [--repeats 3] [--same-token] [--device cpu|cpu-candle|cuda|metal]
-//! [--verify K]`
+//! [-ngl N] [--verify K]`
 //! (`--same-token`: decode feeds one token over and over, as a model that echoes does;
 //! `--device`: where and how the model runs, `runtime::device`, default the exact CPU path;
+//! `-ngl N`: llama-server's layer split, the last N blocks on the device, the rest on the CPU;
 //! `--verify K`: also the time of a speculative step checking K drafts, 1 + K rows computed as
 //! decodes, against a decode step, at the same cache length).
 //! Threads: `WICK_THREADS` (default: all cores).
@@ -47,14 +48,25 @@ fn main() {
     };
     let (np, ng, reps) = (arg(&args, "--prompt", 512), arg(&args, "--gen", 128), arg(&args, "--repeats", 3));
     let same_token = args.iter().any(|a| a == "--same-token");
-    let placement = Placement::resolve(DeviceChoice::from_args(&args).expect("--device"), None);
+    let gpu_layers = args.iter().any(|a| a == "-ngl").then(|| arg(&args, "-ngl", usize::MAX));
+    let placement = Placement::resolve(DeviceChoice::from_args(&args).expect("--device"), gpu_layers);
     if let Some(n) = &placement.notice {
         eprintln!("{n}");
     }
     let loading = Instant::now();
     let g = GgufFile::open(path).expect("open");
+    let arch = g.architecture().expect("architecture").to_string();
+    let placement =
+        placement.fit_layers(g.metadata.usize(&format!("{arch}.block_count")).expect("block_count"));
     let model = models::load_on(&g, &placement).expect("load");
-    eprintln!("load: {:.0} ms on {}", loading.elapsed().as_secs_f64() * 1e3, placement.name());
+    let split =
+        placement.split().map(|s| format!(", {}/{} blocks on it", s.n_layer - s.first_on_device, s.n_layer));
+    eprintln!(
+        "load: {:.0} ms on {}{}",
+        loading.elapsed().as_secs_f64() * 1e3,
+        placement.name(),
+        split.unwrap_or_default()
+    );
     let vocab = model.info().n_vocab as u32;
     let mut seed = 12345u64;
     let mut next = || {

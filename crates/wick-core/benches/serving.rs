@@ -5,7 +5,7 @@
 //!
 //!   cargo bench -p wick-core --bench serving -- MODEL.gguf [--device cuda] [--input-len 1024]
 //!       [--output-len 128] [--concurrency 1,16,64,256] [--num-prompts 256] [--warmup 128]
-//!       [--prefill-chunk 0] [--step-tokens 8192] [--gpu-memory-utilization 0.9]
+//!       [--prefill-chunk 0] [--step-tokens 8192] [--gpu-memory-utilization 0.9] [-ngl N]
 //!
 //! Per level: mean and median TTFT (submit → first token), mean TPOT ((E2E − TTFT) / (out − 1)),
 //! output tokens/s and requests/s over the level's wall time; one Markdown table on stdout.
@@ -99,6 +99,7 @@ fn main() {
     let max_c = levels.iter().copied().max().unwrap_or(1);
     let mut o = EngineOptions::new(path);
     o.device = device;
+    o.gpu_layers = args.iter().any(|a| a == "-ngl").then(|| arg(&args, "-ngl", usize::MAX));
     o.context_size = Some(input + out + 16);
     o.max_sequences = max_c;
     o.max_queue = 4 * max_c.max(n_prompts);
@@ -115,9 +116,10 @@ fn main() {
     let engine = Engine::load(o).expect("load");
     let info = engine.info();
     eprintln!(
-        "loaded in {:.2} s on {}{}; KV pool {} tokens",
+        "loaded in {:.2} s on {}{}{}; KV pool {} tokens",
         loading.elapsed().as_secs_f64(),
         info.device,
+        info.device_layers.map(|n| format!(", {n}/{} blocks on it", info.model.n_layer)).unwrap_or_default(),
         info.device_notice.as_deref().map(|n| format!(" ({n})")).unwrap_or_default(),
         info.kv_tokens
     );
