@@ -285,7 +285,8 @@ export const SERVE_FLAGS: FlagSpec[] = [
     key: "nGpuLayers",
     flags: ["--n-gpu-layers", "-ngl", "--gpu-layers"],
     value: "<n>",
-    description: "layers on the GPU, as llama-server counts them: 0 = the CPU; N below the block count = the last N blocks on the GPU, the rest, the embedding and the output head on the CPU; past it (99, all, auto) = every layer",
+    description:
+      "layers on the GPU, as llama-server counts them: 0 = the CPU; N below the block count = the last N blocks on the GPU, the rest, the embedding and the output head on the CPU; past it (99, all, auto) = every layer",
     parse: gpuLayers,
   },
   {
