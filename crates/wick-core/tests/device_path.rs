@@ -74,9 +74,7 @@ fn a_ragged_batch_equals_its_sequences_run_alone_on_the_device_path() {
     ragged_batch_equals_each_alone(&dev_at);
 }
 
-/// One-token sequences of different lengths decode as one batch (one scatter, one padded
-/// gather and batched products per layer; conv states stacked): each step's logits equal those
-/// of the sequence decoding alone, also in a step where another sequence's prompt runs beside.
+/// `batched_decodes_equal_each_alone` (common/device.rs) on the device path.
 #[test]
 fn decodes_batched_together_equal_each_alone_on_the_device_path() {
     let Some(dev_at) = under_test("decodes_batched_together_equal_each_alone_on_the_device_path") else {
