@@ -95,6 +95,8 @@ run() {
   local sanitizer=(compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9)
   # Seconds per step: device tests, sanitizer, e2e, serving at concurrency 1, serving above.
   local t_kern=900 t_tests=900 t_san=900 t_e2e=600 t_one=1800 t_many=1800 many=16,64,256 f16_serving=1 t_prof=300
+  local budget=0
+  SECONDS=0
   case "${1:-}" in
     --quick)
       e2e=(--prompt 32 --gen 4 --repeats 1)
@@ -102,10 +104,20 @@ run() {
       command -v compute-sanitizer >/dev/null || sanitizer=() ;;
     --lease)
       serving=(--input-len 1024 --output-len 128 --num-prompts 32) warmup=8 many=16,64
-      t_kern=60 t_tests=50 t_san=40 t_e2e=40 t_one=60 t_many=75 f16_serving=0 t_prof=90 ;;
+      t_kern=60 t_tests=50 t_san=40 t_e2e=40 t_one=60 t_many=75 f16_serving=0 t_prof=90
+      # The device runner stops a command at 600 s: the later steps run only while they fit.
+      budget=570 ;;
   esac
+  budget=${WICK_GPU_CHECK_BUDGET:-$budget}
   : >"$report"
   say() { echo "$*" | tee -a "$report"; }
+  # Whether a step of up to $1 seconds fits what is left of the budget (always without one).
+  fits() {
+    [ "${budget:-0}" = 0 ] && return 0
+    [ $((SECONDS + $1)) -le "$budget" ] && return 0
+    say "(skipped: $2 — ${SECONDS} s of the ${budget} s budget used)"
+    return 1
+  }
   if [ -e "$gpu/bin.tar.xz" ] && [ ! -x "$gpu/device_path" ]; then
     xz -dc "$gpu/bin.tar.xz" | tar -xf - -C "$gpu"
   fi
@@ -129,9 +141,6 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
   say "## device-path tests on $dev (tests/device_path.rs, WICK_TEST_DEVICE=$dev)"
   WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/device_path" --test-threads 1 --nocapture 2>&1 | tee -a "$report" |
     grep -E "^test |max \||SKIPPED|panicked"
-  say "## partial offload on $dev (tests/split_layers.rs: -ngl N, the first blocks on the CPU)"
-  WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/split_layers" --test-threads 1 --nocapture 2>&1 | tee -a "$report" |
-    grep -E "^test |max \||SKIPPED|panicked"
   say "## compute-sanitizer (memcheck) on the fixture tests"
   WICK_TEST_DEVICE=$dev timeout "$t_san" "${sanitizer[@]}" "$gpu/device_path" --test-threads 1 every_fixture a_ragged a_reused 2>&1 |
     tail -5 | tee -a "$report"
@@ -145,12 +154,8 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
   WICK_DEVICE_QMATMUL=mmq timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" "${e2e[@]}" 2>&1 |
     tail -2 | sed 's/^/mmq: /' | tee -a "$report"
 
-  # Partial offload (-ngl 8: the last 8 of 16 blocks on the GPU, the rest and the head on the
-  # CPU's exact path), as a user short of GPU memory runs it.
-  timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" -ngl 8 "${e2e[@]}" 2>&1 |
-    tail -2 | sed 's/^/-ngl 8: /' | tee -a "$report"
-
   for f in q8_0 f16; do
+    [ "$f" = f16 ] && ! fits "$t_e2e" "the F16 file" && continue
     local m=$models/gpu-lfm2-1.2b-$f.gguf bytes
     bytes=$(stat -c %s "$m")
     say "## $(basename "$m"): $bytes bytes; decode floor at 3.0 TB/s: $(awk -v b="$bytes" 'BEGIN{printf "%.3f", b/3.0e12*1e3}') ms/token"
@@ -161,7 +166,7 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
       tee -a "$report"
     timeout "$t_many" "$gpu/serving" "$m" --device "$dev" "${serving[@]}" --warmup 0 --concurrency "$many" \
       --gpu-memory-utilization 0.5 2>&1 | tee -a "$report"
-    if [ "$f" = q8_0 ] && [ -x "$gpu/e2e-base" ]; then
+    if [ "$f" = q8_0 ] && [ -x "$gpu/e2e-base" ] && fits $((t_e2e + t_many)) "the base build's A/B"; then
       # The base build (`build --base REV`) on the same rows, right after: an A/B on one GPU.
       say "## the same on the base build"
       timeout "$t_e2e" "$gpu/e2e-base" "$m" --device "$dev" "${e2e[@]}" 2>&1 | tail -2 | tee -a "$report"
@@ -170,9 +175,21 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
     fi
   done
 
+  if fits "$t_tests" "the partial-offload tests"; then
+    say "## partial offload on $dev (tests/split_layers.rs: -ngl N, the first blocks on the CPU)"
+    WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/split_layers" --test-threads 1 --nocapture 2>&1 | tee -a "$report" |
+      grep -E "^test |max \||SKIPPED|panicked"
+  fi
+  # Partial offload (-ngl 8: the last 8 of 16 blocks on the GPU, the rest and the head on the
+  # CPU's exact path), as a user short of GPU memory runs it.
+  if fits "$t_e2e" "the -ngl 8 decode"; then
+    timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" -ngl 8 "${e2e[@]}" 2>&1 |
+      tail -2 | sed 's/^/-ngl 8: /' | tee -a "$report"
+  fi
+
   # Where a decode step's time goes: the GPU's own time per kernel (Nsight Compute, clocks left
   # alone) over a 1-token prompt and 16 decoded tokens, against the same run's wall time.
-  if command -v ncu >/dev/null && [ "$dev" != cpu-candle ]; then
+  if command -v ncu >/dev/null && [ "$dev" != cpu-candle ] && fits $((t_prof + 30)) "the kernel profile"; then
     local m=$models/gpu-lfm2-1.2b-q8_0.gguf
     say "## kernel time per decode step (ncu), gpu-lfm2-1.2b-q8_0"
     timeout 30 "$gpu/e2e" "$m" --device "$dev" --prompt 1 --gen 16 --repeats 1 2>&1 | tail -1 | tee -a "$report"
