@@ -162,3 +162,44 @@ fn a_changed_model_file_does_not_read_the_old_files_weights() {
     }
     assert_eq!(tokens(&engine), expected);
 }
+
+/// A split model (`-ngl`, the first blocks on the exact path) packs only its host blocks: it
+/// writes a file of its own, which its next load maps, and a load of the whole model on the CPU
+/// then writes and maps a whole one instead of reading the split's part forever after.
+#[test]
+fn a_split_models_cache_is_its_own() {
+    use wick_core::runtime::device::DeviceChoice;
+    let cache = cache_dir("split");
+    let path = fixture_dir().join("tiny-lfm2-q8_0.gguf");
+    let split = |o: &mut EngineOptions| {
+        o.device = DeviceChoice::CpuCandle;
+        o.gpu_layers = Some(2);
+    };
+    let load_as = |f: &dyn Fn(&mut EngineOptions)| {
+        let mut o = EngineOptions::new(&path);
+        o.context_size = Some(512);
+        o.pack_cache = Some(cache.clone());
+        f(&mut o);
+        Engine::load(o).expect("load")
+    };
+    let first = load_as(&split);
+    assert!(first.info().device_layers.is_some(), "-ngl 2 splits the fixture");
+    let expected = tokens(&first);
+    let part = written(&first).expect("the split's host blocks pack");
+    drop(first);
+    wait_for(&part);
+    let again = load_as(&split);
+    let PackCacheUse::Read { path: p, weights: part_weights } = pack_use(&again) else {
+        panic!("the split's second load did not read its file")
+    };
+    assert_eq!(p, part);
+    assert_eq!(tokens(&again), expected);
+    drop(again);
+    let whole = load_as(&|_| {});
+    let file = written(&whole).expect("the whole model writes its own file, not the split's");
+    assert_ne!(file, part);
+    drop(whole);
+    wait_for(&file);
+    let PackCacheUse::Read { weights, .. } = pack_use(&load_as(&|_| {})) else { panic!("not read") };
+    assert!(weights > part_weights, "the whole model's file holds more ({weights} vs {part_weights})");
+}

@@ -48,7 +48,13 @@ pub(super) fn open_pack_cache(
 ) -> Option<Arc<WeightCache>> {
     let dir = opts.pack_cache.as_deref().filter(|_| device.has_host_layers() && !opts.vocab_only)?;
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let key = [gguf.fingerprint(), PackedWeight::layout_fingerprint()];
+    let mut key = vec![gguf.fingerprint(), PackedWeight::layout_fingerprint()];
+    // A split model packs only its host blocks: its file is its own, so that a load of the
+    // whole model on the CPU never reads one that lacks the device blocks' weights.
+    if let Some(s) = device.split() {
+        use sha2::{Digest, Sha256};
+        key.push(Sha256::digest(format!("split {} of {}", s.first_on_device, s.n_layer)).into());
+    }
     Some(Arc::new(WeightCache::open(dir, &stem, &key)))
 }
 
