@@ -55,12 +55,9 @@ fn main() {
     }
     let loading = Instant::now();
     let g = GgufFile::open(path).expect("open");
-    let arch = g.architecture().expect("architecture").to_string();
-    let placement =
-        placement.fit_layers(g.metadata.usize(&format!("{arch}.block_count")).expect("block_count"));
+    let placement = placement.fit_layers(g.block_count().expect("block_count").unwrap_or(0));
     let model = models::load_on(&g, &placement).expect("load");
-    let split =
-        placement.split().map(|s| format!(", {}/{} blocks on it", s.n_layer - s.first_on_device, s.n_layer));
+    let split = placement.split().map(|s| format!(", {}/{} blocks on it", s.on_device(), s.n_layer));
     eprintln!(
         "load: {:.0} ms on {}{}",
         loading.elapsed().as_secs_f64() * 1e3,

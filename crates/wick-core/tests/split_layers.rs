@@ -28,10 +28,11 @@ fn split_models_agree_with_the_exact_path() {
     for spec in wick_fixtures::standard_specs() {
         let path = fixture_dir().join(&spec.file_name);
         let mut exact = load(&path, &Placement::cpu());
-        for k in splits(n_layer(&path)) {
+        let n = n_layer(&path);
+        for k in splits(n) {
             let at = dev_at.with_gpu_layers(Some(k));
-            let split = at.fit_layers(n_layer(&path)).split();
-            assert!(split.is_some_and(|s| !s.head_on_device), "{}: -ngl {k} splits", spec.file_name);
+            let split = at.fit_layers(n).split();
+            assert!(split.is_some_and(|s| s.on_device() == k), "{}: -ngl {k} splits", spec.file_name);
             let mut dev = load(&path, &at);
             let a = compare(&mut exact, &mut dev, &p, 48, 16);
             report.push(verdict(&format!("{} -ngl {k}", spec.file_name), &a));

@@ -261,8 +261,8 @@ impl Engine {
         };
         let device = Placement::resolve(choice, opts.gpu_layers);
         // `-ngl N` below the block count splits the blocks between the CPU and the device.
-        let device = match gguf.architecture().map(|a| gguf.metadata.opt_usize(&format!("{a}.block_count"))) {
-            Ok(Ok(Some(n))) => device.fit_layers(n),
+        let device = match gguf.block_count() {
+            Ok(Some(n)) => device.fit_layers(n),
             _ => device,
         };
         let (tokenizer, model, pack_cache) = load_tokenizer_and_model(&gguf, &device, &opts)?;
@@ -314,7 +314,7 @@ impl Engine {
             kv_types: opts.kv_types,
             device: device.name(),
             device_notice: device.notice.clone(),
-            device_layers: device.split().map(|s| s.n_layer - s.first_on_device),
+            device_layers: device.split().map(|s| s.on_device()),
             embedding: embed_head.as_deref().map(EmbeddingInfo::of),
             speculative: match device.exact() {
                 true => check_speculation(opts.speculative, draft_model.is_some())?,

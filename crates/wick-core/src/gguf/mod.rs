@@ -166,6 +166,11 @@ impl GgufFile {
         self.metadata.str("general.architecture")
     }
 
+    /// `{arch}.block_count`, when the file says (unchecked: the model loader checks it).
+    pub fn block_count(&self) -> Result<Option<usize>> {
+        self.metadata.opt_usize(&format!("{}.block_count", self.architecture()?))
+    }
+
     pub fn info(&self, name: &str) -> Option<&TensorInfo> {
         self.index.get(name).map(|&i| &self.tensors[i])
     }

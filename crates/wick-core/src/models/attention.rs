@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 
 use candle_core::{DType, Tensor};
 
-use super::layers::{Linear, Linears, RmsNorm, RowPos, WeightDeltas};
+use super::layers::{Linear, RmsNorm, RowPos, WeightDeltas};
+use super::linears::Linears;
 use super::rope::Rope;
 use super::StepSeq;
 use crate::cache::{DecodeBatch, KvPool, KvWrite, SeqCache};

@@ -6,7 +6,8 @@ use std::sync::OnceLock;
 use candle_core::Tensor;
 use half::f16;
 
-use super::layers::{Linear, Linears, RowPos, WeightDeltas};
+use super::layers::{Linear, RowPos, WeightDeltas};
+use super::linears::Linears;
 use super::moe::Moe;
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;

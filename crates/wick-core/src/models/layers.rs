@@ -14,7 +14,7 @@ use crate::kernels::cpu::{host_f16, matmul};
 use crate::kernels::{with_host_f32, PackedWeight};
 use crate::runtime::device::Placement;
 
-use super::packs::{cached, cached_pack, packed_parts};
+use super::packs::{cached, cached_pack};
 
 /// Width, depth, heads, KV heads per layer, FFN width and norm ε of a llama-style stack.
 pub struct DenseShape {
@@ -135,16 +135,30 @@ fn device_weight(w: Arc<QTensor>) -> Result<Weight> {
         #[cfg(feature = "cuda")]
         candle_core::quantized::cuda::set_force_dmmv(true);
     }
-    let dtype = match w.dtype() {
+    let dt = w.dtype();
+    if dt == GgmlDType::F32 || candle_quantized(dt, w.device().is_cpu()) {
+        return Ok(Weight::Candle(QMatMul::from_arc(w)?));
+    }
+    let dtype = match dt {
         GgmlDType::F16 => DType::F16,
         GgmlDType::BF16 => DType::BF16,
-        GgmlDType::Q4_1 | GgmlDType::Q5_1 if w.device().is_cpu() => return Ok(Weight::Ggml(w)),
-        _ => return Ok(Weight::Candle(QMatMul::from_arc(w)?)),
+        _ => return Ok(Weight::Ggml(w)),
     };
     let dev = w.device();
     let t = w.dequantize(&dev)?;
     let t = if dev.is_cpu() { t } else { t.to_dtype(dtype)? };
     Ok(Weight::Half { w: t, dtype })
+}
+
+/// Whether the device path multiplies a weight of `dtype` with candle's quantized kernels (the
+/// half-precision types are dequantized instead, and Q4_1/Q5_1 on candle's CPU device take
+/// Wick's row dots: `device_weight`).
+pub(super) fn candle_quantized(dtype: GgmlDType, on_cpu: bool) -> bool {
+    match dtype {
+        GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => false,
+        GgmlDType::Q4_1 | GgmlDType::Q5_1 => !on_cpu,
+        _ => true,
+    }
 }
 
 /// How the device path multiplies by a quantized weight. `WICK_DEVICE_QMATMUL` picks one, as a
@@ -185,7 +199,7 @@ impl QMatMulPath {
 
 /// `x · wᵀ` for a quantized weight on the device path, by `QMatMulPath` (the same choice on
 /// candle's CPU device, so that the check device runs the GPU's graph).
-fn device_qmatmul(w: &QMatMul, x: &Tensor) -> Result<Tensor> {
+pub(super) fn device_qmatmul(w: &QMatMul, x: &Tensor) -> Result<Tensor> {
     let m = x.dim(0)?;
     let gemm = m > QMatMulPath::VECTOR_ROWS;
     Ok(match (w, QMatMulPath::get()) {
@@ -249,7 +263,12 @@ impl Linear {
     }
 
     /// `{name}.bias` of dims `{n_out}`, when the file has one.
-    fn load_bias(g: &GgufFile, name: &str, n_out: usize, dev: &Placement) -> Result<Option<Tensor>> {
+    pub(super) fn load_bias(
+        g: &GgufFile,
+        name: &str,
+        n_out: usize,
+        dev: &Placement,
+    ) -> Result<Option<Tensor>> {
         let bias_name = format!("{name}.bias");
         if !g.has(&bias_name) {
             return Ok(None);
@@ -331,161 +350,27 @@ impl Linear {
                 Tensor::from_vec(y, (rows.len(), w.dims().0), x.device())?
             }
         };
-        let y = match lora {
-            Some((l, name)) if !added => l.add(name, &x, y)?,
-            _ => y,
-        };
-        Ok(match &self.bias {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        })
+        deltas_then_bias(lora.filter(|_| !added), &x, y, self.bias.as_ref())
     }
 }
 
-/// Linear layers that read the same input (Q, K and V; gate and up). Packed CPU weights of
-/// one type run as one concatenated weight (`PackedWeight::concat`): the input is quantized
-/// once and the pool makes one pass for all of them; each output is what its own layer gives.
-pub enum Linears {
-    Fused {
-        w: PackedWeight,
-        biases: Vec<Option<Tensor>>,
-        names: Vec<Option<Arc<str>>>,
-    },
-    /// On the device path, quantized weights of one type stacked row after row into one
-    /// (`Linears::load_stacked`): one launch quantizes the input and one multiplies, where each
-    /// weight apart takes both; each output is a column range of the product.
-    Stacked {
-        w: QMatMul,
-        widths: Vec<usize>,
-        biases: Vec<Option<Tensor>>,
-        names: Vec<Option<Arc<str>>>,
-    },
-    Apart(Vec<Linear>),
-}
-
-impl Linears {
-    /// `layers`: (GGUF name without `.weight`, output width), all with input width `n_in`.
-    pub fn load(g: &GgufFile, layers: &[(String, usize)], n_in: usize, dev: &Placement) -> Result<Self> {
-        let parts: Vec<String> = layers.iter().map(|(name, _)| format!("{name}.weight")).collect();
-        let widths: Vec<usize> = layers.iter().map(|l| l.1).collect();
-        if let Some(w) = packed_parts(g, &parts, &widths, n_in, dev)? {
-            let bias = |(name, n): &(String, usize)| Linear::load_bias(g, name, *n, dev);
-            let names = parts.iter().map(|n| Some(n.as_str().into())).collect();
-            return Ok(Self::Fused { w, biases: layers.iter().map(bias).collect::<Result<_>>()?, names });
-        }
-        let each = layers.iter().map(|(name, n)| Linear::load(g, name, n_in, *n, dev));
-        Ok(Self::Apart(each.collect::<Result<Vec<_>>>()?))
-    }
-
-    /// `load`, with the device path's weights stacked into one product when they are of one
-    /// quantized type that candle's kernels take. Only for outputs read element by element (gate
-    /// and up): a column range of the product is a strided view, which a reshape would copy.
-    pub fn load_stacked(
-        g: &GgufFile,
-        layers: &[(String, usize)],
-        n_in: usize,
-        dev: &Placement,
-    ) -> Result<Self> {
-        let parts: Vec<String> = layers.iter().map(|(name, _)| format!("{name}.weight")).collect();
-        let Some(dtype) = stackable(g, &parts, dev) else { return Self::load(g, layers, n_in, dev) };
-        let mut bytes = vec![];
-        for (part, (_, n)) in parts.iter().zip(layers) {
-            g.expect_dims(part, &[n_in, *n])?;
-            bytes.extend_from_slice(g.bytes(part)?);
-        }
-        let widths: Vec<usize> = layers.iter().map(|l| l.1).collect();
-        let rows = widths.iter().sum::<usize>();
-        let q = QTensor::new(QStorage::from_data(Cow::Owned(bytes), dev.device(), dtype)?, (rows, n_in))?;
-        let bias = |(name, n): &(String, usize)| Linear::load_bias(g, name, *n, dev);
-        Ok(Self::Stacked {
-            w: QMatMul::from_arc(Arc::new(q))?,
-            widths,
-            biases: layers.iter().map(bias).collect::<Result<_>>()?,
-            names: parts.iter().map(|n| Some(n.as_str().into())).collect(),
-        })
-    }
-
-    /// Each layer's `[n, out]` for `x`: `[n, in]` (see `Linear::forward_lora`).
-    pub fn forward(
-        &self,
-        x: &Tensor,
-        rows: &[RowPos],
-        lora: Option<&dyn WeightDeltas>,
-    ) -> Result<Vec<Tensor>> {
-        match self {
-            Self::Apart(ls) => ls.iter().map(|l| l.forward_lora(x, rows, lora)).collect(),
-            Self::Stacked { w, widths, biases, names } => {
-                let x = x.contiguous()?;
-                let y = device_qmatmul(w, &x)?;
-                let mut at = 0;
-                widths
-                    .iter()
-                    .zip(biases)
-                    .zip(names)
-                    .map(|((&n, b), name)| {
-                        let part = y.narrow(1, at, n)?;
-                        at += n;
-                        let part = match (lora, name) {
-                            (Some(l), Some(name)) => l.add(name, &x, part.contiguous()?)?,
-                            _ => part,
-                        };
-                        Ok(match b {
-                            Some(b) => part.broadcast_add(b)?,
-                            None => part,
-                        })
-                    })
-                    .collect()
-            }
-            Self::Fused { w, biases, names } => {
-                let x = x.contiguous()?;
-                // Each part with its additions applied on the host where they are (and whether).
-                let parts = with_host_f32(&x, |xs| -> Result<Vec<(Vec<f32>, bool)>> {
-                    let parts = w.matmul_parts(xs, rows)?;
-                    parts
-                        .into_iter()
-                        .zip(names)
-                        .map(|(mut y, name)| {
-                            let added = match (lora, name) {
-                                (Some(l), Some(name)) => l.add_in_place(name, xs, &mut y)?,
-                                _ => false,
-                            };
-                            Ok((y, added))
-                        })
-                        .collect()
-                })??;
-                parts
-                    .into_iter()
-                    .zip(biases)
-                    .zip(names)
-                    .map(|(((y, added), b), name)| {
-                        let n = y.len() / rows.len().max(1);
-                        let y = Tensor::from_vec(y, (rows.len(), n), x.device())?;
-                        let y = match (lora, name) {
-                            (Some(l), Some(name)) if !added => l.add(name, &x, y)?,
-                            _ => y,
-                        };
-                        Ok(match b {
-                            Some(b) => y.broadcast_add(b)?,
-                            None => y,
-                        })
-                    })
-                    .collect()
-            }
-        }
-    }
-}
-
-/// The one quantized type of `parts` when the device path can stack them: a type candle's
-/// quantized kernels take there (`device_weight`'s `Weight::Candle`).
-fn stackable(g: &GgufFile, parts: &[String], dev: &Placement) -> Option<GgmlDType> {
-    let dtype = g.info(parts.first()?)?.dtype;
-    let candle = match dtype {
-        GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => false,
-        GgmlDType::Q4_1 | GgmlDType::Q5_1 => !dev.is_cpu(),
-        _ => true,
+/// `y` (a weight's product with `x`) with the step's additions for that weight (`lora`: the
+/// deltas and the weight's name; None when there are none, or they were added on the host),
+/// then its bias — llama.cpp's order.
+pub(super) fn deltas_then_bias(
+    lora: Option<(&dyn WeightDeltas, &str)>,
+    x: &Tensor,
+    y: Tensor,
+    bias: Option<&Tensor>,
+) -> Result<Tensor> {
+    let y = match lora {
+        Some((l, name)) => l.add(name, x, y)?,
+        None => y,
     };
-    let same = parts.iter().all(|p| g.info(p).is_some_and(|i| i.dtype == dtype));
-    (!dev.exact() && candle && same && QMatMulPath::get() != QMatMulPath::Dmmv).then_some(dtype)
+    Ok(match bias {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    })
 }
 
 /// RMSNorm over the last dim, in f32: `w ⊙ x / sqrt(mean(x²) + ε)`; Wick's kernel on the exact

@@ -15,6 +15,7 @@ mod ffn;
 mod gemma3;
 pub(crate) mod layers;
 mod lfm2;
+mod linears;
 mod llama;
 mod moe;
 mod packs;

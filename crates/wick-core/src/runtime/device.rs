@@ -103,14 +103,21 @@ pub struct Placement {
 }
 
 /// Which blocks of a model run on the device when only some do (llama-server's `-ngl N` with
-/// N ≤ the block count): the last N, and the output head only past that (N > blocks). The
-/// others, and the token embedding in front of them, run on the exact CPU path.
+/// N ≤ the block count): the last N. The others, the token embedding in front of them and the
+/// output head (on the device only past the block count, when nothing is split) run on the
+/// exact CPU path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LayerSplit {
     pub n_layer: usize,
     /// The first block on the device.
     pub first_on_device: usize,
-    pub head_on_device: bool,
+}
+
+impl LayerSplit {
+    /// How many blocks run on the device.
+    pub fn on_device(&self) -> usize {
+        self.n_layer - self.first_on_device
+    }
 }
 
 impl Deref for Placement {
@@ -155,7 +162,7 @@ impl Placement {
         }
         let split = match self.gpu_layers {
             Some(n) if !self.exact && n <= n_layer => {
-                Some(LayerSplit { n_layer, first_on_device: n_layer - n, head_on_device: false })
+                Some(LayerSplit { n_layer, first_on_device: n_layer - n })
             }
             _ => None,
         };
@@ -175,7 +182,7 @@ impl Placement {
     }
     /// Whether the output norm and head run on the device path.
     pub fn head_on_device(&self) -> bool {
-        self.split.map_or(!self.exact, |s| s.head_on_device)
+        self.split.is_none() && !self.exact
     }
     /// Where the token embedding runs: with the first block.
     pub fn input(&self) -> Self {
@@ -386,7 +393,7 @@ mod tests {
             assert!((0..8).all(|il| p.layer_on_device(il)));
         }
         let p = at(Some(3));
-        assert_eq!(p.split(), Some(LayerSplit { n_layer: 8, first_on_device: 5, head_on_device: false }));
+        assert_eq!(p.split(), Some(LayerSplit { n_layer: 8, first_on_device: 5 }));
         assert_eq!(
             (0..8).map(|il| p.layer_on_device(il)).collect::<Vec<_>>(),
             [[false; 5], [true; 5]].concat()[..8]

@@ -32,9 +32,7 @@ pub fn fixture_dir() -> &'static Path {
 
 /// The blocks of the model at `path` (`{arch}.block_count`).
 pub fn n_layer(path: &Path) -> usize {
-    let g = GgufFile::open(path).expect("open");
-    let arch = g.architecture().expect("architecture").to_string();
-    g.metadata.usize(&format!("{arch}.block_count")).expect("block_count")
+    GgufFile::open(path).expect("open").block_count().expect("block_count").expect("a block count")
 }
 
 pub struct Loaded {
@@ -44,8 +42,8 @@ pub struct Loaded {
 
 /// The model at `path` placed as `placement` says, its `-ngl` (if any) fitted to the model.
 pub fn load(path: &Path, placement: &Placement) -> Loaded {
-    let placement = &placement.fit_layers(n_layer(path));
     let g = GgufFile::open(path).expect("open");
+    let placement = &placement.fit_layers(g.block_count().expect("block_count").expect("a block count"));
     let model = models::load_on(&g, placement).expect("load");
     let kv = KvPool::new_on(&model.cache_layout(), 64, true, placement, KvTypes::F16).expect("kv pool");
     Loaded { model, kv }
