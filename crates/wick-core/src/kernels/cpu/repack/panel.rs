@@ -24,7 +24,8 @@ pub const fn chains<const R: usize>() -> usize {
 /// as a burst of prefetches stalls the load queue): one-token decode streams every weight from
 /// memory once per step, where the hardware prefetcher alone fell well short of the bandwidth
 /// on those layouts; wider tiles re-read panels from L2, where prefetching only evicts. Q4_0's
-/// small blocks stream best without (LFM2-350M shapes; figures in benches/RESULTS.md).
+/// small blocks stream best without (LFM2-350M shapes); Q8_0's take `prefetch_stream`
+/// (figures in benches/RESULTS.md).
 #[cfg(target_arch = "x86_64")]
 pub const STREAM_ROWS: usize = 2;
 
@@ -44,6 +45,21 @@ pub unsafe fn prefetch_ahead(p: *const u8, len: usize) {
         } else {
             _mm_prefetch::<_MM_HINT_T1>(at);
         }
+    }
+}
+
+/// Prefetches the `len` bytes `STREAM_AHEAD` bytes past `p` as non-temporal (into L1, kept out
+/// of the outer caches: each line is read once). For Q8_0 one-row tiles: its 544-byte blocks
+/// stream ~7 % faster with it than on the hardware prefetcher alone (LFM2.5-1.2B Q8_0 decode,
+/// paired runs; a plain 2-thread read of this machine's memory gains 7–20 % the same way,
+/// `kernel_timing -- memory`; figures in benches/RESULTS.md).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub unsafe fn prefetch_stream(p: *const u8, len: usize) {
+    use std::arch::x86_64::*;
+    const STREAM_AHEAD: usize = 4096;
+    for l in (0..len).step_by(64) {
+        _mm_prefetch::<_MM_HINT_NTA>(p.wrapping_add(STREAM_AHEAD + l) as *const i8);
     }
 }
 

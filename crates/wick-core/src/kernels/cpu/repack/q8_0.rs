@@ -256,7 +256,7 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act]], gemm: &[bool], out: *mu
 }
 
 #[cfg(target_arch = "x86_64")]
-use super::panel::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel};
+use super::panel::{bcast4, load_f16x16, load_f16x8, prefetch_next_panel, prefetch_stream, STREAM_ROWS};
 
 /// The 8-lane tree sum of `acc[0..8]`, one zmm lane per column.
 #[cfg(target_arch = "x86_64")]
@@ -284,6 +284,9 @@ unsafe fn tile_vnni<const R: usize>(
     for b in 0..nb {
         let p = panel.as_ptr().add(b * BLOCK_BYTES);
         prefetch_next_panel(p, BLOCK_BYTES, next);
+        if R <= STREAM_ROWS {
+            prefetch_stream(p, BLOCK_BYTES);
+        }
         let mut ys = [acts[0].get_unchecked(b); R];
         for r in 1..R {
             ys[r] = acts[r].get_unchecked(b);
