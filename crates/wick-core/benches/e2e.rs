@@ -1,12 +1,13 @@
 //! End-to-end prefill / decode tokens/s of one GGUF through `models::Model::forward`, the way
 //! llama-bench measures (pp512 / tg128): `cargo bench -p wick-core --bench e2e -- MODEL.gguf
 //! [--prompt 512] [--gen 128] [--repeats 3] [--same-token] [--device cpu|cpu-candle|cuda|metal]
-//! [-ngl N] [--verify K]`
+//! [-ngl N] [--verify K] [--pack-cache DIR]`
 //! (`--same-token`: decode feeds one token over and over, as a model that echoes does;
 //! `--device`: where and how the model runs, `runtime::device`, default the exact CPU path;
 //! `-ngl N`: llama-server's layer split, the last N blocks on the device, the rest on the CPU;
 //! `--verify K`: also the time of a speculative step checking K drafts, 1 + K rows computed as
-//! decodes, against a decode step, at the same cache length).
+//! decodes, against a decode step, at the same cache length; `--pack-cache DIR`: the repacked
+//! weights mapped from the pack cache in DIR, as `wick serve` holds them — a first run writes it).
 //! Threads: `WICK_THREADS` (default: all cores).
 //! Prints median and min–max per phase. With `WICK_THREADS=1` it also prints tokens per second
 //! of the thread's CPU time (`/proc/thread-self/schedstat`), which a loaded machine moves much
@@ -56,7 +57,20 @@ fn main() {
     let loading = Instant::now();
     let g = GgufFile::open(path).expect("open");
     let placement = placement.fit_layers(g.block_count().expect("block_count").unwrap_or(0));
-    let model = models::load_on(&g, &placement).expect("load");
+    // As `wick serve` holds the weights: mapped from the pack cache (a first run writes it).
+    let packs = args.iter().position(|a| a == "--pack-cache").and_then(|i| args.get(i + 1));
+    let packs = packs.map(|dir| wick_core::engine::pack_cache(dir.as_ref(), path.as_ref(), &g, &placement));
+    let model = models::load_on(&g, &placement.with_packs(packs.clone())).expect("load");
+    if let Some(p) = packs {
+        let state = p.finish();
+        eprintln!("pack cache: {state:?}");
+        // The file is written off the load's thread: wait for it, or an exit mid-write loses it.
+        if let wick_core::runtime::weight_cache::WeightCacheUse::Writing { path } = state {
+            while !path.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    }
     let split = placement.split().map(|s| format!(", {}/{} blocks on it", s.on_device(), s.n_layer));
     eprintln!(
         "load: {:.0} ms on {}{}",

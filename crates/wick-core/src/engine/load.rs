@@ -47,6 +47,17 @@ pub(super) fn open_pack_cache(
     device: &Placement,
 ) -> Option<Arc<WeightCache>> {
     let dir = opts.pack_cache.as_deref().filter(|_| device.has_host_layers() && !opts.vocab_only)?;
+    Some(pack_cache(dir, path, gguf, device))
+}
+
+/// The pack cache in `dir` for the model at `path` placed as `device` (`benches/e2e.rs` maps
+/// its weights the way `wick serve` does with it).
+pub fn pack_cache(
+    dir: &std::path::Path,
+    path: &std::path::Path,
+    gguf: &GgufFile,
+    device: &Placement,
+) -> Arc<WeightCache> {
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let mut key = vec![gguf.fingerprint(), PackedWeight::layout_fingerprint()];
     // A split model packs only its host blocks: its file is its own, so that a load of the
@@ -55,7 +66,7 @@ pub(super) fn open_pack_cache(
         use sha2::{Digest, Sha256};
         key.push(Sha256::digest(format!("split {} of {}", s.first_on_device, s.n_layer)).into());
     }
-    Some(Arc::new(WeightCache::open(dir, &stem, &key)))
+    Arc::new(WeightCache::open(dir, &stem, &key))
 }
 
 /// The vision projector, when one is asked for and the engine generates; its embedding width

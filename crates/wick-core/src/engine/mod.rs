@@ -30,6 +30,7 @@ mod load;
 use adapters::Adapters;
 pub use adapters::{AdapterInfo, LoraSpec};
 pub use embedding::EmbeddingInfo;
+pub use load::pack_cache;
 use load::{
     check_speculation, kernel_threads, kv_pool, load_tokenizer_and_model, load_vision,
     requested_context_size, LoadedModel,
