@@ -16,7 +16,8 @@
 #
 # `run` writes the LFM2-1.2B-shaped model (d 2048, 16 layers in LFM2's conv/attention pattern,
 # 32/8 heads, FFN 8192, Q8_0 and F16: `wick-fixtures --gpu-check`), checks candle's quantized
-# matmul kernels against the CPU (tests/device_kernels.rs), runs the device-path tests
+# matmul kernels against the CPU (tests/device_kernels.rs) and Wick's fused decode attention
+# against its f64 reference (tests/device_attention.rs), runs the device-path tests
 # on the GPU against the exact CPU path (tests/device_path.rs with WICK_TEST_DEVICE=cuda: greedy
 # tokens and probabilities on every fixture architecture), the same under compute-sanitizer
 # (memcheck), then the latency server's published benchmark (benches/serving.rs: 1024 input /
@@ -46,8 +47,8 @@ build() {
   mkdir -p "$gpu/llama-src/models"
   local json
   json=$(cargo test --release --target "$triple" --target-dir "$target" -p wick-core "${features[@]}" \
-    --test device_path --test device_kernels --test split_layers --no-run --message-format=json 2>/dev/null)
-  for t in device_path device_kernels split_layers; do
+    --test device_path --test device_kernels --test split_layers --test device_attention --no-run --message-format=json 2>/dev/null)
+  for t in device_path device_kernels split_layers device_attention; do
     cp "$(sed -n "s/.*\"executable\":\"\([^\"]*$t-[^\"]*\)\".*/\1/p" <<<"$json" | tail -1)" "$gpu/$t"
   done
   benches() {
@@ -61,7 +62,7 @@ build() {
     done
   }
   benches ""
-  local bins=(device_path device_kernels split_layers e2e serving)
+  local bins=(device_path device_kernels split_layers device_attention e2e serving)
   if [ -n "$base" ]; then
     # REV's benches from a worktree, in the same target dir (only Wick's crates rebuild).
     local src=/tmp/wick-gpu-base here=$PWD
@@ -138,6 +139,9 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
   say "## candle's quantized matmuls on $dev against the CPU (tests/device_kernels.rs)"
   WICK_TEST_DEVICE=$dev timeout "$t_kern" "$gpu/device_kernels" --nocapture 2>&1 | tee -a "$report" |
     grep -E "^test |off:|NaN" | head -20
+  say "## Wick's fused decode attention on $dev against the f64 reference (tests/device_attention.rs)"
+  WICK_TEST_DEVICE=$dev timeout "$t_kern" "$gpu/device_attention" --nocapture 2>&1 | tee -a "$report" |
+    grep -E "^test |^\||panicked"
   say "## device-path tests on $dev (tests/device_path.rs, WICK_TEST_DEVICE=$dev)"
   WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/device_path" --test-threads 1 --nocapture 2>&1 | tee -a "$report" |
     grep -E "^test |max \||SKIPPED|panicked"
@@ -153,6 +157,16 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
     every_fixture decodes_batched a_ragged 2>&1 | tee -a "$report" | grep -E "^test |max \||panicked"
   WICK_DEVICE_QMATMUL=mmq timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" "${e2e[@]}" 2>&1 |
     tail -2 | sed 's/^/mmq: /' | tee -a "$report"
+
+  # The fused decode attention in place of the composed ops (WICK_DEVICE_ATTENTION=fused,
+  # models/attention.rs): the fixtures' agreement and batch invariance with it, and a decode's time.
+  if fits $((t_tests + t_e2e)) "the fused attention's fixture tests and decode"; then
+    say "## the device-path fixture tests with the fused decode attention (WICK_DEVICE_ATTENTION=fused)"
+    WICK_DEVICE_ATTENTION=fused WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/device_path" --test-threads 1 --nocapture \
+      every_fixture decodes_batched a_ragged 2>&1 | tee -a "$report" | grep -E "^test |max \||panicked"
+    WICK_DEVICE_ATTENTION=fused timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" "${e2e[@]}" 2>&1 |
+      tail -2 | sed 's/^/fused attention: /' | tee -a "$report"
+  fi
 
   for f in q8_0 f16; do
     [ "$f" = f16 ] && ! fits "$t_e2e" "the F16 file" && continue

@@ -137,6 +137,7 @@ impl DeviceKv {
             reads: Tensor::from_vec(reads, seqs.len() * t_pad, &self.device)?,
             write_index: Mutex::new(Vec::new()),
             masks: Mutex::new(Vec::new()),
+            lens_on_device: std::sync::OnceLock::new(),
         })
     }
 
@@ -162,6 +163,15 @@ impl DeviceKv {
             ck.index_select(&batch.reads, 0)?.reshape(shape)?,
             cv.index_select(&batch.reads, 0)?.reshape(shape)?,
         ))
+    }
+}
+
+impl DeviceKv {
+    /// Layer `layer`'s keys and values, `[slots, n_kv_head, head_dim]` f16 each, for a kernel
+    /// that reads the pages in place (the fused decode attention, `models::attention`).
+    #[cfg(feature = "cuda")]
+    pub fn pages(&self, layer: usize) -> Result<(&Tensor, &Tensor)> {
+        self.layer(layer).map(|(k, v)| (k, v))
     }
 }
 
@@ -218,6 +228,8 @@ pub struct DecodeBatch {
     write_index: Mutex<Vec<(Vec<usize>, Tensor)>>,
     /// `mask` by window.
     masks: Mutex<Vec<(Option<usize>, Tensor)>>,
+    /// `lens` on the device, for the fused attention (made by its first layer).
+    lens_on_device: std::sync::OnceLock<Tensor>,
 }
 
 impl DecodeBatch {
@@ -226,6 +238,27 @@ impl DecodeBatch {
     }
     pub fn is_empty(&self) -> bool {
         self.lens.is_empty()
+    }
+
+    /// `[B · t_pad]` u32: sequence b's slots of positions `0..t_pad`.
+    pub fn reads(&self) -> &Tensor {
+        &self.reads
+    }
+
+    pub fn t_pad(&self) -> usize {
+        self.t_pad
+    }
+
+    /// `[B]` u32 on the batch's device: each sequence's length (made once, for every layer).
+    pub fn lens_on_device(&self) -> Result<&Tensor> {
+        if let Some(l) = self.lens_on_device.get() {
+            return Ok(l);
+        }
+        let lens: Vec<u32> = self.lens.iter().map(|&l| l as u32).collect();
+        let _ = self.lens_on_device.set(Tensor::from_vec(lens, self.lens.len(), self.writes.device())?);
+        self.lens_on_device
+            .get()
+            .ok_or_else(|| WickError::Internal("a decode batch's lengths were not kept".into()))
     }
 
     /// `[B, 1, 1, t_pad]` f32: 0 where sequence b's one query sees key j (`j < len`, and within

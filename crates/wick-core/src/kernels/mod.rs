@@ -20,8 +20,8 @@
 //!
 //! The CPU kernels run on `runtime::pool`. The device path (`runtime::device`) runs the models
 //! on candle's own CUDA, Metal and CPU kernels; kernels Wick adds for a device get their own
-//! directory beside `cpu/` (`cuda/`, `metal/`) when a GPU is there to test them against the
-//! CPU reference.
+//! directory beside `cpu/`: `cuda/` (`cuda` feature; PTX built by `build.rs`) holds the fused
+//! decode attention over the paged cache.
 //!
 //! Dependencies point one way: `feats` and `blocks` at the bottom, the row dots and panels on
 //! them, `matmul` and `attention` on those; kernels never import `models`.
@@ -31,6 +31,8 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 pub use cpu::attention::{attend, attend_many, SeqAttn};
 pub(crate) use cpu::elementwise::with_host_f32;

@@ -11,7 +11,7 @@ use super::layers::{Linear, RmsNorm, RowPos, WeightDeltas};
 use super::linears::Linears;
 use super::rope::Rope;
 use super::StepSeq;
-use crate::cache::{DecodeBatch, KvPool, KvWrite, SeqCache};
+use crate::cache::{DecodeBatch, DeviceKv, KvPool, KvWrite, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::{attend_many, rotate_runs, with_host_f32, SeqAttn};
@@ -453,6 +453,17 @@ impl Attention {
             let (q, k, v) = (q.narrow(0, at, b)?, k.narrow(0, at, b)?, v.narrow(0, at, b)?);
             at += b;
             store.write_decodes(layer, slots, &k, &v)?;
+            if fused_attention(q.device()) {
+                outs.push(fused_decodes(
+                    store,
+                    layer,
+                    slots,
+                    &q.to_dtype(DType::F32)?,
+                    window,
+                    scale as f32,
+                )?);
+                continue;
+            }
             let (ks, vs) = store.read_decodes(layer, slots)?; // [b, t_pad, n_kv, hd]
             let per_kv =
                 |t: Tensor| -> Result<Tensor> { Ok(t.to_dtype(DType::F32)?.transpose(1, 2)?.contiguous()?) };
@@ -467,6 +478,40 @@ impl Attention {
             1 => outs.pop().ok_or_else(|| WickError::Internal("attention: no decodes".into())),
             _ => Ok(Tensor::cat(&outs, 0)?),
         }
+    }
+}
+
+/// Whether the device path's decodes attend through the fused CUDA kernel over the paged cache
+/// (`kernels::cuda`, one launch per layer) instead of the composed candle ops:
+/// `WICK_DEVICE_ATTENTION=fused` on a CUDA build and device. Off by default until a GPU run
+/// has checked it against the composed path (`tests/device_attention.rs`, gpu-check.sh).
+fn fused_attention(device: &candle_core::Device) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    cfg!(feature = "cuda")
+        && device.is_cuda()
+        && *ON.get_or_init(|| std::env::var("WICK_DEVICE_ATTENTION").as_deref() == Ok("fused"))
+}
+
+/// A decode batch's attention in layer `layer` by the fused CUDA kernel, straight from the
+/// pages (`kernels::cuda::decode_attention`); its new keys and values written first.
+fn fused_decodes(
+    store: &DeviceKv,
+    layer: usize,
+    batch: &DecodeBatch,
+    q: &Tensor,
+    window: Option<usize>,
+    scale: f32,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    {
+        let (kc, vc) = store.pages(layer)?;
+        let lens = batch.lens_on_device()?;
+        crate::kernels::cuda::decode_attention(q, kc, vc, batch.reads(), lens, batch.t_pad(), window, scale)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (store, layer, batch, q, window, scale);
+        Err(WickError::Internal("the fused decode attention needs a CUDA build".into()))
     }
 }
 
