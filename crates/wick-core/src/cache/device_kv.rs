@@ -164,9 +164,7 @@ impl DeviceKv {
             cv.index_select(&batch.reads, 0)?.reshape(shape)?,
         ))
     }
-}
 
-impl DeviceKv {
     /// Layer `layer`'s keys and values, `[slots, n_kv_head, head_dim]` f16 each, for a kernel
     /// that reads the pages in place (the fused decode attention, `models::attention`).
     #[cfg(feature = "cuda")]
