@@ -238,12 +238,13 @@ fn memory() {
             for (prefetch, best) in best.iter_mut().enumerate() {
                 let t = Instant::now();
                 std::thread::scope(|s| {
-                    // SAFETY: AVX2 is on every x86-64 machine Wick's benches run on.
                     let parts: Vec<_> = words
                         .chunks(share)
                         .map(|c| {
                             s.spawn(move || match prefetch {
+                                // SAFETY: AVX2 is on every x86-64 machine Wick's benches run on.
                                 0 => std::hint::black_box(unsafe { sum_lines::<false>(c) }),
+                                // SAFETY: as above; a prefetch of any address has no effect on memory.
                                 _ => std::hint::black_box(unsafe { sum_lines::<true>(c) }),
                             })
                         })

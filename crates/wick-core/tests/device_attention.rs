@@ -9,25 +9,16 @@
 
 use candle_core::{DType, Device, Tensor};
 use half::f16;
+use wick_core::cache::BLOCK_SIZE as BLOCK;
 
 mod common;
+
+use common::device::values;
 
 /// Largest error allowed, relative to the output's largest magnitude: a probability rounded to
 /// f16 on the other side of a tie moves by one f16 step (2⁻¹¹ relative), and the sums' order
 /// differs.
 const REL_TOL: f64 = 2e-3;
-
-const BLOCK: usize = 16;
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 struct Case {
     n_kv: usize,

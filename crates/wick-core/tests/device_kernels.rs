@@ -19,6 +19,8 @@ use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{Device, Module, Tensor};
 use wick_core::runtime::device::{DeviceChoice, Placement};
 
+use common::device::values;
+
 mod common;
 
 /// Largest error allowed, relative to the product's largest magnitude: q8_1 activations
@@ -34,17 +36,6 @@ fn device(test: &str) -> Option<Device> {
         return None;
     }
     Some(p.device().clone())
-}
-
-/// Deterministic values in about [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 /// max |got − want| / max |want|, and how many of `got` are not finite.

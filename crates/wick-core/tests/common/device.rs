@@ -26,6 +26,17 @@ pub fn under_test(test: &str) -> Option<Placement> {
     }
 }
 
+/// Deterministic values in about [-1, 1).
+pub fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
 pub fn fixture_dir() -> &'static Path {
     super::engine::standard_fixtures("wick-device-path")
 }

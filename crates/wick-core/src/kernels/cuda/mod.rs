@@ -120,19 +120,9 @@ impl CustomOp3 for DecodeAttention {
         let (n_kv, group, hd_i, t_pad) = (n_kv as i32, self.group as i32, hd as i32, self.t_pad as i32);
         let (window, scale) = (self.window as i32, self.scale);
         let mut launch = func.builder();
-        launch.arg(&q);
-        launch.arg(&k);
-        launch.arg(&v);
-        launch.arg(&reads);
-        launch.arg(&lens);
-        launch.arg(&scratch);
+        candle_core::builder_arg!(launch, q, k, v, reads, lens, scratch);
         launch.arg(&out);
-        launch.arg(&n_kv);
-        launch.arg(&group);
-        launch.arg(&hd_i);
-        launch.arg(&t_pad);
-        launch.arg(&window);
-        launch.arg(&scale);
+        candle_core::builder_arg!(launch, n_kv, group, hd_i, t_pad, window, scale);
         // SAFETY: the arguments match the kernel's signature in order and type; every index
         // it makes lies within the buffers given (slots within the layer's cache, checked
         // when the batch's tables were made).
