@@ -64,9 +64,11 @@ fn main() {
     if let Some(p) = packs {
         let state = p.finish();
         eprintln!("pack cache: {state:?}");
-        // The file is written off the load's thread: wait for it, or an exit mid-write loses it.
+        // The file is written off the load's thread: wait for it, or an exit mid-write loses
+        // it (a writer that fails leaves no file: give up after a while).
         if let wick_core::runtime::weight_cache::WeightCacheUse::Writing { path } = state {
-            while !path.exists() {
+            let deadline = Instant::now() + std::time::Duration::from_secs(300);
+            while !path.exists() && Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
         }

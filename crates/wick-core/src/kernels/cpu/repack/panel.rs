@@ -49,10 +49,10 @@ pub unsafe fn prefetch_ahead(p: *const u8, len: usize) {
 }
 
 /// Prefetches the `len` bytes `STREAM_AHEAD` bytes past `p` as non-temporal (into L1, kept out
-/// of the outer caches: each line is read once). For Q8_0 one-row tiles: its 544-byte blocks
-/// stream ~7 % faster with it than on the hardware prefetcher alone (LFM2.5-1.2B Q8_0 decode,
-/// paired runs; a plain 2-thread read of this machine's memory gains 7–20 % the same way,
-/// `kernel_timing -- memory`; figures in benches/RESULTS.md).
+/// of the outer caches: each line is read once). For Q8_0 tiles of at most `STREAM_ROWS` rows:
+/// LFM2.5-1.2B Q8_0 decode ×1.12–1.18 with it in paired runs (weights on anonymous 2 MiB pages),
+/// ×1.04–1.07 mapped from the pack cache; a plain read of this machine's memory gains 0–12 %
+/// the same way, more when the machine is slow (`kernel_timing -- memory`; benches/RESULTS.md).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub unsafe fn prefetch_stream(p: *const u8, len: usize) {

@@ -149,13 +149,15 @@ impl TileKernels for Kernels {
     #[inline(always)]
     #[cfg(target_arch = "x86_64")]
     unsafe fn vnni(panel: &[u8], nb: usize, acts: &[&[Act]], _: &[bool], out: *mut f32, ldo: usize) {
+        // A tile of few rows streams its panel from memory once; wider ones re-read it from L2.
+        let stream = acts.len() <= STREAM_ROWS;
         for (i, a) in acts.chunks(3).enumerate() {
             let o = out.add(3 * i * ldo);
             let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
             match a.len() {
-                1 => tile_vnni::<1>([a[0]], panel, nb, o, ldo, next),
-                2 => tile_vnni::<2>([a[0], a[1]], panel, nb, o, ldo, next),
-                _ => tile_vnni::<3>([a[0], a[1], a[2]], panel, nb, o, ldo, next),
+                1 => tile_vnni::<1>([a[0]], panel, nb, o, ldo, next, stream),
+                2 => tile_vnni::<2>([a[0], a[1]], panel, nb, o, ldo, next, stream),
+                _ => tile_vnni::<3>([a[0], a[1], a[2]], panel, nb, o, ldo, next, stream),
             }
         }
     }
@@ -279,12 +281,13 @@ unsafe fn tile_vnni<const R: usize>(
     out: *mut f32,
     ldo: usize,
     next: usize,
+    stream: bool,
 ) {
     let mut acc = [[_mm512_setzero_ps(); 8]; R];
     for b in 0..nb {
         let p = panel.as_ptr().add(b * BLOCK_BYTES);
         prefetch_next_panel(p, BLOCK_BYTES, next);
-        if R <= STREAM_ROWS {
+        if stream {
             prefetch_stream(p, BLOCK_BYTES);
         }
         let mut ys = [acts[0].get_unchecked(b); R];
