@@ -17,7 +17,10 @@
  *
  *   npx tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--rounds 1]
  *       [--prompt-len 512] [--gen-len 128] [--engines wick,node-llama-cpp,llama-server]
- *       [--json out.json] [--results benches/RESULTS.md]
+ *       [--floor] [--json out.json] [--results benches/RESULTS.md]
+ *
+ * `--floor` probes the machine's read rate before and after each engine's run and gives each
+ * decode as a share of the bandwidth floor then (benches/lib/floor.ts).
  *
  * Long-context mode: micro at long prompts (default 4096 and 16384 tokens, one repeat, 32
  * decoded tokens after each): prefill at long context and decode over a long KV.
@@ -49,6 +52,7 @@ import { fmt, intList, makePrompts, markdownTable, num, parseArgs, promptsNeeded
 import { engineSample, summarize, type Summary } from "../ts/cli/bench.ts";
 import { appendResults as appendProvenance, commit, machine } from "./lib/provenance.ts";
 import { freePort } from "./lib/net.ts";
+import { decodeBytes, probeFloorGbps } from "./lib/floor.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const LLAMA_SERVER = join(ROOT, ".cache/llama-build/bin/llama-server");
@@ -525,6 +529,8 @@ interface Sample {
    * (ggml's spinning workers make multi-thread CPU time meaningless). */
   prefillCpuTps?: number;
   decodeCpuTps?: number;
+  /** With `--floor`: the read rate probed around this sample's run (GB/s, mean of before and after). */
+  floorGbps?: number;
 }
 
 /** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
@@ -646,6 +652,10 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
   process.stdout.write(`${JSON.stringify(samples)}\n`);
 }
 
+function percent(s: Summary | undefined): string {
+  return s ? `${fmt(100 * s.median, 0)} % (${fmt(100 * s.min, 0)}–${fmt(100 * s.max, 0)})` : "-";
+}
+
 function cell(s: Summary | undefined): string {
   if (!s) return "-";
   const spread = ((s.max - s.min) / s.median) * 100;
@@ -702,7 +712,9 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
   for (const e of engines) if (!["wick", "node-llama-cpp", "llama-server"].includes(e)) throw new Error(`--engines: unknown ${e}`);
   const tmp = mkdtempSync(join(tmpdir(), "wick-micro-"));
   const rows: string[][] = [];
-  type Res = { prefill: Summary; decode: Summary; prefillCpu?: Summary; decodeCpu?: Summary; samples: Sample[] };
+  // `--floor`: each run between two probes of the read rate, and its decode as a share of that floor.
+  const floor = flags.has("floor");
+  type Res = { prefill: Summary; decode: Summary; prefillCpu?: Summary; decodeCpu?: Summary; floorGbps?: Summary; ofFloor?: Summary; samples: Sample[] };
   const json: Record<string, Record<string, Res>> = {};
   for (const model of models) {
     const tok = await llamaTokenizer(model);
@@ -715,6 +727,7 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
     const file = join(tmp, `${basename(model)}.json`);
     writeFileSync(file, JSON.stringify(prompts));
     const res: Record<string, Res> = {};
+    const bytes = floor ? await decodeBytes(model) : NaN;
     // Rounds alternate the engines' order so that a slow spell of a shared machine (memory
     // bandwidth moves with the neighbours' load) falls on both sides, not on one.
     const pooled = new Map<EngineName, Sample[]>();
@@ -722,7 +735,12 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
       for (const e of round % 2 ? [...engines].reverse() : engines) {
         process.stderr.write(`micro ${basename(model)}: ${e} round ${round + 1}/${rounds} (${repeats} + 1 warm-up, ${promptLen} prompt, ${genLen} gen, ${threads} threads)\n`);
         try {
-          const samples = (await runWorker(e, model, file, genLen, threads, prefillChunk)).slice(1);
+          const before = floor ? probeFloorGbps() : undefined;
+          let samples = (await runWorker(e, model, file, genLen, threads, prefillChunk)).slice(1);
+          if (before !== undefined) {
+            const floorGbps = (before + probeFloorGbps()) / 2;
+            samples = samples.map((s) => ({ ...s, floorGbps }));
+          }
           pooled.set(e, [...(pooled.get(e) ?? []), ...samples]);
         } catch (err) {
           process.stderr.write(`  ${(err as Error).message}\n`);
@@ -736,6 +754,10 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
         samples,
         prefillCpu: summarize(samples.map((s) => s.prefillCpuTps ?? NaN)),
         decodeCpu: summarize(samples.map((s) => s.decodeCpuTps ?? NaN)),
+        ...(floor && {
+          floorGbps: summarize(samples.map((s) => s.floorGbps!)),
+          ofFloor: summarize(samples.map((s) => (s.decodeTps * bytes) / 1e9 / s.floorGbps!)),
+        }),
       };
       process.stderr.write(`  ${e}: prefill ${cell(res[e].prefill)} tok/s, decode ${cell(res[e].decode)} tok/s; per CPU-s prefill ${cell(res[e].prefillCpu)}, decode ${cell(res[e].decodeCpu)}\n`);
     }
@@ -754,6 +776,7 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
         cell(r?.decodeCpu),
         e === "wick" ? "" : ratio(w?.prefillCpu?.median ?? NaN, r?.prefillCpu?.median ?? NaN),
         e === "wick" ? "" : ratio(w?.decodeCpu?.median ?? NaN, r?.decodeCpu?.median ?? NaN),
+        ...(floor ? [fmt(((r?.decode.median ?? NaN) * bytes) / 1e9), cell(r?.floorGbps), percent(r?.ofFloor)] : []),
       ]);
     }
   }
@@ -769,6 +792,7 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
       "decode tok/CPU-s",
       "wick/this prefill (CPU)",
       "wick/this decode (CPU)",
+      ...(floor ? ["decode GB/s of weights", "read rate GB/s (probe)", "decode of floor"] : []),
     ],
     rows,
   );
@@ -777,7 +801,10 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
     "prefill = prompt tokens / time to the first sampled token; decode = (generated − 1) / time from the first to the last token. " +
     "Wick: Engine timings (promptMs, decodeMs). node-llama-cpp: wall clock around evaluateWithoutGeneratingNewTokens + evaluate. " +
     "llama-server: native /completion timings (prompt_per_second, predicted_per_second; cache_prompt false, streamed). Ratios > 1: Wick is faster. " +
-    "tok/CPU-s: tokens per second of the engine process's CPU time (user + system; Wick: the whole Node process, llama-server: /proc/PID/stat), prefill up to the first streamed token, decode after it: the load-robust comparison with --threads 1 (node-llama-cpp: not measured).";
+    "tok/CPU-s: tokens per second of the engine process's CPU time (user + system; Wick: the whole Node process, llama-server: /proc/PID/stat), prefill up to the first streamed token, decode after it: the load-robust comparison with --threads 1 (node-llama-cpp: not measured)." +
+    (floor
+      ? " Floor (--floor): decode GB/s = decode tok/s × the weight bytes a token streams (GgufInfo.decodeBytes: every weight but an untied embedding, experts at their routed share); read rate = `kernel_timing -- floor` (best 2-thread pass over 1 GiB) probed before and after each engine's run, averaged; decode of floor = each sample's GB/s over its run's probe, median (min–max)."
+      : "");
   console.log(`\n${table}\n\n${notes}`);
   if (flags.get("json")) writeFileSync(flags.get("json")!, JSON.stringify({ machine: machine(), commit: commit(), threads, repeats, promptLen, genLen, results: json }, null, 1));
   if (flags.get("results")) appendResults(flags.get("results")!, `${title}: ${engines.join(", ")}`, `${notes}\n\n${table}`);
@@ -809,7 +836,7 @@ const USAGE = `usage:
       [--wick-args="<extra wick serve flags>"]
       [--max-level-s 300] [--json out.json] [--results benches/RESULTS.md]
   tsx benches/compare.ts micro [model.gguf ...] [--threads 2] [--repeats 5] [--rounds 1] [--prompt-len 512] [--gen-len 128]
-      [--engines wick,node-llama-cpp,llama-server] [--json out.json] [--results benches/RESULTS.md]
+      [--engines wick,node-llama-cpp,llama-server] [--floor] [--json out.json] [--results benches/RESULTS.md]
   tsx benches/compare.ts long [model.gguf ...] [--prompt-lens 4096,16384] [--gen-len 32] [--repeats 1] [--warmup-len N] [--prefill-chunk 0] [...micro flags]
   tsx benches/compare.ts cold [model.gguf ...] [--threads 2] [--repeats 3] [--peers wick,llama]   (spawn → first token, RSS)
   tsx benches/compare.ts files [--bench-dir DIR]   (writes the LFM2 bench files; name them as ${Object.keys(BENCH_FILES).join(", ")})

@@ -264,6 +264,11 @@ export interface GgufInfo {
   quantization: string
   /** Most bytes first. */
   quantMix: Array<QuantShare>
+  /**
+   * Weight bytes one decoded token streams from memory (every weight but an untied token
+   * embedding; a mixture's experts at their routed share): the bandwidth floor's numerator.
+   */
+  decodeBytes: number
   contextLength?: number
   embeddingLength?: number
   blockCount?: number

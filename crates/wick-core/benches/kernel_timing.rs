@@ -13,9 +13,9 @@
 //!
 //! - `memory`: the machine's read bandwidth from DRAM on 1 and 2 threads (a 2 GiB buffer summed
 //!   in 64-byte lines, best of 5 passes), plain and with a non-temporal prefetch 4 KiB ahead —
-//!   the denominator of a decode's bandwidth floor.
+//!   the denominator of a decode's bandwidth floor; `floor`: the same quickly, on 2 threads.
 //!
-//! `cargo bench -p wick-core --bench kernel_timing [-- packed|attention|decode|long|memory]`
+//! `cargo bench -p wick-core --bench kernel_timing [-- packed|attention|decode|long|memory|floor]`
 
 use std::time::Instant;
 
@@ -217,41 +217,54 @@ unsafe fn sum_lines<const PREFETCH: bool>(words: &[u64]) -> u64 {
     words.iter().fold(0, |s, a| s.wrapping_add(*a))
 }
 
-/// The read rate from DRAM: a 2 GiB buffer on 2 MiB pages (as the weights are held) summed by 1
-/// and 2 threads, each its contiguous share, best of 5 passes.
-fn memory() {
-    let bytes = 2usize << 30;
+/// A buffer of `bytes` on 2 MiB pages (as the weights are held), every word written.
+fn read_buffer(bytes: usize) -> memmap2::MmapMut {
     let mut map = memmap2::MmapMut::map_anon(bytes).expect("map");
     let _ = map.advise(memmap2::Advice::HugePage);
-    // SAFETY: the map is `bytes` long and 8-byte aligned (page-aligned).
-    let words: &mut [u64] =
-        unsafe { std::slice::from_raw_parts_mut(map.as_mut_ptr() as *mut u64, bytes / 8) };
-    for (i, w) in words.iter_mut().enumerate() {
-        *w = i as u64;
+    for (i, w) in map.chunks_exact_mut(8).enumerate() {
+        w.copy_from_slice(&(i as u64).to_ne_bytes());
     }
-    let words: &[u64] = words;
+    map
+}
+
+/// Seconds for `threads` threads to sum `words`, each its contiguous share, plain or with a
+/// non-temporal prefetch 4 KiB ahead.
+fn read_pass(words: &[u64], threads: usize, prefetch: bool) -> f64 {
+    let share = words.len().div_ceil(threads);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let parts: Vec<_> = words
+            .chunks(share)
+            .map(|c| {
+                s.spawn(move || match prefetch {
+                    // SAFETY: AVX2 is on every x86-64 machine Wick's benches run on.
+                    false => std::hint::black_box(unsafe { sum_lines::<false>(c) }),
+                    // SAFETY: as above; a prefetch of any address has no effect on memory.
+                    true => std::hint::black_box(unsafe { sum_lines::<true>(c) }),
+                })
+            })
+            .collect();
+        parts.into_iter().for_each(|p| drop(p.join()));
+    });
+    t.elapsed().as_secs_f64()
+}
+
+fn words(map: &memmap2::Mmap) -> &[u64] {
+    // SAFETY: the map is page-aligned, so 8-byte aligned, and its length a multiple of 8.
+    unsafe { std::slice::from_raw_parts(map.as_ptr() as *const u64, map.len() / 8) }
+}
+
+/// The read rate from DRAM: a 2 GiB buffer summed by 1 and 2 threads, best of 5 passes.
+fn memory() {
+    let bytes = 2usize << 30;
+    let map = read_buffer(bytes).make_read_only().expect("map");
+    let words = words(&map);
     for threads in [1usize, 2] {
-        let share = words.len() / threads;
         // Plain and prefetched passes alternate, so that the machine's drift falls on both.
         let mut best = [f64::MAX; 2];
         for _ in 0..5 {
             for (prefetch, best) in best.iter_mut().enumerate() {
-                let t = Instant::now();
-                std::thread::scope(|s| {
-                    let parts: Vec<_> = words
-                        .chunks(share)
-                        .map(|c| {
-                            s.spawn(move || match prefetch {
-                                // SAFETY: AVX2 is on every x86-64 machine Wick's benches run on.
-                                0 => std::hint::black_box(unsafe { sum_lines::<false>(c) }),
-                                // SAFETY: as above; a prefetch of any address has no effect on memory.
-                                _ => std::hint::black_box(unsafe { sum_lines::<true>(c) }),
-                            })
-                        })
-                        .collect();
-                    parts.into_iter().for_each(|p| drop(p.join()));
-                });
-                *best = best.min(t.elapsed().as_secs_f64());
+                *best = best.min(read_pass(words, threads, prefetch == 1));
             }
         }
         for (how, best) in [" thread(s)", " thr., NTA +4K"].iter().zip(best) {
@@ -259,6 +272,18 @@ fn memory() {
             row("memory read", &format!("2 GiB, {threads}{how}"), best, &rate);
         }
     }
+}
+
+/// The bandwidth floor's denominator now, quickly (~1 s), for a benchmark to take beside each
+/// decode it times (`benches/compare.ts micro --floor`): the best 2-thread read rate of a 1 GiB
+/// buffer over 3 plain and 3 prefetched passes. This machine's rate moves by up to 2× within
+/// minutes, so a floor measured once for a whole run says little about any one decode.
+fn floor() {
+    let bytes = 1usize << 30;
+    let map = read_buffer(bytes).make_read_only().expect("map");
+    let words = words(&map);
+    let best = (0..6).map(|i| read_pass(words, 2, i % 2 == 1)).fold(f64::MAX, f64::min);
+    row("memory floor", "1 GiB, 2 threads, best", best, &format!("{:.1} GB/s", bytes as f64 / best / 1e9));
 }
 
 fn main() {
@@ -281,5 +306,8 @@ fn main() {
     }
     if run("memory") {
         memory();
+    }
+    if run("floor") {
+        floor();
     }
 }

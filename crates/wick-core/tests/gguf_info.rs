@@ -81,6 +81,11 @@ fn llama_header_without_file_type() {
     assert_eq!(info.vocab_size, Some(259));
     assert_eq!(info.chat_template, None);
     assert_eq!(info.file_size, std::fs::metadata(&*path).unwrap().len());
+    // An untied head: a token reads one row of the embedding, every other weight whole.
+    let size = |name: &str| g.tensors.iter().find(|t| t.name == name).map(|t| t.size as u64).unwrap();
+    let all = g.tensors.iter().map(|t| t.size as u64).sum::<u64>();
+    assert!(size("output.weight") > 0);
+    assert_eq!(info.decode_bytes, all - size("token_embd.weight"));
 }
 
 #[test]
@@ -98,6 +103,13 @@ fn moe_experts_per_layer_kv_heads_and_file_type() {
     assert_eq!(info.file_type, Some(15));
     assert_eq!(info.quantization, "Q4_K_M", "general.file_type wins over the tensor types");
     assert_eq!(info.chat_template.as_deref(), Some("{{ messages }}"));
+    // A tied head (the embedding read whole) and the experts at 2 of 8.
+    let g = GgufFile::open(&*path).unwrap();
+    assert!(!g.tensors.iter().any(|t| t.name == "output.weight"), "the fixture ties its head");
+    let (exps, rest): (Vec<_>, Vec<_>) = g.tensors.iter().partition(|t| t.name.contains("_exps."));
+    assert_eq!(exps.len(), 2 * 3, "two expert layers, three weights each");
+    let sum = |v: &[&wick_core::gguf::TensorInfo]| v.iter().map(|t| t.size as u64).sum::<u64>();
+    assert_eq!(info.decode_bytes, sum(&rest) + sum(&exps) / 4);
 }
 
 #[test]

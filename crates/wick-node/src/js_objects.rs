@@ -228,6 +228,9 @@ pub struct GgufInfo {
     pub quantization: String,
     /// Most bytes first.
     pub quant_mix: Vec<QuantShare>,
+    /// Weight bytes one decoded token streams from memory (every weight but an untied token
+    /// embedding; a mixture's experts at their routed share): the bandwidth floor's numerator.
+    pub decode_bytes: f64,
     pub context_length: Option<f64>,
     pub embedding_length: Option<f64>,
     pub block_count: Option<f64>,
@@ -260,6 +263,7 @@ impl From<info::GgufHeaderInfo> for GgufInfo {
                     bytes: q.bytes as f64,
                 })
                 .collect(),
+            decode_bytes: i.decode_bytes as f64,
             context_length: n(i.context_length),
             embedding_length: n(i.embedding_length),
             block_count: n(i.block_count),

@@ -33,6 +33,8 @@ pub struct GgufHeaderInfo {
     pub quantization: String,
     /// Per ggml type, most bytes first.
     pub quant_mix: Vec<QuantShare>,
+    /// Weight bytes one decoded token streams from memory: the bandwidth floor's numerator.
+    pub decode_bytes: u64,
     pub context_length: Option<u64>,
     pub embedding_length: Option<u64>,
     pub block_count: Option<u64>,
@@ -71,6 +73,8 @@ impl GgufHeaderInfo {
             .map(str::to_string)
             .or_else(|| quant_mix.first().map(|q| q.dtype.to_string()))
             .unwrap_or_else(|| "unknown".into());
+        let expert_count = meta.opt_u64(&key("expert_count"))?;
+        let expert_used_count = meta.opt_u64(&key("expert_used_count"))?;
         let vocab_size = match meta.opt_array("tokenizer.ggml.tokens")? {
             Some(tokens) => Some(tokens.len() as u64),
             None => meta.opt_u64(&key("vocab_size"))?,
@@ -83,13 +87,14 @@ impl GgufHeaderInfo {
             file_type,
             quantization,
             quant_mix,
+            decode_bytes: decode_bytes(g, expert_count.zip(expert_used_count)),
             context_length: meta.opt_u64(&key("context_length"))?,
             embedding_length: meta.opt_u64(&key("embedding_length"))?,
             block_count: meta.opt_u64(&key("block_count"))?,
             head_count: max_per_layer(meta, &key("attention.head_count"))?,
             head_count_kv: max_per_layer(meta, &key("attention.head_count_kv"))?,
-            expert_count: meta.opt_u64(&key("expert_count"))?,
-            expert_used_count: meta.opt_u64(&key("expert_used_count"))?,
+            expert_count,
+            expert_used_count,
             vocab_size,
             chat_template: meta.opt_str("tokenizer.chat_template")?.map(str::to_string),
             metadata: meta.entries.clone(),
@@ -137,6 +142,20 @@ fn quant_mix(g: &GgufFile) -> Vec<QuantShare> {
     // Most bytes first; ties in name order, so the result does not depend on tensor order.
     mix.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.dtype.cmp(b.dtype)));
     mix
+}
+
+/// Every tensor but a token embedding with an output head of its own (a lookup reads one row of
+/// it; a tied one is the head, read whole), and a mixture's experts (`*_exps`) at the share a
+/// token routes to, `used / count`: the mean over tokens when the router spreads them evenly.
+fn decode_bytes(g: &GgufFile, experts: Option<(u64, u64)>) -> u64 {
+    let untied = g.tensors.iter().any(|t| t.name == "output.weight");
+    let bytes = g.tensors.iter().filter(|t| !(untied && t.name == "token_embd.weight")).map(|t| {
+        match (experts, t.name.contains("_exps.")) {
+            (Some((count, used)), true) if count > 0 => t.size as u64 * used.min(count) / count,
+            _ => t.size as u64,
+        }
+    });
+    bytes.sum()
 }
 
 /// ggml's spelling of a tensor type (candle's Debug names drop the underscore of K-quants).

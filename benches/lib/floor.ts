@@ -1,0 +1,34 @@
+/**
+ * The memory-bandwidth floor of a decode, measured beside it: the weight bytes one token streams
+ * (the engine's header reading, `GgufInfo.decodeBytes`) over the machine's read rate probed just
+ * before and after the decode (`kernel_timing -- floor`: the best 2-thread pass over 1 GiB).
+ * This VM's read rate moves by up to 2× within minutes, so a rate taken once for a whole run
+ * would say little about any one decode.
+ */
+import { execFileSync } from "node:child_process";
+import { dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+
+/** The host triple: the scripts build with `--target` it (scripts/env.sh), so cargo reuses those artifacts. */
+let triple: string | undefined;
+
+/** The machine's read rate now, GB/s (the bench builds on first use). */
+export function probeFloorGbps(): number {
+  triple ??= /^host: (\S+)$/m.exec(execFileSync("rustc", ["-vV"], { encoding: "utf8" }))![1]!;
+  const out = execFileSync("cargo", ["bench", "-q", "--target", triple, "-p", "wick-core", "--bench", "kernel_timing", "--", "floor"], {
+    cwd: ROOT,
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const m = /\| memory floor .*\|\s*([\d.]+) GB\/s/.exec(out);
+  if (!m) throw new Error(`kernel_timing -- floor printed no rate:\n${out}`);
+  return Number(m[1]);
+}
+
+/** Weight bytes one decoded token of `model` streams (a mixture's experts at their routed share). */
+export async function decodeBytes(model: string): Promise<number> {
+  const { inspectModel } = await import("../../ts/engine/index.ts");
+  return (await inspectModel(model, { maxArrayLen: 0 })).decodeBytes;
+}
