@@ -1,15 +1,16 @@
 //! The device path's one-token attention over the paged f16 cache against a reference in f64
 //! (the same roundings: the query and each probability to f16). On candle's CPU device (no
 //! `WICK_TEST_DEVICE`) it checks the composed candle ops the device path runs
-//! (`models::attention`, gather, products, mask, softmax); on a GPU of a CUDA build
+//! (`models::attend_decode_batch` on the gathered pages); on a GPU of a CUDA build
 //! (`WICK_TEST_DEVICE=cuda`) also Wick's fused kernel (`kernels::cuda::decode_attention`),
 //! which `WICK_DEVICE_ATTENTION=fused` puts in their place. Sequences of ragged lengths read
 //! scattered, shuffled pages, with and without a sliding window, at grouped-query shapes of the
 //! fixtures and the real models.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use half::f16;
-use wick_core::cache::BLOCK_SIZE as BLOCK;
+use wick_core::cache::{padded_mask, BLOCK_SIZE as BLOCK};
+use wick_core::models::attend_decode_batch;
 
 mod common;
 
@@ -96,31 +97,20 @@ fn reference(c: &Case, x: &Inputs) -> Vec<f64> {
     out
 }
 
-/// The device path's composed ops (`models::attention`'s decode batch): gather, products,
-/// mask, softmax.
+/// The device path's composed ops: the gather `DeviceKv::read_decodes` does, then
+/// `models::attend_decode_batch` under `cache::padded_mask`.
 fn composed(c: &Case, x: &Inputs, dev: &Device) -> Vec<f32> {
     let (b, n_kv, hd, t) = (c.lens.len(), c.n_kv, c.hd, x.t_pad);
     let slots = x.kc.len() / (n_kv * hd);
-    let kc = Tensor::from_vec(x.kc.clone(), (slots, n_kv, hd), dev).unwrap();
-    let vc = Tensor::from_vec(x.vc.clone(), (slots, n_kv, hd), dev).unwrap();
     let reads = Tensor::from_vec(x.reads.clone(), b * t, dev).unwrap();
-    let per_kv = |cache: &Tensor| {
-        let rows = cache.index_select(&reads, 0).unwrap().reshape((b, t, n_kv, hd)).unwrap();
-        rows.to_dtype(DType::F32).unwrap().transpose(1, 2).unwrap().contiguous().unwrap()
+    let gather = |cache: &[f16]| {
+        let pages = Tensor::from_vec(cache.to_vec(), (slots, n_kv, hd), dev).unwrap();
+        pages.index_select(&reads, 0).unwrap().reshape((b, t, n_kv, hd)).unwrap()
     };
-    let (ks, vs) = (per_kv(&kc), per_kv(&vc));
-    let mut mask = vec![f32::NEG_INFINITY; b * t];
-    for (row, &len) in mask.chunks_exact_mut(t).zip(&c.lens) {
-        row[c.window.map_or(0, |w| len.saturating_sub(w))..len].fill(0.0);
-    }
-    let mask = Tensor::from_vec(mask, (b, 1, 1, t), dev).unwrap();
-    let q = Tensor::from_vec(x.q.clone(), (b, n_kv, c.group, hd), dev).unwrap();
-    let q = q.to_dtype(DType::F16).unwrap().to_dtype(DType::F32).unwrap();
-    let scores =
-        (q.matmul(&ks.t().unwrap()).unwrap() * x.scale as f64).unwrap().broadcast_add(&mask).unwrap();
-    let p = candle_nn::ops::softmax_last_dim(&scores).unwrap();
-    let p = p.to_dtype(DType::F16).unwrap().to_dtype(DType::F32).unwrap();
-    p.matmul(&vs).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+    let mask = padded_mask(&c.lens, t, c.window, dev).unwrap();
+    let q = Tensor::from_vec(x.q.clone(), (b, n_kv * c.group * hd), dev).unwrap();
+    let out = attend_decode_batch(&q, &gather(&x.kc), &gather(&x.vc), &mask, x.scale as f64).unwrap();
+    out.flatten_all().unwrap().to_vec1().unwrap()
 }
 
 #[cfg(feature = "cuda")]

@@ -262,16 +262,19 @@ impl DecodeBatch {
     /// `[B, 1, 1, t_pad]` f32: 0 where sequence b's one query sees key j (`j < len`, and within
     /// the last `window` positions when there is one), -∞ elsewhere.
     pub fn mask(&self, window: Option<usize>) -> Result<Tensor> {
-        memo(&self.masks, window, || {
-            let t = self.t_pad;
-            let mut m = vec![f32::NEG_INFINITY; self.lens.len() * t];
-            for (row, &len) in m.chunks_exact_mut(t).zip(&self.lens) {
-                let from = window.map_or(0, |w| len.saturating_sub(w));
-                row[from..len].fill(0.0);
-            }
-            Ok(Tensor::from_vec(m, (self.lens.len(), 1, 1, t), self.writes.device())?)
-        })
+        memo(&self.masks, window, || padded_mask(&self.lens, self.t_pad, window, self.writes.device()))
     }
+}
+
+/// `[B, 1, 1, t_pad]`: 0 where sequence b's one query may see position p (`p < lens[b]`, and
+/// within its last `window` positions when there is one), -∞ elsewhere and on the padding.
+pub fn padded_mask(lens: &[usize], t_pad: usize, window: Option<usize>, dev: &Device) -> Result<Tensor> {
+    let mut m = vec![f32::NEG_INFINITY; lens.len() * t_pad];
+    for (row, &len) in m.chunks_exact_mut(t_pad).zip(lens) {
+        let from = window.map_or(0, |w| len.saturating_sub(w));
+        row[from..len].fill(0.0);
+    }
+    Ok(Tensor::from_vec(m, (lens.len(), 1, 1, t_pad), dev)?)
 }
 
 /// The tensor kept under `key`, made by `make` the first time.

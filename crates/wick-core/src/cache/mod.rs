@@ -10,8 +10,8 @@ mod paged;
 mod view;
 
 pub use blocks::{chain_hash, BlockId, BlockPool};
-pub use device_kv::DecodeBatch;
 pub(crate) use device_kv::DeviceKv;
+pub use device_kv::{padded_mask, DecodeBatch};
 pub use kv_type::{q8_0_inverse_scale, KvType, KvTypes, QBLOCK};
 pub use paged::{KvPool, KvWrite, BLOCK_SIZE};
 pub use view::PagedView;

@@ -443,8 +443,6 @@ impl Attention {
                 plan.decodes.iter().map(|&i| (caches[i], plan.spans[i].pos0 + 1)).collect();
             store.decode_batches(&seqs)
         })?;
-        let (hd, n_kv) = (self.head_dim, self.n_kv_head);
-        let group = self.n_head / n_kv;
         let (q, k, v) = (plan.decode_rows_of(q)?, plan.decode_rows_of(k)?, plan.decode_rows_of(v)?);
         let mut outs = Vec::with_capacity(batches.len());
         let mut at = 0;
@@ -464,21 +462,39 @@ impl Attention {
                 )?);
                 continue;
             }
-            let (ks, vs) = store.read_decodes(layer, slots)?; // [b, t_pad, n_kv, hd]
-            let per_kv =
-                |t: Tensor| -> Result<Tensor> { Ok(t.to_dtype(DType::F32)?.transpose(1, 2)?.contiguous()?) };
-            let (ks, vs) = (per_kv(ks)?, per_kv(vs)?); // [b, n_kv, t_pad, hd]
-            let qs = q.to_dtype(DType::F16)?.to_dtype(DType::F32)?.reshape((b, n_kv, group, hd))?;
-            let scores = (qs.matmul(&ks.t()?)? * scale)?.broadcast_add(&slots.mask(window)?)?;
-            let p = candle_nn::ops::softmax_last_dim(&scores)?;
-            let p = p.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
-            outs.push(p.matmul(&vs)?.reshape((b, self.n_head * hd))?);
+            let (ks, vs) = store.read_decodes(layer, slots)?;
+            outs.push(attend_decode_batch(&q, &ks, &vs, &slots.mask(window)?, scale)?);
         }
         match outs.len() {
             1 => outs.pop().ok_or_else(|| WickError::Internal("attention: no decodes".into())),
             _ => Ok(Tensor::cat(&outs, 0)?),
         }
     }
+}
+
+/// A decode batch's one-token attention on composed candle ops (the device path's, where the
+/// fused kernel is off): `q` `[B, n_head · hd]` (or `[B, n_head, hd]`), the gathered keys and values `ks`, `vs` `[B,
+/// t_pad, n_kv, hd]` f16, `mask` `[B, 1, 1, t_pad]` (`cache::padded_mask`). Rounds as ggml's CPU
+/// backend with flash attention off: the query and each probability to f16, f32 sums. Each KV
+/// head's query heads are rows of one matrix against it, so no key or value is copied per
+/// query head. Returns `[B, n_head · hd]`.
+pub fn attend_decode_batch(
+    q: &Tensor,
+    ks: &Tensor,
+    vs: &Tensor,
+    mask: &Tensor,
+    scale: f64,
+) -> Result<Tensor> {
+    let (b, _, n_kv, hd) = ks.dims4()?;
+    let width = q.elem_count() / b.max(1);
+    let per_kv =
+        |t: &Tensor| -> Result<Tensor> { Ok(t.to_dtype(DType::F32)?.transpose(1, 2)?.contiguous()?) };
+    let (ks, vs) = (per_kv(ks)?, per_kv(vs)?); // [b, n_kv, t_pad, hd]
+    let qs = q.to_dtype(DType::F16)?.to_dtype(DType::F32)?.reshape((b, n_kv, width / (n_kv * hd), hd))?;
+    let scores = (qs.matmul(&ks.t()?)? * scale)?.broadcast_add(mask)?;
+    let p = candle_nn::ops::softmax_last_dim(&scores)?;
+    let p = p.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
+    Ok(p.matmul(&vs)?.reshape((b, width))?)
 }
 
 /// Whether the device path's decodes attend through the fused CUDA kernel over the paged cache

@@ -24,6 +24,8 @@ mod rope;
 mod shortconv;
 pub mod vision;
 
+pub use attention::attend_decode_batch;
+
 /// A loaded model's hyperparameters, as the engine and the APIs report them.
 #[derive(Debug, Clone, Default)]
 pub struct ModelHparams {
