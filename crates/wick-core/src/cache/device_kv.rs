@@ -249,14 +249,10 @@ impl DecodeBatch {
 
     /// `[B]` u32 on the batch's device: each sequence's length (made once, for every layer).
     pub fn lens_on_device(&self) -> Result<&Tensor> {
-        if let Some(l) = self.lens_on_device.get() {
-            return Ok(l);
-        }
-        let lens: Vec<u32> = self.lens.iter().map(|&l| l as u32).collect();
-        let _ = self.lens_on_device.set(Tensor::from_vec(lens, self.lens.len(), self.writes.device())?);
-        self.lens_on_device
-            .get()
-            .ok_or_else(|| WickError::Internal("a decode batch's lengths were not kept".into()))
+        crate::runtime::kept(&self.lens_on_device, "a decode batch's lengths", || {
+            let lens: Vec<u32> = self.lens.iter().map(|&l| l as u32).collect();
+            Ok(Tensor::from_vec(lens, self.lens.len(), self.writes.device())?)
+        })
     }
 
     /// `[B, 1, 1, t_pad]` f32: 0 where sequence b's one query sees key j (`j < len`, and within

@@ -17,6 +17,7 @@ use crate::gguf::GgufFile;
 use crate::kernels::{attend_many, rotate_runs, with_host_f32, SeqAttn};
 use crate::lora::{LoraMix, LoraRows};
 use crate::runtime::device::Placement;
+use crate::runtime::kept;
 
 /// Where one sequence's new tokens sit in the step.
 #[derive(Debug, Clone, Copy)]
@@ -180,7 +181,7 @@ impl BatchPlan {
         if self.decodes.len() == self.spans.len() {
             return Ok(t.clone());
         }
-        let rows = kept(&self.decode_rows, || {
+        let rows = kept(&self.decode_rows, "a step's decode rows", || {
             let at: Vec<u32> = self.decodes.iter().map(|&i| self.spans[i].start as u32).collect();
             Ok(Tensor::from_vec(at, self.decodes.len(), t.device())?)
         })?;
@@ -438,7 +439,7 @@ impl Attention {
     fn attend_decodes(&self, q: &Tensor, k: &Tensor, v: &Tensor, at: &OnDevice<'_>) -> Result<Tensor> {
         let OnDevice { plan, layer, kv, caches, window, scale } = *at;
         let store = kv.on_device()?;
-        let batches = kept(&plan.decode_slots, || {
+        let batches = kept(&plan.decode_slots, "a step's decode slots", || {
             let seqs: Vec<(&SeqCache, usize)> =
                 plan.decodes.iter().map(|&i| (caches[i], plan.spans[i].pos0 + 1)).collect();
             store.decode_batches(&seqs)
@@ -529,15 +530,6 @@ fn fused_decodes(
         let _ = (store, layer, batch, q, window, scale);
         Err(WickError::Internal("the fused decode attention needs a CUDA build".into()))
     }
-}
-
-/// What `cell` holds, made by `make` the first time (a step's tables, shared by its layers).
-fn kept<T>(cell: &OnceLock<T>, make: impl FnOnce() -> Result<T>) -> Result<&T> {
-    if let Some(v) = cell.get() {
-        return Ok(v);
-    }
-    let _ = cell.set(make()?);
-    cell.get().ok_or_else(|| WickError::Internal("a step's table was not kept".into()))
 }
 
 /// What the device path's attention of one layer reads beside Q, K and V.

@@ -7,3 +7,17 @@ pub mod alloc;
 pub mod device;
 pub mod pool;
 pub mod weight_cache;
+
+/// What `cell` holds, made by `make` the first time: a step's tables, built once and shared by
+/// its layers (`what` names the table in the error if it was not kept).
+pub(crate) fn kept<'a, T>(
+    cell: &'a std::sync::OnceLock<T>,
+    what: &str,
+    make: impl FnOnce() -> crate::error::Result<T>,
+) -> crate::error::Result<&'a T> {
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let _ = cell.set(make()?);
+    cell.get().ok_or_else(|| crate::error::WickError::Internal(format!("{what} was not kept")))
+}
