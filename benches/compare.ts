@@ -19,8 +19,8 @@
  *       [--prompt-len 512] [--gen-len 128] [--engines wick,node-llama-cpp,llama-server]
  *       [--floor] [--json out.json] [--results benches/RESULTS.md]
  *
- * `--floor` probes the machine's read rate before and after each engine's run and gives each
- * decode as a share of the bandwidth floor then (benches/lib/floor.ts).
+ * `--floor` probes the machine's read rate before and after each prompt and gives each decode
+ * as a share of the bandwidth floor then (benches/lib/floor.ts).
  *
  * Long-context mode: micro at long prompts (default 4096 and 16384 tokens, one repeat, 32
  * decoded tokens after each): prefill at long context and decode over a long KV.
@@ -544,10 +544,14 @@ function procCpuS(pid: number): number {
 type EngineName = "wick" | "node-llama-cpp" | "llama-server";
 
 /** Runs in a child process: one engine, one model, every prompt; prints one JSON line. */
-async function microWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number, prefillChunk = 0): Promise<void> {
+async function microWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number, prefillChunk = 0, floor = false): Promise<void> {
   const prompts = JSON.parse(readFileSync(promptsFile, "utf8")) as number[][];
   const ctxSize = Math.ceil((Math.max(...prompts.map((p) => p.length)) + genLen + 16) / 256) * 256;
   const samples: Sample[] = [];
+  // `--floor`: the read rate probed before the first prompt and after each; a sample gets the
+  // mean of the probes around it (the rate moves within minutes here, so per run is too coarse).
+  const probes: number[] = [];
+  const probe = () => floor && probes.push(probeFloorGbps());
   if (engine === "wick") {
     const { Engine } = await import("../ts/engine/index.ts");
     const { ModelStore } = await import("../ts/store/index.ts");
@@ -565,6 +569,7 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
       const u = process.cpuUsage();
       return (u.user + u.system) / 1e6;
     };
+    probe();
     for (const promptTokens of prompts) {
       let done;
       const c0 = cpu();
@@ -576,6 +581,7 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
       const c2 = cpu();
       const sample = engineSample(done);
       samples.push({ ...sample, prefillCpuTps: sample.promptTokens / (c1 - c0), decodeCpuTps: (sample.genTokens - 1) / (c2 - c1) });
+      probe();
     }
     await eng.unload();
   } else if (engine === "node-llama-cpp") {
@@ -584,6 +590,7 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
     const m = await llama.loadModel({ modelPath: model });
     const ctx = await m.createContext({ contextSize: ctxSize, sequences: 1, threads: { ideal: threads, min: threads }, batchSize: 512 });
     const seq = ctx.getSequence();
+    probe();
     for (const p of prompts) {
       await seq.clearHistory();
       // Same split as Wick's timings: prompt = all prompt tokens up to the first sampled
@@ -599,6 +606,7 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
       }
       const tEnd = performance.now();
       samples.push({ prefillTps: p.length / ((tFirst - t0) / 1000), decodeTps: (n - 1) / ((tEnd - tFirst) / 1000), promptTokens: p.length, genTokens: n });
+      probe();
     }
     await ctx.dispose();
     await m.dispose();
@@ -607,6 +615,7 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
     const s = await startServer("llama", "llama-server-micro", model, threads, 1, ctxSize);
     try {
       const pid = s.proc.pid!;
+      probe();
       for (const p of prompts) {
         // Streamed, so the server's CPU time can be read when the first token arrives.
         const c0 = procCpuS(pid);
@@ -644,11 +653,13 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
           prefillCpuTps: t.prompt_n / (c1 - c0),
           decodeCpuTps: (t.predicted_n - 1) / (c2 - c1),
         });
+        probe();
       }
     } finally {
       await stopServer(s);
     }
   }
+  if (floor) samples.forEach((s, i) => (s.floorGbps = (probes[i]! + probes[i + 1]!) / 2));
   process.stdout.write(`${JSON.stringify(samples)}\n`);
 }
 
@@ -662,7 +673,7 @@ function cell(s: Summary | undefined): string {
   return `${fmt(s.median)} (${fmt(s.min)}–${fmt(s.max)}, ±${fmt(spread / 2, 0)}%)`;
 }
 
-async function runWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number, prefillChunk = 0): Promise<Sample[]> {
+async function runWorker(engine: EngineName, model: string, promptsFile: string, genLen: number, threads: number, prefillChunk = 0, floor = false): Promise<Sample[]> {
   const args = [
     "--import",
     "tsx",
@@ -680,6 +691,7 @@ async function runWorker(engine: EngineName, model: string, promptsFile: string,
     String(threads),
     "--prefill-chunk",
     String(prefillChunk),
+    ...(floor ? ["--floor"] : []),
   ];
   return new Promise((res, rej) => {
     const proc = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] });
@@ -712,7 +724,7 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
   for (const e of engines) if (!["wick", "node-llama-cpp", "llama-server"].includes(e)) throw new Error(`--engines: unknown ${e}`);
   const tmp = mkdtempSync(join(tmpdir(), "wick-micro-"));
   const rows: string[][] = [];
-  // `--floor`: each run between two probes of the read rate, and its decode as a share of that floor.
+  // `--floor`: each prompt between two probes of the read rate, and its decode as a share of that floor.
   const floor = flags.has("floor");
   type Res = { prefill: Summary; decode: Summary; prefillCpu?: Summary; decodeCpu?: Summary; floorGbps?: Summary; ofFloor?: Summary; samples: Sample[] };
   const json: Record<string, Record<string, Res>> = {};
@@ -735,12 +747,7 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
       for (const e of round % 2 ? [...engines].reverse() : engines) {
         process.stderr.write(`micro ${basename(model)}: ${e} round ${round + 1}/${rounds} (${repeats} + 1 warm-up, ${promptLen} prompt, ${genLen} gen, ${threads} threads)\n`);
         try {
-          const before = floor ? probeFloorGbps() : undefined;
-          let samples = (await runWorker(e, model, file, genLen, threads, prefillChunk)).slice(1);
-          if (before !== undefined) {
-            const floorGbps = (before + probeFloorGbps()) / 2;
-            samples = samples.map((s) => ({ ...s, floorGbps }));
-          }
+          const samples = (await runWorker(e, model, file, genLen, threads, prefillChunk, floor)).slice(1);
           pooled.set(e, [...(pooled.get(e) ?? []), ...samples]);
         } catch (err) {
           process.stderr.write(`  ${(err as Error).message}\n`);
@@ -803,7 +810,7 @@ async function microMode(flags: Map<string, string>, models: string[], title = "
     "llama-server: native /completion timings (prompt_per_second, predicted_per_second; cache_prompt false, streamed). Ratios > 1: Wick is faster. " +
     "tok/CPU-s: tokens per second of the engine process's CPU time (user + system; Wick: the whole Node process, llama-server: /proc/PID/stat), prefill up to the first streamed token, decode after it: the load-robust comparison with --threads 1 (node-llama-cpp: not measured)." +
     (floor
-      ? " Floor (--floor): decode GB/s = decode tok/s × the weight bytes a token streams (GgufInfo.decodeBytes: every weight but an untied embedding, experts at their routed share); read rate = `kernel_timing -- floor` (best 2-thread pass over 1 GiB) probed before and after each engine's run, averaged; decode of floor = each sample's GB/s over its run's probe, median (min–max)."
+      ? " Floor (--floor): decode GB/s = decode tok/s × the weight bytes a token streams (GgufInfo.decodeBytes: every weight but an untied embedding, experts at their routed share); read rate = `kernel_timing -- floor` (best 2-thread pass over 1 GiB) probed before and after each prompt, the two around a sample averaged; decode of floor = each sample's GB/s over its probes' rate, median (min–max)."
       : "");
   console.log(`\n${table}\n\n${notes}`);
   if (flags.get("json")) writeFileSync(flags.get("json")!, JSON.stringify({ machine: machine(), commit: commit(), threads, repeats, promptLen, genLen, results: json }, null, 1));
@@ -851,7 +858,15 @@ async function main(): Promise<void> {
     return;
   }
   if (mode === "micro-worker") {
-    return microWorker(flags.get("engine") as EngineName, flags.get("model")!, flags.get("prompts")!, num(flags, "gen-len", 128), num(flags, "threads", 2), num(flags, "prefill-chunk", 0));
+    return microWorker(
+      flags.get("engine") as EngineName,
+      flags.get("model")!,
+      flags.get("prompts")!,
+      num(flags, "gen-len", 128),
+      num(flags, "threads", 2),
+      num(flags, "prefill-chunk", 0),
+      flags.has("floor"),
+    );
   }
   if (mode === "files") return writeBenchFiles(flags);
   const models = positional.length ? positional.map((m) => modelPath(m, flags)) : DEFAULT_MODELS.filter((m) => existsSync(join(ROOT, m))).map((m) => resolve(ROOT, m));

@@ -11,19 +11,30 @@ import { fileURLToPath } from "node:url";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 
-/** The host triple: the scripts build with `--target` it (scripts/env.sh), so cargo reuses those artifacts. */
-let triple: string | undefined;
+/** The `kernel_timing` bench executable, built on first use (with the scripts' `--target`, so
+ * cargo reuses their artifacts; scripts/env.sh). */
+let bench: string | undefined;
 
-/** The machine's read rate now, GB/s (the bench builds on first use). */
-export function probeFloorGbps(): number {
-  triple ??= /^host: (\S+)$/m.exec(execFileSync("rustc", ["-vV"], { encoding: "utf8" }))![1]!;
-  const out = execFileSync("cargo", ["bench", "-q", "--target", triple, "-p", "wick-core", "--bench", "kernel_timing", "--", "floor"], {
+function benchBinary(): string {
+  const triple = /^host: (\S+)$/m.exec(execFileSync("rustc", ["-vV"], { encoding: "utf8" }))![1]!;
+  const out = execFileSync("cargo", ["bench", "-q", "--no-run", "--message-format=json", "--target", triple, "-p", "wick-core", "--bench", "kernel_timing"], {
     cwd: ROOT,
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
   });
+  for (const line of out.split("\n")) {
+    const m = line.startsWith("{") ? (JSON.parse(line) as { target?: { name?: string }; executable?: string | null }) : undefined;
+    if (m?.target?.name === "kernel_timing" && m.executable) return m.executable;
+  }
+  throw new Error("cargo built no kernel_timing executable");
+}
+
+/** The machine's read rate now, GB/s (~1 s). */
+export function probeFloorGbps(): number {
+  bench ??= benchBinary();
+  const out = execFileSync(bench, ["floor"], { cwd: ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
   const m = /\| memory floor .*\|\s*([\d.]+) GB\/s/.exec(out);
-  if (!m) throw new Error(`kernel_timing -- floor printed no rate:\n${out}`);
+  if (!m) throw new Error(`kernel_timing floor printed no rate:\n${out}`);
   return Number(m[1]);
 }
 
