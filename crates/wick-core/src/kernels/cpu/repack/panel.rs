@@ -20,39 +20,21 @@ pub const fn chains<const R: usize>() -> usize {
     }
 }
 
-/// Tiles of at most this many rows prefetch their weights (Q4_K, Q6_K; spread over the block,
-/// as a burst of prefetches stalls the load queue): one-token decode streams every weight from
-/// memory once per step, where the hardware prefetcher alone fell well short of the bandwidth
-/// on those layouts; wider tiles re-read panels from L2, where prefetching only evicts. Q4_0's
-/// small blocks stream best without (LFM2-350M shapes); Q8_0's take `prefetch_stream`
-/// (figures in benches/RESULTS.md).
+/// Tiles of at most this many rows prefetch their weights (`prefetch_stream`: Q8_0, Q4_K,
+/// Q6_K): one-token decode streams every weight from memory once per step, where the hardware
+/// prefetcher alone fell well short of the bandwidth on those layouts; wider tiles re-read
+/// panels from L2, where prefetching only evicts. Q4_0's small blocks stream best without
+/// (LFM2-350M shapes; figures in benches/RESULTS.md).
 #[cfg(target_arch = "x86_64")]
 pub const STREAM_ROWS: usize = 2;
 
-/// Prefetches the `len` bytes that lie `PREFETCH` bytes past `p` (a few blocks on). One line
-/// goes to L1; several go to L2, as a run of L1 prefetches holds the miss buffers the loads in
-/// use need (m=1 streamed: Q4_K's one line per step is faster into L1, Q6_K's seven lines
-/// per block into L2; figures in benches/RESULTS.md).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub unsafe fn prefetch_ahead(p: *const u8, len: usize) {
-    use std::arch::x86_64::*;
-    const PREFETCH: usize = 8192;
-    for l in (0..len).step_by(64) {
-        let at = p.wrapping_add(PREFETCH + l) as *const i8;
-        if len <= 64 {
-            _mm_prefetch::<_MM_HINT_T0>(at);
-        } else {
-            _mm_prefetch::<_MM_HINT_T1>(at);
-        }
-    }
-}
-
 /// Prefetches the `len` bytes `STREAM_AHEAD` bytes past `p` as non-temporal (into L1, kept out
-/// of the outer caches: each line is read once). For Q8_0 tiles of at most `STREAM_ROWS` rows:
-/// LFM2.5-1.2B Q8_0 decode ×1.12–1.18 with it in paired runs (weights on anonymous 2 MiB pages),
-/// ×1.04–1.07 mapped from the pack cache; a plain read of this machine's memory gains 0–12 %
-/// the same way, more when the machine is slow (`kernel_timing -- memory`; benches/RESULTS.md).
+/// of the outer caches: each line is read once), for the streamed tiles of at most
+/// `STREAM_ROWS` rows (Q8_0, Q4_K, Q6_K; Q4_K one line per step, spread over the block).
+/// In paired runs of LFM2.5-1.2B decode: Q8_0 ×1.12–1.18 over none (weights on anonymous
+/// 2 MiB pages), ×1.04–1.07 mapped from the pack cache; Q4_K_M ×1.05–1.11 over the T0/T1
+/// prefetch 8 KiB ahead it replaced (the 8B-A1B MoE ×0.96–1.04). A plain read of this
+/// machine's memory gains 0–12 % the same way (`kernel_timing -- memory`; benches/RESULTS.md).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub unsafe fn prefetch_stream(p: *const u8, len: usize) {

@@ -16,7 +16,7 @@ use candle_core::quantized::GgmlDType;
 
 use super::panel::PANEL;
 #[cfg(target_arch = "x86_64")]
-use super::panel::{next_panel, prefetch_ahead, prefetch_next_panel, STREAM_ROWS};
+use super::panel::{next_panel, prefetch_next_panel, prefetch_stream, STREAM_ROWS};
 #[cfg(target_arch = "x86_64")]
 use super::row_slices;
 use super::{PanelType, TileFn};
@@ -139,7 +139,7 @@ unsafe fn tile_avx512<const R: usize>(
         for b in 0..nb {
             let p = panel.as_ptr().add((pair * nb + b) * PAIR_BYTES);
             if R <= STREAM_ROWS {
-                prefetch_ahead(p, PAIR_BYTES);
+                prefetch_stream(p, PAIR_BYTES);
             }
             // Column pairs lie one after another, so the next pair's block is `nb` pairs on.
             prefetch_next_panel(p, PAIR_BYTES, next_panel(0, R, nb, PAIR_BYTES));

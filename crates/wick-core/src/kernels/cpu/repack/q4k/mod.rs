@@ -273,7 +273,7 @@ use super::panel::bcast4;
 
 #[cfg(target_arch = "x86_64")]
 use super::panel::{
-    chains, load_f16x16, load_f16x8, prefetch_ahead, prefetch_next_panel, sum_chains, CHAINS, STREAM_ROWS,
+    chains, load_f16x16, load_f16x8, prefetch_next_panel, prefetch_stream, sum_chains, CHAINS, STREAM_ROWS,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -318,7 +318,7 @@ unsafe fn tile_vnni<const R: usize>(
                 let ch = t % chains::<R>();
                 // Spread over the block's steps (a burst of 40 stalls the load queue).
                 if R <= STREAM_ROWS {
-                    prefetch_ahead(blk.add(BLOCK_BYTES / 32 * (8 * p + t)), 64);
+                    prefetch_stream(blk.add(BLOCK_BYTES / 32 * (8 * p + t)), 64);
                 }
                 prefetch_next_panel(blk.add(BLOCK_BYTES / 32 * (8 * p + t)), 64, next);
                 let raw = _mm512_loadu_si512(blk.add(quants_at(8 * p + t)) as *const _);
