@@ -267,6 +267,8 @@ impl DecodeBatch {
 pub fn padded_mask(lens: &[usize], t_pad: usize, window: Option<usize>, dev: &Device) -> Result<Tensor> {
     let mut m = vec![f32::NEG_INFINITY; lens.len() * t_pad];
     for (row, &len) in m.chunks_exact_mut(t_pad).zip(lens) {
+        // A length past the padding sees all of it (a public fn: no slice panic on bad input).
+        let len = len.min(t_pad);
         let from = window.map_or(0, |w| len.saturating_sub(w));
         row[from..len].fill(0.0);
     }
