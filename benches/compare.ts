@@ -529,7 +529,7 @@ interface Sample {
    * (ggml's spinning workers make multi-thread CPU time meaningless). */
   prefillCpuTps?: number;
   decodeCpuTps?: number;
-  /** With `--floor`: the read rate probed around this sample's run (GB/s, mean of before and after). */
+  /** With `--floor`: the read rate probed just before and just after this sample's prompt (GB/s, their mean). */
   floorGbps?: number;
 }
 
