@@ -49,10 +49,11 @@ import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { fmt, intList, makePrompts, markdownTable, num, parseArgs, promptsNeeded, runServing, servingTable, stat, type ServingOptions, type ServingResult } from "./serving.ts";
 
-import { engineSample, summarize, type Summary } from "../ts/cli/bench.ts";
+import { summarize, type Summary } from "../ts/cli/bench.ts";
 import { appendResults as appendProvenance, commit, machine } from "./lib/provenance.ts";
 import { freePort } from "./lib/net.ts";
 import { decodeBytes, probeFloorGbps } from "./lib/floor.ts";
+import { llamaSample, loadWick, wickSample, type Sample } from "./lib/runs.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const LLAMA_SERVER = join(ROOT, ".cache/llama-build/bin/llama-server");
@@ -88,7 +89,7 @@ function benchDir(flags: Map<string, string>): string {
 }
 
 /** A model argument: a bench alias (resolved in the bench dir) or a path. */
-function modelPath(arg: string, flags: Map<string, string>): string {
+export function modelPath(arg: string, flags: Map<string, string>): string {
   const file = BENCH_FILES[arg] ?? REAL_FILES[arg];
   if (!file) return resolve(ROOT, arg);
   const real = arg in REAL_FILES ? " --real" : "";
@@ -207,14 +208,14 @@ export async function stopServer(s: Server): Promise<void> {
 
 // ---------- tokenizer (prompts identical for every engine) ----------
 
-interface Tok {
+export interface Tok {
   /** Token ids of text, BOS prepended when the model adds one. */
   ids(text: string): number[];
   text(ids: number[]): string;
   dispose(): Promise<void>;
 }
 
-async function llamaTokenizer(model: string): Promise<Tok> {
+export async function llamaTokenizer(model: string): Promise<Tok> {
   const { getLlama } = await import("node-llama-cpp");
   const llama = await getLlama({ gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true, logLevel: "error" as never });
   const m = await llama.loadModel({ modelPath: model, vocabOnly: true });
@@ -235,7 +236,7 @@ function exactTextPrompts(tok: Tok, n: number, len: number, seed: number): Promi
 }
 
 /** Token-id prompts of exactly `len` ids (BOS first when the model adds one). */
-async function idPrompts(tok: Tok, n: number, len: number, seed: number): Promise<number[][]> {
+export async function idPrompts(tok: Tok, n: number, len: number, seed: number): Promise<number[][]> {
   return (await exactTextPrompts(tok, n, len + 8, seed)).map((t) => tok.ids(t).slice(0, len));
 }
 
@@ -518,29 +519,6 @@ async function writePackCache(model: string, threads: number): Promise<void> {
 
 // ---------- micro ----------
 
-interface Sample {
-  prefillTps: number;
-  decodeTps: number;
-  promptTokens: number;
-  genTokens: number;
-  /** Tokens per second of the engine process's CPU time (user + system), per phase. On a
-   * loaded machine wall time measures the share the scheduler gave, CPU time the work: with
-   * `--threads 1` these compare the engines' work per token whatever the neighbours do
-   * (ggml's spinning workers make multi-thread CPU time meaningless). */
-  prefillCpuTps?: number;
-  decodeCpuTps?: number;
-  /** With `--floor`: the read rate probed just before and just after this sample's prompt (GB/s, their mean). */
-  floorGbps?: number;
-}
-
-/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
-function procCpuS(pid: number): number {
-  const f = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const after = f.slice(f.lastIndexOf(")") + 2).split(" ");
-  // Fields 14 and 15 (utime, stime) are 11 and 12 after the state field; clock ticks of 1/100 s.
-  return (Number(after[11]) + Number(after[12])) / 100;
-}
-
 type EngineName = "wick" | "node-llama-cpp" | "llama-server";
 
 /** Runs in a child process: one engine, one model, every prompt; prints one JSON line. */
@@ -553,34 +531,10 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
   const probes: number[] = [];
   const probe = () => floor && probes.push(probeFloorGbps());
   if (engine === "wick") {
-    const { Engine } = await import("../ts/engine/index.ts");
-    const { ModelStore } = await import("../ts/store/index.ts");
-    // As `wick serve` holds the weights: mapped from the pack cache (written by a first load if need be).
-    const packCacheDir = new ModelStore().packCacheDir;
-    const load = () => Engine.load({ modelPath: model, contextSize: ctxSize, threads, maxSequences: 1, prefillChunk, ...(packCacheDir ? { packCacheDir } : {}) });
-    let eng = await load();
-    const pack = eng.info().packCache;
-    if (pack?.state === "writing") {
-      while (!existsSync(pack.path!)) await new Promise((r) => setTimeout(r, 50));
-      await eng.unload();
-      eng = await load();
-    }
-    const cpu = () => {
-      const u = process.cpuUsage();
-      return (u.user + u.system) / 1e6;
-    };
+    const eng = await loadWick(model, ctxSize, threads, prefillChunk);
     probe();
     for (const promptTokens of prompts) {
-      let done;
-      const c0 = cpu();
-      let c1 = 0;
-      for await (const ev of eng.generate({ promptTokens, maxTokens: genLen, temperature: 0, ignoreEos: true })) {
-        if (ev.type === "done") done = ev;
-        else if (c1 === 0) c1 = cpu();
-      }
-      const c2 = cpu();
-      const sample = engineSample(done);
-      samples.push({ ...sample, prefillCpuTps: sample.promptTokens / (c1 - c0), decodeCpuTps: (sample.genTokens - 1) / (c2 - c1) });
+      samples.push(await wickSample(eng, promptTokens, genLen));
       probe();
     }
     await eng.unload();
@@ -617,42 +571,7 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
       const pid = s.proc.pid!;
       probe();
       for (const p of prompts) {
-        // Streamed, so the server's CPU time can be read when the first token arrives.
-        const c0 = procCpuS(pid);
-        const res = await fetch(`${s.url}/completion`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ prompt: p, n_predict: genLen, temperature: 0, ignore_eos: true, cache_prompt: false, stream: true }),
-          signal: AbortSignal.timeout(1_800_000),
-        });
-        if (!res.ok || !res.body) throw new Error(`llama-server /completion: HTTP ${res.status} ${await res.text()}`);
-        type Timings = { prompt_n: number; prompt_per_second: number; predicted_n: number; predicted_per_second: number };
-        let t: Timings | undefined;
-        let c1 = 0;
-        let buf = "";
-        const dec = new TextDecoder();
-        for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-          buf += dec.decode(chunk, { stream: true });
-          let nl;
-          while ((nl = buf.indexOf("\n")) >= 0) {
-            const line = buf.slice(0, nl).trim();
-            buf = buf.slice(nl + 1);
-            if (!line.startsWith("data:")) continue;
-            if (c1 === 0) c1 = procCpuS(pid);
-            const ev = JSON.parse(line.slice(5)) as { timings?: Timings; stop?: boolean };
-            if (ev.stop && ev.timings) t = ev.timings;
-          }
-        }
-        const c2 = procCpuS(pid);
-        if (!t) throw new Error("llama-server /completion: no timings in the stream");
-        samples.push({
-          prefillTps: t.prompt_per_second,
-          decodeTps: t.predicted_per_second,
-          promptTokens: t.prompt_n,
-          genTokens: t.predicted_n,
-          prefillCpuTps: t.prompt_n / (c1 - c0),
-          decodeCpuTps: (t.predicted_n - 1) / (c2 - c1),
-        });
+        samples.push(await llamaSample(s.url, pid, p, genLen));
         probe();
       }
     } finally {
