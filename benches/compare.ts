@@ -208,7 +208,7 @@ export async function stopServer(s: Server): Promise<void> {
 
 // ---------- tokenizer (prompts identical for every engine) ----------
 
-export interface Tok {
+interface Tok {
   /** Token ids of text, BOS prepended when the model adds one. */
   ids(text: string): number[];
   text(ids: number[]): string;

@@ -8,6 +8,7 @@ import { existsSync, readFileSync } from "node:fs";
 
 import { engineSample } from "../../ts/cli/bench.ts";
 import type { Engine } from "../../ts/engine/index.ts";
+import { sseData } from "./sse.ts";
 
 export interface Sample {
   prefillTps: number;
@@ -82,19 +83,9 @@ export async function llamaSample(url: string, pid: number, prompt: number[], ge
   type Timings = { prompt_n: number; prompt_per_second: number; predicted_n: number; predicted_per_second: number };
   let t: Timings | undefined;
   let c1 = 0;
-  let buf = "";
-  const dec = new TextDecoder();
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buf += dec.decode(chunk, { stream: true });
-    let nl;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      const line = buf.slice(0, nl).trim();
-      buf = buf.slice(nl + 1);
-      if (!line.startsWith("data:")) continue;
-      if (c1 === 0) c1 = procCpuS(pid);
-      const ev = JSON.parse(line.slice(5)) as { timings?: Timings; stop?: boolean };
-      if (ev.stop && ev.timings) t = ev.timings;
-    }
+  for await (const ev of sseData(res) as AsyncIterable<{ timings?: Timings; stop?: boolean }>) {
+    if (c1 === 0) c1 = procCpuS(pid);
+    if (ev.stop && ev.timings) t = ev.timings;
   }
   const c2 = procCpuS(pid);
   if (!t) throw new Error("llama-server /completion: no timings in the stream");
