@@ -28,7 +28,7 @@ use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
 use crate::kernels::cpu::expf;
 use crate::kernels::cpu::feats::with_avx2_codegen;
-use crate::kernels::cpu::float_dots::{dot_single_sl, dot_tiled};
+use crate::kernels::cpu::float_dots::{dot_single_sl, dot_tiled_arch_sl};
 use crate::kernels::PackedWeight;
 use crate::runtime::device::Placement;
 use crate::runtime::pool;
@@ -183,16 +183,14 @@ impl Moe {
         let d = self.d;
         // A plain loop, not an iterator chain: the dots must be inlined into the AVX2/FMA copy,
         // or each `mul_add` is a call to libm's software `fmaf`, which dominates the router.
-        // A decode's dot runs on slices (whole-lane loads; a closure per index was a scalar load
-        // per lane, the router ~25 µs a layer); several tokens' keep the closures, whose tiled
-        // order differs by architecture.
+        // On slices: a closure per index was a scalar load per lane, the router ~25 µs a layer.
         let mut probs = vec![0f32; self.n_expert()];
         with_avx2_codegen(
             #[inline(always)]
             || {
                 for (p, w) in probs.iter_mut().zip(self.router.chunks_exact(d)) {
                     let l = if several && d.is_multiple_of(16) {
-                        dot_tiled(d, |i| w[i], |i| x[i])
+                        dot_tiled_arch_sl(w, x)
                     } else {
                         dot_single_sl(w, x)
                     };

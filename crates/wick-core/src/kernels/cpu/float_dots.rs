@@ -317,7 +317,8 @@ pub fn dot_single_f32_sl(x: &[f32], y: &[f32]) -> f32 {
     sum
 }
 
-/// `dot_tiled` on two slices of one length (its whole chunks of 16).
+/// `dot_tiled`'s x86 order (16 lanes over chunks of 16) on two slices of one length (its whole
+/// chunks of 16), on every architecture; `dot_tiled_arch_sl` follows the architecture.
 #[inline(always)]
 pub fn dot_tiled_sl(x: &[f32], y: &[f32]) -> f32 {
     tiled_order::<1>(
@@ -327,6 +328,16 @@ pub fn dot_tiled_sl(x: &[f32], y: &[f32]) -> f32 {
         #[inline(always)]
         |_, i| lanes(y, i),
     )[0]
+}
+
+/// `dot_tiled` on two slices of one length (a multiple of 16): the same order and bits, with
+/// whole-lane loads on x86 (a closure per index is a scalar load per lane there).
+#[inline(always)]
+pub fn dot_tiled_arch_sl(x: &[f32], y: &[f32]) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    return tiled4_order(x.len(), &|i| x[i], &|i| y[i]);
+    #[cfg(not(target_arch = "aarch64"))]
+    dot_tiled_sl(x, y)
 }
 
 /// `dot_tiled_sl(w, x[t])` for four `x` rows at once (independent accumulators, so the
@@ -566,6 +577,20 @@ mod tests {
         for (b, o) in bits.iter().zip(&out) {
             let want = half::f16::from_bits(*b).to_f32();
             assert!(o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()), "{b:#06x}");
+        }
+    }
+
+    #[test]
+    fn slice_dots_have_their_closure_forms_bits() {
+        // The MoE router computes its dots on slices and must keep the closure forms' order.
+        let mut r = lcg(11);
+        let mut f = move || (r() as f32 / (1 << 24) as f32) - 0.5;
+        for n in [16, 64, 80, 2048, 2064] {
+            let (x, y): (Vec<f32>, Vec<f32>) = (0..n).map(|_| (f() * 3.0, f())).unzip();
+            let single = dot_single(n, |i| x[i], |i| y[i]);
+            assert_eq!(dot_single_sl(&x, &y).to_bits(), single.to_bits(), "single n={n}");
+            let tiled = dot_tiled(n, |i| x[i], |i| y[i]);
+            assert_eq!(dot_tiled_arch_sl(&x, &y).to_bits(), tiled.to_bits(), "tiled n={n}");
         }
     }
 
