@@ -52,7 +52,7 @@ import { fmt, intList, makePrompts, markdownTable, num, parseArgs, promptsNeeded
 import { summarize, type Summary } from "../ts/cli/bench.ts";
 import { appendResults as appendProvenance, commit, machine } from "./lib/provenance.ts";
 import { freePort } from "./lib/net.ts";
-import { decodeBytes, probeFloorGbps } from "./lib/floor.ts";
+import { decodeBytes, probeFloorGbps, startProber } from "./lib/floor.ts";
 import { llamaSample, loadWick, wickSample, type Sample } from "./lib/runs.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -529,13 +529,17 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
   // `--floor`: the read rate probed before the first prompt and after each; a sample gets the
   // mean of the probes around it (the rate moves within minutes here, so per run is too coarse).
   const probes: number[] = [];
-  const probe = () => floor && probes.push(probeFloorGbps());
+  const probe = async () => {
+    if (floor) probes.push(await probeFloorGbps());
+  };
+  // Before the engine loads (lib/floor.ts: a probe spawned later would fork the engine's process).
+  if (floor) startProber();
   if (engine === "wick") {
     const eng = await loadWick(model, ctxSize, threads, prefillChunk);
-    probe();
+    await probe();
     for (const promptTokens of prompts) {
       samples.push(await wickSample(eng, promptTokens, genLen));
-      probe();
+      await probe();
     }
     await eng.unload();
   } else if (engine === "node-llama-cpp") {
@@ -544,7 +548,7 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
     const m = await llama.loadModel({ modelPath: model });
     const ctx = await m.createContext({ contextSize: ctxSize, sequences: 1, threads: { ideal: threads, min: threads }, batchSize: 512 });
     const seq = ctx.getSequence();
-    probe();
+    await probe();
     for (const p of prompts) {
       await seq.clearHistory();
       // Same split as Wick's timings: prompt = all prompt tokens up to the first sampled
@@ -560,7 +564,7 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
       }
       const tEnd = performance.now();
       samples.push({ prefillTps: p.length / ((tFirst - t0) / 1000), decodeTps: (n - 1) / ((tEnd - tFirst) / 1000), promptTokens: p.length, genTokens: n });
-      probe();
+      await probe();
     }
     await ctx.dispose();
     await m.dispose();
@@ -569,10 +573,10 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
     const s = await startServer("llama", "llama-server-micro", model, threads, 1, ctxSize);
     try {
       const pid = s.proc.pid!;
-      probe();
+      await probe();
       for (const p of prompts) {
         samples.push(await llamaSample(s.url, pid, p, genLen));
-        probe();
+        await probe();
       }
     } finally {
       await stopServer(s);

@@ -23,7 +23,7 @@ import { basename, resolve } from "node:path";
 
 import { summarize, type Summary } from "../ts/cli/bench.ts";
 import { idPrompts, llamaTokenizer, modelPath, startServer, stopServer } from "./compare.ts";
-import { decodeBytes, probeFloorGbps } from "./lib/floor.ts";
+import { decodeBytes, probeFloorGbps, startProber } from "./lib/floor.ts";
 import { appendResults } from "./lib/provenance.ts";
 import { llamaSample, loadWick, wickSample, type Sample } from "./lib/runs.ts";
 import { fmt, markdownTable, num, parseArgs } from "./serving.ts";
@@ -60,32 +60,38 @@ async function runModel(model: string, flags: Map<string, string>): Promise<Mode
   await tok.dispose();
   const ctxSize = Math.ceil((promptLen + genLen + 16) / 256) * 256;
   const bytes = await decodeBytes(model);
-  const eng = await loadWick(model, ctxSize, threads);
+  // Every child process before Wick's engine loads: a spawn from a process holding an engine forks
+  // it, and the engine's next prompt takes a copy-on-write fault per page it writes (lib/floor.ts).
+  startProber();
   const server = await startServer("llama", "llama-server-paired", model, threads, 1, ctxSize);
   const pairs: Pair[] = [];
   try {
-    const pid = server.proc.pid!;
-    const wick = (p: number[]) => wickSample(eng, p, genLen);
-    const llama = (p: number[]) => llamaSample(server.url, pid, p, genLen);
-    await wick(prompts[0]!);
-    await llama(prompts[0]!);
-    let before = probeFloorGbps();
-    for (let i = 1; i <= nPairs; i++) {
-      const p = prompts[i]!;
-      const wickFirst = i % 2 === 1;
-      const first = await (wickFirst ? wick(p) : llama(p));
-      const second = await (wickFirst ? llama(p) : wick(p));
-      const after = probeFloorGbps();
-      const pair = { before, after, wick: wickFirst ? first : second, llama: wickFirst ? second : first, wickFirst };
-      pairs.push(pair);
-      process.stderr.write(
-        `${basename(model)} pair ${i}/${nPairs}: read ${fmt(before)}→${fmt(after)} GB/s, decode wick ${fmt(pair.wick.decodeTps)} llama ${fmt(pair.llama.decodeTps)} (${fmt(pair.wick.decodeTps / pair.llama.decodeTps, 2)}×)\n`,
-      );
-      before = after;
+    const eng = await loadWick(model, ctxSize, threads);
+    try {
+      const pid = server.proc.pid!;
+      const wick = (p: number[]) => wickSample(eng, p, genLen);
+      const llama = (p: number[]) => llamaSample(server.url, pid, p, genLen);
+      await wick(prompts[0]!);
+      await llama(prompts[0]!);
+      let before = await probeFloorGbps();
+      for (let i = 1; i <= nPairs; i++) {
+        const p = prompts[i]!;
+        const wickFirst = i % 2 === 1;
+        const first = await (wickFirst ? wick(p) : llama(p));
+        const second = await (wickFirst ? llama(p) : wick(p));
+        const after = await probeFloorGbps();
+        const pair = { before, after, wick: wickFirst ? first : second, llama: wickFirst ? second : first, wickFirst };
+        pairs.push(pair);
+        process.stderr.write(
+          `${basename(model)} pair ${i}/${nPairs}: read ${fmt(before)}→${fmt(after)} GB/s, decode wick ${fmt(pair.wick.decodeTps)} llama ${fmt(pair.llama.decodeTps)} (${fmt(pair.wick.decodeTps / pair.llama.decodeTps, 2)}×)\n`,
+        );
+        before = after;
+      }
+    } finally {
+      await eng.unload();
     }
   } finally {
     await stopServer(server);
-    await eng.unload();
   }
   return { model, bytes, pairs };
 }
@@ -132,7 +138,16 @@ function summaryTable(runs: ModelRun[], fastGbps: number): string {
       pct(floor(slow, (p) => p.llama.decodeTps)),
     ];
   });
-  const head = ["model", "MB / token", "prefill × (all)", "decode × (all)", `decode × (read < ${fastGbps} GB/s)`, `decode × (read ≥ ${fastGbps} GB/s)`, "wick of floor (slow)", "llama of floor (slow)"];
+  const head = [
+    "model",
+    "MB / token",
+    "prefill × (all)",
+    "decode × (all)",
+    `decode × (read < ${fastGbps} GB/s)`,
+    `decode × (read ≥ ${fastGbps} GB/s)`,
+    "wick of floor (slow)",
+    "llama of floor (slow)",
+  ];
   return markdownTable(head, rows);
 }
 

@@ -5,16 +5,15 @@
  * This VM's read rate moves by up to 2× within minutes, so a rate taken once for a whole run
  * would say little about any one decode.
  */
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { dirname, resolve } from "node:path";
+import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 
 /** The `kernel_timing` bench executable, built on first use (with the scripts' `--target`, so
  * cargo reuses their artifacts; scripts/env.sh). */
-let bench: string | undefined;
-
 function benchBinary(): string {
   const triple = /^host: (\S+)$/m.exec(execFileSync("rustc", ["-vV"], { encoding: "utf8" }))![1]!;
   const out = execFileSync("cargo", ["bench", "-q", "--no-run", "--message-format=json", "--target", triple, "-p", "wick-core", "--bench", "kernel_timing"], {
@@ -29,13 +28,32 @@ function benchBinary(): string {
   throw new Error("cargo built no kernel_timing executable");
 }
 
+/**
+ * One `kernel_timing floor --serve` for the whole run, probing once per line written to it.
+ * Why one process: spawning from a process that holds an engine forks it, and every page the
+ * engine then writes takes a copy-on-write fault — ~23k faults in the next 512-token prompt of
+ * the 1.2B, a few percent off its decode — so a probe spawned per prompt slowed the engine it was
+ * measured beside. Start it before loading an engine (`startProber`).
+ */
+let prober: { proc: ChildProcess; lines: AsyncIterator<string> } | undefined;
+
+export function startProber(): void {
+  if (prober) return;
+  const proc = spawn(benchBinary(), ["floor", "--serve"], { cwd: ROOT, stdio: ["pipe", "pipe", "inherit"] });
+  prober = { proc, lines: createInterface({ input: proc.stdout! })[Symbol.asyncIterator]() };
+}
+
 /** The machine's read rate now, GB/s (~1 s). */
-export function probeFloorGbps(): number {
-  bench ??= benchBinary();
-  const out = execFileSync(bench, ["floor"], { cwd: ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
-  const m = /\| memory floor .*\|\s*([\d.]+) GB\/s/.exec(out);
-  if (!m) throw new Error(`kernel_timing floor printed no rate:\n${out}`);
-  return Number(m[1]);
+export async function probeFloorGbps(): Promise<number> {
+  startProber();
+  const { proc, lines } = prober!;
+  proc.stdin!.write("\n");
+  for (;;) {
+    const line = await lines.next();
+    if (line.done) throw new Error("kernel_timing floor --serve ended before a probe");
+    const m = /\| memory floor .*\|\s*([\d.]+) GB\/s/.exec(line.value);
+    if (m) return Number(m[1]);
+  }
 }
 
 /** Weight bytes one decoded token of `model` streams (a mixture's experts at their routed share). */

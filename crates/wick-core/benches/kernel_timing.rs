@@ -278,6 +278,7 @@ fn memory() {
 /// decode it times (`benches/compare.ts micro --floor`): the best 2-thread read rate of a 1 GiB
 /// buffer over 3 plain and 3 prefetched passes. This machine's rate moves by up to 2× within
 /// minutes, so a floor measured once for a whole run says little about any one decode.
+/// With `--serve`, once per line read from stdin until it closes (benches/lib/floor.ts).
 fn floor() {
     let bytes = 1usize << 30;
     let map = read_buffer(bytes).make_read_only().expect("map");
@@ -307,7 +308,16 @@ fn main() {
     if run("memory") {
         memory();
     }
-    if run("floor") {
+    if run("floor") && std::env::args().any(|a| a == "--serve") {
+        // One process for every probe of a run: a benchmark holding an engine would otherwise
+        // fork itself for each one (benches/lib/floor.ts says why that matters).
+        let mut line = String::new();
+        while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
+            floor();
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            line.clear();
+        }
+    } else if run("floor") {
         floor();
     }
 }
