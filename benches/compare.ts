@@ -586,7 +586,8 @@ async function microWorker(engine: EngineName, model: string, promptsFile: strin
   process.stdout.write(`${JSON.stringify(samples)}\n`);
 }
 
-function percent(s: Summary | undefined): string {
+/** A share as `median % (min–max)`. */
+export function percent(s: Summary | undefined): string {
   return s ? `${fmt(100 * s.median, 0)} % (${fmt(100 * s.min, 0)}–${fmt(100 * s.max, 0)})` : "-";
 }
 

@@ -22,7 +22,7 @@ import { writeFileSync } from "node:fs";
 import { basename, resolve } from "node:path";
 
 import { summarize, type Summary } from "../ts/cli/bench.ts";
-import { idPrompts, llamaTokenizer, modelPath, startServer, stopServer } from "./compare.ts";
+import { idPrompts, llamaTokenizer, modelPath, percent, startServer, stopServer } from "./compare.ts";
 import { decodeBytes, probeFloorGbps, startProber } from "./lib/floor.ts";
 import { appendResults } from "./lib/provenance.ts";
 import { llamaSample, loadWick, wickSample, type Sample } from "./lib/runs.ts";
@@ -126,7 +126,6 @@ function summaryTable(runs: ModelRun[], fastGbps: number): string {
     const slow = r.pairs.filter((p) => Math.max(p.before, p.after) < fastGbps);
     const fast = r.pairs.filter((p) => Math.min(p.before, p.after) >= fastGbps);
     const floor = (ps: Pair[], pick: (p: Pair) => number) => (ps.length ? summarize(ps.map((p) => ofFloor(pick(p), r.bytes, rate(p)))) : undefined);
-    const pct = (s: Summary | undefined) => (s ? `${fmt(100 * s.median, 0)} % (${fmt(100 * s.min, 0)}–${fmt(100 * s.max, 0)})` : "-");
     return [
       basename(r.model),
       fmt(r.bytes / 1e6),
@@ -134,8 +133,8 @@ function summaryTable(runs: ModelRun[], fastGbps: number): string {
       range(ratios(r.pairs)),
       range(ratios(slow)),
       range(ratios(fast)),
-      pct(floor(slow, (p) => p.wick.decodeTps)),
-      pct(floor(slow, (p) => p.llama.decodeTps)),
+      percent(floor(slow, (p) => p.wick.decodeTps)),
+      percent(floor(slow, (p) => p.llama.decodeTps)),
     ];
   });
   const head = [

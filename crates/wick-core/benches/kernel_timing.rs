@@ -308,16 +308,14 @@ fn main() {
     if run("memory") {
         memory();
     }
-    if run("floor") && std::env::args().any(|a| a == "--serve") {
+    if run("floor") && !std::env::args().any(|a| a == "--serve") {
+        floor();
+    } else if run("floor") {
         // One process for every probe of a run: a benchmark holding an engine would otherwise
         // fork itself for each one (benches/lib/floor.ts says why that matters).
-        let mut line = String::new();
-        while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
+        for _ in std::io::stdin().lines().map_while(|l| l.ok()) {
             floor();
             let _ = std::io::Write::flush(&mut std::io::stdout());
-            line.clear();
         }
-    } else if run("floor") {
-        floor();
     }
 }
