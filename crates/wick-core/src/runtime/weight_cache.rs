@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::ops::{Deref, Range};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -236,18 +236,14 @@ fn write_to(
     key: &[u8; 32],
     pending: &[(String, Vec<u64>, Arc<StreamedBytes>)],
 ) -> std::io::Result<u64> {
-    let mut out = BufWriter::with_capacity(1 << 20, File::create(tmp)?);
-    let mut header = vec![0u8; ALIGN as usize];
-    header[..8].copy_from_slice(MAGIC);
-    header[8..40].copy_from_slice(key);
-    out.write_all(&header)?;
+    // The layout first, so that the file is written front to back in whole blocks.
     let mut at = ALIGN;
+    let mut starts = Vec::with_capacity(pending.len());
     let mut index = Vec::new();
     index.extend((pending.len() as u64).to_le_bytes());
     for (name, meta, bytes) in pending {
         let start = at.div_ceil(ALIGN) * ALIGN;
-        out.write_all(&vec![0u8; (start - at) as usize])?;
-        out.write_all(bytes)?;
+        starts.push(start);
         at = start + bytes.len() as u64;
         index.extend((name.len() as u64).to_le_bytes());
         index.extend(name.as_bytes());
@@ -256,13 +252,64 @@ fn write_to(
             index.extend(v.to_le_bytes());
         }
     }
+    let mut header = [0u8; ALIGN as usize];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..40].copy_from_slice(key);
+    header[40..48].copy_from_slice(&at.to_le_bytes());
+    header[48..56].copy_from_slice(&(index.len() as u64).to_le_bytes());
+    let mut out = BlockWriter::new(File::create(tmp)?);
+    out.write_all(&header)?;
+    let mut end = ALIGN;
+    for ((_, _, bytes), &start) in pending.iter().zip(&starts) {
+        out.write_all(&[0u8; ALIGN as usize][..(start - end) as usize])?;
+        out.write_all(bytes)?;
+        end = start + bytes.len() as u64;
+    }
     out.write_all(&index)?;
-    out.seek(SeekFrom::Start(40))?;
-    out.write_all(&at.to_le_bytes())?;
-    out.write_all(&(index.len() as u64).to_le_bytes())?;
-    let file = out.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
+    out.into_inner()?.sync_all()?;
     Ok(at + index.len() as u64)
+}
+
+/// Bytes written on in whole 2 MiB blocks, each at a 2 MiB offset (the last one short). ext4
+/// and xfs keep such writes in 2 MiB page-cache folios, which the next start maps as huge
+/// pages. A file written in smaller or unaligned pieces stays in small folios, mapped 4 KiB at
+/// a time, until its pages are evicted: half of a 0.7 GB cache file so, decode was ~3 % slower.
+struct BlockWriter<W: Write> {
+    inner: W,
+    block: Vec<u8>,
+}
+
+const BLOCK: usize = 2 << 20;
+
+impl<W: Write> BlockWriter<W> {
+    fn new(inner: W) -> Self {
+        Self { inner, block: Vec::with_capacity(BLOCK) }
+    }
+
+    /// The writer beneath, once the last (short) block is written to it.
+    fn into_inner(mut self) -> std::io::Result<W> {
+        self.inner.write_all(&self.block)?;
+        self.inner.flush()?;
+        Ok(self.inner)
+    }
+}
+
+impl<W: Write> Write for BlockWriter<W> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let n = b.len().min(BLOCK - self.block.len());
+        self.block.extend_from_slice(&b[..n]);
+        if self.block.len() == BLOCK {
+            self.inner.write_all(&self.block)?;
+            self.block.clear();
+        }
+        Ok(n)
+    }
+
+    /// Only the writer beneath: a short block written midway would put every later one off
+    /// its boundary.
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 fn parse_index(b: &[u8]) -> Option<HashMap<String, Entry>> {
@@ -334,7 +381,7 @@ fn prune(kept: &Path, max: u64) {
 mod tests {
     use std::time::{Duration, SystemTime};
 
-    use super::prune;
+    use super::{prune, BlockWriter, BLOCK};
 
     /// The newest files stay while they fit the budget, the one just written always; a dead
     /// writer's temporary file goes, a live one's stays.
@@ -364,5 +411,38 @@ mod tests {
         assert!(!exists(&oldest), "over the budget");
         assert!(!exists(&dead), "a dead writer's file");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Whatever the sizes of the writes, the writer beneath gets whole blocks and then the
+    /// rest, and the bytes in order.
+    #[test]
+    fn block_writer_writes_whole_blocks() {
+        use std::io::Write;
+        struct Calls(Vec<Vec<u8>>);
+        impl Write for Calls {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.push(b.to_vec());
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let data: Vec<u8> = (0..5 * BLOCK + 12_345).map(|i| (i * 131 % 251) as u8).collect();
+        let mut w = BlockWriter::new(Calls(vec![]));
+        let mut at = 0;
+        for len in [1, 4095, 3 * BLOCK + 7, 0, 100_000].into_iter().cycle() {
+            let len = len.min(data.len() - at);
+            w.write_all(&data[at..at + len]).unwrap();
+            w.flush().unwrap();
+            at += len;
+            if at == data.len() {
+                break;
+            }
+        }
+        let calls = w.into_inner().unwrap().0;
+        assert_eq!(calls.len(), 6);
+        assert!(calls[..5].iter().all(|c| c.len() == BLOCK));
+        assert_eq!(calls.concat(), data);
     }
 }
