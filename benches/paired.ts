@@ -12,13 +12,15 @@
  *
  *   npx tsx benches/paired.ts MODEL... [--bench-dir DIR] [--threads 2] [--pairs 8]
  *       [--prompt-len 512] [--gen-len 128] [--fast-gbps 60] [--json out.json] [--results benches/RESULTS.md]
+ *   npx tsx benches/paired.ts --pool a.json,b.json,... [--fast-gbps 60] [--results benches/RESULTS.md]
  *
  * MODEL: a path or a bench alias of compare.ts (`lfm2.5-1.2b-q8_0`, `lfm2.5-1.2b-q4km`,
  * `lfm2-8b-a1b-q4km` with `--bench-dir .cache/tmp/bench-real`). Wick runs in this process (its
  * Engine, weights mapped from the pack cache), llama-server as its own process; each idles (its
- * threads parked) while the other runs.
+ * threads parked) while the other runs. `--pool` prints the summary over the pairs of several
+ * runs' `--json` files, model by model: one run's 5–8 pairs in a spell leave its median ±0.03.
  */
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { basename, resolve } from "node:path";
 
 import { summarize, type Summary } from "../ts/cli/bench.ts";
@@ -150,8 +152,29 @@ function summaryTable(runs: ModelRun[], fastGbps: number): string {
   return markdownTable(head, rows);
 }
 
+/** The runs saved by `--json` in `files`, their pairs pooled by model (file name). */
+function pooled(files: string[]): ModelRun[] {
+  const byModel = new Map<string, ModelRun>();
+  for (const f of files) {
+    for (const r of JSON.parse(readFileSync(f, "utf8")) as ModelRun[]) {
+      const had = byModel.get(basename(r.model));
+      if (had) had.pairs.push(...r.pairs);
+      else byModel.set(basename(r.model), { ...r, pairs: [...r.pairs] });
+    }
+  }
+  return [...byModel.values()];
+}
+
 async function main(): Promise<void> {
   const { flags, positional } = parseArgs(process.argv.slice(2));
+  const pool = flags.get("pool");
+  if (pool) {
+    const files = pool.split(",");
+    const body = [`Pairs of ${files.length} runs pooled (${files.map((f) => basename(f)).join(", ")}), as each run's table above.`, "", summaryTable(pooled(files), num(flags, "fast-gbps", 60))].join("\n");
+    console.log(body);
+    if (flags.get("results")) appendResults(resolve(process.cwd(), flags.get("results")!), "benches/paired.ts", "paired decode, runs pooled: wick, llama-server", body);
+    return;
+  }
   if (positional.length === 0) throw new Error("usage: npx tsx benches/paired.ts MODEL... [--bench-dir DIR] [--pairs 8] [--results FILE]");
   const models = positional.map((m) => modelPath(m, flags));
   const fastGbps = num(flags, "fast-gbps", 60);
