@@ -18,7 +18,7 @@
  * `lfm2-8b-a1b-q4km` with `--bench-dir .cache/tmp/bench-real`). Wick runs in this process (its
  * Engine, weights mapped from the pack cache), llama-server as its own process; each idles (its
  * threads parked) while the other runs. `--pool` prints the summary over the pairs of several
- * runs' `--json` files, model by model: one run's 5–8 pairs in a spell leave its median ±0.03.
+ * runs' `--json` files, model by model: one run's 5–8 pairs in a spell spread by ±0.1 in ratio.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { basename, resolve } from "node:path";

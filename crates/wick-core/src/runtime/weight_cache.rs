@@ -270,7 +270,7 @@ fn write_to(
     Ok(at + index.len() as u64)
 }
 
-/// Bytes written on in whole 2 MiB blocks, each at a 2 MiB offset (the last one short). ext4
+/// Passes writes on in whole 2 MiB blocks, each at a 2 MiB offset (the last one short). ext4
 /// and xfs keep such writes in 2 MiB page-cache folios, which the next start maps as huge
 /// pages. A file written in smaller or unaligned pieces stays in small folios, mapped 4 KiB at
 /// a time, until its pages are evicted: half of a 0.7 GB cache file so, decode was ~3 % slower.
