@@ -20,14 +20,14 @@
  * threads parked) while the other runs. `--pool` prints the summary over the pairs of several
  * runs' `--json` files, model by model: one run's 5–8 pairs in a spell spread by ±0.1 in ratio.
  */
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { basename, resolve } from "node:path";
 
 import { summarize, type Summary } from "../ts/cli/bench.ts";
 import { idPrompts, llamaTokenizer, modelPath, percent, startServer, stopServer } from "./compare.ts";
 import { decodeBytes, probeFloorGbps, startProber } from "./lib/floor.ts";
 import { appendResults } from "./lib/provenance.ts";
-import { llamaSample, loadWick, wickSample, type Sample } from "./lib/runs.ts";
+import { hugeMappedShare, llamaSample, loadWick, wickSample, type Sample } from "./lib/runs.ts";
 import { fmt, markdownTable, num, parseArgs } from "./serving.ts";
 
 interface Pair {
@@ -43,6 +43,8 @@ interface ModelRun {
   model: string;
   /** Weight bytes one decoded token streams. */
   bytes: number;
+  /** The share of each engine's weight pages mapped 2 MiB at a time, after the warm-up. */
+  huge?: { wick?: number; llama?: number };
   pairs: Pair[];
 }
 
@@ -67,6 +69,7 @@ async function runModel(model: string, flags: Map<string, string>): Promise<Mode
   startProber();
   const server = await startServer("llama", "llama-server-paired", model, threads, 1, ctxSize);
   const pairs: Pair[] = [];
+  let huge: ModelRun["huge"];
   try {
     const eng = await loadWick(model, ctxSize, threads);
     try {
@@ -75,6 +78,8 @@ async function runModel(model: string, flags: Map<string, string>): Promise<Mode
       const llama = (p: number[]) => llamaSample(server.url, pid, p, genLen);
       await wick(prompts[0]!);
       await llama(prompts[0]!);
+      const pack = eng.info().packCache?.path;
+      huge = { wick: pack ? hugeMappedShare("self", realpathSync(pack)) : undefined, llama: hugeMappedShare(pid, realpathSync(model)) };
       let before = await probeFloorGbps();
       for (let i = 1; i <= nPairs; i++) {
         const p = prompts[i]!;
@@ -95,7 +100,7 @@ async function runModel(model: string, flags: Map<string, string>): Promise<Mode
   } finally {
     await stopServer(server);
   }
-  return { model, bytes, pairs };
+  return { model, bytes, huge, pairs };
 }
 
 function range(s: Summary | undefined, digits = 2): string {
@@ -137,6 +142,7 @@ function summaryTable(runs: ModelRun[], fastGbps: number): string {
       range(ratios(fast)),
       percent(floor(slow, (p) => p.wick.decodeTps)),
       percent(floor(slow, (p) => p.llama.decodeTps)),
+      [r.huge?.wick, r.huge?.llama].map((h) => (h === undefined ? "-" : `${fmt(100 * h, 0)} %`)).join(" / "),
     ];
   });
   const head = [
@@ -148,18 +154,22 @@ function summaryTable(runs: ModelRun[], fastGbps: number): string {
     `decode × (read ≥ ${fastGbps} GB/s)`,
     "wick of floor (slow)",
     "llama of floor (slow)",
+    "2 MiB-mapped weights, wick / llama",
   ];
   return markdownTable(head, rows);
 }
 
-/** The runs saved by `--json` in `files`, their pairs pooled by model (file name). */
+/** The runs saved by `--json` in `files`, their pairs pooled by model (file name); the mapping
+ * shares are the first run's that has them. */
 function pooled(files: string[]): ModelRun[] {
   const byModel = new Map<string, ModelRun>();
   for (const f of files) {
     for (const r of JSON.parse(readFileSync(f, "utf8")) as ModelRun[]) {
       const had = byModel.get(basename(r.model));
-      if (had) had.pairs.push(...r.pairs);
-      else byModel.set(basename(r.model), { ...r, pairs: [...r.pairs] });
+      if (had) {
+        had.pairs.push(...r.pairs);
+        had.huge ??= r.huge;
+      } else byModel.set(basename(r.model), { ...r, pairs: [...r.pairs] });
     }
   }
   return [...byModel.values()];
@@ -170,7 +180,9 @@ async function main(): Promise<void> {
   const pool = flags.get("pool");
   if (pool) {
     const files = pool.split(",");
-    const body = [`Pairs of ${files.length} runs pooled (${files.map((f) => basename(f)).join(", ")}), as each run's table above.`, "", summaryTable(pooled(files), num(flags, "fast-gbps", 60))].join("\n");
+    const body = [`Pairs of ${files.length} runs pooled (${files.map((f) => basename(f)).join(", ")}), as each run's table above.`, "", summaryTable(pooled(files), num(flags, "fast-gbps", 60))].join(
+      "\n",
+    );
     console.log(body);
     if (flags.get("results")) appendResults(resolve(process.cwd(), flags.get("results")!), "benches/paired.ts", "paired decode, runs pooled: wick, llama-server", body);
     return;
@@ -184,6 +196,7 @@ async function main(): Promise<void> {
     `Pairs: each prompt (${num(flags, "prompt-len", 512)} random tokens, ${num(flags, "gen-len", 128)} generated, temperature 0, EOS ignored) through Wick's in-process Engine and llama-server's /completion one after the other, the order alternating, after one warm-up of each; threads=${num(flags, "threads", 2)}.`,
     "Rates are each engine's own timings (Wick: promptMs/decodeMs; llama-server: prompt_per_second/predicted_per_second). × = Wick / llama-server within the pair.",
     "Read rate: `kernel_timing -- floor` (best 2-thread pass over 1 GiB) before and after each pair; of floor = decode tok/s × the weight bytes a token streams (GgufInfo.decodeBytes) over the pair's mean read rate.",
+    "2 MiB-mapped: the share of each engine's resident weight pages (Wick's pack cache file, llama-server's GGUF) mapped as huge pages after the warm-up (/proc/PID/smaps).",
   ].join(" ");
   const body = [notes, "", summaryTable(runs, fastGbps), ...runs.flatMap((r) => ["", `${basename(r.model)}:`, "", pairTable(r)])].join("\n");
   console.log(body);
