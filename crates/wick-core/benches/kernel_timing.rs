@@ -308,14 +308,14 @@ fn main() {
     if run("memory") {
         memory();
     }
-    if run("floor") && !std::env::args().any(|a| a == "--serve") {
-        floor();
-    } else if run("floor") {
+    if run("floor") && std::env::args().any(|a| a == "--serve") {
         // One process for every probe of a run: a benchmark holding an engine would otherwise
         // fork itself for each one (benches/lib/floor.ts says why that matters).
         for _ in std::io::stdin().lines().map_while(|l| l.ok()) {
             floor();
             let _ = std::io::Write::flush(&mut std::io::stdout());
         }
+    } else if run("floor") {
+        floor();
     }
 }

@@ -477,9 +477,8 @@ impl Attention {
 /// fused kernel is off): `q` `[B, n_head · hd]` (or `[B, n_head, hd]`), the gathered keys and
 /// values `ks`, `vs` `[B, t_pad, n_kv, hd]` f16, `mask` `[B, 1, 1, t_pad]`
 /// (`cache::padded_mask`). Rounds as ggml's CPU backend with flash attention off: the query and
-/// each probability to f16, f32 sums. Each KV
-/// head's query heads are rows of one matrix against it, so no key or value is copied per
-/// query head. Returns `[B, n_head · hd]`.
+/// each probability to f16, f32 sums. Each KV head's query heads are rows of one matrix against
+/// it, so no key or value is copied per query head. Returns `[B, n_head · hd]`.
 pub fn attend_decode_batch(
     q: &Tensor,
     ks: &Tensor,
