@@ -11,13 +11,16 @@
  * a pair between the two counts in the overall figures only).
  *
  *   npx tsx benches/paired.ts MODEL... [--bench-dir DIR] [--threads 2] [--pairs 8]
- *       [--prompt-len 512] [--gen-len 128] [--fast-gbps 60] [--json out.json] [--results benches/RESULTS.md]
+ *       [--prompt-len 512] [--gen-len 128] [--fast-gbps 60] [--answers stream|whole] [--json out.json]
+ *       [--results benches/RESULTS.md]
  *   npx tsx benches/paired.ts --pool a.json,b.json,... [--fast-gbps 60] [--results benches/RESULTS.md]
  *
  * MODEL: a path or a bench alias of compare.ts (`lfm2.5-1.2b-q8_0`, `lfm2.5-1.2b-q4km`,
  * `lfm2-8b-a1b-q4km` with `--bench-dir .cache/tmp/bench-real`). Wick runs in this process (its
  * Engine, weights mapped from the pack cache), llama-server as its own process; each idles (its
- * threads parked) while the other runs. `--pool` prints the summary over the pairs of several
+ * threads parked) while the other runs. `--answers whole`: both engines answer as to a request
+ * that is not streamed (llama-server `stream: false`; Wick's engine holds the tokens to the end),
+ * instead of token by token. `--pool` prints the summary over the pairs of several
  * runs' `--json` files, model by model: one run's 5–8 pairs in a spell spread by ±0.1 in ratio.
  */
 import { readFileSync, realpathSync, writeFileSync } from "node:fs";
@@ -50,6 +53,13 @@ interface ModelRun {
 
 const rate = (p: Pair) => (p.before + p.after) / 2;
 
+/** `--answers stream|whole`: each prompt's answer streamed token by token (the default), or read whole as a response that is not streamed. */
+function answers(flags: Map<string, string>): "stream" | "whole" {
+  const a = flags.get("answers") ?? "stream";
+  if (a !== "stream" && a !== "whole") throw new Error(`--answers: stream or whole, not ${a}`);
+  return a;
+}
+
 /** Share of the floor: decode tok/s × bytes per token over the probed rate. */
 const ofFloor = (tps: number, bytes: number, gbps: number) => (tps * bytes) / (gbps * 1e9);
 
@@ -74,8 +84,9 @@ async function runModel(model: string, flags: Map<string, string>): Promise<Mode
     const eng = await loadWick(model, ctxSize, threads);
     try {
       const pid = server.proc.pid!;
-      const wick = (p: number[]) => wickSample(eng, p, genLen);
-      const llama = (p: number[]) => llamaSample(server.url, pid, p, genLen);
+      const whole = answers(flags) === "whole";
+      const wick = (p: number[]) => wickSample(eng, p, genLen, whole);
+      const llama = (p: number[]) => llamaSample(server.url, pid, p, genLen, whole);
       await wick(prompts[0]!);
       await llama(prompts[0]!);
       const pack = eng.info().packCache?.path;

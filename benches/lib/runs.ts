@@ -78,31 +78,43 @@ export async function loadWick(model: string, ctxSize: number, threads: number, 
   return eng;
 }
 
-/** One greedy generation of `genLen` tokens (EOS ignored) through Wick's engine. */
-export async function wickSample(eng: Engine, promptTokens: number[], genLen: number): Promise<Sample> {
+/**
+ * One greedy generation of `genLen` tokens (EOS ignored) through Wick's engine. `whole`: read
+ * as a response that is not streamed (the engine holds the tokens to the end), so there is no
+ * first-token moment to split the CPU time at.
+ */
+export async function wickSample(eng: Engine, promptTokens: number[], genLen: number, whole = false): Promise<Sample> {
   let done;
   const c0 = ownCpuS();
   let c1 = 0;
-  for await (const ev of eng.generate({ promptTokens, maxTokens: genLen, temperature: 0, ignoreEos: true })) {
+  for await (const ev of eng.generate({ promptTokens, maxTokens: genLen, temperature: 0, ignoreEos: true, holdEvents: whole })) {
     if (ev.type === "done") done = ev;
     else if (c1 === 0) c1 = ownCpuS();
   }
   const c2 = ownCpuS();
   const sample = engineSample(done);
+  if (whole) return sample;
   return { ...sample, prefillCpuTps: sample.promptTokens / (c1 - c0), decodeCpuTps: (sample.genTokens - 1) / (c2 - c1) };
 }
 
-/** One greedy generation through llama-server's /completion (process `pid`), by its timings. */
-export async function llamaSample(url: string, pid: number, prompt: number[], genLen: number): Promise<Sample> {
+/**
+ * One greedy generation through llama-server's /completion (process `pid`), by its timings;
+ * `whole`: not streamed (as `wickSample`'s), without the CPU split.
+ */
+export async function llamaSample(url: string, pid: number, prompt: number[], genLen: number, whole = false): Promise<Sample> {
   const c0 = procCpuS(pid);
   const res = await fetch(`${url}/completion`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ prompt, n_predict: genLen, temperature: 0, ignore_eos: true, cache_prompt: false, stream: true }),
+    body: JSON.stringify({ prompt, n_predict: genLen, temperature: 0, ignore_eos: true, cache_prompt: false, stream: !whole }),
     signal: AbortSignal.timeout(1_800_000),
   });
   if (!res.ok || !res.body) throw new Error(`llama-server /completion: HTTP ${res.status} ${await res.text()}`);
   type Timings = { prompt_n: number; prompt_per_second: number; predicted_n: number; predicted_per_second: number };
+  if (whole) {
+    const { timings: w } = (await res.json()) as { timings: Timings };
+    return { prefillTps: w.prompt_per_second, decodeTps: w.predicted_per_second, promptTokens: w.prompt_n, genTokens: w.predicted_n };
+  }
   let t: Timings | undefined;
   let c1 = 0;
   for await (const ev of sseData(res) as AsyncIterable<{ timings?: Timings; stop?: boolean }>) {

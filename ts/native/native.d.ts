@@ -249,6 +249,12 @@ export interface GenerateOptions {
    * path.
    */
   speculative?: Speculation
+  /**
+   * The caller reads the whole answer at once (a response that is not streamed): token
+   * events come with the done event instead of one by one, so the JS thread is not woken
+   * per token. Default false.
+   */
+  holdEvents?: boolean
 }
 
 /** A GGUF file's header, as `wick show` reports it (wick_core::gguf::info::GgufHeaderInfo). */

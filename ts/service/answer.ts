@@ -48,11 +48,19 @@ export interface Answer {
 }
 
 /**
+ * How the answer is read: event by event (a streamed response), or whole (one body at the
+ * end), in which case the engine holds each choice's tokens until its end instead of waking
+ * the JS thread per token.
+ */
+export type Delivery = "stream" | "whole";
+
+/**
  * Submits every job at once and returns the answer stream. Submission errors (context too
  * long, queue full, a bad grammar) throw here, before any response is written.
  */
-export function startAnswer(model: ServedModel, jobs: Job[], signal: AbortSignal, params: ContextParams, tools: ToolPlan = NO_TOOLS): Answer {
-  const choices = startChoices(model, jobs, signal, params);
+export function startAnswer(model: ServedModel, jobs: Job[], signal: AbortSignal, params: ContextParams, tools: ToolPlan = NO_TOOLS, delivery: Delivery = "stream"): Answer {
+  const submitted = delivery === "whole" ? jobs.map((j) => ({ ...j, options: { ...j.options, holdEvents: true } })) : jobs;
+  const choices = startChoices(model, submitted, signal, params);
   return { events: answerEvents(choices, jobs, tools), jobs };
 }
 

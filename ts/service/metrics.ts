@@ -76,7 +76,12 @@ export class ServingMetrics {
   }
 
   /** Passes a request's events through unchanged, observing its latencies and token counts. */
-  async *track(modelId: string, events: AsyncGenerator<EngineEvent>): AsyncGenerator<EngineEvent> {
+  /**
+   * `held`: the engine held the tokens until the end (a whole answer), so their arrival says
+   * nothing of when they were made: TTFT is then the engine's queue + prompt time, and each
+   * inter-token latency the decode time's mean.
+   */
+  async *track(modelId: string, events: AsyncGenerator<EngineEvent>, held = false): AsyncGenerator<EngineEvent> {
     const labels = { model_name: modelId };
     const start = performance.now();
     let last: number | undefined;
@@ -87,12 +92,13 @@ export class ServingMetrics {
     try {
       for await (const ev of events) {
         const now = performance.now();
-        if (ev.type === "token" && ev.ids.length > 0) {
+        if (ev.type === "token" && ev.ids.length > 0 && !held) {
           if (last === undefined) this.ttft.observe(labels, (now - start) / 1e3);
           else this.itl.observe(labels, (now - last) / 1e3);
           last = now;
         } else if (ev.type === "done") {
           ended = true;
+          if (held) this.observeHeld(labels, ev);
           this.e2e.observe(labels, (now - start) / 1e3);
           this.queue.observe(labels, ev.timings.queueMs / 1e3);
           this.prefill.observe(labels, ev.timings.promptMs / 1e3);
@@ -111,6 +117,13 @@ export class ServingMetrics {
     } finally {
       if (!ended) this.finished.inc({ ...labels, finished_reason: "cancelled" });
     }
+  }
+
+  private observeHeld(labels: { model_name: string }, done: Extract<EngineEvent, { type: "done" }>): void {
+    const n = done.usage.completionTokens;
+    if (n === 0) return;
+    this.ttft.observe(labels, (done.timings.queueMs + done.timings.promptMs) / 1e3);
+    for (let i = 1; i < n; i++) this.itl.observe(labels, done.timings.decodeMs / (n - 1) / 1e3);
   }
 
   text(): Promise<string> {

@@ -93,7 +93,7 @@ export class ModelRegistry {
         ...(opts.reasoningBudget !== undefined ? { budget: opts.reasoningBudget } : {}),
       },
       ...(profile ? { profile } : {}),
-      generate: (o, signal) => this.metrics.track(id, engine.generate(o, signal)),
+      generate: (o, signal) => this.metrics.track(id, engine.generate(o, signal), o.holdEvents === true),
     };
     this.models.set(id, model);
     return model;

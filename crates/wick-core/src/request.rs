@@ -42,6 +42,11 @@ pub struct GenerateRequest {
     pub lora: Option<Vec<(usize, f32)>>,
     /// Speculative decoding for this request; None: the engine's (`EngineOptions::speculative`).
     pub speculative: Option<SpecOptions>,
+    /// The consumer reads the whole answer at once (a response that is not streamed): token
+    /// events are held in the engine and sent with the last one, so nothing wakes the reader
+    /// per token. Where the decoding threads hold every core, each wake-up takes one from the
+    /// step: ~3 % of 2-thread decode (benches/RESULTS.md, session 32).
+    pub hold_events: bool,
 }
 
 /// Speculative decoding: tokens are drafted — by n-gram lookup in the sequence's own tokens
@@ -142,6 +147,7 @@ impl GenerateRequest {
             embed: None,
             lora: None,
             speculative: None,
+            hold_events: false,
         }
     }
 
@@ -210,10 +216,12 @@ pub enum Event {
 /// A sequence's event channel, counting what was sent and not yet taken: past `max_unread`
 /// the consumer counts as gone and the scheduler cancels the sequence, so a client that stops
 /// reading cannot make the engine buffer a whole generation or hold a batch slot for it.
-pub fn event_channel(max_unread: usize) -> (EventSender, EventReceiver) {
+/// `hold`: token events wait in the sender until a done or error event (`hold_events`).
+pub fn event_channel(max_unread: usize, hold: bool) -> (EventSender, EventReceiver) {
     let (tx, rx) = unbounded_channel();
     let unread = Arc::new(AtomicUsize::new(0));
-    (EventSender { tx, unread: unread.clone(), max_unread }, EventReceiver { rx, unread })
+    let held = hold.then(Vec::new);
+    (EventSender { tx, unread: unread.clone(), max_unread, held }, EventReceiver { rx, unread })
 }
 
 #[derive(Debug)]
@@ -221,10 +229,25 @@ pub struct EventSender {
     tx: UnboundedSender<Event>,
     unread: Arc<AtomicUsize>,
     max_unread: usize,
+    /// Some: the token events not sent yet (bounded by the request's own length).
+    held: Option<Vec<Event>>,
 }
 
 impl EventSender {
-    pub fn send(&self, event: Event) -> Result<(), SendError<Event>> {
+    pub fn send(&mut self, event: Event) -> Result<(), SendError<Event>> {
+        if let Some(held) = &mut self.held {
+            if matches!(event, Event::Token(_)) {
+                held.push(event);
+                return Ok(());
+            }
+            for e in std::mem::take(held) {
+                self.send_now(e)?;
+            }
+        }
+        self.send_now(event)
+    }
+
+    fn send_now(&self, event: Event) -> Result<(), SendError<Event>> {
         // Counted before it is visible, so the reader's decrement never comes first.
         self.unread.fetch_add(1, Ordering::Relaxed);
         self.tx.send(event).inspect_err(|_| {
@@ -286,7 +309,7 @@ mod tests {
 
     #[test]
     fn a_receiver_that_stops_taking_events_stalls_its_sender() {
-        let (tx, mut rx) = event_channel(3);
+        let (mut tx, mut rx) = event_channel(3, false);
         for _ in 0..3 {
             tx.send(done()).unwrap();
         }
@@ -299,5 +322,32 @@ mod tests {
         assert!(!tx.is_stalled());
         drop(rx);
         assert!(tx.is_closed());
+    }
+
+    fn token(id: u32) -> Event {
+        Event::Token(TokenEvent { ids: vec![id], text: id.to_string(), logprobs: vec![] })
+    }
+
+    /// A held channel shows nothing until the last event, then every event in order; a plain
+    /// one shows each as it is sent.
+    #[test]
+    fn a_held_channel_sends_its_tokens_with_the_last_event() {
+        let (mut tx, mut rx) = event_channel(2, true);
+        for id in 0..5 {
+            tx.send(token(id)).unwrap();
+        }
+        assert!(rx.try_recv().is_err(), "tokens are held");
+        assert!(!tx.is_stalled(), "held tokens are not unread");
+        tx.send(done()).unwrap();
+        let ids: Vec<u32> = std::iter::from_fn(|| match rx.try_recv().ok()? {
+            Event::Token(t) => Some(t.ids[0]),
+            _ => Some(u32::MAX),
+        })
+        .collect();
+        assert_eq!(ids, [0, 1, 2, 3, 4, u32::MAX]);
+
+        let (mut tx, mut rx) = event_channel(2, false);
+        tx.send(token(7)).unwrap();
+        assert!(matches!(rx.try_recv(), Ok(Event::Token(t)) if t.ids == [7]));
     }
 }

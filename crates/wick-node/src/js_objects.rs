@@ -351,6 +351,10 @@ pub struct GenerateOptions {
     /// Speculative decoding for this request; absent: the engine's. Ignored off the exact CPU
     /// path.
     pub speculative: Option<Speculation>,
+    /// The caller reads the whole answer at once (a response that is not streamed): token
+    /// events come with the done event instead of one by one, so the JS thread is not woken
+    /// per token. Default false.
+    pub hold_events: Option<bool>,
 }
 
 /// A thinking block's budget and its markers as token ids.
@@ -466,6 +470,7 @@ impl From<GenerateOptions> for GenerateRequest {
             embed: None,
             lora: o.lora.map(|l| l.iter().map(|x| (x.id as usize, x.scale as f32)).collect()),
             speculative: o.speculative.map(Into::into),
+            hold_events: o.hold_events.unwrap_or(false),
         }
     }
 }

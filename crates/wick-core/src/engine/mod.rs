@@ -421,7 +421,7 @@ impl Engine {
             return Err(WickError::QueueFull);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, events) = event_channel(self.max_unread_events);
+        let (tx, events) = event_channel(self.max_unread_events, req.hold_events);
         let cancel = Arc::new(AtomicBool::new(false));
         let seq = Sequence::new(req, prompt, grammar, lora, limit, tx, cancel.clone());
         self.metrics.waiting.fetch_add(1, Ordering::Relaxed);

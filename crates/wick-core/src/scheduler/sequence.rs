@@ -343,7 +343,7 @@ impl Sequence {
         (taken, text, None)
     }
 
-    fn send_token(&self, ids: Vec<u32>, text: String, logprobs: Vec<(TokenLogprob, Vec<TokenLogprob>)>) {
+    fn send_token(&mut self, ids: Vec<u32>, text: String, logprobs: Vec<(TokenLogprob, Vec<TokenLogprob>)>) {
         // A closed or stalled receiver means the client left; the scheduler notices via is_cancelled().
         let _ = self.tx.send(Event::Token(TokenEvent { ids, text, logprobs }));
     }

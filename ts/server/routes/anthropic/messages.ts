@@ -32,7 +32,7 @@ export function anthropicRoutes(router: Router, { models, log, images }: RouteDe
     const req = parseBody(messagesRequest, ctx.request.body);
     const model = await useModel(ctx, models, req.model);
     const { jobs, tools, params } = await planMessages(model, req, sampling(model, req), images);
-    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools);
+    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools, req.stream ? "stream" : "whole");
     const meta: MessageMeta = { id: messageId(), model: model.id };
     if (req.stream) {
       sendStream(ctx, messageFrames(meta, answer, jobs[0].options.promptTokens.length), ANTHROPIC_SSE, requestLog(ctx, log));

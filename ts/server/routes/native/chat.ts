@@ -34,7 +34,7 @@ export function nativeChatRoutes(router: Router, { models, log, images }: RouteD
     const sampling = withLogprobs(ollamaSampling(req.options, model.info.nVocab, model.profile?.params), req);
     const input = { messages: toChatMessages(req.messages), tools: req.tools, sampling, n: 1, format: formatGrammar(req.format), images, think: ollamaThink(req.think) };
     const { jobs, tools, params } = await planChat(model, input, { maxTokens: "options.num_predict", format: "format" });
-    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools);
+    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools, req.stream === false ? "whole" : "stream");
     const logprobs = req.logprobs ? new OllamaLogprobs(model) : null;
 
     if (req.stream === false) {

@@ -48,7 +48,7 @@ export function nativeGenerateRoutes(router: Router, { models, log, images }: Ro
     const reasoning = req.raw ? undefined : choiceReasoning(model.reasoning, prompt.text);
     if (reasoning && model.reasoning.markerTokens.length) options.markerTokens = model.reasoning.markerTokens;
     const jobs: Job[] = [{ options, promptIndex: 0, ...(reasoning ? { reasoning } : {}) }];
-    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "options.num_predict", grammar: "format" });
+    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "options.num_predict", grammar: "format" }, undefined, req.stream === false ? "whole" : "stream");
     const logprobs = req.logprobs ? new OllamaLogprobs(model) : null;
 
     if (req.stream === false) {

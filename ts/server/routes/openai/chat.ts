@@ -31,7 +31,7 @@ export function chatRoutes(router: Router, { models, log, images }: RouteDeps): 
     const maxTokens = req.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
     const think = chatThink(req.chat_template_kwargs?.enable_thinking, req.reasoning_effort);
     const { jobs, tools, params } = await planChat(model, { ...req, sampling, n: req.n ?? 1, format, images, think }, { maxTokens, format: "response_format" });
-    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools);
+    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools, req.stream ? "stream" : "whole");
     const meta: ResponseMeta = { id: responseId("chatcmpl"), created: unixNow(), model: model.id };
     const logprobs = req.logprobs ? new LogprobFormatter(model) : null;
 

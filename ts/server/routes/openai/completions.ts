@@ -25,7 +25,7 @@ export function completionsRoutes(router: Router, { models, log }: RouteDeps): v
     const sampling = samplingOptions(withOpenAIDefaults(model.profile, req), model.info.nVocab, req.logprobs ?? undefined, model.info.speculative);
     const choices = perChoice(sampling, req.n ?? 1);
     const jobs: Job[] = prompts.flatMap((promptTokens, promptIndex) => choices.map((o) => ({ options: { ...o, promptTokens }, promptIndex })));
-    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "max_tokens" });
+    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), { prompt: "prompt", maxTokens: "max_tokens" }, undefined, req.stream ? "stream" : "whole");
     const meta: ResponseMeta = { id: responseId("cmpl"), created: unixNow(), model: model.id };
     const logprobs = req.logprobs != null ? new LogprobFormatter(model) : null;
 

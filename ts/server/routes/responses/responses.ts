@@ -33,7 +33,7 @@ export function responsesRoutes(router: Router, { models, log, images }: RouteDe
     const sampling = samplingOptions(effective, model.info.nVocab, undefined, model.info.speculative);
     const names = { maxTokens: "max_output_tokens", format: "text.format" };
     const { jobs, tools, params } = await inputNamesAsync(chat.origins, () => planChat(model, { ...chat, sampling, n: 1, images, think: effortThink(req.reasoning?.effort) }, names));
-    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools);
+    const answer = startAnswer(model, jobs, clientGoneSignal(ctx), params, tools, req.stream ? "stream" : "whole");
     const builder = new ResponseBuilder(echo(req, effective, model.id));
     if (req.stream) {
       sendStream(
