@@ -1,11 +1,18 @@
-//! Q4_K panels: as compact as the GGUF blocks (2368 bytes per block of 16 columns against
-//! 16 × 144 = 2304; decode streams every byte once, so size is speed). Per block of 256 inputs
-//! (8 sub-blocks of 32), a panel holds for its 16 columns `d` and `dmin` as f16 (64 bytes),
-//! then for each sub-block pair p, contiguous and 64-byte aligned (a one-row GEMV streams the
-//! block front to back): the 6-bit scales of sub-blocks 2p and 2p+1 as bytes (2 × 16), the
-//! mins as byte pairs `(m[2p], m[2p+1])` per column (32), and 8 groups of 64 bytes: group t
-//! has, for column c, bytes 4c..4c+4 = the block's quant bytes 32p+4t..+4 (low nibbles:
-//! sub-block 2p elements 4t..4t+4; high: sub-block 2p+1).
+//! Q4_K panels: on x86 as compact as the GGUF blocks (2304 bytes per block of 16 columns, the
+//! 16 × 144 of GGUF; decode streams every byte once, so size is speed). Per block of 256 inputs
+//! (8 sub-blocks of 32), a panel holds for its 16 columns `d` and `dmin` as f16 (64 bytes), then
+//! the scales and mins of each sub-block pair p (`SCALES` bytes each, below), then 32 groups of
+//! 64 bytes, each 64-byte aligned: group 8p + t has, for column c, bytes 4c..4c+4 = the block's
+//! quant bytes 32p+4t..+4 (low nibbles: sub-block 2p elements 4t..4t+4; high: sub-block 2p+1).
+//!
+//! Pair p's scales and mins are 64 six-bit values v: v[c] the scale of sub-block 2p for column
+//! c, v[16 + c] that of 2p+1, v[32 + 2c + h] column c's min of sub-block 2p + h. On x86 they
+//! take 48 bytes, as in GGUF: byte i < 32 holds the low four bits of v[i] (low nibble) and of
+//! v[32 + i] (high nibble); byte 32 + k the top two bits of v[k], v[16 + k], v[32 + k] and
+//! v[48 + k] at bits 0, 2, 4 and 6 — a few vector ops unpack them for a one-row GEMV
+//! (`expand_avx512`, `expand_avx2`); AVX-512 tiles whose rows come in several groups unpack
+//! the panel's first (`vnni_unpacked`). aarch64 keeps the 64 values as bytes: its tiles read four columns at a time,
+//! where unpacking would cost more than the 64 bytes a block it saves.
 //!
 //! Per output and block, as `quants::dot_q4k` (ggml's repacked Q4_K GEMM / GEMV):
 //! `isum_j = s_j·Σ q·y`, `imin_j = m_j·Σ y` over sub-block j (exact); the GEMM rows fold each
@@ -30,28 +37,56 @@ use crate::kernels::cpu::feats::Isa;
 use crate::kernels::cpu::matmul::RowPos;
 use crate::kernels::cpu::q8::{quantize_q8k, quantize_rows, Act256};
 
-/// Bytes of one sub-block pair's part of a block: scales, mins, then quants.
-const PAIR: usize = 4 * PANEL + 8 * 64;
 /// `d` and `dmin` (f16) of the 16 columns.
 const HEAD: usize = 2 * 2 * PANEL;
+/// Bytes of one sub-block pair's 64 scales and mins.
+#[cfg(not(target_arch = "aarch64"))]
+const SCALES: usize = 48;
+#[cfg(target_arch = "aarch64")]
+const SCALES: usize = 64;
 /// Bytes of one block of one panel.
-pub const BLOCK_BYTES: usize = HEAD + 4 * PAIR;
+pub const BLOCK_BYTES: usize = HEAD + 4 * SCALES + 32 * 64;
 
-/// Where pair p starts.
-const fn pair_at(p: usize) -> usize {
-    HEAD + PAIR * p
+/// Where pair p's scales and mins start.
+const fn scales_at(p: usize) -> usize {
+    HEAD + SCALES * p
 }
-/// Sub-block j's 16 scales.
+/// Sub-block j's 16 scales (aarch64's byte layout).
+#[cfg(target_arch = "aarch64")]
 const fn scale_at(j: usize) -> usize {
-    pair_at(j / 2) + PANEL * (j % 2)
+    scales_at(j / 2) + PANEL * (j % 2)
 }
-/// Pair p's 16 (min, min) byte pairs.
+/// Pair p's 16 (min, min) byte pairs (aarch64's byte layout).
+#[cfg(target_arch = "aarch64")]
 const fn mins_at(p: usize) -> usize {
-    pair_at(p) + 2 * PANEL
+    scales_at(p) + 2 * PANEL
 }
 /// Quant group g (of 32; pair g / 8, step g % 8).
 const fn quants_at(g: usize) -> usize {
-    pair_at(g / 8) + 4 * PANEL + 64 * (g % 8)
+    HEAD + 4 * SCALES + 64 * g
+}
+
+/// Value i of a pair's scales and mins (`s`: its `SCALES` bytes).
+#[inline(always)]
+fn scale_get(s: &[u8], i: usize) -> u8 {
+    if cfg!(target_arch = "aarch64") {
+        return s[i];
+    }
+    let low = (s[i % 32] >> (4 * (i / 32))) & 0x0F;
+    let top = (s[32 + i % 16] >> (2 * (i / 16))) & 0x03;
+    low | top << 4
+}
+
+/// Sets value i of a pair's scales and mins to `v` (< 64), leaving the others.
+fn scale_put(s: &mut [u8], i: usize, v: u8) {
+    if cfg!(target_arch = "aarch64") {
+        s[i] = v;
+        return;
+    }
+    let (at, shift) = (i % 32, 4 * (i / 32));
+    s[at] = (s[at] & !(0x0F << shift)) | (v & 0x0F) << shift;
+    let (at, shift) = (32 + i % 16, 2 * (i / 16));
+    s[at] = (s[at] & !(0x03 << shift)) | (v >> 4 & 0x03) << shift;
 }
 
 /// GGUF Q4_K rows (`n` rows of `k / 256` blocks of 144 bytes) → panels.
@@ -61,12 +96,12 @@ fn pack(raw: &[u8], n: usize, k: usize, out: &mut [u8]) {
         dst[2 * c..2 * c + 2].copy_from_slice(&blk[Q4K::D..Q4K::D + 2]);
         dst[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2].copy_from_slice(&blk[Q4K::DMIN..Q4K::DMIN + 2]);
         let sm: [(u8, u8); 8] = std::array::from_fn(|j| scale_min(&blk[Q4K::SCALES..Q4K::QS], j));
-        for (j, &(s, _)) in sm.iter().enumerate() {
-            dst[scale_at(j) + c] = s;
-        }
-        for q in 0..4 {
-            dst[mins_at(q) + 2 * c] = sm[2 * q].1;
-            dst[mins_at(q) + 2 * c + 1] = sm[2 * q + 1].1;
+        for p in 0..4 {
+            let s = &mut dst[scales_at(p)..][..SCALES];
+            for h in 0..2 {
+                scale_put(s, PANEL * h + c, sm[2 * p + h].0);
+                scale_put(s, 2 * PANEL + 2 * c + h, sm[2 * p + h].1);
+            }
         }
         for g in 0..32 {
             dst[quants_at(g) + 4 * c..][..4].copy_from_slice(&blk[Q4K::QS + 4 * g..][..4]);
@@ -80,8 +115,9 @@ fn unpack(panel: &[u8], _nb: usize, b: usize, c: usize, blk: &mut [u8]) {
     let src = &panel[b * BLOCK_BYTES..][..BLOCK_BYTES];
     blk[Q4K::D..Q4K::D + 2].copy_from_slice(&src[2 * c..2 * c + 2]);
     blk[Q4K::DMIN..Q4K::DMIN + 2].copy_from_slice(&src[2 * PANEL + 2 * c..2 * PANEL + 2 * c + 2]);
-    let s = |j: usize| src[scale_at(j) + c];
-    let m = |j: usize| src[mins_at(j / 2) + 2 * c + j % 2];
+    let pair = |j: usize| &src[scales_at(j / 2)..][..SCALES];
+    let s = |j: usize| scale_get(pair(j), PANEL * (j % 2) + c);
+    let m = |j: usize| scale_get(pair(j), 2 * PANEL + 2 * c + j % 2);
     let sc = &mut blk[Q4K::SCALES..Q4K::QS];
     for j in 0..4 {
         sc[j] = s(j) | ((s(j + 4) >> 4) << 6);
@@ -110,9 +146,17 @@ pub(super) const TYPE: PanelType = PanelType {
 fn tiles(isa: Isa, xs: &[f32], k: usize, rows: &[RowPos]) -> Result<Box<TileFn>> {
     let acts = quantize_rows(xs, k, quantize_q8k);
     let pairs: Vec<bool> = rows.iter().map(|p| p.in_gemm_group()).collect();
+    #[cfg(target_arch = "x86_64")]
+    let pass = PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(Box::new(move |panel, r0, n_rows, out, ldo| {
-        let a = row_slices(&acts[r0..r0 + n_rows]);
-        tile::<Kernels>(isa, panel, &a[..n_rows], &pairs[r0..r0 + n_rows], out, ldo)
+        let (a, g) = (row_slices(&acts[r0..r0 + n_rows]), &pairs[r0..r0 + n_rows]);
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512Vnni && n_rows > 4 {
+            // SAFETY: as in `tile`: `isa` says AVX-512 VNNI is present, every row was quantized
+            // from the weight's `k` inputs, and the driver owns out[r·ldo..+16] for each row.
+            return unsafe { vnni_unpacked(pass, panel, &a[..n_rows], g, out, ldo) };
+        }
+        tile::<Kernels>(isa, panel, &a[..n_rows], g, out, ldo)
     }))
 }
 
@@ -131,7 +175,7 @@ impl TileKernels for Kernels {
         debug_assert!(pairs.len() == acts.len());
         for (i, four) in acts.chunks(4).enumerate() {
             let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
-            by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next)
+            by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next, None)
         }
     }
 
@@ -244,9 +288,10 @@ fn tile_scalar(panel: &[u8], nb: usize, acts: &[&[Act256]], pairs: &[bool], out:
                             odd += (q >> 4) as i32 * y.qs[64 * p + 32 + 4 * t + u] as i32;
                         }
                     }
-                    let s = |j: usize| blk[scale_at(j) + c] as i32;
-                    isum[p] = s(2 * p) * even + s(2 * p + 1) * odd;
-                    let m = |h: usize| blk[mins_at(p) + 2 * c + h] as i32;
+                    let sc = &blk[scales_at(p)..][..SCALES];
+                    let s = |h: usize| scale_get(sc, PANEL * h + c) as i32;
+                    isum[p] = s(0) * even + s(1) * odd;
+                    let m = |h: usize| scale_get(sc, 2 * PANEL + 2 * c + h) as i32;
                     imin[p] = m(0) * y.sums[2 * p] + m(1) * y.sums[2 * p + 1];
                 }
                 fold(
@@ -276,8 +321,105 @@ use super::panel::{
     chains, load_f16x16, load_f16x8, prefetch_next_panel, prefetch_stream, sum_chains, CHAINS, STREAM_ROWS,
 };
 
+/// Numbers the matmul passes, so that a thread's unpacked scales are never taken for another
+/// pass's panel at the same address.
+#[cfg(target_arch = "x86_64")]
+static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// One block's scales and mins unpacked: per pair, `v` in order.
+#[cfg(target_arch = "x86_64")]
+type Unpacked = [[u8; 64]; 4];
+
+/// The unpacked blocks of the panel at `at` in pass `pass`.
+#[cfg(target_arch = "x86_64")]
+struct UnpackedPanel {
+    pass: u64,
+    at: usize,
+    blocks: Vec<Unpacked>,
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// The panel this thread last ran more than four rows of.
+    static UNPACKED: std::cell::RefCell<UnpackedPanel> =
+        const { std::cell::RefCell::new(UnpackedPanel { pass: 0, at: 0, blocks: Vec::new() }) };
+}
+
+/// `Kernels::vnni` for more than four rows: each group of four would unpack every block's
+/// scales again, and a pass meets each panel once per `MAX_ROWS` rows, so they are unpacked
+/// once per panel, pass and thread. Safety: as `Kernels::vnni`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+unsafe fn vnni_unpacked(
+    pass: u64,
+    panel: &[u8],
+    acts: &[&[Act256]],
+    pairs: &[bool],
+    out: *mut f32,
+    ldo: usize,
+) {
+    let nb = panel.len() / BLOCK_BYTES;
+    UNPACKED.with_borrow_mut(|u| {
+        let at = panel.as_ptr() as usize;
+        if (u.pass, u.at) != (pass, at) {
+            u.blocks.clear();
+            u.blocks.resize(nb, [[0u8; 64]; 4]);
+            for (b, w) in u.blocks.iter_mut().enumerate() {
+                for (q, v) in w.iter_mut().enumerate() {
+                    let e = expand_avx512(panel.as_ptr().add(b * BLOCK_BYTES + scales_at(q)));
+                    _mm512_storeu_si512(v.as_mut_ptr() as *mut _, e);
+                }
+            }
+            (u.pass, u.at) = (pass, at);
+        }
+        for (i, four) in acts.chunks(4).enumerate() {
+            let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+            let wide = Some(&u.blocks[..]);
+            by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next, wide)
+        }
+    })
+}
+
+/// A pair's 64 scales and mins (`v`, in order) from its 48 bytes at `s`: the low nibbles split,
+/// each 16-value lane's top bits shifted down from their place in the last 16 bytes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn expand_avx512(s: *const u8) -> __m512i {
+    let low4 = _mm256_set1_epi8(0x0F);
+    let nib = _mm256_loadu_si256(s as *const __m256i);
+    let lo = _mm256_and_si256(nib, low4);
+    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(nib), low4);
+    let tops = _mm512_broadcast_i32x4(_mm_loadu_si128(s.add(32) as *const __m128i));
+    // Lane q (values 16q..16q+16) takes bits 2q, 2q+1: a word shift, whose spill from the
+    // next byte lands above the two bits kept.
+    let w = |n: i64| n * 0x0001_0001_0001_0001;
+    let by = _mm512_set_epi64(w(6), w(6), w(4), w(4), w(2), w(2), 0, 0);
+    let top = _mm512_and_si512(_mm512_srlv_epi16(tops, by), _mm512_set1_epi8(0x03));
+    let low = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+    _mm512_or_si512(low, _mm512_slli_epi16::<4>(top))
+}
+
+/// `expand_avx512` on AVX2: (v[0..32], v[32..64]).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn expand_avx2(s: *const u8) -> (__m256i, __m256i) {
+    let low4 = _mm256_set1_epi8(0x0F);
+    let nib = _mm256_loadu_si256(s as *const __m256i);
+    let tops = _mm256_broadcastsi128_si256(_mm_loadu_si128(s.add(32) as *const __m128i));
+    // As in `expand_avx512`, with a dword shift (AVX2 has no word one) per 16-value lane.
+    let top = |a: i32, b: i32| {
+        let t = _mm256_srlv_epi32(tops, _mm256_set_epi32(b, b, b, b, a, a, a, a));
+        _mm256_slli_epi16::<4>(_mm256_and_si256(t, _mm256_set1_epi8(0x03)))
+    };
+    let lo = _mm256_and_si256(nib, low4);
+    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(nib), low4);
+    (_mm256_or_si256(lo, top(0, 2)), _mm256_or_si256(hi, top(4, 6)))
+}
+
+/// `wide`: the panel's blocks' scales unpacked already (else each pair's are unpacked here).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile_vnni<const R: usize>(
     acts: [&[Act256]; R],
     pairs: &[bool],
@@ -286,6 +428,7 @@ unsafe fn tile_vnni<const R: usize>(
     out: *mut f32,
     ldo: usize,
     next: usize,
+    wide: Option<&[Unpacked]>,
 ) {
     let mask = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); R];
@@ -342,9 +485,13 @@ unsafe fn tile_vnni<const R: usize>(
                 odd_v[r] = _mm512_srai_epi32::<4>(sum_chains::<R>(&odd, r));
             }
             let odd = odd_v;
-            let s_even = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(scale_at(2 * p)) as *const __m128i));
-            let s_odd = _mm512_cvtepu8_epi32(_mm_loadu_si128(blk.add(scale_at(2 * p + 1)) as *const __m128i));
-            let mins = _mm512_cvtepu8_epi16(_mm256_loadu_si256(blk.add(mins_at(p)) as *const __m256i));
+            let v = match wide {
+                Some(w) => _mm512_loadu_si512(w.get_unchecked(b)[p].as_ptr() as *const _),
+                None => expand_avx512(blk.add(scales_at(p))),
+            };
+            let s_even = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(v));
+            let s_odd = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32::<1>(v));
+            let mins = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(v));
             for r in 0..R {
                 let isum =
                     _mm512_add_epi32(_mm512_mullo_epi32(even[r], s_even), _mm512_mullo_epi32(odd[r], s_odd));
@@ -392,6 +539,13 @@ unsafe fn tile_avx2<const R: usize>(
         for r in 1..R {
             ys[r] = acts[r].get_unchecked(b);
         }
+        // The block's scales and mins unpacked once for both halves.
+        let mut wide = [[0u8; 64]; 4];
+        for (p, w) in wide.iter_mut().enumerate() {
+            let (lo, hi) = expand_avx2(blk.add(scales_at(p)));
+            _mm256_storeu_si256(w.as_mut_ptr() as *mut __m256i, lo);
+            _mm256_storeu_si256(w.as_mut_ptr().add(32) as *mut __m256i, hi);
+        }
         for half in 0..2 {
             let d = load_f16x8(blk.add(16 * half));
             let dmin = load_f16x8(blk.add(2 * PANEL + 16 * half));
@@ -424,12 +578,13 @@ unsafe fn tile_avx2<const R: usize>(
                         );
                     }
                 }
-                let sc = |j: usize| {
-                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(blk.add(scale_at(j) + 8 * half) as *const __m128i))
+                // This half's 8 columns of v: of each scale row, then of the mins.
+                let v = wide[p].as_ptr();
+                let sc = |h: usize| {
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(v.add(16 * h + 8 * half) as *const __m128i))
                 };
-                let (s_even, s_odd) = (sc(2 * p), sc(2 * p + 1));
-                let mins =
-                    _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(mins_at(p) + 16 * half) as *const __m128i));
+                let (s_even, s_odd) = (sc(0), sc(1));
+                let mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(v.add(32 + 16 * half) as *const __m128i));
                 for r in 0..R {
                     let e = _mm256_mullo_epi32(_mm256_madd_epi16(even[r], ones), s_even);
                     let o = _mm256_mullo_epi32(_mm256_madd_epi16(odd[r], ones), s_odd);
