@@ -9,10 +9,10 @@
 //! c, v[16 + c] that of 2p+1, v[32 + 2c + h] column c's min of sub-block 2p + h. On x86 they
 //! take 48 bytes, as in GGUF: byte i < 32 holds the low four bits of v[i] (low nibble) and of
 //! v[32 + i] (high nibble); byte 32 + k the top two bits of v[k], v[16 + k], v[32 + k] and
-//! v[48 + k] at bits 0, 2, 4 and 6 — a few vector ops unpack them for a one-row GEMV
-//! (`expand_avx512`, `expand_avx2`); AVX-512 tiles whose rows come in several groups unpack
-//! the panel's first (`vnni_unpacked`). aarch64 keeps the 64 values as bytes: its tiles read four columns at a time,
-//! where unpacking would cost more than the 64 bytes a block it saves.
+//! v[48 + k] at bits 0, 2, 4 and 6. A few vector ops unpack them (`expand_avx512`,
+//! `expand_avx2`); AVX-512 tiles of more than four rows unpack a panel's once per pass
+//! (`vnni_unpacked`). aarch64 keeps the 64 values as bytes: its tiles read four columns at a
+//! time, where unpacking would cost more than the 64 bytes a block it saves.
 //!
 //! Per output and block, as `quants::dot_q4k` (ggml's repacked Q4_K GEMM / GEMV):
 //! `isum_j = s_j·Σ q·y`, `imin_j = m_j·Σ y` over sub-block j (exact); the GEMM rows fold each
