@@ -30,7 +30,7 @@ use candle_core::quantized::GgmlDType;
 mod neon;
 
 use super::panel::PANEL;
-use super::{every_isa, row_slices, tile, PanelType, TileFn, TileKernels};
+use super::{every_isa, row_slices, tile, PanelType, TileFn, TileKernels, MAX_ROWS};
 use crate::error::Result;
 use crate::kernels::cpu::blocks::{f16_at, scale_min, Q4K, QK_K};
 use crate::kernels::cpu::feats::Isa;
@@ -147,14 +147,14 @@ fn tiles(isa: Isa, xs: &[f32], k: usize, rows: &[RowPos]) -> Result<Box<TileFn>>
     let acts = quantize_rows(xs, k, quantize_q8k);
     let pairs: Vec<bool> = rows.iter().map(|p| p.in_gemm_group()).collect();
     #[cfg(target_arch = "x86_64")]
-    let pass = PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (pass, many) = (PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed), rows.len() > MAX_ROWS);
     Ok(Box::new(move |panel, r0, n_rows, out, ldo| {
         let (a, g) = (row_slices(&acts[r0..r0 + n_rows]), &pairs[r0..r0 + n_rows]);
         #[cfg(target_arch = "x86_64")]
         if isa == Isa::Avx512Vnni && n_rows > 4 {
             // SAFETY: as in `tile`: `isa` says AVX-512 VNNI is present, every row was quantized
             // from the weight's `k` inputs, and the driver owns out[r·ldo..+16] for each row.
-            return unsafe { vnni_unpacked(pass, panel, &a[..n_rows], g, out, ldo) };
+            return unsafe { vnni_unpacked(pass, many, panel, &a[..n_rows], g, out, ldo) };
         }
         tile::<Kernels>(isa, panel, &a[..n_rows], g, out, ldo)
     }))
@@ -345,13 +345,19 @@ thread_local! {
         const { std::cell::RefCell::new(UnpackedPanel { pass: 0, at: 0, blocks: Vec::new() }) };
 }
 
-/// `Kernels::vnni` for more than four rows: each group of four would unpack every block's
-/// scales again, and a pass meets each panel once per `MAX_ROWS` rows, so they are unpacked
-/// once per panel, pass and thread. Safety: as `Kernels::vnni`.
+/// Most blocks a panel's scales are unpacked for on the stack (`vnni_unpacked`).
+#[cfg(target_arch = "x86_64")]
+const LOCAL_BLOCKS: usize = 64;
+
+/// `Kernels::vnni` for more than four rows, whose groups of four would each unpack every
+/// block's scales again: they are unpacked once per tile, on the stack. `many`: the pass has
+/// more rows than one tile takes, so it meets each panel once per `MAX_ROWS` rows, and they are
+/// kept per panel, pass and thread. Safety: as `Kernels::vnni`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
 unsafe fn vnni_unpacked(
     pass: u64,
+    many: bool,
     panel: &[u8],
     acts: &[&[Act256]],
     pairs: &[bool],
@@ -359,25 +365,44 @@ unsafe fn vnni_unpacked(
     ldo: usize,
 ) {
     let nb = panel.len() / BLOCK_BYTES;
+    let run = |wide: &[Unpacked]| {
+        for (i, four) in acts.chunks(4).enumerate() {
+            let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
+            by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next, Some(wide))
+        }
+    };
+    if !many && nb <= LOCAL_BLOCKS {
+        let mut buf = std::mem::MaybeUninit::<[Unpacked; LOCAL_BLOCKS]>::uninit();
+        let at = buf.as_mut_ptr() as *mut Unpacked;
+        unpack_into(panel, nb, at);
+        // SAFETY: `unpack_into` wrote the first `nb` entries.
+        return run(std::slice::from_raw_parts(at, nb));
+    }
     UNPACKED.with_borrow_mut(|u| {
         let at = panel.as_ptr() as usize;
         if (u.pass, u.at) != (pass, at) {
             u.blocks.clear();
-            u.blocks.resize(nb, [[0u8; 64]; 4]);
-            for (b, w) in u.blocks.iter_mut().enumerate() {
-                for (q, v) in w.iter_mut().enumerate() {
-                    let e = expand_avx512(panel.as_ptr().add(b * BLOCK_BYTES + scales_at(q)));
-                    _mm512_storeu_si512(v.as_mut_ptr() as *mut _, e);
-                }
-            }
+            u.blocks.reserve(nb);
+            unpack_into(panel, nb, u.blocks.as_mut_ptr());
+            // SAFETY: `unpack_into` wrote the first `nb` entries, within the capacity reserved.
+            u.blocks.set_len(nb);
             (u.pass, u.at) = (pass, at);
         }
-        for (i, four) in acts.chunks(4).enumerate() {
-            let next = super::panel::next_panel(i, acts.len(), nb, BLOCK_BYTES);
-            let wide = Some(&u.blocks[..]);
-            by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next, wide)
-        }
+        run(&u.blocks)
     })
+}
+
+/// Every block's scales and mins of `panel` unpacked to `dst[..nb]`. Safety: AVX-512BW is
+/// present and `dst` has room for `nb` entries.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+unsafe fn unpack_into(panel: &[u8], nb: usize, dst: *mut Unpacked) {
+    for b in 0..nb {
+        for q in 0..4 {
+            let e = expand_avx512(panel.as_ptr().add(b * BLOCK_BYTES + scales_at(q)));
+            _mm512_storeu_si512((*dst.add(b))[q].as_mut_ptr() as *mut _, e);
+        }
+    }
 }
 
 /// A pair's 64 scales and mins (`v`, in order) from its 48 bytes at `s`: the low nibbles split,
