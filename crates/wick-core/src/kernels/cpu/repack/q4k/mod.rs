@@ -148,15 +148,14 @@ fn tiles(isa: Isa, xs: &[f32], k: usize, rows: &[RowPos]) -> Result<Box<TileFn>>
     let acts = quantize_rows(xs, k, quantize_q8k);
     let pairs: Vec<bool> = rows.iter().map(|p| p.in_gemm_group()).collect();
     #[cfg(target_arch = "x86_64")]
-    let (pass, many) =
-        (PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed), rows.len() > super::MAX_ROWS);
+    let pass = PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(Box::new(move |panel, r0, n_rows, out, ldo| {
         let (a, g) = (row_slices(&acts[r0..r0 + n_rows]), &pairs[r0..r0 + n_rows]);
         #[cfg(target_arch = "x86_64")]
         if isa == Isa::Avx512Vnni && n_rows > 4 {
             // SAFETY: as in `tile`: `isa` says AVX-512 VNNI is present, every row was quantized
             // from the weight's `k` inputs, and the driver owns out[r·ldo..+16] for each row.
-            return unsafe { vnni_unpacked(pass, many, panel, &a[..n_rows], g, out, ldo) };
+            return unsafe { vnni_unpacked(pass, panel, &a[..n_rows], g, out, ldo) };
         }
         tile::<Kernels>(isa, panel, &a[..n_rows], g, out, ldo)
     }))

@@ -29,17 +29,12 @@ thread_local! {
         const { std::cell::RefCell::new(UnpackedPanel { pass: 0, at: 0, blocks: Vec::new() }) };
 }
 
-/// Most blocks a panel's scales are unpacked for on the stack (`vnni_unpacked`).
-const LOCAL_BLOCKS: usize = 64;
-
 /// `Kernels::vnni` for more than four rows, whose groups of four would each unpack every
-/// block's scales again: they are unpacked once per tile, on the stack. `many`: the pass has
-/// more rows than one tile takes, so it meets each panel once per `MAX_ROWS` rows, and they are
-/// kept per panel, pass and thread. Safety: as `Kernels::vnni`.
+/// block's scales again: they are unpacked once per panel, pass and thread (a pass of more than
+/// `MAX_ROWS` rows meets each panel once per `MAX_ROWS` rows). Safety: as `Kernels::vnni`.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")]
 pub(super) unsafe fn vnni_unpacked(
     pass: u64,
-    many: bool,
     panel: &[u8],
     acts: &[&[Act256]],
     pairs: &[bool],
@@ -47,19 +42,6 @@ pub(super) unsafe fn vnni_unpacked(
     ldo: usize,
 ) {
     let nb = panel.len() / BLOCK_BYTES;
-    let run = |wide: &[Unpacked]| {
-        for (i, four) in acts.chunks(4).enumerate() {
-            let next = next_panel(i, acts.len(), nb, BLOCK_BYTES);
-            by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next, Some(wide))
-        }
-    };
-    if !many && nb <= LOCAL_BLOCKS {
-        let mut buf = std::mem::MaybeUninit::<[Unpacked; LOCAL_BLOCKS]>::uninit();
-        let at = buf.as_mut_ptr() as *mut Unpacked;
-        unpack_into(panel, nb, at);
-        // SAFETY: `unpack_into` wrote the first `nb` entries.
-        return run(std::slice::from_raw_parts(at, nb));
-    }
     UNPACKED.with_borrow_mut(|u| {
         let at = panel.as_ptr() as usize;
         if (u.pass, u.at) != (pass, at) {
@@ -70,7 +52,11 @@ pub(super) unsafe fn vnni_unpacked(
             u.blocks.set_len(nb);
             (u.pass, u.at) = (pass, at);
         }
-        run(&u.blocks)
+        for (i, four) in acts.chunks(4).enumerate() {
+            let next = next_panel(i, acts.len(), nb, BLOCK_BYTES);
+            let wide = Some(&u.blocks[..]);
+            by_rows!(tile_vnni, four, &pairs[4 * i..], panel, nb, out.add(4 * i * ldo), ldo, next, wide)
+        }
     })
 }
 
