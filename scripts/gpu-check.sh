@@ -16,7 +16,8 @@
 #
 # `run` writes the LFM2-1.2B-shaped model (d 2048, 16 layers in LFM2's conv/attention pattern,
 # 32/8 heads, FFN 8192, Q8_0 and F16: `wick-fixtures --gpu-check`), checks candle's quantized
-# matmul kernels against the CPU (tests/device_kernels.rs) and Wick's fused decode attention
+# matmul kernels against the CPU and Wick's own against their host twin, bit for bit
+# (tests/device_kernels.rs), Wick's fused decode attention
 # against its f64 reference (tests/device_attention.rs), runs the device-path tests
 # on the GPU against the exact CPU path (tests/device_path.rs with WICK_TEST_DEVICE=cuda: greedy
 # tokens and probabilities on every fixture architecture), the same under compute-sanitizer
@@ -136,7 +137,7 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
   mkdir -p "$models"
   "$gpu/wick-fixtures" "$models" --gpu-check --llama-src "$gpu/llama-src" >/dev/null || { say "FAIL: could not write the model"; return 1; }
 
-  say "## candle's quantized matmuls on $dev against the CPU (tests/device_kernels.rs)"
+  say "## quantized matmuls on $dev: candle's against the CPU, Wick's against its host twin (tests/device_kernels.rs)"
   WICK_TEST_DEVICE=$dev timeout "$t_kern" "$gpu/device_kernels" --nocapture 2>&1 | tee -a "$report" |
     grep -E "^test |off:|NaN" | head -20
   say "## Wick's fused decode attention on $dev against the f64 reference (tests/device_attention.rs)"
@@ -149,14 +150,14 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
   WICK_TEST_DEVICE=$dev timeout "$t_san" "${sanitizer[@]}" "$gpu/device_path" --test-threads 1 every_fixture a_ragged a_reused 2>&1 |
     tail -5 | tee -a "$report"
   say "(exit ${PIPESTATUS[0]}: 124 is the step's timeout)"
-  # candle's MMQ at every row count (WICK_DEVICE_QMATMUL=mmq, models/layers.rs QMatMulPath):
-  # whether the fixtures then agree with the exact path and a decode beside a prompt keeps its
-  # bits (its MMVQ parted by 2e-3–8e-3 on the H200), and what a decode pays for it.
-  say "## the device-path fixture tests with MMQ at every row count (WICK_DEVICE_QMATMUL=mmq)"
-  WICK_DEVICE_QMATMUL=mmq WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/device_path" --test-threads 1 --nocapture \
+  # The same with candle's quantized kernels (WICK_DEVICE_QMATMUL=candle: MMVQ up to 8 rows,
+  # MMQ above, q8_1 activations; models/layers.rs QMatMulPath) in place of Wick's own (the
+  # default): how far each takes the fixtures from the exact path, and a decode's time with each.
+  say "## the device-path fixture tests with candle's quantized kernels (WICK_DEVICE_QMATMUL=candle)"
+  WICK_DEVICE_QMATMUL=candle WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/device_path" --test-threads 1 --nocapture \
     every_fixture decodes_batched a_ragged 2>&1 | tee -a "$report" | grep -E "^test |max \||panicked"
-  WICK_DEVICE_QMATMUL=mmq timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" "${e2e[@]}" 2>&1 |
-    tail -2 | sed 's/^/mmq: /' | tee -a "$report"
+  WICK_DEVICE_QMATMUL=candle timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" "${e2e[@]}" 2>&1 |
+    tail -2 | sed 's/^/candle kernels: /' | tee -a "$report"
 
   # The fused decode attention in place of the composed ops (WICK_DEVICE_ATTENTION=fused,
   # models/attention.rs): the fixtures' agreement and batch invariance with it, and a decode's time.

@@ -1,17 +1,23 @@
 //! With the `cuda` feature: Wick's own CUDA kernels (`src/kernels/cuda/*.cu`) to PTX, which the
 //! driver JIT-compiles for the GPU at hand (compute_80 and up). nvcc from `$NVCC`, else
 //! `$CUDA_HOME/bin/nvcc`, else the PATH (`scripts/cuda-toolkit.sh` sets them).
+//!
+//! On Linux targets, whatever the features: the host twin of the quantized matrix-vector
+//! kernel (`qmatvec_twin.c`, the kernel's own arithmetic compiled for the CPU), which the tests
+//! and candle's CPU device run; cfg `wick_qmv_twin` says it was built.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 /// The `.cu` files under src/kernels/cuda, by stem.
-const KERNELS: &[&str] = &["decode_attention"];
+const KERNELS: &[&str] = &["decode_attention", "qmatvec"];
 
 fn main() {
     println!("cargo:rerun-if-changed=src/kernels/cuda");
     println!("cargo:rerun-if-env-changed=NVCC");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
+    println!("cargo::rustc-check-cfg=cfg(wick_qmv_twin)");
+    host_twin();
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
@@ -30,5 +36,24 @@ fn main() {
             .status()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", nvcc.display()));
         assert!(status.success(), "nvcc failed on {src}");
+    }
+}
+
+/// The twin for Linux targets (the Metal check cross-compiles for macOS without a C toolchain
+/// for it); a C compiler that fails leaves the cfg off and the tests that need it skip.
+fn host_twin() {
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return;
+    }
+    let built = cc::Build::new()
+        .file("src/kernels/cuda/qmatvec_twin.c")
+        .opt_level(2)
+        // The twin's float steps are the kernel's: no contraction into fma beyond its own.
+        .flag_if_supported("-ffp-contract=off")
+        .flag_if_supported("-fno-math-errno")
+        .try_compile("wick_qmv_twin");
+    match built {
+        Ok(()) => println!("cargo:rustc-cfg=wick_qmv_twin"),
+        Err(e) => println!("cargo:warning=qmatvec host twin not built: {e}"),
     }
 }

@@ -163,6 +163,65 @@ fn quantized_matmuls_agree_with_the_cpu_reference() {
     assert!(failures.is_empty(), "{} products off:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// Wick's own kernel (`kernels::qmatvec`, the device path's default) on `WICK_TEST_DEVICE`
+/// against its host twin, the same C arithmetic compiled for the CPU: equal to the bit for
+/// every type it takes, every row count (chunks of eight, the last partial) and shape. The
+/// twin itself is checked against the exact path's row dots in the crate's unit tests. On
+/// candle's CPU device the op runs the twin: this checks the op's plumbing there.
+#[test]
+fn wicks_quantized_kernel_equals_its_host_twin_bit_for_bit() {
+    use wick_core::kernels::qmatvec;
+    let test = "wicks_quantized_kernel_equals_its_host_twin_bit_for_bit";
+    let Some(dev) = device(test) else { return };
+    if !qmatvec::available(GgmlDType::Q8_0, &dev) || !qmatvec::available(GgmlDType::Q8_0, &Device::Cpu) {
+        common::skip(test, "this build has no qmatvec kernel for the device, or no host twin");
+        return;
+    }
+    use GgmlDType::*;
+    let mut off = vec![];
+    let mut checked = 0;
+    for (ti, dtype) in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q5K, Q6K].into_iter().enumerate() {
+        let ks: &[usize] = if dtype.block_size() == 256 { &[256, 768, 2048] } else { &[96, 2048] };
+        for &k in ks {
+            for n in [64, 200, 2048] {
+                if dev.is_cpu() && n > 200 {
+                    continue;
+                }
+                let seed = (ti * 7919 + k * 31 + n) as u64;
+                let w = Tensor::from_vec(values(n * k, seed), (n, k), &Device::Cpu).unwrap();
+                let q = QTensor::quantize(&w, dtype).unwrap();
+                let bytes = q.data().unwrap().into_owned();
+                let on_dev = std::sync::Arc::new(
+                    QTensor::new(QStorage::from_data(bytes.clone().into(), &dev, dtype).unwrap(), (n, k))
+                        .unwrap(),
+                );
+                for m in [1usize, 3, 8, 9, 70] {
+                    let x = values(m * k, seed + 1 + m as u64);
+                    let xt = Tensor::from_vec(x.clone(), (m, k), &dev).unwrap();
+                    let got = qmatvec::qmatvec(&on_dev, &xt)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1::<f32>()
+                        .unwrap();
+                    let want = qmatvec::twin::matvec(dtype, &bytes, n, k, &x, m).unwrap();
+                    let diff = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                    checked += 1;
+                    if diff > 0 {
+                        let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                        off.push(format!(
+                            "{dtype:?} k {k} n {n} m {m}: {diff} of {} differ, by up to {worst:e}",
+                            got.len()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("qmatvec on {dev:?} vs its host twin: {checked} products, {} off", off.len());
+    assert!(off.is_empty(), "{}", off.join("\n"));
+}
+
 /// The product through candle's older CUDA kernels, when this build has CUDA and `dev` is a GPU.
 #[allow(unused_variables)]
 fn dmmv(make: &dyn Fn() -> QMatMul, x: &Tensor) -> Option<Tensor> {

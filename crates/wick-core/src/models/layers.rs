@@ -11,6 +11,7 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::rms_norm;
 use crate::kernels::cpu::{host_f16, matmul};
+use crate::kernels::qmatvec;
 use crate::kernels::{with_host_f32, PackedWeight};
 use crate::runtime::device::Placement;
 
@@ -122,14 +123,16 @@ fn weight(w: Arc<QTensor>, dev: &Placement) -> Result<Weight> {
     })
 }
 
-/// The device path's weight: candle's quantized matmul on the weight's device, whose CUDA and
-/// Metal kernels run every GGUF quant type. Half-precision weights stay half (f16 activations,
-/// as ggml converts them for an f16 weight) instead of doubling their memory as f32.
+/// The device path's weight: a candle `QMatMul` on the weight's device, multiplied by
+/// `device_qmatmul` (Wick's kernel, or candle's CUDA and Metal kernels, which run every GGUF
+/// quant type). Half-precision weights stay half (f16 activations, as ggml converts them for an
+/// f16 weight) instead of doubling their memory as f32.
 ///
-/// One exception, on candle's CPU device only: its q8_1 activation blocks (for Q4_1 and Q5_1
-/// weights) round the block sum through f16 twice where ggml (and candle's CUDA kernels,
-/// ported from ggml's) round once, a 1e-3 relative error that moves SmolLM2's greedy text.
-/// There those types take Wick's row dots, which take tensors on that device as well.
+/// One exception, on candle's CPU device when Wick's kernel does not take the product there
+/// (`candle_quantized`): candle's CPU q8_1 activation blocks (for Q4_1 and Q5_1 weights) round
+/// the block sum through f16 twice where ggml rounds once, a 1e-3 relative error that moves
+/// SmolLM2's greedy text. Then those types take Wick's row dots, which take tensors on that
+/// device as well.
 fn device_weight(w: Arc<QTensor>) -> Result<Weight> {
     if QMatMulPath::get() == QMatMulPath::Dmmv {
         #[cfg(feature = "cuda")]
@@ -150,32 +153,40 @@ fn device_weight(w: Arc<QTensor>) -> Result<Weight> {
     Ok(Weight::Half { w: t, dtype })
 }
 
-/// Whether the device path multiplies a weight of `dtype` with candle's quantized kernels (the
-/// half-precision types are dequantized instead, and Q4_1/Q5_1 on candle's CPU device take
-/// Wick's row dots: `device_weight`).
+/// Whether the device path keeps a weight of `dtype` as a candle `QMatMul` (the half-precision
+/// types are dequantized instead, and Q4_1/Q5_1 on candle's CPU device take Wick's row dots
+/// unless Wick's kernel takes them there: `device_weight`).
 pub(super) fn candle_quantized(dtype: GgmlDType, on_cpu: bool) -> bool {
     match dtype {
         GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => false,
-        GgmlDType::Q4_1 | GgmlDType::Q5_1 => !on_cpu,
+        GgmlDType::Q4_1 | GgmlDType::Q5_1 => {
+            !on_cpu
+                || (QMatMulPath::get() == QMatMulPath::Wick
+                    && qmatvec::available(dtype, &candle_core::Device::Cpu))
+        }
         _ => true,
     }
 }
 
 /// How the device path multiplies by a quantized weight. `WICK_DEVICE_QMATMUL` picks one, as a
-/// check (tests/device_kernels.rs compares all three against the CPU on a GPU):
-/// - `candle` (the default): candle's choice — on CUDA ggml's MMVQ kernels up to 8 rows and
-///   MMQ above, both on q8_1-quantized activations as llama.cpp's CUDA backend runs them (and
-///   so closest to the exact path's q8 activations); on candle's CPU device its q8 kernels;
+/// check (tests/device_kernels.rs compares them against the CPU on a GPU):
+/// - `wick` (the default): Wick's own kernel at every row count (`kernels::qmatvec`: the
+///   activations rounded as the exact path rounds them, each row's result independent of the
+///   others; on candle's CPU device its host twin); types it does not take (Q2_K, Q3_K) and
+///   builds without it (the twin is built for Linux only) take candle's choice;
+/// - `candle`: candle's choice — on CUDA ggml's MMVQ kernels up to 8 rows and MMQ above, both
+///   on q8_1 activations as llama.cpp's CUDA backend runs them (MMVQ parted from the exact path
+///   by 2e-3–8e-3 on the H200: it rounds each activation block's sum through f16, and rounds
+///   K-quant activations in blocks of 32 where ggml's CPU takes q8_K); on candle's CPU device
+///   its q8 kernels;
 /// - `f16`: above 8 rows the weight dequantized to f16 for a GEMM (cuBLAS on CUDA), as
-///   llama.cpp does without MMQ; f16 activations part further from the exact path on the
-///   fixtures (RESULTS.md, GPU section);
+///   llama.cpp does without MMQ;
 /// - `dmmv`: candle's older CUDA kernels (dequantize-and-dot, f32 GEMM above one row);
 /// - `mmq`: candle's MMQ kernels at every row count, a product of up to 8 rows padded with
-///   zero rows to 9 (its MMVQ rounds the activations' block sums through f16 for the offset
-///   types and parted from the exact path by 2e-3–8e-3 where MMQ agreed to 1e-7 on the H200:
-///   whether that holds for every type, and what it costs a decode, is what this measures).
+///   zero rows to 9.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QMatMulPath {
+    Wick,
     Candle,
     F16,
     Dmmv,
@@ -189,10 +200,11 @@ impl QMatMulPath {
     pub fn get() -> Self {
         static PATH: std::sync::OnceLock<QMatMulPath> = std::sync::OnceLock::new();
         *PATH.get_or_init(|| match std::env::var("WICK_DEVICE_QMATMUL").as_deref() {
+            Ok("candle") => Self::Candle,
             Ok("f16") => Self::F16,
             Ok("dmmv") => Self::Dmmv,
             Ok("mmq") => Self::Mmq,
-            _ => Self::Candle,
+            _ => Self::Wick,
         })
     }
 }
@@ -203,6 +215,9 @@ pub(super) fn device_qmatmul(w: &QMatMul, x: &Tensor) -> Result<Tensor> {
     let m = x.dim(0)?;
     let gemm = m > QMatMulPath::VECTOR_ROWS;
     Ok(match (w, QMatMulPath::get()) {
+        (QMatMul::QTensor(q), QMatMulPath::Wick) if qmatvec::available(q.dtype(), x.device()) => {
+            return qmatvec::qmatvec(q, x);
+        }
         (QMatMul::QTensor(_), QMatMulPath::F16) if gemm => w.forward_via_f16(x)?,
         (QMatMul::QTensor(_), QMatMulPath::Mmq) if !gemm => {
             w.forward(&pad_rows(x, QMatMulPath::VECTOR_ROWS + 1)?)?.narrow(0, 0, m)?

@@ -25,4 +25,4 @@ pub mod vit;
 pub(crate) mod x86;
 
 #[cfg(test)]
-mod dot_checks;
+pub(crate) mod dot_checks;

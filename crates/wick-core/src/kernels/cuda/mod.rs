@@ -10,6 +10,9 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Storage, Tensor};
 
 use crate::error::{Result, WickError};
 
+mod qmatvec;
+pub use qmatvec::qmatvec;
+
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_attention.ptx"));
 const THREADS: u32 = 128;
 

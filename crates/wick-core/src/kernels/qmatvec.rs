@@ -1,0 +1,225 @@
+//! Wick's quantized matrix product for the device path: activation rows against a GGUF weight,
+//! `CHUNK` rows a pass, the activations rounded as the exact CPU path rounds them
+//! (`cuda/qmatvec.cuh` says why candle's MMVQ is not used). One candle op with two bodies
+//! built from the same C source: the CUDA kernels (`cuda/qmatvec.cu`, `cuda` feature) and their
+//! host twin (`cuda/qmatvec_twin.c`, Linux builds: cfg `wick_qmv_twin`), which agree to the
+//! bit; the twin runs on candle's CPU device, so the check device runs the GPU's arithmetic.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+
+use crate::error::{Result, WickError};
+
+/// Activation rows the kernels take in one pass over a weight row (`WQ_MAX_VEC`). A row's
+/// result does not depend on the other rows of its pass.
+pub const CHUNK: usize = 8;
+
+/// The weight types the kernels take: ggml's type id (the C side's `WQ_*`) and the CUDA kernel.
+const TYPES: [(GgmlDType, i32, &str); 8] = [
+    (GgmlDType::Q4_0, 2, "wick_qmv_q4_0"),
+    (GgmlDType::Q4_1, 3, "wick_qmv_q4_1"),
+    (GgmlDType::Q5_0, 6, "wick_qmv_q5_0"),
+    (GgmlDType::Q5_1, 7, "wick_qmv_q5_1"),
+    (GgmlDType::Q8_0, 8, "wick_qmv_q8_0"),
+    (GgmlDType::Q4K, 12, "wick_qmv_q4_k"),
+    (GgmlDType::Q5K, 13, "wick_qmv_q5_k"),
+    (GgmlDType::Q6K, 14, "wick_qmv_q6_k"),
+];
+
+fn type_id(dtype: GgmlDType) -> Option<i32> {
+    TYPES.iter().find(|t| t.0 == dtype).map(|t| t.1)
+}
+
+/// Bytes of one quantized activation row of `k` values for a weight of `dtype`
+/// (`wq_a32` of 40 bytes per 32 values, `wq_a256` of 292 per 256).
+fn act_bytes(dtype: GgmlDType, k: usize) -> usize {
+    if dtype.block_size() == 256 {
+        k / 256 * 292
+    } else {
+        k / 32 * 40
+    }
+}
+
+/// Whether this build runs the product for a weight of `dtype` on `device`.
+pub fn available(dtype: GgmlDType, device: &candle_core::Device) -> bool {
+    let built =
+        if device.is_cpu() { cfg!(wick_qmv_twin) } else { device.is_cuda() && cfg!(feature = "cuda") };
+    built && type_id(dtype).is_some()
+}
+
+/// `x · wᵀ`: `x` `[m, k]` f32 on `w`'s device → `[m, n]` f32.
+pub fn qmatvec(w: &Arc<QTensor>, x: &Tensor) -> Result<Tensor> {
+    let (n, k) = w.shape().dims2()?;
+    let (m, kx) = x.dims2()?;
+    if kx != k || m == 0 || type_id(w.dtype()).is_none() || !k.is_multiple_of(w.dtype().block_size()) {
+        return Err(WickError::Internal(format!(
+            "qmatvec: {m} rows of {kx} against a {:?} weight [{n}, {k}]",
+            w.dtype()
+        )));
+    }
+    let x = x.to_dtype(candle_core::DType::F32)?.contiguous()?;
+    Ok(x.apply_op1_no_bwd(&QMatVec { w: w.clone() })?)
+}
+
+struct QMatVec {
+    w: Arc<QTensor>,
+}
+
+impl CustomOp1 for QMatVec {
+    fn name(&self) -> &'static str {
+        "wick-qmatvec"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (m, k) = l.shape().dims2()?;
+        let n = self.w.shape().dims2()?.0;
+        let CpuStorage::F32(xs) = s else { candle_core::bail!("qmatvec: f32 activations") };
+        let xs = &xs[l.start_offset()..l.start_offset() + m * k];
+        let data = self.w.data()?;
+        let y = twin::matvec(self.w.dtype(), &data, n, k, xs, m).map_err(candle_core::Error::msg)?;
+        Ok((CpuStorage::F32(y), Shape::from((m, n))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let (m, k) = l.shape().dims2()?;
+        let dtype = self.w.dtype();
+        let Some(&(_, _, kernel)) = TYPES.iter().find(|t| t.0 == dtype) else {
+            candle_core::bail!("qmatvec: no kernel for {dtype:?}")
+        };
+        super::cuda::qmatvec(&self.w, kernel, act_bytes(dtype, k), s, l, m, k)
+    }
+}
+
+/// The host twin through its C entry points.
+pub mod twin {
+    use super::*;
+
+    #[cfg(wick_qmv_twin)]
+    extern "C" {
+        fn wick_qmv_twin_quantize(ty: i32, x: *const f32, k: i32, out: *mut u8) -> usize;
+        fn wick_qmv_twin(
+            ty: i32,
+            w: *const u8,
+            row_bytes: usize,
+            n: i32,
+            k: i32,
+            act: *const u8,
+            nvec: i32,
+            y: *mut f32,
+        ) -> i32;
+    }
+
+    /// `m` rows of `k` values (`xs`) quantized as the kernels quantize them for `dtype`:
+    /// `m` rows of `wq_a32` / `wq_a256` blocks, one after another.
+    pub fn quantize(
+        dtype: GgmlDType,
+        xs: &[f32],
+        m: usize,
+        k: usize,
+    ) -> std::result::Result<Vec<u8>, String> {
+        let ty = type_id(dtype).ok_or_else(|| format!("qmatvec: no kernel for {dtype:?}"))?;
+        if xs.len() != m * k || !k.is_multiple_of(dtype.block_size()) || i32::try_from(k).is_err() {
+            return Err(format!("qmatvec: {} values for {m} rows of {k}", xs.len()));
+        }
+        let row = act_bytes(dtype, k);
+        let mut out = vec![0u8; m * row];
+        for (x, o) in xs.chunks_exact(k.max(1)).zip(out.chunks_exact_mut(row.max(1))) {
+            write_row(ty, x, o)?;
+        }
+        Ok(out)
+    }
+
+    #[cfg(wick_qmv_twin)]
+    fn write_row(ty: i32, x: &[f32], out: &mut [u8]) -> std::result::Result<(), String> {
+        // SAFETY: `x` holds k values (a whole number of blocks) and `out` the k-value row's
+        // blocks (`act_bytes`), which is what the function writes.
+        let wrote = unsafe { wick_qmv_twin_quantize(ty, x.as_ptr(), x.len() as i32, out.as_mut_ptr()) };
+        if wrote == out.len() {
+            Ok(())
+        } else {
+            Err(format!("qmatvec twin: wrote {wrote} of {} bytes", out.len()))
+        }
+    }
+
+    #[cfg(not(wick_qmv_twin))]
+    fn write_row(_: i32, _: &[f32], _: &mut [u8]) -> std::result::Result<(), String> {
+        Err("this build has no qmatvec host twin (Linux builds only)".into())
+    }
+
+    /// `[m, n]` = `m` rows of `xs` times the `n` rows of the weight bytes `w` (GGUF blocks).
+    pub fn matvec(
+        dtype: GgmlDType,
+        w: &[u8],
+        n: usize,
+        k: usize,
+        xs: &[f32],
+        m: usize,
+    ) -> std::result::Result<Vec<f32>, String> {
+        let row_bytes = k / dtype.block_size() * dtype.type_size();
+        if m == 0 || w.len() < n * row_bytes || i32::try_from(n).is_err() || i32::try_from(m).is_err() {
+            return Err(format!("qmatvec: {m} rows against {} bytes for [{n}, {k}] {dtype:?}", w.len()));
+        }
+        let act = quantize(dtype, xs, m, k)?;
+        let mut y = vec![0f32; m * n];
+        run(type_id(dtype).unwrap_or(0), w, row_bytes, n, k, &act, m, &mut y)?;
+        Ok(y)
+    }
+
+    #[cfg(wick_qmv_twin)]
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        ty: i32,
+        w: &[u8],
+        row_bytes: usize,
+        n: usize,
+        k: usize,
+        act: &[u8],
+        m: usize,
+        y: &mut [f32],
+    ) -> std::result::Result<(), String> {
+        // SAFETY: `w` holds n rows of row_bytes, `act` m quantized rows of k values and `y`
+        // m·n values (checked by `matvec`); the twin reads and writes within those.
+        let rc = unsafe {
+            wick_qmv_twin(
+                ty,
+                w.as_ptr(),
+                row_bytes,
+                n as i32,
+                k as i32,
+                act.as_ptr(),
+                m as i32,
+                y.as_mut_ptr(),
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err("qmatvec twin refused the product".into())
+        }
+    }
+
+    #[cfg(not(wick_qmv_twin))]
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        _: i32,
+        _: &[u8],
+        _: usize,
+        _: usize,
+        _: usize,
+        _: &[u8],
+        _: usize,
+        _: &mut [f32],
+    ) -> std::result::Result<(), String> {
+        Err("this build has no qmatvec host twin (Linux builds only)".into())
+    }
+}
+
+#[cfg(all(test, wick_qmv_twin))]
+mod tests;
