@@ -47,7 +47,7 @@ fn host_twin() {
     }
     let built = cc::Build::new()
         .file("src/kernels/cuda/qmatvec_twin.c")
-        .opt_level(2)
+        .opt_level(3)
         // The twin's float steps are the kernel's: no contraction into fma beyond its own.
         .flag_if_supported("-ffp-contract=off")
         .flag_if_supported("-fno-math-errno")

@@ -9,8 +9,9 @@
 //!   its MMVQ, `WICK_DEVICE_QMATMUL=mmq`) against candle's CPU kernels (on candle's CPU device
 //!   some types' kernels change with the row count: those are listed).
 //!
-//! Wick's device path takes `candle` by default (`models::layers::QMatMulPath`; the others are
-//! check knobs). All three must agree within tolerance; the whole table is printed. This test
+//! Wick's device path takes its own kernel by default (`kernels::qmatvec`, checked against its
+//! host twin by the second test; `models::layers::QMatMulPath`; these are check knobs). All
+//! three must agree within tolerance; the whole table is printed. This test
 //! found candle's fast kernels returning garbage on an H100 when built for sm_80 alone (no
 //! image for the GPU, the launch error unchecked; scripts/nvcc-multiarch.sh). Without
 //! `WICK_TEST_DEVICE` it runs on candle's CPU device (where it checks the harness itself).

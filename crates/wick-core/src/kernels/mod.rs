@@ -21,7 +21,8 @@
 //! The CPU kernels run on `runtime::pool`. The device path (`runtime::device`) runs the models
 //! on candle's own CUDA, Metal and CPU kernels; kernels Wick adds for a device get their own
 //! directory beside `cpu/`: `cuda/` (`cuda` feature; PTX built by `build.rs`) holds the fused
-//! decode attention over the paged cache.
+//! decode attention over the paged cache and the quantized matmul `qmatvec.rs` runs (its C
+//! arithmetic also built for the CPU as a host twin, which candle's CPU device runs).
 //!
 //! Dependencies point one way: `feats` and `blocks` at the bottom, the row dots and panels on
 //! them, `matmul` and `attention` on those; kernels never import `models`.

@@ -111,8 +111,9 @@ pub mod twin {
             n: i32,
             k: i32,
             act: *const u8,
-            nvec: i32,
+            m: i32,
             y: *mut f32,
+            ldy: usize,
         ) -> i32;
     }
 
@@ -172,6 +173,8 @@ pub mod twin {
         Ok(y)
     }
 
+    /// The twin over the weight rows in pool tasks (the kernel's warps; each output is written
+    /// by the one task owning its weight row).
     #[cfg(wick_qmv_twin)]
     #[allow(clippy::too_many_arguments)]
     fn run(
@@ -184,24 +187,34 @@ pub mod twin {
         m: usize,
         y: &mut [f32],
     ) -> std::result::Result<(), String> {
-        // SAFETY: `w` holds n rows of row_bytes, `act` m quantized rows of k values and `y`
-        // m·n values (checked by `matvec`); the twin reads and writes within those.
-        let rc = unsafe {
-            wick_qmv_twin(
-                ty,
-                w.as_ptr(),
-                row_bytes,
-                n as i32,
-                k as i32,
-                act.as_ptr(),
-                m as i32,
-                y.as_mut_ptr(),
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err("qmatvec twin refused the product".into())
+        use crate::runtime::pool::{self, SyncPtr};
+        const ROWS: usize = 16;
+        let (yp, failed) = (SyncPtr(y.as_mut_ptr()), std::sync::atomic::AtomicBool::new(false));
+        pool::run(n.div_ceil(ROWS), &|t| {
+            let (r0, r1) = (t * ROWS, (t * ROWS + ROWS).min(n));
+            // SAFETY: `w` holds n rows of row_bytes, `act` m quantized rows of k values and `y`
+            // m·n values (checked by `matvec`); this task reads rows r0..r1 and writes only
+            // y[v·n + r] for those rows.
+            let rc = unsafe {
+                wick_qmv_twin(
+                    ty,
+                    w.as_ptr().add(r0 * row_bytes),
+                    row_bytes,
+                    (r1 - r0) as i32,
+                    k as i32,
+                    act.as_ptr(),
+                    m as i32,
+                    yp.get().add(r0),
+                    n,
+                )
+            };
+            if rc != 0 {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        match failed.into_inner() {
+            false => Ok(()),
+            true => Err("qmatvec twin refused the product".into()),
         }
     }
 

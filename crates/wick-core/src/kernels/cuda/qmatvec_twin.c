@@ -70,9 +70,10 @@ static float butterfly(const float* lanes) {
   return p[0];
 }
 
-/* y[v·n + r] = row r of `w` (GGUF blocks, row_bytes apart) · activation row v, for r < n,
+/* y[v·ldy + r] = row r of `w` (GGUF blocks, row_bytes apart) · activation row v, for r < n,
  * v < nvec ≤ 8; `act` as `wick_qmv_twin_quantize` wrote the nvec rows one after another. */
-static void chunk(int type, const uint8_t* w, size_t row_bytes, int n, int k, const void* act, int nvec, float* y) {
+static inline __attribute__((always_inline)) void chunk(int type, const uint8_t* w, size_t row_bytes, int n, int k,
+                                                      const void* act, int nvec, float* y, size_t ldy) {
   const int bytes = wq_block_bytes(type), units = k / 32;
   for (int r = 0; r < n; r++) {
     const uint8_t* wr = w + (size_t)r * row_bytes;
@@ -107,18 +108,32 @@ static void chunk(int type, const uint8_t* w, size_t row_bytes, int n, int k, co
         }
       }
     }
-    for (int v = 0; v < nvec; v++) y[(size_t)v * n + r] = wq_result(type, butterfly(acc[v]), butterfly(mins[v]));
+    for (int v = 0; v < nvec; v++) y[(size_t)v * ldy + r] = wq_result(type, butterfly(acc[v]), butterfly(mins[v]));
   }
 }
 
-/* y[v·n + r] for every activation row v < m, in the kernel's chunks of up to 8 rows (each row's
- * result is the same in any chunk). Returns 0, or -1 for a type it does not take. */
-int wick_qmv_twin(int type, const uint8_t* w, size_t row_bytes, int n, int k, const void* act, int m, float* y) {
-  if (!wq_block_bytes(type) || m < 1) return -1;
+/* y[v·ldy + r] for every activation row v < m and weight row r < n, in the kernel's chunks of
+ * up to 8 rows (each row's result is the same in any chunk); ldy ≥ n lets callers split the
+ * weight rows. Returns 0, or -1 for a type it does not take. */
+int wick_qmv_twin(int type, const uint8_t* w, size_t row_bytes, int n, int k, const void* act, int m, float* y,
+                  size_t ldy) {
+  if (!wq_block_bytes(type) || m < 1 || ldy < (size_t)n) return -1;
   const size_t act_row = wq_k_quant(type) ? (size_t)(k / 256) * sizeof(wq_a256) : (size_t)(k / 32) * sizeof(wq_a32);
   for (int first = 0; first < m; first += MAX_VEC) {
     const int nvec = m - first < MAX_VEC ? m - first : MAX_VEC;
-    chunk(type, w, row_bytes, n, k, (const uint8_t*)act + first * act_row, nvec, y + (size_t)first * n);
+    const void* a = (const uint8_t*)act + first * act_row;
+    float* out = y + (size_t)first * ldy;
+    /* A call per type with the type a constant, so each inlines its own unpacking. */
+    switch (type) {
+#define WQ_CHUNK(t) \
+  case t:           \
+    chunk(t, w, row_bytes, n, k, a, nvec, out, ldy); \
+    break;
+      WQ_CHUNK(WQ_Q4_0) WQ_CHUNK(WQ_Q4_1) WQ_CHUNK(WQ_Q5_0) WQ_CHUNK(WQ_Q5_1) WQ_CHUNK(WQ_Q8_0)
+      WQ_CHUNK(WQ_Q4_K) WQ_CHUNK(WQ_Q5_K) WQ_CHUNK(WQ_Q6_K)
+#undef WQ_CHUNK
+      default: return -1;
+    }
   }
   return 0;
 }
