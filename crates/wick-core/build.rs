@@ -51,6 +51,8 @@ fn host_twin() {
         // The twin's float steps are the kernel's: no contraction into fma beyond its own.
         .flag_if_supported("-ffp-contract=off")
         .flag_if_supported("-fno-math-errno")
+        // Activation quants are read four to a word, as the kernel reads them.
+        .flag_if_supported("-fno-strict-aliasing")
         .try_compile("wick_qmv_twin");
     match built {
         Ok(()) => println!("cargo:rustc-cfg=wick_qmv_twin"),

@@ -12,6 +12,10 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
 use crate::error::{Result, WickError};
 
+/// The host's rounding rules for the activations (`qmatvec.cuh`): the exact path's, which
+/// follow ggml's NEON code on aarch64 and its x86 code elsewhere.
+pub(crate) const ARM: i32 = cfg!(target_arch = "aarch64") as i32;
+
 /// Activation rows the kernels take in one pass over a weight row (`WQ_MAX_VEC`). A row's
 /// result does not depend on the other rows of its pass.
 pub const CHUNK: usize = 8;
@@ -103,7 +107,7 @@ pub mod twin {
 
     #[cfg(wick_qmv_twin)]
     extern "C" {
-        fn wick_qmv_twin_quantize(ty: i32, x: *const f32, k: i32, out: *mut u8) -> usize;
+        fn wick_qmv_twin_quantize(ty: i32, x: *const f32, k: i32, out: *mut u8, arm: i32) -> usize;
         fn wick_qmv_twin(
             ty: i32,
             w: *const u8,
@@ -141,7 +145,7 @@ pub mod twin {
     fn write_row(ty: i32, x: &[f32], out: &mut [u8]) -> std::result::Result<(), String> {
         // SAFETY: `x` holds k values (a whole number of blocks) and `out` the k-value row's
         // blocks (`act_bytes`), which is what the function writes.
-        let wrote = unsafe { wick_qmv_twin_quantize(ty, x.as_ptr(), x.len() as i32, out.as_mut_ptr()) };
+        let wrote = unsafe { wick_qmv_twin_quantize(ty, x.as_ptr(), x.len() as i32, out.as_mut_ptr(), ARM) };
         if wrote == out.len() {
             Ok(())
         } else {

@@ -2,7 +2,8 @@
 // the activation rows rounded to q8 blocks as the exact CPU path rounds them, then each weight
 // row against them, WQ_MAX_VEC rows at a time.
 //
-// Launches: `wick_qmv_quantize_q8` / `_q8k` grid (blocks per row, rows), 32 threads;
+// Launches: `wick_qmv_quantize_q8` / `_q8k` grid (blocks per row, rows), 32 threads (`arm`: the
+// host's rounding rules, qmatvec.cuh);
 // `wick_qmv_<type>` grid (ceil(n / 4) · chunks), block (32, 4): a warp per weight row and chunk
 // of up to WQ_MAX_VEC activation rows. A block's chunk varies fastest, so the blocks that read
 // one group of weight rows run together and the later chunks find those rows in L2.
@@ -20,13 +21,13 @@ __device__ __forceinline__ float wq_butterfly(float x) {
 
 // q8_0 / q8_1: a warp per 32-value block, a value per lane.
 extern "C" __global__ void wick_qmv_quantize_q8(const float* __restrict__ x, wq_a32* __restrict__ out, int k,
-                                                 int nblk) {
+                                                 int nblk, int arm) {
   const int lane = threadIdx.x, blk = blockIdx.x, v = blockIdx.y;
   const float val = x[(long long)v * k + blk * 32 + lane];
   float max = fabsf(val);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) max = fmaxf(max, __shfl_xor_sync(WQ_FULL, max, off));
-  const int q = wq_q8_value(val, wq_q8_inverse(max));
+  const int q = wq_q8_value(val, wq_q8_inverse(max, arm));
   int sum = q;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(WQ_FULL, sum, off);
@@ -37,7 +38,7 @@ extern "C" __global__ void wick_qmv_quantize_q8(const float* __restrict__ x, wq_
 
 // q8_K: a warp per 256-value block, eight consecutive values per lane.
 extern "C" __global__ void wick_qmv_quantize_q8k(const float* __restrict__ x, wq_a256* __restrict__ out, int k,
-                                                  int nblk) {
+                                                  int nblk, int arm) {
   const int lane = threadIdx.x, blk = blockIdx.x, v = blockIdx.y;
   const float* xb = x + (long long)v * k + blk * 256 + 8 * lane;
   float vals[8], best = 0.0f, extreme = 0.0f;
@@ -67,7 +68,7 @@ extern "C" __global__ void wick_qmv_quantize_q8k(const float* __restrict__ x, wq
   int sum = 0;
 #pragma unroll
   for (int i = 0; i < 8; i++) {
-    const int q = best == 0.0f ? 0 : wq_q8k_value(vals[i], iscale);
+    const int q = best == 0.0f ? 0 : wq_q8k_value(vals[i], iscale, arm);
     a->qs[8 * lane + i] = (int8_t)q;
     sum += q;
   }
@@ -100,12 +101,14 @@ __device__ __forceinline__ void qmv(const uint8_t* __restrict__ w, const void* _
     if (wq_k_quant(TYPE)) {
       const int j = u & 7, nblk = units >> 3;
       const uint8_t* b = wr + (long long)(u >> 3) * bytes;
+      wq_unit q;
+      if (live) wq_unit_load(TYPE, b, j, &q);
 #pragma unroll
       for (int v = 0; v < WQ_MAX_VEC; v++) {
         if (v >= nvec) break;
         const wq_a256* a = (const wq_a256*)act + (long long)v * nblk + (u >> 3);
         int isum = 0, imin = 0;
-        if (live) wq_unit(TYPE, b, j, a->qs + 32 * j, a->sums[j], &isum, &imin);
+        if (live) wq_unit_dot(TYPE, &q, (const int32_t*)(a->qs + 32 * j), a->sums[j], &isum, &imin);
         // The block's eight sub-blocks sit in lanes 8g..8g+7: exact integer sums.
 #pragma unroll
         for (int off = 1; off < 8; off <<= 1) {
@@ -116,12 +119,14 @@ __device__ __forceinline__ void qmv(const uint8_t* __restrict__ w, const void* _
       }
     } else if (live) {
       const uint8_t* b = wr + (long long)u * bytes;
+      wq_unit q;
+      wq_unit_load(TYPE, b, 0, &q);
 #pragma unroll
       for (int v = 0; v < WQ_MAX_VEC; v++) {
         if (v >= nvec) break;
         const wq_a32* a = (const wq_a32*)act + (long long)v * units + u;
         int isum, imin;
-        wq_unit(TYPE, b, 0, a->qs, 0, &isum, &imin);
+        wq_unit_dot(TYPE, &q, (const int32_t*)a->qs, 0, &isum, &imin);
         wq_fold(TYPE, b, a->d, a->s, isum, imin, &acc[v], &mins[v]);
       }
     }

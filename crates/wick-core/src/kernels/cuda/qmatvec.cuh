@@ -25,7 +25,7 @@
 #define WQ_FN static __host__ __device__ __forceinline__
 #else
 #include <math.h>
-#define WQ_FN static inline
+#define WQ_FN static inline __attribute__((always_inline))
 #endif
 #include <stdint.h>
 
@@ -119,10 +119,19 @@ WQ_FN uint32_t wq_u32_at(const uint8_t* p) {
   return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
-/* ---- Activations, as kernels/cpu/q8.rs rounds them on x86 ---- */
+/* ---- Activations, as kernels/cpu/q8.rs rounds them ----
+ * `arm`: the host's exact path is an aarch64 build, which rounds as ggml's NEON code does
+ * (q8_0 scaled by 1/d; q8_K rounding the exact product iscale·v, one fma); else as its x86
+ * code does (q8_0 scaled by 127/max; q8_K rounding the f32 product). */
 
-/* A q8_0 block's multiplier from its largest magnitude: 127/max (ggml's AVX2 quantizer). */
-WQ_FN float wq_q8_inverse(float max) { return max != 0.0f ? 127.0f / max : 0.0f; }
+/* A q8_0 block's multiplier from its largest magnitude. */
+WQ_FN float wq_q8_inverse(float max, int arm) {
+  if (arm) {
+    const float d = max / 127.0f;
+    return d != 0.0f ? 1.0f / d : 0.0f;
+  }
+  return max != 0.0f ? 127.0f / max : 0.0f;
+}
 
 /* One q8_0 value: v·id rounded half to even. */
 WQ_FN int wq_q8_value(float v, float id) { return (int)rintf(v * id); }
@@ -135,8 +144,9 @@ WQ_FN void wq_q8_finish(wq_a32* a, float max, int sum) {
 }
 
 /* One q8_K value: iscale·v rounded half to even, at most 127. */
-WQ_FN int wq_q8k_value(float v, float iscale) {
-  int q = (int)rintf(iscale * v);
+WQ_FN int wq_q8k_value(float v, float iscale, int arm) {
+  /* arm: ggml's `nearest_int` (add 1.5·2²³, keep the low mantissa bits) fused into one fma. */
+  int q = arm ? (int)(wq_bits(fmaf(iscale, v, 12582912.0f)) & 0x007fffff) - 0x00400000 : (int)rintf(iscale * v);
   return q < 127 ? q : 127;
 }
 
@@ -159,80 +169,119 @@ WQ_FN void wq_scale_min(const uint8_t* sc, int j, int* s, int* m) {
   }
 }
 
-/* Unit j of the block at `b` against 32 activation quants `y`: the integer Σ w·y (scaled by
- * the sub-block's scale for the K-quants) into *isum, and for Q4_K/Q5_K the sub-block's
- * min times the activations' sum `ysum` into *imin. */
-WQ_FN void wq_unit(int type, const uint8_t* b, int j, const int8_t* y, int ysum, int* isum, int* imin) {
-  int s = 0;
-  *imin = 0;
+/* A unit's 32 weight values as signed bytes, four to a word (little-endian: value i in byte
+ * i % 4 of word i / 4), with its integer scales: sc[0] for the K-quants' 32 values (Q6_K: sc[0]
+ * the first 16, sc[1] the last 16), mn the sub-block's min (Q4_K, Q5_K). Decoded once per unit,
+ * then dotted with every activation row. */
+typedef struct {
+  int32_t q[8];
+  int sc[2];
+  int mn;
+} wq_unit;
+
+/* Σ of the byte products of words [from, to) of a and b (exact in any order: __dp4a on the GPU,
+ * a byte loop the host compiler vectorizes). */
+WQ_FN int wq_dot_words(const int32_t* a, const int32_t* b, int from, int to) {
+  int c = 0;
+#ifdef __CUDA_ARCH__
+  for (int w = from; w < to; w++) c = __dp4a(a[w], b[w], c);
+#else
+  const int8_t *x = (const int8_t*)a, *y = (const int8_t*)b;
+  for (int i = 4 * from; i < 4 * to; i++) c += x[i] * y[i];
+#endif
+  return c;
+}
+
+/* Four bytes from any address, little-endian. */
+WQ_FN uint32_t wq_word_at(const uint8_t* p) { return wq_u32_at(p); }
+
+/* Each byte of `v` (all below 128) minus the byte `c` repeats, as signed bytes: no borrow
+ * crosses a byte, since each byte is first lifted by 128. */
+WQ_FN uint32_t wq_sub_bytes(uint32_t v, uint32_t c) { return ((v | 0x80808080u) - c) ^ 0x80808080u; }
+
+/* Bits 0..3 of `bits` to bit 4 of bytes 0..3. */
+WQ_FN uint32_t wq_spread4(uint32_t bits) {
+  return ((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25);
+}
+
+/* Unit j of the block at `b` (a whole block of the 32-value types, sub-block j of a K-quant). */
+WQ_FN void wq_unit_load(int type, const uint8_t* b, int j, wq_unit* u) {
+  uint32_t* q = (uint32_t*)u->q;
+  u->sc[0] = u->sc[1] = u->mn = 0;
   switch (type) {
     case WQ_Q4_0:
-      for (int i = 0; i < 16; i++) {
-        s += ((b[2 + i] & 0x0f) - 8) * y[i];
-        s += ((b[2 + i] >> 4) - 8) * y[i + 16];
-      }
-      break;
-    case WQ_Q4_1:
-      for (int i = 0; i < 16; i++) {
-        s += (b[4 + i] & 0x0f) * y[i];
-        s += (b[4 + i] >> 4) * y[i + 16];
-      }
-      break;
-    case WQ_Q5_0: {
-      uint32_t qh = wq_u32_at(b + 2);
-      for (int i = 0; i < 16; i++) {
-        s += (((b[6 + i] & 0x0f) | (((qh >> i) & 1) << 4)) - 16) * y[i];
-        s += (((b[6 + i] >> 4) | (((qh >> (i + 16)) & 1) << 4)) - 16) * y[i + 16];
+    case WQ_Q4_1: {
+      /* Low nibbles: values 0..16, high: 16..32; Q4_0 less 8. */
+      const uint8_t* qs = b + (type == WQ_Q4_0 ? 2 : 4);
+      for (int w = 0; w < 4; w++) {
+        uint32_t x = wq_word_at(qs + 4 * w), lo = x & 0x0f0f0f0fu, hi = (x >> 4) & 0x0f0f0f0fu;
+        q[w] = type == WQ_Q4_0 ? wq_sub_bytes(lo, 0x08080808u) : lo;
+        q[4 + w] = type == WQ_Q4_0 ? wq_sub_bytes(hi, 0x08080808u) : hi;
       }
       break;
     }
+    case WQ_Q5_0:
     case WQ_Q5_1: {
-      uint32_t qh = wq_u32_at(b + 4);
-      for (int i = 0; i < 16; i++) {
-        s += ((b[8 + i] & 0x0f) | (((qh >> i) & 1) << 4)) * y[i];
-        s += ((b[8 + i] >> 4) | (((qh >> (i + 16)) & 1) << 4)) * y[i + 16];
+      /* As Q4_x with bit i of qh on top of value i; Q5_0 less 16. */
+      const uint32_t qh = wq_u32_at(b + (type == WQ_Q5_0 ? 2 : 4));
+      const uint8_t* qs = b + (type == WQ_Q5_0 ? 6 : 8);
+      for (int w = 0; w < 4; w++) {
+        uint32_t x = wq_word_at(qs + 4 * w);
+        uint32_t lo = (x & 0x0f0f0f0fu) | wq_spread4(qh >> (4 * w));
+        uint32_t hi = ((x >> 4) & 0x0f0f0f0fu) | wq_spread4(qh >> (16 + 4 * w));
+        q[w] = type == WQ_Q5_0 ? wq_sub_bytes(lo, 0x10101010u) : lo;
+        q[4 + w] = type == WQ_Q5_0 ? wq_sub_bytes(hi, 0x10101010u) : hi;
       }
       break;
     }
     case WQ_Q8_0:
-      for (int i = 0; i < 32; i++) s += (int8_t)b[2 + i] * y[i];
+      for (int w = 0; w < 8; w++) q[w] = wq_word_at(b + 2 + 4 * w);
       break;
-    case WQ_Q4_K: {
-      const uint8_t* q = b + 16 + 32 * (j / 2);
-      int shift = (j & 1) * 4, sc, mn;
-      for (int i = 0; i < 32; i++) s += ((q[i] >> shift) & 0x0f) * y[i];
-      wq_scale_min(b + 4, j, &sc, &mn);
-      s *= sc;
-      *imin = mn * ysum;
-      break;
-    }
+    case WQ_Q4_K:
     case WQ_Q5_K: {
-      const uint8_t* q = b + 48 + 32 * (j / 2);
-      const uint8_t* qh = b + 16;
-      int shift = (j & 1) * 4, sc, mn;
-      for (int i = 0; i < 32; i++) s += (((q[i] >> shift) & 0x0f) | (((qh[i] >> j) & 1) << 4)) * y[i];
-      wq_scale_min(b + 4, j, &sc, &mn);
-      s *= sc;
-      *imin = mn * ysum;
+      /* Sub-block j: the low (j even) or high nibbles of the pair's 32 bytes; Q5_K adds bit j
+       * of qh[i] as bit 4. */
+      const uint8_t* qs = b + (type == WQ_Q4_K ? 16 : 48) + 32 * (j / 2);
+      for (int w = 0; w < 8; w++) {
+        uint32_t v = (wq_word_at(qs + 4 * w) >> ((j & 1) * 4)) & 0x0f0f0f0fu;
+        if (type == WQ_Q5_K) v |= ((wq_word_at(b + 16 + 4 * w) >> j) & 0x01010101u) << 4;
+        q[w] = v;
+      }
+      wq_scale_min(b + 4, j, &u->sc[0], &u->mn);
       break;
     }
     case WQ_Q6_K: {
-      /* Values 32j..32j+32: half n, quarter g of it; scales 2j and 2j+1 (16 values each). */
-      int n = j / 4, g = j % 4, part[2] = {0, 0};
-      const uint8_t* ql = b + 64 * n + 32 * (g & 1);
-      const uint8_t* qh = b + 128 + 32 * n;
-      for (int i = 0; i < 32; i++) {
-        int lo = g < 2 ? (ql[i] & 0x0f) : (ql[i] >> 4);
-        int hi = (qh[i] >> (2 * g)) & 3;
-        part[i / 16] += ((lo | (hi << 4)) - 32) * y[i];
+      /* Values 32j..32j+32: half n, quarter g of it; 6 bits less 32. */
+      const int n = j / 4, g = j % 4;
+      for (int w = 0; w < 8; w++) {
+        uint32_t x = wq_word_at(b + 64 * n + 32 * (g & 1) + 4 * w);
+        uint32_t lo = (g < 2 ? x : x >> 4) & 0x0f0f0f0fu;
+        uint32_t hi = (wq_word_at(b + 128 + 32 * n + 4 * w) >> (2 * g)) & 0x03030303u;
+        q[w] = wq_sub_bytes(lo | (hi << 4), 0x20202020u);
       }
-      s = (int8_t)b[192 + 2 * j] * part[0] + (int8_t)b[192 + 2 * j + 1] * part[1];
+      u->sc[0] = (int8_t)b[192 + 2 * j];
+      u->sc[1] = (int8_t)b[192 + 2 * j + 1];
       break;
     }
     default:
+      for (int w = 0; w < 8; w++) q[w] = 0;
       break;
   }
-  *isum = s;
+}
+
+/* A unit against 32 activation quants `y` (four to a word): the integer Σ w·y into *isum
+ * (times the K-quants' scales) and, for Q4_K/Q5_K, the min times the activations' sum `ysum`
+ * into *imin. */
+WQ_FN void wq_unit_dot(int type, const wq_unit* u, const int32_t* y, int ysum, int* isum, int* imin) {
+  const int lo = wq_dot_words(u->q, y, 0, 4), hi = wq_dot_words(u->q, y, 4, 8);
+  if (type == WQ_Q6_K) {
+    *isum = u->sc[0] * lo + u->sc[1] * hi;
+  } else if (wq_k_quant(type)) {
+    *isum = u->sc[0] * (lo + hi);
+  } else {
+    *isum = lo + hi;
+  }
+  *imin = u->mn * ysum;
 }
 
 /* The weight block's scale (and min, for the types with one) as f32. */

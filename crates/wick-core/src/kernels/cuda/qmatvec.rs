@@ -32,14 +32,18 @@ pub fn qmatvec(
     // SAFETY: uninitialised; the quantize kernel writes every block before the product reads it.
     let act = unsafe { dev.alloc::<u8>(m * act_row) }?;
     let nblk = (k / block) as u32;
-    let (quantize, k_i, nblk_i) =
-        (if block == 256 { "wick_qmv_quantize_q8k" } else { "wick_qmv_quantize_q8" }, k as i32, nblk as i32);
+    let (quantize, k_i, nblk_i, arm) = (
+        if block == 256 { "wick_qmv_quantize_q8k" } else { "wick_qmv_quantize_q8" },
+        k as i32,
+        nblk as i32,
+        super::super::qmatvec::ARM,
+    );
     let func = dev.get_or_load_custom_func(quantize, MODULE, PTX)?;
     let cfg = LaunchConfig { grid_dim: (nblk, m as u32, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
     let mut launch = func.builder();
     launch.arg(&x);
     launch.arg(&act);
-    candle_core::builder_arg!(launch, k_i, nblk_i);
+    candle_core::builder_arg!(launch, k_i, nblk_i, arm);
     // SAFETY: the arguments are the kernel's in order and type; it reads m rows of k values and
     // writes m·nblk activation blocks, act_row bytes a row.
     unsafe { launch.launch(cfg) }.w()?;

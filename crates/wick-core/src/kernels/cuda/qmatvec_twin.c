@@ -11,10 +11,10 @@
 #define LANES 32
 #define MAX_VEC 8
 
-static void quantize_q8(const float* x, wq_a32* a) {
+static void quantize_q8(const float* x, wq_a32* a, int arm) {
   float max = 0.0f;
   for (int i = 0; i < 32; i++) max = fmaxf(max, fabsf(x[i]));
-  const float id = wq_q8_inverse(max);
+  const float id = wq_q8_inverse(max, arm);
   int sum = 0;
   for (int i = 0; i < 32; i++) {
     const int q = wq_q8_value(x[i], id);
@@ -24,7 +24,7 @@ static void quantize_q8(const float* x, wq_a32* a) {
   wq_q8_finish(a, max, sum);
 }
 
-static void quantize_q8k(const float* x, wq_a256* a) {
+static void quantize_q8k(const float* x, wq_a256* a, int arm) {
   float best = 0.0f, extreme = 0.0f;
   int at = 1 << 30;
   for (int i = 0; i < 256; i++) {
@@ -38,7 +38,7 @@ static void quantize_q8k(const float* x, wq_a256* a) {
   for (int j = 0; j < 8; j++) {
     int sum = 0;
     for (int i = 32 * j; i < 32 * j + 32; i++) {
-      const int q = best == 0.0f ? 0 : wq_q8k_value(x[i], iscale);
+      const int q = best == 0.0f ? 0 : wq_q8k_value(x[i], iscale, arm);
       a->qs[i] = (int8_t)q;
       sum += q;
     }
@@ -48,14 +48,15 @@ static void quantize_q8k(const float* x, wq_a256* a) {
 }
 
 /* One activation row of k values as `type` takes it, into `out` (k/32 wq_a32 or k/256
- * wq_a256). Returns the bytes written, 0 for a type the kernels do not take. */
-size_t wick_qmv_twin_quantize(int type, const float* x, int k, void* out) {
+ * wq_a256), by the host's rules (`arm`). Returns the bytes written, 0 for a type the kernels
+ * do not take. */
+size_t wick_qmv_twin_quantize(int type, const float* x, int k, void* out, int arm) {
   if (!wq_block_bytes(type)) return 0;
   if (wq_k_quant(type)) {
-    for (int b = 0; b < k / 256; b++) quantize_q8k(x + 256 * b, (wq_a256*)out + b);
+    for (int b = 0; b < k / 256; b++) quantize_q8k(x + 256 * b, (wq_a256*)out + b, arm);
     return (size_t)(k / 256) * sizeof(wq_a256);
   }
-  for (int b = 0; b < k / 32; b++) quantize_q8(x + 32 * b, (wq_a32*)out + b);
+  for (int b = 0; b < k / 32; b++) quantize_q8(x + 32 * b, (wq_a32*)out + b, arm);
   return (size_t)(k / 32) * sizeof(wq_a32);
 }
 
@@ -77,32 +78,40 @@ static inline __attribute__((always_inline)) void chunk(int type, const uint8_t*
   const int bytes = wq_block_bytes(type), units = k / 32;
   for (int r = 0; r < n; r++) {
     const uint8_t* wr = w + (size_t)r * row_bytes;
-    float acc[MAX_VEC][LANES] = {{0}}, mins[MAX_VEC][LANES] = {{0}};
+    float acc[MAX_VEC][LANES], mins[MAX_VEC][LANES];
+    memset(acc, 0, (size_t)nvec * sizeof acc[0]);
+    memset(mins, 0, (size_t)nvec * sizeof mins[0]);
     for (int u0 = 0; u0 < units; u0 += LANES) {
-      for (int v = 0; v < nvec; v++) {
-        if (wq_k_quant(type)) {
-          const int nblk = units / 8;
-          /* Four blocks an iteration, eight lanes each; the integers add exactly in any order. */
-          for (int g = 0; g < LANES / 8 && u0 + 8 * g < units; g++) {
-            const int blk = (u0 + 8 * g) / 8;
-            const uint8_t* b = wr + (size_t)blk * bytes;
+      if (wq_k_quant(type)) {
+        const int nblk = units / 8;
+        /* Four blocks an iteration, eight lanes each; the integers add exactly in any order. */
+        for (int g = 0; g < LANES / 8 && u0 + 8 * g < units; g++) {
+          const int blk = (u0 + 8 * g) / 8;
+          const uint8_t* b = wr + (size_t)blk * bytes;
+          wq_unit q[8];
+          for (int j = 0; j < 8; j++) wq_unit_load(type, b, j, &q[j]);
+          for (int v = 0; v < nvec; v++) {
             const wq_a256* a = (const wq_a256*)act + (size_t)v * nblk + blk;
             int isum = 0, imin = 0;
             for (int j = 0; j < 8; j++) {
               int i, m;
-              wq_unit(type, b, j, a->qs + 32 * j, a->sums[j], &i, &m);
+              wq_unit_dot(type, &q[j], (const int32_t*)(a->qs + 32 * j), a->sums[j], &i, &m);
               isum += i;
               imin += m;
             }
             wq_fold(type, b, a->d, 0.0f, isum, imin, &acc[v][8 * g], &mins[v][8 * g]);
           }
-        } else {
-          for (int l = 0; l < LANES && u0 + l < units; l++) {
-            const int u = u0 + l;
-            const uint8_t* b = wr + (size_t)u * bytes;
+        }
+      } else {
+        for (int l = 0; l < LANES && u0 + l < units; l++) {
+          const int u = u0 + l;
+          const uint8_t* b = wr + (size_t)u * bytes;
+          wq_unit q;
+          wq_unit_load(type, b, 0, &q);
+          for (int v = 0; v < nvec; v++) {
             const wq_a32* a = (const wq_a32*)act + (size_t)v * units + u;
             int isum, imin;
-            wq_unit(type, b, 0, a->qs, 0, &isum, &imin);
+            wq_unit_dot(type, &q, (const int32_t*)a->qs, 0, &isum, &imin);
             wq_fold(type, b, a->d, a->s, isum, imin, &acc[v][l], &mins[v][l]);
           }
         }
