@@ -192,8 +192,16 @@ WQ_FN int wq_dot_words(const int32_t* a, const int32_t* b, int from, int to) {
   return c;
 }
 
-/* Four bytes from any address, little-endian. */
-WQ_FN uint32_t wq_word_at(const uint8_t* p) { return wq_u32_at(p); }
+/* Four bytes at an even address, little-endian (every block field read so is at an even
+ * offset of a block of even size): two 16-bit loads on the GPU. */
+WQ_FN uint32_t wq_word_at(const uint8_t* p) {
+#ifdef __CUDA_ARCH__
+  const uint16_t* h = (const uint16_t*)p;
+  return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+#else
+  return wq_u32_at(p);
+#endif
+}
 
 /* Each byte of `v` (all below 128) minus the byte `c` repeats, as signed bytes: no borrow
  * crosses a byte, since each byte is first lifted by 128. */
@@ -223,7 +231,7 @@ WQ_FN void wq_unit_load(int type, const uint8_t* b, int j, wq_unit* u) {
     case WQ_Q5_0:
     case WQ_Q5_1: {
       /* As Q4_x with bit i of qh on top of value i; Q5_0 less 16. */
-      const uint32_t qh = wq_u32_at(b + (type == WQ_Q5_0 ? 2 : 4));
+      const uint32_t qh = wq_word_at(b + (type == WQ_Q5_0 ? 2 : 4));
       const uint8_t* qs = b + (type == WQ_Q5_0 ? 6 : 8);
       for (int w = 0; w < 4; w++) {
         uint32_t x = wq_word_at(qs + 4 * w);
