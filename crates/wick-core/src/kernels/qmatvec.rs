@@ -57,11 +57,14 @@ pub fn available(dtype: GgmlDType, device: &candle_core::Device) -> bool {
 pub fn qmatvec(w: &Arc<QTensor>, x: &Tensor) -> Result<Tensor> {
     let (n, k) = w.shape().dims2()?;
     let (m, kx) = x.dims2()?;
-    if kx != k || m == 0 || type_id(w.dtype()).is_none() || !k.is_multiple_of(w.dtype().block_size()) {
+    if kx != k || type_id(w.dtype()).is_none() || !k.is_multiple_of(w.dtype().block_size()) {
         return Err(WickError::Internal(format!(
             "qmatvec: {m} rows of {kx} against a {:?} weight [{n}, {k}]",
             w.dtype()
         )));
+    }
+    if m == 0 {
+        return Ok(Tensor::zeros((0, n), candle_core::DType::F32, x.device())?);
     }
     let x = x.to_dtype(candle_core::DType::F32)?.contiguous()?;
     Ok(x.apply_op1_no_bwd(&QMatVec { w: w.clone() })?)

@@ -215,7 +215,9 @@ pub(super) fn device_qmatmul(w: &QMatMul, x: &Tensor) -> Result<Tensor> {
     let m = x.dim(0)?;
     let gemm = m > QMatMulPath::VECTOR_ROWS;
     Ok(match (w, QMatMulPath::get()) {
-        (QMatMul::QTensor(q), QMatMulPath::Wick) if qmatvec::available(q.dtype(), x.device()) => {
+        (QMatMul::QTensor(q), QMatMulPath::Wick)
+            if x.rank() == 2 && qmatvec::available(q.dtype(), x.device()) =>
+        {
             return qmatvec::qmatvec(q, x);
         }
         (QMatMul::QTensor(_), QMatMulPath::F16) if gemm => w.forward_via_f16(x)?,

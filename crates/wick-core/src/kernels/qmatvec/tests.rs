@@ -194,4 +194,19 @@ fn bad_shapes_are_refused() {
     assert!(twin::matvec(GgmlDType::Q8_0, &w, 5, 64, &x[..64], 1).is_err(), "weights too short");
     assert!(twin::matvec(GgmlDType::Q2K, &w, 1, 256, &x[..256], 1).is_err(), "no kernel for Q2_K");
     assert!(twin::quantize(GgmlDType::Q8_0, &x[..40], 1, 40).is_err(), "not whole blocks");
+    // Through the op: a bad width is an error, no rows an empty product.
+    let q = std::sync::Arc::new(
+        candle_core::quantized::QTensor::quantize(
+            &candle_core::Tensor::ones((4, 64), candle_core::DType::F32, &candle_core::Device::Cpu).unwrap(),
+            GgmlDType::Q8_0,
+        )
+        .unwrap(),
+    );
+    let cpu = candle_core::Device::Cpu;
+    assert!(super::qmatvec(&q, &candle_core::Tensor::zeros((2, 32), candle_core::DType::F32, &cpu).unwrap())
+        .is_err());
+    let none =
+        super::qmatvec(&q, &candle_core::Tensor::zeros((0, 64), candle_core::DType::F32, &cpu).unwrap())
+            .unwrap();
+    assert_eq!(none.dims(), &[0, 4]);
 }
