@@ -14,7 +14,7 @@ use crate::error::{Result, WickError};
 
 /// The host's rounding rules for the activations (`qmatvec.cuh`): the exact path's, which
 /// follow ggml's NEON code on aarch64 and its x86 code elsewhere.
-pub(crate) const ARM: i32 = cfg!(target_arch = "aarch64") as i32;
+pub const ARM: i32 = cfg!(target_arch = "aarch64") as i32;
 
 /// Activation rows the kernels take in one pass over a weight row (`WQ_MAX_VEC`). A row's
 /// result does not depend on the other rows of its pass.
@@ -100,7 +100,8 @@ impl CustomOp1 for QMatVec {
         let Some(&(_, _, kernel)) = TYPES.iter().find(|t| t.0 == dtype) else {
             candle_core::bail!("qmatvec: no kernel for {dtype:?}")
         };
-        super::cuda::qmatvec(&self.w, kernel, act_bytes(dtype, k), s, l, m, k)
+        let launch = super::cuda::Launch { kernel, act_row: act_bytes(dtype, k), chunk: CHUNK, arm: ARM };
+        super::cuda::qmatvec(&self.w, &launch, s, l, m, k)
     }
 }
 
@@ -176,43 +177,46 @@ pub mod twin {
         }
         let act = quantize(dtype, xs, m, k)?;
         let mut y = vec![0f32; m * n];
-        run(type_id(dtype).unwrap_or(0), w, row_bytes, n, k, &act, m, &mut y)?;
+        let ty = type_id(dtype).unwrap_or(0);
+        run(&Product { ty, w, row_bytes, n, k, act: &act, m }, &mut y)?;
         Ok(y)
+    }
+
+    /// A product's operands as the twin takes them (`matvec` checked their sizes).
+    #[cfg_attr(not(wick_qmv_twin), allow(dead_code))]
+    struct Product<'a> {
+        ty: i32,
+        w: &'a [u8],
+        row_bytes: usize,
+        n: usize,
+        k: usize,
+        act: &'a [u8],
+        m: usize,
     }
 
     /// The twin over the weight rows in pool tasks (the kernel's warps; each output is written
     /// by the one task owning its weight row).
     #[cfg(wick_qmv_twin)]
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        ty: i32,
-        w: &[u8],
-        row_bytes: usize,
-        n: usize,
-        k: usize,
-        act: &[u8],
-        m: usize,
-        y: &mut [f32],
-    ) -> std::result::Result<(), String> {
+    fn run(p: &Product<'_>, y: &mut [f32]) -> std::result::Result<(), String> {
         use crate::runtime::pool::{self, SyncPtr};
         const ROWS: usize = 16;
         let (yp, failed) = (SyncPtr(y.as_mut_ptr()), std::sync::atomic::AtomicBool::new(false));
-        pool::run(n.div_ceil(ROWS), &|t| {
-            let (r0, r1) = (t * ROWS, (t * ROWS + ROWS).min(n));
+        pool::run(p.n.div_ceil(ROWS), &|t| {
+            let (r0, r1) = (t * ROWS, (t * ROWS + ROWS).min(p.n));
             // SAFETY: `w` holds n rows of row_bytes, `act` m quantized rows of k values and `y`
             // m·n values (checked by `matvec`); this task reads rows r0..r1 and writes only
             // y[v·n + r] for those rows.
             let rc = unsafe {
                 wick_qmv_twin(
-                    ty,
-                    w.as_ptr().add(r0 * row_bytes),
-                    row_bytes,
+                    p.ty,
+                    p.w.as_ptr().add(r0 * p.row_bytes),
+                    p.row_bytes,
                     (r1 - r0) as i32,
-                    k as i32,
-                    act.as_ptr(),
-                    m as i32,
+                    p.k as i32,
+                    p.act.as_ptr(),
+                    p.m as i32,
                     yp.get().add(r0),
-                    n,
+                    p.n,
                 )
             };
             if rc != 0 {
@@ -226,17 +230,7 @@ pub mod twin {
     }
 
     #[cfg(not(wick_qmv_twin))]
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        _: i32,
-        _: &[u8],
-        _: usize,
-        _: usize,
-        _: usize,
-        _: &[u8],
-        _: usize,
-        _: &mut [f32],
-    ) -> std::result::Result<(), String> {
+    fn run(_: &Product<'_>, _: &mut [f32]) -> std::result::Result<(), String> {
         Err("this build has no qmatvec host twin (Linux builds only)".into())
     }
 }

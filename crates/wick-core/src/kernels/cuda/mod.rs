@@ -11,7 +11,7 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Storage, Tensor};
 use crate::error::{Result, WickError};
 
 mod qmatvec;
-pub use qmatvec::qmatvec;
+pub use qmatvec::{qmatvec, Launch};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_attention.ptx"));
 const THREADS: u32 = 128;

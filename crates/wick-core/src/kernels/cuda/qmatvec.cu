@@ -115,7 +115,7 @@ __device__ __forceinline__ void qmv(const uint8_t* __restrict__ w, const void* _
           isum += __shfl_xor_sync(WQ_FULL, isum, off);
           imin += __shfl_xor_sync(WQ_FULL, imin, off);
         }
-        if (live && j == 0) wq_fold(TYPE, b, a->d, 0.0f, isum, imin, &acc[v], &mins[v]);
+        if (live && j == 0) wq_fold(TYPE, &q, a->d, 0.0f, isum, imin, &acc[v], &mins[v]);
       }
     } else if (live) {
       const uint8_t* b = wr + (long long)u * bytes;
@@ -127,7 +127,7 @@ __device__ __forceinline__ void qmv(const uint8_t* __restrict__ w, const void* _
         const wq_a32* a = (const wq_a32*)act + (long long)v * units + u;
         int isum, imin;
         wq_unit_dot(TYPE, &q, (const int32_t*)a->qs, 0, &isum, &imin);
-        wq_fold(TYPE, b, a->d, a->s, isum, imin, &acc[v], &mins[v]);
+        wq_fold(TYPE, &q, a->d, a->s, isum, imin, &acc[v], &mins[v]);
       }
     }
   }

@@ -177,6 +177,7 @@ typedef struct {
   int32_t q[8];
   int sc[2];
   int mn;
+  float d, dmin; /* the block's scale and min (wq_block_scales) */
 } wq_unit;
 
 /* Σ of the byte products of words [from, to) of a and b (exact in any order: __dp4a on the GPU,
@@ -212,10 +213,31 @@ WQ_FN uint32_t wq_spread4(uint32_t bits) {
   return ((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25);
 }
 
+/* The weight block's scale (and min, for the types with one) as f32. */
+WQ_FN void wq_block_scales(int type, const uint8_t* b, float* d, float* dmin) {
+  *dmin = 0.0f;
+  switch (type) {
+    case WQ_Q4_1:
+    case WQ_Q5_1:
+    case WQ_Q4_K:
+    case WQ_Q5_K:
+      *d = wq_f16_at(b);
+      *dmin = wq_f16_at(b + 2);
+      break;
+    case WQ_Q6_K:
+      *d = wq_f16_at(b + 208);
+      break;
+    default:
+      *d = wq_f16_at(b);
+      break;
+  }
+}
+
 /* Unit j of the block at `b` (a whole block of the 32-value types, sub-block j of a K-quant). */
 WQ_FN void wq_unit_load(int type, const uint8_t* b, int j, wq_unit* u) {
   uint32_t* q = (uint32_t*)u->q;
   u->sc[0] = u->sc[1] = u->mn = 0;
+  wq_block_scales(type, b, &u->d, &u->dmin);
   switch (type) {
     case WQ_Q4_0:
     case WQ_Q4_1: {
@@ -292,36 +314,14 @@ WQ_FN void wq_unit_dot(int type, const wq_unit* u, const int32_t* y, int ysum, i
   *imin = u->mn * ysum;
 }
 
-/* The weight block's scale (and min, for the types with one) as f32. */
-WQ_FN void wq_block_scales(int type, const uint8_t* b, float* d, float* dmin) {
-  *dmin = 0.0f;
-  switch (type) {
-    case WQ_Q4_1:
-    case WQ_Q5_1:
-    case WQ_Q4_K:
-    case WQ_Q5_K:
-      *d = wq_f16_at(b);
-      *dmin = wq_f16_at(b + 2);
-      break;
-    case WQ_Q6_K:
-      *d = wq_f16_at(b + 208);
-      break;
-    default:
-      *d = wq_f16_at(b);
-      break;
-  }
-}
-
-/* A block's fold into a lane's two sums: acc += isum·(dw·dy); the mins: Q4_1/Q5_1
+/* A block's fold into a lane's two sums (`u`: any of its units): acc += isum·(dw·dy); the mins: Q4_1/Q5_1
  * mins += mw·s (added at the end), Q4_K/Q5_K mins += imin·(dmin·dy) (subtracted). */
-WQ_FN void wq_fold(int type, const uint8_t* b, float yd, float ys, int isum, int imin, float* acc, float* mins) {
-  float dw, mw;
-  wq_block_scales(type, b, &dw, &mw);
-  *acc = fmaf((float)isum, dw * yd, *acc);
+WQ_FN void wq_fold(int type, const wq_unit* u, float yd, float ys, int isum, int imin, float* acc, float* mins) {
+  *acc = fmaf((float)isum, u->d * yd, *acc);
   if (type == WQ_Q4_1 || type == WQ_Q5_1) {
-    *mins = fmaf(mw, ys, *mins);
+    *mins = fmaf(u->dmin, ys, *mins);
   } else if (type == WQ_Q4_K || type == WQ_Q5_K) {
-    *mins = fmaf((float)imin, mw * yd, *mins);
+    *mins = fmaf((float)imin, u->dmin * yd, *mins);
   }
 }
 

@@ -99,7 +99,7 @@ static inline __attribute__((always_inline)) void chunk(int type, const uint8_t*
               isum += i;
               imin += m;
             }
-            wq_fold(type, b, a->d, 0.0f, isum, imin, &acc[v][8 * g], &mins[v][8 * g]);
+            wq_fold(type, &q[0], a->d, 0.0f, isum, imin, &acc[v][8 * g], &mins[v][8 * g]);
           }
         }
       } else {
@@ -112,7 +112,7 @@ static inline __attribute__((always_inline)) void chunk(int type, const uint8_t*
             const wq_a32* a = (const wq_a32*)act + (size_t)v * units + u;
             int isum, imin;
             wq_unit_dot(type, &q, (const int32_t*)a->qs, 0, &isum, &imin);
-            wq_fold(type, b, a->d, a->s, isum, imin, &acc[v][l], &mins[v][l]);
+            wq_fold(type, &q, a->d, a->s, isum, imin, &acc[v][l], &mins[v][l]);
           }
         }
       }
