@@ -134,8 +134,8 @@ __device__ __forceinline__ void qmv(const uint8_t* __restrict__ w, const void* _
 #pragma unroll
   for (int v = 0; v < WQ_MAX_VEC; v++) {
     if (v >= nvec) break;
-    const float a = wq_butterfly(acc[v]), m = wq_butterfly(mins[v]);
-    if (lane == 0) dst[(long long)v * n + row] = wq_result(TYPE, a, m);
+    const float sum = wq_butterfly(acc[v]), sum_mins = wq_butterfly(mins[v]);
+    if (lane == 0) dst[(long long)v * n + row] = wq_result(TYPE, sum, sum_mins);
   }
 }
 

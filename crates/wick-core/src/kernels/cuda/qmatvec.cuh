@@ -7,9 +7,9 @@
  * the exact CPU path rounds them as ggml's CPU backend does (q8_0 for Q4_0/Q5_0/Q8_0, q8_1 with
  * `d·Σq` for Q4_1/Q5_1, q8_K blocks of 256 with an f32 scale for the K-quants). That is an
  * error of the size of the activation rounding itself between the GPU and the CPU
- * (benches/RESULTS.md, the H200 section). Here the activations are rounded as the exact
- * path's x86 build rounds them (kernels/cpu/q8.rs), bit for bit, every block's integer dot is
- * exact, and only the order of the float sums over blocks differs from the CPU's.
+ * (benches/RESULTS.md, the H200 section). Here the activations are rounded as the host's exact
+ * path rounds them (kernels/cpu/q8.rs, its x86 or aarch64 rules), bit for bit, every block's
+ * integer dot is exact, and only the order of the float sums over blocks differs from the CPU's.
  *
  * Work split (the twin mirrors it step for step, so GPU and twin agree to the bit): one warp
  * per weight row; lane l takes the 32-value units l, l+32, … of the row. A unit is a whole
@@ -47,7 +47,7 @@ typedef struct {
   int8_t qs[256];
 } wq_a256;
 
-/* Weight block bytes and the activation block each type is multiplied with. */
+/* Weight block bytes (0: a type these kernels do not take). */
 WQ_FN int wq_block_bytes(int type) {
   switch (type) {
     case WQ_Q4_0: return 18;
@@ -64,7 +64,7 @@ WQ_FN int wq_block_bytes(int type) {
 
 WQ_FN int wq_k_quant(int type) { return type == WQ_Q4_K || type == WQ_Q5_K || type == WQ_Q6_K; }
 
-/* q8_1 (the sum term) for the types with mins, q8_0 for the others. */
+/* Whether the type's mins take q8_1's sum term (Q4_1, Q5_1; the K-quants' take q8_K's sums). */
 WQ_FN int wq_with_sum(int type) { return type == WQ_Q4_1 || type == WQ_Q5_1; }
 
 WQ_FN uint32_t wq_bits(float f) {
@@ -318,7 +318,7 @@ WQ_FN void wq_unit_dot(int type, const wq_unit* u, const int32_t* y, int ysum, i
  * mins += mw·s (added at the end), Q4_K/Q5_K mins += imin·(dmin·dy) (subtracted). */
 WQ_FN void wq_fold(int type, const wq_unit* u, float yd, float ys, int isum, int imin, float* acc, float* mins) {
   *acc = fmaf((float)isum, u->d * yd, *acc);
-  if (type == WQ_Q4_1 || type == WQ_Q5_1) {
+  if (wq_with_sum(type)) {
     *mins = fmaf(u->dmin, ys, *mins);
   } else if (type == WQ_Q4_K || type == WQ_Q5_K) {
     *mins = fmaf((float)imin, u->dmin * yd, *mins);
