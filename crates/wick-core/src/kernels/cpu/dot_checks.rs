@@ -14,6 +14,21 @@ pub fn lcg(seed: u32) -> impl FnMut() -> u32 {
     }
 }
 
+/// `count` blocks of `size` random bytes (every bit pattern is a valid quant) with an f16
+/// scale of 1e-3..0.1 at each offset of `scales`.
+pub fn random_blocks(r: &mut impl FnMut() -> u32, size: usize, scales: &[usize], count: usize) -> Vec<u8> {
+    let mut w = Vec::with_capacity(size * count);
+    for _ in 0..count {
+        let mut blk: Vec<u8> = (0..size).map(|_| r() as u8).collect();
+        for &o in scales {
+            let d = f16::from_f32((r() % 1000) as f32 * 1e-4 + 1e-3);
+            blk[o..o + 2].copy_from_slice(&d.to_le_bytes());
+        }
+        w.extend_from_slice(&blk);
+    }
+    w
+}
+
 /// A row dot: weight blocks against activation blocks.
 pub type Dot<A> = fn(&[u8], &[A]) -> f32;
 pub(crate) use super::matmul::Dot4;
@@ -35,15 +50,7 @@ pub fn check_block_type<A>(
     let mut r = lcg(7);
     let k = 512;
     for _ in 0..20 {
-        let mut w = vec![];
-        for _ in 0..k / per_block {
-            let mut blk: Vec<u8> = (0..size).map(|_| r() as u8).collect();
-            for &o in scales {
-                let d = f16::from_f32((r() % 1000) as f32 * 1e-4 + 1e-3);
-                blk[o..o + 2].copy_from_slice(&d.to_le_bytes());
-            }
-            w.extend_from_slice(&blk);
-        }
+        let w = random_blocks(&mut r, size, scales, k / per_block);
         let x: Vec<f32> = (0..k).map(|_| (r() as f32 / (1 << 24) as f32) - 0.5).collect();
         let a = quantize(&x);
         let fast = dot(&w, &a);

@@ -2,10 +2,9 @@
 //! dots: activations bit for bit, products within the float-order tolerance.
 
 use candle_core::quantized::GgmlDType;
-use half::f16;
 
 use super::twin;
-use crate::kernels::cpu::dot_checks::lcg;
+use crate::kernels::cpu::dot_checks::{lcg, random_blocks};
 use crate::kernels::cpu::k_quants::{dot_q4k, dot_q5k, dot_q6k};
 use crate::kernels::cpu::q8::{quantize_q8, quantize_q8k};
 use crate::kernels::cpu::quants::{dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0};
@@ -31,18 +30,7 @@ fn scale_offsets(dtype: GgmlDType) -> &'static [usize] {
 }
 
 fn random_rows(dtype: GgmlDType, n: usize, k: usize, seed: u32) -> Vec<u8> {
-    let mut r = lcg(seed);
-    let size = dtype.type_size();
-    let mut w = Vec::with_capacity(n * k / dtype.block_size() * size);
-    for _ in 0..n * k / dtype.block_size() {
-        let mut blk: Vec<u8> = (0..size).map(|_| r() as u8).collect();
-        for &o in scale_offsets(dtype) {
-            let d = f16::from_f32((r() % 1000) as f32 * 1e-4 + 1e-3);
-            blk[o..o + 2].copy_from_slice(&d.to_le_bytes());
-        }
-        w.extend_from_slice(&blk);
-    }
-    w
+    random_blocks(&mut lcg(seed), dtype.type_size(), scale_offsets(dtype), n * k / dtype.block_size())
 }
 
 /// Activations spanning magnitudes (tiny blocks whose scales are f16 subnormals, large ones),
