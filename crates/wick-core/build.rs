@@ -9,8 +9,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The `.cu` files under src/kernels/cuda, by stem.
-const KERNELS: &[&str] = &["decode_attention", "qmatvec"];
+/// The `.cu` files under src/kernels/cuda, by stem, with their own nvcc flags. qmatvec's
+/// results must equal its host twin's to the bit: `--fmad=false` writes its plain products and
+/// sums as `mul.rn`/`add.rn`, which ptxas may not contract into fma (its fmaf stay fma).
+const KERNELS: &[(&str, &[&str])] = &[("decode_attention", &[]), ("qmatvec", &["--fmad=false"])];
 
 fn main() {
     println!("cargo:rerun-if-changed=src/kernels/cuda");
@@ -26,11 +28,13 @@ fn main() {
         .or_else(|| std::env::var_os("CUDA_HOME").map(|h| PathBuf::from(h).join("bin/nvcc")))
         .unwrap_or_else(|| PathBuf::from("nvcc"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
-    for name in KERNELS {
+    for (name, flags) in KERNELS {
         let src = format!("src/kernels/cuda/{name}.cu");
         let ptx = out.join(format!("{name}.ptx"));
         let status = Command::new(&nvcc)
-            .args(["--ptx", "-O3", "-arch=compute_80", "-o"])
+            .args(["--ptx", "-O3", "-arch=compute_80"])
+            .args(*flags)
+            .arg("-o")
             .arg(&ptx)
             .arg(&src)
             .status()

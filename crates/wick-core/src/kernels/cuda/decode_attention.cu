@@ -12,6 +12,11 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+// The launch's dynamic shared memory (tests/emulated_gpu gives its own).
+#ifndef WICK_DYNAMIC_SHARED
+#define WICK_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 extern "C" __global__ void wick_decode_attention_f16(
     const float* __restrict__ q,          // [B, n_head, hd]
     const __half* __restrict__ kc,        // [n_slots, n_kv, hd]
@@ -28,7 +33,7 @@ extern "C" __global__ void wick_decode_attention_f16(
   const int from = (window > 0 && len > window) ? len - window : 0;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
 
-  extern __shared__ float sh[];
+  WICK_DYNAMIC_SHARED(float, sh);
   float* qh = sh;                         // [group, hd]
   float* red = qh + group * hd;           // [n_warps, group]
   float* maxes = red + n_warps * group;   // [group]

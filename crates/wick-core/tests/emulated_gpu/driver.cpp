@@ -1,0 +1,240 @@
+// Wick's CUDA kernels, compiled from their own source for the emulated GPU (emu.hpp), against
+// the host references the GPU tests use: the quantized products and their activation
+// quantizers (qmatvec.cu) bit for bit against the host twin (qmatvec_twin.c), the fused decode
+// attention (decode_attention.cu) within rounding of a sequential f64 reference. The launch
+// geometry is the launchers' (kernels/cuda/qmatvec.rs, kernels/cuda/mod.rs). Run by
+// tests/emulated_gpu.rs; exits non-zero on the first disagreement.
+
+#include "emu.hpp"
+
+#include "../../src/kernels/cuda/decode_attention.cu"
+#include "../../src/kernels/cuda/qmatvec.cu"
+
+#include <random>
+
+extern "C" size_t wick_qmv_twin_quantize(int type, const float* x, int k, void* out, int arm);
+extern "C" int wick_qmv_twin(int type, const uint8_t* w, size_t row_bytes, int n, int k, const void* act, int m,
+                             float* y, size_t ldy);
+
+using wick_emu::Buffer;
+
+static std::mt19937 rng(20261129);
+static int checks = 0;
+
+[[noreturn]] static void mismatch(const char* what) {
+  fprintf(stderr, "MISMATCH: %s\n", what);
+  exit(1);
+}
+
+static float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng); }
+
+// Activations with what the quantizers must round alike: zero blocks, ties at .5 of the
+// scale, a block's extremes equal and opposite, large and tiny magnitudes.
+static std::vector<float> activations(int m, int k) {
+  std::vector<float> x((size_t)m * k);
+  for (size_t i = 0; i < x.size(); i++) x[i] = uniform(-2.0f, 2.0f);
+  for (int v = 0; v < m; v++) {
+    float* r = &x[(size_t)v * k];
+    const int b = (v * 7) % (k / 32);
+    switch (v % 4) {
+      case 1: memset(r + 32 * b, 0, 32 * sizeof(float)); break;
+      case 2:
+        for (int i = 0; i < 32; i++) r[32 * b + i] = (float)(i - 16) * 0.5f / 127.0f * 3.0f;
+        r[32 * b] = 3.0f;
+        r[32 * b + 1] = -3.0f;
+        break;
+      case 3:
+        for (int i = 0; i < k; i++) r[i] *= i % 64 < 32 ? 1e4f : 1e-6f;
+        break;
+    }
+  }
+  return x;
+}
+
+static int block_values(int type) { return wq_k_quant(type) ? 256 : 32; }
+
+// GGUF blocks of random bytes with valid f16 scales (some zero or subnormal).
+static std::vector<uint8_t> weights(int type, int n, int k) {
+  const int bytes = wq_block_bytes(type), blocks = n * (k / block_values(type));
+  std::vector<uint8_t> w((size_t)blocks * bytes);
+  for (auto& b : w) b = (uint8_t)rng();
+  auto put = [](uint8_t* p, float f) {
+    const uint16_t h = wq_f32_to_f16(f);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+  };
+  for (int i = 0; i < blocks; i++) {
+    uint8_t* b = &w[(size_t)i * bytes];
+    const int pick = (int)(rng() % 16);
+    const float d = pick == 0 ? 0.0f : pick == 1 ? 3e-6f : uniform(-0.05f, 0.05f);
+    switch (type) {
+      case WQ_Q4_1: case WQ_Q5_1: case WQ_Q4_K: case WQ_Q5_K:
+        put(b, fabsf(d));
+        put(b + 2, uniform(0.0f, 0.02f));
+        break;
+      case WQ_Q6_K: put(b + 208, d); break;
+      default: put(b, d); break;
+    }
+  }
+  return w;
+}
+
+static const char* name(int type) {
+  switch (type) {
+    case WQ_Q4_0: return "q4_0";
+    case WQ_Q4_1: return "q4_1";
+    case WQ_Q5_0: return "q5_0";
+    case WQ_Q5_1: return "q5_1";
+    case WQ_Q8_0: return "q8_0";
+    case WQ_Q4_K: return "q4_K";
+    case WQ_Q5_K: return "q5_K";
+    default: return "q6_K";
+  }
+}
+
+static size_t act_row(int type, int k) { return wq_k_quant(type) ? (size_t)(k / 256) * sizeof(wq_a256) : (size_t)(k / 32) * sizeof(wq_a32); }
+
+// The launcher's first kernel: m rows of k values to activation blocks on the GPU.
+static std::vector<uint8_t> quantize_on_gpu(int type, const std::vector<float>& x, int m, int k, int arm) {
+  Buffer<float> dx(x);
+  Buffer<uint8_t> out(m * act_row(type, k));
+  const int nblk = k / block_values(type);
+  if (wq_k_quant(type)) {
+    wick_emu::launch(dim3(nblk, m), dim3(32), 0, [&] { wick_qmv_quantize_q8k(dx.ptr, (wq_a256*)out.ptr, k, nblk, arm); });
+  } else {
+    wick_emu::launch(dim3(nblk, m), dim3(32), 0, [&] { wick_qmv_quantize_q8(dx.ptr, (wq_a32*)out.ptr, k, nblk, arm); });
+  }
+  return out.read();
+}
+
+static void kernel_for(int type, const uint8_t* w, const void* act, float* dst, int n, int units, long long rb, int m) {
+  switch (type) {
+    case WQ_Q4_0: wick_qmv_q4_0(w, act, dst, n, units, rb, m); break;
+    case WQ_Q4_1: wick_qmv_q4_1(w, act, dst, n, units, rb, m); break;
+    case WQ_Q5_0: wick_qmv_q5_0(w, act, dst, n, units, rb, m); break;
+    case WQ_Q5_1: wick_qmv_q5_1(w, act, dst, n, units, rb, m); break;
+    case WQ_Q8_0: wick_qmv_q8_0(w, act, dst, n, units, rb, m); break;
+    case WQ_Q4_K: wick_qmv_q4_k(w, act, dst, n, units, rb, m); break;
+    case WQ_Q5_K: wick_qmv_q5_k(w, act, dst, n, units, rb, m); break;
+    default: wick_qmv_q6_k(w, act, dst, n, units, rb, m); break;
+  }
+}
+
+static void product(int type, int n, int k, int m, int arm) {
+  char what[160];
+  snprintf(what, sizeof what, "%s n=%d k=%d m=%d arm=%d", name(type), n, k, m, arm);
+  const std::vector<float> x = activations(m, k);
+  const std::vector<uint8_t> act = quantize_on_gpu(type, x, m, k, arm);
+  std::vector<uint8_t> twin_act(act.size());
+  for (int v = 0; v < m; v++)
+    wick_qmv_twin_quantize(type, &x[(size_t)v * k], k, &twin_act[v * act_row(type, k)], arm);
+  if (memcmp(act.data(), twin_act.data(), act.size()) != 0) mismatch((std::string("activations, ") + what).c_str());
+
+  const std::vector<uint8_t> w = weights(type, n, k);
+  const long long row_bytes = (long long)(k / block_values(type)) * wq_block_bytes(type);
+  std::vector<float> want((size_t)m * n);
+  if (wick_qmv_twin(type, w.data(), row_bytes, n, k, twin_act.data(), m, want.data(), n) != 0) mismatch(what);
+
+  Buffer<uint8_t> dw(w), da(act);
+  Buffer<float> dst((size_t)m * n);
+  const unsigned rows_per_block = 4, chunks = (m + WQ_MAX_VEC - 1) / WQ_MAX_VEC;
+  wick_emu::launch(dim3((n + rows_per_block - 1) / rows_per_block * chunks), dim3(32, rows_per_block), 0,
+                   [&] { kernel_for(type, dw.ptr, da.ptr, dst.ptr, n, k / 32, row_bytes, m); });
+  const std::vector<float> got = dst.read();
+  for (size_t i = 0; i < got.size(); i++) {
+    if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      fprintf(stderr, "row %zu col %zu: kernel %.9g, twin %.9g\n", i / n, i % n, got[i], want[i]);
+      mismatch(what);
+    }
+  }
+  checks++;
+  printf("qmatvec %-32s %zu products bit-equal to the twin\n", what, got.size());
+}
+
+// The fused decode attention against f64 arithmetic in the kernel's steps: the query and each
+// probability rounded to f16, the rest exact; the kernel's f32 sums differ by their rounding.
+static void attention(int b, int n_kv, int group, int hd, int t_pad, int window) {
+  char what[160];
+  snprintf(what, sizeof what, "B=%d n_kv=%d group=%d hd=%d t_pad=%d window=%d", b, n_kv, group, hd, t_pad, window);
+  const int n_head = n_kv * group, n_slots = b * t_pad + 5;
+  std::vector<float> q((size_t)b * n_head * hd);
+  for (auto& v : q) v = uniform(-1.0f, 1.0f);
+  std::vector<__half> kc((size_t)n_slots * n_kv * hd), vc(kc.size());
+  for (auto& v : kc) v = __float2half(uniform(-1.0f, 1.0f));
+  for (auto& v : vc) v = __float2half(uniform(-1.0f, 1.0f));
+  std::vector<uint32_t> slots(n_slots), reads((size_t)b * t_pad), lens(b);
+  for (int i = 0; i < n_slots; i++) slots[i] = i;
+  std::shuffle(slots.begin(), slots.end(), rng);
+  for (size_t i = 0; i < reads.size(); i++) reads[i] = slots[i];
+  for (int s = 0; s < b; s++) lens[s] = s == 0 ? t_pad : 1 + (uint32_t)(rng() % t_pad);
+  const float scale = 1.0f / sqrtf((float)hd);
+
+  Buffer<float> dq(q), scratch((size_t)b * n_head * t_pad), out((size_t)b * n_head * hd);
+  Buffer<__half> dk(kc), dv(vc);
+  Buffer<uint32_t> dr(reads), dl(lens);
+  const int threads = 128, n_warps = threads / 32;
+  const size_t shared = (size_t)(group * hd + n_warps * group + 2 * group) * sizeof(float);
+  wick_emu::launch(dim3(b, n_kv), dim3(threads), shared, [&] {
+    wick_decode_attention_f16(dq.ptr, dk.ptr, dv.ptr, dr.ptr, dl.ptr, scratch.ptr, out.ptr, n_kv, group, hd, t_pad,
+                              window, scale);
+  });
+  const std::vector<float> got = out.read();
+  double worst = 0.0;
+  for (int s = 0; s < b; s++) {
+    const int len = (int)lens[s], from = window > 0 && len > window ? len - window : 0;
+    for (int h = 0; h < n_head; h++) {
+      const int kvh = h / group;
+      const float* qh = &q[((size_t)s * n_head + h) * hd];
+      std::vector<double> e(len, 0.0);
+      double mx = -INFINITY, sum = 0.0;
+      for (int p = from; p < len; p++) {
+        const size_t at = ((size_t)reads[(size_t)s * t_pad + p] * n_kv + kvh) * hd;
+        double dot = 0.0;
+        for (int d = 0; d < hd; d++) dot += (double)__half2float(__float2half(qh[d])) * (double)__half2float(kc[at + d]);
+        e[p] = dot * scale;
+        mx = std::max(mx, e[p]);
+      }
+      for (int p = from; p < len; p++) sum += e[p] = exp(e[p] - mx);
+      for (int d = 0; d < hd; d++) {
+        double acc = 0.0, mag = 0.0;
+        for (int p = from; p < len; p++) {
+          const double pr = (double)__half2float(__float2half((float)(e[p] / sum)));
+          const double v = (double)__half2float(vc[((size_t)reads[(size_t)s * t_pad + p] * n_kv + kvh) * hd + d]);
+          acc += pr * v;
+          mag += fabs(pr * v);
+        }
+        const double err = fabs((double)got[((size_t)s * n_head + h) * hd + d] - acc) / (mag + 1e-30);
+        if (!(err <= 2e-3)) {
+          fprintf(stderr, "seq %d head %d dim %d: kernel %.9g, reference %.9g\n", s, h, d,
+                  got[((size_t)s * n_head + h) * hd + d], acc);
+          mismatch(what);
+        }
+        worst = std::max(worst, err);
+      }
+    }
+  }
+  checks++;
+  printf("decode attention %-40s worst error %.2e of Σ|p·v|\n", what, worst);
+}
+
+int main() {
+  const int small[] = {WQ_Q4_0, WQ_Q4_1, WQ_Q5_0, WQ_Q5_1, WQ_Q8_0};
+  const int kquant[] = {WQ_Q4_K, WQ_Q5_K, WQ_Q6_K};
+  int arm = 0;
+  for (int type : small) {
+    // k = 1056: 33 units, a second pass over the row with one lane live.
+    for (int k : {32, 1056})
+      for (int m : {1, 8, 11}) product(type, 6, k, m, arm ^= 1);
+  }
+  for (int type : kquant) {
+    // k = 2304: 72 sub-blocks, a third pass with one block (eight lanes) live.
+    for (int k : {256, 2304})
+      for (int m : {1, 9}) product(type, 5, k, m, arm ^= 1);
+  }
+  attention(3, 2, 3, 64, 40, 0);
+  attention(2, 1, 4, 128, 150, 0);
+  attention(3, 2, 1, 64, 70, 16);
+  attention(1, 4, 2, 80, 9, 0);
+  printf("%d kernel checks passed on the emulated GPU\n", checks);
+  return 0;
+}
