@@ -158,6 +158,11 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
     every_fixture decodes_batched a_ragged 2>&1 | tee -a "$report" | grep -E "^test |max \||panicked"
   WICK_DEVICE_QMATMUL=candle timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" "${e2e[@]}" 2>&1 |
     tail -2 | sed 's/^/candle kernels: /' | tee -a "$report"
+  # Wick's vector kernel at every row count (WICK_DEVICE_QMATMUL=wick-vec) in place of its
+  # tensor-core tiles above 8 rows: the same bits (device_kernels checks), so only the prefill's
+  # time differs.
+  WICK_DEVICE_QMATMUL=wick-vec timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" "${e2e[@]}" 2>&1 |
+    tail -2 | sed 's/^/wick vector kernel only: /' | tee -a "$report"
 
   # The fused decode attention in place of the composed ops (WICK_DEVICE_ATTENTION=fused,
   # models/attention.rs): the fixtures' agreement and batch invariance with it, and a decode's time.

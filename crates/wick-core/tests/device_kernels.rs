@@ -164,9 +164,10 @@ fn quantized_matmuls_agree_with_the_cpu_reference() {
     assert!(failures.is_empty(), "{} products off:\n{}", failures.len(), failures.join("\n"));
 }
 
-/// Wick's own kernel (`kernels::qmatvec`, the device path's default) on `WICK_TEST_DEVICE`
-/// against its host twin, the same C arithmetic compiled for the CPU: equal to the bit for
-/// every type it takes, every row count (chunks of eight, the last partial) and shape. The
+/// Wick's own kernels (`kernels::qmatvec`, the device path's default) on `WICK_TEST_DEVICE`
+/// against their host twin, the same C arithmetic compiled for the CPU: equal to the bit for
+/// every type they take, every row count (chunks of eight, the last partial; above eight rows
+/// both the tensor-core tiles and the vector kernel) and shape. The
 /// twin itself is checked against the exact path's row dots in the crate's unit tests. On
 /// candle's CPU device the op runs the twin: this checks the op's plumbing there.
 #[test]
@@ -196,10 +197,15 @@ fn wicks_quantized_kernel_equals_its_host_twin_bit_for_bit() {
                     QTensor::new(QStorage::from_data(bytes.clone().into(), &dev, dtype).unwrap(), (n, k))
                         .unwrap(),
                 );
-                for m in [1usize, 3, 8, 9, 70] {
+                // Up to 8 rows the vector kernel; above, the tiles, or the vector kernel asked.
+                let runs = [1usize, 3, 8, 9, 70]
+                    .into_iter()
+                    .flat_map(|m| [(m, qmatvec::Kernel::Tiles), (m, qmatvec::Kernel::Vector)])
+                    .filter(|&(m, kernel)| m > qmatvec::CHUNK || kernel == qmatvec::Kernel::Tiles);
+                for (m, kernel) in runs {
                     let x = values(m * k, seed + 1 + m as u64);
                     let xt = Tensor::from_vec(x.clone(), (m, k), &dev).unwrap();
-                    let got = qmatvec::qmatvec(&on_dev, &xt)
+                    let got = qmatvec::qmatvec(&on_dev, &xt, kernel)
                         .unwrap()
                         .flatten_all()
                         .unwrap()
@@ -211,7 +217,7 @@ fn wicks_quantized_kernel_equals_its_host_twin_bit_for_bit() {
                     if diff > 0 {
                         let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
                         off.push(format!(
-                            "{dtype:?} k {k} n {n} m {m}: {diff} of {} differ, by up to {worst:e}",
+                            "{dtype:?} k {k} n {n} m {m} {kernel:?}: {diff} of {} differ, by up to {worst:e}",
                             got.len()
                         ));
                     }

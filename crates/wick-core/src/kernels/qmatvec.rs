@@ -20,17 +20,30 @@ pub const ARM: i32 = cfg!(target_arch = "aarch64") as i32;
 /// result does not depend on the other rows of its pass.
 pub const CHUNK: usize = 8;
 
-/// The weight types the kernels take: ggml's type id (the C side's `WQ_*`) and the CUDA kernel.
-const TYPES: [(GgmlDType, i32, &str); 8] = [
-    (GgmlDType::Q4_0, 2, "wick_qmv_q4_0"),
-    (GgmlDType::Q4_1, 3, "wick_qmv_q4_1"),
-    (GgmlDType::Q5_0, 6, "wick_qmv_q5_0"),
-    (GgmlDType::Q5_1, 7, "wick_qmv_q5_1"),
-    (GgmlDType::Q8_0, 8, "wick_qmv_q8_0"),
-    (GgmlDType::Q4K, 12, "wick_qmv_q4_k"),
-    (GgmlDType::Q5K, 13, "wick_qmv_q5_k"),
-    (GgmlDType::Q6K, 14, "wick_qmv_q6_k"),
+/// The weight types the kernels take: ggml's type id (the C side's `WQ_*`) and the CUDA
+/// kernels, the vector one (`qmatvec.cu`) and the tensor-core one (`qgemm.cu`).
+const TYPES: [(GgmlDType, i32, &str, &str); 8] = [
+    (GgmlDType::Q4_0, 2, "wick_qmv_q4_0", "wick_qgemm_q4_0"),
+    (GgmlDType::Q4_1, 3, "wick_qmv_q4_1", "wick_qgemm_q4_1"),
+    (GgmlDType::Q5_0, 6, "wick_qmv_q5_0", "wick_qgemm_q5_0"),
+    (GgmlDType::Q5_1, 7, "wick_qmv_q5_1", "wick_qgemm_q5_1"),
+    (GgmlDType::Q8_0, 8, "wick_qmv_q8_0", "wick_qgemm_q8_0"),
+    (GgmlDType::Q4K, 12, "wick_qmv_q4_k", "wick_qgemm_q4_k"),
+    (GgmlDType::Q5K, 13, "wick_qmv_q5_k", "wick_qgemm_q5_k"),
+    (GgmlDType::Q6K, 14, "wick_qmv_q6_k", "wick_qgemm_q6_k"),
 ];
+
+/// Which CUDA kernel takes a product of more than `CHUNK` rows. Both give the same bits (the
+/// tiles add their float sums in the vector kernel's order), so this is a speed choice; on the
+/// CPU the twin takes every product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// The vector kernel at every row count, `CHUNK` rows a pass (a check, and the A/B's other
+    /// side: `WICK_DEVICE_QMATMUL=wick-vec`).
+    Vector,
+    /// Int8 tensor-core tiles above `CHUNK` rows (the default).
+    Tiles,
+}
 
 fn type_id(dtype: GgmlDType) -> Option<i32> {
     TYPES.iter().find(|t| t.0 == dtype).map(|t| t.1)
@@ -54,7 +67,7 @@ pub fn available(dtype: GgmlDType, device: &candle_core::Device) -> bool {
 }
 
 /// `x · wᵀ`: `x` `[m, k]` f32 on `w`'s device → `[m, n]` f32.
-pub fn qmatvec(w: &Arc<QTensor>, x: &Tensor) -> Result<Tensor> {
+pub fn qmatvec(w: &Arc<QTensor>, x: &Tensor, kernel: Kernel) -> Result<Tensor> {
     let (n, k) = w.shape().dims2()?;
     let (m, kx) = x.dims2()?;
     if kx != k || type_id(w.dtype()).is_none() || !k.is_multiple_of(w.dtype().block_size()) {
@@ -67,11 +80,13 @@ pub fn qmatvec(w: &Arc<QTensor>, x: &Tensor) -> Result<Tensor> {
         return Ok(Tensor::zeros((0, n), candle_core::DType::F32, x.device())?);
     }
     let x = x.to_dtype(candle_core::DType::F32)?.contiguous()?;
-    Ok(x.apply_op1_no_bwd(&QMatVec { w: w.clone() })?)
+    Ok(x.apply_op1_no_bwd(&QMatVec { w: w.clone(), kernel })?)
 }
 
 struct QMatVec {
     w: Arc<QTensor>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    kernel: Kernel,
 }
 
 impl CustomOp1 for QMatVec {
@@ -97,10 +112,16 @@ impl CustomOp1 for QMatVec {
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let (m, k) = l.shape().dims2()?;
         let dtype = self.w.dtype();
-        let Some(&(_, _, kernel)) = TYPES.iter().find(|t| t.0 == dtype) else {
+        let Some(&(_, _, vector, tiles)) = TYPES.iter().find(|t| t.0 == dtype) else {
             candle_core::bail!("qmatvec: no kernel for {dtype:?}")
         };
-        let launch = super::cuda::Launch { kernel, act_row: act_bytes(dtype, k), chunk: CHUNK, arm: ARM };
+        let launch = super::cuda::Launch {
+            kernel: vector,
+            tiles: (self.kernel == Kernel::Tiles).then_some(tiles),
+            act_row: act_bytes(dtype, k),
+            chunk: CHUNK,
+            arm: ARM,
+        };
         super::cuda::qmatvec(&self.w, &launch, s, l, m, k)
     }
 }

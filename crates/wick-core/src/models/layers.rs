@@ -161,7 +161,7 @@ pub(super) fn candle_quantized(dtype: GgmlDType, on_cpu: bool) -> bool {
         GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => false,
         GgmlDType::Q4_1 | GgmlDType::Q5_1 => {
             !on_cpu
-                || (QMatMulPath::get() == QMatMulPath::Wick
+                || (matches!(QMatMulPath::get(), QMatMulPath::Wick | QMatMulPath::WickVec)
                     && qmatvec::available(dtype, &candle_core::Device::Cpu))
         }
         _ => true,
@@ -170,10 +170,12 @@ pub(super) fn candle_quantized(dtype: GgmlDType, on_cpu: bool) -> bool {
 
 /// How the device path multiplies by a quantized weight. `WICK_DEVICE_QMATMUL` picks one, as a
 /// check (tests/device_kernels.rs compares them against the CPU on a GPU):
-/// - `wick` (the default): Wick's own kernel at every row count (`kernels::qmatvec`: the
+/// - `wick` (the default): Wick's own kernels at every row count (`kernels::qmatvec`: the
 ///   activations rounded as the exact path rounds them, each row's result independent of the
-///   others; on candle's CPU device its host twin); types it does not take (Q2_K, Q3_K) and
-///   builds without it (the twin is built for Linux only) take candle's choice;
+///   others; a warp per weight row up to 8 rows, int8 tensor-core tiles above, to the same
+///   bits; on candle's CPU device their host twin); types they do not take (Q2_K, Q3_K) and
+///   builds without them (the twin is built for Linux only) take candle's choice;
+/// - `wick-vec`: Wick's vector kernel at every row count (the tiles' A/B);
 /// - `candle`: candle's choice — on CUDA ggml's MMVQ kernels up to 8 rows and MMQ above, both
 ///   on q8_1 activations as llama.cpp's CUDA backend runs them (MMVQ parted from the exact path
 ///   by 2e-3–8e-3 on the H200: it rounds each activation block's sum through f16, and rounds
@@ -187,6 +189,7 @@ pub(super) fn candle_quantized(dtype: GgmlDType, on_cpu: bool) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QMatMulPath {
     Wick,
+    WickVec,
     Candle,
     F16,
     Dmmv,
@@ -200,6 +203,7 @@ impl QMatMulPath {
     pub fn get() -> Self {
         static PATH: std::sync::OnceLock<QMatMulPath> = std::sync::OnceLock::new();
         *PATH.get_or_init(|| match std::env::var("WICK_DEVICE_QMATMUL").as_deref() {
+            Ok("wick-vec") => Self::WickVec,
             Ok("candle") => Self::Candle,
             Ok("f16") => Self::F16,
             Ok("dmmv") => Self::Dmmv,
@@ -215,10 +219,12 @@ pub(super) fn device_qmatmul(w: &QMatMul, x: &Tensor) -> Result<Tensor> {
     let m = x.dim(0)?;
     let gemm = m > QMatMulPath::VECTOR_ROWS;
     Ok(match (w, QMatMulPath::get()) {
-        (QMatMul::QTensor(q), QMatMulPath::Wick)
+        (QMatMul::QTensor(q), path @ (QMatMulPath::Wick | QMatMulPath::WickVec))
             if x.rank() == 2 && qmatvec::available(q.dtype(), x.device()) =>
         {
-            return qmatvec::qmatvec(q, x);
+            let kernel =
+                if path == QMatMulPath::Wick { qmatvec::Kernel::Tiles } else { qmatvec::Kernel::Vector };
+            return qmatvec::qmatvec(q, x, kernel);
         }
         (QMatMul::QTensor(_), QMatMulPath::F16) if gemm => w.forward_via_f16(x)?,
         (QMatMul::QTensor(_), QMatMulPath::Mmq) if !gemm => {

@@ -8,6 +8,7 @@
 #include "emu.hpp"
 
 #include "../../src/kernels/cuda/decode_attention.cu"
+#include "../../src/kernels/cuda/qgemm.cu"
 #include "../../src/kernels/cuda/qmatvec.cu"
 
 #include <random>
@@ -120,9 +121,27 @@ static void kernel_for(int type, const uint8_t* w, const void* act, float* dst, 
   }
 }
 
-static void product(int type, int n, int k, int m, int arm) {
+static void gemm_for(int type, const uint8_t* w, const void* act, float* dst, int n, int units, long long rb, int m) {
+  switch (type) {
+    case WQ_Q4_0: wick_qgemm_q4_0(w, act, dst, n, units, rb, m); break;
+    case WQ_Q4_1: wick_qgemm_q4_1(w, act, dst, n, units, rb, m); break;
+    case WQ_Q5_0: wick_qgemm_q5_0(w, act, dst, n, units, rb, m); break;
+    case WQ_Q5_1: wick_qgemm_q5_1(w, act, dst, n, units, rb, m); break;
+    case WQ_Q8_0: wick_qgemm_q8_0(w, act, dst, n, units, rb, m); break;
+    case WQ_Q4_K: wick_qgemm_q4_k(w, act, dst, n, units, rb, m); break;
+    case WQ_Q5_K: wick_qgemm_q5_k(w, act, dst, n, units, rb, m); break;
+    default: wick_qgemm_q6_k(w, act, dst, n, units, rb, m); break;
+  }
+}
+
+enum Kernel { VEC, GEMM };
+
+// One product by `kernel` (qmatvec.cu's warp per row, or qgemm.cu's tensor-core tiles) against
+// the twin, bit for bit, its activations quantized on the GPU against the twin's too.
+static void product(Kernel kernel, int type, int n, int k, int m, int arm) {
   char what[160];
-  snprintf(what, sizeof what, "%s n=%d k=%d m=%d arm=%d", name(type), n, k, m, arm);
+  snprintf(what, sizeof what, "%s %s n=%d k=%d m=%d arm=%d", kernel == VEC ? "qmatvec" : "qgemm", name(type), n, k,
+           m, arm);
   const std::vector<float> x = activations(m, k);
   const std::vector<uint8_t> act = quantize_on_gpu(type, x, m, k, arm);
   std::vector<uint8_t> twin_act(act.size());
@@ -137,9 +156,15 @@ static void product(int type, int n, int k, int m, int arm) {
 
   Buffer<uint8_t> dw(w), da(act);
   Buffer<float> dst((size_t)m * n);
-  const unsigned rows_per_block = 4, chunks = (m + WQ_MAX_VEC - 1) / WQ_MAX_VEC;
-  wick_emu::launch(dim3((n + rows_per_block - 1) / rows_per_block * chunks), dim3(32, rows_per_block), 0,
-                   [&] { kernel_for(type, dw.ptr, da.ptr, dst.ptr, n, k / 32, row_bytes, m); });
+  if (kernel == VEC) {
+    const unsigned rows_per_block = 4, chunks = (m + WQ_MAX_VEC - 1) / WQ_MAX_VEC;
+    wick_emu::launch(dim3((n + rows_per_block - 1) / rows_per_block * chunks), dim3(32, rows_per_block), 0,
+                     [&] { kernel_for(type, dw.ptr, da.ptr, dst.ptr, n, k / 32, row_bytes, m); });
+  } else {
+    const unsigned tiles = (n + WQ_GEMM_ROWS - 1) / WQ_GEMM_ROWS * ((m + WQ_GEMM_VECS - 1) / WQ_GEMM_VECS);
+    wick_emu::launch(dim3(tiles), dim3(WQ_GEMM_THREADS), 0,
+                     [&] { gemm_for(type, dw.ptr, da.ptr, dst.ptr, n, k / 32, row_bytes, m); });
+  }
   const std::vector<float> got = dst.read();
   for (size_t i = 0; i < got.size(); i++) {
     if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
@@ -148,7 +173,7 @@ static void product(int type, int n, int k, int m, int arm) {
     }
   }
   checks++;
-  printf("qmatvec %-32s %zu products bit-equal to the twin\n", what, got.size());
+  printf("%-40s %zu products bit-equal to the twin\n", what, got.size());
 }
 
 // The fused decode attention against f64 arithmetic in the kernel's steps: the query and each
@@ -224,12 +249,16 @@ int main() {
   for (int type : small) {
     // k = 1056: 33 units, a second pass over the row with one lane live.
     for (int k : {32, 1056})
-      for (int m : {1, 8, 11}) product(type, 6, k, m, arm ^= 1);
+      for (int m : {1, 8, 11}) product(VEC, type, 6, k, m, arm ^= 1);
+    // Two tiles each way, both partial; k = 2112: 66 units, leaves of three units and of two.
+    for (int k : {32, 2112}) product(GEMM, type, 70, k, 20, arm ^= 1);
   }
   for (int type : kquant) {
     // k = 2304: 72 sub-blocks, a third pass with one block (eight lanes) live.
     for (int k : {256, 2304})
-      for (int m : {1, 9}) product(type, 5, k, m, arm ^= 1);
+      for (int m : {1, 9}) product(VEC, type, 5, k, m, arm ^= 1);
+    // k = 2304: 9 blocks, leaf 0 of three blocks, leaves 8, 16, 24 of two.
+    for (int k : {256, 2304}) product(GEMM, type, 70, k, 17, arm ^= 1);
   }
   attention(3, 2, 3, 64, 40, 0);
   attention(2, 1, 4, 128, 150, 0);

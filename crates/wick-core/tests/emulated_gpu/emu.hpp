@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -30,6 +31,11 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+// Static shared memory: one block runs at a time on a host thread, its fibers share it.
+#define __shared__ static thread_local
 // Dynamic shared memory: the block's buffer of the launch's size (see the kernels' default).
 #define WICK_DYNAMIC_SHARED(T, name) T* name = (T*)wick_emu::dynamic_shared()
 
@@ -66,12 +72,14 @@ struct Block {
   std::vector<Fiber> fibers;
   std::vector<char> stacks;
   std::vector<uint64_t> slots;                // a warp's shuffle values, a lane each
+  std::vector<void*> lane_ptrs;               // a warp's collective operands, a lane each
   std::vector<int> warp_arrived, warp_live;   // per warp
   int block_arrived = 0, block_live = 0;
   std::vector<unsigned char> shared;
   const std::function<void()>* body = nullptr;
   ucontext_t scheduler;
   Fiber* current = nullptr;
+  std::minstd_rand rng{1};
 };
 
 inline thread_local Block* block = nullptr;
@@ -95,14 +103,30 @@ inline void release_block() {
   block->block_arrived = 0;
 }
 
-// Every lane of the warp here: a full-mask collective needs all 32 (none exited).
-inline void warp_barrier() {
+// Every lane of the warp here: a full-mask collective needs all 32 (none exited). The last
+// lane to arrive runs `at_last` before any lane goes on: the moment the warp, in lockstep on a
+// GPU, would execute the instruction (so a collective that reads memory reads it then, not
+// after the other warps have run on).
+template <class F>
+inline void warp_collective(F&& at_last) {
   Block& b = *block;
   Fiber& f = me();
   if (b.warp_live[f.warp] != 32) fail("a full-mask warp collective with lanes exited or missing");
   f.waiting = true;
-  if (++b.warp_arrived[f.warp] == b.warp_live[f.warp]) release_warp(f.warp);
+  if (++b.warp_arrived[f.warp] == b.warp_live[f.warp]) {
+    at_last();
+    release_warp(f.warp);
+  }
   yield();
+}
+
+inline void warp_barrier() {
+  warp_collective([] {});
+}
+
+// Lane `lane` of the calling warp's slot for a collective's per-lane pointer.
+inline void*& lane_slot(int lane) {
+  return block->lane_ptrs[(size_t)me().warp * 32 + lane];
 }
 
 inline void block_barrier() {
@@ -132,6 +156,7 @@ inline void run_block(Block& b, uint3 idx) {
   b.fibers.assign(n, Fiber{});
   b.stacks.resize((size_t)n * kStack);
   b.slots.assign((size_t)(n + 31) / 32 * 32, 0);
+  b.lane_ptrs.assign((size_t)(n + 31) / 32 * 32, nullptr);
   b.warp_arrived.assign((n + 31) / 32, 0);
   b.warp_live.assign((n + 31) / 32, 0);
   b.block_arrived = 0;
@@ -149,14 +174,24 @@ inline void run_block(Block& b, uint3 idx) {
     f.ctx.uc_link = nullptr;
     makecontext(&f.ctx, fiber_main, 0);
   }
+  // Each pass runs the warps in a fresh random order (a warp's lanes in order, each up to its
+  // next barrier), so a block that leans on one warp running before another without a barrier
+  // between them reads stale or poisoned memory here, as it would on some GPU some day.
+  const int warps = (n + 31) / 32;
+  std::vector<int> order(warps);
+  for (int w = 0; w < warps; w++) order[w] = w;
   for (int left = n; left > 0;) {
     bool ran = false;
-    for (Fiber& f : b.fibers) {
-      if (f.done || f.waiting) continue;
-      b.current = &f;
-      swapcontext(&b.scheduler, &f.ctx);
-      ran = true;
-      if (f.done) left--;
+    for (int w = warps - 1; w > 0; w--) std::swap(order[w], order[b.rng() % (w + 1)]);
+    for (int w : order) {
+      for (int t = 32 * w; t < 32 * w + 32 && t < n; t++) {
+        Fiber& f = b.fibers[t];
+        if (f.done || f.waiting) continue;
+        b.current = &f;
+        swapcontext(&b.scheduler, &f.ctx);
+        ran = true;
+        if (f.done) left--;
+      }
     }
     if (!ran && left > 0) fail("deadlock: threads wait at a barrier the others never reach");
   }
@@ -169,6 +204,7 @@ inline void launch(dim3 grid, dim3 dim, size_t shared, const std::function<void(
   std::atomic<long> next{0};
   auto worker = [&] {
     Block b;
+    b.rng.seed(next.load() + 1);
     b.dim = dim;
     b.grid = grid;
     b.body = &body;
@@ -241,6 +277,10 @@ static inline T __shfl_xor_sync(unsigned mask, T v, int off, int width = 32) {
   return wick_emu::shfl_xor(mask, v, off);
 }
 static inline void __syncthreads() { wick_emu::block_barrier(); }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  if (mask != 0xffffffffu) wick_emu::fail("a __syncwarp mask short of the whole warp");
+  wick_emu::warp_barrier();
+}
 // Four signed byte products and c.
 static inline int __dp4a(int a, int b, int c) {
   for (int i = 0; i < 4; i++) c += (int8_t)(a >> (8 * i)) * (int8_t)(b >> (8 * i));

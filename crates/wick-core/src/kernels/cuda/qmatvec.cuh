@@ -299,11 +299,10 @@ WQ_FN void wq_unit_load(int type, const uint8_t* b, int j, wq_unit* u) {
   }
 }
 
-/* A unit against 32 activation quants `y` (four to a word): the integer Σ w·y into *isum
- * (times the K-quants' scales) and, for Q4_K/Q5_K, the min times the activations' sum `ysum`
- * into *imin. */
-WQ_FN void wq_unit_dot(int type, const wq_unit* u, const int32_t* y, int ysum, int* isum, int* imin) {
-  const int lo = wq_dot_words(u->q, y, 0, 4), hi = wq_dot_words(u->q, y, 4, 8);
+/* A unit's integer sums from its two half dots with 32 activation quants (values 0..16 and
+ * 16..32, however they were summed): the integer Σ w·y into *isum (times the K-quants' scales)
+ * and, for Q4_K/Q5_K, the min times the activations' sum `ysum` into *imin. */
+WQ_FN void wq_unit_sums(int type, const wq_unit* u, int lo, int hi, int ysum, int* isum, int* imin) {
   if (type == WQ_Q6_K) {
     *isum = u->sc[0] * lo + u->sc[1] * hi;
   } else if (wq_k_quant(type)) {
@@ -312,6 +311,11 @@ WQ_FN void wq_unit_dot(int type, const wq_unit* u, const int32_t* y, int ysum, i
     *isum = lo + hi;
   }
   *imin = u->mn * ysum;
+}
+
+/* The same against the quants `y` themselves (four to a word). */
+WQ_FN void wq_unit_dot(int type, const wq_unit* u, const int32_t* y, int ysum, int* isum, int* imin) {
+  wq_unit_sums(type, u, wq_dot_words(u->q, y, 0, 4), wq_dot_words(u->q, y, 4, 8), ysum, isum, imin);
 }
 
 /* A block's fold into a lane's two sums (`u`: any of its units): acc += isum·(dw·dy); the mins: Q4_1/Q5_1

@@ -1,5 +1,6 @@
-//! The launches of `qmatvec.cu` (what `kernels::qmatvec` runs on CUDA): the activation rows
-//! quantized into a scratch buffer, then a warp per weight row and chunk of activation rows.
+//! The launches of `qmatvec.cu` and `qgemm.cu` (what `kernels::qmatvec` runs on CUDA): the
+//! activation rows quantized into a scratch buffer, then a warp per weight row and chunk of
+//! activation rows, or, for more rows than a chunk, int8 tensor-core tiles.
 
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaStorage, WrapErr};
@@ -11,10 +12,20 @@ const MODULE: &str = "wick_qmatvec";
 /// Weight rows (warps) per thread block.
 const ROWS_PER_BLOCK: u32 = 4;
 
+const TILES_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/qgemm.ptx"));
+const TILES_MODULE: &str = "wick_qgemm";
+/// A tile block's weight rows, activation rows and threads (`qgemm.cu`'s `WQ_GEMM_*`).
+const TILE_ROWS: u32 = 64;
+const TILE_VECS: u32 = 16;
+const TILE_THREADS: u32 = 128;
+
 /// What the launches need to know of the product beyond its operands.
 pub struct Launch<'a> {
-    /// The product's kernel for the weight's type.
+    /// The product's vector kernel for the weight's type.
     pub kernel: &'a str,
+    /// Its tensor-core kernel, to take products of more than `chunk` rows (None: the vector
+    /// kernel takes every product).
+    pub tiles: Option<&'a str>,
     /// Bytes of one quantized activation row.
     pub act_row: usize,
     /// Activation rows a warp takes at once (`WQ_MAX_VEC`).
@@ -54,17 +65,28 @@ pub fn qmatvec(
     // writes m·nblk activation blocks, p.act_row bytes a row.
     unsafe { launch.launch(cfg) }.w()?;
 
-    // SAFETY: uninitialised; lane 0 of each row's warp writes its m outputs.
+    // SAFETY: uninitialised; either kernel writes each of the m·n outputs once.
     let out = unsafe { dev.alloc::<f32>(m * n) }?;
     let stream = dev.cuda_stream();
     let (wptr, _sync) = w.device_ptr_with_guard(&stream)?;
     let wptr = wptr as u64;
-    let func = dev.get_or_load_custom_func(p.kernel, MODULE, PTX)?;
-    let chunks = m.div_ceil(p.chunk) as u32;
-    let cfg = LaunchConfig {
-        grid_dim: ((n as u32).div_ceil(ROWS_PER_BLOCK) * chunks, 1, 1),
-        block_dim: (32, ROWS_PER_BLOCK, 1),
-        shared_mem_bytes: 0,
+    let (func, cfg) = match p.tiles.filter(|_| m > p.chunk) {
+        Some(tiles) => (
+            dev.get_or_load_custom_func(tiles, TILES_MODULE, TILES_PTX)?,
+            LaunchConfig {
+                grid_dim: ((n as u32).div_ceil(TILE_ROWS) * (m as u32).div_ceil(TILE_VECS), 1, 1),
+                block_dim: (TILE_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            },
+        ),
+        None => (
+            dev.get_or_load_custom_func(p.kernel, MODULE, PTX)?,
+            LaunchConfig {
+                grid_dim: ((n as u32).div_ceil(ROWS_PER_BLOCK) * m.div_ceil(p.chunk) as u32, 1, 1),
+                block_dim: (32, ROWS_PER_BLOCK, 1),
+                shared_mem_bytes: 0,
+            },
+        ),
     };
     let (n_i, units, m_i) = (n as i32, (k / 32) as i32, m as i32);
     let mut launch = func.builder();
@@ -72,8 +94,9 @@ pub fn qmatvec(
     launch.arg(&act);
     launch.arg(&out);
     candle_core::builder_arg!(launch, n_i, units, row_bytes, m_i);
-    // SAFETY: as above; the weight holds n rows of row_bytes (its storage, padded by candle),
-    // read while `_sync` keeps it ordered on this stream.
+    // SAFETY: as above (both kernels take the same arguments); the weight holds n rows of
+    // row_bytes (its storage, padded by candle), read while `_sync` keeps it ordered on this
+    // stream.
     unsafe { launch.launch(cfg) }.w()?;
     Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((m, n))))
 }

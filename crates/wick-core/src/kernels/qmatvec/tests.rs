@@ -3,7 +3,7 @@
 
 use candle_core::quantized::GgmlDType;
 
-use super::twin;
+use super::{twin, Kernel::Tiles};
 use crate::kernels::cpu::dot_checks::{lcg, random_blocks};
 use crate::kernels::cpu::k_quants::{dot_q4k, dot_q5k, dot_q6k};
 use crate::kernels::cpu::q8::{quantize_q8, quantize_q8k};
@@ -191,10 +191,17 @@ fn bad_shapes_are_refused() {
         .unwrap(),
     );
     let cpu = candle_core::Device::Cpu;
-    assert!(super::qmatvec(&q, &candle_core::Tensor::zeros((2, 32), candle_core::DType::F32, &cpu).unwrap())
-        .is_err());
-    let none =
-        super::qmatvec(&q, &candle_core::Tensor::zeros((0, 64), candle_core::DType::F32, &cpu).unwrap())
-            .unwrap();
+    assert!(super::qmatvec(
+        &q,
+        &candle_core::Tensor::zeros((2, 32), candle_core::DType::F32, &cpu).unwrap(),
+        Tiles
+    )
+    .is_err());
+    let none = super::qmatvec(
+        &q,
+        &candle_core::Tensor::zeros((0, 64), candle_core::DType::F32, &cpu).unwrap(),
+        Tiles,
+    )
+    .unwrap();
     assert_eq!(none.dims(), &[0, 4]);
 }
