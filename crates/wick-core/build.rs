@@ -10,11 +10,15 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The `.cu` files under src/kernels/cuda, by stem, with their own nvcc flags. The quantized
-/// products' results must equal their host twin's to the bit: `--fmad=false` writes their plain
-/// products and sums as `mul.rn`/`add.rn`, which ptxas may not contract into fma (their fmaf
-/// stay fma).
-const KERNELS: &[(&str, &[&str])] =
-    &[("decode_attention", &[]), ("qmatvec", &["--fmad=false"]), ("qgemm", &["--fmad=false"])];
+/// products' results must equal their host twin's to the bit, the conv step's the composed
+/// ops': `--fmad=false` writes their plain products and sums as `mul.rn`/`add.rn`, which
+/// ptxas may not contract into fma (their fmaf stay fma).
+const KERNELS: &[(&str, &[&str])] = &[
+    ("decode_attention", &[]),
+    ("qmatvec", &["--fmad=false"]),
+    ("qgemm", &["--fmad=false"]),
+    ("conv_step", &["--fmad=false"]),
+];
 
 fn main() {
     println!("cargo:rerun-if-changed=src/kernels/cuda");

@@ -241,3 +241,36 @@ fn dmmv(make: &dyn Fn() -> QMatMul, x: &Tensor) -> Option<Tensor> {
     }
     None
 }
+
+/// The short convolution's decode step in one op (`kernels::conv_step::fused`: the CUDA kernel
+/// on a GPU, its loops on candle's CPU device) against the composed candle ops on the same
+/// device: the outputs and next states equal to the bit, for LFM2's width 3 and others, one
+/// sequence and a batch.
+#[test]
+fn the_fused_conv_step_equals_the_composed_ops_bit_for_bit() {
+    use wick_core::kernels::conv_step;
+    let test = "the_fused_conv_step_equals_the_composed_ops_bit_for_bit";
+    let Some(dev) = device(test) else { return };
+    if !conv_step::available(&dev) {
+        common::skip(test, "this build has no fused conv step for the device");
+        return;
+    }
+    let bits = |t: &Tensor| -> Vec<u32> {
+        t.flatten_all().unwrap().to_vec1::<f32>().unwrap().into_iter().map(f32::to_bits).collect()
+    };
+    let mut checked = 0;
+    for (batch, d, l) in [(1usize, 2048usize, 3usize), (5, 300, 3), (3, 64, 2), (2, 130, 4)] {
+        let seed = (batch * 1000 + d * 10 + l) as u64;
+        let bcx = Tensor::from_vec(values(batch * 3 * d, seed), (batch, 3 * d), &dev).unwrap();
+        let prev = Tensor::from_vec(values(batch * (l - 1) * d, seed + 1), (batch, l - 1, d), &dev).unwrap();
+        let taps = Tensor::from_vec(values(l * d, seed + 2), (l, d), &dev).unwrap();
+        let fused = conv_step::fused(&bcx, &prev, &taps).unwrap();
+        let composed = conv_step::composed(&bcx, &prev, &taps).unwrap();
+        assert_eq!(fused.out.dims(), [batch, d]);
+        assert_eq!(fused.next.dims(), [batch, l - 1, d]);
+        assert!(bits(&fused.out) == bits(&composed.out), "B {batch} d {d} L {l}: outputs differ");
+        assert!(bits(&fused.next) == bits(&composed.next), "B {batch} d {d} L {l}: next states differ");
+        checked += 1;
+    }
+    eprintln!("conv step on {dev:?}: {checked} shapes bit-equal to the composed ops");
+}

@@ -21,8 +21,9 @@
 //! The CPU kernels run on `runtime::pool`. The device path (`runtime::device`) runs the models
 //! on candle's own CUDA, Metal and CPU kernels; kernels Wick adds for a device get their own
 //! directory beside `cpu/`: `cuda/` (`cuda` feature; PTX built by `build.rs`) holds the fused
-//! decode attention over the paged cache and the quantized matmul `qmatvec.rs` runs (its C
-//! arithmetic also built for the CPU as a host twin, which candle's CPU device runs).
+//! decode attention over the paged cache, the quantized matmuls `qmatvec.rs` runs (their C
+//! arithmetic also built for the CPU as a host twin, which candle's CPU device runs) and the
+//! short convolution's decode step `conv_step.rs` runs.
 //!
 //! Dependencies point one way: `feats` and `blocks` at the bottom, the row dots and panels on
 //! them, `matmul` and `attention` on those; kernels never import `models`.
@@ -31,6 +32,7 @@
 // plainly than zipped iterators.
 #![allow(clippy::needless_range_loop)]
 
+pub mod conv_step;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;

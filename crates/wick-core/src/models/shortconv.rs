@@ -9,6 +9,7 @@ use super::layers::Linear;
 use crate::cache::{BlockId, ConvState, KvPool, BLOCK_SIZE};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
+use crate::kernels::conv_step;
 use crate::kernels::cpu::elementwise::{short_conv, with_host_f32};
 use crate::runtime::device::Placement;
 
@@ -17,8 +18,8 @@ pub struct ShortConv {
     out_proj: Linear,
     /// The kernel `[d, L]` row-major on the host; tap L-1 multiplies the current token.
     kernel: Vec<f32>,
-    /// The device path's copy: tap k's `[d]` weights on the model's device.
-    taps: Vec<Tensor>,
+    /// The device path's copy `[L, d]` on the model's device: row k is tap k's weights.
+    taps: Option<Tensor>,
     pub l_cache: usize,
     pub d: usize,
     /// A bidirectional model's window, centred on each token (llama.cpp pads `(L-1)/2` of the
@@ -37,10 +38,8 @@ impl ShortConv {
         let w = g.f32_tensor(&name, dev)?.to_dtype(DType::F32)?;
         let kernel = w.flatten_all()?.to_vec1::<f32>()?;
         let taps = match dev.exact() {
-            true => Vec::new(),
-            false => (0..l_cache)
-                .map(|k| w.narrow(1, k, 1)?.flatten_all()?.contiguous())
-                .collect::<candle_core::Result<_>>()?,
+            true => None,
+            false => Some(w.t()?.contiguous()?),
         };
         Ok(Self {
             taps,
@@ -142,12 +141,17 @@ impl ShortConv {
     ) -> Result<Tensor> {
         let (d, l) = (self.d, self.l_cache);
         let (b, c, x) = (bcx.narrow(1, 0, d)?, bcx.narrow(1, d, d)?, bcx.narrow(1, 2 * d, d)?);
-        let bx = (b * x)?;
         let decoded = match plan.decodes.is_empty() || self.centred {
             true => None,
-            false => Some(self.decodes_on_device(&bx, &c, plan, layer, kv, states)?),
+            false => Some(self.decodes_on_device(bcx, plan, layer, kv, states)?),
         };
+        // B ⊙ X of every row, made once if a span other than the decodes needs it.
+        let mut all_bx = None;
         plan.merge_decodes(decoded, |i| {
+            let bx: &Tensor = match &mut all_bx {
+                Some(t) => t,
+                none => none.insert((&b * &x)?),
+            };
             let (span, (state, blocks)) = (plan.spans[i], &mut states[i]);
             let full = Tensor::cat(&[state.get(bcx.device())?, bx.narrow(0, span.start, span.len)?], 0)?;
             let window = match self.centred {
@@ -158,7 +162,7 @@ impl ShortConv {
                 }
                 false => full.clone(),
             };
-            let conv = self.taps_over(|k| window.narrow(0, k, span.len))?;
+            let conv = conv_step::taps_over(self.device_taps()?, |k| window.narrow(0, k, span.len))?;
             let first = (span.pos0 / BLOCK_SIZE + 1) * BLOCK_SIZE;
             for p in (first..=span.pos0 + span.len).step_by(BLOCK_SIZE) {
                 let snap = full.narrow(0, p - span.pos0, l - 1)?.flatten_all()?.to_vec1::<f32>()?;
@@ -172,33 +176,31 @@ impl ShortConv {
         })
     }
 
-    /// `Σ_k rows(k) ⊙ tap k`, tap 0 first.
-    fn taps_over(&self, rows: impl Fn(usize) -> candle_core::Result<Tensor>) -> Result<Tensor> {
-        let mut conv = rows(0)?.broadcast_mul(&self.taps[0])?;
-        for (k, tap) in self.taps.iter().enumerate().skip(1) {
-            conv = (conv + rows(k)?.broadcast_mul(tap)?)?;
-        }
-        Ok(conv)
+    fn device_taps(&self) -> Result<&Tensor> {
+        self.taps
+            .as_ref()
+            .ok_or_else(|| WickError::Internal("short conv: no device taps on the exact path".into()))
     }
 
     /// The conv step of the step's one-token sequences (`plan.decodes`) at once: their states
-    /// stacked `[B, L-1, d]` beside their new inputs, the taps over the batch, each new state a
-    /// row of one tensor. Returns `[B, d]` in `plan.decodes` order.
+    /// stacked `[B, L-1, d]` beside their rows of `bcx`, one op where the device has it
+    /// (`kernels::conv_step`), each new state a row of one tensor. Returns `[B, d]` in
+    /// `plan.decodes` order.
     fn decodes_on_device(
         &self,
-        bx: &Tensor,
-        c: &Tensor,
+        bcx: &Tensor,
         plan: &BatchPlan,
         layer: usize,
         kv: &KvPool,
         states: &mut [(&mut ConvState, &[BlockId])],
     ) -> Result<Tensor> {
-        let l = self.l_cache;
-        let prev = plan.decodes.iter().map(|&i| states[i].0.get(bx.device())).collect::<Result<Vec<_>>>()?;
-        let new = plan.decode_rows_of(bx)?.unsqueeze(1)?;
-        let full = Tensor::cat(&[Tensor::stack(&prev, 0)?, new], 1)?; // [B, L, d]
-        let conv = self.taps_over(|k| full.narrow(1, k, 1)?.squeeze(1))?;
-        let next = full.narrow(1, 1, l - 1)?.contiguous()?;
+        let prev = plan.decodes.iter().map(|&i| states[i].0.get(bcx.device())).collect::<Result<Vec<_>>>()?;
+        let (rows, prev, taps) = (plan.decode_rows_of(bcx)?, Tensor::stack(&prev, 0)?, self.device_taps()?);
+        let step = match conv_step::available(bcx.device()) {
+            true => conv_step::fused(&rows, &prev, taps)?,
+            false => conv_step::composed(&rows, &prev, taps)?,
+        };
+        let next = step.next;
         for (j, &i) in plan.decodes.iter().enumerate() {
             let (state, blocks) = &mut states[i];
             let row = next.get(j)?;
@@ -209,6 +211,6 @@ impl ShortConv {
             }
             state.set(row)?;
         }
-        Ok((plan.decode_rows_of(c)? * conv)?)
+        Ok(step.out)
     }
 }

@@ -2,11 +2,13 @@
 // the host references the GPU tests use: the quantized products and their activation
 // quantizers (qmatvec.cu) bit for bit against the host twin (qmatvec_twin.c), the fused decode
 // attention (decode_attention.cu) within rounding of a sequential f64 reference. The launch
-// geometry is the launchers' (kernels/cuda/qmatvec.rs, kernels/cuda/mod.rs). Run by
+// geometry is the launchers' (kernels/cuda/qmatvec.rs, kernels/cuda/mod.rs), and the short
+// convolution's decode step (conv_step.cu) bit for bit against the composed ops' arithmetic. Run by
 // tests/emulated_gpu.rs; exits non-zero on the first disagreement.
 
 #include "emu.hpp"
 
+#include "../../src/kernels/cuda/conv_step.cu"
 #include "../../src/kernels/cuda/decode_attention.cu"
 #include "../../src/kernels/cuda/qgemm.cu"
 #include "../../src/kernels/cuda/qmatvec.cu"
@@ -242,6 +244,41 @@ static void attention(int b, int n_kv, int group, int hd, int t_pad, int window)
   printf("decode attention %-40s worst error %.2e of Σ|p·v|\n", what, worst);
 }
 
+// The conv step against the composed candle ops' arithmetic (kernels/conv_step.rs `composed`):
+// v = b·x, the window [state, v], conv = w₀·t₀ then conv + wₖ·tₖ, out = c·conv, each op rounded.
+static void conv_step(int batch, int d, int l) {
+  char what[96];
+  snprintf(what, sizeof what, "B=%d d=%d L=%d", batch, d, l);
+  std::vector<float> bcx((size_t)batch * 3 * d), prev((size_t)batch * (l - 1) * d), taps((size_t)l * d);
+  for (auto* v : {&bcx, &prev, &taps})
+    for (auto& x : *v) x = uniform(-1.5f, 1.5f);
+  Buffer<float> dbcx(bcx), dprev(prev), dtaps(taps), out((size_t)l * batch * d);
+  const unsigned threads = 128;
+  wick_emu::launch(dim3((d + threads - 1) / threads, batch), dim3(threads), 0,
+                   [&] { wick_conv_step(dbcx.ptr, dprev.ptr, dtaps.ptr, out.ptr, batch, d, l); });
+  const std::vector<float> got = out.read();
+  for (int b = 0; b < batch; b++) {
+    for (int i = 0; i < d; i++) {
+      std::vector<float> window(l);
+      for (int k = 0; k < l - 1; k++) window[k] = prev[((size_t)b * (l - 1) + k) * d + i];
+      const float v = bcx[(size_t)b * 3 * d + i] * bcx[(size_t)b * 3 * d + 2 * d + i];
+      window[l - 1] = v;
+      float conv = window[0] * taps[i];
+      for (int k = 1; k < l; k++) {
+        const float term = window[k] * taps[(size_t)k * d + i];
+        conv = conv + term;
+      }
+      const float want = bcx[(size_t)b * 3 * d + d + i] * conv;
+      if (memcmp(&got[(size_t)b * d + i], &want, 4) != 0) mismatch((std::string("conv step output, ") + what).c_str());
+      for (int k = 1; k < l; k++)
+        if (memcmp(&got[((size_t)k * batch + b) * d + i], &window[k], 4) != 0)
+          mismatch((std::string("conv step state, ") + what).c_str());
+    }
+  }
+  checks++;
+  printf("conv step %-30s bit-equal to the composed ops\n", what);
+}
+
 int main() {
   const int small[] = {WQ_Q4_0, WQ_Q4_1, WQ_Q5_0, WQ_Q5_1, WQ_Q8_0};
   const int kquant[] = {WQ_Q4_K, WQ_Q5_K, WQ_Q6_K};
@@ -260,6 +297,9 @@ int main() {
     // k = 2304: 9 blocks, leaf 0 of three blocks, leaves 8, 16, 24 of two.
     for (int k : {256, 2304}) product(GEMM, type, 70, k, 17, arm ^= 1);
   }
+  conv_step(1, 2048, 3);
+  conv_step(5, 300, 3);
+  conv_step(2, 130, 4);
   attention(3, 2, 3, 64, 40, 0);
   attention(2, 1, 4, 128, 150, 0);
   attention(3, 2, 1, 64, 70, 16);

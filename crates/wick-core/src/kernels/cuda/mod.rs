@@ -10,7 +10,9 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Storage, Tensor};
 
 use crate::error::{Result, WickError};
 
+mod conv_step;
 mod qmatvec;
+pub use conv_step::conv_step;
 pub use qmatvec::{qmatvec, Launch};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_attention.ptx"));
