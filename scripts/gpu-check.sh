@@ -207,6 +207,14 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
       tail -2 | sed 's/^/-ngl 8: /' | tee -a "$report"
   fi
 
+  # Where a step's time goes by part of the model (WICK_DEVICE_TRACE: the device synchronized
+  # around each part; shares, not speed), for the prefill (TTFT) and the decode.
+  if fits "$t_e2e" "the traced prefill and decode"; then
+    say "## where a step's time goes on $dev (WICK_DEVICE_TRACE=1, gpu-lfm2-1.2b-q8_0)"
+    WICK_DEVICE_TRACE=1 timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" \
+      --prompt "${e2e[1]}" --gen 16 --repeats 1 2>&1 | sed -n '/^Where/,$p' | tee -a "$report"
+  fi
+
   # Where a decode step's time goes: the GPU's own time per kernel (Nsight Compute, clocks left
   # alone) over a 1-token prompt and 16 decoded tokens, against the same run's wall time.
   if command -v ncu >/dev/null && [ "$dev" != cpu-candle ] && fits $((t_prof + 30)) "the kernel profile"; then

@@ -8,7 +8,9 @@
 //! `--verify K`: also the time of a speculative step checking K drafts, 1 + K rows computed as
 //! decodes, against a decode step, at the same cache length; `--pack-cache DIR`: the repacked
 //! weights mapped from the pack cache in DIR, as `wick serve` holds them — a first run writes it).
-//! Threads: `WICK_THREADS` (default: all cores).
+//! Threads: `WICK_THREADS` (default: all cores). With `WICK_DEVICE_TRACE=1` it also prints where
+//! the last repeat's prefill and decode steps spent their time (`runtime::trace`; the traced
+//! runs are slower, so read the shares, not the speed).
 //! Prints median and min–max per phase. With `WICK_THREADS=1` it also prints tokens per second
 //! of the thread's CPU time (`/proc/thread-self/schedstat`), which a loaded machine moves much
 //! less than wall time: the figure to compare two builds by on a shared machine.
@@ -19,6 +21,7 @@ use wick_core::cache::{KvPool, KvTypes, BLOCK_SIZE};
 use wick_core::gguf::GgufFile;
 use wick_core::models::{self, StepSeq};
 use wick_core::runtime::device::{DeviceChoice, Placement};
+use wick_core::runtime::trace;
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
@@ -93,18 +96,21 @@ fn main() {
     let (mut pp, mut tg) = (vec![], vec![]);
     let (mut pp_cpu, mut tg_cpu) = (vec![], vec![]);
     let mut verify_ms = vec![];
+    let mut traces = (None, None);
     for rep in 0..=reps {
         let prompt: Vec<u32> = (0..np).map(|_| next()).collect();
         let mut cache = kv.new_seq();
         let (t, c) = (Instant::now(), cpu_ns());
         model.forward(&mut [StepSeq::tokens(&prompt, &mut cache)], &mut kv).expect("prefill");
         let (pp_s, pp_c) = (t.elapsed().as_secs_f64(), (cpu_ns() - c) / 1e9);
+        traces.0 = trace::report();
         let (t, c) = (Instant::now(), cpu_ns());
         for _ in 0..ng {
             let tok = [if same_token { 1000 } else { next() }];
             model.forward(&mut [StepSeq::tokens(&tok, &mut cache)], &mut kv).expect("decode");
         }
         let (tg_s, tg_c) = (t.elapsed().as_secs_f64(), (cpu_ns() - c) / 1e9);
+        traces.1 = trace::report();
         if verify > 0 && rep > 0 {
             verify_ms.push(verify_step_ms(model.as_ref(), &mut kv, &mut cache, verify, &mut next));
         }
@@ -128,6 +134,12 @@ fn main() {
             "  verify 1+{verify} rows: {vm:.2} ms/step ({vl:.2}-{vh:.2}) = {:.2} decode steps",
             vm / (1e3 / tm)
         );
+    }
+    if let (Some(pre), Some(dec)) = traces {
+        println!(
+            "\nWhere the steps' time went (WICK_DEVICE_TRACE, the last repeat), prefill of {np}:\n\n{pre}"
+        );
+        println!("decode, {ng} steps:\n\n{dec}");
     }
     if wick_core::runtime::pool::global().threads() == 1 {
         let ((pm, pl, ph), (tm, tl, th)) = (stats(&mut pp_cpu), stats(&mut tg_cpu));

@@ -17,7 +17,7 @@ use crate::gguf::GgufFile;
 use crate::kernels::{attend_many, rotate_runs, with_host_f32, SeqAttn};
 use crate::lora::{LoraMix, LoraRows};
 use crate::runtime::device::Placement;
-use crate::runtime::kept;
+use crate::runtime::{kept, trace};
 
 /// Where one sequence's new tokens sit in the step.
 #[derive(Debug, Clone, Copy)]
@@ -327,7 +327,9 @@ impl Attention {
         let scale = 1.0 / (hd as f64).sqrt();
         if !plan.exact {
             let at = OnDevice { plan, layer, kv, caches, window, scale };
-            let o = self.attend_on_device(&q, &k, &v, &at)?;
+            let o = trace::span("attention, between its projections", q.device(), || {
+                self.attend_on_device(&q, &k, &v, &at)
+            })?;
             return self.o.forward_lora(&o, rows, plan.deltas());
         }
         // A quantized cache stores rotated keys and values, as llama.cpp's (`KvTypes::rotation`).

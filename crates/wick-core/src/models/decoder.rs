@@ -17,7 +17,7 @@ use super::{Model, ModelHparams, StepOutput, StepSeq};
 use crate::cache::{KvPool, LayerKind, SeqCache};
 use crate::error::{Result, WickError};
 use crate::runtime::device::Placement;
-use crate::runtime::pool;
+use crate::runtime::{pool, trace};
 
 pub enum Operator {
     Attention(Attention),
@@ -193,7 +193,8 @@ impl Model for Decoder {
             let logits = self.forward_row_parallel(batch, kv, threads)?;
             return Ok(StepOutput { logits: Some(logits), hidden: Vec::new() });
         }
-        self.forward_prepared(batch, kv, plan)
+        let device = self.placement.device().clone();
+        trace::span(trace::STEP, &device, || self.forward_prepared(batch, kv, plan))
     }
 }
 

@@ -14,6 +14,7 @@ use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
 
 use crate::runtime::device::Placement;
+use crate::runtime::trace;
 
 pub enum Ffn {
     Dense(Mlp),
@@ -73,8 +74,10 @@ impl Mlp {
             (Gate::Silu, true) => swiglu(&g, &u)?,
             (Gate::GeluTanh, true) => geglu(&g, &u)?,
             // candle's kernel on any device: libm's `exp` where ggml has its own `expf`.
-            (Gate::Silu, false) => (g.silu()? * u)?,
-            (Gate::GeluTanh, false) => geglu_on_device(&g, &u)?,
+            (Gate::Silu, false) => trace::span("ffn activations", g.device(), || Ok((g.silu()? * &u)?))?,
+            (Gate::GeluTanh, false) => {
+                trace::span("ffn activations", g.device(), || geglu_on_device(&g, &u))?
+            }
         };
         self.down.forward_lora(&h, rows, lora)
     }

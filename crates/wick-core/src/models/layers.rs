@@ -14,6 +14,7 @@ use crate::kernels::cpu::{host_f16, matmul};
 use crate::kernels::qmatvec;
 use crate::kernels::{with_host_f32, PackedWeight};
 use crate::runtime::device::Placement;
+use crate::runtime::trace;
 
 use super::packs::{cached, cached_pack};
 
@@ -216,6 +217,14 @@ impl QMatMulPath {
 /// `x · wᵀ` for a quantized weight on the device path, by `QMatMulPath` (the same choice on
 /// candle's CPU device, so that the check device runs the GPU's graph).
 pub(super) fn device_qmatmul(w: &QMatMul, x: &Tensor) -> Result<Tensor> {
+    let part = match x.dim(0)? > QMatMulPath::VECTOR_ROWS {
+        true => "quantized products, > 8 rows",
+        false => "quantized products, ≤ 8 rows",
+    };
+    trace::span(part, x.device(), || qmatmul_by_path(w, x))
+}
+
+fn qmatmul_by_path(w: &QMatMul, x: &Tensor) -> Result<Tensor> {
     let m = x.dim(0)?;
     let gemm = m > QMatMulPath::VECTOR_ROWS;
     Ok(match (w, QMatMulPath::get()) {
@@ -353,15 +362,15 @@ impl Linear {
         let mut added = false;
         let y = match &self.w {
             Weight::Candle(w) => device_qmatmul(w, &x)?,
-            Weight::Half { w, dtype } => {
+            Weight::Half { w, dtype } => trace::span("float products", x.device(), || {
                 let xh = x.to_dtype(*dtype)?;
-                match w.dtype() {
+                Ok(match w.dtype() {
                     DType::F32 => xh.to_dtype(DType::F32)?.matmul(&w.t()?)?,
                     _ => xh.matmul(&w.t()?)?.to_dtype(DType::F32)?,
-                }
-            }
-            Weight::Ggml(w) => matmul::matmul(&x, w, rows)?,
-            Weight::HostF16(w) => w.matmul(&x, rows)?,
+                })
+            })?,
+            Weight::Ggml(w) => trace::span("host products", x.device(), || matmul::matmul(&x, w, rows))?,
+            Weight::HostF16(w) => trace::span("host products", x.device(), || w.matmul(&x, rows))?,
             Weight::Packed(w) => {
                 let y = with_host_f32(&x, |xs| -> Result<Vec<f32>> {
                     let mut y = w.matmul(xs, rows)?;
@@ -416,7 +425,9 @@ impl RmsNorm {
         // candle-nn's fused norm: one kernel per norm on a GPU (f32 sums, as llama.cpp's CUDA
         // and Metal kernels), where ggml's CPU steps on candle ops took ten launches and were
         // half of a decode step's kernels.
-        Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.w, self.eps)?)
+        trace::span("norms", x.device(), || {
+            Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.w, self.eps)?)
+        })
     }
 }
 

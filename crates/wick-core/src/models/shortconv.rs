@@ -12,6 +12,7 @@ use crate::gguf::GgufFile;
 use crate::kernels::conv_step;
 use crate::kernels::cpu::elementwise::{short_conv, with_host_f32};
 use crate::runtime::device::Placement;
+use crate::runtime::trace;
 
 pub struct ShortConv {
     in_proj: Linear,
@@ -67,7 +68,9 @@ impl ShortConv {
         let lora = plan.deltas();
         let bcx = self.in_proj.forward_lora(u, &plan.rows, lora)?;
         if !plan.exact {
-            let y = self.gated_conv_on_device(&bcx, plan, layer, kv, states)?;
+            let y = trace::span("short conv, between its projections", bcx.device(), || {
+                self.gated_conv_on_device(&bcx, plan, layer, kv, states)
+            })?;
             return self.out_proj.forward_lora(&y, &plan.rows, lora);
         }
         let y = with_host_f32(&bcx, |bcx| self.gated_conv_host(bcx, plan, layer, kv, states, u.device()))??;

@@ -6,6 +6,7 @@
 pub mod alloc;
 pub mod device;
 pub mod pool;
+pub mod trace;
 pub mod weight_cache;
 
 /// What `cell` holds, made by `make` the first time: a step's tables, built once and shared by
