@@ -16,14 +16,17 @@
 #
 # `run` writes the LFM2-1.2B-shaped model (d 2048, 16 layers in LFM2's conv/attention pattern,
 # 32/8 heads, FFN 8192, Q8_0 and F16: `wick-fixtures --gpu-check`), checks candle's quantized
-# matmul kernels against the CPU and Wick's own against their host twin, bit for bit
+# matmul kernels against the CPU, Wick's own (the vector kernel and the tensor-core tiles)
+# against their host twin and its fused conv step against the composed ops, bit for bit
 # (tests/device_kernels.rs), Wick's fused decode attention
 # against its f64 reference (tests/device_attention.rs), runs the device-path tests
 # on the GPU against the exact CPU path (tests/device_path.rs with WICK_TEST_DEVICE=cuda: greedy
 # tokens and probabilities on every fixture architecture), the same under compute-sanitizer
 # (memcheck), then the latency server's published benchmark (benches/serving.rs: 1024 input /
 # 128 output tokens, concurrency 1, 256 prompts after 128 warm-up; then 16/64/256) and prefill/
-# decode (benches/e2e.rs) on both files. Everything goes to stdout and, when $OUT is set (the
+# decode (benches/e2e.rs) on both files, with A/Bs of the kernel choices and a trace of where a
+# prefill's and a decode's time goes (WICK_DEVICE_TRACE). Everything goes to stdout and, when
+# $OUT is set (the
 # device runner's output folder), to $OUT/gpu-check.md, a section for benches/RESULTS.md.
 #
 # Published for comparison (SGLang, LFM2.5-1.2B): B300 TTFT 8.79 ms, TPOT 0.86 ms, 1100.92 tok/s;
@@ -174,6 +177,15 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
       tail -2 | sed 's/^/fused attention: /' | tee -a "$report"
   fi
 
+  # Where a step's time goes by part of the model (WICK_DEVICE_TRACE: the device synchronized
+  # around each part; shares, not speed), for the prefill (TTFT) and the decode: before the
+  # optional steps below, which the lease's budget may cut.
+  if fits "$t_e2e" "the traced prefill and decode"; then
+    say "## where a step's time goes on $dev (WICK_DEVICE_TRACE=1, gpu-lfm2-1.2b-q8_0)"
+    WICK_DEVICE_TRACE=1 timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" \
+      --prompt "${e2e[1]}" --gen 16 --repeats 1 2>&1 | sed -n '/^Where/,$p' | tee -a "$report"
+  fi
+
   for f in q8_0 f16; do
     [ "$f" = f16 ] && ! fits "$t_e2e" "the F16 file" && continue
     local m=$models/gpu-lfm2-1.2b-$f.gguf bytes
@@ -205,14 +217,6 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
   if fits "$t_e2e" "the -ngl 8 decode"; then
     timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" -ngl 8 "${e2e[@]}" 2>&1 |
       tail -2 | sed 's/^/-ngl 8: /' | tee -a "$report"
-  fi
-
-  # Where a step's time goes by part of the model (WICK_DEVICE_TRACE: the device synchronized
-  # around each part; shares, not speed), for the prefill (TTFT) and the decode.
-  if fits "$t_e2e" "the traced prefill and decode"; then
-    say "## where a step's time goes on $dev (WICK_DEVICE_TRACE=1, gpu-lfm2-1.2b-q8_0)"
-    WICK_DEVICE_TRACE=1 timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" \
-      --prompt "${e2e[1]}" --gen 16 --repeats 1 2>&1 | sed -n '/^Where/,$p' | tee -a "$report"
   fi
 
   # Where a decode step's time goes: the GPU's own time per kernel (Nsight Compute, clocks left
