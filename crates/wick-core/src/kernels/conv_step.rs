@@ -9,6 +9,7 @@
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
 use crate::error::{Result, WickError};
+use crate::kernels::cpu::elementwise::f32_operand;
 
 /// The step's outputs `C ⊙ conv` `[B, d]` and next states `[B, L-1, d]` (a view).
 pub struct Step {
@@ -83,14 +84,11 @@ impl CustomOp3 for ConvStep {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (batch, width) = l1.shape().dims2()?;
+        let (batch, _) = l1.shape().dims2()?;
         let (l, d) = l3.shape().dims2()?;
-        let (CpuStorage::F32(bcx), CpuStorage::F32(prev), CpuStorage::F32(taps)) = (s1, s2, s3) else {
-            candle_core::bail!("conv step: f32 operands")
-        };
-        let bcx = &bcx[l1.start_offset()..l1.start_offset() + batch * width];
-        let prev = &prev[l2.start_offset()..l2.start_offset() + batch * (l - 1) * d];
-        let taps = &taps[l3.start_offset()..l3.start_offset() + l * d];
+        let op = "conv step";
+        let (bcx, prev, taps) =
+            (f32_operand(s1, l1, op)?, f32_operand(s2, l2, op)?, f32_operand(s3, l3, op)?);
         let mut out = vec![0f32; l * batch * d];
         // The kernel's loop, a channel at a time.
         for b in 0..batch {

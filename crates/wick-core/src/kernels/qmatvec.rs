@@ -11,6 +11,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
 use crate::error::{Result, WickError};
+use crate::kernels::cpu::elementwise::f32_operand;
 
 /// The host's rounding rules for the activations (`qmatvec.cuh`): the exact path's, which
 /// follow ggml's NEON code on aarch64 and its x86 code elsewhere.
@@ -97,8 +98,7 @@ impl CustomOp1 for QMatVec {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let (m, k) = l.shape().dims2()?;
         let n = self.w.shape().dims2()?.0;
-        let CpuStorage::F32(xs) = s else { candle_core::bail!("qmatvec: f32 activations") };
-        let xs = &xs[l.start_offset()..l.start_offset() + m * k];
+        let xs = f32_operand(s, l, "qmatvec")?;
         let data = self.w.data()?;
         let y = twin::matvec(self.w.dtype(), &data, n, k, xs, m).map_err(candle_core::Error::msg)?;
         Ok((CpuStorage::F32(y), Shape::from((m, n))))

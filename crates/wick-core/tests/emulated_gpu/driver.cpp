@@ -110,30 +110,23 @@ static std::vector<uint8_t> quantize_on_gpu(int type, const std::vector<float>& 
   return out.read();
 }
 
-static void kernel_for(int type, const uint8_t* w, const void* act, float* dst, int n, int units, long long rb, int m) {
-  switch (type) {
-    case WQ_Q4_0: wick_qmv_q4_0(w, act, dst, n, units, rb, m); break;
-    case WQ_Q4_1: wick_qmv_q4_1(w, act, dst, n, units, rb, m); break;
-    case WQ_Q5_0: wick_qmv_q5_0(w, act, dst, n, units, rb, m); break;
-    case WQ_Q5_1: wick_qmv_q5_1(w, act, dst, n, units, rb, m); break;
-    case WQ_Q8_0: wick_qmv_q8_0(w, act, dst, n, units, rb, m); break;
-    case WQ_Q4_K: wick_qmv_q4_k(w, act, dst, n, units, rb, m); break;
-    case WQ_Q5_K: wick_qmv_q5_k(w, act, dst, n, units, rb, m); break;
-    default: wick_qmv_q6_k(w, act, dst, n, units, rb, m); break;
-  }
-}
+// Each weight type's two product kernels (their signatures are one).
+using Product = void (*)(const uint8_t*, const void*, float*, int, int, long long, int);
+struct TypeKernels {
+  int type;
+  Product vec, gemm;
+};
+static const TypeKernels kKernels[] = {
+    {WQ_Q4_0, wick_qmv_q4_0, wick_qgemm_q4_0}, {WQ_Q4_1, wick_qmv_q4_1, wick_qgemm_q4_1},
+    {WQ_Q5_0, wick_qmv_q5_0, wick_qgemm_q5_0}, {WQ_Q5_1, wick_qmv_q5_1, wick_qgemm_q5_1},
+    {WQ_Q8_0, wick_qmv_q8_0, wick_qgemm_q8_0}, {WQ_Q4_K, wick_qmv_q4_k, wick_qgemm_q4_k},
+    {WQ_Q5_K, wick_qmv_q5_k, wick_qgemm_q5_k}, {WQ_Q6_K, wick_qmv_q6_k, wick_qgemm_q6_k},
+};
 
-static void gemm_for(int type, const uint8_t* w, const void* act, float* dst, int n, int units, long long rb, int m) {
-  switch (type) {
-    case WQ_Q4_0: wick_qgemm_q4_0(w, act, dst, n, units, rb, m); break;
-    case WQ_Q4_1: wick_qgemm_q4_1(w, act, dst, n, units, rb, m); break;
-    case WQ_Q5_0: wick_qgemm_q5_0(w, act, dst, n, units, rb, m); break;
-    case WQ_Q5_1: wick_qgemm_q5_1(w, act, dst, n, units, rb, m); break;
-    case WQ_Q8_0: wick_qgemm_q8_0(w, act, dst, n, units, rb, m); break;
-    case WQ_Q4_K: wick_qgemm_q4_k(w, act, dst, n, units, rb, m); break;
-    case WQ_Q5_K: wick_qgemm_q5_k(w, act, dst, n, units, rb, m); break;
-    default: wick_qgemm_q6_k(w, act, dst, n, units, rb, m); break;
-  }
+static const TypeKernels& kernels_of(int type) {
+  for (const auto& k : kKernels)
+    if (k.type == type) return k;
+  mismatch("a weight type without kernels");
 }
 
 enum Kernel { VEC, GEMM };
@@ -161,11 +154,11 @@ static void product(Kernel kernel, int type, int n, int k, int m, int arm) {
   if (kernel == VEC) {
     const unsigned rows_per_block = 4, chunks = (m + WQ_MAX_VEC - 1) / WQ_MAX_VEC;
     wick_emu::launch(dim3((n + rows_per_block - 1) / rows_per_block * chunks), dim3(32, rows_per_block), 0,
-                     [&] { kernel_for(type, dw.ptr, da.ptr, dst.ptr, n, k / 32, row_bytes, m); });
+                     [&] { kernels_of(type).vec(dw.ptr, da.ptr, dst.ptr, n, k / 32, row_bytes, m); });
   } else {
     const unsigned tiles = (n + WQ_GEMM_ROWS - 1) / WQ_GEMM_ROWS * ((m + WQ_GEMM_VECS - 1) / WQ_GEMM_VECS);
     wick_emu::launch(dim3(tiles), dim3(WQ_GEMM_THREADS), 0,
-                     [&] { gemm_for(type, dw.ptr, da.ptr, dst.ptr, n, k / 32, row_bytes, m); });
+                     [&] { kernels_of(type).gemm(dw.ptr, da.ptr, dst.ptr, n, k / 32, row_bytes, m); });
   }
   const std::vector<float> got = dst.read();
   for (size_t i = 0; i < got.size(); i++) {

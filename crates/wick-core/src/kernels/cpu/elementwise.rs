@@ -33,6 +33,14 @@ pub fn with_host_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
     Ok(f(&t.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?))
 }
 
+/// A custom op's CPU operand as f32 values (`op` names it in the error): contiguous f32 only.
+pub fn f32_operand<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
+        _ => candle_core::bail!("{op}: operands must be contiguous f32"),
+    }
+}
+
 /// ggml `rms_norm` (+ the following `mul`): sum of squares in f64, `scale = 1/sqrtf(mean+ε)`
 /// in f32, `y = x·scale·w`.
 struct GgmlRmsNorm {
@@ -51,13 +59,7 @@ impl CustomOp2 for GgmlRmsNorm {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (Some((a1, b1)), Some((a2, b2))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
-            candle_core::bail!("rms_norm needs contiguous inputs")
-        };
-        let (CpuStorage::F32(x), CpuStorage::F32(w)) = (s1, s2) else {
-            candle_core::bail!("rms_norm is implemented for f32 only")
-        };
-        let (x, w) = (&x[a1..b1], &w[a2..b2]);
+        let (x, w) = (f32_operand(s1, l1, "rms_norm")?, f32_operand(s2, l2, "rms_norm")?);
         let n = w.len();
         if n == 0 || !x.len().is_multiple_of(n) {
             candle_core::bail!("rms_norm: {} values do not split into rows of {n}", x.len())
