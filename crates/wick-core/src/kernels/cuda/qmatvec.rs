@@ -55,15 +55,22 @@ pub fn qmatvec(
     let (quantize, k_i, nblk_i) =
         (if block == 256 { "wick_qmv_quantize_q8k" } else { "wick_qmv_quantize_q8" }, k as i32, nblk as i32);
     let func = dev.get_or_load_custom_func(quantize, MODULE, PTX)?;
-    let cfg = LaunchConfig { grid_dim: (nblk, m as u32, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
-    let mut launch = func.builder();
-    launch.arg(&x);
-    launch.arg(&act);
-    candle_core::builder_arg!(launch, k_i, nblk_i);
-    launch.arg(&p.arm);
-    // SAFETY: the arguments are the kernel's in order and type; it reads m rows of k values and
-    // writes m·nblk activation blocks, p.act_row bytes a row.
-    unsafe { launch.launch(cfg) }.w()?;
+    // A grid's y extent is at most 65535: a longer prompt's rows in slices.
+    for first in (0..m).step_by(65535) {
+        let rows = (m - first).min(65535);
+        let cfg =
+            LaunchConfig { grid_dim: (nblk, rows as u32, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+        let (xs, acts) = (x.slice(first * k..), act.slice(first * p.act_row..));
+        let mut launch = func.builder();
+        launch.arg(&xs);
+        launch.arg(&acts);
+        candle_core::builder_arg!(launch, k_i, nblk_i);
+        launch.arg(&p.arm);
+        // SAFETY: the arguments are the kernel's in order and type; it reads `rows` rows of k
+        // values from row `first` and writes their rows·nblk activation blocks, p.act_row bytes
+        // a row, from row `first` of `act`.
+        unsafe { launch.launch(cfg) }.w()?;
+    }
 
     // SAFETY: uninitialised; either kernel writes each of the m·n outputs once.
     let out = unsafe { dev.alloc::<f32>(m * n) }?;
