@@ -1,9 +1,10 @@
 //! Wick's quantized matrix product for the device path: activation rows against a GGUF weight,
-//! `CHUNK` rows a pass, the activations rounded as the exact CPU path rounds them
-//! (`cuda/qmatvec.cuh` says why candle's MMVQ is not used). One candle op with two bodies
-//! built from the same C source: the CUDA kernels (`cuda/qmatvec.cu`, `cuda` feature) and their
-//! host twin (`cuda/qmatvec_twin.c`, Linux builds: cfg `wick_qmv_twin`), which agree to the
-//! bit; the twin runs on candle's CPU device, so the check device runs the GPU's arithmetic.
+//! the activations rounded as the exact CPU path rounds them (`cuda/qmatvec.cuh` says why
+//! candle's MMVQ is not used). One candle op with two bodies built from the same C source: the
+//! CUDA kernels (`cuda` feature: `cuda/qmatvec.cu`, a warp per weight row and `CHUNK` rows a
+//! pass; `cuda/qgemm.cu`, int8 tensor-core tiles for more rows, `Kernel`) and their host twin
+//! (`cuda/qmatvec_twin.c`, Linux builds: cfg `wick_qmv_twin`), which all agree to the bit; the
+//! twin runs on candle's CPU device, so the check device runs the GPU's arithmetic.
 
 use std::sync::Arc;
 

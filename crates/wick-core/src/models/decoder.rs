@@ -193,8 +193,7 @@ impl Model for Decoder {
             let logits = self.forward_row_parallel(batch, kv, threads)?;
             return Ok(StepOutput { logits: Some(logits), hidden: Vec::new() });
         }
-        let device = self.placement.device().clone();
-        trace::span(trace::STEP, &device, || self.forward_prepared(batch, kv, plan))
+        trace::span(trace::STEP, self.placement.device(), || self.forward_prepared(batch, kv, plan))
     }
 }
 
