@@ -72,6 +72,9 @@ pub struct BatchPlan {
     decode_slots: OnceLock<Vec<DecodeBatch>>,
     /// Their rows of the step's activations, when the step holds other sequences too.
     decode_rows: OnceLock<Tensor>,
+    /// The device path's causal masks of the step's other spans, by span and window: made by
+    /// the first attention layer that needs one, uploaded once for all of them.
+    masks: std::sync::Mutex<Vec<(usize, Option<usize>, Tensor)>>,
 }
 
 impl BatchPlan {
@@ -172,6 +175,7 @@ impl BatchPlan {
             decodes,
             decode_slots: OnceLock::new(),
             decode_rows: OnceLock::new(),
+            masks: Default::default(),
         })
     }
 
@@ -211,6 +215,18 @@ impl BatchPlan {
         }
         Ok(Tensor::cat(&outs, 0)?)
     }
+    /// Span `i`'s causal mask with `window` (`causal_mask`), made once a step.
+    fn causal_mask(&self, i: usize, window: Option<usize>, dev: &candle_core::Device) -> Result<Tensor> {
+        let mut masks = self.masks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, m)) = masks.iter().find(|(s, w, _)| *s == i && *w == window) {
+            return Ok(m.clone());
+        }
+        let span = self.spans[i];
+        let m = causal_mask(span.pos0, span.len, window, dev)?;
+        masks.push((i, window, m.clone()));
+        Ok(m)
+    }
+
     pub fn n_tokens(&self) -> usize {
         self.positions.len()
     }
@@ -424,7 +440,7 @@ impl Attention {
             let qs = qs.transpose(0, 1)?.contiguous()?.reshape((n_kv, group * len, hd))?;
             let scores = (qs.matmul(&ks.t()?)? * scale)?.reshape((n_kv, group, len, total))?;
             let scores = match self.causal {
-                true => scores.broadcast_add(&causal_mask(span.pos0, len, window, q.device())?)?,
+                true => scores.broadcast_add(&plan.causal_mask(i, window, q.device())?)?,
                 false => scores,
             };
             let p = candle_nn::ops::softmax_last_dim(&scores)?;
