@@ -82,19 +82,6 @@ static std::vector<uint8_t> weights(int type, int n, int k) {
   return w;
 }
 
-static const char* name(int type) {
-  switch (type) {
-    case WQ_Q4_0: return "q4_0";
-    case WQ_Q4_1: return "q4_1";
-    case WQ_Q5_0: return "q5_0";
-    case WQ_Q5_1: return "q5_1";
-    case WQ_Q8_0: return "q8_0";
-    case WQ_Q4_K: return "q4_K";
-    case WQ_Q5_K: return "q5_K";
-    default: return "q6_K";
-  }
-}
-
 static size_t act_row(int type, int k) { return wq_k_quant(type) ? (size_t)(k / 256) * sizeof(wq_a256) : (size_t)(k / 32) * sizeof(wq_a32); }
 
 // The launcher's first kernel: m rows of k values to activation blocks on the GPU.
@@ -114,13 +101,14 @@ static std::vector<uint8_t> quantize_on_gpu(int type, const std::vector<float>& 
 using Product = void (*)(const uint8_t*, const void*, float*, int, int, long long, int);
 struct TypeKernels {
   int type;
+  const char* name;
   Product vec, gemm;
 };
 static const TypeKernels kKernels[] = {
-    {WQ_Q4_0, wick_qmv_q4_0, wick_qgemm_q4_0}, {WQ_Q4_1, wick_qmv_q4_1, wick_qgemm_q4_1},
-    {WQ_Q5_0, wick_qmv_q5_0, wick_qgemm_q5_0}, {WQ_Q5_1, wick_qmv_q5_1, wick_qgemm_q5_1},
-    {WQ_Q8_0, wick_qmv_q8_0, wick_qgemm_q8_0}, {WQ_Q4_K, wick_qmv_q4_k, wick_qgemm_q4_k},
-    {WQ_Q5_K, wick_qmv_q5_k, wick_qgemm_q5_k}, {WQ_Q6_K, wick_qmv_q6_k, wick_qgemm_q6_k},
+    {WQ_Q4_0, "q4_0", wick_qmv_q4_0, wick_qgemm_q4_0}, {WQ_Q4_1, "q4_1", wick_qmv_q4_1, wick_qgemm_q4_1},
+    {WQ_Q5_0, "q5_0", wick_qmv_q5_0, wick_qgemm_q5_0}, {WQ_Q5_1, "q5_1", wick_qmv_q5_1, wick_qgemm_q5_1},
+    {WQ_Q8_0, "q8_0", wick_qmv_q8_0, wick_qgemm_q8_0}, {WQ_Q4_K, "q4_K", wick_qmv_q4_k, wick_qgemm_q4_k},
+    {WQ_Q5_K, "q5_K", wick_qmv_q5_k, wick_qgemm_q5_k}, {WQ_Q6_K, "q6_K", wick_qmv_q6_k, wick_qgemm_q6_k},
 };
 
 static const TypeKernels& kernels_of(int type) {
@@ -135,7 +123,7 @@ enum Kernel { VEC, GEMM };
 // the twin, bit for bit, its activations quantized on the GPU against the twin's too.
 static void product(Kernel kernel, int type, int n, int k, int m, int arm) {
   char what[160];
-  snprintf(what, sizeof what, "%s %s n=%d k=%d m=%d arm=%d", kernel == VEC ? "qmatvec" : "qgemm", name(type), n, k,
+  snprintf(what, sizeof what, "%s %s n=%d k=%d m=%d arm=%d", kernel == VEC ? "qmatvec" : "qgemm", kernels_of(type).name, n, k,
            m, arm);
   const std::vector<float> x = activations(m, k);
   const std::vector<uint8_t> act = quantize_on_gpu(type, x, m, k, arm);
