@@ -18,6 +18,7 @@ const KERNELS: &[(&str, &[&str])] = &[
     ("qmatvec", &["--fmad=false"]),
     ("qgemm", &["--fmad=false"]),
     ("conv_step", &["--fmad=false"]),
+    ("row_ops", &["--fmad=false"]),
 ];
 
 fn main() {
@@ -57,6 +58,7 @@ fn host_twin() {
     }
     let built = cc::Build::new()
         .file("src/kernels/cuda/qmatvec_twin.c")
+        .file("src/kernels/cuda/row_ops_twin.c")
         .opt_level(3)
         // The twin's float steps are the kernel's: no contraction into fma beyond its own.
         .flag_if_supported("-ffp-contract=off")

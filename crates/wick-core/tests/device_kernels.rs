@@ -274,3 +274,47 @@ fn the_fused_conv_step_equals_the_composed_ops_bit_for_bit() {
     }
     eprintln!("conv step on {dev:?}: {checked} shapes bit-equal to the composed ops");
 }
+
+/// The row ops (`kernels::row_ops`: RMSNorm, with the residual add, and SwiGLU) on the test
+/// device against their host twin on the CPU, bit for bit: on a GPU that is the CUDA kernels
+/// against the twin; here, the fused add and the strided halves against the add and the norm
+/// apart and contiguous copies.
+#[test]
+fn the_row_ops_equal_their_host_twin_bit_for_bit() {
+    use wick_core::kernels::row_ops;
+    let test = "the_row_ops_equal_their_host_twin_bit_for_bit";
+    let Some(dev) = device(test) else { return };
+    if !row_ops::available(&dev) || !row_ops::available(&Device::Cpu) {
+        common::skip(test, "this build has no row ops for the device, or no host twin");
+        return;
+    }
+    let bits = |t: &Tensor| -> Vec<u32> {
+        t.flatten_all().unwrap().to_vec1::<f32>().unwrap().into_iter().map(f32::to_bits).collect()
+    };
+    let on = |t: &Tensor, d: &Device| t.to_device(d).unwrap();
+    let mut checked = 0;
+    for (rows, n) in [(1usize, 2048usize), (48, 64), (7, 300), (3, 8192), (130, 2048)] {
+        let seed = (rows * 100_000 + n) as u64;
+        let x = Tensor::from_vec(values(rows * n, seed), (rows, n), &Device::Cpu).unwrap();
+        let y = Tensor::from_vec(values(rows * n, seed + 1), (rows, n), &Device::Cpu).unwrap();
+        let w = Tensor::from_vec(values(n, seed + 2), n, &Device::Cpu).unwrap();
+        let twin = row_ops::rms_norm(&x, &w, 1e-5).unwrap();
+        let got = row_ops::rms_norm(&on(&x, &dev), &on(&w, &dev), 1e-5).unwrap();
+        assert!(bits(&got) == bits(&twin), "rms_norm, {rows} rows of {n}");
+        // The twin's add-and-norm as the add, then the norm (on the CPU this checks the op's
+        // plumbing, on a GPU the kernel).
+        let h = (&x + &y).unwrap();
+        let normed = row_ops::rms_norm(&h, &w, 1e-5).unwrap();
+        let (dh, dnormed) = row_ops::add_rms_norm(&on(&x, &dev), &on(&y, &dev), &on(&w, &dev), 1e-5).unwrap();
+        assert!(bits(&dh) == bits(&h) && bits(&dnormed) == bits(&normed), "add_rms_norm, {rows} rows of {n}");
+        // SwiGLU over the halves of one [rows, 2n] product, as the FFN reads them.
+        let gu = Tensor::from_vec(values(rows * 2 * n, seed + 3), (rows, 2 * n), &Device::Cpu).unwrap();
+        let gu = (gu * 8.0).unwrap();
+        let halves = |t: &Tensor| (t.narrow(1, 0, n).unwrap(), t.narrow(1, n, n).unwrap());
+        let ((g, u), (dg, du)) = (halves(&gu), halves(&on(&gu, &dev)));
+        let want = row_ops::swiglu(&g.contiguous().unwrap(), &u.contiguous().unwrap()).unwrap();
+        assert!(bits(&row_ops::swiglu(&dg, &du).unwrap()) == bits(&want), "swiglu, {rows} rows of {n}");
+        checked += 1;
+    }
+    eprintln!("row ops on {dev:?}: {checked} shapes bit-equal to the host twin");
+}

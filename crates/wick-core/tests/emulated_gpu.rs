@@ -4,8 +4,8 @@
 //! guard pages around every buffer, buffers poisoned with NaN bytes, undefined-behaviour
 //! sanitizer on for misaligned loads), and `driver.cpp` runs each kernel with its launcher's
 //! geometry against the host references: the quantized products and their activation
-//! quantizers bit for bit against the host twin, the fused decode attention within rounding
-//! of an f64 reference. A GPU run still decides what a GPU does (`tests/device_kernels.rs`,
+//! quantizers bit for bit against the host twin, the row ops (RMSNorm, SwiGLU) bit for bit
+//! against theirs, the fused decode attention within rounding of an f64 reference. A GPU run still decides what a GPU does (`tests/device_kernels.rs`,
 //! `tests/device_attention.rs`); this catches the kernels' indexing, collectives and memory
 //! bugs first, on every CI run.
 
@@ -51,11 +51,19 @@ fn wicks_cuda_kernels_agree_with_their_references_on_an_emulated_gpu() {
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let (cc, cxx) =
         (std::env::var("CC").unwrap_or("cc".into()), std::env::var("CXX").unwrap_or("c++".into()));
-    let (twin, driver) = (tmp.join("emulated-gpu-twin.o"), tmp.join("emulated-gpu"));
+    let driver = tmp.join("emulated-gpu");
     let emu = root.join("tests/emulated_gpu");
     let include = format!("-I{}", emu.display()); // its cuda_fp16.h
-    let built =
-        compile(&cc, &["-c"], &[&root.join("src/kernels/cuda/qmatvec_twin.c")], &twin).and_then(|()| {
+                                                  // The host twins, each to its object, then the driver with them.
+    let twins: Vec<PathBuf> =
+        ["qmatvec_twin", "row_ops_twin"].iter().map(|t| tmp.join(format!("emulated-gpu-{t}.o"))).collect();
+    let built = ["qmatvec_twin", "row_ops_twin"]
+        .iter()
+        .zip(&twins)
+        .try_for_each(|(t, o)| compile(&cc, &["-c"], &[&root.join(format!("src/kernels/cuda/{t}.c"))], o))
+        .and_then(|()| {
+            let mut sources = vec![emu.join("driver.cpp")];
+            sources.extend(twins.iter().cloned());
             compile(
                 &cxx,
                 &[
@@ -67,7 +75,7 @@ fn wicks_cuda_kernels_agree_with_their_references_on_an_emulated_gpu() {
                     "-pthread",
                     &include,
                 ],
-                &[&emu.join("driver.cpp"), &twin],
+                &sources.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
                 &driver,
             )
         });

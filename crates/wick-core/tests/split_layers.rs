@@ -45,13 +45,14 @@ fn split_models_agree_with_the_exact_path() {
 }
 
 /// Each split point runs a different mix of the two paths: on a fixture whose device path is
-/// not bit-equal to the exact path (F16 weights: candle's f16 products sum in their own order),
+/// not bit-equal to the exact path in any block (tiny-lfm2's F16 weights: candle's f16 products
+/// sum in their own order; the tiny llama's blocks are now bit-equal, the norms being ggml's),
 /// the probabilities along a prompt and 16 decodes at `-ngl 0` (exact), each split and every
 /// layer with the head (`-ngl all`) all differ — the split is where it says, the head moves only past the block count.
 #[test]
 fn each_split_point_places_the_blocks_it_names() {
     let Some(dev_at) = under_test("each_split_point_places_the_blocks_it_names") else { return };
-    let path = fixture_dir().join("tiny-llama-f16.gguf");
+    let path = fixture_dir().join("tiny-lfm2-f16.gguf");
     let n = n_layer(&path);
     let p = prompt(80);
     let follow: Vec<u32> = (0..16).map(|i| 3 + (i * 53) % 250).collect();

@@ -37,6 +37,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod qmatvec;
+pub mod row_ops;
 
 pub use cpu::attention::{attend, attend_many, SeqAttn};
 pub(crate) use cpu::elementwise::with_host_f32;

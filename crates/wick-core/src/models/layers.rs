@@ -11,7 +11,7 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::rms_norm;
 use crate::kernels::cpu::{host_f16, matmul};
-use crate::kernels::qmatvec;
+use crate::kernels::{qmatvec, row_ops};
 use crate::kernels::{with_host_f32, PackedWeight};
 use crate::runtime::device::Placement;
 use crate::runtime::trace;
@@ -406,7 +406,7 @@ pub(super) fn deltas_then_bias(
 }
 
 /// RMSNorm over the last dim, in f32: `w ⊙ x / sqrt(mean(x²) + ε)`; Wick's kernel on the exact
-/// path, candle-nn's fused one on the device path.
+/// path, its device op (`row_ops`, the same arithmetic) or candle-nn's on the device path.
 pub struct RmsNorm {
     w: Tensor,
     eps: f32,
@@ -422,11 +422,11 @@ impl RmsNorm {
         if self.exact {
             return rms_norm(x, &self.w, self.eps);
         }
-        // candle-nn's fused norm: one kernel per norm on a GPU (f32 sums, as llama.cpp's CUDA
-        // and Metal kernels), where ggml's CPU steps on candle ops took ten launches and were
-        // half of a decode step's kernels.
-        trace::span("norms", x.device(), || {
-            Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.w, self.eps)?)
+        // One launch per norm: Wick's in ggml's CPU arithmetic where it is built (`row_ops`),
+        // else candle-nn's (f32 sums, as llama.cpp's Metal kernel).
+        trace::span("norms", x.device(), || match row_ops::available(x.device()) {
+            true => row_ops::rms_norm(x, &self.w, self.eps),
+            false => Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.w, self.eps)?),
         })
     }
 }

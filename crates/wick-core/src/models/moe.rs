@@ -21,6 +21,7 @@ use std::sync::{Arc, OnceLock};
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 
+use super::ffn::silu_mul;
 use super::layers::{Linear, RowPos};
 use super::packs::cached_pack;
 use crate::error::{Result, WickError};
@@ -333,7 +334,7 @@ impl Moe {
                     let xe = x.index_select(&idx, 0)?;
                     let single = vec![RowPos::SINGLE; members.len()];
                     let (g, u) = (ex.gate.forward(&xe, &single)?, ex.up.forward(&xe, &single)?);
-                    let h = if self.exact { swiglu(&g, &u)? } else { (g.silu()? * u)? };
+                    let h = if self.exact { swiglu(&g, &u)? } else { silu_mul(&g, &u)? };
                     let y = ex.down.forward(&h, &single)?.to_vec2::<f32>()?;
                     for ((t, slot), row) in members.into_iter().zip(y) {
                         outs[t][slot] = Some(row);

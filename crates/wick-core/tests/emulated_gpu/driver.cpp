@@ -3,7 +3,9 @@
 // quantizers (qmatvec.cu) bit for bit against the host twin (qmatvec_twin.c), the fused decode
 // attention (decode_attention.cu) within rounding of a sequential f64 reference. The launch
 // geometry is the launchers' (kernels/cuda/qmatvec.rs, kernels/cuda/mod.rs), and the short
-// convolution's decode step (conv_step.cu) bit for bit against the composed ops' arithmetic. Run by
+// convolution's decode step (conv_step.cu) bit for bit against the composed ops' arithmetic, the row
+// ops (row_ops.cu: RMSNorm with and without the residual add, SwiGLU over strided rows) bit for bit
+// against their twin (row_ops_twin.c). Run by
 // tests/emulated_gpu.rs; exits non-zero on the first disagreement.
 
 #include "emu.hpp"
@@ -12,12 +14,17 @@
 #include "../../src/kernels/cuda/decode_attention.cu"
 #include "../../src/kernels/cuda/qgemm.cu"
 #include "../../src/kernels/cuda/qmatvec.cu"
+#include "../../src/kernels/cuda/row_ops.cu"
 
 #include <random>
 
 extern "C" size_t wick_qmv_twin_quantize(int type, const float* x, int k, void* out, int arm);
 extern "C" int wick_qmv_twin(int type, const uint8_t* w, size_t row_bytes, int n, int k, const void* act, int m,
                              float* y, size_t ldy);
+extern "C" void wick_rms_norm_twin(const float* x, const float* add, const float* w, float* sum_out, float* y,
+                                   size_t rows, int n, float eps);
+extern "C" void wick_swiglu_twin(const float* g, const float* u, float* y, size_t rows, int n, size_t g_stride,
+                                 size_t u_stride);
 
 using wick_emu::Buffer;
 
@@ -260,6 +267,52 @@ static void conv_step(int batch, int d, int l) {
   printf("conv step %-30s bit-equal to the composed ops\n", what);
 }
 
+static void same_bits(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  if (got.size() != want.size() || memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0) mismatch(what);
+}
+
+// RMSNorm (row_ops.cu) with the launcher's geometry (kernels/cuda/row_ops.rs): a block of
+// WR_NORM_THREADS per row. Rows of mixed scales (1e-3 … 1e3) so the f64 shares matter.
+static void rms_norm(int rows, int n, bool with_add) {
+  char what[96];
+  snprintf(what, sizeof what, "rows=%d n=%d%s", rows, n, with_add ? " with the add" : "");
+  std::vector<float> x((size_t)rows * n), add(x.size()), w(n);
+  for (size_t i = 0; i < x.size(); i++) x[i] = uniform(-2.0f, 2.0f) * (i % 7 == 0 ? 1e3f : i % 5 == 0 ? 1e-3f : 1.0f);
+  for (auto& v : add) v = uniform(-1.0f, 1.0f);
+  for (auto& v : w) v = uniform(0.5f, 1.5f);
+  Buffer<float> dx(x), dadd(add), dw(w), sums(x.size()), norms(x.size());
+  const float eps = 1e-5f;
+  wick_emu::launch(dim3(rows), dim3(WR_NORM_THREADS), 0, [&] {
+    wick_rms_norm(dx.ptr, with_add ? dadd.ptr : nullptr, dw.ptr, sums.ptr, norms.ptr, n, eps);
+  });
+  std::vector<float> want_sums(x.size()), want(x.size());
+  wick_rms_norm_twin(x.data(), with_add ? add.data() : nullptr, w.data(), with_add ? want_sums.data() : nullptr,
+                     want.data(), rows, n, eps);
+  same_bits(norms.read(), want, (std::string("rms_norm, ") + what).c_str());
+  if (with_add) same_bits(sums.read(), want_sums, (std::string("rms_norm sums, ") + what).c_str());
+  checks++;
+  printf("rms_norm %-34s bit-equal to the twin\n", what);
+}
+
+// SwiGLU (row_ops.cu) over the halves of a stacked [rows, 2n] product, as the FFN reads them, with
+// gates across expf's ranges (overflow and underflow of the exponent included).
+static void swiglu(int rows, int n) {
+  char what[96];
+  snprintf(what, sizeof what, "rows=%d n=%d", rows, n);
+  std::vector<float> gu((size_t)rows * 2 * n);
+  for (size_t i = 0; i < gu.size(); i++) gu[i] = uniform(-12.0f, 12.0f) * (i % 11 == 0 ? 10.0f : 1.0f);
+  if (gu.size() > 4) gu[0] = -100.0f, gu[1] = 95.0f, gu[2] = 0.0f, gu[3] = -0.0f;
+  Buffer<float> dgu(gu), out((size_t)rows * n);
+  const long long total = (long long)rows * n;
+  wick_emu::launch(dim3((unsigned)((total + WR_GLU_THREADS - 1) / WR_GLU_THREADS)), dim3(WR_GLU_THREADS), 0,
+                   [&] { wick_swiglu(dgu.ptr, dgu.ptr + n, out.ptr, total, n, 2LL * n, 2LL * n); });
+  std::vector<float> want((size_t)rows * n);
+  wick_swiglu_twin(gu.data(), gu.data() + n, want.data(), rows, n, 2 * n, 2 * n);
+  same_bits(out.read(), want, (std::string("swiglu, ") + what).c_str());
+  checks++;
+  printf("swiglu %-36s bit-equal to the twin\n", what);
+}
+
 int main() {
   const int small[] = {WQ_Q4_0, WQ_Q4_1, WQ_Q5_0, WQ_Q5_1, WQ_Q8_0};
   const int kquant[] = {WQ_Q4_K, WQ_Q5_K, WQ_Q6_K};
@@ -281,6 +334,17 @@ int main() {
   conv_step(1, 2048, 3);
   conv_step(5, 300, 3);
   conv_step(2, 130, 4);
+  // A decode row of LFM2-1.2B's width; rows narrower than the block (a head's Q/K norm); a width
+  // that leaves threads short a value; several rows.
+  rms_norm(1, 2048, false);
+  rms_norm(1, 2048, true);
+  rms_norm(6, 64, false);
+  // Many rows: an f32 square's rounding (or its absence) moves some rows' f32 mean.
+  rms_norm(256, 64, false);
+  rms_norm(3, 300, true);
+  rms_norm(2, 8192, true);
+  swiglu(1, 8192);
+  swiglu(3, 300);
   attention(3, 2, 3, 64, 40, 0);
   attention(2, 1, 4, 128, 150, 0);
   attention(3, 2, 1, 64, 70, 16);

@@ -282,6 +282,17 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu) {
   wick_emu::warp_barrier();
 }
 // Four signed byte products and c.
+// The bit casts, as the device's intrinsics.
+static inline float __uint_as_float(unsigned int u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static inline unsigned int __float_as_uint(float f) {
+  unsigned int u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
 static inline int __dp4a(int a, int b, int c) {
   for (int i = 0; i < 4; i++) c += (int8_t)(a >> (8 * i)) * (int8_t)(b >> (8 * i));
   return c;

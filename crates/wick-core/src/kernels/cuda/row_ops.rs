@@ -1,0 +1,112 @@
+//! The launches of `row_ops.cu` (what `kernels::row_ops` runs on CUDA).
+
+use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaStorage, WrapErr};
+use candle_core::Layout;
+
+use crate::kernels::row_ops::row_stride;
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/row_ops.ptx"));
+/// `WR_NORM_THREADS` and `WR_GLU_THREADS` (row_ops.cuh): the norm's sums follow the first.
+const NORM_THREADS: u32 = 128;
+const GLU_THREADS: u32 = 256;
+
+/// `x` (+ `add`), contiguous f32 rows of `w`'s width → their norms times `w`; with an add, the
+/// sums first and then the norms (`[2, ..x]`).
+pub fn rms_norm(
+    (x, xl): (&CudaStorage, &Layout),
+    add: Option<(&CudaStorage, &Layout)>,
+    (w, wl): (&CudaStorage, &Layout),
+    eps: f32,
+) -> candle_core::Result<CudaStorage> {
+    let n = wl.shape().elem_count();
+    let count = xl.shape().elem_count();
+    let contiguous = xl.is_contiguous() && wl.is_contiguous() && add.is_none_or(|(_, l)| l.is_contiguous());
+    if n == 0 || !count.is_multiple_of(n) || !contiguous || add.is_some_and(|(_, l)| l.shape() != xl.shape())
+    {
+        candle_core::bail!(
+            "rms_norm: x {:?}, weight {:?} (contiguous rows of the weight's width)",
+            xl.shape(),
+            wl.shape()
+        )
+    }
+    let rows = count / n;
+    if rows == 0 || rows > i32::MAX as usize {
+        candle_core::bail!("rms_norm: {rows} rows (one block a row)")
+    }
+    let dev = x.device.clone();
+    let x = x.as_cuda_slice::<f32>()?.slice(xl.start_offset()..xl.start_offset() + count);
+    let w = w.as_cuda_slice::<f32>()?.slice(wl.start_offset()..wl.start_offset() + n);
+    // SAFETY: uninitialised; the kernel writes every sum (with an add) and every norm.
+    let out = unsafe { dev.alloc::<f32>(if add.is_some() { 2 * count } else { count }) }?;
+    let func = dev.get_or_load_custom_func("wick_rms_norm", "wick_row_ops", PTX)?;
+    let cfg =
+        LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (NORM_THREADS, 1, 1), shared_mem_bytes: 0 };
+    let add = match add {
+        Some((a, al)) => Some(a.as_cuda_slice::<f32>()?.slice(al.start_offset()..al.start_offset() + count)),
+        None => None,
+    };
+    {
+        let (sums, norms) = match add {
+            Some(_) => (out.slice(..count), out.slice(count..)),
+            None => (out.slice(..0), out.slice(..)),
+        };
+        let (n_i, null) = (n as i32, 0u64);
+        let mut launch = func.builder();
+        launch.arg(&x);
+        match &add {
+            Some(a) => launch.arg(a),
+            None => launch.arg(&null),
+        };
+        launch.arg(&w);
+        launch.arg(&sums);
+        launch.arg(&norms);
+        candle_core::builder_arg!(launch, n_i, eps);
+        // SAFETY: the arguments are the kernel's in order and type (a null add: no sums
+        // written); it reads `rows` rows of n from x (and add) and n weights, and writes rows·n
+        // sums (with an add) and rows·n norms, inside `out`.
+        unsafe { launch.launch(cfg) }.w()?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}
+
+/// `silu(g)·u` over `[m, n]` views whose rows are runs of adjacent values → `[m, n]`.
+pub fn swiglu(
+    (g, gl): (&CudaStorage, &Layout),
+    (u, ul): (&CudaStorage, &Layout),
+) -> candle_core::Result<CudaStorage> {
+    let (m, n) = gl.shape().dims2()?;
+    let (Some(gs), Some(us)) = (row_stride(gl), row_stride(ul)) else {
+        candle_core::bail!("swiglu: operands must be rows of adjacent values")
+    };
+    if ul.shape() != gl.shape() {
+        candle_core::bail!("swiglu: gate {:?}, up {:?}", gl.shape(), ul.shape())
+    }
+    let total = m * n;
+    let dev = g.device.clone();
+    let span = |stride: usize| m.saturating_sub(1) * stride + n;
+    let g = g.as_cuda_slice::<f32>()?.slice(gl.start_offset()..gl.start_offset() + span(gs));
+    let u = u.as_cuda_slice::<f32>()?.slice(ul.start_offset()..ul.start_offset() + span(us));
+    // SAFETY: uninitialised; the kernel writes all m·n outputs.
+    let out = unsafe { dev.alloc::<f32>(total.max(1)) }?;
+    if total == 0 {
+        return Ok(CudaStorage::wrap_cuda_slice(out, dev));
+    }
+    let blocks = total.div_ceil(GLU_THREADS as usize);
+    if u32::try_from(blocks).is_err() {
+        candle_core::bail!("swiglu: {total} values exceed a grid")
+    }
+    let func = dev.get_or_load_custom_func("wick_swiglu", "wick_row_ops", PTX)?;
+    let cfg =
+        LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (GLU_THREADS, 1, 1), shared_mem_bytes: 0 };
+    let (total_i, n_i, gs_i, us_i) = (total as i64, n as i32, gs as i64, us as i64);
+    let mut launch = func.builder();
+    launch.arg(&g);
+    launch.arg(&u);
+    launch.arg(&out);
+    candle_core::builder_arg!(launch, total_i, n_i, gs_i, us_i);
+    // SAFETY: the arguments are the kernel's in order and type; it reads m rows of n, gs and us
+    // apart, inside the slices above, and writes m·n outputs.
+    unsafe { launch.launch(cfg) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}
