@@ -321,19 +321,20 @@ impl Decoder {
             x = self.with_input_embeds(x, batch, &sides.now().plan)?;
         }
         let n_blocks = self.blocks.len();
+        let mut x = Residual::new(x);
         for (il, b) in self.blocks.iter().enumerate() {
             x = sides.enter(self, batch, self.placement.layer_on_device(il), x)?;
             x = self.block(b, il, x, sides.now(), batch, kv, il + 1 == n_blocks)?;
         }
         if n_blocks == 0 {
-            x = x.index_select(&sides.now().plan.out_rows, 0)?;
+            x = Residual::new(x.sum()?.index_select(&sides.now().plan.out_rows, 0)?);
         }
         for s in batch.iter_mut() {
             s.cache.advance(s.tokens.len());
         }
         let x = sides.enter(self, batch, self.placement.head_on_device(), x)?;
         let plan = &sides.now().plan;
-        let x = self.norm.forward(&x)?;
+        let x = x.normed(&self.norm)?.1;
         if !plan.any_hidden() {
             let logits = self.head.forward_lora(&x, &plan.out_row_pos, plan.deltas_out())?;
             return Ok(StepOutput { logits: Some(logits), hidden: Vec::new() });
@@ -362,14 +363,14 @@ impl Decoder {
         &self,
         b: &Block,
         il: usize,
-        mut x: Tensor,
+        x: Residual,
         side: &Side,
         batch: &mut [StepSeq<'_>],
         kv: &KvPool,
         last: bool,
-    ) -> Result<Tensor> {
+    ) -> Result<Residual> {
         let plan = &side.plan;
-        let h = b.op_norm.forward(&x)?;
+        let (x, h) = x.normed(&b.op_norm)?;
         let y = match &b.op {
             Operator::Attention(a) => {
                 let caches: Vec<&SeqCache> = batch.iter().map(|s| &*s.cache).collect();
@@ -389,22 +390,46 @@ impl Decoder {
             Some(n) => n.forward(&y)?,
             None => y,
         };
-        x = (x + y)?;
+        let mut x = Residual { x, pending: Some(y) };
         let (mut rows, mut lora) = (&plan.rows, plan.deltas());
         if last {
             // Only the last token of each sequence is read out (every token of one that
             // wants hidden states): skip the rest of the last FFN. llama.cpp does the
             // same, so those rows go through its single-row kernels.
-            x = x.index_select(&plan.out_rows, 0)?;
+            x = Residual::new(x.sum()?.index_select(&plan.out_rows, 0)?);
             (rows, lora) = (&plan.out_row_pos, plan.deltas_out());
         }
-        let h = b.ffn_norm.forward(&x)?;
+        let (x, h) = x.normed(&b.ffn_norm)?;
         let y = b.ffn.forward(&h, rows, lora)?;
         let y = match &b.post_ffn_norm {
             Some(n) => n.forward(&y)?,
             None => y,
         };
-        Ok((x + y)?)
+        Ok(Residual { x, pending: Some(y) })
+    }
+}
+
+/// The residual stream between sublayers: `x`, and the last sublayer's output not yet added to
+/// it — the next norm adds it (`RmsNorm::forward_sum`: on the device path in the norm's launch).
+struct Residual {
+    x: Tensor,
+    pending: Option<Tensor>,
+}
+
+impl Residual {
+    fn new(x: Tensor) -> Self {
+        Self { x, pending: None }
+    }
+    /// The stream's value.
+    fn sum(self) -> Result<Tensor> {
+        Ok(match self.pending {
+            Some(y) => (self.x + y)?,
+            None => self.x,
+        })
+    }
+    /// The stream's value and its norm by `norm`.
+    fn normed(self, norm: &RmsNorm) -> Result<(Tensor, Tensor)> {
+        norm.forward_sum(self.x, self.pending)
     }
 }
 
@@ -442,10 +467,11 @@ impl Sides {
         &self.now
     }
     /// Moves the step, with its activations `x`, to the device path (`on_device`) or the host.
-    fn enter(&mut self, d: &Decoder, batch: &[StepSeq<'_>], on_device: bool, x: Tensor) -> Result<Tensor> {
+    fn enter(&mut self, d: &Decoder, batch: &[StepSeq<'_>], on_device: bool, x: Residual) -> Result<Residual> {
         if on_device == self.on_device {
             return Ok(x);
         }
+        let x = x.sum()?;
         let place = d.placement.part(on_device);
         let next = match self.other.take() {
             Some(s) => s,
@@ -455,7 +481,7 @@ impl Sides {
         self.on_device = on_device;
         let x = x.to_device(place.device())?;
         // The exact path computes in f32.
-        Ok(if on_device { x } else { x.to_dtype(candle_core::DType::F32)? })
+        Ok(Residual::new(if on_device { x } else { x.to_dtype(candle_core::DType::F32)? }))
     }
 }
 

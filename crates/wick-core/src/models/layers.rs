@@ -429,6 +429,24 @@ impl RmsNorm {
             false => Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.w, self.eps)?),
         })
     }
+    /// `(x + y, norm(x + y))` (`x` and its norm without a `y`): on the device path with Wick's
+    /// row ops the add and the norm are one launch (`row_ops::add_rms_norm`, the same sum).
+    pub fn forward_sum(&self, x: Tensor, y: Option<Tensor>) -> Result<(Tensor, Tensor)> {
+        match y {
+            Some(y) if !self.exact && row_ops::available(x.device()) => {
+                trace::span("norms", x.device(), || row_ops::add_rms_norm(&x, &y, &self.w, self.eps))
+            }
+            Some(y) => {
+                let sum = (x + y)?;
+                let normed = self.forward(&sum)?;
+                Ok((sum, normed))
+            }
+            None => {
+                let normed = self.forward(&x)?;
+                Ok((x, normed))
+            }
+        }
+    }
 }
 
 /// The token embedding, kept quantized; rows are dequantized on lookup (ggml `get_rows`).
