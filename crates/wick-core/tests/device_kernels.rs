@@ -316,5 +316,32 @@ fn the_row_ops_equal_their_host_twin_bit_for_bit() {
         assert!(bits(&row_ops::swiglu(&dg, &du).unwrap()) == bits(&want), "swiglu, {rows} rows of {n}");
         checked += 1;
     }
+    // The heads' norm-and-RoPE: against the twin's norm-and-RoPE on the GPU; here, against the
+    // twin's RoPE of the twin's norm (a norm by a head's width is RMSNorm over rows of it).
+    for (tokens, heads, hd) in [(1usize, 32usize, 64usize), (37, 8, 64), (3, 5, 80)] {
+        let seed = (tokens * 1000 + heads * 10 + hd) as u64;
+        let x =
+            Tensor::from_vec(values(tokens * heads * hd, seed), (tokens, heads, hd), &Device::Cpu).unwrap();
+        let w = Tensor::from_vec(values(hd, seed + 1), hd, &Device::Cpu).unwrap();
+        let angles =
+            Tensor::from_vec(values(tokens * hd / 2, seed + 2), (tokens, 1, hd / 2), &Device::Cpu).unwrap();
+        let angles = (angles * 500.0).unwrap();
+        let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
+        for interleaved in [false, true] {
+            let normed = row_ops::rms_norm(&x, &w, 1e-6).unwrap();
+            let want = row_ops::norm_rope(&normed, None, &cos, &sin, interleaved).unwrap();
+            let got = row_ops::norm_rope(
+                &on(&x, &dev),
+                Some((&on(&w, &dev), 1e-6)),
+                &on(&cos, &dev),
+                &on(&sin, &dev),
+                interleaved,
+            )
+            .unwrap();
+            let what = format!("norm_rope, {tokens} tokens of {heads}×{hd}, interleaved {interleaved}");
+            assert!(bits(&got) == bits(&want), "{what}");
+        }
+        checked += 1;
+    }
     eprintln!("row ops on {dev:?}: {checked} shapes bit-equal to the host twin");
 }

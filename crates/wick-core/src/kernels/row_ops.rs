@@ -54,6 +54,37 @@ fn check_norm(x: &Tensor, add: Option<&Tensor>, w: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// The heads' RoPE, after each head's RMSNorm by `norm` (`(weight [hd], ε)`, the Q/K norms) when
+/// given: `x` `[n, heads, hd]` f32, `cos`/`sin` `[n, …]` holding hd/2 values a token (the tables
+/// of `models::rope`). Pairs are (i, i + hd/2), or (2i, 2i + 1) when `interleaved`.
+pub fn norm_rope(
+    x: &Tensor,
+    norm: Option<(&Tensor, f32)>,
+    cos: &Tensor,
+    sin: &Tensor,
+    interleaved: bool,
+) -> Result<Tensor> {
+    let (n, _, hd) = x.dims3()?;
+    let f32 = candle_core::DType::F32;
+    let table_ok = |t: &Tensor| t.elem_count() == n * (hd / 2) && t.dtype() == f32;
+    let norm_ok = norm.is_none_or(|(w, _)| w.dims() == [hd] && w.dtype() == f32);
+    if hd == 0 || !hd.is_multiple_of(2) || x.dtype() != f32 || !table_ok(cos) || !table_ok(sin) || !norm_ok {
+        return Err(WickError::Internal(format!(
+            "norm_rope: x {:?}, tables {:?} and {:?}, norm {:?}",
+            x.dims(),
+            cos.dims(),
+            sin.dims(),
+            norm.map(|(w, _)| w.dims())
+        )));
+    }
+    let op = NormRope {
+        w: norm.map(|(w, _)| w.contiguous()).transpose()?,
+        eps: norm.map_or(0.0, |(_, e)| e),
+        interleaved,
+    };
+    Ok(x.contiguous()?.apply_op3_no_bwd(&cos.contiguous()?, &sin.contiguous()?, &op)?)
+}
+
 /// `silu(g)·u` for `g`, `u` `[m, n]` f32: rows may be strided views (the halves of one product),
 /// read in place; each row's values must be adjacent.
 pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
@@ -101,6 +132,13 @@ struct AddRmsNorm {
 }
 
 struct SwiGlu;
+
+struct NormRope {
+    /// The heads' norm weight `[hd]`, on the op's device; none: RoPE alone.
+    w: Option<Tensor>,
+    eps: f32,
+    interleaved: bool,
+}
 
 impl CustomOp2 for RmsNorm {
     fn name(&self) -> &'static str {
@@ -207,6 +245,57 @@ impl CustomOp2 for SwiGlu {
     }
 }
 
+impl CustomOp3 for NormRope {
+    fn name(&self) -> &'static str {
+        "wick-row-norm-rope"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (_, heads, hd) = l1.shape().dims3()?;
+        let op = "norm_rope";
+        let (x, cos, sin) = (f32_operand(s1, l1, op)?, f32_operand(s2, l2, op)?, f32_operand(s3, l3, op)?);
+        let w = match &self.w {
+            Some(w) => Some(w.flatten_all()?.to_vec1::<f32>()?),
+            None => None,
+        };
+        let mut y = vec![0f32; x.len()];
+        let rope = twin::Rope { cos, sin, heads, hd, interleaved: self.interleaved };
+        twin::norm_rope(x, w.as_deref().map(|w| (w, self.eps)), &rope, &mut y)
+            .map_err(candle_core::Error::msg)?;
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let w = self.w.as_ref().map(|w| w.storage_and_layout());
+        let w = match &w {
+            Some((storage, layout)) => match &**storage {
+                candle_core::Storage::Cuda(c) => Some((c, *layout)),
+                _ => candle_core::bail!("norm_rope: the norm weight is not on the GPU"),
+            },
+            None => None,
+        };
+        let y = super::cuda::norm_rope((s1, l1), w, (s2, l2), (s3, l3), self.eps, self.interleaved)?;
+        Ok((y, l1.shape().clone()))
+    }
+}
+
 /// The host twin through its C entry points (sizes checked here, where the C trusts them).
 mod twin {
     #[cfg(wick_qmv_twin)]
@@ -220,6 +309,18 @@ mod twin {
             rows: usize,
             n: i32,
             eps: f32,
+        );
+        fn wick_norm_rope_twin(
+            x: *const f32,
+            w: *const f32,
+            cos: *const f32,
+            sin: *const f32,
+            y: *mut f32,
+            rows: usize,
+            heads: i32,
+            hd: i32,
+            eps: f32,
+            interleaved: i32,
         );
         fn wick_swiglu_twin(
             g: *const f32,
@@ -267,6 +368,65 @@ mod twin {
         #[cfg(not(wick_qmv_twin))]
         {
             let _ = (sum, eps);
+            Err("this build has no row-op host twin (Linux builds only)".into())
+        }
+    }
+
+    /// RoPE tables and the heads' shape for `norm_rope`.
+    pub struct Rope<'a> {
+        pub cos: &'a [f32],
+        pub sin: &'a [f32],
+        pub heads: usize,
+        pub hd: usize,
+        pub interleaved: bool,
+    }
+
+    /// Rows of `r.hd` (`r.heads` a token): each row's norm by `(w, ε)` when given, then RoPE.
+    pub fn norm_rope(
+        x: &[f32],
+        norm: Option<(&[f32], f32)>,
+        r: &Rope<'_>,
+        y: &mut [f32],
+    ) -> Result<(), String> {
+        let (hd, heads) = (r.hd, r.heads);
+        let rows = x.len() / hd.max(1);
+        let tokens = rows / heads.max(1);
+        let sizes_ok = hd > 0
+            && hd.is_multiple_of(2)
+            && heads > 0
+            && x.len() == tokens * heads * hd
+            && y.len() == x.len()
+            && r.cos.len() == tokens * hd / 2
+            && r.sin.len() == r.cos.len()
+            && norm.is_none_or(|(w, _)| w.len() == hd)
+            && i32::try_from(x.len()).is_ok();
+        if !sizes_ok {
+            return Err(format!("norm_rope: {} values in rows of {hd}, {heads} heads a token", x.len()));
+        }
+        #[cfg(wick_qmv_twin)]
+        {
+            let (w, eps) = norm.map_or((std::ptr::null(), 0.0), |(w, e)| (w.as_ptr(), e));
+            // SAFETY: x and y hold `rows` rows of hd, cos and sin hd/2 values per token
+            // (rows / heads tokens), w hd values when given (checked above).
+            unsafe {
+                wick_norm_rope_twin(
+                    x.as_ptr(),
+                    w,
+                    r.cos.as_ptr(),
+                    r.sin.as_ptr(),
+                    y.as_mut_ptr(),
+                    rows,
+                    heads as i32,
+                    hd as i32,
+                    eps,
+                    r.interleaved as i32,
+                )
+            };
+            Ok(())
+        }
+        #[cfg(not(wick_qmv_twin))]
+        {
+            let _ = norm;
             Err("this build has no row-op host twin (Linux builds only)".into())
         }
     }
@@ -346,6 +506,32 @@ mod tests {
         assert_eq!(bits(&h), bits(&sum));
         assert_eq!(bits(&normed), bits(&rms_norm(&sum, &w, 1e-6).unwrap()));
         assert!(add_rms_norm(&x, &y.narrow(0, 0, 4).unwrap(), &w, 1e-6).is_err(), "mismatched shapes");
+    }
+
+    #[test]
+    fn the_heads_norm_and_rope_equal_the_exact_paths_norm_then_rope() {
+        let (n, heads, hd) = (9, 5, 64);
+        let x = Tensor::from_vec(values(n * heads * hd, 3.0, 21), (n, heads, hd), &Device::Cpu).unwrap();
+        let w = Tensor::from_vec(values(hd, 1.0, 22), hd, &Device::Cpu).unwrap();
+        // Angles as the tables hold them: large positions, small ones.
+        let angles = values(n * hd / 2, 900.0, 23);
+        let table = |f: fn(f32) -> f32| {
+            Tensor::from_vec(angles.iter().map(|&a| f(a)).collect::<Vec<f32>>(), (n, 1, hd / 2), &Device::Cpu)
+                .unwrap()
+        };
+        let (cos, sin) = (table(f32::cos), table(f32::sin));
+        // ggml's aarch64 build rotates interleaved pairs in a vector loop of its own rounding.
+        let styles: &[bool] = if cfg!(target_arch = "aarch64") { &[false] } else { &[false, true] };
+        for &interleaved in styles {
+            let normed = elementwise::rms_norm(&x, &w, 1e-6).unwrap();
+            let want = elementwise::rope(&normed, &cos, &sin, interleaved).unwrap();
+            let got = norm_rope(&x, Some((&w, 1e-6)), &cos, &sin, interleaved).unwrap();
+            assert_eq!(bits(&got), bits(&want), "normed, interleaved {interleaved}");
+            let want = elementwise::rope(&x, &cos, &sin, interleaved).unwrap();
+            let got = norm_rope(&x, None, &cos, &sin, interleaved).unwrap();
+            assert_eq!(bits(&got), bits(&want), "RoPE alone, interleaved {interleaved}");
+        }
+        assert!(norm_rope(&x, None, &cos.narrow(0, 0, 8).unwrap(), &sin, false).is_err(), "short tables");
     }
 
     #[test]

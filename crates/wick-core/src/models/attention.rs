@@ -331,15 +331,15 @@ impl Attention {
             .forward(x, rows, plan.deltas())?
             .try_into()
             .map_err(|_| WickError::Internal("attention: Q, K and V expected".into()))?;
-        let mut q = q.reshape((n, self.n_head, hd))?;
-        let mut k = k.reshape((n, self.n_kv_head, hd))?;
+        let q = q.reshape((n, self.n_head, hd))?;
+        let k = k.reshape((n, self.n_kv_head, hd))?;
         let v = v.reshape((n, self.n_kv_head, hd))?;
-        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-            q = qn.forward(&q)?;
-            k = kn.forward(&k)?;
-        }
-        let q = rope.apply(&q, cos, sin, plan.exact)?;
-        let k = rope.apply(&k, cos, sin, plan.exact)?;
+        let (qn, kn) = match (&self.q_norm, &self.k_norm) {
+            (Some(qn), Some(kn)) => (Some(qn), Some(kn)),
+            _ => (None, None),
+        };
+        let q = rope.apply_normed(&q, qn, (cos, sin), plan.exact)?;
+        let k = rope.apply_normed(&k, kn, (cos, sin), plan.exact)?;
         let scale = 1.0 / (hd as f64).sqrt();
         if !plan.exact {
             let at = OnDevice { plan, layer, kv, caches, window, scale };

@@ -467,7 +467,13 @@ impl Sides {
         &self.now
     }
     /// Moves the step, with its activations `x`, to the device path (`on_device`) or the host.
-    fn enter(&mut self, d: &Decoder, batch: &[StepSeq<'_>], on_device: bool, x: Residual) -> Result<Residual> {
+    fn enter(
+        &mut self,
+        d: &Decoder,
+        batch: &[StepSeq<'_>],
+        on_device: bool,
+        x: Residual,
+    ) -> Result<Residual> {
         if on_device == self.on_device {
             return Ok(x);
         }

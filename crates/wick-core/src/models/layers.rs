@@ -429,6 +429,10 @@ impl RmsNorm {
             false => Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.w, self.eps)?),
         })
     }
+    /// The weight and ε, for an op that folds the norm in.
+    pub fn weights(&self) -> (&Tensor, f32) {
+        (&self.w, self.eps)
+    }
     /// `(x + y, norm(x + y))` (`x` and its norm without a `y`): on the device path with Wick's
     /// row ops the add and the norm are one launch (`row_ops::add_rms_norm`, the same sum).
     pub fn forward_sum(&self, x: Tensor, y: Option<Tensor>) -> Result<(Tensor, Tensor)> {

@@ -2,9 +2,11 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use super::layers::Hparams;
+use super::layers::{Hparams, RmsNorm};
 use crate::error::{Result, WickError};
 use crate::kernels::cpu::elementwise::rope;
+use crate::kernels::row_ops;
+use crate::runtime::trace;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeStyle {
@@ -46,6 +48,28 @@ impl Rope {
         }
         let shape = (positions.len(), 1, half);
         Ok((Tensor::from_vec(cos, shape, dev)?, Tensor::from_vec(sin, shape, dev)?))
+    }
+
+    /// `apply` after each head's RMSNorm by `norm` (the Q/K norms) when given: on the device
+    /// path one op in ggml's arithmetic where it is built (`row_ops::norm_rope`).
+    pub fn apply_normed(
+        &self,
+        x: &Tensor,
+        norm: Option<&RmsNorm>,
+        (cos, sin): (&Tensor, &Tensor),
+        exact: bool,
+    ) -> Result<Tensor> {
+        if !exact && row_ops::available(x.device()) {
+            let interleaved = self.style == RopeStyle::Interleaved;
+            return trace::span("head norms and RoPE", x.device(), || {
+                row_ops::norm_rope(x, norm.map(RmsNorm::weights), cos, sin, interleaved)
+            });
+        }
+        let x = match norm {
+            Some(n) => n.forward(x)?,
+            None => x.clone(),
+        };
+        self.apply(&x, cos, sin, exact)
     }
 
     /// `x`: `[n, heads, head_dim]`, token i rotated by row i of the tables; ggml's kernel on

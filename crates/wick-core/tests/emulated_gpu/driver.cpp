@@ -4,7 +4,8 @@
 // attention (decode_attention.cu) within rounding of a sequential f64 reference. The launch
 // geometry is the launchers' (kernels/cuda/qmatvec.rs, kernels/cuda/mod.rs), and the short
 // convolution's decode step (conv_step.cu) bit for bit against the composed ops' arithmetic, the row
-// ops (row_ops.cu: RMSNorm with and without the residual add, SwiGLU over strided rows) bit for bit
+// ops (row_ops.cu: RMSNorm with and without the residual add, SwiGLU over strided rows, the heads'
+// norm-and-RoPE) bit for bit
 // against their twin (row_ops_twin.c). Run by
 // tests/emulated_gpu.rs; exits non-zero on the first disagreement.
 
@@ -23,6 +24,8 @@ extern "C" int wick_qmv_twin(int type, const uint8_t* w, size_t row_bytes, int n
                              float* y, size_t ldy);
 extern "C" void wick_rms_norm_twin(const float* x, const float* add, const float* w, float* sum_out, float* y,
                                    size_t rows, int n, float eps);
+extern "C" void wick_norm_rope_twin(const float* x, const float* w, const float* cos, const float* sin, float* y,
+                                    size_t rows, int heads, int hd, float eps, int interleaved);
 extern "C" void wick_swiglu_twin(const float* g, const float* u, float* y, size_t rows, int n, size_t g_stride,
                                  size_t u_stride);
 
@@ -313,6 +316,35 @@ static void swiglu(int rows, int n) {
   printf("swiglu %-36s bit-equal to the twin\n", what);
 }
 
+// The heads' norm-and-RoPE (row_ops.cu): a warp per head's row, four rows a block, the last
+// block partly idle when the rows do not fill it.
+static void norm_rope(int n, int heads, int hd, bool with_norm, bool interleaved) {
+  char what[96];
+  snprintf(what, sizeof what, "n=%d heads=%d hd=%d%s%s", n, heads, hd, with_norm ? " normed" : "",
+           interleaved ? " interleaved" : "");
+  const int rows = n * heads, half = hd / 2;
+  std::vector<float> x((size_t)rows * hd), w(hd), cs((size_t)n * half), sn((size_t)n * half);
+  for (auto& v : x) v = uniform(-3.0f, 3.0f);
+  for (auto& v : w) v = uniform(0.5f, 1.5f);
+  for (size_t i = 0; i < cs.size(); i++) {
+    const float a = uniform(-900.0f, 900.0f);
+    cs[i] = cosf(a);
+    sn[i] = sinf(a);
+  }
+  Buffer<float> dx(x), dw(w), dc(cs), ds(sn), out(x.size());
+  const float eps = 1e-6f;
+  const int per_block = WR_ROPE_THREADS / 32;
+  wick_emu::launch(dim3((rows + per_block - 1) / per_block), dim3(WR_ROPE_THREADS), 0, [&] {
+    wick_norm_rope(dx.ptr, with_norm ? dw.ptr : nullptr, dc.ptr, ds.ptr, out.ptr, rows, heads, hd, eps, interleaved);
+  });
+  std::vector<float> want(x.size());
+  wick_norm_rope_twin(x.data(), with_norm ? w.data() : nullptr, cs.data(), sn.data(), want.data(), rows, heads, hd,
+                      eps, interleaved);
+  same_bits(out.read(), want, (std::string("norm_rope, ") + what).c_str());
+  checks++;
+  printf("norm_rope %-33s bit-equal to the twin\n", what);
+}
+
 int main() {
   const int small[] = {WQ_Q4_0, WQ_Q4_1, WQ_Q5_0, WQ_Q5_1, WQ_Q8_0};
   const int kquant[] = {WQ_Q4_K, WQ_Q5_K, WQ_Q6_K};
@@ -345,6 +377,12 @@ int main() {
   rms_norm(2, 8192, true);
   swiglu(1, 8192);
   swiglu(3, 300);
+  // LFM2's Q and K heads (64, rows a block's multiple and not), a head of 80 (a lane with one pair
+  // past the first 32), RoPE alone, interleaved pairs.
+  norm_rope(3, 32, 64, true, false);
+  norm_rope(3, 7, 64, true, false);
+  norm_rope(2, 3, 80, true, true);
+  norm_rope(2, 5, 128, false, false);
   attention(3, 2, 3, 64, 40, 0);
   attention(2, 1, 4, 128, 150, 0);
   attention(3, 2, 1, 64, 70, 16);

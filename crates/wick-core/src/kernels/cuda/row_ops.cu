@@ -1,4 +1,5 @@
-// The device path's RMSNorm (with the residual add before it folded in) and SwiGLU, in ggml's
+// The device path's RMSNorm (with the residual add before it folded in), SwiGLU and the heads'
+// norm-and-RoPE, in ggml's
 // CPU arithmetic (row_ops.cuh says why and how the sums are ordered). Built with --fmad=false:
 // the plain products and sums stay as written, as in the host twin (row_ops_twin.c).
 
@@ -39,4 +40,38 @@ extern "C" __global__ void __launch_bounds__(WR_GLU_THREADS)
   if (e >= total) return;
   const long long r = e / n, i = e % n;
   y[e] = wr_silu_mul(g[r * g_stride + i], u[r * u_stride + i]);
+}
+
+// A warp per row of hd (a token's head): its RMSNorm by w when there is one (Q/K norms), then
+// RoPE by the token's cos/sin rows (hd/2 each) in ggml's scalar `rotate_pairs` rounding. Lane l
+// takes the values l, l+32, … for the sum of squares (f64, then the butterfly) and the pairs
+// l, l+32, … for the rotation. x, y: [rows, hd], rows = tokens · heads.
+extern "C" __global__ void __launch_bounds__(WR_ROPE_THREADS)
+    wick_norm_rope(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ cos,
+                   const float* __restrict__ sin, float* __restrict__ y, int rows, int heads, int hd, float eps,
+                   int interleaved) {
+  const int row = blockIdx.x * (WR_ROPE_THREADS / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const float* xr = x + (long long)row * hd;
+  float* yr = y + (long long)row * hd;
+  float scale = 1.0f;
+  if (w) {
+    double part = 0.0;
+    for (int i = lane; i < hd; i += 32) part += (double)(xr[i] * xr[i]);
+    for (int off = 16; off > 0; off /= 2) part += __shfl_xor_sync(0xffffffffu, part, off);
+    scale = wr_norm_scale(part, hd, eps);
+  }
+  const int half = hd / 2;
+  const float* c = cos + (long long)(row / heads) * half;
+  const float* s = sin + (long long)(row / heads) * half;
+  for (int i = lane; i < half; i += 32) {
+    const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+    float x0 = xr[i0], x1 = xr[i1];
+    if (w) {
+      x0 = x0 * scale * w[i0];
+      x1 = x1 * scale * w[i1];
+    }
+    yr[i0] = wr_rope_first(x0, x1, c[i], s[i]);
+    yr[i1] = wr_rope_second(x0, x1, c[i], s[i]);
+  }
 }

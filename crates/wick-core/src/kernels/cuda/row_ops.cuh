@@ -1,17 +1,20 @@
 /* The device path's row operations in ggml's CPU arithmetic: RMSNorm (the residual add before
- * it folded in) and SwiGLU. Shared by the CUDA kernels (row_ops.cu) and their host twin
- * (row_ops_twin.c, which candle's CPU device runs), so the two agree to the bit.
+ * it folded in), SwiGLU, and the heads' norm-and-RoPE. Shared by the CUDA kernels (row_ops.cu)
+ * and their host twin (row_ops_twin.c, which candle's CPU device runs), so the two agree to the
+ * bit.
  *
  * Why not candle's: candle-nn's norm sums squares in f32 in its block's order and its SiLU
  * takes the device's expf; the exact path (kernels/cpu/elementwise.rs, expf.rs) sums in f64
- * and takes ggml's own expf. A one-ulp difference before a quantized product moves a q8
- * rounding there (tests/device_path.rs), so the GPU's norms follow the CPU's.
+ * and takes ggml's own expf, and candle's RoPE rounds its products where ggml fuses some. A
+ * one-ulp difference before a quantized product moves a q8 rounding there
+ * (tests/device_path.rs), so the GPU's norms, gates and rotations follow the CPU's.
  *
  * The norm's sum of squares: each of WR_NORM_THREADS threads adds its strided share of the row
  * in f64, in index order; the lanes' sums are added in a butterfly (xor 16, 8, 4, 2, 1), the
  * warps' sums in a second butterfly over lanes holding them (zeros past the warps). ggml adds
  * in index order; both sums are f64 of f32 squares, so the f32 mean equals ggml's unless the
- * two f64 sums straddle an f32 rounding boundary (about n·2⁻²⁹ of rows). */
+ * two f64 sums straddle an f32 rounding boundary (about n·2⁻²⁹ of rows). A head's norm (hd
+ * values, a warp per row) takes the first butterfly alone. */
 
 #ifndef WICK_ROW_OPS_CUH
 #define WICK_ROW_OPS_CUH
@@ -43,6 +46,9 @@ WR_FN unsigned int wr_bits(float f) {
 /* Threads of a SwiGLU block (an element each; no sums, so any split gives the same bits). */
 #define WR_GLU_THREADS 256
 
+/* Threads of a norm-and-RoPE block: a warp per head's row. */
+#define WR_ROPE_THREADS 128
+
 /* ggml's `ggml_v_expf`, one lane of its AVX2 / NEON variant (the two are the same operations;
  * kernels/cpu/expf.rs `ggml_expf`), op for op with explicit fma. */
 WR_FN float wr_expf(float x) {
@@ -73,5 +79,10 @@ WR_FN float wr_norm_scale(double sum, int n, float eps) {
   const float mean = (float)(sum / (double)n);
   return 1.0f / sqrtf(mean + eps);
 }
+
+/* ggml's scalar `rotate_pairs` as compiled (kernels/cpu/elementwise.rs `scalar_pair`): the x1
+ * products rounded, the x0 ones fused. */
+WR_FN float wr_rope_first(float x0, float x1, float c, float s) { return fmaf(x0, c, -(x1 * s)); }
+WR_FN float wr_rope_second(float x0, float x1, float c, float s) { return fmaf(x0, s, x1 * c); }
 
 #endif

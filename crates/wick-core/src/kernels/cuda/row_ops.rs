@@ -10,6 +10,8 @@ const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/row_ops.ptx"));
 /// `WR_NORM_THREADS` and `WR_GLU_THREADS` (row_ops.cuh): the norm's sums follow the first.
 const NORM_THREADS: u32 = 128;
 const GLU_THREADS: u32 = 256;
+/// `WR_ROPE_THREADS`: a warp per head's row.
+const ROPE_THREADS: u32 = 128;
 
 /// `x` (+ `add`), contiguous f32 rows of `w`'s width → their norms times `w`; with an add, the
 /// sums first and then the norms (`[2, ..x]`).
@@ -107,6 +109,66 @@ pub fn swiglu(
     candle_core::builder_arg!(launch, total_i, n_i, gs_i, us_i);
     // SAFETY: the arguments are the kernel's in order and type; it reads m rows of n, gs and us
     // apart, inside the slices above, and writes m·n outputs.
+    unsafe { launch.launch(cfg) }.w()?;
+    Ok(CudaStorage::wrap_cuda_slice(out, dev))
+}
+
+/// `x` `[n, heads, hd]` (contiguous f32): each head's row normed by `w` `[hd]` when given, then
+/// rotated by its token's `cos`/`sin` rows (hd/2 values each) → `[n, heads, hd]`.
+pub fn norm_rope(
+    (x, xl): (&CudaStorage, &Layout),
+    w: Option<(&CudaStorage, &Layout)>,
+    (cos, cl): (&CudaStorage, &Layout),
+    (sin, sl): (&CudaStorage, &Layout),
+    eps: f32,
+    interleaved: bool,
+) -> candle_core::Result<CudaStorage> {
+    let (n, heads, hd) = xl.shape().dims3()?;
+    let (rows, half) = (n * heads, hd / 2);
+    let contiguous =
+        [xl, cl, sl].iter().all(|l| l.is_contiguous()) && w.is_none_or(|(_, l)| l.is_contiguous());
+    let tables = cl.shape().elem_count() == n * half && sl.shape().elem_count() == n * half;
+    if !contiguous || !tables || hd % 2 != 0 || w.is_some_and(|(_, l)| l.shape().elem_count() != hd) {
+        candle_core::bail!("norm_rope: x {:?}, tables {:?} and {:?}", xl.shape(), cl.shape(), sl.shape())
+    }
+    let dev = x.device.clone();
+    // SAFETY: uninitialised; the kernel writes every value of every row.
+    let out = unsafe { dev.alloc::<f32>((rows * hd).max(1)) }?;
+    if rows == 0 {
+        return Ok(CudaStorage::wrap_cuda_slice(out, dev));
+    }
+    let warps = ROPE_THREADS as usize / 32;
+    let blocks = rows.div_ceil(warps);
+    if rows * hd > i32::MAX as usize || u32::try_from(blocks).is_err() {
+        candle_core::bail!("norm_rope: {rows} rows of {hd} exceed the kernel's indices")
+    }
+    let x = x.as_cuda_slice::<f32>()?.slice(xl.start_offset()..xl.start_offset() + rows * hd);
+    let cos = cos.as_cuda_slice::<f32>()?.slice(cl.start_offset()..cl.start_offset() + n * half);
+    let sin = sin.as_cuda_slice::<f32>()?.slice(sl.start_offset()..sl.start_offset() + n * half);
+    let w = match w {
+        Some((w, wl)) => Some(w.as_cuda_slice::<f32>()?.slice(wl.start_offset()..wl.start_offset() + hd)),
+        None => None,
+    };
+    let func = dev.get_or_load_custom_func("wick_norm_rope", "wick_row_ops", PTX)?;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (ROPE_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (rows_i, heads_i, hd_i, inter, null) =
+        (rows as i32, heads as i32, hd as i32, interleaved as i32, 0u64);
+    let mut launch = func.builder();
+    launch.arg(&x);
+    match &w {
+        Some(w) => launch.arg(w),
+        None => launch.arg(&null),
+    };
+    launch.arg(&cos);
+    launch.arg(&sin);
+    launch.arg(&out);
+    candle_core::builder_arg!(launch, rows_i, heads_i, hd_i, eps, inter);
+    // SAFETY: the arguments are the kernel's in order and type (a null w: no norm); it reads
+    // rows·hd values of x, hd/2 table values per token and hd weights, and writes rows·hd.
     unsafe { launch.launch(cfg) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }

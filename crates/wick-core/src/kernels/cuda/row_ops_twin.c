@@ -50,3 +50,35 @@ void wick_swiglu_twin(const float* g, const float* u, float* y, size_t rows, int
   for (size_t r = 0; r < rows; r++)
     for (int i = 0; i < n; i++) y[r * n + i] = wr_silu_mul(g[r * g_stride + i], u[r * u_stride + i]);
 }
+
+/* `wick_norm_rope` over `rows` rows of hd (w may be NULL: RoPE alone). */
+void wick_norm_rope_twin(const float* x, const float* w, const float* cos, const float* sin, float* y, size_t rows,
+                         int heads, int hd, float eps, int interleaved) {
+  const int half = hd / 2;
+  for (size_t r = 0; r < rows; r++) {
+    const float* xr = x + r * hd;
+    float* yr = y + r * hd;
+    float scale = 1.0f;
+    if (w) {
+      double lanes[32];
+      for (int l = 0; l < 32; l++) {
+        double part = 0.0;
+        for (int i = l; i < hd; i += 32) part += (double)(xr[i] * xr[i]);
+        lanes[l] = part;
+      }
+      scale = wr_norm_scale(butterfly(lanes), hd, eps);
+    }
+    const float* c = cos + (r / heads) * half;
+    const float* s = sin + (r / heads) * half;
+    for (int i = 0; i < half; i++) {
+      const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+      float x0 = xr[i0], x1 = xr[i1];
+      if (w) {
+        x0 = x0 * scale * w[i0];
+        x1 = x1 * scale * w[i1];
+      }
+      yr[i0] = wr_rope_first(x0, x1, c[i], s[i]);
+      yr[i1] = wr_rope_second(x0, x1, c[i], s[i]);
+    }
+  }
+}
