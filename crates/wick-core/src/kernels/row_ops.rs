@@ -100,6 +100,15 @@ pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
     Ok(rows_of(g)?.apply_op2_no_bwd(&rows_of(u)?, &SwiGlu)?)
 }
 
+/// `silu(g)·u` on any device: `swiglu` where it is built, else candle's ops (Metal; libm's
+/// `exp` where ggml has its own `expf`).
+pub fn silu_mul(g: &Tensor, u: &Tensor) -> Result<Tensor> {
+    match available(g.device()) {
+        true => swiglu(g, u),
+        false => Ok((g.silu()? * u)?),
+    }
+}
+
 /// The distance between the rows of a 2-D layout whose rows are runs of adjacent values.
 pub(crate) fn row_stride(l: &Layout) -> Option<usize> {
     match (l.dims(), l.stride()) {

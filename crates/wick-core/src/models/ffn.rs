@@ -74,22 +74,12 @@ impl Mlp {
         let h = match (self.act, self.exact) {
             (Gate::Silu, true) => swiglu(&g, &u)?,
             (Gate::GeluTanh, true) => geglu(&g, &u)?,
-            (Gate::Silu, false) => trace::span("ffn activations", g.device(), || silu_mul(&g, &u))?,
+            (Gate::Silu, false) => trace::span("ffn activations", g.device(), || row_ops::silu_mul(&g, &u))?,
             (Gate::GeluTanh, false) => {
                 trace::span("ffn activations", g.device(), || geglu_on_device(&g, &u))?
             }
         };
         self.down.forward_lora(&h, rows, lora)
-    }
-}
-
-/// `silu(g)·u` on the device path: one op in ggml's arithmetic where it is built
-/// (`row_ops::swiglu`, reading the halves of the gate|up product in place), else candle's
-/// (libm's `exp` where ggml has its own `expf`).
-pub fn silu_mul(g: &Tensor, u: &Tensor) -> Result<Tensor> {
-    match row_ops::available(g.device()) {
-        true => row_ops::swiglu(g, u),
-        false => Ok((g.silu()? * u)?),
     }
 }
 

@@ -21,7 +21,6 @@ use std::sync::{Arc, OnceLock};
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 
-use super::ffn::silu_mul;
 use super::layers::{Linear, RowPos};
 use super::packs::cached_pack;
 use crate::error::{Result, WickError};
@@ -30,7 +29,7 @@ use crate::kernels::cpu::elementwise::swiglu;
 use crate::kernels::cpu::expf;
 use crate::kernels::cpu::feats::with_avx2_codegen;
 use crate::kernels::cpu::float_dots::{dot_single_sl, dot_tiled_arch_sl};
-use crate::kernels::PackedWeight;
+use crate::kernels::{row_ops, PackedWeight};
 use crate::runtime::device::Placement;
 use crate::runtime::pool;
 
@@ -334,7 +333,7 @@ impl Moe {
                     let xe = x.index_select(&idx, 0)?;
                     let single = vec![RowPos::SINGLE; members.len()];
                     let (g, u) = (ex.gate.forward(&xe, &single)?, ex.up.forward(&xe, &single)?);
-                    let h = if self.exact { swiglu(&g, &u)? } else { silu_mul(&g, &u)? };
+                    let h = if self.exact { swiglu(&g, &u)? } else { row_ops::silu_mul(&g, &u)? };
                     let y = ex.down.forward(&h, &single)?.to_vec2::<f32>()?;
                     for ((t, slot), row) in members.into_iter().zip(y) {
                         outs[t][slot] = Some(row);
