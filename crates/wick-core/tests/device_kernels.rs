@@ -275,7 +275,8 @@ fn the_fused_conv_step_equals_the_composed_ops_bit_for_bit() {
     eprintln!("conv step on {dev:?}: {checked} shapes bit-equal to the composed ops");
 }
 
-/// The row ops (`kernels::row_ops`: RMSNorm, with the residual add, and SwiGLU) on the test
+/// The row ops (`kernels::row_ops`: RMSNorm, with the residual add, SwiGLU, GeGLU, the heads'
+/// norm-and-RoPE) on the test
 /// device against their host twin on the CPU, bit for bit: on a GPU that is the CUDA kernels
 /// against the twin; here, the fused add and the strided halves against the add and the norm
 /// apart and contiguous copies.
@@ -314,6 +315,13 @@ fn the_row_ops_equal_their_host_twin_bit_for_bit() {
         let ((g, u), (dg, du)) = (halves(&gu), halves(&on(&gu, &dev)));
         let want = row_ops::swiglu(&g.contiguous().unwrap(), &u.contiguous().unwrap()).unwrap();
         assert!(bits(&row_ops::swiglu(&dg, &du).unwrap()) == bits(&want), "swiglu, {rows} rows of {n}");
+        // GeGLU by a table of arbitrary f16 values (what the kernel looks up is the point).
+        let table: Vec<half::f16> =
+            values(1 << 16, seed + 4).iter().map(|&v| half::f16::from_f32(v * 3.0)).collect();
+        let table = Tensor::from_vec(table, 1 << 16, &Device::Cpu).unwrap();
+        let want = row_ops::geglu(&g.contiguous().unwrap(), &u.contiguous().unwrap(), &table).unwrap();
+        let got = row_ops::geglu(&dg, &du, &on(&table, &dev)).unwrap();
+        assert!(bits(&got) == bits(&want), "geglu, {rows} rows of {n}");
         checked += 1;
     }
     // The heads' norm-and-RoPE: against the twin's norm-and-RoPE on the GPU; here, against the

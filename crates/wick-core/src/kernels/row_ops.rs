@@ -1,5 +1,5 @@
-//! The device path's RMSNorm — the residual add before it folded in — and SwiGLU, each one op in
-//! ggml's CPU arithmetic: the norm's sum of squares in f64, ggml's own `expf` in the gate. One C
+//! The device path's RMSNorm — the residual add before it folded in —, SwiGLU, Gemma's GeGLU and
+//! the heads' norm-and-RoPE, each one op in ggml's CPU arithmetic: the norm's sum of squares in f64, ggml's own `expf` in the gate. One C
 //! source (`cuda/row_ops.cuh`) gives the CUDA kernels (`cuda/row_ops.cu`, `cuda` feature) and
 //! their host twin (`cuda/row_ops_twin.c`, Linux builds: cfg `wick_qmv_twin`), which agree to the
 //! bit; the twin runs on candle's CPU device, so the check device runs the GPU's arithmetic.
@@ -96,8 +96,29 @@ pub fn swiglu(g: &Tensor, u: &Tensor) -> Result<Tensor> {
             u.dims()
         )));
     }
-    let rows_of = |t: &Tensor| if row_stride(t.layout()).is_some() { Ok(t.clone()) } else { t.contiguous() };
     Ok(rows_of(g)?.apply_op2_no_bwd(&rows_of(u)?, &SwiGlu)?)
+}
+
+/// `t` as is when its rows are runs of adjacent values, else a contiguous copy.
+fn rows_of(t: &Tensor) -> Result<Tensor> {
+    Ok(if row_stride(t.layout()).is_some() { t.clone() } else { t.contiguous()? })
+}
+
+/// Gemma's `gelu(g)·u` as the exact path makes it (`ggml_gelu`'s table: 0 at or below −10, `g`
+/// at or above 10, else the tanh GELU of `g`'s f16 value rounded to f16), `g` and `u` as
+/// `swiglu` takes them; `table`: the 65536 f16 values by f16 bits, on their device.
+pub fn geglu(g: &Tensor, u: &Tensor, table: &Tensor) -> Result<Tensor> {
+    let f32 = candle_core::DType::F32;
+    let table_ok = table.dims() == [1 << 16] && table.dtype() == candle_core::DType::F16;
+    if g.dims() != u.dims() || g.rank() != 2 || g.dtype() != f32 || u.dtype() != f32 || !table_ok {
+        return Err(WickError::Internal(format!(
+            "geglu: gate {:?}, up {:?}, table {:?} (f32 [m, n], 65536 f16)",
+            g.dims(),
+            u.dims(),
+            table.dims()
+        )));
+    }
+    Ok(rows_of(g)?.apply_op3_no_bwd(&rows_of(u)?, &table.contiguous()?, &GeGlu)?)
 }
 
 /// `silu(g)·u` on any device: `swiglu` where it is built, else candle's ops (Metal; libm's
@@ -141,6 +162,8 @@ struct AddRmsNorm {
 }
 
 struct SwiGlu;
+
+struct GeGlu;
 
 struct NormRope {
     /// The heads' norm weight `[hd]`, on the op's device; none: RoPE alone.
@@ -254,6 +277,46 @@ impl CustomOp2 for SwiGlu {
     }
 }
 
+impl CustomOp3 for GeGlu {
+    fn name(&self) -> &'static str {
+        "wick-row-geglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (m, n) = l1.shape().dims2()?;
+        let ((g, gs), (u, us)) = (strided_f32(s1, l1)?, strided_f32(s2, l2)?);
+        let table = match (s3, l3.contiguous_offsets()) {
+            (CpuStorage::F16(t), Some((a, b))) if b - a == 1 << 16 => &t[a..b],
+            _ => candle_core::bail!("geglu: the table must be 65536 contiguous f16 values"),
+        };
+        let mut y = vec![0f32; m * n];
+        twin::geglu(g, gs, u, us, table, &mut y, m, n).map_err(candle_core::Error::msg)?;
+        Ok((CpuStorage::F32(y), Shape::from((m, n))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let y = super::cuda::geglu((s1, l1), (s2, l2), (s3, l3))?;
+        Ok((y, l1.shape().clone()))
+    }
+}
+
 impl CustomOp3 for NormRope {
     fn name(&self) -> &'static str {
         "wick-row-norm-rope"
@@ -330,6 +393,16 @@ mod twin {
             hd: i32,
             eps: f32,
             interleaved: i32,
+        );
+        fn wick_geglu_twin(
+            g: *const f32,
+            u: *const f32,
+            table: *const u16,
+            y: *mut f32,
+            rows: usize,
+            n: i32,
+            gs: usize,
+            us: usize,
         );
         fn wick_swiglu_twin(
             g: *const f32,
@@ -440,6 +513,61 @@ mod twin {
         }
     }
 
+    /// `m` rows of `n`: `y = gelu(g)·u` by `table` (65536 f16 values), rows as `swiglu`'s.
+    #[allow(clippy::too_many_arguments)]
+    pub fn geglu(
+        g: &[f32],
+        gs: usize,
+        u: &[f32],
+        us: usize,
+        table: &[half::f16],
+        y: &mut [f32],
+        m: usize,
+        n: usize,
+    ) -> Result<(), String> {
+        if table.len() != 1 << 16 {
+            return Err(format!("geglu: a table of {} values", table.len()));
+        }
+        glu_sizes(g, gs, u, us, y, m, n)?;
+        #[cfg(wick_qmv_twin)]
+        {
+            // SAFETY: g and u hold m rows of n, gs and us apart, y holds m·n (`glu_sizes`);
+            // the table every f16 bit pattern's value (f16 is a u16 in memory).
+            unsafe {
+                wick_geglu_twin(
+                    g.as_ptr(),
+                    u.as_ptr(),
+                    table.as_ptr().cast(),
+                    y.as_mut_ptr(),
+                    m,
+                    n as i32,
+                    gs,
+                    us,
+                )
+            };
+            Ok(())
+        }
+        #[cfg(not(wick_qmv_twin))]
+        Err("this build has no row-op host twin (Linux builds only)".into())
+    }
+
+    /// Whether `m` rows of `n`, `gs` and `us` apart, lie in `g` and `u`, and `y` holds them.
+    fn glu_sizes(
+        g: &[f32],
+        gs: usize,
+        u: &[f32],
+        us: usize,
+        y: &[f32],
+        m: usize,
+        n: usize,
+    ) -> Result<(), String> {
+        let spans = |len: usize, stride: usize| m == 0 || (m - 1) * stride + n <= len;
+        if y.len() != m * n || !spans(g.len(), gs) || !spans(u.len(), us) || i32::try_from(n).is_err() {
+            return Err(format!("glu: {m} rows of {n} from {} and {} values", g.len(), u.len()));
+        }
+        Ok(())
+    }
+
     /// `m` rows of `n`: `y = silu(g)·u`, the operands' rows `gs` and `us` apart.
     pub fn swiglu(
         g: &[f32],
@@ -450,13 +578,10 @@ mod twin {
         m: usize,
         n: usize,
     ) -> Result<(), String> {
-        let spans = |len: usize, stride: usize| m == 0 || (m - 1) * stride + n <= len;
-        if y.len() != m * n || !spans(g.len(), gs) || !spans(u.len(), us) || i32::try_from(n).is_err() {
-            return Err(format!("swiglu: {m} rows of {n} from {} and {} values", g.len(), u.len()));
-        }
+        glu_sizes(g, gs, u, us, y, m, n)?;
         #[cfg(wick_qmv_twin)]
         {
-            // SAFETY: g and u hold m rows of n, gs and us apart (checked above); y holds m·n.
+            // SAFETY: g and u hold m rows of n, gs and us apart, y holds m·n (`glu_sizes`).
             unsafe { wick_swiglu_twin(g.as_ptr(), u.as_ptr(), y.as_mut_ptr(), m, n as i32, gs, us) };
             Ok(())
         }

@@ -1,9 +1,9 @@
 //! Feed-forward variants of the decoder blocks: a gated MLP (SwiGLU, or GeGLU for Gemma 3)
 //! and a routed mixture of experts (`moe::Moe`).
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
-use candle_core::Tensor;
+use candle_core::{DeviceLocation, Tensor};
 use half::f16;
 
 use super::layers::{Linear, RowPos, WeightDeltas};
@@ -13,7 +13,6 @@ use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::cpu::elementwise::swiglu;
 use crate::kernels::row_ops;
-
 use crate::runtime::device::Placement;
 use crate::runtime::trace;
 
@@ -49,6 +48,8 @@ pub struct Mlp {
     down: Linear,
     act: Gate,
     exact: bool,
+    /// GeGLU on the device path with Wick's row ops: ggml's f16 GELU table on the device.
+    gelu_table: Option<Tensor>,
 }
 
 impl Mlp {
@@ -63,6 +64,10 @@ impl Mlp {
             down: Linear::load(g, &format!("{prefix}.ffn_down"), ff, d, dev)?,
             act,
             exact: dev.exact(),
+            gelu_table: match act == Gate::GeluTanh && !dev.exact() && row_ops::available(dev.device()) {
+                true => Some(device_gelu_table(dev.device())?),
+                false => None,
+            },
         })
     }
     pub fn forward(&self, x: &Tensor, rows: &[RowPos], lora: Option<&dyn WeightDeltas>) -> Result<Tensor> {
@@ -76,7 +81,10 @@ impl Mlp {
             (Gate::GeluTanh, true) => geglu(&g, &u)?,
             (Gate::Silu, false) => trace::span("ffn activations", g.device(), || row_ops::silu_mul(&g, &u))?,
             (Gate::GeluTanh, false) => {
-                trace::span("ffn activations", g.device(), || geglu_on_device(&g, &u))?
+                trace::span("ffn activations", g.device(), || match &self.gelu_table {
+                    Some(table) => row_ops::geglu(&g, &u, table),
+                    None => geglu_on_device(&g, &u),
+                })?
             }
         };
         self.down.forward_lora(&h, rows, lora)
@@ -96,6 +104,18 @@ fn gelu_f32(x: f32) -> f32 {
 fn gelu_table() -> &'static [f16] {
     static T: OnceLock<Vec<f16>> = OnceLock::new();
     T.get_or_init(|| (0..=u16::MAX).map(|b| f16::from_f32(gelu_f32(f16::from_bits(b).to_f32()))).collect())
+}
+
+/// `gelu_table` on `device`, uploaded once per device and shared by the layers.
+fn device_gelu_table(device: &candle_core::Device) -> Result<Tensor> {
+    static TABLES: Mutex<Vec<(DeviceLocation, Tensor)>> = Mutex::new(Vec::new());
+    let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, t)) = tables.iter().find(|(at, _)| *at == device.location()) {
+        return Ok(t.clone());
+    }
+    let t = Tensor::from_slice(gelu_table(), 1 << 16, device)?;
+    tables.push((device.location(), t.clone()));
+    Ok(t)
 }
 
 /// `geglu` on candle ops, any device: the table's values computed in place — the input rounded
@@ -132,4 +152,37 @@ pub fn geglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
         })
         .collect();
     Ok(Tensor::from_vec(y, dims, gate.device())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+
+    /// Wick's device op (the host twin here) against the exact path's table lookup, bit for bit:
+    /// gates through every f16 binade, at the ±10 cut-offs, at f16 rounding ties and subnormals.
+    #[test]
+    fn the_device_geglu_equals_the_exact_paths_bit_for_bit() {
+        if !row_ops::available(&Device::Cpu) {
+            return;
+        }
+        let mut gates = vec![-10.0f32, 10.0, -9.999, 9.999, 0.0, -0.0, 1e-8, -3e-6, 6.1e-5, 65504.0, 7e4];
+        // f16 ties in [1, 2): half an ulp (2⁻¹¹) past each value, even and odd.
+        gates.extend((0..200).map(|i| f16::from_bits(0x3c00 + i).to_f32() + f16::from_bits(0x1000).to_f32()));
+        let mut r = crate::kernels::cpu::dot_checks::lcg(5);
+        gates.extend((0..4000).map(|i| {
+            let v = r() as f32 / (1 << 24) as f32 - 0.5;
+            v * [24.0, 1.0, 1e-3, 1e-6][i % 4]
+        }));
+        let n = gates.len();
+        let up: Vec<f32> = (0..n).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+        let both = Tensor::from_vec([gates, up].concat(), (2, n), &Device::Cpu).unwrap();
+        let (g, u) = (both.get(0).unwrap().unsqueeze(0).unwrap(), both.get(1).unwrap().unsqueeze(0).unwrap());
+        let table = device_gelu_table(&Device::Cpu).unwrap();
+        let bits = |t: &Tensor| {
+            t.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&row_ops::geglu(&g, &u, &table).unwrap()), bits(&geglu(&g, &u).unwrap()));
+    }
 }

@@ -4,7 +4,7 @@
 // attention (decode_attention.cu) within rounding of a sequential f64 reference. The launch
 // geometry is the launchers' (kernels/cuda/qmatvec.rs, kernels/cuda/mod.rs), and the short
 // convolution's decode step (conv_step.cu) bit for bit against the composed ops' arithmetic, the row
-// ops (row_ops.cu: RMSNorm with and without the residual add, SwiGLU over strided rows, the heads'
+// ops (row_ops.cu: RMSNorm with and without the residual add, SwiGLU and GeGLU over strided rows, the heads'
 // norm-and-RoPE) bit for bit
 // against their twin (row_ops_twin.c). Run by
 // tests/emulated_gpu.rs; exits non-zero on the first disagreement.
@@ -26,6 +26,8 @@ extern "C" void wick_rms_norm_twin(const float* x, const float* add, const float
                                    size_t rows, int n, float eps);
 extern "C" void wick_norm_rope_twin(const float* x, const float* w, const float* cos, const float* sin, float* y,
                                     size_t rows, int heads, int hd, float eps, int interleaved);
+extern "C" void wick_geglu_twin(const float* g, const float* u, const unsigned short* table, float* y, size_t rows,
+                                int n, size_t g_stride, size_t u_stride);
 extern "C" void wick_swiglu_twin(const float* g, const float* u, float* y, size_t rows, int n, size_t g_stride,
                                  size_t u_stride);
 
@@ -345,6 +347,29 @@ static void norm_rope(int n, int heads, int hd, bool with_norm, bool interleaved
   printf("norm_rope %-33s bit-equal to the twin\n", what);
 }
 
+// GeGLU (row_ops.cu) by a table of random f16 bits, gates across the f16 range (subnormals,
+// overflow, the ±10 cut-offs), over the halves of a stacked product.
+static void geglu(int rows, int n) {
+  char what[96];
+  snprintf(what, sizeof what, "rows=%d n=%d", rows, n);
+  std::vector<unsigned short> table(1 << 16);
+  for (auto& t : table) t = (unsigned short)(rng() & 0xffff);
+  std::vector<float> gu((size_t)rows * 2 * n);
+  const float scales[] = {12.0f, 1.0f, 1e-5f, 1e5f};
+  for (size_t i = 0; i < gu.size(); i++) gu[i] = uniform(-1.0f, 1.0f) * scales[i % 4];
+  if (gu.size() > 4) gu[0] = -10.0f, gu[1] = 10.0f, gu[2] = -0.0f, gu[3] = 6.0e-8f;
+  Buffer<float> dgu(gu), out((size_t)rows * n);
+  Buffer<unsigned short> dt(table);
+  const long long total = (long long)rows * n;
+  wick_emu::launch(dim3((unsigned)((total + WR_GLU_THREADS - 1) / WR_GLU_THREADS)), dim3(WR_GLU_THREADS), 0,
+                   [&] { wick_geglu(dgu.ptr, dgu.ptr + n, dt.ptr, out.ptr, total, n, 2LL * n, 2LL * n); });
+  std::vector<float> want((size_t)rows * n);
+  wick_geglu_twin(gu.data(), gu.data() + n, table.data(), want.data(), rows, n, 2 * n, 2 * n);
+  same_bits(out.read(), want, (std::string("geglu, ") + what).c_str());
+  checks++;
+  printf("geglu %-37s bit-equal to the twin\n", what);
+}
+
 int main() {
   const int small[] = {WQ_Q4_0, WQ_Q4_1, WQ_Q5_0, WQ_Q5_1, WQ_Q8_0};
   const int kquant[] = {WQ_Q4_K, WQ_Q5_K, WQ_Q6_K};
@@ -377,6 +402,8 @@ int main() {
   rms_norm(2, 8192, true);
   swiglu(1, 8192);
   swiglu(3, 300);
+  geglu(1, 2048);
+  geglu(3, 300);
   // LFM2's Q and K heads (64, rows a block's multiple and not), a head of 80 (a lane with one pair
   // past the first 32), RoPE alone, interleaved pairs.
   norm_rope(3, 32, 64, true, false);

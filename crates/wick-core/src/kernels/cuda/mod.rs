@@ -15,7 +15,7 @@ mod qmatvec;
 mod row_ops;
 pub use conv_step::conv_step;
 pub use qmatvec::{qmatvec, Launch};
-pub use row_ops::{norm_rope, rms_norm, swiglu};
+pub use row_ops::{geglu, norm_rope, rms_norm, swiglu};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_attention.ptx"));
 const THREADS: u32 = 128;

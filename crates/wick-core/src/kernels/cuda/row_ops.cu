@@ -1,7 +1,7 @@
-// The device path's RMSNorm (with the residual add before it folded in), SwiGLU and the heads'
-// norm-and-RoPE, in ggml's
-// CPU arithmetic (row_ops.cuh says why and how the sums are ordered). Built with --fmad=false:
-// the plain products and sums stay as written, as in the host twin (row_ops_twin.c).
+// The device path's RMSNorm (with the residual add before it folded in), SwiGLU, GeGLU and the
+// heads' norm-and-RoPE, in ggml's CPU arithmetic (row_ops.cuh says why and how the sums are
+// ordered). Built with --fmad=false: the plain products and sums stay as written, as in the host
+// twin (row_ops_twin.c).
 
 #include "row_ops.cuh"
 
@@ -40,6 +40,16 @@ extern "C" __global__ void __launch_bounds__(WR_GLU_THREADS)
   if (e >= total) return;
   const long long r = e / n, i = e % n;
   y[e] = wr_silu_mul(g[r * g_stride + i], u[r * u_stride + i]);
+}
+
+// gelu(g)·u by ggml's f16 table (`table`: the 65536 f16 values) over rows of n, as wick_swiglu.
+extern "C" __global__ void __launch_bounds__(WR_GLU_THREADS)
+    wick_geglu(const float* __restrict__ g, const float* __restrict__ u, const unsigned short* __restrict__ table,
+               float* __restrict__ y, long long total, int n, long long g_stride, long long u_stride) {
+  const long long e = (long long)blockIdx.x * WR_GLU_THREADS + threadIdx.x;
+  if (e >= total) return;
+  const long long r = e / n, i = e % n;
+  y[e] = wr_geglu(g[r * g_stride + i], u[r * u_stride + i], table);
 }
 
 // A warp per row of hd (a token's head): its RMSNorm by w when there is one (Q/K norms), then

@@ -1,7 +1,7 @@
 /* The device path's row operations in ggml's CPU arithmetic: RMSNorm (the residual add before
- * it folded in), SwiGLU, and the heads' norm-and-RoPE. Shared by the CUDA kernels (row_ops.cu)
- * and their host twin (row_ops_twin.c, which candle's CPU device runs), so the two agree to the
- * bit.
+ * it folded in), SwiGLU, GeGLU, and the heads' norm-and-RoPE. Shared by the CUDA kernels
+ * (row_ops.cu) and their host twin (row_ops_twin.c, which candle's CPU device runs), so the two
+ * agree to the bit.
  *
  * Why not candle's: candle-nn's norm sums squares in f32 in its block's order and its SiLU
  * takes the device's expf; the exact path (kernels/cpu/elementwise.rs, expf.rs) sums in f64
@@ -78,6 +78,48 @@ WR_FN float wr_silu_mul(float g, float u) { return (g / (1.0f + wr_expf(0.0f - g
 WR_FN float wr_norm_scale(double sum, int n, float eps) {
   const float mean = (float)(sum / (double)n);
   return 1.0f / sqrtf(mean + eps);
+}
+
+/* f32 → f16 bits rounding to nearest even (the half crate's `f16::from_f32`, CUDA's
+ * `__float2half_rn`), in integer steps so host and device agree without intrinsics. */
+WR_FN unsigned int wr_f16_bits(float f) {
+  const unsigned int x = wr_bits(f), sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu;
+  unsigned int man = x & 0x7fffffu;
+  if (exp == 0xffu) return sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0u);
+  const int e = (int)exp - 112; /* the f16 exponent field */
+  if (e >= 31) return sign | 0x7c00u;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    man |= 0x800000u;
+    const int shift = 14 - e;
+    unsigned int h = man >> shift;
+    const unsigned int rem = man & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (h & 1u))) h++;
+    return sign | h;
+  }
+  unsigned int h = sign | ((unsigned int)e << 10) | (man >> 13);
+  const unsigned int rem = man & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry rounds into the exponent */
+  return h;
+}
+
+/* f16 bits → f32, exactly. */
+WR_FN float wr_f16_value(unsigned int h) {
+  const unsigned int sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (exp == 0u) {
+    const float v = (float)man * wr_float(0x33800000u); /* man · 2⁻²⁴ */
+    return sign ? -v : v;
+  }
+  if (exp == 31u) return wr_float(sign | 0x7f800000u | (man << 13));
+  return wr_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+/* Gemma's GeGLU element as ggml's CPU backend makes it (`ggml_gelu`'s f16 table): 0 at or below
+ * −10, x·u at or above 10, else the table's value at the f16 of x, times u. */
+WR_FN float wr_geglu(float g, float u, const unsigned short* table) {
+  if (g <= -10.0f) return 0.0f;
+  if (g >= 10.0f) return g * u;
+  return wr_f16_value(table[wr_f16_bits(g)]) * u;
 }
 
 /* ggml's scalar `rotate_pairs` as compiled (kernels/cpu/elementwise.rs `scalar_pair`): the x1

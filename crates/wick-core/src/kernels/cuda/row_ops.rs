@@ -1,6 +1,6 @@
 //! The launches of `row_ops.cu` (what `kernels::row_ops` runs on CUDA).
 
-use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaStorage, WrapErr};
 use candle_core::Layout;
 
@@ -73,16 +73,36 @@ pub fn rms_norm(
 }
 
 /// `silu(g)·u` over `[m, n]` views whose rows are runs of adjacent values → `[m, n]`.
-pub fn swiglu(
+pub fn swiglu(g: (&CudaStorage, &Layout), u: (&CudaStorage, &Layout)) -> candle_core::Result<CudaStorage> {
+    glu("wick_swiglu", g, u, None)
+}
+
+/// Gemma's `gelu(g)·u` by ggml's f16 table (65536 contiguous f16), rows as `swiglu`'s.
+pub fn geglu(
+    g: (&CudaStorage, &Layout),
+    u: (&CudaStorage, &Layout),
+    (t, tl): (&CudaStorage, &Layout),
+) -> candle_core::Result<CudaStorage> {
+    if !tl.is_contiguous() || tl.shape().elem_count() != 1 << 16 {
+        candle_core::bail!("geglu: the table must be 65536 contiguous f16 values")
+    }
+    let table = t.as_cuda_slice::<half::f16>()?.slice(tl.start_offset()..tl.start_offset() + (1 << 16));
+    glu("wick_geglu", g, u, Some(table))
+}
+
+/// The gated units' launch: `kernel` over the rows of `g` and `u` (with the GELU table).
+fn glu(
+    kernel: &str,
     (g, gl): (&CudaStorage, &Layout),
     (u, ul): (&CudaStorage, &Layout),
+    table: Option<CudaView<'_, half::f16>>,
 ) -> candle_core::Result<CudaStorage> {
     let (m, n) = gl.shape().dims2()?;
     let (Some(gs), Some(us)) = (row_stride(gl), row_stride(ul)) else {
-        candle_core::bail!("swiglu: operands must be rows of adjacent values")
+        candle_core::bail!("{kernel}: operands must be rows of adjacent values")
     };
     if ul.shape() != gl.shape() {
-        candle_core::bail!("swiglu: gate {:?}, up {:?}", gl.shape(), ul.shape())
+        candle_core::bail!("{kernel}: gate {:?}, up {:?}", gl.shape(), ul.shape())
     }
     let total = m * n;
     let dev = g.device.clone();
@@ -96,19 +116,23 @@ pub fn swiglu(
     }
     let blocks = total.div_ceil(GLU_THREADS as usize);
     if u32::try_from(blocks).is_err() {
-        candle_core::bail!("swiglu: {total} values exceed a grid")
+        candle_core::bail!("{kernel}: {total} values exceed a grid")
     }
-    let func = dev.get_or_load_custom_func("wick_swiglu", "wick_row_ops", PTX)?;
+    let func = dev.get_or_load_custom_func(kernel, "wick_row_ops", PTX)?;
     let cfg =
         LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (GLU_THREADS, 1, 1), shared_mem_bytes: 0 };
     let (total_i, n_i, gs_i, us_i) = (total as i64, n as i32, gs as i64, us as i64);
     let mut launch = func.builder();
     launch.arg(&g);
     launch.arg(&u);
+    if let Some(t) = &table {
+        launch.arg(t);
+    }
     launch.arg(&out);
     candle_core::builder_arg!(launch, total_i, n_i, gs_i, us_i);
-    // SAFETY: the arguments are the kernel's in order and type; it reads m rows of n, gs and us
-    // apart, inside the slices above, and writes m·n outputs.
+    // SAFETY: the arguments are the kernel's in order and type (the table for wick_geglu
+    // alone); it reads m rows of n, gs and us apart, inside the slices above (and table
+    // entries by f16 bits, all 65536 there), and writes m·n outputs.
     unsafe { launch.launch(cfg) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }

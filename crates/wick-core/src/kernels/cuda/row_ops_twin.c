@@ -82,3 +82,10 @@ void wick_norm_rope_twin(const float* x, const float* w, const float* cos, const
     }
   }
 }
+
+/* `wick_geglu` over `rows` rows of n. */
+void wick_geglu_twin(const float* g, const float* u, const unsigned short* table, float* y, size_t rows, int n,
+                     size_t g_stride, size_t u_stride) {
+  for (size_t r = 0; r < rows; r++)
+    for (int i = 0; i < n; i++) y[r * n + i] = wr_geglu(g[r * g_stride + i], u[r * u_stride + i], table);
+}
