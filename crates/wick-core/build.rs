@@ -2,19 +2,19 @@
 //! driver JIT-compiles for the GPU at hand (compute_80 and up). nvcc from `$NVCC`, else
 //! `$CUDA_HOME/bin/nvcc`, else the PATH (`scripts/cuda-toolkit.sh` sets them).
 //!
-//! On Linux targets, whatever the features: the host twin of the quantized matrix-vector
-//! kernel (`qmatvec_twin.c`, the kernel's own arithmetic compiled for the CPU), which the tests
-//! and candle's CPU device run; cfg `wick_qmv_twin` says it was built.
+//! On Linux targets, whatever the features: the kernels' host twins (`qmatvec_twin.c`,
+//! `row_ops_twin.c`, `attention_twin.c`: each kernel's own arithmetic compiled for the CPU),
+//! which the tests and candle's CPU device run; cfg `wick_qmv_twin` says they were built.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The `.cu` files under src/kernels/cuda, by stem, with their own nvcc flags. The quantized
-/// products' results must equal their host twin's to the bit, the conv step's the composed
-/// ops': `--fmad=false` writes their plain products and sums as `mul.rn`/`add.rn`, which
-/// ptxas may not contract into fma (their fmaf stay fma).
+/// The `.cu` files under src/kernels/cuda, by stem, with their own nvcc flags. Each kernel's
+/// results must equal its host twin's to the bit (the conv step's, the composed ops'):
+/// `--fmad=false` writes their plain products and sums as `mul.rn`/`add.rn`, which ptxas may
+/// not contract into fma (their fmaf stay fma).
 const KERNELS: &[(&str, &[&str])] = &[
-    ("decode_attention", &[]),
+    ("decode_attention", &["--fmad=false"]),
     ("qmatvec", &["--fmad=false"]),
     ("qgemm", &["--fmad=false"]),
     ("conv_step", &["--fmad=false"]),
@@ -59,6 +59,7 @@ fn host_twin() {
     let built = cc::Build::new()
         .file("src/kernels/cuda/qmatvec_twin.c")
         .file("src/kernels/cuda/row_ops_twin.c")
+        .file("src/kernels/cuda/attention_twin.c")
         .opt_level(3)
         // The twin's float steps are the kernel's: no contraction into fma beyond its own.
         .flag_if_supported("-ffp-contract=off")

@@ -1,15 +1,16 @@
 //! The device path's one-token attention over the paged f16 cache against a reference in f64
-//! (the same roundings: the query and each probability to f16). On candle's CPU device (no
-//! `WICK_TEST_DEVICE`) it checks the composed candle ops the device path runs
-//! (`models::attend_decode_batch` on the gathered pages); on a GPU of a CUDA build
-//! (`WICK_TEST_DEVICE=cuda`) also Wick's fused kernel (`kernels::cuda::decode_attention`),
-//! which `WICK_DEVICE_ATTENTION=fused` puts in their place. Sequences of ragged lengths read
-//! scattered, shuffled pages, with and without a sliding window, at grouped-query shapes of the
-//! fixtures and the real models.
+//! (the same roundings: the query and each probability to f16): the composed candle ops
+//! (`models::attend_decode_batch` on the gathered pages, `WICK_DEVICE_ATTENTION=composed`) and
+//! Wick's fused op (`kernels::decode_attention`, the default where built: its host twin on
+//! candle's CPU device, its CUDA kernel on a GPU with `WICK_TEST_DEVICE=cuda`, there also
+//! checked against the twin bit for bit). Sequences of ragged lengths read scattered, shuffled
+//! pages, with and without a sliding window, at grouped-query shapes of the fixtures and the
+//! real models.
 
 use candle_core::{Device, Tensor};
 use half::f16;
 use wick_core::cache::{padded_mask, BLOCK_SIZE as BLOCK};
+use wick_core::kernels::decode_attention;
 use wick_core::models::attend_decode_batch;
 
 mod common;
@@ -113,7 +114,6 @@ fn composed(c: &Case, x: &Inputs, dev: &Device) -> Vec<f32> {
     out.flatten_all().unwrap().to_vec1().unwrap()
 }
 
-#[cfg(feature = "cuda")]
 fn fused(c: &Case, x: &Inputs, dev: &Device) -> Vec<f32> {
     let (b, n_kv, hd) = (c.lens.len(), c.n_kv, c.hd);
     let slots = x.kc.len() / (n_kv * hd);
@@ -122,7 +122,7 @@ fn fused(c: &Case, x: &Inputs, dev: &Device) -> Vec<f32> {
     let reads = Tensor::from_vec(x.reads.clone(), b * x.t_pad, dev).unwrap();
     let lens = Tensor::from_vec(c.lens.iter().map(|&l| l as u32).collect::<Vec<_>>(), b, dev).unwrap();
     let q = Tensor::from_vec(x.q.clone(), (b, n_kv * c.group * hd), dev).unwrap();
-    wick_core::kernels::cuda::decode_attention(&q, &kc, &vc, &reads, &lens, x.t_pad, c.window, x.scale)
+    decode_attention::decode_attention(&q, &kc, &vc, &reads, &lens, x.t_pad, c.window, x.scale)
         .expect("fused decode attention")
         .flatten_all()
         .unwrap()
@@ -163,12 +163,20 @@ fn decode_attention_matches_the_reference() {
         let x = inputs(c, 11 + i as u64);
         let want = reference(c, &x);
         let (comp, comp_bad) = error(&composed(c, &x, &dev), &want);
-        #[cfg(feature = "cuda")]
-        let fused_err = dev.is_cuda().then(|| error(&fused(c, &x, &dev), &want));
-        #[cfg(not(feature = "cuda"))]
-        let fused_err: Option<(f64, usize)> = None;
-        let shown =
-            fused_err.map_or("not run (CUDA only)".to_string(), |(e, n)| format!("{e:.1e} ({n} not finite)"));
+        let fused_out = decode_attention::available(&dev).then(|| fused(c, &x, &dev));
+        let fused_err = fused_out.as_ref().map(|got| error(got, &want));
+        let shown = fused_err.map_or("not run (not built for the device)".to_string(), |(e, n)| {
+            format!("{e:.1e} ({n} not finite)")
+        });
+        // On a GPU: the kernel against its host twin, bit for bit.
+        if let (Some(got), false, true) =
+            (&fused_out, dev.is_cpu(), decode_attention::available(&Device::Cpu))
+        {
+            let twin = fused(c, &x, &Device::Cpu);
+            if got.iter().map(|v| v.to_bits()).ne(twin.iter().map(|v| v.to_bits())) {
+                failed.push(format!("case {i}: the kernel differs from its host twin"));
+            }
+        }
         eprintln!(
             "| {}×{}×{} | {:?} | {:?} | {comp:.1e} ({comp_bad} not finite) | {shown} |",
             c.n_kv, c.group, c.hd, c.lens, c.window

@@ -5,7 +5,8 @@
 //! sanitizer on for misaligned loads), and `driver.cpp` runs each kernel with its launcher's
 //! geometry against the host references: the quantized products and their activation
 //! quantizers bit for bit against the host twin, the row ops (RMSNorm, SwiGLU) bit for bit
-//! against theirs, the fused decode attention within rounding of an f64 reference. A GPU run still decides what a GPU does (`tests/device_kernels.rs`,
+//! against theirs, the fused decode attention bit for bit against its twin and within rounding
+//! of an f64 reference. A GPU run still decides what a GPU does (`tests/device_kernels.rs`,
 //! `tests/device_attention.rs`); this catches the kernels' indexing, collectives and memory
 //! bugs first, on every CI run.
 
@@ -55,9 +56,11 @@ fn wicks_cuda_kernels_agree_with_their_references_on_an_emulated_gpu() {
     let emu = root.join("tests/emulated_gpu");
     let include = format!("-I{}", emu.display()); // its cuda_fp16.h
                                                   // The host twins, each to its object, then the driver with them.
-    let twins: Vec<PathBuf> =
-        ["qmatvec_twin", "row_ops_twin"].iter().map(|t| tmp.join(format!("emulated-gpu-{t}.o"))).collect();
-    let built = ["qmatvec_twin", "row_ops_twin"]
+    let twins: Vec<PathBuf> = ["qmatvec_twin", "row_ops_twin", "attention_twin"]
+        .iter()
+        .map(|t| tmp.join(format!("emulated-gpu-{t}.o")))
+        .collect();
+    let built = ["qmatvec_twin", "row_ops_twin", "attention_twin"]
         .iter()
         .zip(&twins)
         .try_for_each(|(t, o)| compile(&cc, &["-c"], &[&root.join(format!("src/kernels/cuda/{t}.c"))], o))

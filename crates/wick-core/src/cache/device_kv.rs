@@ -167,7 +167,6 @@ impl DeviceKv {
 
     /// Layer `layer`'s keys and values, `[slots, n_kv_head, head_dim]` f16 each, for a kernel
     /// that reads the pages in place (the fused decode attention, `models::attention`).
-    #[cfg(feature = "cuda")]
     pub fn pages(&self, layer: usize) -> Result<(&Tensor, &Tensor)> {
         self.layer(layer).map(|(k, v)| (k, v))
     }

@@ -36,6 +36,7 @@ pub mod conv_step;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod decode_attention;
 pub mod qmatvec;
 pub mod row_ops;
 

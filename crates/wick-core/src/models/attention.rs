@@ -14,7 +14,7 @@ use super::StepSeq;
 use crate::cache::{DecodeBatch, DeviceKv, KvPool, KvWrite, SeqCache};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
-use crate::kernels::{attend_many, rotate_runs, with_host_f32, SeqAttn};
+use crate::kernels::{attend_many, decode_attention, rotate_runs, with_host_f32, SeqAttn};
 use crate::lora::{LoraMix, LoraRows};
 use crate::runtime::device::Placement;
 use crate::runtime::{kept, trace};
@@ -516,19 +516,18 @@ pub fn attend_decode_batch(
     Ok(p.matmul(&vs)?.reshape((b, width))?)
 }
 
-/// Whether the device path's decodes attend through the fused CUDA kernel over the paged cache
-/// (`kernels::cuda`, one launch per layer) instead of the composed candle ops:
-/// `WICK_DEVICE_ATTENTION=fused` on a CUDA build and device. Off by default until a GPU run
-/// has checked it against the composed path (`tests/device_attention.rs`, gpu-check.sh).
+/// Whether the device path's decodes attend through the fused op over the paged cache
+/// (`kernels::decode_attention`: one launch per layer; its host twin on candle's CPU device, so
+/// the check device runs the GPU's graph) instead of the composed candle ops: where it is built,
+/// unless `WICK_DEVICE_ATTENTION=composed` (the A/B, and the composed ops' check).
 fn fused_attention(device: &candle_core::Device) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    cfg!(feature = "cuda")
-        && device.is_cuda()
-        && *ON.get_or_init(|| std::env::var("WICK_DEVICE_ATTENTION").as_deref() == Ok("fused"))
+    static COMPOSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    decode_attention::available(device)
+        && !*COMPOSED.get_or_init(|| std::env::var("WICK_DEVICE_ATTENTION").as_deref() == Ok("composed"))
 }
 
-/// A decode batch's attention in layer `layer` by the fused CUDA kernel, straight from the
-/// pages (`kernels::cuda::decode_attention`); its new keys and values written first.
+/// A decode batch's attention in layer `layer` by the fused op, straight from the pages; its
+/// new keys and values written first.
 fn fused_decodes(
     store: &DeviceKv,
     layer: usize,
@@ -537,17 +536,9 @@ fn fused_decodes(
     window: Option<usize>,
     scale: f32,
 ) -> Result<Tensor> {
-    #[cfg(feature = "cuda")]
-    {
-        let (kc, vc) = store.pages(layer)?;
-        let lens = batch.lens_on_device()?;
-        crate::kernels::cuda::decode_attention(q, kc, vc, batch.reads(), lens, batch.t_pad(), window, scale)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = (store, layer, batch, q, window, scale);
-        Err(WickError::Internal("the fused decode attention needs a CUDA build".into()))
-    }
+    let (kc, vc) = store.pages(layer)?;
+    let lens = batch.lens_on_device()?;
+    decode_attention::decode_attention(q, kc, vc, batch.reads(), lens, batch.t_pad(), window, scale)
 }
 
 /// What the device path's attention of one layer reads beside Q, K and V.

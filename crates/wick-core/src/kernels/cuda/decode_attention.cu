@@ -1,30 +1,36 @@
 // One-token attention of a step's decoding sequences straight from the paged f16 KV cache
 // (`cache::device_kv`): one launch per layer instead of the composed path's gather, casts,
 // transposes, two matmuls, mask and softmax (about fourteen launches and three copies of every
-// key and value read). The arithmetic is the composed path's, term for term: the query rounded
-// to f16, scores q·k in f32 times the scale, softmax in f32 (expf, max subtracted), each
-// probability rounded to f16, then Σ p·v in f32; only the order of the sums differs.
+// key and value read). It rounds as ggml's CPU backend with flash attention off: the query
+// rounded to f16, scores q·k in f32 times the scale, softmax with ggml's expf (max subtracted),
+// each probability rounded to f16, then Σ p·v in f32. Built with --fmad=false, and its order
+// of sums fixed by the block's shape, so the host twin (attention_twin.c, which candle's CPU
+// device runs) gives the same bits.
 //
 // Grid: (sequence, KV head); a block takes the KV head's `group` query heads together, so each
 // key and value row is read once for all of them.
 // scratch: [B, n_head, t_pad] f32, the scores, then their exponentials.
 
-#include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "row_ops.cuh"
 
 // The launch's dynamic shared memory (tests/emulated_gpu gives its own).
 #ifndef WICK_DYNAMIC_SHARED
 #define WICK_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #endif
 
+// f16 value → f16-rounded f32.
+static __device__ __forceinline__ float wa_f16_round(float x) { return wr_f16_value(wr_f16_bits(x)); }
+
 extern "C" __global__ void wick_decode_attention_f16(
-    const float* __restrict__ q,          // [B, n_head, hd]
-    const __half* __restrict__ kc,        // [n_slots, n_kv, hd]
-    const __half* __restrict__ vc,        // [n_slots, n_kv, hd]
-    const uint32_t* __restrict__ reads,   // [B, t_pad]: sequence b's slot of each position
-    const uint32_t* __restrict__ lens,    // [B]: positions each sequence attends to
-    float* __restrict__ scratch,          // [B, n_head, t_pad]
-    float* __restrict__ out,              // [B, n_head, hd]
+    const float* __restrict__ q,             // [B, n_head, hd]
+    const uint16_t* __restrict__ kc,         // [n_slots, n_kv, hd] f16 bits
+    const uint16_t* __restrict__ vc,         // [n_slots, n_kv, hd] f16 bits
+    const uint32_t* __restrict__ reads,      // [B, t_pad]: sequence b's slot of each position
+    const uint32_t* __restrict__ lens,       // [B]: positions each sequence attends to
+    float* __restrict__ scratch,             // [B, n_head, t_pad]
+    float* __restrict__ out,                 // [B, n_head, hd]
     int n_kv, int group, int hd, int t_pad, int window, float scale) {
   const int b = blockIdx.x, kvh = blockIdx.y;
   const int n_head = n_kv * group;
@@ -41,7 +47,7 @@ extern "C" __global__ void wick_decode_attention_f16(
 
   const float* qb = q + ((size_t)b * n_head + (size_t)kvh * group) * hd;
   for (int i = threadIdx.x; i < group * hd; i += blockDim.x) {
-    qh[i] = __half2float(__float2half(qb[i]));
+    qh[i] = wa_f16_round(qb[i]);
   }
   for (int i = threadIdx.x; i < n_warps * group; i += blockDim.x) {
     red[i] = -INFINITY;
@@ -51,13 +57,13 @@ extern "C" __global__ void wick_decode_attention_f16(
   const uint32_t* slots = reads + (size_t)b * t_pad;
   float* sc = scratch + ((size_t)b * n_head + (size_t)kvh * group) * t_pad;  // head g: sc + g·t_pad
 
-  // Scores: a warp per position, its lanes across head_dim.
+  // Scores: a warp per position, its lanes across head_dim, summed in a butterfly.
   for (int p = from + warp; p < len; p += n_warps) {
-    const __half* k = kc + ((size_t)slots[p] * n_kv + kvh) * hd;
+    const uint16_t* k = kc + ((size_t)slots[p] * n_kv + kvh) * hd;
     for (int g = 0; g < group; ++g) {
       float s = 0.f;
       for (int d = lane; d < hd; d += 32) {
-        s += qh[g * hd + d] * __half2float(k[d]);
+        s += qh[g * hd + d] * wr_f16_value(k[d]);
       }
       for (int o = 16; o > 0; o >>= 1) {
         s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -79,11 +85,12 @@ extern "C" __global__ void wick_decode_attention_f16(
   }
   __syncthreads();
 
-  // Exponentials and their sum, per head.
+  // Exponentials and their sum, per head: each thread's share in order, the warp's butterfly,
+  // then the warps' sums in order.
   for (int g = 0; g < group; ++g) {
     float part = 0.f;
     for (int p = from + threadIdx.x; p < len; p += blockDim.x) {
-      const float e = expf(sc[(size_t)g * t_pad + p] - maxes[g]);
+      const float e = wr_expf(sc[(size_t)g * t_pad + p] - maxes[g]);
       sc[(size_t)g * t_pad + p] = e;
       part += e;
     }
@@ -112,8 +119,8 @@ extern "C" __global__ void wick_decode_attention_f16(
     const float* e = sc + (size_t)g * t_pad;
     float acc = 0.f;
     for (int p = from; p < len; ++p) {
-      const float pr = __half2float(__float2half(e[p] / sum));
-      acc += pr * __half2float(vc[((size_t)slots[p] * n_kv + kvh) * hd + d]);
+      const float pr = wa_f16_round(e[p] / sum);
+      acc += pr * wr_f16_value(vc[((size_t)slots[p] * n_kv + kvh) * hd + d]);
     }
     ob[i] = acc;
   }
