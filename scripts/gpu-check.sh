@@ -16,10 +16,10 @@
 #
 # `run` writes the LFM2-1.2B-shaped model (d 2048, 16 layers in LFM2's conv/attention pattern,
 # 32/8 heads, FFN 8192, Q8_0 and F16: `wick-fixtures --gpu-check`), checks candle's quantized
-# matmul kernels against the CPU, Wick's own (the vector kernel and the tensor-core tiles)
-# against their host twin and its fused conv step against the composed ops, bit for bit
-# (tests/device_kernels.rs), Wick's fused decode attention
-# against its f64 reference (tests/device_attention.rs), runs the device-path tests
+# matmul kernels against the CPU, Wick's own (the vector kernel and the tensor-core tiles, the
+# row ops: norms, gates, the heads' norm-and-RoPE) against their host twin and its fused conv
+# step against the composed ops, bit for bit (tests/device_kernels.rs), Wick's fused decode
+# attention against its twin and an f64 reference (tests/device_attention.rs), runs the device-path tests
 # on the GPU against the exact CPU path (tests/device_path.rs with WICK_TEST_DEVICE=cuda: greedy
 # tokens and probabilities on every fixture architecture), the same under compute-sanitizer
 # (memcheck), then the latency server's published benchmark (benches/serving.rs: 1024 input /
@@ -167,14 +167,15 @@ print(":".join(sorted(dirs)))' 2>/dev/null)
   WICK_DEVICE_QMATMUL=wick-vec timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" "${e2e[@]}" 2>&1 |
     tail -2 | sed 's/^/wick vector kernel only: /' | tee -a "$report"
 
-  # The fused decode attention in place of the composed ops (WICK_DEVICE_ATTENTION=fused,
-  # models/attention.rs): the fixtures' agreement and batch invariance with it, and a decode's time.
-  if fits $((t_tests + t_e2e)) "the fused attention's fixture tests and decode"; then
-    say "## the device-path fixture tests with the fused decode attention (WICK_DEVICE_ATTENTION=fused)"
-    WICK_DEVICE_ATTENTION=fused WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/device_path" --test-threads 1 --nocapture \
+  # The composed candle ops in place of the fused decode attention (WICK_DEVICE_ATTENTION=composed,
+  # models/attention.rs; the fused op is the default): the fixtures' agreement and batch invariance
+  # with them, and a decode's time.
+  if fits $((t_tests + t_e2e)) "the composed attention's fixture tests and decode"; then
+    say "## the device-path fixture tests with the composed decode attention (WICK_DEVICE_ATTENTION=composed)"
+    WICK_DEVICE_ATTENTION=composed WICK_TEST_DEVICE=$dev timeout "$t_tests" "$gpu/device_path" --test-threads 1 --nocapture \
       every_fixture decodes_batched a_ragged 2>&1 | tee -a "$report" | grep -E "^test |max \||panicked"
-    WICK_DEVICE_ATTENTION=fused timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" "${e2e[@]}" 2>&1 |
-      tail -2 | sed 's/^/fused attention: /' | tee -a "$report"
+    WICK_DEVICE_ATTENTION=composed timeout "$t_e2e" "$gpu/e2e" "$models/gpu-lfm2-1.2b-q8_0.gguf" --device "$dev" "${e2e[@]}" 2>&1 |
+      tail -2 | sed 's/^/composed attention: /' | tee -a "$report"
   fi
 
   # Where a step's time goes by part of the model (WICK_DEVICE_TRACE: the device synchronized
