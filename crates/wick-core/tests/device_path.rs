@@ -39,12 +39,38 @@ fn every_fixture_architecture_agrees_with_the_exact_path() {
         // Chunks of 48 cross the block boundary inside a step (conv snapshots, two-block
         // gathers) and attend over a cached prefix.
         let a = compare(&mut exact, &mut dev, &p, 48, 16);
-        report.push(verdict(&spec.file_name, &a));
+        report.push(
+            verdict(&spec.file_name, &a)
+                .map(|line| line + &same_bits_as_the_check_device(&path, &dev_at, &mut dev, &p)),
+        );
     }
     let lines: Vec<&str> = report.iter().map(|r| r.as_deref().unwrap_or_else(|e| e)).collect();
     eprintln!("device path ({}) vs exact:\n  {}", dev_at.name(), lines.join("\n  "));
     let failed: Vec<&String> = report.iter().filter_map(|r| r.as_ref().err()).collect();
     assert!(failed.is_empty(), "{} fixtures off:\n{}", failed.len(), lines.join("\n"));
+}
+
+/// On a GPU, how many of the probability rows along the prompt and 16 decodes equal candle's CPU
+/// device's bit for bit (Wick's ops there run their host twins, so every op of a quantized model
+/// should; f16 weights take cuBLAS): a note on the fixture's line, no verdict. Empty on the CPU.
+fn same_bits_as_the_check_device(
+    path: &std::path::Path,
+    at: &Placement,
+    dev: &mut Loaded,
+    p: &[u32],
+) -> String {
+    if at.device().is_cpu() {
+        return String::new();
+    }
+    let follow: Vec<u32> = (0..16).map(|i| 3 + (i * 53) % 250).collect();
+    let on_gpu = probs_along(dev, p, 48, &follow);
+    let on_cpu = probs_along(&mut load(path, &Placement::generic(candle_core::Device::Cpu)), p, 48, &follow);
+    let same = on_gpu
+        .iter()
+        .zip(&on_cpu)
+        .filter(|(a, b)| a.iter().map(|v| v.to_bits()).eq(b.iter().map(|v| v.to_bits())))
+        .count();
+    format!("; bit-equal to the check device on {same}/{} rows", on_gpu.len())
 }
 
 /// The real models: three prompts each, 32 tokens.

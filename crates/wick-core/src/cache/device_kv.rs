@@ -165,6 +165,24 @@ impl DeviceKv {
         ))
     }
 
+    /// The slot table of a prompt span of `seq` (positions `pos0..pos0 + len`, its blocks
+    /// reserved) for the fused attention: its slots of positions `0..t_pad` in one row, each
+    /// query row's length (its causal one, or the whole span's when `causal` is off) and the
+    /// row of slots each reads (all row 0).
+    pub fn span_reads(&self, seq: &SeqCache, pos0: usize, len: usize, causal: bool) -> Result<SpanReads> {
+        let total = pos0 + len;
+        self.check(seq, total)?;
+        let t_pad = total.div_ceil(READ_PAD) * READ_PAD;
+        let reads: Vec<u32> = (0..t_pad).map(|p| slot(seq, if p < total { p } else { 0 })).collect();
+        let lens: Vec<u32> = (0..len).map(|i| if causal { pos0 + i + 1 } else { total } as u32).collect();
+        Ok(SpanReads {
+            reads: Tensor::from_vec(reads, t_pad, &self.device)?,
+            row_reads: Tensor::zeros(len, DType::U32, &self.device)?,
+            lens: Tensor::from_vec(lens, len, &self.device)?,
+            t_pad,
+        })
+    }
+
     /// Layer `layer`'s keys and values, `[slots, n_kv_head, head_dim]` f16 each, for a kernel
     /// that reads the pages in place (the fused decode attention, `models::attention`).
     pub fn pages(&self, layer: usize) -> Result<(&Tensor, &Tensor)> {
@@ -209,6 +227,17 @@ fn split_reads(lens: &[usize], row_bytes: usize, budget: usize) -> Vec<std::ops:
 /// · values product (candle's CPU sums run 32 wide), so a sequence decodes to the same bits in
 /// any batch on candle's CPU device.
 const READ_PAD: usize = 64;
+
+/// A prompt span's slot table for the fused attention (`DeviceKv::span_reads`).
+pub struct SpanReads {
+    /// `[t_pad]` u32: the sequence's slots (past its length, its first slot again).
+    pub reads: Tensor,
+    /// `[len]` u32 zeros: every query row reads row 0 of `reads`.
+    pub row_reads: Tensor,
+    /// `[len]` u32: positions each query row attends to.
+    pub lens: Tensor,
+    pub t_pad: usize,
+}
 
 /// A step's one-token sequences on the device path, attended as one batch (`DeviceKv::
 /// decode_batch`).

@@ -11,7 +11,7 @@ mod view;
 
 pub use blocks::{chain_hash, BlockId, BlockPool};
 pub(crate) use device_kv::DeviceKv;
-pub use device_kv::{padded_mask, DecodeBatch};
+pub use device_kv::{padded_mask, DecodeBatch, SpanReads};
 pub use kv_type::{q8_0_inverse_scale, KvType, KvTypes, QBLOCK};
 pub use paged::{KvPool, KvWrite, BLOCK_SIZE};
 pub use view::PagedView;

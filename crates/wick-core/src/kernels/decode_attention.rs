@@ -1,6 +1,7 @@
-//! One-token attention of a decode batch read straight from the paged f16 KV cache, one op per
-//! layer (the composed candle path takes about fourteen launches and three copies of every key
-//! and value read). Its CUDA kernel (`cuda/decode_attention.cu`, `cuda` feature) and host twin
+//! Attention of query rows read straight from the paged f16 KV cache, each row as a one-token
+//! decode computes it — a step's decodes, or a prompt's rows at their causal lengths — one op
+//! per layer (the composed candle path takes about fourteen launches and three copies of every
+//! key and value read). Its CUDA kernel (`cuda/decode_attention.cu`, `cuda` feature) and host twin
 //! (`cuda/attention_twin.c`, Linux builds: cfg `wick_qmv_twin`) give the same bits, so candle's
 //! CPU device runs the GPU's arithmetic: the query rounded to f16, f32 scores times the scale,
 //! softmax with ggml's `expf`, each probability rounded to f16, Σ p·v in f32 — as ggml's CPU
@@ -22,20 +23,27 @@ pub fn available(device: &candle_core::Device) -> bool {
     }
 }
 
-/// `q` `[B, n_head · hd]` (or `[B, n_head, hd]`) f32 against a layer's pages `kc`/`vc` `[slots, n_kv, hd]` f16: sequence
-/// b reads the slots `reads[b · t_pad ..][..lens[b]]` (u32; the last `window` of them when there
-/// is one). Returns `[B, n_head · hd]` f32.
-#[allow(clippy::too_many_arguments)]
+/// Which slots each query row reads: row b reads `lens[b]` positions (u32 `[B]`; the last
+/// `window` of them when there is one) of row `row_reads[b]` (u32 `[B]`; row b when none) of
+/// `reads` (u32 `[S · t_pad]`: a sequence's slot of each position).
+pub struct Reads<'a> {
+    pub reads: &'a Tensor,
+    pub row_reads: Option<&'a Tensor>,
+    pub lens: &'a Tensor,
+    pub t_pad: usize,
+}
+
+/// `q` `[B, n_head · hd]` (or `[B, n_head, hd]`) f32 against a layer's pages `kc`/`vc`
+/// `[slots, n_kv, hd]` f16, each row reading the slots `at` says, as a one-token decode would.
+/// Returns `[B, n_head · hd]` f32.
 pub fn decode_attention(
     q: &Tensor,
-    kc: &Tensor,
-    vc: &Tensor,
-    reads: &Tensor,
-    lens: &Tensor,
-    t_pad: usize,
+    (kc, vc): (&Tensor, &Tensor),
+    at: &Reads<'_>,
     window: Option<usize>,
     scale: f32,
 ) -> Result<Tensor> {
+    let Reads { reads, row_reads, lens, t_pad } = *at;
     let (slots, n_kv, hd) = kc.dims3()?;
     // `[B, n_head, hd]` as the model holds it, or already `[B, n_head · hd]`.
     let q = q.flatten_from(1)?;
@@ -45,7 +53,9 @@ pub fn decode_attention(
         && width.is_multiple_of(n_kv * hd)
         && width / (n_kv * hd) <= THREADS
         && vc.dims() == kc.dims()
-        && reads.elem_count() == b * t_pad
+        && t_pad > 0
+        && reads.elem_count().is_multiple_of(t_pad)
+        && row_reads.map_or(reads.elem_count() == b * t_pad, |r| r.elem_count() == b)
         && lens.elem_count() == b
         && (kc.dtype(), vc.dtype(), q.dtype()) == (DType::F16, DType::F16, DType::F32);
     if !shapes_ok {
@@ -59,6 +69,7 @@ pub fn decode_attention(
     }
     let op = Attend {
         reads: reads.contiguous()?,
+        row_reads: row_reads.map(Tensor::contiguous).transpose()?,
         lens: lens.contiguous()?,
         t_pad,
         window: window.unwrap_or(0),
@@ -71,6 +82,7 @@ pub fn decode_attention(
 /// The op's tables and settings.
 struct Attend {
     reads: Tensor,
+    row_reads: Option<Tensor>,
     lens: Tensor,
     t_pad: usize,
     /// 0: no window.
@@ -106,6 +118,11 @@ impl CustomOp3 for Attend {
         let (b, width) = ql.shape().dims2()?;
         let (slots, n_kv, hd) = kl.shape().dims3()?;
         let (reads, lens) = (host_u32(&self.reads)?, host_u32(&self.lens)?);
+        let row_reads = self.row_reads.as_ref().map(host_u32).transpose()?;
+        let rows_of_reads = reads.len() / self.t_pad;
+        if row_reads.as_ref().is_some_and(|r| r.iter().any(|&i| i as usize >= rows_of_reads)) {
+            candle_core::bail!("decode attention: a query row reads past the slot table")
+        }
         let range =
             |l: &Layout| l.contiguous_offsets().ok_or_else(|| candle_core::Error::msg("not contiguous"));
         let (q, k, v) = match (q, k, v) {
@@ -120,7 +137,17 @@ impl CustomOp3 for Attend {
             candle_core::bail!("decode attention: a slot past the pages or a length past the padding")
         }
         let mut out = vec![0f32; b * width];
-        let op = twin::Step { q, k, v, reads: &reads, lens: &lens, n_kv, hd, attend: self };
+        let op = twin::Step {
+            q,
+            k,
+            v,
+            reads: &reads,
+            row_reads: row_reads.as_deref(),
+            lens: &lens,
+            n_kv,
+            hd,
+            attend: self,
+        };
         twin::run(&op, b, &mut out).map_err(candle_core::Error::msg)?;
         Ok((CpuStorage::F32(out), Shape::from((b, width))))
     }
@@ -137,6 +164,7 @@ impl CustomOp3 for Attend {
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let launch = super::cuda::Attend {
             reads: &self.reads,
+            row_reads: self.row_reads.as_ref(),
             lens: &self.lens,
             t_pad: self.t_pad,
             window: self.window,
@@ -159,6 +187,7 @@ mod twin {
             kc: *const u16,
             vc: *const u16,
             reads: *const u32,
+            row_reads: *const u32,
             lens: *const u32,
             scratch: *mut f32,
             out: *mut f32,
@@ -180,6 +209,7 @@ mod twin {
         pub k: &'a [half::f16],
         pub v: &'a [half::f16],
         pub reads: &'a [u32],
+        pub row_reads: Option<&'a [u32]>,
         pub lens: &'a [u32],
         pub n_kv: usize,
         pub hd: usize,
@@ -206,6 +236,7 @@ mod twin {
                     s.k.as_ptr().cast(),
                     s.v.as_ptr().cast(),
                     s.reads.as_ptr(),
+                    s.row_reads.map_or(std::ptr::null(), |r| r.as_ptr()),
                     s.lens.as_ptr(),
                     scratch.as_mut_ptr(),
                     op.get(),

@@ -3,7 +3,7 @@
 //! Projections, norms and RoPE run once on all tokens of the step; only the cache append and
 //! the attention product itself are per sequence.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use candle_core::{DType, Tensor};
 
@@ -11,7 +11,7 @@ use super::layers::{Linear, RmsNorm, RowPos, WeightDeltas};
 use super::linears::Linears;
 use super::rope::Rope;
 use super::StepSeq;
-use crate::cache::{DecodeBatch, DeviceKv, KvPool, KvWrite, SeqCache};
+use crate::cache::{DecodeBatch, DeviceKv, KvPool, KvWrite, SeqCache, SpanReads};
 use crate::error::{Result, WickError};
 use crate::gguf::GgufFile;
 use crate::kernels::{attend_many, decode_attention, rotate_runs, with_host_f32, SeqAttn};
@@ -75,6 +75,9 @@ pub struct BatchPlan {
     /// The device path's causal masks of the step's other spans, by span and window: made by
     /// the first attention layer that needs one, uploaded once for all of them.
     masks: std::sync::Mutex<Vec<(usize, Option<usize>, Tensor)>>,
+    /// The fused attention's slot tables of the step's other spans, by span: made by the first
+    /// attention layer, uploaded once for all of them.
+    span_reads: std::sync::Mutex<Vec<(usize, Arc<SpanReads>)>>,
 }
 
 impl BatchPlan {
@@ -176,6 +179,7 @@ impl BatchPlan {
             decode_slots: OnceLock::new(),
             decode_rows: OnceLock::new(),
             masks: Default::default(),
+            span_reads: Default::default(),
         })
     }
 
@@ -225,6 +229,18 @@ impl BatchPlan {
         let m = causal_mask(span.pos0, span.len, window, dev)?;
         masks.push((i, window, m.clone()));
         Ok(m)
+    }
+
+    /// Span `i`'s slot table for the fused attention (`DeviceKv::span_reads`), made once a step.
+    fn span_reads(&self, i: usize, store: &DeviceKv, seq: &SeqCache, causal: bool) -> Result<Arc<SpanReads>> {
+        let mut kept = self.span_reads.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, r)) = kept.iter().find(|(s, _)| *s == i) {
+            return Ok(r.clone());
+        }
+        let span = self.spans[i];
+        let r = Arc::new(store.span_reads(seq, span.pos0, span.len, causal)?);
+        kept.push((i, r.clone()));
+        Ok(r)
     }
 
     pub fn n_tokens(&self) -> usize {
@@ -429,6 +445,24 @@ impl Attention {
             let (span, seq) = (plan.spans[i], caches[i]);
             let (k, v) = (k.narrow(0, span.start, span.len)?, v.narrow(0, span.start, span.len)?);
             store.write(layer, seq, span.pos0, &k, &v)?;
+            if fused_attention(q.device()) {
+                // Each row as its one-token decode would attend, straight from the pages.
+                let r = plan.span_reads(i, store, seq, self.causal)?;
+                let at = decode_attention::Reads {
+                    reads: &r.reads,
+                    row_reads: Some(&r.row_reads),
+                    lens: &r.lens,
+                    t_pad: r.t_pad,
+                };
+                let q = q.narrow(0, span.start, span.len)?.to_dtype(DType::F32)?;
+                return decode_attention::decode_attention(
+                    &q,
+                    store.pages(layer)?,
+                    &at,
+                    window,
+                    scale as f32,
+                );
+            }
             let (total, len) = (span.pos0 + span.len, span.len);
             let (ks, vs) = store.gather(layer, seq, total)?;
             // Grouped by KV head, no copy of K or V per query head: the `group` query heads of
@@ -471,11 +505,18 @@ impl Attention {
             at += b;
             store.write_decodes(layer, slots, &k, &v)?;
             if fused_attention(q.device()) {
-                outs.push(fused_decodes(
-                    store,
-                    layer,
-                    slots,
-                    &q.to_dtype(DType::F32)?,
+                // Straight from the pages, their new keys and values written first.
+                let at = decode_attention::Reads {
+                    reads: slots.reads(),
+                    row_reads: None,
+                    lens: slots.lens_on_device()?,
+                    t_pad: slots.t_pad(),
+                };
+                let q = q.to_dtype(DType::F32)?;
+                outs.push(decode_attention::decode_attention(
+                    &q,
+                    store.pages(layer)?,
+                    &at,
                     window,
                     scale as f32,
                 )?);
@@ -524,21 +565,6 @@ fn fused_attention(device: &candle_core::Device) -> bool {
     static COMPOSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     decode_attention::available(device)
         && !*COMPOSED.get_or_init(|| std::env::var("WICK_DEVICE_ATTENTION").as_deref() == Ok("composed"))
-}
-
-/// A decode batch's attention in layer `layer` by the fused op, straight from the pages; its
-/// new keys and values written first.
-fn fused_decodes(
-    store: &DeviceKv,
-    layer: usize,
-    batch: &DecodeBatch,
-    q: &Tensor,
-    window: Option<usize>,
-    scale: f32,
-) -> Result<Tensor> {
-    let (kc, vc) = store.pages(layer)?;
-    let lens = batch.lens_on_device()?;
-    decode_attention::decode_attention(q, kc, vc, batch.reads(), lens, batch.t_pad(), window, scale)
 }
 
 /// What the device path's attention of one layer reads beside Q, K and V.

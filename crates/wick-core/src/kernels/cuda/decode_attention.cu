@@ -1,13 +1,14 @@
-// One-token attention of a step's decoding sequences straight from the paged f16 KV cache
-// (`cache::device_kv`): one launch per layer instead of the composed path's gather, casts,
-// transposes, two matmuls, mask and softmax (about fourteen launches and three copies of every
-// key and value read). It rounds as ggml's CPU backend with flash attention off: the query
+// Attention of query rows straight from the paged f16 KV cache (`cache::device_kv`), each row as
+// a one-token decode computes it: a step's decoding sequences, or a prompt's rows (each its
+// causal length, all reading its sequence's one row of slots). One launch per layer instead of
+// the composed path's gather, casts, transposes, two matmuls, mask and softmax (about fourteen
+// launches and three copies of every key and value read). It rounds as ggml's CPU backend with flash attention off: the query
 // rounded to f16, scores q·k in f32 times the scale, softmax with ggml's expf (max subtracted),
 // each probability rounded to f16, then Σ p·v in f32. Built with --fmad=false, and its order
 // of sums fixed by the block's shape, so the host twin (attention_twin.c, which candle's CPU
 // device runs) gives the same bits.
 //
-// Grid: (sequence, KV head); a block takes the KV head's `group` query heads together, so each
+// Grid: (query row, KV head); a block takes the KV head's `group` query heads together, so each
 // key and value row is read once for all of them.
 // scratch: [B, n_head, t_pad] f32, the scores, then their exponentials.
 
@@ -27,8 +28,9 @@ extern "C" __global__ void wick_decode_attention_f16(
     const float* __restrict__ q,             // [B, n_head, hd]
     const uint16_t* __restrict__ kc,         // [n_slots, n_kv, hd] f16 bits
     const uint16_t* __restrict__ vc,         // [n_slots, n_kv, hd] f16 bits
-    const uint32_t* __restrict__ reads,      // [B, t_pad]: sequence b's slot of each position
-    const uint32_t* __restrict__ lens,       // [B]: positions each sequence attends to
+    const uint32_t* __restrict__ reads,      // [S, t_pad]: a sequence's slot of each position
+    const uint32_t* __restrict__ row_reads,  // [B]: query row b's row of `reads` (null: row b)
+    const uint32_t* __restrict__ lens,       // [B]: positions query row b attends to
     float* __restrict__ scratch,             // [B, n_head, t_pad]
     float* __restrict__ out,                 // [B, n_head, hd]
     int n_kv, int group, int hd, int t_pad, int window, float scale) {
@@ -54,7 +56,7 @@ extern "C" __global__ void wick_decode_attention_f16(
   }
   __syncthreads();
 
-  const uint32_t* slots = reads + (size_t)b * t_pad;
+  const uint32_t* slots = reads + (size_t)(row_reads ? row_reads[b] : (uint32_t)b) * t_pad;
   float* sc = scratch + ((size_t)b * n_head + (size_t)kvh * group) * t_pad;  // head g: sc + g·t_pad
 
   // Scores: a warp per position, its lanes across head_dim, summed in a butterfly.
