@@ -427,12 +427,13 @@ impl Attention {
         self.o.forward_lora(&o, rows, plan.deltas())
     }
 
-    /// The device path's cache append and attention on candle ops: `softmax(q·Kᵀ·scale +
-    /// mask)·V` with the causal (and sliding-window) mask; the step's one-token sequences as
-    /// one batch, the others one by one. Rounds as ggml's CPU backend does with flash
-    /// attention off — keys and values stored f16, Q rounded to f16 for `q·Kᵀ` and the
-    /// probabilities for `·V`, f32 sums — so it follows the exact path up to summation order.
-    /// Returns `[n_tokens, n_head · head_dim]`.
+    /// The device path's cache append and attention, `softmax(q·Kᵀ·scale + mask)·V` with the
+    /// causal (and sliding-window) mask: the step's one-token sequences as one batch, the others
+    /// one by one; through the fused op over the pages where it is built (`fused_attention`),
+    /// else on candle ops. Both round as ggml's CPU backend does with flash attention off — keys
+    /// and values stored f16, Q rounded to f16 for `q·Kᵀ` and the probabilities for `·V`, f32
+    /// sums — so they follow the exact path up to summation order (and `expf`: the fused op's is
+    /// ggml's, candle's softmax takes libm's). Returns `[n_tokens, n_head · head_dim]`.
     fn attend_on_device(&self, q: &Tensor, k: &Tensor, v: &Tensor, at: &OnDevice<'_>) -> Result<Tensor> {
         let OnDevice { plan, layer, kv, caches, window, scale } = *at;
         let decoded = match plan.decodes.is_empty() {
@@ -557,10 +558,10 @@ pub fn attend_decode_batch(
     Ok(p.matmul(&vs)?.reshape((b, width))?)
 }
 
-/// Whether the device path's decodes attend through the fused op over the paged cache
-/// (`kernels::decode_attention`: one launch per layer; its host twin on candle's CPU device, so
-/// the check device runs the GPU's graph) instead of the composed candle ops: where it is built,
-/// unless `WICK_DEVICE_ATTENTION=composed` (the A/B, and the composed ops' check).
+/// Whether the device path's decodes and prompt spans attend through the fused op over the
+/// paged cache (`kernels::decode_attention`: one launch per layer; its host twin on candle's
+/// CPU device, so the check device runs the GPU's graph) instead of the composed candle ops:
+/// where it is built, unless `WICK_DEVICE_ATTENTION=composed` (the A/B, and their check).
 fn fused_attention(device: &candle_core::Device) -> bool {
     static COMPOSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     decode_attention::available(device)

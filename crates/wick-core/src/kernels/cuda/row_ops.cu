@@ -74,14 +74,5 @@ extern "C" __global__ void __launch_bounds__(WR_ROPE_THREADS)
   const int half = hd / 2;
   const float* c = cos + (long long)(row / heads) * half;
   const float* s = sin + (long long)(row / heads) * half;
-  for (int i = lane; i < half; i += 32) {
-    const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
-    float x0 = xr[i0], x1 = xr[i1];
-    if (w) {
-      x0 = x0 * scale * w[i0];
-      x1 = x1 * scale * w[i1];
-    }
-    yr[i0] = wr_rope_first(x0, x1, c[i], s[i]);
-    yr[i1] = wr_rope_second(x0, x1, c[i], s[i]);
-  }
+  for (int i = lane; i < half; i += 32) wr_norm_rope_pair(xr, w, scale, c[i], s[i], i, half, interleaved, yr);
 }

@@ -127,4 +127,18 @@ WR_FN float wr_geglu(float g, float u, const unsigned short* table) {
 WR_FN float wr_rope_first(float x0, float x1, float c, float s) { return fmaf(x0, c, -(x1 * s)); }
 WR_FN float wr_rope_second(float x0, float x1, float c, float s) { return fmaf(x0, s, x1 * c); }
 
+/* Pair i of a head's row xr (hd = 2·half values) into yr: normed by `scale`·w when there is a w,
+ * then rotated by the token's c, s. Pairs are (i, i + half), or (2i, 2i + 1) when interleaved. */
+WR_FN void wr_norm_rope_pair(const float* xr, const float* w, float scale, float c, float s, int i, int half,
+                             int interleaved, float* yr) {
+  const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+  float x0 = xr[i0], x1 = xr[i1];
+  if (w) {
+    x0 = x0 * scale * w[i0];
+    x1 = x1 * scale * w[i1];
+  }
+  yr[i0] = wr_rope_first(x0, x1, c, s);
+  yr[i1] = wr_rope_second(x0, x1, c, s);
+}
+
 #endif

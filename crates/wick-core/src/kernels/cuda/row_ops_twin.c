@@ -70,16 +70,7 @@ void wick_norm_rope_twin(const float* x, const float* w, const float* cos, const
     }
     const float* c = cos + (r / heads) * half;
     const float* s = sin + (r / heads) * half;
-    for (int i = 0; i < half; i++) {
-      const int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
-      float x0 = xr[i0], x1 = xr[i1];
-      if (w) {
-        x0 = x0 * scale * w[i0];
-        x1 = x1 * scale * w[i1];
-      }
-      yr[i0] = wr_rope_first(x0, x1, c[i], s[i]);
-      yr[i1] = wr_rope_second(x0, x1, c[i], s[i]);
-    }
+    for (int i = 0; i < half; i++) wr_norm_rope_pair(xr, w, scale, c[i], s[i], i, half, interleaved, yr);
   }
 }
 
