@@ -122,7 +122,7 @@ fn fused(c: &Case, x: &Inputs, dev: &Device) -> Vec<f32> {
     let reads = Tensor::from_vec(x.reads.clone(), b * x.t_pad, dev).unwrap();
     let lens = Tensor::from_vec(c.lens.iter().map(|&l| l as u32).collect::<Vec<_>>(), b, dev).unwrap();
     let q = Tensor::from_vec(x.q.clone(), (b, n_kv * c.group * hd), dev).unwrap();
-    let at = decode_attention::Reads { reads: &reads, row_reads: None, lens: &lens, t_pad: x.t_pad };
+    let at = decode_attention::Reads { reads: &reads, lens: &lens, t_pad: x.t_pad, one_sequence: false };
     decode_attention::decode_attention(&q, (&kc, &vc), &at, c.window, x.scale)
         .expect("fused decode attention")
         .flatten_all()

@@ -166,9 +166,9 @@ impl DeviceKv {
     }
 
     /// The slot table of a prompt span of `seq` (positions `pos0..pos0 + len`, its blocks
-    /// reserved) for the fused attention: its slots of positions `0..t_pad` in one row, each
-    /// query row's length (its causal one, or the whole span's when `causal` is off) and the
-    /// row of slots each reads (all row 0).
+    /// reserved) for the fused attention: its slots of positions `0..t_pad`, which every query
+    /// row reads, and each row's length (its causal one, or the whole span's when `causal` is
+    /// off).
     pub fn span_reads(&self, seq: &SeqCache, pos0: usize, len: usize, causal: bool) -> Result<SpanReads> {
         let total = pos0 + len;
         self.check(seq, total)?;
@@ -177,7 +177,6 @@ impl DeviceKv {
         let lens: Vec<u32> = (0..len).map(|i| if causal { pos0 + i + 1 } else { total } as u32).collect();
         Ok(SpanReads {
             reads: Tensor::from_vec(reads, t_pad, &self.device)?,
-            row_reads: Tensor::zeros(len, DType::U32, &self.device)?,
             lens: Tensor::from_vec(lens, len, &self.device)?,
             t_pad,
         })
@@ -232,8 +231,6 @@ const READ_PAD: usize = 64;
 pub struct SpanReads {
     /// `[t_pad]` u32: the sequence's slots (past its length, its first slot again).
     pub reads: Tensor,
-    /// `[len]` u32 zeros: every query row reads row 0 of `reads`.
-    pub row_reads: Tensor,
     /// `[len]` u32: positions each query row attends to.
     pub lens: Tensor,
     pub t_pad: usize,

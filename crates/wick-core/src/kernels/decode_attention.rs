@@ -24,13 +24,14 @@ pub fn available(device: &candle_core::Device) -> bool {
 }
 
 /// Which slots each query row reads: row b reads `lens[b]` positions (u32 `[B]`; the last
-/// `window` of them when there is one) of row `row_reads[b]` (u32 `[B]`; row b when none) of
-/// `reads` (u32 `[S · t_pad]`: a sequence's slot of each position).
+/// `window` of them when there is one) of its row of `reads` (u32, `t_pad` slots a row: a
+/// sequence's slot of each position) — row b, or the one row all share (`one_sequence`: a
+/// prompt's rows).
 pub struct Reads<'a> {
     pub reads: &'a Tensor,
-    pub row_reads: Option<&'a Tensor>,
     pub lens: &'a Tensor,
     pub t_pad: usize,
+    pub one_sequence: bool,
 }
 
 /// `q` `[B, n_head · hd]` (or `[B, n_head, hd]`) f32 against a layer's pages `kc`/`vc`
@@ -43,7 +44,7 @@ pub fn decode_attention(
     window: Option<usize>,
     scale: f32,
 ) -> Result<Tensor> {
-    let Reads { reads, row_reads, lens, t_pad } = *at;
+    let Reads { reads, lens, t_pad, one_sequence } = *at;
     let (slots, n_kv, hd) = kc.dims3()?;
     // `[B, n_head, hd]` as the model holds it, or already `[B, n_head · hd]`.
     let q = q.flatten_from(1)?;
@@ -54,8 +55,7 @@ pub fn decode_attention(
         && width / (n_kv * hd) <= THREADS
         && vc.dims() == kc.dims()
         && t_pad > 0
-        && reads.elem_count().is_multiple_of(t_pad)
-        && row_reads.map_or(reads.elem_count() == b * t_pad, |r| r.elem_count() == b)
+        && reads.elem_count() == if one_sequence { t_pad } else { b * t_pad }
         && lens.elem_count() == b
         && (kc.dtype(), vc.dtype(), q.dtype()) == (DType::F16, DType::F16, DType::F32);
     if !shapes_ok {
@@ -69,9 +69,9 @@ pub fn decode_attention(
     }
     let op = Attend {
         reads: reads.contiguous()?,
-        row_reads: row_reads.map(Tensor::contiguous).transpose()?,
         lens: lens.contiguous()?,
         t_pad,
+        reads_stride: if one_sequence { 0 } else { t_pad },
         window: window.unwrap_or(0),
         scale,
         group: width / (n_kv * hd),
@@ -82,9 +82,10 @@ pub fn decode_attention(
 /// The op's tables and settings.
 struct Attend {
     reads: Tensor,
-    row_reads: Option<Tensor>,
     lens: Tensor,
     t_pad: usize,
+    /// Slots between query rows' rows of `reads`: `t_pad`, or 0 when all read one.
+    reads_stride: usize,
     /// 0: no window.
     window: usize,
     scale: f32,
@@ -118,11 +119,6 @@ impl CustomOp3 for Attend {
         let (b, width) = ql.shape().dims2()?;
         let (slots, n_kv, hd) = kl.shape().dims3()?;
         let (reads, lens) = (host_u32(&self.reads)?, host_u32(&self.lens)?);
-        let row_reads = self.row_reads.as_ref().map(host_u32).transpose()?;
-        let rows_of_reads = reads.len() / self.t_pad;
-        if row_reads.as_ref().is_some_and(|r| r.iter().any(|&i| i as usize >= rows_of_reads)) {
-            candle_core::bail!("decode attention: a query row reads past the slot table")
-        }
         let range =
             |l: &Layout| l.contiguous_offsets().ok_or_else(|| candle_core::Error::msg("not contiguous"));
         let (q, k, v) = match (q, k, v) {
@@ -137,17 +133,7 @@ impl CustomOp3 for Attend {
             candle_core::bail!("decode attention: a slot past the pages or a length past the padding")
         }
         let mut out = vec![0f32; b * width];
-        let op = twin::Step {
-            q,
-            k,
-            v,
-            reads: &reads,
-            row_reads: row_reads.as_deref(),
-            lens: &lens,
-            n_kv,
-            hd,
-            attend: self,
-        };
+        let op = twin::Step { q, k, v, reads: &reads, lens: &lens, n_kv, hd, attend: self };
         twin::run(&op, b, &mut out).map_err(candle_core::Error::msg)?;
         Ok((CpuStorage::F32(out), Shape::from((b, width))))
     }
@@ -164,9 +150,9 @@ impl CustomOp3 for Attend {
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let launch = super::cuda::Attend {
             reads: &self.reads,
-            row_reads: self.row_reads.as_ref(),
             lens: &self.lens,
             t_pad: self.t_pad,
+            reads_stride: self.reads_stride,
             window: self.window,
             scale: self.scale,
             group: self.group,
@@ -187,7 +173,6 @@ mod twin {
             kc: *const u16,
             vc: *const u16,
             reads: *const u32,
-            row_reads: *const u32,
             lens: *const u32,
             scratch: *mut f32,
             out: *mut f32,
@@ -197,6 +182,7 @@ mod twin {
             group: i32,
             hd: i32,
             t_pad: i32,
+            reads_stride: i32,
             window: i32,
             scale: f32,
             threads: i32,
@@ -209,7 +195,6 @@ mod twin {
         pub k: &'a [half::f16],
         pub v: &'a [half::f16],
         pub reads: &'a [u32],
-        pub row_reads: Option<&'a [u32]>,
         pub lens: &'a [u32],
         pub n_kv: usize,
         pub hd: usize,
@@ -219,7 +204,7 @@ mod twin {
     #[cfg(wick_qmv_twin)]
     pub fn run(s: &Step<'_>, b: usize, out: &mut [f32]) -> std::result::Result<(), String> {
         let a = s.attend;
-        let ints = [b, s.n_kv, a.group, s.hd, a.t_pad, a.window];
+        let ints = [b, s.n_kv, a.group, s.hd, a.t_pad, a.reads_stride, a.window];
         if ints.iter().any(|&v| i32::try_from(v).is_err()) || out.len() != b * s.n_kv * a.group * s.hd {
             return Err("decode attention: sizes past the twin's".into());
         }
@@ -236,7 +221,6 @@ mod twin {
                     s.k.as_ptr().cast(),
                     s.v.as_ptr().cast(),
                     s.reads.as_ptr(),
-                    s.row_reads.map_or(std::ptr::null(), |r| r.as_ptr()),
                     s.lens.as_ptr(),
                     scratch.as_mut_ptr(),
                     op.get(),
@@ -246,6 +230,7 @@ mod twin {
                     a.group as i32,
                     s.hd as i32,
                     a.t_pad as i32,
+                    a.reads_stride as i32,
                     a.window as i32,
                     a.scale,
                     THREADS as i32,

@@ -451,9 +451,9 @@ impl Attention {
                 let r = plan.span_reads(i, store, seq, self.causal)?;
                 let at = decode_attention::Reads {
                     reads: &r.reads,
-                    row_reads: Some(&r.row_reads),
                     lens: &r.lens,
                     t_pad: r.t_pad,
+                    one_sequence: true,
                 };
                 let q = q.narrow(0, span.start, span.len)?.to_dtype(DType::F32)?;
                 return decode_attention::decode_attention(
@@ -509,9 +509,9 @@ impl Attention {
                 // Straight from the pages, their new keys and values written first.
                 let at = decode_attention::Reads {
                     reads: slots.reads(),
-                    row_reads: None,
                     lens: slots.lens_on_device()?,
                     t_pad: slots.t_pad(),
+                    one_sequence: false,
                 };
                 let q = q.to_dtype(DType::F32)?;
                 outs.push(decode_attention::decode_attention(

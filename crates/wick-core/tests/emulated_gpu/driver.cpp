@@ -30,10 +30,9 @@ extern "C" void wick_rms_norm_twin(const float* x, const float* add, const float
 extern "C" void wick_norm_rope_twin(const float* x, const float* w, const float* cos, const float* sin, float* y,
                                     size_t rows, int heads, int hd, float eps, int interleaved);
 extern "C" int wick_decode_attention_twin(const float* q, const uint16_t* kc, const uint16_t* vc,
-                                          const uint32_t* reads, const uint32_t* row_reads, const uint32_t* lens,
-                                          float* scratch, float* out,
-                                          int b, int kvh, int n_kv, int group, int hd, int t_pad, int window,
-                                          float scale, int threads);
+                                          const uint32_t* reads, const uint32_t* lens, float* scratch, float* out,
+                                          int b, int kvh, int n_kv, int group, int hd, int t_pad, int reads_stride,
+                                          int window, float scale, int threads);
 extern "C" void wick_geglu_twin(const float* g, const float* u, const unsigned short* table, float* y, size_t rows,
                                 int n, size_t g_stride, size_t u_stride);
 extern "C" void wick_swiglu_twin(const float* g, const float* u, float* y, size_t rows, int n, size_t g_stride,
@@ -185,7 +184,7 @@ static void same_bits(const std::vector<float>& got, const std::vector<float>& w
   if (got.size() != want.size() || memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0) mismatch(what);
 }
 
-// `prompt`: b query rows of one sequence, all reading row 0 of the slots, row i at causal length
+// `prompt`: b query rows of one sequence, all reading its one row of slots, row i at causal length
 // t_pad - b + i + 1 (a prompt's rows after a cached prefix); else b sequences of ragged lengths.
 static void attention(int b, int n_kv, int group, int hd, int t_pad, int window, bool prompt = false) {
   char what[160];
@@ -202,7 +201,8 @@ static void attention(int b, int n_kv, int group, int hd, int t_pad, int window,
   std::shuffle(slots.begin(), slots.end(), rng);
   for (size_t i = 0; i < reads.size(); i++) reads[i] = slots[i];
   for (int s = 0; s < b; s++) lens[s] = s == 0 ? t_pad : 1 + (uint32_t)(rng() % t_pad);
-  std::vector<uint32_t> row_reads(b, 0);
+  // A prompt's rows all read row 0 of the slots.
+  const int stride = prompt ? 0 : t_pad;
   if (prompt)
     for (int s = 0; s < b; s++) lens[s] = (uint32_t)(t_pad - b + s + 1);
   const float scale = 1.0f / sqrtf((float)hd);
@@ -213,21 +213,21 @@ static void attention(int b, int n_kv, int group, int hd, int t_pad, int window,
   memcpy(kbits.data(), kc.data(), kc.size() * sizeof(uint16_t));
   memcpy(vbits.data(), vc.data(), vc.size() * sizeof(uint16_t));
   Buffer<uint16_t> dk(kbits), dv(vbits);
-  Buffer<uint32_t> dr(reads), dl(lens), drr(row_reads);
+  Buffer<uint32_t> dr(reads), dl(lens);
   const int threads = 128, n_warps = threads / 32;
   const size_t shared = (size_t)(group * hd + n_warps * group + 2 * group) * sizeof(float);
   wick_emu::launch(dim3(b, n_kv), dim3(threads), shared, [&] {
-    wick_decode_attention_f16(dq.ptr, dk.ptr, dv.ptr, dr.ptr, prompt ? drr.ptr : nullptr, dl.ptr, scratch.ptr, out.ptr,
-                              n_kv, group, hd, t_pad, window, scale);
+    wick_decode_attention_f16(dq.ptr, dk.ptr, dv.ptr, dr.ptr, dl.ptr, scratch.ptr, out.ptr, n_kv, group, hd, t_pad,
+                              stride, window, scale);
   });
   const std::vector<float> got = out.read();
   // The host twin, block by block: the same bits.
   std::vector<float> twin((size_t)b * n_head * hd), twin_scratch((size_t)group * t_pad);
   for (int s = 0; s < b; s++)
     for (int kvh = 0; kvh < n_kv; kvh++)
-      if (wick_decode_attention_twin(q.data(), kbits.data(), vbits.data(), reads.data(),
-                                     prompt ? row_reads.data() : nullptr, lens.data(), twin_scratch.data(),
-                                     twin.data(), s, kvh, n_kv, group, hd, t_pad, window, scale, threads) != 0)
+      if (wick_decode_attention_twin(q.data(), kbits.data(), vbits.data(), reads.data(), lens.data(),
+                                     twin_scratch.data(), twin.data(), s, kvh, n_kv, group, hd, t_pad, stride, window,
+                                     scale, threads) != 0)
         mismatch((std::string("decode attention twin refused, ") + what).c_str());
   same_bits(got, twin, (std::string("decode attention against its twin, ") + what).c_str());
   double worst = 0.0;
@@ -239,7 +239,7 @@ static void attention(int b, int n_kv, int group, int hd, int t_pad, int window,
       std::vector<double> e(len, 0.0);
       double mx = -INFINITY, sum = 0.0;
       for (int p = from; p < len; p++) {
-        const size_t at = ((size_t)reads[(size_t)(prompt ? row_reads[s] : s) * t_pad + p] * n_kv + kvh) * hd;
+        const size_t at = ((size_t)reads[(size_t)s * stride + p] * n_kv + kvh) * hd;
         double dot = 0.0;
         for (int d = 0; d < hd; d++) dot += (double)__half2float(__float2half(qh[d])) * (double)__half2float(kc[at + d]);
         e[p] = dot * scale;
@@ -251,7 +251,7 @@ static void attention(int b, int n_kv, int group, int hd, int t_pad, int window,
         for (int p = from; p < len; p++) {
           const double pr = (double)__half2float(__float2half((float)(e[p] / sum)));
           const double v =
-              (double)__half2float(vc[((size_t)reads[(size_t)(prompt ? row_reads[s] : s) * t_pad + p] * n_kv + kvh) * hd + d]);
+              (double)__half2float(vc[((size_t)reads[(size_t)s * stride + p] * n_kv + kvh) * hd + d]);
           acc += pr * v;
           mag += fabs(pr * v);
         }

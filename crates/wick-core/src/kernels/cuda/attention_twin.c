@@ -26,15 +26,15 @@ static float butterfly32(float v[WA_LANES]) {
 /* `wick_decode_attention_f16` for query row b and KV head kvh with `threads` threads a block.
  * scratch: the block's [group, t_pad] scores. Returns 0, or -1 for a shape it cannot take. */
 int wick_decode_attention_twin(const float* q, const uint16_t* kc, const uint16_t* vc, const uint32_t* reads,
-                               const uint32_t* row_reads, const uint32_t* lens, float* scratch, float* out, int b,
-                               int kvh, int n_kv, int group, int hd, int t_pad, int window, float scale, int threads) {
+                               const uint32_t* lens, float* scratch, float* out, int b, int kvh, int n_kv, int group,
+                               int hd, int t_pad, int reads_stride, int window, float scale, int threads) {
   if (threads % WA_LANES != 0 || threads <= 0 || group <= 0 || group > threads || hd <= 0) return -1;
   const int n_head = n_kv * group, n_warps = threads / WA_LANES;
   const int len = (int)lens[b];
   if (len > t_pad || len < 0) return -1;
   const int from = (window > 0 && len > window) ? len - window : 0;
   const float* qb = q + ((size_t)b * n_head + (size_t)kvh * group) * hd;
-  const uint32_t* slots = reads + (size_t)(row_reads ? row_reads[b] : (uint32_t)b) * t_pad;
+  const uint32_t* slots = reads + (size_t)b * reads_stride;
   float* sc = scratch;
   float maxes[1024], sums[1024];
   if (group > 1024) return -1;

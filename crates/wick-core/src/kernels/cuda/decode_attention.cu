@@ -28,12 +28,11 @@ extern "C" __global__ void wick_decode_attention_f16(
     const float* __restrict__ q,             // [B, n_head, hd]
     const uint16_t* __restrict__ kc,         // [n_slots, n_kv, hd] f16 bits
     const uint16_t* __restrict__ vc,         // [n_slots, n_kv, hd] f16 bits
-    const uint32_t* __restrict__ reads,      // [S, t_pad]: a sequence's slot of each position
-    const uint32_t* __restrict__ row_reads,  // [B]: query row b's row of `reads` (null: row b)
+    const uint32_t* __restrict__ reads,      // a sequence's slot of each position, a row per sequence
     const uint32_t* __restrict__ lens,       // [B]: positions query row b attends to
     float* __restrict__ scratch,             // [B, n_head, t_pad]
     float* __restrict__ out,                 // [B, n_head, hd]
-    int n_kv, int group, int hd, int t_pad, int window, float scale) {
+    int n_kv, int group, int hd, int t_pad, int reads_stride, int window, float scale) {
   const int b = blockIdx.x, kvh = blockIdx.y;
   const int n_head = n_kv * group;
   const int len = (int)lens[b];
@@ -56,7 +55,9 @@ extern "C" __global__ void wick_decode_attention_f16(
   }
   __syncthreads();
 
-  const uint32_t* slots = reads + (size_t)(row_reads ? row_reads[b] : (uint32_t)b) * t_pad;
+  // Query row b's slots: row b of `reads` (reads_stride t_pad: decodes), or the one row every
+  // row shares (reads_stride 0: a prompt's rows).
+  const uint32_t* slots = reads + (size_t)b * reads_stride;
   float* sc = scratch + ((size_t)b * n_head + (size_t)kvh * group) * t_pad;  // head g: sc + g·t_pad
 
   // Scores: a warp per position, its lanes across head_dim, summed in a butterfly.

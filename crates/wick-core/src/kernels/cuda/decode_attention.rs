@@ -18,10 +18,10 @@ fn u32_view(t: &Tensor) -> candle_core::Result<(impl std::ops::Deref<Target = St
 /// What a launch reads beside Q and the pages: the slot tables (u32 on the GPU) and settings.
 pub struct Attend<'a> {
     pub reads: &'a Tensor,
-    /// Each query row's row of `reads` (none: row b reads row b).
-    pub row_reads: Option<&'a Tensor>,
     pub lens: &'a Tensor,
     pub t_pad: usize,
+    /// Slots between query rows' rows of `reads`: `t_pad`, or 0 when all read one.
+    pub reads_stride: usize,
     /// 0: no window.
     pub window: usize,
     pub scale: f32,
@@ -53,15 +53,6 @@ pub fn decode_attention(
     };
     let reads = reads.as_cuda_slice::<u32>()?.slice(reads_at..);
     let lens = lens.as_cuda_slice::<u32>()?.slice(lens_at..);
-    let row_reads = op.row_reads.map(u32_view).transpose()?;
-    let row_reads = match &row_reads {
-        Some((storage, at)) => match &**storage {
-            Storage::Cuda(r) => Some(r.as_cuda_slice::<u32>()?.slice(*at..)),
-            _ => candle_core::bail!("decode attention: slot tables must be on the GPU"),
-        },
-        None => None,
-    };
-    let null = 0u64;
     // SAFETY: uninitialised, but the kernel writes every score before it reads it.
     let scratch = unsafe { dev.alloc::<f32>(b * n_head * op.t_pad) }?;
     // SAFETY: uninitialised, but the kernel writes every output element.
@@ -74,17 +65,13 @@ pub fn decode_attention(
         block_dim: (op.threads as u32, 1, 1),
         shared_mem_bytes: shared as u32,
     };
-    let (n_kv, group, hd_i, t_pad) = (n_kv as i32, op.group as i32, hd as i32, op.t_pad as i32);
+    let (n_kv, group, hd_i, t_pad, stride) =
+        (n_kv as i32, op.group as i32, hd as i32, op.t_pad as i32, op.reads_stride as i32);
     let (window, scale) = (op.window as i32, op.scale);
     let mut launch = func.builder();
-    candle_core::builder_arg!(launch, q, k, v, reads);
-    match &row_reads {
-        Some(r) => launch.arg(r),
-        None => launch.arg(&null),
-    };
-    candle_core::builder_arg!(launch, lens, scratch);
+    candle_core::builder_arg!(launch, q, k, v, reads, lens, scratch);
     launch.arg(&out);
-    candle_core::builder_arg!(launch, n_kv, group, hd_i, t_pad, window, scale);
+    candle_core::builder_arg!(launch, n_kv, group, hd_i, t_pad, stride, window, scale);
     // SAFETY: the arguments match the kernel's signature in order and type (the f16 pages as
     // their bits); every index it makes lies within the buffers given (slots within the layer's
     // cache, checked when the batch's tables were made).
