@@ -17,10 +17,7 @@ pub const THREADS: usize = 128;
 
 /// Whether this build runs the op on `device`.
 pub fn available(device: &candle_core::Device) -> bool {
-    match device {
-        candle_core::Device::Cpu => cfg!(wick_qmv_twin),
-        d => cfg!(feature = "cuda") && d.is_cuda(),
-    }
+    super::twinned_on(device)
 }
 
 /// Which slots each query row reads: row b reads `lens[b]` positions (u32 `[B]`; the last

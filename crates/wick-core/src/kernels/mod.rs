@@ -40,6 +40,16 @@ pub mod decode_attention;
 pub mod qmatvec;
 pub mod row_ops;
 
+/// Whether Wick's device kernels that have a host twin (the quantized products, the row ops, the
+/// paged attention) run on `device` in this build: their CUDA kernels with the `cuda` feature,
+/// their twin on candle's CPU device (Linux builds: cfg `wick_qmv_twin`).
+pub fn twinned_on(device: &candle_core::Device) -> bool {
+    match device {
+        candle_core::Device::Cpu => cfg!(wick_qmv_twin),
+        d => cfg!(feature = "cuda") && d.is_cuda(),
+    }
+}
+
 pub use cpu::attention::{attend, attend_many, SeqAttn};
 pub(crate) use cpu::elementwise::with_host_f32;
 pub use cpu::hadamard::rotate_runs;

@@ -63,9 +63,7 @@ fn act_bytes(dtype: GgmlDType, k: usize) -> usize {
 
 /// Whether this build runs the product for a weight of `dtype` on `device`.
 pub fn available(dtype: GgmlDType, device: &candle_core::Device) -> bool {
-    let built =
-        if device.is_cpu() { cfg!(wick_qmv_twin) } else { device.is_cuda() && cfg!(feature = "cuda") };
-    built && type_id(dtype).is_some()
+    super::twinned_on(device) && type_id(dtype).is_some()
 }
 
 /// `x · wᵀ`: `x` `[m, k]` f32 on `w`'s device → `[m, n]` f32.

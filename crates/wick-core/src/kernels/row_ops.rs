@@ -17,10 +17,7 @@ use crate::kernels::cpu::elementwise::f32_operand;
 
 /// Whether this build runs these ops on `device`.
 pub fn available(device: &candle_core::Device) -> bool {
-    match device {
-        candle_core::Device::Cpu => cfg!(wick_qmv_twin),
-        d => cfg!(feature = "cuda") && d.is_cuda(),
-    }
+    super::twinned_on(device)
 }
 
 /// RMSNorm over the last dim of `x` (f32), times `w` `[n]`.

@@ -48,27 +48,23 @@ pub fn rms_norm(
         Some((a, al)) => Some(a.as_cuda_slice::<f32>()?.slice(al.start_offset()..al.start_offset() + count)),
         None => None,
     };
-    {
-        let (sums, norms) = match add {
-            Some(_) => (out.slice(..count), out.slice(count..)),
-            None => (out.slice(..0), out.slice(..)),
-        };
-        let (n_i, null) = (n as i32, 0u64);
-        let mut launch = func.builder();
-        launch.arg(&x);
-        match &add {
-            Some(a) => launch.arg(a),
-            None => launch.arg(&null),
-        };
-        launch.arg(&w);
-        launch.arg(&sums);
-        launch.arg(&norms);
-        candle_core::builder_arg!(launch, n_i, eps);
-        // SAFETY: the arguments are the kernel's in order and type (a null add: no sums
-        // written); it reads `rows` rows of n from x (and add) and n weights, and writes rows·n
-        // sums (with an add) and rows·n norms, inside `out`.
-        unsafe { launch.launch(cfg) }.w()?;
-    }
+    // The sums (written only with an add) first, then the norms.
+    let (sums, norms) = (out.slice(..), out.slice(if add.is_some() { count } else { 0 }..));
+    let (n_i, null) = (n as i32, 0u64);
+    let mut launch = func.builder();
+    launch.arg(&x);
+    match &add {
+        Some(a) => launch.arg(a),
+        None => launch.arg(&null),
+    };
+    launch.arg(&w);
+    launch.arg(&sums);
+    launch.arg(&norms);
+    candle_core::builder_arg!(launch, n_i, eps);
+    // SAFETY: the arguments are the kernel's in order and type (a null add: no sums written);
+    // it reads `rows` rows of n from x (and add) and n weights, and writes rows·n sums (with an
+    // add) and rows·n norms after them, inside `out`.
+    unsafe { launch.launch(cfg) }.w()?;
     Ok(CudaStorage::wrap_cuda_slice(out, dev))
 }
 
